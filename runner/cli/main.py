@@ -1,0 +1,65 @@
+"""The headless CLI: parse, then hand over to one small function per command.
+
+``rankwatch`` with no arguments opens the desktop app (see ``gui.entry``); every
+other form lands here, also as ``python -m runner``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from runner.cli import inspect_commands, profile_commands, run_command, run_history
+from runner.cli.spec_flags import add_spec_flags
+
+DESCRIPTION = """Launch and watch PyTorch distributed (torchrun) jobs.
+
+  rankwatch                      open the desktop app
+  rankwatch run --example        the bundled example, 2 processes
+  rankwatch run PROFILE          a saved profile (or a .toml path)
+  rankwatch run --nproc-per-node 2 train.py --epochs 3
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rankwatch", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = commands.add_parser("run", help="launch a job and watch it live",
+                              description="Launch a job with torchrun and watch every rank. "
+                                          "Flags before the target are Rankwatch's; everything after a script goes to it.")
+    run.add_argument("--detach", action="store_true", help="start in the background and return once it listens")
+    run.add_argument("--json", action="store_true", help="with --detach: print the run id and socket as JSON")
+    run.add_argument("--plain", action="store_true", help="plain prefixed lines, no live table")
+    run.add_argument("--no-view", action="store_true", help=argparse.SUPPRESS)
+    run.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    add_spec_flags(run)
+    run.set_defaults(handler=run_command.run_main)
+
+    command = commands.add_parser("command", help="print the torchrun command for each node (to run by hand)")
+    add_spec_flags(command)
+    command.set_defaults(handler=run_command.command_main)
+
+    profile_commands.add_parser(commands, add_spec_flags)
+    run_history.add_parsers(commands)
+    inspect_commands.add_parsers(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "handler", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def entry_point() -> None:
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""`rankwatch run` and `rankwatch command`: launch a job, or print what would launch it.
+
+`run` in the foreground shows the terminal view and returns the job's exit status.
+`run --detach` (what the GUI uses) starts the runner in a session of its own, waits
+until its socket is listening, prints one line (JSON with ``--json``) with the run
+id and socket, and returns at once; the runner goes on without a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from runner import paths
+from runner.cli.output import EXIT_INVALID, fail, print_spec_errors, spec_errors_json
+from runner.cli.spec_flags import profile_from_args
+from runner.job import Job, prepare_launch
+from runner.spec.parse import SpecErrors
+from runner.spec.profiles import ProfileError, write_spec_file
+from runner.store.store import RunStore
+from runner.view.terminal import TerminalView, render_summary
+
+
+def source_label(args: argparse.Namespace) -> str:
+    """How error lines name what was given: the profile or file as typed, or the example."""
+    return "example" if args.example else args.target or args.module or "command line"
+
+
+def load_or_explain(args: argparse.Namespace, *, as_json: bool = False):
+    """The profile for these args, or an exit code after printing why not."""
+    try:
+        return profile_from_args(args), None
+    except SpecErrors as errors:
+        return None, print_spec_errors(errors, source_label(args), as_json=as_json)
+    except (ProfileError, ValueError) as error:
+        return None, fail(str(error), as_json=as_json)
+
+
+def command_main(args: argparse.Namespace) -> int:
+    profile, code = load_or_explain(args)
+    if profile is None:
+        return code
+    try:
+        prepared = prepare_launch(profile, probe_interpreter=False)
+    except SpecErrors as errors:
+        return print_spec_errors(errors, source_label(args))
+    commands = prepared.user_commands()
+    for command in commands:
+        if len(commands) > 1:
+            print(f"# node {command.node.node_rank}: {command.node.host} ({command.node.processes} processes)")
+        print(command.shell_text())
+    return 0
+
+
+def run_main(args: argparse.Namespace) -> int:
+    profile, code = load_or_explain(args, as_json=args.json)
+    if profile is None:
+        return code
+    try:
+        prepared = prepare_launch(profile)
+    except SpecErrors as errors:
+        if args.ready_fd is not None:
+            with os.fdopen(args.ready_fd, "w") as ready:
+                ready.write(json.dumps(spec_errors_json(errors)))
+            return EXIT_INVALID
+        return print_spec_errors(errors, source_label(args), as_json=args.json)
+    if args.detach:
+        return _detach(profile, args.json)
+    if args.ready_fd is not None:
+        return _run_detached_child(prepared, args.ready_fd)
+    view = None if args.no_view else TerminalView(live=False if args.plain else None,
+                                                   multi_node=prepared.launch.spec.is_multi_node)
+    job = Job(prepared, view=view.handle if view else None)
+    if view:
+        view.start()
+    try:
+        exit_code = asyncio.run(job.run())
+    finally:
+        if view:
+            view.stop()
+    if job.run_id is not None:
+        with RunStore(readonly=True) as store:
+            render_summary(store.run(job.run_id), sys.stderr)
+    return exit_code
+
+
+def _detach(profile, as_json: bool) -> int:
+    """Start ``rankwatch run`` in its own session and return once it listens."""
+    folder = paths.data_dir() / "launch"
+    folder.mkdir(parents=True, exist_ok=True)
+    spec_file = write_spec_file(folder / f"{os.getpid()}-{profile.name}.toml", _absolute(profile))
+    read_end, write_end = os.pipe()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "runner", "run", str(spec_file), "--no-view", "--ready-fd", str(write_end)],
+        pass_fds=(write_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True, cwd=str(profile.base_dir) if profile.path is None else None)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as ready:
+        data = ready.read()
+    if not data:
+        error = child.stderr.read().decode(errors="replace").strip() if child.poll() is not None else ""
+        return fail(f"the runner stopped before it was ready{': ' + error.splitlines()[-1] if error else ''}",
+                    as_json=as_json)
+    child.stderr.close()
+    info = json.loads(data)
+    if "error" in info:
+        if as_json:
+            print(json.dumps(info))
+        else:
+            for item in info.get("errors") or [{"field": "", "message": info["error"]}]:
+                print(f"rankwatch: {item['field']}: {item['message']}" if item["field"] else f"rankwatch: {item['message']}",
+                      file=sys.stderr)
+        return EXIT_INVALID
+    if as_json:
+        print(json.dumps(info))
+    else:
+        print(f"run {info['run_id']} started in the background (runner pid {info['pid']}); "
+              f"follow it with: rankwatch attach {info['run_id']}")
+    return 0
+
+
+def _absolute(profile):
+    """The spec with its paths made absolute, so the detached runner finds them anywhere."""
+    spec = profile.spec
+    base = profile.base_dir
+    workdir = Path(spec.workdir).expanduser() if spec.workdir else base
+    workdir = workdir if workdir.is_absolute() else (base / workdir).resolve()
+    return spec.with_changes(workdir=str(workdir))
+
+
+def _run_detached_child(prepared, ready_fd: int) -> int:
+    """The detached runner: report readiness on ``ready_fd``, log to the run folder."""
+    def on_ready(info: dict) -> None:
+        log_path = Path(info["log"])
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with os.fdopen(ready_fd, "w") as ready:
+            ready.write(json.dumps(info))
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+
+    job = Job(prepared, view=None, on_ready=on_ready)
+    return asyncio.run(job.run())

@@ -1,0 +1,178 @@
+"""Command-line flags that describe a launch, shared by `run`, `command` and `profiles save`.
+
+torchrun style: the flags before the target are Rankwatch's; the target is a saved
+profile name, a ``.toml`` path, or a training script (``.py`` or any other file), and
+everything after a script goes to the script unchanged. Flags given with a profile
+override its fields.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from runner.spec.model import AUTO, LaunchSpec, NodeSpec, RendezvousSpec
+from runner.spec.parse import SpecError, SpecErrors, parse_host_port, spec_from_dict, spec_to_dict
+from runner.spec.profiles import Profile, example_profile, load_profile, looks_like_path
+
+
+def add_spec_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("launch (as torchrun; given with a profile they override it)")
+    group.add_argument("--nproc-per-node", "--nproc_per_node", metavar="N|auto",
+                       help="processes per node (auto: one per picked GPU, or the CPU count)")
+    group.add_argument("--gpus", metavar="LIST|all|cpu", help='GPU indices such as 0,1 (CUDA_VISIBLE_DEVICES), "all" or "cpu"')
+    group.add_argument("--backend", choices=("auto", "nccl", "gloo", "mpi"), help="exported as RANKWATCH_BACKEND")
+    group.add_argument("--interpreter", "--python", metavar="PATH", help="Python with torch (default: this one)")
+    group.add_argument("--workdir", metavar="DIR", help="working directory (default: here)")
+    group.add_argument("--env", metavar="KEY=VALUE", action="append", default=[], help="extra environment (repeatable)")
+    group.add_argument("--nnodes-hosts", "--hosts", dest="hosts", metavar="HOST[:N],...",
+                       help="nodes, first one is the head (e.g. localhost,node2:4)")
+    group.add_argument("--max-restarts", type=int, metavar="N")
+    group.add_argument("--omp-num-threads", metavar="N|auto")
+    group.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous endpoint")
+    group.add_argument("--rdzv-id", metavar="ID", help="c10d rendezvous job id")
+    group.add_argument("--master-addr", metavar="HOST", help="static rendezvous master address")
+    group.add_argument("--master-port", type=int, metavar="PORT", help="static rendezvous master port")
+    group.add_argument("--legacy-local-rank", action="store_true", default=None,
+                       help="pass --local_rank=N to the script (torch.distributed.launch style)")
+    group.add_argument("--no-instrument", action="store_true", default=None,
+                       help="no zero-code instrumentation (logs, exits and rankwatch.log only)")
+    group.add_argument("--parse-stdout", action="store_true", default=None, help="also read loss values from printed lines")
+    group.add_argument("--stall-timeout", type=float, metavar="SECONDS",
+                       help="flag a rank stalled after this long without progress (default: from its step times)")
+    group.add_argument("--module", "-m", dest="module", metavar="MODULE", help="run a module (python -m style) instead of a script")
+    parser.add_argument("--example", action="store_true", help="the bundled example (2 processes, CPU or GPU)")
+    parser.add_argument("target", nargs="?", metavar="PROFILE|FILE.toml|SCRIPT", help="what to run")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="arguments for the script")
+
+
+def _auto_or_int(field: str, text: str) -> int | str:
+    if text == AUTO:
+        return AUTO
+    try:
+        value = int(text)
+    except ValueError:
+        raise SpecErrors([SpecError(field, f'expected an integer or "auto", got {text!r}')]) from None
+    return value
+
+
+def _gpus(text: str):
+    if text in ("all", "cpu"):
+        return text
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SpecErrors([SpecError("gpus", f'expected indices such as 0,1 or "all" or "cpu", got {text!r}')]) from None
+
+
+def _env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    result = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise SpecErrors([SpecError(f"env.{pair}", "expected KEY=VALUE")])
+        result.append((key, value))
+    return tuple(result)
+
+
+def _nodes(text: str) -> tuple[NodeSpec, ...]:
+    nodes = []
+    for item in text.split(","):
+        host, _, count = item.strip().partition(":")
+        nodes.append(NodeSpec(host=host or "localhost", processes=_auto_or_int("nodes", count) if count else AUTO))
+    return tuple(nodes)
+
+
+def is_script_target(target: str) -> bool:
+    """A target is a script unless it is a ``.toml`` file or names a saved profile."""
+    if target.endswith(".toml"):
+        return False
+    if target.endswith(".py") or os.path.isfile(target):
+        return True
+    return looks_like_path(target)
+
+
+def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
+    """Overlay the flags that were given; then re-validate the whole spec.
+
+    Raises:
+        SpecErrors: a flag's value is invalid.
+    """
+    changes = {}
+    if args.nproc_per_node is not None:
+        changes["nproc_per_node"] = _auto_or_int("nproc_per_node", args.nproc_per_node)
+    if args.gpus is not None:
+        changes["gpus"] = _gpus(args.gpus)
+    if args.backend is not None:
+        changes["backend"] = args.backend
+    if args.interpreter is not None:
+        changes["interpreter"] = args.interpreter
+    if args.workdir is not None:
+        changes["workdir"] = str(Path(args.workdir).expanduser().resolve())
+    if args.env:
+        changes["env"] = tuple({**dict(spec.env), **dict(_env(args.env))}.items())
+    if args.hosts:
+        changes["nodes"] = _nodes(args.hosts)
+    if args.max_restarts is not None:
+        changes["max_restarts"] = args.max_restarts
+    if args.omp_num_threads is not None:
+        changes["omp_num_threads"] = _auto_or_int("omp_num_threads", args.omp_num_threads)
+    if args.legacy_local_rank:
+        changes["legacy_local_rank"] = True
+    rendezvous = spec.rendezvous
+    if args.rdzv_endpoint or args.rdzv_id:
+        if args.rdzv_endpoint and parse_host_port(args.rdzv_endpoint) is None:
+            raise SpecErrors([SpecError("rendezvous.endpoint", f'{args.rdzv_endpoint!r} is not "host:port"')])
+        rendezvous = replace(rendezvous, mode="c10d", endpoint=args.rdzv_endpoint or rendezvous.endpoint,
+                             job_id=args.rdzv_id or rendezvous.job_id)
+    if args.master_addr or args.master_port:
+        rendezvous = replace(rendezvous, mode="static", master_addr=args.master_addr or rendezvous.master_addr,
+                             master_port=args.master_port or rendezvous.master_port)
+    if args.hosts and len(changes["nodes"]) > 1 and rendezvous.mode == "standalone":
+        rendezvous = replace(rendezvous, mode="c10d")
+    if rendezvous is not spec.rendezvous:
+        changes["rendezvous"] = rendezvous
+    telemetry = spec.telemetry
+    if args.no_instrument:
+        telemetry = replace(telemetry, instrument=False)
+    if args.parse_stdout:
+        telemetry = replace(telemetry, parse_stdout=True)
+    if args.stall_timeout is not None:
+        telemetry = replace(telemetry, stall_timeout=args.stall_timeout)
+    if telemetry is not spec.telemetry:
+        changes["telemetry"] = telemetry
+    spec = replace(spec, **changes)
+    return spec_from_dict(spec_to_dict(spec))  # the same validation as a profile file
+
+
+def profile_from_args(args: argparse.Namespace) -> Profile:
+    """The profile a `run`/`command`/`profiles save` invocation describes.
+
+    Raises:
+        ProfileError: a named profile does not exist.
+        SpecErrors: invalid values.
+        ValueError: nothing to run was given (message says what to give).
+    """
+    if args.example:
+        profile = example_profile()
+    elif args.module:
+        cwd = str(Path.cwd())
+        module_args = ([args.target] if args.target else []) + list(args.script_args)
+        spec = LaunchSpec(module=args.module, args=tuple(module_args), workdir=cwd,
+                          gpus="all", rendezvous=RendezvousSpec())
+        profile = Profile(name=args.module, path=None, spec=spec)
+    elif args.target is None:
+        raise ValueError("nothing to run: give a profile name, a .toml file, a script, or --example")
+    elif is_script_target(args.target):
+        script = Path(args.target).expanduser().resolve()
+        spec = LaunchSpec(script=str(script), args=tuple(args.script_args), workdir=str(Path.cwd()))
+        profile = Profile(name=script.stem, path=None, spec=spec)
+    else:
+        if args.script_args:
+            raise ValueError(f"arguments after a profile are not allowed ({' '.join(args.script_args)}); "
+                             "put Rankwatch flags before the profile name, or script arguments in the profile's args")
+        profile = load_profile(args.target)
+    spec = apply_overrides(profile.spec, args)
+    return replace(profile, spec=spec)

@@ -1,0 +1,1 @@
+"""Diagnosis: which rank failed first and why, hangs, stragglers, the environment."""

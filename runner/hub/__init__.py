@@ -1,0 +1,1 @@
+"""The hub: telemetry in, store writes, batched updates out."""

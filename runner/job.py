@@ -1,0 +1,370 @@
+"""One run from launch to end: the runner's main object.
+
+``prepare_launch`` turns a profile into something that can run here (or refuses
+with field-named errors, exit code 2, before anything starts). ``Job.run`` then:
+
+1. records the run in the store and opens the hub's private socket;
+2. starts the sentinel (no orphans even if this process is SIGKILLed);
+3. starts torchrun with the bootstrap, and the GPU and process samplers;
+4. waits for torchrun to end or for a stop (Ctrl-C, SIGTERM, a subscriber);
+5. lets the workers' last messages arrive, triages a failure, records the end,
+   says bye to subscribers, and returns torchrun's exit status.
+
+The spec stays what was asked for; everything live sits on the ``Job``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runner import paths
+from runner.diagnosis.torchrun_report import parse_torchrun_report
+from runner.diagnosis.triage import TriageInput, triage
+from runner.hub.hub import Hub
+from runner.launch.command import NodeCommand, RendezvousPlan, RunnerContext, build_commands, build_node_command
+from runner.launch.output import OutputLine
+from runner.launch.ports import describe_taken_port, free_port, port_is_free
+from runner.launch.supervisor import TorchrunSupervisor
+from runner.sampling.nvml import GpuReport
+from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage
+from runner.spec.check import check_launch
+from runner.spec.parse import SpecError, SpecErrors, parse_host_port, spec_to_dict
+from runner.spec.profiles import Profile, dumps_spec
+from runner.spec.resolve import MachineFacts, ResolvedLaunch, is_local_host, resolve
+from runner.state import RankState, RunStatus
+from runner.telemetry.loss_parser import LossParser
+
+STOP_GRACE_SECONDS = 5.0
+FINAL_MESSAGES_WAIT_SECONDS = 3.0
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class PreparedLaunch:
+    profile: Profile
+    launch: ResolvedLaunch
+    plan: RendezvousPlan
+    machine: MachineFacts
+
+    def user_commands(self) -> list[NodeCommand]:
+        return build_commands(self.launch, self.plan)
+
+
+def plan_rendezvous(launch: ResolvedLaunch) -> RendezvousPlan:
+    """Concrete rendezvous values: ports chosen or checked.
+
+    Raises:
+        SpecErrors: a requested port on this machine is taken (names the holder).
+    """
+    spec = launch.spec.rendezvous
+    if spec.mode == "standalone":
+        return RendezvousPlan(mode="standalone")
+    if spec.mode == "c10d":
+        endpoint = spec.endpoint
+        if endpoint is None:
+            endpoint = f"{launch.head.host if not is_local_host(launch.head.host) else socket.getfqdn()}:{free_port()}"
+        host, port = parse_host_port(endpoint)
+        if is_local_host(host) and not port_is_free(port):
+            raise SpecErrors([SpecError("rendezvous.endpoint", describe_taken_port("", port, host).split(": ", 1)[1])])
+        return RendezvousPlan(mode="c10d", endpoint=endpoint, job_id=spec.job_id or f"rankwatch-{secrets.token_hex(4)}")
+    master_addr = spec.master_addr or ("localhost" if not launch.spec.is_multi_node else socket.getfqdn())
+    port = spec.master_port
+    if port is None:
+        port = free_port()
+    elif is_local_host(master_addr) and launch.head.is_local and not port_is_free(port):
+        raise SpecErrors([SpecError("rendezvous.master_port", describe_taken_port("", port, master_addr).split(": ", 1)[1])])
+    return RendezvousPlan(mode="static", master_addr=master_addr, master_port=port)
+
+
+def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_interpreter: bool = True,
+                   check_ports: bool = True) -> PreparedLaunch:
+    """Resolve and check ``profile`` for this machine.
+
+    Raises:
+        SpecErrors: every reason it cannot run; nothing has been started.
+    """
+    machine = machine or MachineFacts.detect()
+    launch = resolve(profile.spec, machine, profile.base_dir)
+    errors = check_launch(launch, machine, probe_interpreter=probe_interpreter)
+    if errors:
+        raise SpecErrors(errors)
+    plan = plan_rendezvous(launch) if check_ports else RendezvousPlan(mode=launch.spec.rendezvous.mode)
+    return PreparedLaunch(profile=profile, launch=launch, plan=plan, machine=machine)
+
+
+def start_sentinel(job_key: str, store_path: Path, run_id: int) -> subprocess.Popen:
+    """The watchdog that ends the job if this process dies (see ``runner.launch.sentinel``)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH_JOB")}
+    env["PYTHONPATH"] = str(paths.REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.Popen(
+        [sys.executable, "-m", "runner.launch.sentinel", job_key, str(store_path), str(run_id)],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, env=env, close_fds=True)
+
+
+class Job:
+    def __init__(self, prepared: PreparedLaunch, view: Callable[[dict[str, Any]], None] | None = None,
+                 on_ready: Callable[[dict[str, Any]], None] | None = None):
+        self.prepared = prepared
+        self.launch = prepared.launch
+        self.spec = prepared.launch.spec
+        self.view = view
+        self.on_ready = on_ready
+        self.job_key = secrets.token_hex(12)
+        self.token = secrets.token_urlsafe(32)
+        self.store_path = paths.store_path()
+        self.hub = Hub(self.store_path, self.token)
+        self.run_id: int | None = None
+        self.socket_path: Path | None = None
+        self.supervisor: TorchrunSupervisor | None = None
+        self.triage_input = TriageInput(legacy_local_rank=self.spec.legacy_local_rank,
+                                        backend=self.launch.backend, cpu_mode=self.launch.cpu_mode,
+                                        interpreter=self.launch.head.python)
+        self.loss_parser = LossParser(self.spec.telemetry.loss_pattern) if self.spec.telemetry.parse_stdout else None
+        self._stop_requested = asyncio.Event()
+        self._force_requested = asyncio.Event()
+        self._stop_reason: str | None = None
+        self._samplers: list = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.exit_code: int | None = None
+
+    # ---- control -------------------------------------------------------------------------
+
+    def request_stop(self, force: bool = False, reason: str = "stop requested") -> None:
+        """Stop the job gracefully (SIGTERM, then SIGKILL after a grace period); ``force``: SIGKILL now."""
+        self._stop_reason = self._stop_reason or reason
+        if force:
+            self._force_requested.set()
+        self._stop_requested.set()
+
+    def _install_signal_handlers(self) -> None:
+        def on_signal(number: int) -> None:
+            # A second Ctrl-C means "now": skip the grace period.
+            self.request_stop(force=self._stop_requested.is_set(), reason=signal.Signals(number).name)
+
+        for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            with contextlib.suppress(ValueError, RuntimeError):  # not the main thread
+                self._loop.add_signal_handler(number, on_signal, number)
+
+    # ---- output and telemetry ------------------------------------------------------------
+
+    def _on_output(self, lines: list[OutputLine]) -> None:
+        host = self.launch.head.host
+        for line in lines:
+            rank = line.rank
+            if rank is not None and line.local_rank_only:
+                rank = self._global_rank(line.rank)
+            self.hub.add_log(rank, line.stream, line.text, line.t, node=host)
+            if rank is None:
+                self.triage_input.launcher_lines.append(line.text)
+            elif line.stream == "stderr":
+                self.triage_input.add_stderr(rank, line.text)
+            if self.loss_parser is not None and rank is not None:
+                parsed = self.loss_parser.parse(line.text)
+                if parsed is not None:
+                    value, step = parsed
+                    if step is None:
+                        step = self.hub.model.row(rank).step
+                    self.hub.add_metric(rank, step, line.t, "loss", value, "parsed")
+
+    def _global_rank(self, local_rank: int) -> int:
+        """Older torch prefixes lines with the local rank; map it through the hellos."""
+        for row in self.hub.model.ranks.values():
+            if row.local_rank == local_rank and row.node_rank in (None, 0):
+                return row.rank
+        return local_rank
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        kind, rank = message["type"], message.get("rank")
+        if kind == "hello" and rank is not None and message.get("host"):
+            self.triage_input.hosts[rank] = str(message["host"])
+        elif kind == "exception" and rank is not None and rank not in self.triage_input.exceptions:
+            self.triage_input.exceptions[rank] = {
+                "t": message.get("t"), "exc_type": message.get("exc_type"),
+                "message": message.get("message"), "traceback": message.get("traceback")}
+        elif kind == "exit" and rank is not None:
+            code = message.get("code")
+            self.triage_input.exits[rank] = (code if isinstance(code, int) else None, message.get("t") or time.time())
+
+    def _on_worker_lost(self, rank: int, t: float) -> None:
+        self.triage_input.lost.setdefault(rank, t)
+
+    def _on_process_rows(self, rows: list[tuple]) -> None:
+        self.hub.add_process_samples(rows)
+        for _t, rank, _pid, cpu, rss, _threads in rows:
+            self.hub.model.on_process_sample(rank, cpu, rss)
+
+    def _on_gpu_report(self, report: GpuReport) -> None:
+        if not report.available:
+            if not self.launch.cpu_mode:
+                self.hub.add_event("warning", None, f"GPU sampling off: {report.describe_unavailable()}")
+            return
+        self.hub.add_gpu_samples(gpu_rows(report, time.time()))
+        for rank, (index, util, memory) in rank_gpu_usage(report, self.hub.model.pids()).items():
+            self.hub.model.on_gpu_use(rank, index, util, memory)
+
+    def _thread_safe(self, function: Callable) -> Callable:
+        loop = self._loop
+
+        def call(*args):
+            with contextlib.suppress(RuntimeError):  # loop closed at shutdown
+                loop.call_soon_threadsafe(function, *args)
+        return call
+
+    # ---- the run -------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        profile = self.prepared.profile
+        commands = self.prepared.user_commands()
+        self.run_id = await self.hub.create_run(
+            spec_to_dict(self.spec),
+            job_key=self.job_key, profile=profile.name, spec_toml=dumps_spec(self.spec),
+            command="\n".join(c.shell_text() for c in commands), host=socket.gethostname(),
+            workdir=self.launch.head.workdir, runner_pid=os.getpid(), socket=None,
+            world_size=self.launch.world_size, status=RunStatus.STARTING.value)
+        self.run_dir = paths.run_dir(self.run_id)
+        (self.run_dir / "stacks").mkdir(parents=True, exist_ok=True)
+        self.socket_path = paths.socket_dir() / f"{self.job_key[:16]}.sock"
+        await self.hub.serve_unix(self.socket_path)
+        self.hub.on_stop_requested = lambda force: self.request_stop(force, reason="stop requested by a subscriber")
+        self.hub.message_hooks.append(self._on_message)
+        self.hub.on_worker_lost = self._on_worker_lost
+        self.hub.start()
+        await self.hub.update_run(socket=str(self.socket_path))
+        for node in self.launch.nodes:
+            await self.hub.update_node(node.node_rank, node.host, "starting", node.processes)
+
+    def _runner_context(self) -> RunnerContext:
+        return RunnerContext(
+            socket=str(self.socket_path), token=self.token, job_key=self.job_key, run_id=self.run_id,
+            log_dir=str(self.run_dir / "torchrun"), stacks_dir=str(self.run_dir / "stacks"),
+            instrument=self.spec.telemetry.instrument, hash_every=self.spec.telemetry.hash_every)
+
+    def _start_samplers(self) -> None:
+        interval = self.spec.telemetry.sample_interval
+        self._samplers = [
+            ProcessSampler(interval, pids=self.hub.model.pids, emit=self._thread_safe(self._on_process_rows)),
+            GpuSampler(interval, emit=self._thread_safe(self._on_gpu_report)),
+        ]
+        for sampler in self._samplers:
+            sampler.start()
+
+    def _stop_samplers(self) -> None:
+        for sampler in self._samplers:
+            sampler.stop()
+
+    async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        await self._open()
+        sentinel = start_sentinel(self.job_key, self.store_path, self.run_id)
+        try:
+            return await self._run_opened()
+        finally:
+            with contextlib.suppress(OSError):
+                sentinel.stdin.write(b"done")
+                sentinel.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                sentinel.wait(timeout=5)
+            if self.socket_path is not None:
+                self.socket_path.unlink(missing_ok=True)
+
+    async def _run_opened(self) -> int:
+        if self.view is not None:
+            self.hub.add_local_subscriber(self.view)
+        if self.on_ready is not None:
+            self.on_ready({"run_id": self.run_id, "socket": str(self.socket_path), "pid": os.getpid(),
+                           "log": str(self.run_dir / "runner.log")})
+        self._install_signal_handlers()
+        command = build_node_command(self.launch, self.launch.head, self.prepared.plan, self._runner_context())
+        self.supervisor = TorchrunSupervisor(command, self.job_key, self._on_output)
+        try:
+            await self.supervisor.start()
+        except OSError as error:
+            return await self._finish_unstarted(f"could not start {command.argv[0]}: {error.strerror or error}")
+        await self.hub.update_run(started=time.time(), status=RunStatus.RUNNING.value)
+        await self.hub.update_node(0, self.launch.head.host, "running")
+        self._start_samplers()
+        exit_task = asyncio.create_task(self.supervisor.wait())
+        stop_task = asyncio.create_task(self._stop_requested.wait())
+        await asyncio.wait({exit_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        stopped = stop_task.done() and not exit_task.done()
+        if stopped:
+            await self.hub.update_run(status=RunStatus.STOPPING.value)
+            self.hub.add_event("stopping", None, f"stopping the job ({self._stop_reason})")
+            stopper = asyncio.create_task(self.supervisor.stop(STOP_GRACE_SECONDS,
+                                                               force=self._force_requested.is_set()))
+            forced = asyncio.create_task(self._escalate_on_force())
+            exit_code = await exit_task
+            await stopper
+            forced.cancel()
+        else:
+            stop_task.cancel()
+            exit_code = exit_task.result()
+        self._stop_samplers()
+        await self._await_final_messages()
+        return await self._finish(exit_code, stopped)
+
+    async def _escalate_on_force(self) -> None:
+        """A forced stop during a graceful one (second Ctrl-C, "Force" in the GUI) kills now."""
+        await self._force_requested.wait()
+        await self.supervisor.stop(0.0, force=True)
+
+    async def _await_final_messages(self) -> None:
+        """Workers flush their queues on exit; give their connections a moment to drain."""
+        deadline = time.monotonic() + FINAL_MESSAGES_WAIT_SECONDS
+        while self.hub.worker_connections > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    def _final_rank_states(self, summary: dict[str, Any], stopped: bool) -> None:
+        first = (summary.get("first_failure") or {}).get("rank")
+        failed_with_exception = set(self.triage_input.exceptions)
+        report = self.triage_input.report
+        for row in self.hub.model.ranks.values():
+            state = RankState(row.state)
+            reported = report.for_rank(row.rank) if report else None
+            if reported is not None and row.exit_code is None:
+                row.exit_code = reported.exit_code
+            if state == RankState.EXITED and row.exit_code == 0:
+                continue
+            if row.rank == first or (row.rank in failed_with_exception and not stopped):
+                new_state = RankState.FAILED
+            elif stopped or summary["outcome"] == "failed":
+                new_state = RankState.STOPPED
+            else:
+                new_state = RankState.EXITED
+            self.hub.model.on_exit(row.rank, row.exit_code, new_state)
+
+    async def _finish(self, exit_code: int, stopped: bool) -> int:
+        self.triage_input.report = parse_torchrun_report(list(self.triage_input.launcher_lines))
+        if stopped and self._stop_reason == "SIGINT":
+            exit_code = EXIT_INTERRUPTED
+        summary = triage(self.triage_input, exit_code, stopped)
+        self._final_rank_states(summary, stopped)
+        status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
+        self.hub.add_event("run_finished", None, summary["headline"], status=status.value, exit_code=exit_code,
+                           summary=summary)
+        await self.hub.update_node(0, self.launch.head.host, "exited" if exit_code == 0 else "failed")
+        await self.hub.update_run(ended=time.time(), status=status.value, exit_code=exit_code, summary=summary)
+        await self.hub.close(reason=status.value)
+        self.exit_code = exit_code
+        return exit_code
+
+    async def _finish_unstarted(self, message: str) -> int:
+        summary = {"outcome": "failed", "headline": message, "exit_code": 127}
+        self.hub.add_event("run_finished", None, message, status=RunStatus.FAILED.value, exit_code=127, summary=summary)
+        await self.hub.update_run(ended=time.time(), status=RunStatus.FAILED.value, exit_code=127, summary=summary)
+        await self.hub.close(reason=RunStatus.FAILED.value)
+        self.exit_code = 127
+        return 127

@@ -1,0 +1,1 @@
+"""Launching: command building, ports, process supervision and cleanup."""

@@ -1,0 +1,60 @@
+"""The job's watchdog: ends the job if the runner dies without ending it.
+
+The runner starts this tiny process (its own session, no job marker) with a pipe
+on its stdin and keeps the write end open for its whole life. A clean runner
+writes ``done`` before it exits. If the pipe closes without ``done``, the runner
+was killed (SIGKILL, OOM killer, a crash): the sentinel ends every process that
+carries the job's marker and records in the run store that the run was lost.
+
+Usage: ``python -m runner.launch.sentinel JOB_KEY [STORE_PATH RUN_ID]``
+Standard library only, so it starts in ~20 ms.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import sys
+import time
+
+from runner.launch.process_tree import end_job
+
+
+def _record_lost(store_path: str, run_id: int) -> None:
+    try:
+        connection = sqlite3.connect(store_path, timeout=10)
+        with connection:
+            connection.execute(
+                "UPDATE runs SET status = 'lost', ended = ?, summary = COALESCE(summary, ?)"
+                " WHERE id = ? AND ended IS NULL",
+                (time.time(), '{"outcome": "lost", "headline": "the runner died; its watchdog stopped the job"}',
+                 run_id))
+        connection.close()
+    except sqlite3.Error:
+        pass
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m runner.launch.sentinel JOB_KEY [STORE_PATH RUN_ID]", file=sys.stderr)
+        return 2
+    job_key = argv[0]
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)  # only the runner's pipe decides
+    received = b""
+    while True:
+        chunk = os.read(0, 64)
+        if not chunk:
+            break
+        received += chunk
+    if b"done" in received:
+        return 0
+    end_job(job_key, grace=3.0)
+    if len(argv) >= 3:
+        _record_lost(argv[1], int(argv[2]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,122 @@
+"""Start torchrun for one node, follow its output, and stop it and all it started.
+
+torchrun runs in a session of its own (so a Ctrl-C in the runner's terminal reaches
+the runner, which then stops the job in order) with a parent-death signal (so a
+killed runner takes torchrun down with it). Its stdout and stderr are read in
+chunks, not lines, so a progress bar without newlines cannot stall the reader; the
+``RankLineSplitter``s turn chunks into lines attributed to ranks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+
+from runner import paths
+from runner.launch.command import NodeCommand
+from runner.launch.output import OutputLine, RankLineSplitter
+from runner.launch.process_tree import end_job, set_parent_death_signal
+
+READ_CHUNK = 64 * 1024
+STALE_PARTIAL_CHECK_SECONDS = 0.5
+
+
+def compose_environment(command: NodeCommand, worker_path: str | None = None) -> dict[str, str]:
+    """The inherited environment, minus any Rankwatch variables of an enclosing job,
+    plus the command's variables, with the worker modules first on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH_")}
+    env.update(command.env)
+    worker_path = worker_path or str(paths.WORKER_PATH)
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = worker_path + (os.pathsep + existing if existing else "")
+    return env
+
+
+def exit_status(returncode: int) -> int:
+    """A shell-style exit status: 128 + N for death by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class TorchrunSupervisor:
+    def __init__(self, command: NodeCommand, job_key: str, on_lines: Callable[[list[OutputLine]], None]):
+        self.command = command
+        self.job_key = job_key
+        self.on_lines = on_lines
+        self.process: asyncio.subprocess.Process | None = None
+        self.returncode: int | None = None
+        self._splitters = {"stdout": RankLineSplitter("stdout"), "stderr": RankLineSplitter("stderr")}
+        self._readers: list[asyncio.Task] = []
+        self._stopping = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    async def start(self) -> int:
+        """Start torchrun; returns its pid.
+
+        Raises:
+            OSError: the interpreter cannot be executed (missing, not executable).
+        """
+        self.process = await asyncio.create_subprocess_exec(
+            *self.command.argv,
+            cwd=self.command.cwd,
+            env=compose_environment(self.command),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=set_parent_death_signal,
+        )
+        self._readers = [
+            asyncio.create_task(self._read(self.process.stdout, "stdout"), name="torchrun-stdout"),
+            asyncio.create_task(self._read(self.process.stderr, "stderr"), name="torchrun-stderr"),
+            asyncio.create_task(self._flush_stale_partials(), name="torchrun-partials"),
+        ]
+        return self.process.pid
+
+    async def _read(self, stream: asyncio.StreamReader, name: str) -> None:
+        splitter = self._splitters[name]
+        while True:
+            chunk = await stream.read(READ_CHUNK)
+            if not chunk:
+                break
+            lines = splitter.feed(chunk.decode("utf-8", errors="replace"), time.time())
+            if lines:
+                self.on_lines(lines)
+        lines = splitter.flush_all(time.time())
+        if lines:
+            self.on_lines(lines)
+
+    async def _flush_stale_partials(self) -> None:
+        while True:
+            await asyncio.sleep(STALE_PARTIAL_CHECK_SECONDS)
+            for splitter in self._splitters.values():
+                lines = splitter.flush_stale(time.time())
+                if lines:
+                    self.on_lines(lines)
+
+    async def wait(self) -> int:
+        """Wait for torchrun to exit and its output to be read; returns the exit status."""
+        returncode = await self.process.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*self._readers[:2]), timeout=10)
+        self._readers[2].cancel()
+        self.returncode = exit_status(returncode)
+        return self.returncode
+
+    async def stop(self, grace: float = 5.0, force: bool = False) -> None:
+        """Stop the whole job: SIGTERM (torchrun forwards it to its workers), then SIGKILL
+        every process carrying the job marker after ``grace`` seconds (at once if ``force``)."""
+        if self.process is None:
+            return
+        self._stopping = True
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGKILL if force else signal.SIGTERM)
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: end_job(self.job_key, grace=0.0 if force else grace, also=[self.process.pid]))

@@ -1,0 +1,1 @@
+"""Samplers: NVML for GPUs, psutil for rank processes."""

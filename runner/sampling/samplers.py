@@ -1,0 +1,137 @@
+"""Background samplers: GPUs through NVML, rank processes through psutil.
+
+Both have the same shape: a named daemon thread with a stop event that takes a
+snapshot every ``interval`` seconds and hands it to a callback (the runner passes
+one that hops onto its event loop). NVML and /proc reads can block, so they never
+run on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import psutil
+
+from runner.sampling.nvml import GpuReport, Nvml, shared_nvml
+
+log = logging.getLogger(__name__)
+
+
+class PeriodicSampler:
+    """A named daemon thread calling ``sample()`` every ``interval`` seconds until stopped."""
+
+    thread_name = "rankwatch-sampler"
+
+    def __init__(self, interval: float):
+        self.interval = max(0.25, float(interval))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.sample()
+            except Exception:  # a sampler must never take the runner down
+                log.exception("%s failed", self.thread_name)
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def sample(self) -> None:  # pragma: no cover - overridden
+        pass
+
+
+class ProcessSampler(PeriodicSampler):
+    """CPU %, RSS and threads of each rank's process tree (the rank and its children,
+    e.g. DataLoader workers)."""
+
+    thread_name = "rankwatch-process-sampler"
+
+    def __init__(self, interval: float, pids: Callable[[], dict[int, int]],
+                 emit: Callable[[list[tuple]], None]):
+        super().__init__(interval)
+        self._pids = pids
+        self._emit = emit
+        self._processes: dict[int, psutil.Process] = {}
+
+    def _tree(self, pid: int) -> list[psutil.Process]:
+        root = self._processes.get(pid)
+        if root is None:
+            root = self._processes[pid] = psutil.Process(pid)
+            root.cpu_percent(None)  # prime the counter
+        members = [root]
+        for child in root.children(recursive=True):
+            cached = self._processes.get(child.pid)
+            if cached is None:
+                cached = self._processes[child.pid] = child
+                child.cpu_percent(None)
+            members.append(cached)
+        return members
+
+    def sample(self) -> None:
+        now = time.time()
+        rows = []
+        for rank, pid in self._pids().items():
+            try:
+                tree = self._tree(pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                self._processes.pop(pid, None)
+                continue
+            cpu = rss = threads = 0.0
+            for process in tree:
+                try:
+                    with process.oneshot():
+                        cpu += process.cpu_percent(None)
+                        rss += process.memory_info().rss
+                        threads += process.num_threads()
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    self._processes.pop(process.pid, None)
+            rows.append((now, rank, pid, round(cpu, 1), int(rss), int(threads)))
+        if rows:
+            self._emit(rows)
+
+
+class GpuSampler(PeriodicSampler):
+    """Every GPU's utilisation, memory, power, temperature and clock, plus which rank
+    pids use which GPU (NVML's per-process list maps each rank to its GPU)."""
+
+    thread_name = "rankwatch-gpu-sampler"
+
+    def __init__(self, interval: float, emit: Callable[[GpuReport], None], nvml: Nvml | None = None):
+        super().__init__(interval)
+        self._emit = emit
+        self._nvml = nvml or shared_nvml()
+
+    def sample(self) -> None:
+        report = self._nvml.report(with_processes=True)
+        self._emit(report)
+        if not report.available:
+            self._stop.set()  # no driver now means no driver for this run: stop polling
+
+
+def gpu_rows(report: GpuReport, t: float) -> list[tuple]:
+    """Store rows for ``gpu_samples`` from one report."""
+    return [(t, g.index, g.utilization, g.memory_used, g.memory_total, g.power_watts, g.temperature_c,
+             g.sm_clock_mhz) for g in report.gpus]
+
+
+def rank_gpu_usage(report: GpuReport, rank_pids: dict[int, int]) -> dict[int, tuple[int, float | None, int | None]]:
+    """rank -> (gpu index, that GPU's utilisation, the rank's own GPU memory) by pid."""
+    by_pid = {pid: rank for rank, pid in rank_pids.items()}
+    usage = {}
+    for gpu in report.gpus:
+        for process in gpu.processes:
+            rank = by_pid.get(process.pid)
+            if rank is not None and rank not in usage:
+                usage[rank] = (gpu.index, gpu.utilization, process.used_memory)
+    return usage

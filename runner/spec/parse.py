@@ -1,0 +1,350 @@
+"""Turn a profile's TOML table into a ``LaunchSpec``, and back.
+
+Parsing is strict: an unknown key, a value of the wrong type or out of range is a
+``SpecError`` naming the field (``rendezvous.master_port``, ``nodes[1].host``) and
+what is allowed. Checks that need the machine (does GPU 7 exist? is the script
+there?) live in ``runner.spec.check``; this module needs nothing but the data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from runner.spec.model import (
+    ALL,
+    AUTO,
+    BACKENDS,
+    CPU,
+    RENDEZVOUS_MODES,
+    SCHEMA_VERSION,
+    LaunchSpec,
+    NodeSpec,
+    RendezvousSpec,
+    TelemetrySpec,
+)
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HOST_NAME = re.compile(r"^[A-Za-z0-9_.:\-\[\]%]+$")
+MAX_PORT = 65535
+
+
+class SpecError(ValueError):
+    """One invalid field: ``field`` names it, ``message`` says what is allowed."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class SpecErrors(ValueError):
+    """Several ``SpecError``s found in one pass; ``str()`` is one line per error."""
+
+    def __init__(self, errors: list[SpecError]):
+        super().__init__("\n".join(str(e) for e in errors))
+        self.errors = errors
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "true/false", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
+
+
+class _Reader:
+    """Reads one TOML table, recording errors instead of stopping at the first."""
+
+    def __init__(self, table: Mapping[str, Any], prefix: str, errors: list[SpecError]):
+        self.table = table
+        self.prefix = prefix
+        self.errors = errors
+
+    def name(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def fail(self, key: str, message: str) -> None:
+        self.errors.append(SpecError(self.name(key), message))
+
+    def reject_unknown(self, allowed: list[str]) -> None:
+        for key in self.table:
+            if key not in allowed:
+                self.fail(key, f"unknown key; allowed here: {', '.join(sorted(allowed))}")
+
+    def optional_str(self, key: str, default: str | None = None) -> str | None:
+        value = self.table.get(key, default)
+        if value is None or isinstance(value, str):
+            return value or default
+        self.fail(key, f"expected a string, got {_type_name(value)} {value!r}")
+        return default
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.table.get(key, default)
+        if isinstance(value, bool):
+            return value
+        self.fail(key, f"expected true or false, got {value!r}")
+        return default
+
+    def integer(self, key: str, default, *, low: int, high: int | None = None, allow_auto=False):
+        value = self.table.get(key, default)
+        if value is None:
+            return default
+        if allow_auto and value == AUTO:
+            return AUTO
+        if isinstance(value, bool) or not isinstance(value, int):
+            allowed = f'an integer >= {low}' + (' or "auto"' if allow_auto else "")
+            self.fail(key, f"expected {allowed}, got {value!r}")
+            return default
+        if value < low or (high is not None and value > high):
+            bounds = f"between {low} and {high}" if high is not None else f">= {low}"
+            self.fail(key, f"{value} is out of range; must be {bounds}")
+            return default
+        return value
+
+    def number(self, key: str, default, *, low: float, high: float):
+        value = self.table.get(key, default)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(key, f"expected a number of seconds, got {value!r}")
+            return default
+        if not low <= value <= high:
+            self.fail(key, f"{value} is out of range; must be between {low} and {high}")
+            return default
+        return float(value)
+
+    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.table.get(key, default)
+        if value in choices:
+            return value
+        self.fail(key, f"{value!r} is not one of {', '.join(choices)}")
+        return default
+
+    def sub_table(self, key: str) -> Mapping[str, Any]:
+        value = self.table.get(key, {})
+        if isinstance(value, Mapping):
+            return value
+        self.fail(key, f"expected a table ([{self.name(key)}]), got {_type_name(value)}")
+        return {}
+
+
+def parse_host_port(text: str) -> tuple[str, int] | None:
+    """``"host:port"`` or ``"[v6]:port"`` -> (host, port); ``None`` when malformed."""
+    match = re.fullmatch(r"\[?([^\[\]]+?)\]?:(\d+)", text.strip())
+    if not match:
+        return None
+    return match.group(1), int(match.group(2))
+
+
+def _parse_gpus(reader: _Reader):
+    value = reader.table.get("gpus", ALL)
+    if value in (ALL, CPU):
+        return value
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        if not value:
+            reader.fail("gpus", 'empty list; use "cpu" for CPU mode or "all"')
+            return ALL
+        if any(i < 0 for i in value):
+            reader.fail("gpus", f"GPU indices are >= 0, got {value}")
+            return ALL
+        if len(set(value)) != len(value):
+            reader.fail("gpus", f"index listed twice in {value}; a GPU must not be shared by two ranks")
+            return ALL
+        return tuple(value)
+    reader.fail("gpus", f'expected "all", "cpu" or a list of GPU indices such as [0, 1], got {value!r}')
+    return ALL
+
+
+def _parse_env(reader: _Reader) -> tuple[tuple[str, str], ...]:
+    table = reader.sub_table("env")
+    pairs = []
+    for key, value in table.items():
+        if not ENV_NAME.match(key):
+            reader.errors.append(SpecError(f"env.{key}", "not a valid environment variable name"))
+        elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            reader.errors.append(SpecError(f"env.{key}", f"expected a string, got {value!r}"))
+        else:
+            pairs.append((key, str(value)))
+    return tuple(pairs)
+
+
+def _parse_args(reader: _Reader) -> tuple[str, ...]:
+    value = reader.table.get("args", [])
+    if isinstance(value, str):
+        reader.fail("args", 'expected a list of strings such as ["--epochs", "3"], got one string')
+        return ()
+    if not isinstance(value, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in value):
+        reader.fail("args", f"expected a list of strings, got {value!r}")
+        return ()
+    return tuple(str(a) for a in value)
+
+
+def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ...]:
+    value = reader.table.get("nodes")
+    if value is None:
+        return (NodeSpec(),)
+    if not isinstance(value, list) or not value or not all(isinstance(n, Mapping) for n in value):
+        reader.fail("nodes", "expected one or more [[nodes]] tables")
+        return (NodeSpec(),)
+    nodes = []
+    for index, table in enumerate(value):
+        node = _Reader(table, f"nodes[{index}].", errors)
+        node.reject_unknown([f.name for f in fields(NodeSpec)])
+        host = node.optional_str("host", "localhost")
+        if host and not HOST_NAME.match(host):
+            node.fail("host", f"{host!r} is not a host name or address")
+        nodes.append(NodeSpec(
+            host=host or "localhost",
+            processes=node.integer("processes", AUTO, low=1, high=1024, allow_auto=True),
+            user=node.optional_str("user"),
+            port=node.integer("port", None, low=1, high=MAX_PORT),
+            python=node.optional_str("python"),
+            workdir=node.optional_str("workdir"),
+        ))
+    return tuple(nodes)
+
+
+def _parse_rendezvous(reader: _Reader, errors: list[SpecError], node_count: int) -> RendezvousSpec:
+    rdzv = _Reader(reader.sub_table("rendezvous"), "rendezvous.", errors)
+    rdzv.reject_unknown([f.name for f in fields(RendezvousSpec)])
+    default_mode = "standalone" if node_count == 1 else "c10d"
+    spec = RendezvousSpec(
+        mode=rdzv.choice("mode", default_mode, RENDEZVOUS_MODES),
+        endpoint=rdzv.optional_str("endpoint"),
+        job_id=rdzv.optional_str("job_id"),
+        master_addr=rdzv.optional_str("master_addr"),
+        master_port=rdzv.integer("master_port", None, low=1, high=MAX_PORT),
+        node_rank=rdzv.integer("node_rank", 0, low=0, high=node_count - 1),
+    )
+    if spec.endpoint is not None:
+        parsed = parse_host_port(spec.endpoint)
+        if parsed is None:
+            rdzv.fail("endpoint", f'{spec.endpoint!r} is not "host:port"')
+        elif not 1 <= parsed[1] <= MAX_PORT:
+            rdzv.fail("endpoint", f"port {parsed[1]} is out of range; must be between 1 and {MAX_PORT}")
+    if spec.job_id is not None and not re.fullmatch(r"[A-Za-z0-9_.\-]{1,128}", spec.job_id):
+        rdzv.fail("job_id", "use letters, digits, '.', '_' and '-' only (at most 128)")
+    if spec.mode == "standalone" and node_count > 1:
+        rdzv.fail("mode", f'"standalone" runs on one node only, but {node_count} nodes are listed; use "c10d" or "static"')
+    if spec.mode == "c10d" and node_count == 1 and spec.endpoint is None:
+        rdzv.fail("endpoint", 'mode "c10d" needs an endpoint "host:port" (or use mode "standalone")')
+    return spec
+
+
+def _parse_telemetry(reader: _Reader, errors: list[SpecError]) -> TelemetrySpec:
+    tel = _Reader(reader.sub_table("telemetry"), "telemetry.", errors)
+    tel.reject_unknown([f.name for f in fields(TelemetrySpec)])
+    pattern = tel.optional_str("loss_pattern")
+    if pattern is not None:
+        try:
+            compiled = re.compile(pattern)
+            if compiled.groups < 1:
+                tel.fail("loss_pattern", "needs one capturing group around the number, e.g. 'loss[:=]\\s*([-+.\\deE]+)'")
+        except re.error as exc:
+            tel.fail("loss_pattern", f"not a valid regular expression ({exc})")
+    stall = tel.table.get("stall_timeout", AUTO)
+    return TelemetrySpec(
+        instrument=tel.boolean("instrument", True),
+        parse_stdout=tel.boolean("parse_stdout", False),
+        loss_pattern=pattern,
+        sample_interval=tel.number("sample_interval", 1.0, low=0.25, high=60.0),
+        stall_timeout=None if stall == AUTO else tel.number("stall_timeout", None, low=1.0, high=86400.0),
+        hash_every=tel.integer("hash_every", 0, low=0),
+    )
+
+
+TOP_LEVEL_KEYS = [
+    "version", "script", "module", "args", "interpreter", "workdir", "env", "nproc_per_node",
+    "gpus", "backend", "nodes", "rendezvous", "max_restarts", "omp_num_threads",
+    "legacy_local_rank", "telemetry", "description",
+]
+
+
+def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
+    """Build a spec from a TOML table.
+
+    Raises:
+        SpecErrors: every invalid field, each naming the field and what is allowed.
+    """
+    errors: list[SpecError] = []
+    reader = _Reader(table, "", errors)
+    reader.reject_unknown(TOP_LEVEL_KEYS)
+    version = reader.integer("version", SCHEMA_VERSION, low=1)
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        reader.fail("version", f"{version} is newer than this Rankwatch understands ({SCHEMA_VERSION}); upgrade rankwatch")
+    script = reader.optional_str("script")
+    module = reader.optional_str("module")
+    if script and module:
+        reader.fail("script", 'give either "script" or "module", not both')
+    elif not script and not module and "script" not in table:
+        reader.fail("script", "missing: the training script to run (or \"module\" for python -m style)")
+    elif not script and not module:
+        reader.fail("script", "is empty: give the path of the training script")
+    nodes = _parse_nodes(reader, errors)
+    spec = LaunchSpec(
+        script=script,
+        module=module,
+        args=_parse_args(reader),
+        interpreter=reader.optional_str("interpreter"),
+        workdir=reader.optional_str("workdir"),
+        env=_parse_env(reader),
+        nproc_per_node=reader.integer("nproc_per_node", AUTO, low=1, high=1024, allow_auto=True),
+        gpus=_parse_gpus(reader),
+        backend=reader.choice("backend", AUTO, BACKENDS),
+        nodes=nodes,
+        rendezvous=_parse_rendezvous(reader, errors, len(nodes)),
+        max_restarts=reader.integer("max_restarts", 0, low=0, high=1000),
+        omp_num_threads=reader.integer("omp_num_threads", AUTO, low=1, high=1024, allow_auto=True),
+        legacy_local_rank=reader.boolean("legacy_local_rank", False),
+        telemetry=_parse_telemetry(reader, errors),
+        description=reader.optional_str("description"),
+        version=SCHEMA_VERSION,
+    )
+    if errors:
+        raise SpecErrors(errors)
+    return spec
+
+
+def _drop_none(table: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in table.items() if v is not None}
+
+
+def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
+    """The TOML table for ``spec``: ``spec_from_dict(spec_to_dict(s)) == s``."""
+    table: dict[str, Any] = {"version": spec.version}
+    table.update(_drop_none({
+        "description": spec.description,
+        "script": spec.script,
+        "module": spec.module,
+        "args": list(spec.args),
+        "interpreter": spec.interpreter,
+        "workdir": spec.workdir,
+        "nproc_per_node": spec.nproc_per_node,
+        "gpus": list(spec.gpus) if isinstance(spec.gpus, tuple) else spec.gpus,
+        "backend": spec.backend,
+        "max_restarts": spec.max_restarts,
+        "omp_num_threads": spec.omp_num_threads,
+        "legacy_local_rank": spec.legacy_local_rank,
+    }))
+    if spec.env:
+        table["env"] = dict(spec.env)
+    rdzv = spec.rendezvous
+    table["rendezvous"] = _drop_none({
+        "mode": rdzv.mode, "endpoint": rdzv.endpoint, "job_id": rdzv.job_id,
+        "master_addr": rdzv.master_addr, "master_port": rdzv.master_port,
+        "node_rank": rdzv.node_rank or None,
+    })
+    tel = spec.telemetry
+    table["telemetry"] = _drop_none({
+        "instrument": tel.instrument, "parse_stdout": tel.parse_stdout,
+        "loss_pattern": tel.loss_pattern, "sample_interval": tel.sample_interval,
+        "stall_timeout": AUTO if tel.stall_timeout is None else tel.stall_timeout,
+        "hash_every": tel.hash_every,
+    })
+    table["nodes"] = [
+        _drop_none({"host": n.host, "processes": n.processes, "user": n.user, "port": n.port,
+                    "python": n.python, "workdir": n.workdir})
+        for n in spec.nodes
+    ]
+    return table

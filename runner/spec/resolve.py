@@ -1,0 +1,150 @@
+"""Resolve a spec's symbolic values ("auto", relative paths) against a machine.
+
+The spec says what a person asked for; ``ResolvedLaunch`` says what will run on
+each node: concrete interpreter and paths, process counts, GPU list, backend,
+OMP threads and rendezvous flags. Command building works only from this.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.sampling.nvml import GpuReport
+from runner.spec.model import ALL, AUTO, CPU, LaunchSpec, NodeSpec
+
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", ""})
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What resolution needs to know about the head machine."""
+
+    cpu_count: int
+    gpus: GpuReport
+
+    @classmethod
+    def detect(cls, gpus: GpuReport | None = None) -> MachineFacts:
+        if gpus is None:
+            from runner.sampling.nvml import shared_nvml
+
+            gpus = shared_nvml().report(with_processes=False)
+        return cls(cpu_count=_usable_cpus(), gpus=gpus)
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def is_local_host(host: str) -> bool:
+    return host in LOCAL_HOSTS or host == socket.gethostname()
+
+
+@dataclass(frozen=True)
+class ResolvedNode:
+    node_rank: int
+    host: str
+    processes: int
+    python: str
+    workdir: str
+    user: str | None
+    ssh_port: int | None
+
+    @property
+    def is_local(self) -> bool:
+        """Launched directly by the runner. Only the first node can be; every other
+        node is reached over SSH, even when it is this machine (that is how two
+        "nodes" on one machine are tested)."""
+        return self.node_rank == 0 and is_local_host(self.host)
+
+
+@dataclass(frozen=True)
+class ResolvedLaunch:
+    spec: LaunchSpec
+    nodes: tuple[ResolvedNode, ...]
+    gpus: tuple[int, ...]
+    """Picked GPU indices (NVML / PCI order); empty in CPU mode."""
+    backend: str
+    omp_num_threads: int
+    script: str | None
+    """Absolute path on the head (relative on remote nodes is kept relative to their workdir)."""
+
+    @property
+    def cpu_mode(self) -> bool:
+        return not self.gpus
+
+    @property
+    def world_size(self) -> int:
+        return sum(n.processes for n in self.nodes)
+
+    @property
+    def head(self) -> ResolvedNode:
+        return self.nodes[0]
+
+
+def default_interpreter() -> str:
+    return sys.executable
+
+
+def resolve(spec: LaunchSpec, machine: MachineFacts, base_dir: Path | None = None) -> ResolvedLaunch:
+    """Resolve ``spec`` for launching from ``base_dir`` (default: the current directory).
+
+    Relative ``workdir`` is taken from ``base_dir``; a relative ``script`` from the workdir.
+    This never fails: whether the result can run is ``runner.spec.check``'s job.
+    """
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    workdir = Path(os.path.expanduser(spec.workdir)) if spec.workdir else base
+    if not workdir.is_absolute():
+        workdir = base / workdir
+    workdir = Path(os.path.normpath(workdir))
+    script = None
+    if spec.script:
+        script_path = Path(os.path.expanduser(spec.script))
+        script = str(script_path if script_path.is_absolute() else Path(os.path.normpath(workdir / script_path)))
+
+    if spec.gpus == CPU or (spec.gpus == ALL and not machine.gpus.available):
+        gpus: tuple[int, ...] = ()
+    elif spec.gpus == ALL:
+        gpus = machine.gpus.indices
+    else:
+        gpus = tuple(spec.gpus)
+
+    if spec.nproc_per_node == AUTO:
+        nproc = len(gpus) if gpus else machine.cpu_count
+    else:
+        nproc = int(spec.nproc_per_node)
+
+    backend = spec.backend if spec.backend != AUTO else ("nccl" if gpus else "gloo")
+    nodes = [_resolve_node(rank, node, nproc, spec.interpreter, str(workdir))
+             for rank, node in enumerate(spec.nodes)]
+    local_processes = nodes[0].processes
+    if spec.omp_num_threads == AUTO:
+        omp = max(1, machine.cpu_count // max(1, local_processes))
+    else:
+        omp = int(spec.omp_num_threads)
+    return ResolvedLaunch(spec=spec, nodes=tuple(nodes), gpus=gpus, backend=backend,
+                          omp_num_threads=omp, script=script)
+
+
+def _resolve_node(node_rank: int, node: NodeSpec, nproc: int, interpreter: str | None,
+                  workdir: str) -> ResolvedNode:
+    """A remote node without its own ``python`` uses the spec's interpreter when one is
+    given (same path on every node, as on a cluster), else ``python3`` on its PATH."""
+    processes = nproc if node.processes == AUTO else int(node.processes)
+    on_head = node_rank == 0 and is_local_host(node.host)
+    fallback = (interpreter or default_interpreter()) if on_head else (interpreter or "python3")
+    return ResolvedNode(
+        node_rank=node_rank,
+        host=node.host,
+        processes=processes,
+        python=node.python or fallback,
+        workdir=node.workdir or workdir,
+        user=node.user,
+        ssh_port=node.port,
+    )

@@ -1,0 +1,72 @@
+"""Run state: what is happening (the spec says what was asked for).
+
+The values are strings so they travel unchanged through the store, the protocol
+and the GUI.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class RunStatus(str, Enum):
+    """A run's life::
+
+        STARTING --torchrun started--> RUNNING --torchrun exit 0--------> SUCCEEDED
+            |                            |      --torchrun exit != 0---> FAILED
+            |                            +--stop asked--> STOPPING --> STOPPED
+            +--spec/launch error---------------------------------------> FAILED
+
+    ``LOST`` marks a run whose runner died without recording an end (found later
+    by a reader: the runner's pid is gone but ``ended`` is empty).
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED, RunStatus.LOST)
+
+
+class RankState(str, Enum):
+    """One rank's life::
+
+        WAITING --hello--> RUNNING <--progress again-- STALLED
+                             |   \\--no progress for the stall timeout--^
+                             +--exit 0--> EXITED
+                             +--exception / exit != 0 / signal--> FAILED
+                             +--stopped by the launcher after another rank failed--> STOPPED
+                             +--its node dropped out--> LOST
+
+    WAITING covers ranks known from the plan (or from their output) that have not
+    said hello yet, e.g. still importing torch.
+    """
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    STALLED = "stalled"
+    EXITED = "exited"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RankState.EXITED, RankState.FAILED, RankState.STOPPED, RankState.LOST)
+
+
+class NodeState(str, Enum):
+    """A node of a multi-node job: PREFLIGHT -> STARTING -> RUNNING -> EXITED | FAILED | LOST."""
+
+    PREFLIGHT = "preflight"
+    STARTING = "starting"
+    RUNNING = "running"
+    EXITED = "exited"
+    FAILED = "failed"
+    LOST = "lost"

@@ -1,0 +1,137 @@
+"""The run store's schema and its migrations.
+
+The schema version is SQLite's ``user_version``. ``MIGRATIONS[n]`` brings a store
+from version ``n`` to ``n + 1``; opening a store applies the missing ones in one
+transaction each, so an old store is upgraded in place and a newer one (from a
+future Rankwatch) is refused rather than damaged.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+MIGRATIONS: list[str] = [
+    # 0 -> 1: the first schema.
+    """
+    CREATE TABLE runs (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_key     TEXT NOT NULL UNIQUE,
+        profile     TEXT,
+        spec_toml   TEXT NOT NULL,
+        command     TEXT,
+        host        TEXT,
+        workdir     TEXT,
+        created     REAL NOT NULL,
+        started     REAL,
+        ended       REAL,
+        status      TEXT NOT NULL,
+        exit_code   INTEGER,
+        runner_pid  INTEGER,
+        socket      TEXT,
+        world_size  INTEGER,
+        summary     TEXT
+    );
+    CREATE TABLE ranks (
+        run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        rank        INTEGER NOT NULL,
+        local_rank  INTEGER,
+        node_rank   INTEGER,
+        host        TEXT,
+        pid         INTEGER,
+        world_size  INTEGER,
+        python      TEXT,
+        torch       TEXT,
+        gpu_index   INTEGER,
+        state       TEXT NOT NULL DEFAULT 'waiting',
+        exit_code   INTEGER,
+        first_seen  REAL,
+        last_seen   REAL,
+        PRIMARY KEY (run_id, rank)
+    );
+    CREATE TABLE nodes (
+        run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        node_rank   INTEGER NOT NULL,
+        host        TEXT NOT NULL,
+        state       TEXT NOT NULL,
+        processes   INTEGER,
+        changed     REAL,
+        detail      TEXT,
+        PRIMARY KEY (run_id, node_rank)
+    );
+    CREATE TABLE metrics (
+        run_id  INTEGER NOT NULL,
+        rank    INTEGER NOT NULL,
+        step    INTEGER,
+        t       REAL NOT NULL,
+        name    TEXT NOT NULL,
+        value   REAL,
+        source  TEXT NOT NULL
+    );
+    CREATE INDEX metrics_by_series ON metrics (run_id, name, rank, t);
+    CREATE TABLE logs (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id  INTEGER NOT NULL,
+        rank    INTEGER,
+        node    TEXT,
+        stream  TEXT NOT NULL,
+        t       REAL NOT NULL,
+        line    TEXT NOT NULL
+    );
+    CREATE INDEX logs_by_run ON logs (run_id, id);
+    CREATE TABLE events (
+        id      INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id  INTEGER NOT NULL,
+        t       REAL NOT NULL,
+        kind    TEXT NOT NULL,
+        rank    INTEGER,
+        data    TEXT
+    );
+    CREATE INDEX events_by_run ON events (run_id, id);
+    CREATE TABLE gpu_samples (
+        run_id        INTEGER NOT NULL,
+        t             REAL NOT NULL,
+        gpu_index     INTEGER NOT NULL,
+        utilization   REAL,
+        memory_used   INTEGER,
+        memory_total  INTEGER,
+        power_watts   REAL,
+        temperature_c REAL,
+        sm_clock_mhz  REAL
+    );
+    CREATE INDEX gpu_samples_by_run ON gpu_samples (run_id, t);
+    CREATE TABLE process_samples (
+        run_id       INTEGER NOT NULL,
+        t            REAL NOT NULL,
+        rank         INTEGER NOT NULL,
+        pid          INTEGER,
+        cpu_percent  REAL,
+        rss_bytes    INTEGER,
+        threads      INTEGER
+    );
+    CREATE INDEX process_samples_by_run ON process_samples (run_id, t);
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+TABLES = ("runs", "ranks", "nodes", "metrics", "logs", "events", "gpu_samples", "process_samples")
+
+
+class StoreVersionError(RuntimeError):
+    """The store was written by a newer Rankwatch."""
+
+
+def migrate(connection: sqlite3.Connection) -> int:
+    """Bring ``connection``'s database to ``SCHEMA_VERSION``; returns the version found.
+
+    Raises:
+        StoreVersionError: the database is newer than this code.
+    """
+    found = connection.execute("PRAGMA user_version").fetchone()[0]
+    if found > SCHEMA_VERSION:
+        raise StoreVersionError(
+            f"the run store has schema version {found}, newer than this Rankwatch ({SCHEMA_VERSION}); "
+            "upgrade rankwatch or point RANKWATCH_HOME elsewhere")
+    for version in range(found, SCHEMA_VERSION):
+        with connection:
+            connection.executescript(f"BEGIN; {MIGRATIONS[version]}; PRAGMA user_version = {version + 1}; COMMIT;")
+    return found

@@ -1,0 +1,61 @@
+"""Real jobs that fail or get stopped: the first failing rank is named, and nothing survives."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from runner.store.store import RunStore
+from tests.jobs import SCRIPTS, latest_run, processes_with_marker, rankwatch, ranks_running, start_rankwatch, wait_for
+
+pytestmark = pytest.mark.torchrun
+
+
+def test_rank_one_raising_is_named_first_with_its_exit_code_and_exception():
+    result = rankwatch("run", "--plain", "--nproc-per-node", "2", str(SCRIPTS / "fail_rank1.py"))
+    assert result.returncode != 0
+    summary = result.stderr[result.stderr.rindex("── Rankwatch"):]
+    assert "rank 1 on" in summary and "failed first (exit code 1)" in summary
+    assert "first to fail: rank 1" in summary
+    assert "exception:     ValueError: bad batch shape on rank 1" in summary
+    with RunStore(readonly=True) as store:
+        run = store.run(store.resolve_run_id("last"))
+        ranks = {r["rank"]: r for r in store.ranks(run["id"])}
+    assert run["status"] == "failed" and run["summary"]["first_failure"]["rank"] == 1
+    assert ranks[1]["state"] == "failed" and ranks[1]["exit_code"] == 1
+    assert ranks[0]["state"] in ("stopped", "failed")
+
+
+def start_forever_job() -> tuple:
+    runner = start_rankwatch("run", "--plain", "--nproc-per-node", "2", str(SCRIPTS / "forever.py"))
+    run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
+    wait_for(lambda: ranks_running(run["id"], 2), 60, what="both ranks to say hello")
+    job_key = run["job_key"]
+    assert len(processes_with_marker(job_key)) >= 3  # torchrun and two workers at least
+    return runner, run, job_key
+
+
+def test_sigint_stops_the_job_within_15_seconds_and_leaves_no_process():
+    runner, run, job_key = start_forever_job()
+    stopped_at = time.monotonic()
+    runner.send_signal(signal.SIGINT)
+    runner.wait(timeout=15)
+    assert time.monotonic() - stopped_at < 15
+    assert runner.returncode == 130
+    assert processes_with_marker(job_key) == []
+    with RunStore(readonly=True) as store:
+        assert store.run(run["id"])["status"] == "stopped"
+
+
+def test_sigkill_of_the_runner_takes_the_job_down_too():
+    runner, run, job_key = start_forever_job()
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait(timeout=5)
+    wait_for(lambda: processes_with_marker(job_key) == [], 15, what="the job's processes to end")
+    with RunStore(readonly=True) as store:
+        finished = wait_for(lambda: store.run(run["id"])["ended"] is not None and store.run(run["id"]), 10,
+                            what="the sentinel to record the run")
+    assert finished["status"] == "lost"

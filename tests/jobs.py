@@ -1,0 +1,68 @@
+"""Helpers for tests that run real jobs: the runner as a subprocess, the job's processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from runner.store.store import RunStore
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "tests" / "scripts"
+
+
+def rankwatch(*args: str, env: dict | None = None, timeout: float = 180, cwd: str | None = None
+              ) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
+
+
+def start_rankwatch(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "runner", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def processes_with_marker(job_key: str) -> list[psutil.Process]:
+    """Every live process whose environment says RANKWATCH_JOB=<job_key> (independent of the
+    runner's own cleanup code, so the test checks it rather than trusting it)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.environ().get("RANKWATCH_JOB") == job_key and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def latest_run(home: Path | None = None) -> dict | None:
+    store_file = (home or Path(os.environ["RANKWATCH_HOME"])) / "data" / "runs.db"
+    if not store_file.exists():
+        return None
+    try:
+        with RunStore(store_file, readonly=True) as store:
+            runs = store.runs(limit=1)
+            return runs[0] if runs else None
+    except Exception:
+        return None
+
+
+def ranks_running(run_id: int, count: int) -> bool:
+    with RunStore(readonly=True) as store:
+        ranks = store.ranks(run_id)
+    return len([r for r in ranks if r["state"] == "running" and r["pid"]]) >= count

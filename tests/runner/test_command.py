@@ -1,0 +1,76 @@
+"""Command building: the user-facing torchrun line and the runner's instrumented form agree."""
+
+from __future__ import annotations
+
+import shlex
+
+from runner.launch.command import RendezvousPlan, RunnerContext, build_commands, build_node_command
+from runner.sampling.nvml import GpuReport, GpuSnapshot
+from runner.spec.model import LaunchSpec, NodeSpec, RendezvousSpec
+from runner.spec.resolve import MachineFacts, resolve
+
+NO_GPU = MachineFacts(cpu_count=8, gpus=GpuReport(available=False, reason="no driver"))
+
+
+def four_gpus() -> MachineFacts:
+    gpus = tuple(GpuSnapshot(i, "GPU", None, 0, 1 << 34, 0.0, None, None, None) for i in range(4))
+    return MachineFacts(cpu_count=32, gpus=GpuReport(available=True, gpus=gpus))
+
+
+def test_cpu_mode_standalone(tmp_path):
+    spec = LaunchSpec(script="train.py", args=("--epochs", "3"), workdir=str(tmp_path))
+    launch = resolve(spec, NO_GPU)
+    [command] = build_commands(launch, RendezvousPlan("standalone"))
+    assert launch.cpu_mode and launch.backend == "gloo" and launch.head.processes == 8
+    assert command.argv[1:] == ("-m", "torch.distributed.run", "--nnodes=1", "--nproc-per-node=8", "--standalone",
+                                str(tmp_path / "train.py"), "--epochs", "3")
+    assert command.env == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "RANKWATCH_BACKEND": "gloo"}
+    assert command.shell_text().startswith(f"cd {tmp_path} && CUDA_VISIBLE_DEVICES='' OMP_NUM_THREADS=1 ")
+
+
+def test_picked_gpus_become_cuda_visible_devices_and_auto_nproc():
+    spec = LaunchSpec(script="/w/t.py", gpus=(1, 3), omp_num_threads="auto")
+    launch = resolve(spec, four_gpus())
+    [command] = build_commands(launch, RendezvousPlan("standalone"))
+    assert launch.backend == "nccl" and launch.head.processes == 2
+    assert command.env["CUDA_VISIBLE_DEVICES"] == "1,3"
+    assert command.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert command.env["OMP_NUM_THREADS"] == "16"
+
+
+def test_static_and_c10d_rendezvous_flags_per_node():
+    nodes = (NodeSpec(host="localhost", processes=2), NodeSpec(host="node2", processes=2))
+    spec = LaunchSpec(script="/w/t.py", gpus="cpu", nodes=nodes, rendezvous=RendezvousSpec(mode="static"))
+    launch = resolve(spec, NO_GPU)
+    commands = build_commands(launch, RendezvousPlan("static", master_addr="head", master_port=29500))
+    assert [c.argv[5:8] for c in commands] == [
+        ("--node-rank=0", "--master-addr=head", "--master-port=29500"),
+        ("--node-rank=1", "--master-addr=head", "--master-port=29500")]
+    c10d = build_commands(launch, RendezvousPlan("c10d", endpoint="head:29400", job_id="j"))
+    assert c10d[1].argv[3:8] == ("--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                                  "--rdzv-endpoint=head:29400", "--rdzv-id=j")
+
+
+def test_legacy_local_rank_wraps_the_script_in_the_pasted_command():
+    spec = LaunchSpec(script="/w/old train.py", args=("--x", "1"), legacy_local_rank=True, nproc_per_node=2)
+    launch = resolve(spec, NO_GPU)
+    [command] = build_commands(launch, RendezvousPlan("standalone"))
+    assert "--no-python" in command.argv
+    wrapper = command.argv[command.argv.index("-c") + 1]
+    assert "--local_rank=\"$LOCAL_RANK\"" in wrapper and shlex.quote("/w/old train.py") in wrapper
+    assert command.argv[-2:] == ("--x", "1")
+
+
+def test_runner_form_adds_bootstrap_tee_and_contract_but_keeps_the_flags():
+    spec = LaunchSpec(script="/w/t.py", args=("--a",), nproc_per_node=2, max_restarts=3)
+    launch = resolve(spec, NO_GPU)
+    plain = build_node_command(launch, launch.head, RendezvousPlan("standalone"))
+    context = RunnerContext(socket="/s", token="tok", job_key="key", run_id=7, log_dir="/logs", stacks_dir="/st")
+    runner = build_node_command(launch, launch.head, RendezvousPlan("standalone"), context)
+    assert runner.argv[:7] == plain.argv[:7]
+    assert "--tee=3" in runner.argv and "--log-dir=/logs" in runner.argv
+    tail = runner.argv[runner.argv.index("-m", 3):]
+    assert tail == ("-m", "rankwatch._bootstrap", "/w/t.py", "--a")
+    assert runner.env["RANKWATCH_JOB"] == "key" and runner.env["RANKWATCH_TOKEN"] == "tok"
+    assert runner.env["RANKWATCH_SOCKET"] == "/s" and runner.env["RANKWATCH_BACKEND"] == "gloo"
+    assert "--max-restarts=3" in runner.argv and "--max-restarts=3" in plain.argv

@@ -1,0 +1,232 @@
+"""The hub on a real Unix socket: ingestion, the store, subscribers, bad clients."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import stat
+import time
+from pathlib import Path
+
+from rankwatch import _protocol as protocol
+from runner import paths
+from runner.hub.hub import Hub
+from runner.store.store import RunStore
+
+TOKEN = "secret-token"
+
+
+async def open_hub(tmp_path: Path) -> tuple[Hub, Path]:
+    hub = Hub(tmp_path / "runs.db", TOKEN)
+    await hub.create_run({}, job_key=f"k{random.random()}", profile="t", spec_toml="", command=None, host="h",
+                         workdir=None, runner_pid=os.getpid(), socket=None, world_size=8, status="running")
+    socket_path = paths.socket_dir() / f"hub-{os.getpid()}-{random.randrange(10**6)}.sock"
+    await hub.serve_unix(socket_path)
+    hub.start()
+    return hub, socket_path
+
+
+async def fake_worker(socket_path: Path, rank: int, records: int, token: str = TOKEN, batch: int = 250) -> int:
+    """Speak the real protocol: hello, metric batches, exit. Returns records sent."""
+    reader, writer = await asyncio.open_unix_connection(str(socket_path))
+    writer.write(protocol.encode("hello", token=token, job="k", rank=rank, local_rank=rank, node_rank=0,
+                                 world_size=8, local_world_size=8, host="h", pid=os.getpid(), python="py",
+                                 python_version="3", torch=None, restart=0, argv=[]))
+    sent = 0
+    step = 0
+    while sent < records:
+        count = min(batch, records - sent)
+        items = [[time.time(), step + i, "loss", float(i), "auto"] for i in range(count)]
+        writer.write(protocol.encode("metrics", rank=rank, items=items))
+        sent += count
+        step += count
+        await writer.drain()
+    writer.write(protocol.encode("exit", rank=rank, t=time.time(), code=0))
+    await writer.drain()
+    writer.close()
+    await writer.wait_closed()
+    return sent
+
+
+def stored_metrics(tmp_path: Path, hub: Hub) -> int:
+    with RunStore(tmp_path / "runs.db", readonly=True) as store:
+        return store.count("metrics", hub.run_id)
+
+
+def test_socket_folder_is_private_and_socket_is_0600(tmp_path):
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        try:
+            assert stat.S_IMODE(socket_path.parent.stat().st_mode) == 0o700
+            assert stat.S_IMODE(socket_path.stat().st_mode) == 0o600
+        finally:
+            await hub.close()
+    asyncio.run(scenario())
+
+
+def test_eight_workers_all_records_stored(tmp_path):
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        sent = sum(await asyncio.gather(*(fake_worker(socket_path, rank, 5000) for rank in range(8))))
+        await hub.close()
+        return hub, sent
+    hub, sent = asyncio.run(scenario())
+    assert sent == 40_000
+    assert stored_metrics(tmp_path, hub) == sent
+    with RunStore(tmp_path / "runs.db", readonly=True) as store:
+        ranks = store.ranks(hub.run_id)
+    assert [r["rank"] for r in ranks] == list(range(8))
+    assert all(r["state"] == "exited" and r["exit_code"] == 0 for r in ranks)
+
+
+def test_wrong_or_missing_token_is_refused_and_others_go_on(tmp_path):
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        reader, writer = await asyncio.open_unix_connection(str(socket_path))
+        writer.write(protocol.encode("hello", token="wrong", rank=9))
+        writer.write(protocol.encode("metrics", rank=9, items=[[time.time(), 0, "loss", 1.0, "auto"]]))
+        await writer.drain()
+        reply = await asyncio.wait_for(reader.readline(), 5)
+        closed = await asyncio.wait_for(reader.read(), 5)
+        sent = await fake_worker(socket_path, 0, 1000)
+        await hub.close()
+        return hub, reply, closed, sent
+    hub, reply, closed, sent = asyncio.run(scenario())
+    assert protocol.decode(reply)["type"] == "error"
+    assert closed == b""  # the hub hung up on it
+    assert hub.stats["refused_bad_token"] == 1
+    assert stored_metrics(tmp_path, hub) == sent == 1000
+    with RunStore(tmp_path / "runs.db", readonly=True) as store:
+        assert [r["rank"] for r in store.ranks(hub.run_id)] == [0]
+
+
+def garbage_lines(count: int, seed: int = 7) -> list[bytes]:
+    rng = random.Random(seed)
+    makers = [
+        lambda: bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))).replace(b"\n", b"") + b"\n",
+        lambda: b'{"type": "metrics", "v": 1, "rank": 0, "items": [[1, 2, "loss"' + b"\n",
+        lambda: b'{"type": "nonsense", "v": 1}\n',
+        lambda: b'{"type": "metrics", "v": 99, "items": []}\n',
+        lambda: b"[1, 2, 3]\n",
+        lambda: b'"just a string"\n',
+        lambda: b'{"type": "hello", "v": 1, "token": "guess", "rank": 0}\n',
+        lambda: b"\xff\xfe not utf8 \n",
+    ]
+    return [rng.choice(makers)() for _ in range(count)]
+
+
+def test_fuzzing_the_hub_never_stops_ingestion(tmp_path):
+    async def garbage_client(socket_path: Path, lines: list[bytes]) -> int:
+        """Send the lines in chunks of ten, a connection each; returns how many lines the
+        hub must have read: a chunk ends at its first hello with a guessed token, because
+        the hub hangs up on a client presenting a wrong token."""
+        delivered = 0
+        for start in range(0, len(lines), 10):
+            chunk = lines[start:start + 10]
+            refused = next((i for i, line in enumerate(chunk) if b'"hello"' in line), None)
+            delivered += len(chunk) if refused is None else refused + 1
+            reader, writer = await asyncio.open_unix_connection(str(socket_path))
+            try:
+                writer.write(b"".join(chunk))
+                await writer.drain()
+                writer.write_eof()
+                await reader.read()  # the hub reads to the end (or hangs up early)
+            except ConnectionError:
+                pass
+            writer.close()
+        return delivered
+
+    async def oversized_client(socket_path: Path) -> None:
+        _, writer = await asyncio.open_unix_connection(str(socket_path))
+        writer.write(b"x" * (protocol.MAX_LINE_BYTES + 10) + b"\n")
+        writer.write(protocol.encode("ping"))
+        await writer.drain()
+        writer.close()
+
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        results = await asyncio.gather(
+            fake_worker(socket_path, 0, 20_000), fake_worker(socket_path, 1, 20_000),
+            garbage_client(socket_path, garbage_lines(10_000)), oversized_client(socket_path))
+        await hub.close()
+        return hub, results[0] + results[1], results[2]
+    hub, sent, garbage_delivered = asyncio.run(scenario())
+    assert stored_metrics(tmp_path, hub) == sent == 40_000
+    bad = sum(v for k, v in hub.stats.items() if k.startswith("bad_"))
+    assert garbage_delivered > 5000
+    assert bad == garbage_delivered + 1  # every garbage line counted once, plus the oversized one
+    assert hub.stats["bad_line_oversized"] == 1
+    assert hub.stats["refused_bad_token"] > 100
+
+
+def test_subscribers_see_only_stored_records_and_a_late_one_gets_the_history(tmp_path):
+    seen_before_stored: list[int] = []
+
+    async def subscriber(socket_path: Path, hub: Hub, history: bool) -> list[dict]:
+        reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=protocol.MAX_LINE_BYTES + 1)
+        writer.write(protocol.encode("subscribe", history=history))
+        await writer.drain()
+        messages = []
+        while True:
+            line = await reader.readline()
+            if not line:
+                return messages
+            message = protocol.decode(line)
+            messages.append(message)
+            if message["type"] == "update" and message.get("metrics"):
+                with RunStore(tmp_path / "runs.db", readonly=True) as store:
+                    stored = store.count("metrics", hub.run_id)
+                received = sum(len(m.get("metrics") or []) for m in messages if m["type"] == "update")
+                if received > stored:
+                    seen_before_stored.append(received - stored)
+            if message["type"] == "bye":
+                return messages
+
+    async def quits_early(socket_path: Path) -> None:
+        reader, writer = await asyncio.open_unix_connection(str(socket_path))
+        writer.write(protocol.encode("subscribe", history=True))
+        await writer.drain()
+        await reader.readline()
+        writer.close()  # disconnects mid-stream
+
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        early = asyncio.create_task(subscriber(socket_path, hub, history=True))
+        await asyncio.sleep(0.1)
+        first = await fake_worker(socket_path, 0, 3000)
+        await quits_early(socket_path)
+        late = asyncio.create_task(subscriber(socket_path, hub, history=True))
+        await asyncio.sleep(0.2)
+        second = await fake_worker(socket_path, 1, 3000)
+        await asyncio.sleep(0.2)
+        await hub.close()
+        return await early, await late, first + second, hub
+
+    early, late, sent, hub = asyncio.run(scenario())
+    assert not seen_before_stored
+    for messages in (early, late):
+        assert messages[0]["type"] == "snapshot"
+        assert messages[-1]["type"] == "bye"
+        metrics = [tuple(m) for msg in messages if msg["type"] == "update" for m in msg.get("metrics") or []]
+        assert len(metrics) == sent == 6000
+        assert len(set(metrics)) == len(metrics)  # replay and live never overlap
+    assert any(m["type"] == "history_end" for m in late)
+    ranks_seen = {r["rank"] for msg in late if msg["type"] == "update" for r in msg.get("ranks") or []}
+    assert ranks_seen >= {1}
+
+
+def test_a_client_that_keeps_sending_garbage_is_disconnected(tmp_path):
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        reader, writer = await asyncio.open_unix_connection(str(socket_path))
+        noise = [line for line in garbage_lines(2000, seed=3) if b'"hello"' not in line][:500]
+        writer.write(b"".join(noise))
+        await writer.drain()
+        hung_up = await asyncio.wait_for(reader.read(), 5) == b""
+        sent = await fake_worker(socket_path, 0, 500)
+        await hub.close()
+        return hub, hung_up, sent
+    hub, hung_up, sent = asyncio.run(scenario())
+    assert hung_up and hub.stats["clients_disconnected"] == 1
+    assert stored_metrics(tmp_path, hub) == sent

@@ -33,16 +33,23 @@ from runner import paths
 from runner.diagnosis.torchrun_report import parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage
 from runner.hub.hub import Hub
-from runner.launch.command import NodeCommand, RendezvousPlan, RunnerContext, build_commands, build_node_command
+from runner.launch.command import (
+    NodeCommand,
+    RendezvousPlan,
+    RunnerContext,
+    build_commands,
+    build_node_command,
+)
 from runner.launch.output import OutputLine
-from runner.launch.ports import describe_taken_port, free_port, port_is_free
+from runner.launch.rendezvous import plan_rendezvous
 from runner.launch.supervisor import TorchrunSupervisor
-from runner.sampling.nvml import GpuReport
+from runner.sampling.gpu_report import GpuReport
+from runner.sampling.nvml import detect_machine
 from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage
 from runner.spec.check import check_launch
-from runner.spec.parse import SpecError, SpecErrors, parse_host_port, spec_to_dict
+from runner.spec.parse import SpecErrors, spec_to_dict
 from runner.spec.profiles import Profile, dumps_spec
-from runner.spec.resolve import MachineFacts, ResolvedLaunch, is_local_host, resolve
+from runner.spec.resolve import MachineFacts, ResolvedLaunch, resolve
 from runner.state import RankState, RunStatus
 from runner.telemetry.loss_parser import LossParser
 
@@ -62,32 +69,6 @@ class PreparedLaunch:
         return build_commands(self.launch, self.plan)
 
 
-def plan_rendezvous(launch: ResolvedLaunch) -> RendezvousPlan:
-    """Concrete rendezvous values: ports chosen or checked.
-
-    Raises:
-        SpecErrors: a requested port on this machine is taken (names the holder).
-    """
-    spec = launch.spec.rendezvous
-    if spec.mode == "standalone":
-        return RendezvousPlan(mode="standalone")
-    if spec.mode == "c10d":
-        endpoint = spec.endpoint
-        if endpoint is None:
-            endpoint = f"{launch.head.host if not is_local_host(launch.head.host) else socket.getfqdn()}:{free_port()}"
-        host, port = parse_host_port(endpoint)
-        if is_local_host(host) and not port_is_free(port):
-            raise SpecErrors([SpecError("rendezvous.endpoint", describe_taken_port("", port, host).split(": ", 1)[1])])
-        return RendezvousPlan(mode="c10d", endpoint=endpoint, job_id=spec.job_id or f"rankwatch-{secrets.token_hex(4)}")
-    master_addr = spec.master_addr or ("localhost" if not launch.spec.is_multi_node else socket.getfqdn())
-    port = spec.master_port
-    if port is None:
-        port = free_port()
-    elif is_local_host(master_addr) and launch.head.is_local and not port_is_free(port):
-        raise SpecErrors([SpecError("rendezvous.master_port", describe_taken_port("", port, master_addr).split(": ", 1)[1])])
-    return RendezvousPlan(mode="static", master_addr=master_addr, master_port=port)
-
-
 def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_interpreter: bool = True,
                    check_ports: bool = True) -> PreparedLaunch:
     """Resolve and check ``profile`` for this machine.
@@ -95,7 +76,7 @@ def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_
     Raises:
         SpecErrors: every reason it cannot run; nothing has been started.
     """
-    machine = machine or MachineFacts.detect()
+    machine = machine or detect_machine()
     launch = resolve(profile.spec, machine, profile.base_dir)
     errors = check_launch(launch, machine, probe_interpreter=probe_interpreter)
     if errors:
@@ -190,7 +171,8 @@ class Job:
         kind, rank = message["type"], message.get("rank")
         if kind == "hello" and rank is not None and message.get("host"):
             self.triage_input.hosts[rank] = str(message["host"])
-        elif kind == "exception" and rank is not None and rank not in self.triage_input.exceptions:
+        elif (kind == "exception" and rank is not None and message.get("fatal") is not False
+              and rank not in self.triage_input.exceptions):
             self.triage_input.exceptions[rank] = {
                 "t": message.get("t"), "exc_type": message.get("exc_type"),
                 "message": message.get("message"), "traceback": message.get("traceback")}

@@ -1,12 +1,14 @@
-"""The headless CLI: parse, then hand over to one small function per command.
+"""The ``rankwatch`` command: parse, then hand over to one small function per command.
 
-``rankwatch`` with no arguments opens the desktop app (see ``gui.entry``); every
-other form lands here, also as ``python -m runner``.
+``rankwatch`` with no arguments (or ``rankwatch gui ...``) replaces this process with
+the desktop app (``python -m gui.app``): the runner never imports Qt, so everything
+else works on machines without a display or PySide6.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from runner.cli import inspect_commands, profile_commands, run_command, run_history
@@ -14,7 +16,7 @@ from runner.cli.spec_flags import add_spec_flags
 
 DESCRIPTION = """Launch and watch PyTorch distributed (torchrun) jobs.
 
-  rankwatch                      open the desktop app
+  rankwatch  |  rankwatch gui    open the desktop app (gui --example: with the example)
   rankwatch run --example        the bundled example, 2 processes
   rankwatch run PROFILE          a saved profile (or a .toml path)
   rankwatch run --nproc-per-node 2 train.py --epochs 3
@@ -47,7 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def exec_gui(arguments: list[str]) -> None:
+    """Become the desktop app (same interpreter, same environment)."""
+    os.execv(sys.executable, [sys.executable, "-m", "gui.app", *arguments])
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] == "gui":
+        exec_gui(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "handler", None) is None:

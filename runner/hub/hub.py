@@ -40,6 +40,7 @@ FLUSH_SECONDS = 0.05
 FLUSH_NOW_RECORDS = 50_000
 HISTORY_LOG_LINES = 50_000
 HISTORY_CHUNK = 20_000
+ACCEPT_SETTLE_SECONDS = 0.1
 
 
 class Hub:
@@ -137,10 +138,12 @@ class Hub:
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + drain_seconds
+        await asyncio.sleep(ACCEPT_SETTLE_SECONDS)  # accept connections already queued by the kernel
+        while self._producer_tasks and time.monotonic() < deadline:
+            await asyncio.wait(set(self._producer_tasks), timeout=deadline - time.monotonic())
         for server in self._servers:
             server.close()
-        if self._producer_tasks:
-            await asyncio.wait(set(self._producer_tasks), timeout=drain_seconds)
         if self._flush_task is not None:
             self._flush_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -197,9 +200,12 @@ class Hub:
             self.model.on_heartbeat(rank, _number(message.get("t")) or time.time(),
                                     _integer(message.get("step")), _integer(message.get("dropped")))
         elif kind == "exception":
-            self.add_event("exception", rank, f"{message.get('exc_type')}: {message.get('message')}",
+            fatal = message.get("fatal") is not False  # a dying thread is worth an event, not a failure
+            self.add_event("exception" if fatal else "thread_exception", rank,
+                           f"{message.get('exc_type')}: {message.get('message')}",
                            t=_number(message.get("t")), exc_type=message.get("exc_type"),
-                           exc_message=message.get("message"), traceback=message.get("traceback"))
+                           exc_message=message.get("message"), traceback=message.get("traceback"),
+                           thread=message.get("thread"))
         elif kind == "exit":
             self._exited_ranks.add(rank)
             code = _integer(message.get("code"))

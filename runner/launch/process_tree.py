@@ -46,9 +46,8 @@ def find_job_pids(job_key: str) -> list[int]:
                 environ = handle.read()
         except OSError:
             continue  # gone, or another user's
-        if needle + b"\0" in environ or environ.endswith(needle):
-            if not _is_zombie(pid):
-                found.append(pid)
+        if (needle + b"\0" in environ or environ.endswith(needle)) and not _is_zombie(pid):
+            found.append(pid)
     return found
 
 

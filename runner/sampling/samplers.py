@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import psutil
 
-from runner.sampling.nvml import GpuReport, Nvml, shared_nvml
+from runner.sampling.gpu_report import GpuReport
+from runner.sampling.nvml import Nvml, shared_nvml
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.sampling.nvml import GpuReport
+from runner.sampling.gpu_report import GpuReport
 from runner.spec.model import ALL, AUTO, CPU, LaunchSpec, NodeSpec
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", ""})
@@ -27,15 +27,13 @@ class MachineFacts:
     gpus: GpuReport
 
     @classmethod
-    def detect(cls, gpus: GpuReport | None = None) -> MachineFacts:
-        if gpus is None:
-            from runner.sampling.nvml import shared_nvml
-
-            gpus = shared_nvml().report(with_processes=False)
-        return cls(cpu_count=_usable_cpus(), gpus=gpus)
+    def detect(cls, gpus: GpuReport) -> MachineFacts:
+        """This machine's usable CPUs, with ``gpus`` as reported by NVML or `rankwatch probe`
+        (NVML itself is queried by ``runner.sampling.nvml.detect_machine``)."""
+        return cls(cpu_count=usable_cpus(), gpus=gpus)
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

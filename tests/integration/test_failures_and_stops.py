@@ -9,7 +9,15 @@ import time
 import pytest
 
 from runner.store.store import RunStore
-from tests.jobs import SCRIPTS, latest_run, processes_with_marker, rankwatch, ranks_running, start_rankwatch, wait_for
+from tests.jobs import (
+    SCRIPTS,
+    latest_run,
+    processes_with_marker,
+    ranks_running,
+    rankwatch,
+    start_rankwatch,
+    wait_for,
+)
 
 pytestmark = pytest.mark.torchrun
 

@@ -41,9 +41,8 @@ def test_invalid_profile_gives_one_line_naming_the_field_and_exit_2(case, script
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(f"rankwatch: {profile}: ")
     assert expected.format(missing=missing) in lines[0]
-    with pytest.raises(RunNotFound):  # nothing was launched: no run was even recorded
-        with RunStore(readonly=True) as store:
-            store.resolve_run_id("last")
+    with pytest.raises(RunNotFound), RunStore(readonly=True) as store:  # nothing launched, nothing recorded
+        store.resolve_run_id("last")
 
 
 def test_unknown_profile_name_lists_the_saved_ones():

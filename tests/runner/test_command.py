@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 from runner.launch.command import RendezvousPlan, RunnerContext, build_commands, build_node_command
-from runner.sampling.nvml import GpuReport, GpuSnapshot
+from runner.sampling.gpu_report import GpuReport, GpuSnapshot
 from runner.spec.model import LaunchSpec, NodeSpec, RendezvousSpec
 from runner.spec.resolve import MachineFacts, resolve
 

@@ -73,7 +73,7 @@ def test_eight_workers_all_records_stored(tmp_path):
         return hub, sent
     hub, sent = asyncio.run(scenario())
     assert sent == 40_000
-    assert stored_metrics(tmp_path, hub) == sent
+    assert stored_metrics(tmp_path, hub) == sent, dict(hub.stats)
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
         ranks = store.ranks(hub.run_id)
     assert [r["rank"] for r in ranks] == list(range(8))

@@ -15,14 +15,25 @@ Messages, by direction (fields beyond ``type``/``v``):
 Worker (or agent) -> hub
   hello       token, job, rank, local_rank, node_rank, world_size, local_world_size,
               host, pid, python, python_version, torch, restart, argv
+              (sent first on every connection, so again after a reconnect; argv is
+              [script, *args], or ["-m", module, *args]; torch is null when not installed)
   metrics     rank, items: [[t, step, name, value, source], ...]
               source is "auto" (measured by the bootstrap), "log" (rankwatch.log)
-              or "parsed" (read from printed lines)
+              or "parsed" (read from printed lines); t is wall-clock time.time();
+              "auto" step = optimizer steps completed before that step (0 first);
+              value is null when not finite (NaN/inf loss)
   heartbeat   rank, t, step, dropped (records lost because the queue was full or
-              the hub unreachable)
-  exception   rank, t, exc_type, message, traceback
-  exit        rank, t, code
-  param_hash  rank, t, step, digest    (DDP consistency check)
+              the hub unreachable; cumulative; one record = one rankwatch.log call
+              or one step's auto metrics; step is null before the first record)
+  exception   rank, t, exc_type, message, traceback, thread, fatal
+              thread: name of the thread that raised; fatal: true for the exception
+              that ends the process (followed by exit), false for an exception
+              that only ended another thread (an event, the worker goes on)
+  exit        rank, t, code  (the last message of a worker: exit status, 1 after an
+              uncaught exception, -2 after an uncaught KeyboardInterrupt)
+  param_hash  rank, t, step, digest    (DDP consistency check: SHA-1 hex of each
+              parameter's float64 sum and sum of squares, after the update of
+              optimizer step `step`; equal across replicas in sync)
   stacks      rank, t, path            (a faulthandler dump was written there)
 
 Agent (remote node) -> hub, in addition

@@ -5,10 +5,11 @@ with field-named errors, exit code 2, before anything starts). ``Job.run`` then:
 
 1. records the run in the store and opens the hub's private socket;
 2. starts the sentinel (no orphans even if this process is SIGKILLed);
-3. starts torchrun with the bootstrap, and the GPU and process samplers;
-4. waits for torchrun to end or for a stop (Ctrl-C, SIGTERM, a subscriber);
+3. starts torchrun on every node (``runner.launch.nodes``), the GPU and process
+   samplers, and the diagnosis monitors (stalls, stragglers, consistency);
+4. waits for every node to end, or for a stop (Ctrl-C, SIGTERM, a subscriber);
 5. lets the workers' last messages arrive, triages a failure, records the end,
-   says bye to subscribers, and returns torchrun's exit status.
+   says bye to subscribers, and returns the job's exit status.
 
 The spec stays what was asked for; everything live sits on the ``Job``.
 """
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import paths
-from runner.diagnosis.torchrun_report import parse_torchrun_report
+from runner.diagnosis.torchrun_report import merge_reports, parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage
 from runner.hub.hub import Hub
 from runner.launch.command import (
@@ -40,22 +41,24 @@ from runner.launch.command import (
     build_commands,
     build_node_command,
 )
+from runner.launch.nodes import LocalNode, NodeHandle
 from runner.launch.output import OutputLine
 from runner.launch.rendezvous import plan_rendezvous
-from runner.launch.supervisor import TorchrunSupervisor
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import detect_machine
 from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage
 from runner.spec.check import check_launch
-from runner.spec.parse import SpecErrors, spec_to_dict
+from runner.spec.parse import SpecError, SpecErrors, spec_to_dict
 from runner.spec.profiles import Profile, dumps_spec
-from runner.spec.resolve import MachineFacts, ResolvedLaunch, resolve
-from runner.state import RankState, RunStatus
+from runner.spec.resolve import MachineFacts, ResolvedLaunch, ResolvedNode, resolve
+from runner.state import NodeState, RankState, RunStatus
 from runner.telemetry.loss_parser import LossParser
 
 STOP_GRACE_SECONDS = 5.0
 FINAL_MESSAGES_WAIT_SECONDS = 3.0
+MONITOR_INTERVAL_SECONDS = 0.5
 EXIT_INTERRUPTED = 130
+EXIT_NOT_STARTED = 127
 
 
 @dataclass(frozen=True)
@@ -108,12 +111,15 @@ class Job:
         self.store_path = paths.store_path()
         self.hub = Hub(self.store_path, self.token)
         self.run_id: int | None = None
+        self.run_dir: Path | None = None
         self.socket_path: Path | None = None
-        self.supervisor: TorchrunSupervisor | None = None
+        self.nodes: list[NodeHandle] = []
         self.triage_input = TriageInput(legacy_local_rank=self.spec.legacy_local_rank,
                                         backend=self.launch.backend, cpu_mode=self.launch.cpu_mode,
                                         interpreter=self.launch.head.python)
         self.loss_parser = LossParser(self.spec.telemetry.loss_pattern) if self.spec.telemetry.parse_stdout else None
+        self.monitors: list = []
+        """Diagnosis monitors: objects with ``tick(now)``, called every ``MONITOR_INTERVAL_SECONDS``."""
         self._stop_requested = asyncio.Event()
         self._force_requested = asyncio.Event()
         self._stop_reason: str | None = None
@@ -139,31 +145,41 @@ class Job:
             with contextlib.suppress(ValueError, RuntimeError):  # not the main thread
                 self._loop.add_signal_handler(number, on_signal, number)
 
+    def dump_stacks(self) -> None:
+        """Capture every rank's Python stacks (see ``runner.diagnosis``); a no-op until ranks said hello."""
+        for monitor in self.monitors:
+            capture = getattr(monitor, "capture_stacks", None)
+            if capture is not None:
+                capture(reason="requested")
+
     # ---- output and telemetry ------------------------------------------------------------
 
-    def _on_output(self, lines: list[OutputLine]) -> None:
-        host = self.launch.head.host
+    def _on_node_lines(self, node: ResolvedNode, lines: list[OutputLine]) -> None:
         for line in lines:
             rank = line.rank
             if rank is not None and line.local_rank_only:
-                rank = self._global_rank(line.rank)
-            self.hub.add_log(rank, line.stream, line.text, line.t, node=host)
-            if rank is None:
-                self.triage_input.launcher_lines.append(line.text)
-            elif line.stream == "stderr":
-                self.triage_input.add_stderr(rank, line.text)
-            if self.loss_parser is not None and rank is not None:
-                parsed = self.loss_parser.parse(line.text)
-                if parsed is not None:
-                    value, step = parsed
-                    if step is None:
-                        step = self.hub.model.row(rank).step
-                    self.hub.add_metric(rank, step, line.t, "loss", value, "parsed")
+                rank = self._global_rank(node.node_rank, line.rank)
+            self.hub.add_log(rank, line.stream, line.text, line.t, node=node.host)
 
-    def _global_rank(self, local_rank: int) -> int:
+    def _on_log(self, rank: int | None, t: float, stream: str, line: str, node: str | None) -> None:
+        """Every captured line, local or forwarded by an agent: triage evidence, parsed loss."""
+        if rank is None:
+            self.triage_input.add_launcher_line(node or "", line)
+            return
+        if stream == "stderr":
+            self.triage_input.add_stderr(rank, line)
+        if self.loss_parser is not None:
+            parsed = self.loss_parser.parse(line)
+            if parsed is not None:
+                value, step = parsed
+                if step is None:
+                    step = self.hub.model.row(rank).step
+                self.hub.add_metric(rank, step, t, "loss", value, "parsed")
+
+    def _global_rank(self, node_rank: int, local_rank: int) -> int:
         """Older torch prefixes lines with the local rank; map it through the hellos."""
         for row in self.hub.model.ranks.values():
-            if row.local_rank == local_rank and row.node_rank in (None, 0):
+            if row.local_rank == local_rank and (row.node_rank or 0) == node_rank:
                 return row.rank
         return local_rank
 
@@ -205,7 +221,7 @@ class Job:
                 loop.call_soon_threadsafe(function, *args)
         return call
 
-    # ---- the run -------------------------------------------------------------------------
+    # ---- setting up ----------------------------------------------------------------------
 
     async def _open(self) -> None:
         profile = self.prepared.profile
@@ -221,18 +237,34 @@ class Job:
         self.socket_path = paths.socket_dir() / f"{self.job_key[:16]}.sock"
         await self.hub.serve_unix(self.socket_path)
         self.hub.on_stop_requested = lambda force: self.request_stop(force, reason="stop requested by a subscriber")
+        self.hub.on_dump_stacks = self.dump_stacks
         self.hub.message_hooks.append(self._on_message)
+        self.hub.log_hooks.append(self._on_log)
         self.hub.on_worker_lost = self._on_worker_lost
         self.hub.start()
         await self.hub.update_run(socket=str(self.socket_path))
         for node in self.launch.nodes:
-            await self.hub.update_node(node.node_rank, node.host, "starting", node.processes)
+            await self.hub.update_node(node.node_rank, node.host, NodeState.STARTING.value, node.processes)
 
-    def _runner_context(self) -> RunnerContext:
+    def runner_context(self) -> RunnerContext:
         return RunnerContext(
             socket=str(self.socket_path), token=self.token, job_key=self.job_key, run_id=self.run_id,
             log_dir=str(self.run_dir / "torchrun"), stacks_dir=str(self.run_dir / "stacks"),
             instrument=self.spec.telemetry.instrument, hash_every=self.spec.telemetry.hash_every)
+
+    def _create_nodes(self) -> list[NodeHandle]:
+        nodes: list[NodeHandle] = []
+        for node in self.launch.nodes:
+            if node.is_local:
+                command = build_node_command(self.launch, node, self.prepared.plan, self.runner_context())
+                nodes.append(LocalNode(node, command, self.job_key, self._on_node_lines))
+            else:
+                nodes.append(self._create_remote_node(node))
+        return nodes
+
+    def _create_remote_node(self, node: ResolvedNode) -> NodeHandle:
+        raise SpecErrors([SpecError(f"nodes[{node.node_rank}].host",
+                                    f"{node.host} is a remote node; launching over SSH is not available in this build")])
 
     def _start_samplers(self) -> None:
         interval = self.spec.telemetry.sample_interval
@@ -246,6 +278,22 @@ class Job:
     def _stop_samplers(self) -> None:
         for sampler in self._samplers:
             sampler.stop()
+
+    def _start_monitors(self) -> None:
+        """Diagnosis monitors that watch the live model (hangs, stragglers, consistency)."""
+        self.monitors = []
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(MONITOR_INTERVAL_SECONDS)
+            now = time.time()
+            for monitor in self.monitors:
+                try:
+                    monitor.tick(now)
+                except Exception as error:  # a broken monitor must not end the run
+                    self.hub.add_event("warning", None, f"monitor {type(monitor).__name__} failed: {error}")
+
+    # ---- the run -------------------------------------------------------------------------
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
@@ -269,45 +317,61 @@ class Job:
             self.on_ready({"run_id": self.run_id, "socket": str(self.socket_path), "pid": os.getpid(),
                            "log": str(self.run_dir / "runner.log")})
         self._install_signal_handlers()
-        command = build_node_command(self.launch, self.launch.head, self.prepared.plan, self._runner_context())
-        self.supervisor = TorchrunSupervisor(command, self.job_key, self._on_output)
         try:
-            await self.supervisor.start()
-        except OSError as error:
-            return await self._finish_unstarted(f"could not start {command.argv[0]}: {error.strerror or error}")
+            self.nodes = self._create_nodes()
+            for handle in self.nodes:
+                await handle.start()
+                await self.hub.update_node(handle.node.node_rank, handle.node.host, NodeState.RUNNING.value)
+        except (OSError, SpecErrors) as error:
+            await self._stop_nodes(force=True)
+            return await self._finish_unstarted(f"could not start the job: {error}")
         await self.hub.update_run(started=time.time(), status=RunStatus.RUNNING.value)
-        await self.hub.update_node(0, self.launch.head.host, "running")
         self._start_samplers()
-        exit_task = asyncio.create_task(self.supervisor.wait())
+        self._start_monitors()
+        watcher = asyncio.create_task(self._watch(), name="job-monitors")
+        node_waits = [asyncio.create_task(self._wait_node(handle)) for handle in self.nodes]
+        all_done = asyncio.gather(*node_waits)
         stop_task = asyncio.create_task(self._stop_requested.wait())
-        await asyncio.wait({exit_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-        stopped = stop_task.done() and not exit_task.done()
+        await asyncio.wait({all_done, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        stopped = stop_task.done() and not all_done.done()
         if stopped:
             await self.hub.update_run(status=RunStatus.STOPPING.value)
             self.hub.add_event("stopping", None, f"stopping the job ({self._stop_reason})")
-            stopper = asyncio.create_task(self.supervisor.stop(STOP_GRACE_SECONDS,
-                                                               force=self._force_requested.is_set()))
             forced = asyncio.create_task(self._escalate_on_force())
-            exit_code = await exit_task
-            await stopper
+            await self._stop_nodes(force=self._force_requested.is_set())
             forced.cancel()
         else:
             stop_task.cancel()
-            exit_code = exit_task.result()
+        codes = await all_done
+        watcher.cancel()
         self._stop_samplers()
         await self._await_final_messages()
+        exit_code = next((code for code in codes if code), 0)
         return await self._finish(exit_code, stopped)
+
+    async def _wait_node(self, handle: NodeHandle) -> int:
+        code = await handle.wait()
+        state = NodeState.EXITED if code == 0 else NodeState.FAILED
+        await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
+                                   detail=f"torchrun exit status {code}")
+        return code
+
+    async def _stop_nodes(self, force: bool) -> None:
+        await asyncio.gather(*(handle.stop(STOP_GRACE_SECONDS, force=force) for handle in self.nodes),
+                             return_exceptions=True)
 
     async def _escalate_on_force(self) -> None:
         """A forced stop during a graceful one (second Ctrl-C, "Force" in the GUI) kills now."""
         await self._force_requested.wait()
-        await self.supervisor.stop(0.0, force=True)
+        await self._stop_nodes(force=True)
 
     async def _await_final_messages(self) -> None:
         """Workers flush their queues on exit; give their connections a moment to drain."""
         deadline = time.monotonic() + FINAL_MESSAGES_WAIT_SECONDS
         while self.hub.worker_connections > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+
+    # ---- the end -------------------------------------------------------------------------
 
     def _final_rank_states(self, summary: dict[str, Any], stopped: bool) -> None:
         first = (summary.get("first_failure") or {}).get("rank")
@@ -329,7 +393,8 @@ class Job:
             self.hub.model.on_exit(row.rank, row.exit_code, new_state)
 
     async def _finish(self, exit_code: int, stopped: bool) -> int:
-        self.triage_input.report = parse_torchrun_report(list(self.triage_input.launcher_lines))
+        self.triage_input.report = merge_reports(
+            [parse_torchrun_report(list(lines)) for lines in self.triage_input.launcher_lines.values()])
         if stopped and self._stop_reason == "SIGINT":
             exit_code = EXIT_INTERRUPTED
         summary = triage(self.triage_input, exit_code, stopped)
@@ -337,16 +402,17 @@ class Job:
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
         self.hub.add_event("run_finished", None, summary["headline"], status=status.value, exit_code=exit_code,
                            summary=summary)
-        await self.hub.update_node(0, self.launch.head.host, "exited" if exit_code == 0 else "failed")
         await self.hub.update_run(ended=time.time(), status=status.value, exit_code=exit_code, summary=summary)
         await self.hub.close(reason=status.value)
         self.exit_code = exit_code
         return exit_code
 
     async def _finish_unstarted(self, message: str) -> int:
-        summary = {"outcome": "failed", "headline": message, "exit_code": 127}
-        self.hub.add_event("run_finished", None, message, status=RunStatus.FAILED.value, exit_code=127, summary=summary)
-        await self.hub.update_run(ended=time.time(), status=RunStatus.FAILED.value, exit_code=127, summary=summary)
+        summary = {"outcome": "failed", "headline": message, "exit_code": EXIT_NOT_STARTED}
+        self.hub.add_event("run_finished", None, message, status=RunStatus.FAILED.value,
+                           exit_code=EXIT_NOT_STARTED, summary=summary)
+        await self.hub.update_run(ended=time.time(), status=RunStatus.FAILED.value, exit_code=EXIT_NOT_STARTED,
+                                  summary=summary)
         await self.hub.close(reason=RunStatus.FAILED.value)
-        self.exit_code = 127
-        return 127
+        self.exit_code = EXIT_NOT_STARTED
+        return EXIT_NOT_STARTED

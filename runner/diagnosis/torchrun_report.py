@@ -122,3 +122,11 @@ def _failure(fields: dict[str, str], root: bool) -> ReportedFailure:
         rank=rank, local_rank=local_rank, exit_code=exit_code, pid=pid, host=fields.get("host"),
         time=fields.get("time"), error_file=None if error_file in (None, "<N/A>") else error_file,
         traceback=fields.get("traceback"), root_cause=root)
+
+
+def merge_reports(reports: list[TorchrunReport]) -> TorchrunReport:
+    """One report from each node's torchrun (each names its own root cause)."""
+    merged = TorchrunReport()
+    for report in reports:
+        merged.failures.extend(report.failures)
+    return merged

@@ -90,12 +90,22 @@ class TriageInput:
     """rank -> t its connection dropped without an exit message"""
     hosts: dict[int, str] = field(default_factory=dict)
     stderr_tails: dict[int, deque] = field(default_factory=dict)
-    launcher_lines: deque = field(default_factory=lambda: deque(maxlen=2000))
+    launcher_lines: dict[str, deque] = field(default_factory=dict)
+    """node -> torchrun's own lines on that node (the end of them: its failure report)"""
     report: TorchrunReport | None = None
     legacy_local_rank: bool = False
     backend: str | None = None
     cpu_mode: bool = False
     interpreter: str | None = None
+
+    def add_launcher_line(self, node: str, line: str) -> None:
+        lines = self.launcher_lines.get(node)
+        if lines is None:
+            lines = self.launcher_lines[node] = deque(maxlen=2000)
+        lines.append(line)
+
+    def all_launcher_lines(self) -> list[str]:
+        return [line for lines in self.launcher_lines.values() for line in lines]
 
     def add_stderr(self, rank: int, line: str) -> None:
         tail = self.stderr_tails.get(rank)
@@ -177,7 +187,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         return {"outcome": "succeeded", "headline": "all ranks finished", "exit_code": 0}
     first, others = first_failure(data)
     evidence = Evidence(
-        first=first, others=others, launcher_lines=list(data.launcher_lines),
+        first=first, others=others, launcher_lines=data.all_launcher_lines(),
         stderr_tails={r: list(t) for r, t in data.stderr_tails.items()},
         legacy_local_rank=data.legacy_local_rank, backend=data.backend, cpu_mode=data.cpu_mode,
         interpreter=data.interpreter)

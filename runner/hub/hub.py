@@ -64,7 +64,8 @@ class Hub:
         self._exited_ranks: set[int] = set()
         self.message_hooks: list[Callable[[dict[str, Any]], None]] = []
         """Called with every valid worker/agent message after ingestion (diagnosis hooks)."""
-        self.log_hooks: list[Callable[[int | None, float, str, str], None]] = []
+        self.log_hooks: list[Callable[[int | None, float, str, str, str | None], None]] = []
+        """Called with (rank, t, stream, line, node) for every captured output line."""
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rankwatch-store")
         self._store: RunStore | None = None
         self._servers: list[asyncio.base_events.Server] = []
@@ -176,7 +177,7 @@ class Hub:
         if rank is not None and rank not in self.model.ranks:
             self.model.row(rank)
         for hook in self.log_hooks:
-            hook(rank, t, stream, line)
+            hook(rank, t, stream, line, node)
 
     def add_metric(self, rank: int, step: int | None, t: float, name: str, value: float | None, source: str) -> None:
         self.pending.metrics.append((rank, step, t, name, value, source))

@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--detach", action="store_true", help="start in the background and return once it listens")
     run.add_argument("--json", action="store_true", help="with --detach: print the run id and socket as JSON")
     run.add_argument("--plain", action="store_true", help="plain prefixed lines, no live table")
+    run.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS",
+                     help="in plain mode, a status line per rank this often (0: never; default 30)")
     run.add_argument("--no-view", action="store_true", help=argparse.SUPPRESS)
     run.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     add_spec_flags(run)

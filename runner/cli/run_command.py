@@ -74,7 +74,8 @@ def run_main(args: argparse.Namespace) -> int:
     if args.ready_fd is not None:
         return _run_detached_child(prepared, args.ready_fd)
     view = None if args.no_view else TerminalView(live=False if args.plain else None,
-                                                   multi_node=prepared.launch.spec.is_multi_node)
+                                                   multi_node=prepared.launch.spec.is_multi_node,
+                                                   status_every=args.status_every)
     job = Job(prepared, view=view.handle if view else None)
     if view:
         view.start()
@@ -96,12 +97,13 @@ def _detach(profile, as_json: bool) -> int:
     spec_file = write_spec_file(folder / f"{os.getpid()}-{profile.name}.toml", _absolute(profile))
     read_end, write_end = os.pipe()
     child = subprocess.Popen(
-        [sys.executable, "-m", "runner", "run", str(spec_file), "--no-view", "--ready-fd", str(write_end)],
+        [sys.executable, "-m", "runner", "run", "--no-view", "--ready-fd", str(write_end), str(spec_file)],
         pass_fds=(write_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True, cwd=str(profile.base_dir) if profile.path is None else None)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as ready:
         data = ready.read()
+    spec_file.unlink(missing_ok=True)  # the runner has read it (and the store keeps the spec)
     if not data:
         error = child.stderr.read().decode(errors="replace").strip() if child.poll() is not None else ""
         return fail(f"the runner stopped before it was ready{': ' + error.splitlines()[-1] if error else ''}",

@@ -44,6 +44,7 @@ def add_parsers(commands) -> None:
     attach = commands.add_parser("attach", help="watch a run started elsewhere (live view from its runner)")
     attach.add_argument("run", metavar="RUN", nargs="?", default="last")
     attach.add_argument("--plain", action="store_true")
+    attach.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS")
     attach.set_defaults(handler=attach_main)
 
 
@@ -179,7 +180,7 @@ def attach_main(args: argparse.Namespace) -> int:
         run["status"] = effective_status(run)
         show = argparse.Namespace(run=str(run["id"]), json=False)
         return show_main(show)
-    view = TerminalView(live=False if args.plain else None)
+    view = TerminalView(live=False if args.plain else None, status_every=args.status_every)
     view.start()
     try:
         asyncio.run(_follow(run["socket"], view))

@@ -40,6 +40,8 @@ FLUSH_SECONDS = 0.05
 FLUSH_NOW_RECORDS = 50_000
 HISTORY_LOG_LINES = 50_000
 HISTORY_CHUNK = 20_000
+_NUMBER = (int, float)
+"""Exact types accepted as numbers (``type(True)`` is ``bool``, so booleans are refused)."""
 ACCEPT_SETTLE_SECONDS = 0.1
 
 
@@ -71,6 +73,7 @@ class Hub:
         self._servers: list[asyncio.base_events.Server] = []
         self._flush_task: asyncio.Task | None = None
         self._flush_lock = asyncio.Lock()
+        self._has_pending = asyncio.Event()
         self._seq = 0
         self._run_changed = False
         self._run_row: dict[str, Any] | None = None
@@ -103,12 +106,14 @@ class Hub:
         await self._on_writer(self._store.update_run, self.run_id, **fields)
         self._run_row = await self._on_writer(self._store.run, self.run_id)
         self._run_changed = True
+        self._has_pending.set()
 
     async def update_node(self, node_rank: int, host: str, state: str, processes: int | None = None,
                           detail: str | None = None) -> None:
         await self._on_writer(self._store.upsert_node, self.run_id, node_rank, host, state, processes, detail)
         self._node_rows_changed.append({"node_rank": node_rank, "host": host, "state": state,
                                         "processes": processes, "changed": time.time(), "detail": detail})
+        self._has_pending.set()
 
     @property
     def run_row(self) -> dict[str, Any] | None:
@@ -174,6 +179,7 @@ class Hub:
 
     def add_log(self, rank: int | None, stream: str, line: str, t: float, node: str | None = None) -> None:
         self.pending.logs.append((rank, node, stream, t, line))
+        self._has_pending.set()
         if rank is not None and rank not in self.model.ranks:
             self.model.row(rank)
         for hook in self.log_hooks:
@@ -186,15 +192,23 @@ class Hub:
     def add_event(self, kind: str, rank: int | None, message: str, t: float | None = None, **fields: Any) -> None:
         data = {"message": message, **fields}
         self.pending.events.append((t if t is not None else time.time(), kind, rank, json.dumps(data, default=str)))
+        self._has_pending.set()
 
     def add_gpu_samples(self, rows: list[tuple]) -> None:
         self.pending.gpu_samples.extend(rows)
+        self._has_pending.set()
 
     def add_process_samples(self, rows: list[tuple]) -> None:
         self.pending.process_samples.extend(rows)
+        self._has_pending.set()
+
+    def mark_changed(self) -> None:
+        """Something outside the records changed (a rank's state, a run field): publish soon."""
+        self._has_pending.set()
 
     def _ingest(self, message: dict[str, Any], rank: int | None) -> None:
         kind = message["type"]
+        self._has_pending.set()
         if kind == "metrics":
             self._ingest_metrics(message, rank)
         elif kind == "heartbeat":
@@ -227,20 +241,39 @@ class Hub:
             hook(dict(message, rank=rank) if rank is not None else message)
 
     def _ingest_metrics(self, message: dict[str, Any], rank: int | None) -> None:
+        """The hot path (100k+ records/s): validate each item cheaply, keep it, and update the
+        live model once per batch with each series' newest value."""
         items = message.get("items")
         if rank is None or not isinstance(items, list):
             self.stats["bad_metrics"] += 1
             return
+        rows = self.pending.metrics
+        newest: dict[str, tuple] = {}
+        step_times: list[float] = []
+        bad = 0
         for item in items:
-            if not isinstance(item, list) or len(item) != 5:
-                self.stats["bad_metric_items"] += 1
+            if type(item) is not list or len(item) != 5:
+                bad += 1
                 continue
             t, step, name, value, source = item
-            t, value, step = _number(t), _number(value), _integer(step)
-            if t is None or not isinstance(name, str) or not isinstance(source, str):
-                self.stats["bad_metric_items"] += 1
+            if type(t) not in _NUMBER or type(name) is not str or type(source) is not str:
+                bad += 1
                 continue
-            self.add_metric(rank, step, t, name[:128], value, source[:16])
+            if type(value) not in _NUMBER or (value - value) != 0:  # also NaN and +-inf
+                value = None
+            if step is not None and type(step) not in _NUMBER:
+                step = None
+            elif type(step) is float:
+                step = int(step)
+            if len(name) > 128:
+                name = name[:128]
+            rows.append((rank, step, t, name, value, source[:16]))
+            newest[name] = (t, step, value, source)
+            if name == protocol.STEP_TIME and value is not None:
+                step_times.append(value)
+        if bad:
+            self.stats["bad_metric_items"] += bad
+        self.model.on_metric_batch(rank, newest, step_times)
         if len(self.pending) >= FLUSH_NOW_RECORDS and not self._flush_lock.locked():
             asyncio.get_running_loop().create_task(self.flush())
 
@@ -353,6 +386,7 @@ class Hub:
         return None, None, None
 
     def _on_worker_hello(self, message: dict[str, Any]) -> None:
+        self._has_pending.set()
         row = self.model.on_hello(message)
         self._exited_ranks.discard(row.rank)  # a restarted rank starts afresh
         self.add_event("rank_started", row.rank, f"rank {row.rank} started on {row.host} (pid {row.pid})",
@@ -424,13 +458,17 @@ class Hub:
     # ---- flushing ------------------------------------------------------------------------
 
     async def _flush_forever(self) -> None:
+        """Flush as soon as something arrives, then rest ``FLUSH_SECONDS``: fresh data is
+        published at once, and no subscriber gets more than ~20 updates a second."""
         while True:
-            await asyncio.sleep(FLUSH_SECONDS)
+            await self._has_pending.wait()
+            self._has_pending.clear()
             try:
                 await self.flush()
             except Exception:  # never let one bad batch stop ingestion
                 log.exception("hub flush failed")
                 self.stats["flush_errors"] += 1
+            await asyncio.sleep(FLUSH_SECONDS)
 
     async def flush(self) -> None:
         async with self._flush_lock:

@@ -121,6 +121,20 @@ class LiveModel:
             row.steps_per_s = value
         self._touch(row, t)
 
+    def on_metric_batch(self, rank: int, newest: dict[str, tuple], step_times: list[float]) -> None:
+        """One worker batch: ``newest`` maps each metric name to its last (t, step, value, source);
+        every step time goes into the recent history (stall and straggler detection use it)."""
+        if not newest:
+            return
+        row = self.row(rank)
+        if step_times:
+            row.recent_step_times.extend(step_times[:-1])  # the last one is added by on_metric below
+            del row.recent_step_times[:-RECENT_STEPS]
+        # step_time before data_wait: the data-wait share divides by the step time of the same step
+        for name in sorted(newest, key=lambda n: n != protocol.STEP_TIME):
+            t, step, value, source = newest[name]
+            self.on_metric(rank, t, step, name, value, source)
+
     def on_heartbeat(self, rank: int, t: float, step: int | None, dropped: int | None) -> None:
         row = self.row(rank)
         if step is not None and (row.step is None or step > row.step):

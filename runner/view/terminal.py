@@ -19,6 +19,7 @@ STATE_STYLE = {
     RankState.EXITED.value: "cyan", RankState.FAILED.value: "bold red", RankState.STOPPED.value: "magenta",
     RankState.LOST.value: "red",
 }
+PLAIN_STATUS_SECONDS = 30.0
 NOTABLE_EVENTS = {"rank_failed", "stalled", "straggler", "divergence", "node_lost", "warning", "refused",
                   "stopping", "connection_lost", "stacks"}
 
@@ -61,7 +62,10 @@ class TerminalView:
     """Render hub messages. ``live=None`` picks a live table when stdout is a terminal."""
 
     def __init__(self, live: bool | None = None, out: TextIO | None = None, err: TextIO | None = None,
-                 multi_node: bool = False):
+                 multi_node: bool = False, status_every: float = PLAIN_STATUS_SECONDS):
+        self.status_every = status_every
+        """Plain mode: print one status line per rank this often (0: never)."""
+        self._last_status = time.monotonic()
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.live_mode = self.out.isatty() if live is None else live
@@ -107,6 +111,24 @@ class TerminalView:
             self.ended = True
         if self._live is not None:
             self._live.update(self._table())
+        elif self.status_every and time.monotonic() - self._last_status >= self.status_every and not self.ended:
+            self._last_status = time.monotonic()
+            self.print_status()
+
+    def print_status(self) -> None:
+        """Plain mode's stand-in for the live table: one line per running rank."""
+        for rank in sorted(self.ranks):
+            row = self.ranks[rank]
+            if RankState(row.get("state", "waiting")).finished or row.get("step") is None:
+                continue
+            usage = (f"cpu {_fmt(row.get('cpu_percent'), '{:.0f}')}%, rss {format_bytes(row.get('rss_bytes'))}"
+                     if self.cpu_mode else
+                     f"gpu {_fmt(row.get('gpu_index'), '{}')} {_fmt(row.get('gpu_util'), '{:.0f}')}%, "
+                     f"mem {format_bytes(row.get('gpu_mem_used'))}")
+            self._print_line("[rankwatch]", f"rank {rank} {row.get('state')}: step {row.get('step')}, "
+                             f"loss {_fmt(row.get('loss'), '{:.4f}')}, {_fmt(row.get('step_time'), '{:.1f}', 1000)} ms/step, "
+                             f"data wait {_fmt(row.get('data_wait_share'), '{:.0f}', 100)}%, "
+                             f"{_fmt(row.get('samples_per_s'), '{:.0f}')} samples/s, {usage}", "stdout")
 
     def _on_update(self, message: dict[str, Any]) -> None:
         for rank, _t, stream, line, node in message.get("logs") or []:

@@ -1,0 +1,98 @@
+"""Hub ingest including the store: records/s from 8 fake ranks, stored == sent.
+
+Each fake rank is its own process speaking the real protocol the way the worker's
+reporter does (a hello, then `metrics` lines of up to 2,000 items), as fast as it
+can. The hub runs in this process, as in the runner. Time runs from the first
+connection to the moment every record is committed to SQLite.
+
+    .venv/bin/python tests/bench/bench_hub_ingest.py [--ranks 8] [--records 200000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "runner" / "worker_path"))
+
+from rankwatch import _protocol as protocol  # noqa: E402
+from runner.hub.hub import Hub  # noqa: E402
+from runner.store.store import RunStore  # noqa: E402
+
+TOKEN = "bench"
+BATCH = 2000  # as the reporter's MAX_ITEMS_PER_MESSAGE
+
+
+def fake_rank(socket_path: str, rank: int, records: int, start: multiprocessing.Event) -> None:
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(socket_path)
+    start.wait()
+    client.sendall(protocol.encode("hello", token=TOKEN, rank=rank, local_rank=rank, node_rank=0, world_size=8,
+                                   host="bench", pid=os.getpid()))
+    now = time.time()
+    sent = 0
+    names = ("loss", "step_time", "data_wait", "samples_per_s", "steps_per_s")
+    while sent < records:
+        count = min(BATCH, records - sent)
+        items = [[now, (sent + i) // 5, names[(sent + i) % 5], 0.5 + i, "auto"] for i in range(count)]
+        client.sendall(protocol.encode("metrics", rank=rank, items=items))
+        sent += count
+    client.sendall(protocol.encode("exit", rank=rank, t=time.time(), code=0))
+    client.close()
+
+
+async def run(ranks: int, per_rank: int, folder: Path) -> dict:
+    hub = Hub(folder / "runs.db", TOKEN)
+    await hub.create_run({}, job_key="bench", profile="bench", spec_toml="", command=None, host="h", workdir=None,
+                         runner_pid=os.getpid(), socket=None, world_size=ranks, status="running")
+    socket_path = folder / "hub.sock"
+    await hub.serve_unix(socket_path)
+    hub.start()
+    start = multiprocessing.Event()
+    clients = [multiprocessing.Process(target=fake_rank, args=(str(socket_path), r, per_rank, start))
+               for r in range(ranks)]
+    for client in clients:
+        client.start()
+    await asyncio.sleep(0.5)
+    began = time.perf_counter()
+    start.set()
+    total = ranks * per_rank
+    while hub.stats["records_stored"] < total:
+        await asyncio.sleep(0.01)
+    elapsed = time.perf_counter() - began
+    for client in clients:
+        client.join()
+    await hub.close()
+    with RunStore(folder / "runs.db", readonly=True) as store:
+        stored = store.count("metrics", hub.run_id)
+    return {"sent": total, "stored": stored, "seconds": elapsed, "rate": total / elapsed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--records", type=int, default=400_000, help="records in all")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    rates = []
+    for attempt in range(args.repeat):
+        with tempfile.TemporaryDirectory(dir="/tmp") as folder:
+            result = asyncio.run(run(args.ranks, args.records // args.ranks, Path(folder)))
+        assert result["stored"] == result["sent"], result
+        rates.append(result["rate"])
+        print(f"run {attempt + 1}: {result['sent']:,} records from {args.ranks} ranks stored in "
+              f"{result['seconds']:.2f} s = {result['rate']:,.0f} records/s (stored == sent: {result['stored']:,})")
+    rates.sort()
+    print(f"median {rates[len(rates) // 2]:,.0f} records/s over {args.repeat} runs (target >= 100,000)")
+
+
+if __name__ == "__main__":
+    main()

@@ -74,6 +74,12 @@ def interpreter_has_torch(python: str, timeout: float = 20.0) -> bool | None:
     return False if result.returncode == 3 else None
 
 
+def torch_missing(python: str) -> SpecError:
+    """The error for an interpreter without torch (the GUI words its probe's answer with it)."""
+    return SpecError("interpreter", f"torch is not installed for {python}; "
+                                    f"install it there ({python} -m pip install torch) or pick another interpreter")
+
+
 def check_launch(launch: ResolvedLaunch, machine: MachineFacts, *, probe_interpreter: bool = True) -> list[SpecError]:
     """Every reason ``launch`` cannot start on this machine (empty when it can)."""
     spec = launch.spec
@@ -97,8 +103,7 @@ def check_launch(launch: ResolvedLaunch, machine: MachineFacts, *, probe_interpr
             if has_torch is None:
                 errors.append(SpecError("interpreter", f"{python} could not be run as Python"))
             elif not has_torch:
-                errors.append(SpecError("interpreter", f"torch is not installed for {python}; "
-                                                       f"install it there ({python} -m pip install torch) or pick another interpreter"))
+                errors.append(torch_missing(python))
     for key in spec.env_dict:
         if key in RESERVED_ENV:
             errors.append(SpecError(f"env.{key}", RESERVED_ENV[key] + "; remove it from env"))

@@ -1,0 +1,470 @@
+"""The launch form as plain Python: fields in, spec, errors and torchrun commands out.
+
+``LaunchFormModel`` holds what the form shows (``FormState``: text as typed, choices
+as picked) and, after every edit, evaluates it the way ``rankwatch run`` would:
+
+1. the form becomes the same TOML-shaped table a profile file holds, and
+   ``runner.spec.parse.spec_from_dict`` turns it into a ``LaunchSpec`` -- so every
+   field error is the CLI's own message, naming the same field;
+2. ``runner.spec.resolve`` + ``runner.spec.check.check_launch`` check it against this
+   machine (GPUs as the runner's probe reported them);
+3. ``runner.launch.command.build_commands`` builds each node's torchrun command:
+   the preview is the function the runner uses, not a copy of it.
+
+It also tracks whether the form differs from the loaded profile (dirty). No Qt;
+widgets subscribe to ``state_replaced`` (repopulate every field) and
+``evaluated`` (refresh errors, preview, dirty marker).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from gui.models import Event
+from gui.models.probe import InterpreterInfo
+from runner.launch.command import RendezvousPlan, build_commands
+from runner.launch.ports import free_port
+from runner.launch.rendezvous import plan_rendezvous
+from runner.sampling.gpu_report import GpuReport
+from runner.spec.check import check_launch, torch_missing
+from runner.spec.model import (
+    AUTO,
+    SCHEMA_VERSION,
+    GpuSelection,
+    LaunchSpec,
+    NodeSpec,
+    TelemetrySpec,
+)
+from runner.spec.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
+from runner.spec.resolve import MachineFacts, ResolvedLaunch, default_interpreter, resolve
+
+ENTRY_SCRIPT = "script"
+ENTRY_MODULE = "module"
+CHECKING_GPUS = "Checking GPUs…"
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One row of the nodes table. ``processes`` is the text as typed (``auto`` or a number)."""
+
+    host: str = "localhost"
+    processes: str = AUTO
+    # Not on the form, kept so that saving a profile does not lose them.
+    user: str | None = None
+    port: int | None = None
+    python: str | None = None
+    workdir: str | None = None
+
+    @classmethod
+    def from_node(cls, node: NodeSpec) -> NodeRow:
+        return cls(host=node.host, processes=str(node.processes), user=node.user, port=node.port,
+                   python=node.python, workdir=node.workdir)
+
+    def to_table(self) -> dict[str, Any]:
+        text = self.processes.strip()
+        processes: Any = AUTO if text in ("", AUTO) else (int(text) if text.isdigit() else text)
+        table = {"host": self.host.strip(), "processes": processes, "user": self.user,
+                 "port": self.port, "python": self.python, "workdir": self.workdir}
+        return {key: value for key, value in table.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class FormState:
+    """Every value the launch form shows, as the widgets hold it."""
+
+    entry_kind: str = ENTRY_SCRIPT
+    """``script`` (a file) or ``module`` (``python -m`` style)."""
+    entry: str = ""
+    args_text: str = ""
+    """Script arguments as one shell-quoted line; split with ``shlex``."""
+    workdir: str = ""
+    """Empty: the profile's folder (or where Rankwatch started, for an unsaved form)."""
+    interpreter: str = ""
+    """Empty: Rankwatch's own Python."""
+    gpus: GpuSelection = "all"
+    nproc_per_node: int | str = AUTO
+    nodes: tuple[NodeRow, ...] = (NodeRow(),)
+    backend: str = AUTO
+    rendezvous_mode: str = "standalone"
+    endpoint: str = ""
+    job_id: str = ""
+    master_addr: str = ""
+    master_port: int | None = None
+    node_rank: int = 0
+    max_restarts: int = 0
+    omp_num_threads: int | str = AUTO
+    env: tuple[tuple[str, str], ...] = ()
+    legacy_local_rank: bool = False
+    # Not on the form: carried from the loaded profile.
+    telemetry: TelemetrySpec = TelemetrySpec()
+    description: str | None = None
+
+    @classmethod
+    def from_spec(cls, spec: LaunchSpec) -> FormState:
+        rdzv = spec.rendezvous
+        return cls(
+            entry_kind=ENTRY_MODULE if spec.module else ENTRY_SCRIPT,
+            entry=spec.module or spec.script or "",
+            args_text=shlex.join(spec.args),
+            workdir=spec.workdir or "",
+            interpreter=spec.interpreter or "",
+            gpus=spec.gpus,
+            nproc_per_node=spec.nproc_per_node,
+            nodes=tuple(NodeRow.from_node(node) for node in spec.nodes),
+            backend=spec.backend,
+            rendezvous_mode=rdzv.mode,
+            endpoint=rdzv.endpoint or "",
+            job_id=rdzv.job_id or "",
+            master_addr=rdzv.master_addr or "",
+            master_port=rdzv.master_port,
+            node_rank=rdzv.node_rank,
+            max_restarts=spec.max_restarts,
+            omp_num_threads=spec.omp_num_threads,
+            env=spec.env,
+            legacy_local_rank=spec.legacy_local_rank,
+            telemetry=spec.telemetry,
+            description=spec.description,
+        )
+
+    def split_args(self) -> list[str]:
+        """Raises: SpecError (field ``args``) when the quoting is unbalanced."""
+        try:
+            return shlex.split(self.args_text)
+        except ValueError as exc:
+            raise SpecError("args", f"cannot split into arguments ({exc}); check the quotes") from None
+
+    def to_table(self) -> dict[str, Any]:
+        """The profile table this form stands for (the shape ``spec_from_dict`` reads).
+
+        Rendezvous fields that the picked mode does not use are left out, so a value
+        typed for another mode does not linger in the saved profile.
+
+        Raises:
+            SpecError: the arguments cannot be split.
+        """
+        table: dict[str, Any] = {"version": SCHEMA_VERSION}
+        if self.description:
+            table["description"] = self.description
+        table[ENTRY_MODULE if self.entry_kind == ENTRY_MODULE else ENTRY_SCRIPT] = self.entry.strip()
+        table["args"] = self.split_args()
+        if self.interpreter.strip():
+            table["interpreter"] = self.interpreter.strip()
+        if self.workdir.strip():
+            table["workdir"] = self.workdir.strip()
+        table["nproc_per_node"] = self.nproc_per_node
+        table["gpus"] = list(self.gpus) if isinstance(self.gpus, tuple) else self.gpus
+        table["backend"] = self.backend
+        table["max_restarts"] = self.max_restarts
+        table["omp_num_threads"] = self.omp_num_threads
+        table["legacy_local_rank"] = self.legacy_local_rank
+        env = [(name.strip(), value) for name, value in self.env if name.strip() or value]
+        if env:
+            table["env"] = dict(env)
+        rendezvous: dict[str, Any] = {"mode": self.rendezvous_mode}
+        if self.rendezvous_mode == "c10d":
+            rendezvous.update(endpoint=self.endpoint.strip() or None, job_id=self.job_id.strip() or None)
+        elif self.rendezvous_mode == "static":
+            rendezvous.update(master_addr=self.master_addr.strip() or None, master_port=self.master_port,
+                              node_rank=self.node_rank or None)
+        table["rendezvous"] = {key: value for key, value in rendezvous.items() if value is not None}
+        table["telemetry"] = spec_to_dict(LaunchSpec(telemetry=self.telemetry))["telemetry"]
+        table["nodes"] = [node.to_table() for node in self.nodes]
+        return table
+
+
+@dataclass(frozen=True)
+class CommandPreview:
+    """The torchrun command for one node, exactly as ``NodeCommand.shell_text()`` prints it."""
+
+    node_rank: int
+    host: str
+    text: str
+
+    @property
+    def label(self) -> str:
+        return f"node {self.node_rank} · {self.host}"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What the form means right now."""
+
+    spec: LaunchSpec | None
+    """``None`` when a field does not parse."""
+    errors: tuple[tuple[str, str], ...]
+    """``(field, message)``: parse errors, else the machine checks, as the CLI reports them."""
+    commands: tuple[CommandPreview, ...]
+    """One per node; empty when the spec does not parse."""
+    dirty: bool
+    """The form differs from the loaded profile."""
+    notice: str | None = None
+    """Why launching must wait although nothing is wrong (e.g. the GPU probe is running)."""
+    launch: ResolvedLaunch | None = None
+    picked_at_launch: tuple[str, ...] = ()
+    """Rendezvous values the runner picks anew at launch (the preview shows one such pick)."""
+
+    @property
+    def can_launch(self) -> bool:
+        return self.spec is not None and not self.errors and self.notice is None
+
+    @property
+    def launch_blocker(self) -> str | None:
+        """The reason shown next to a disabled Launch button, ``None`` when it can launch."""
+        if self.errors:
+            field, message = self.errors[0]
+            more = len(self.errors) - 1
+            return f"{field}: {message}" + (f"  (+{more} more)" if more else "")
+        return self.notice
+
+    def errors_for(self, *prefixes: str) -> list[str]:
+        """Messages of the fields named by ``prefixes`` (``nodes`` matches ``nodes[1].host``)."""
+        found = []
+        for field, message in self.errors:
+            for prefix in prefixes:
+                if field == prefix or field.startswith((prefix + ".", prefix + "[")):
+                    found.append(message if field == prefix else f"{field}: {message}")
+                    break
+        return found
+
+
+def spec_plan(spec: LaunchSpec) -> RendezvousPlan:
+    """The rendezvous plan with only what the spec says (when the runner's planning fails)."""
+    rdzv = spec.rendezvous
+    return RendezvousPlan(mode=rdzv.mode, endpoint=rdzv.endpoint, job_id=rdzv.job_id,
+                          master_addr=rdzv.master_addr, master_port=rdzv.master_port)
+
+
+def picked_at_launch(spec: LaunchSpec) -> tuple[str, ...]:
+    """Rendezvous values the spec leaves to the runner, which picks them anew at each launch."""
+    rdzv = spec.rendezvous
+    if rdzv.mode == "c10d":
+        return (("endpoint port",) if rdzv.endpoint is None else ()) + (("job id",) if rdzv.job_id is None else ())
+    if rdzv.mode == "static" and rdzv.master_port is None:
+        return ("master port",)
+    return ()
+
+
+def pick_free_port() -> int:
+    """A TCP port free right now on this machine (the free-port button)."""
+    return free_port()
+
+
+def interpreter_errors(info: InterpreterInfo, launch: ResolvedLaunch) -> list[tuple[str, str]]:
+    """What the probe found wrong with the head node's interpreter.
+
+    ``check_launch`` can find torch itself, but only by running the interpreter, which
+    would block the GUI; the probe already ran it, so its answer is used instead,
+    worded as ``runner.spec.check`` words it.
+    """
+    python = info.python
+    if not info.ran:
+        detail = f" ({info.error})" if info.error else ""
+        return [("interpreter", f"{python} could not be run as Python{detail}")]
+    if info.torch is None:
+        if info.torch_missing:
+            error = torch_missing(python)
+            return [(error.field, error.message)]
+        return [("interpreter", f"torch cannot be imported in {python}: {info.error}")]
+    backend = info.backend(launch.backend)
+    if backend is not None and not backend.available:
+        return [("backend", f"{launch.backend} is not available in {python}"
+                            + (f": {backend.reason}" if backend.reason else ""))]
+    return []
+
+
+class LaunchFormModel:
+    """The launch form's state and what it evaluates to.
+
+    Events:
+        state_replaced(FormState): a profile was loaded; widgets repopulate every field.
+        evaluated(Evaluation): after every edit, load, probe result or save.
+        machine_changed(GpuReport | None): the GPU report changed.
+        interpreter_probed(InterpreterInfo): a probe result for some interpreter arrived.
+    """
+
+    def __init__(self, base_dir: Path | None = None) -> None:
+        self.state_replaced = Event()
+        self.evaluated = Event()
+        self.machine_changed = Event()
+        self.interpreter_probed = Event()
+        self._state = FormState()
+        self._baseline: dict[str, Any] | None = None
+        self._profile_name: str | None = None
+        self._base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
+        self._gpu_report: GpuReport | None = None
+        self._interpreters: dict[str, InterpreterInfo] = {}
+        self._plan_cache: tuple[tuple, RendezvousPlan, list[tuple[str, str]]] | None = None
+        self._evaluation = self._evaluate()
+
+    # What the widgets read.
+
+    @property
+    def state(self) -> FormState:
+        return self._state
+
+    @property
+    def evaluation(self) -> Evaluation:
+        return self._evaluation
+
+    @property
+    def profile_name(self) -> str | None:
+        return self._profile_name
+
+    @property
+    def base_dir(self) -> Path:
+        """Where relative paths in the form start from (the profile's folder)."""
+        return self._base_dir
+
+    @property
+    def dirty(self) -> bool:
+        return self._evaluation.dirty
+
+    @property
+    def gpu_report(self) -> GpuReport | None:
+        """``None`` until the first GPU probe answered."""
+        return self._gpu_report
+
+    def interpreter_info(self, python: str) -> InterpreterInfo | None:
+        return self._interpreters.get(python)
+
+    def head_python(self) -> str:
+        """The interpreter torchrun would run in on the head node."""
+        launch = self._evaluation.launch
+        if launch is not None:
+            return launch.head.python
+        return self._state.interpreter.strip() or default_interpreter()
+
+    def resolved_workdir(self) -> Path:
+        workdir = Path(self._state.workdir).expanduser() if self._state.workdir.strip() else self._base_dir
+        return workdir if workdir.is_absolute() else self._base_dir / workdir
+
+    # What the widgets and the window do.
+
+    def load(self, spec: LaunchSpec, *, profile_name: str | None, base_dir: Path) -> None:
+        """Show ``spec`` (a loaded profile) and take it as the saved baseline."""
+        self._state = FormState.from_spec(spec)
+        self._profile_name = profile_name
+        self._base_dir = Path(base_dir)
+        self._baseline = self._table_or_none(self._state)
+        self._evaluation = self._evaluate()
+        self.state_replaced.emit(self._state)
+        self.evaluated.emit(self._evaluation)
+
+    def update(self, **changes: Any) -> None:
+        """Change some fields (names of ``FormState``) and re-evaluate.
+
+        Raises:
+            TypeError: a name that is not a ``FormState`` field.
+        """
+        known = {f.name for f in fields(FormState)}
+        unknown = set(changes) - known
+        if unknown:
+            raise TypeError(f"unknown form fields: {', '.join(sorted(unknown))}")
+        new_state = replace(self._state, **changes)
+        if new_state == self._state:
+            return
+        self._state = new_state
+        self._reevaluate()
+
+    def mark_saved(self, *, profile_name: str, base_dir: Path) -> None:
+        """The form was just saved as ``profile_name``: it is the new baseline."""
+        self._profile_name = profile_name
+        self._base_dir = Path(base_dir)
+        self._baseline = self._table_or_none(self._state)
+        self._reevaluate()
+
+    def rename(self, profile_name: str) -> None:
+        """The loaded profile's file was renamed; unsaved edits stay unsaved."""
+        self._profile_name = profile_name
+        self._reevaluate()
+
+    def set_gpu_report(self, report: GpuReport) -> None:
+        self._gpu_report = report
+        self.machine_changed.emit(report)
+        self._reevaluate()
+
+    def set_interpreter_info(self, info: InterpreterInfo) -> None:
+        self._interpreters[info.python] = info
+        self.interpreter_probed.emit(info)
+        self._reevaluate()
+
+    def forget_interpreter_info(self, python: str) -> None:
+        """Drop a cached probe result (before probing that interpreter again)."""
+        if self._interpreters.pop(python, None) is not None:
+            self._reevaluate()
+
+    def spec_for_launch(self) -> LaunchSpec:
+        """The spec to hand to the runner.
+
+        Raises:
+            SpecErrors: the form cannot launch; the errors say why.
+        """
+        evaluation = self._evaluation
+        if not evaluation.can_launch or evaluation.spec is None:
+            reasons = [SpecError(field, message) for field, message in evaluation.errors]
+            if not reasons:
+                reasons = [SpecError("form", evaluation.notice or "not ready")]
+            raise SpecErrors(reasons)
+        return evaluation.spec
+
+    # Evaluation.
+
+    def _reevaluate(self) -> None:
+        self._evaluation = self._evaluate()
+        self.evaluated.emit(self._evaluation)
+
+    @staticmethod
+    def _table_or_none(state: FormState) -> dict[str, Any] | None:
+        try:
+            return state.to_table()
+        except SpecError:
+            return None
+
+    def _evaluate(self) -> Evaluation:
+        table = self._table_or_none(self._state)
+        dirty = table is None or table != self._baseline
+        try:
+            if table is None:
+                self._state.split_args()  # raises the args error
+            spec = spec_from_dict(table or {})
+        except SpecError as error:
+            return Evaluation(spec=None, errors=((error.field, error.message),), commands=(), dirty=dirty)
+        except SpecErrors as errors:
+            found = tuple((e.field, e.message) for e in errors.errors)
+            return Evaluation(spec=None, errors=found, commands=(), dirty=dirty)
+
+        report = self._gpu_report or GpuReport(available=False, reason="not probed yet")
+        machine = MachineFacts.detect(gpus=report)
+        launch = resolve(spec, machine, self._base_dir)
+        errors = [(e.field, e.message) for e in check_launch(launch, machine, probe_interpreter=False)]
+        info = self._interpreters.get(launch.head.python)
+        if info is not None and not any(field == "interpreter" for field, _ in errors):
+            errors += interpreter_errors(info, launch)
+        plan, plan_errors = self._plan(launch)
+        errors += plan_errors
+        commands = tuple(
+            CommandPreview(node_rank=command.node.node_rank, host=command.node.host, text=command.shell_text())
+            for command in build_commands(launch, plan)
+        )
+        notice = CHECKING_GPUS if self._gpu_report is None else None
+        return Evaluation(spec=spec, errors=tuple(errors), commands=commands, dirty=dirty,
+                          notice=notice, launch=launch, picked_at_launch=picked_at_launch(spec))
+
+    def _plan(self, launch: ResolvedLaunch) -> tuple[RendezvousPlan, list[tuple[str, str]]]:
+        """The runner's own rendezvous plan (checks a requested port is free, names its holder).
+
+        Ports and job ids the runner picks are random, so the plan is kept while the
+        rendezvous inputs stay the same: the preview does not change on every keystroke.
+        """
+        key = (launch.spec.rendezvous, launch.head.host, launch.head.is_local, len(launch.nodes))
+        if self._plan_cache is None or self._plan_cache[0] != key:
+            try:
+                plan, errors = plan_rendezvous(launch), []
+            except SpecErrors as failure:
+                plan = spec_plan(launch.spec)
+                errors = [(error.field, error.message) for error in failure.errors]
+            self._plan_cache = (key, plan, errors)
+        return self._plan_cache[1], list(self._plan_cache[2])

@@ -1,0 +1,110 @@
+"""The live torchrun command preview: one node's command, read-only, with Copy.
+
+The text is ``NodeCommand.shell_text()`` from ``runner.launch.command`` (through the
+form model), character for character: what you copy is what the runner runs,
+minus the monitoring it adds.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextOption
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.models.launch_form import Evaluation, LaunchFormModel
+
+NO_COMMAND = "# The command appears here once the form is valid."
+
+
+class CommandPreviewPanel(QWidget):
+    """Shows the command of the node picked in the node box (hidden for one node)."""
+
+    def __init__(self, model: LaunchFormModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._model = model
+        self._commands: list[str] = []
+
+        self.title = QLabel("torchrun command")
+        self.title.setObjectName("sectionTitle")
+        self.picks = QLabel()
+        self.picks.setObjectName("hint")
+        self.node_box = QComboBox()
+        self.node_box.setToolTip("Which node's command to show: run each on its node")
+        self.node_box.currentIndexChanged.connect(self._on_node_picked)
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setToolTip("Copy this command to the clipboard")
+        self.copy_button.clicked.connect(self._on_copy_clicked)
+        self.text = QPlainTextEdit()
+        self.text.setObjectName("commandPreview")
+        self.text.setReadOnly(True)
+        self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.text.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.WidgetWidth)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                          | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+        line = self.text.fontMetrics().lineSpacing()
+        self.text.setFixedHeight(line * 4 + 12)
+
+        header = QHBoxLayout()
+        header.setContentsMargins(0, 0, 0, 0)
+        header.addWidget(self.title)
+        header.addSpacing(8)
+        header.addWidget(self.picks)
+        header.addStretch(1)
+        header.addWidget(self.node_box)
+        header.addWidget(self.copy_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        layout.addLayout(header)
+        layout.addWidget(self.text)
+
+        model.evaluated.connect(self._on_evaluated)
+        self._on_evaluated(model.evaluation)
+
+    def command_text(self, node_index: int | None = None) -> str:
+        """The shown command of node ``node_index`` (default: the picked one); empty if none."""
+        index = self.node_box.currentIndex() if node_index is None else node_index
+        return self._commands[index] if 0 <= index < len(self._commands) else ""
+
+    def _on_evaluated(self, evaluation: Evaluation) -> None:
+        labels = [command.label for command in evaluation.commands]
+        self._commands = [command.text for command in evaluation.commands]
+        current = max(0, self.node_box.currentIndex())
+        if labels != [self.node_box.itemText(i) for i in range(self.node_box.count())]:
+            self.node_box.blockSignals(True)
+            self.node_box.clear()
+            self.node_box.addItems(labels)
+            self.node_box.setCurrentIndex(min(current, len(labels) - 1))
+            self.node_box.blockSignals(False)
+        self.node_box.setVisible(len(labels) > 1)
+        self.copy_button.setEnabled(bool(self._commands))
+        picks = ", ".join(evaluation.picked_at_launch)
+        self.picks.setText(f"({picks}: a fresh pick at each launch)" if picks else "")
+        self._update_text()
+
+    def _on_node_picked(self, _index: int) -> None:
+        self._update_text()
+
+    def _update_text(self) -> None:
+        command = self.command_text()
+        self.text.setPlainText(command or NO_COMMAND)
+        self.text.setEnabled(bool(command))
+
+    def _on_copy_clicked(self) -> None:
+        command = self.command_text()
+        if command:
+            QGuiApplication.clipboard().setText(command)
+            self.copy_button.setText("Copied")
+            QTimer.singleShot(1200, self, self._on_copy_feedback_expired)
+
+    def _on_copy_feedback_expired(self) -> None:
+        self.copy_button.setText("Copy")

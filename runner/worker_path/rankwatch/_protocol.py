@@ -36,10 +36,25 @@ Worker (or agent) -> hub
               optimizer step `step`; equal across replicas in sync)
   stacks      rank, t, path            (a faulthandler dump was written there)
 
-Agent (remote node) -> hub, in addition
+Agent (remote node) -> hub, in addition (over TCP; the first line must be agent_hello
+with the job's token, and the hub refuses any other TCP client)
   agent_hello token, job, node_rank, host, pid, version, torch
-  log         node_rank, rank, t, stream, line   (a worker's output line; rank may be null)
-  node_exit   node_rank, t, code
+              (version: Rankwatch's on the node; torch: the node interpreter's, or null)
+  log         node_rank, rank, t, stream, line, node   (a worker's output line; rank is
+              null for torchrun's and the agent's own lines; node: the host label)
+  worker_lost rank, t     (a worker's connection to its agent ended without exit)
+  process_samples node_rank, rows: [[t, rank, pid, cpu_percent, rss_bytes, threads]]
+              (the node's ranks, sampled there: the head cannot see remote processes)
+  node_exit   node_rank, t, code, reason, dropped   (the agent's last message: torchrun's
+              exit status; reason: why it stopped the workers, or null; dropped:
+              messages it could not forward)
+  Workers' messages (hello, metrics, ...) are forwarded as they are, each with its
+  "rank"; a forwarded hello carries no token (the agent checked its own).
+
+Head runner -> agent (over ssh's stdin, never through the hub; runner.remote)
+  launch      token, head_host, head_port, job, run, node_rank, host, argv, env, cwd,
+              grace, sample_interval   (the first line)
+  stop        force: bool   (later lines; end of stdin: the head is gone, stop too)
 
 Subscriber -> hub
   subscribe   history: bool (replay the stored history first), logs: bool
@@ -84,7 +99,9 @@ MAX_LINE_BYTES = 1 << 20
 """A line longer than this is dropped: 1 MiB holds thousands of metric records."""
 
 WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks"})
-AGENT_TYPES = frozenset({"agent_hello", "log", "node_exit"})
+AGENT_TYPES = frozenset({"agent_hello", "log", "worker_lost", "process_samples", "node_exit"})
+AGENT_CONTROL_TYPES = frozenset({"launch", "stop"})
+"""Head runner -> agent, on ssh's stdin (not hub messages: not in ``ALL_TYPES``)."""
 SUBSCRIBER_TYPES = frozenset({"subscribe", "stop", "dump_stacks", "ping"})
 HUB_TYPES = frozenset({"snapshot", "update", "history_end", "bye", "pong", "error"})
 ALL_TYPES = WORKER_TYPES | AGENT_TYPES | SUBSCRIBER_TYPES | HUB_TYPES

@@ -1,0 +1,382 @@
+"""The reporter: one daemon thread that carries a worker's telemetry to the hub.
+
+Shape (as every background producer in Rankwatch): a named daemon thread
+("rankwatch-reporter") with a stop event. Every ``TICK`` it drains the record
+buffer into ``metrics`` batches, sends queued control messages (exception,
+param_hash, stacks, exit) and, every ``HEARTBEAT_EVERY``, a ``heartbeat`` with
+the current step and the cumulative drop count.
+
+Failure handling, because telemetry must never hurt training:
+
+* hub unreachable or connection broken: reconnect with exponential backoff
+  (``BACKOFF_MIN`` .. ``BACKOFF_MAX``); every connection starts with ``hello``.
+  Records stay in the bounded buffer meanwhile; beyond its bound they are
+  dropped and counted, and the count reaches the hub in a later heartbeat.
+* a batch whose send failed is sent again first on the next connection, so a
+  broken connection loses nothing that was already taken from the buffer.
+* device values (``_values.Pending``) are held back until their copy is done.
+* ``close(timeout)`` flushes with a hard deadline and never hangs exit.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from rankwatch import _protocol as protocol
+from rankwatch._buffer import KIND_LOG, KIND_STEP, RecordBuffer
+from rankwatch._connection import Connection
+from rankwatch._values import Pending
+
+TICK = 0.05
+HEARTBEAT_EVERY = 1.0
+BACKOFF_MIN = 0.2
+BACKOFF_MAX = 5.0
+CONNECT_TIMEOUT = 2.0
+SEND_TIMEOUT = 5.0
+"""A hub that does not read for this long is treated as gone (reconnect)."""
+MAX_ITEMS_PER_MESSAGE = 2000
+"""About 150 KB per ``metrics`` line, far below ``protocol.MAX_LINE_BYTES``."""
+MAX_DEFERRED = 10000
+"""Records waiting for device copies beyond this are dropped (a stuck device)."""
+MAX_CONTROL = 1000
+"""Control messages held while disconnected (thread exceptions, hashes, ...)."""
+
+
+class _NotReady(Exception):
+    """A record still waits for a device-to-host copy."""
+
+
+class Reporter:
+    """Sends one worker's hello, metrics, heartbeats and control messages to the hub.
+
+    ``send`` and ``close`` may be called from any thread; everything else runs on
+    the reporter thread.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        hello: dict[str, Any],
+        buffer: RecordBuffer,
+        rank: int,
+        stacks_path: str | None = None,
+    ):
+        self._address = address
+        self._hello = hello
+        self._buffer = buffer
+        self._rank = rank
+        self._stacks_path = stacks_path
+        self._stacks_size = _file_size(stacks_path)
+        self._control: deque[bytes] = deque()
+        self._connection: Connection | None = None
+        self._unsent: deque[bytes] = deque()
+        self._deferred: list[tuple] = []
+        self._lost = 0
+        self._last_step: Any = None
+        self._next_connect = 0.0
+        self._backoff = BACKOFF_MIN
+        self._next_heartbeat = 0.0
+        self._deadline: float | None = None
+        self._last_message: bytes | None = None
+        self._owner_pid = os.getpid()
+        self._torch_version_known = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rankwatch-reporter", daemon=True)
+        self.connections = 0
+        """How many times a connection was made (tests and diagnostics)."""
+
+    # -- any thread -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def send(self, message_type: str, **fields: Any) -> None:
+        """Queue a control message (``rank`` is added); sent in order, before ``close`` returns."""
+        if len(self._control) >= MAX_CONTROL:
+            self._lost += 1
+            return
+        fields.setdefault("rank", self._rank)
+        self._control.append(protocol.encode(message_type, **fields))
+
+    @property
+    def dropped(self) -> int:
+        """Records lost so far: queue overflow plus device copies that never completed."""
+        return self._buffer.dropped + self._lost
+
+    def close(self, timeout: float = 2.0, last_message: bytes | None = None) -> bool:
+        """Flush what is queued, send ``last_message`` (the ``exit``) and stop.
+
+        Waits at most ``timeout`` seconds. Returns True when the thread finished
+        in time; otherwise the daemon thread is abandoned and cannot delay the
+        interpreter's exit.
+        """
+        if os.getpid() != self._owner_pid or not self._thread.is_alive():
+            return False
+        self._last_message = last_message
+        self._deadline = time.monotonic() + max(0.0, timeout - 0.05)
+        self._stop.set()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def forget_in_child(self) -> None:
+        """After ``fork()`` in the child: no thread runs here, so drop the socket and state."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.detach_in_child()
+        self._control.clear()
+        self._unsent.clear()
+        self._deferred.clear()
+
+    # -- reporter thread ------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._tick()
+                self._stop.wait(TICK)
+            self._final_flush()
+        except Exception as exc:  # a bug here must not reach the user's training
+            _warn(f"telemetry stopped ({type(exc).__name__}: {exc})")
+        finally:
+            self._disconnect()
+
+    def _tick(self) -> None:
+        if self._connection is None:
+            self._try_connect(CONNECT_TIMEOUT)
+        if self._connection is None:
+            return
+        self._pump(SEND_TIMEOUT)
+        now = time.monotonic()
+        if self._connection is not None and now >= self._next_heartbeat:
+            self._next_heartbeat = now + HEARTBEAT_EVERY
+            if self._connection.peer_closed():
+                self._disconnect()
+                return
+            self._note_stack_dump()
+            self._send_heartbeat(SEND_TIMEOUT)
+
+    def _final_flush(self) -> None:
+        """Send everything left, then the last message, before the deadline.
+
+        A connection that breaks meanwhile is reopened (a hub restarting); a hub
+        that does not accept at once is given up on, so exit is never delayed.
+        """
+        deadline = self._deadline if self._deadline is not None else time.monotonic() + 1.0
+        for _ in range(3):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if self._connection is None:
+                self._next_connect = 0.0
+                self._try_connect(max(0.01, min(CONNECT_TIMEOUT, remaining)))
+                if self._connection is None:
+                    return
+            if self._flush_once(deadline):
+                return
+
+    def _flush_once(self, deadline: float) -> bool:
+        """One attempt at the final flush; False when the connection broke on the way."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return True
+            self._pump(remaining, include_control=False)
+            if self._connection is None:
+                return False
+            if not self._deferred:
+                break
+            time.sleep(0.01)  # device copies still in flight
+        # The last heartbeat carries the final drop count; the last message (``exit``) ends the stream.
+        self._note_stack_dump(max(0.01, deadline - time.monotonic()))
+        self._send_heartbeat(max(0.01, deadline - time.monotonic()))
+        self._pump(max(0.01, deadline - time.monotonic()))
+        if self._connection is None:
+            return False
+        if self._last_message is not None and not self._control:
+            return self._send(self._last_message, deadline)
+        return True
+
+    def _try_connect(self, timeout: float) -> None:
+        now = time.monotonic()
+        if now < self._next_connect:
+            return
+        try:
+            connection = Connection.open(self._address, timeout)
+        except (OSError, ValueError):
+            self._next_connect = now + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+            return
+        if not self._torch_version_known:
+            self._hello["torch"] = _torch_version()
+            self._torch_version_known = True
+        self._connection = connection
+        try:
+            connection.send(protocol.encode("hello", **self._hello), SEND_TIMEOUT)
+        except OSError:
+            self._disconnect()
+            self._next_connect = now + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+            return
+        self.connections += 1
+        self._backoff = BACKOFF_MIN
+        self._next_heartbeat = 0.0
+
+    def _disconnect(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                connection.close()
+            except OSError:
+                pass
+
+    def _pump(self, timeout: float, include_control: bool = True) -> None:
+        """Send, in order: batches left over from a broken connection, metrics, control messages."""
+        deadline = time.monotonic() + timeout
+        if self._unsent and not self._send_unsent(deadline):
+            return
+        items = self._drain_items()
+        for start in range(0, len(items), MAX_ITEMS_PER_MESSAGE):
+            chunk = items[start : start + MAX_ITEMS_PER_MESSAGE]
+            self._unsent.append(protocol.encode("metrics", rank=self._rank, items=chunk))
+        if self._unsent and not self._send_unsent(deadline):
+            return
+        control = self._control
+        while include_control and control and self._connection is not None:
+            if not self._send(control[0], deadline):
+                return
+            control.popleft()
+
+    def _send_unsent(self, deadline: float) -> bool:
+        while self._unsent:
+            if not self._send(self._unsent[0], deadline):
+                return False
+            self._unsent.popleft()
+        return True
+
+    def _send(self, payload: bytes, deadline: float) -> bool:
+        connection = self._connection
+        if connection is None:
+            return False
+        try:
+            connection.send(payload, max(0.01, deadline - time.monotonic()))
+        except OSError:
+            self._disconnect()
+            return False
+        return True
+
+    def _send_heartbeat(self, timeout: float) -> None:
+        payload = protocol.encode(
+            "heartbeat", rank=self._rank, t=time.time(), step=self._last_step, dropped=self.dropped
+        )
+        self._send(payload, time.monotonic() + timeout)
+
+    def _note_stack_dump(self, timeout: float = SEND_TIMEOUT) -> None:
+        """Tell the hub when the faulthandler file grew (a dump was written on ``STACK_SIGNAL``).
+
+        Sent directly, not queued, so that it precedes an ``exit`` already queued.
+        """
+        if self._stacks_path is None:
+            return
+        size = _file_size(self._stacks_path)
+        if size is not None and size != self._stacks_size:
+            self._stacks_size = size
+            payload = protocol.encode(
+                "stacks", rank=self._rank, t=time.time(), path=self._stacks_path
+            )
+            self._send(payload, time.monotonic() + timeout)
+
+    # -- records to protocol items ----------------------------------------------------
+
+    def _drain_items(self) -> list[list]:
+        records = self._deferred
+        self._deferred = []
+        records.extend(self._buffer.drain())
+        items: list[list] = []
+        for record in records:
+            try:
+                items.extend(self._items_of(record))
+            except _NotReady:
+                self._deferred.append(record)
+        overflow = len(self._deferred) - MAX_DEFERRED
+        if overflow > 0:
+            del self._deferred[:overflow]
+            self._lost += overflow
+        return items
+
+    def _items_of(self, record: tuple) -> list[list]:
+        kind, t, step = record[0], record[1], record[2]
+        if isinstance(step, Pending):
+            step = _read(step)
+        if type(step) is int and (self._last_step is None or step > self._last_step):
+            self._last_step = step
+        if kind == KIND_LOG:
+            values = record[3]
+            ready = {name: _read(value) for name, value in values.items()}
+            return [[t, step, name, value, protocol.SOURCE_LOG] for name, value in ready.items()]
+        if kind == KIND_STEP:
+            return _step_items(t, step, _read(record[3]), record[4], record[5], record[6])
+        return []
+
+
+def _step_items(t: float, step: int, loss, step_time, data_wait, samples) -> list[list]:
+    auto = protocol.SOURCE_AUTO
+    items = []
+    if loss is not None:
+        items.append([t, step, protocol.LOSS, loss, auto])
+    if step_time is not None:
+        items.append([t, step, protocol.STEP_TIME, step_time, auto])
+        if step_time > 0:
+            items.append([t, step, protocol.STEPS_PER_SECOND, 1.0 / step_time, auto])
+            if samples:
+                items.append([t, step, protocol.SAMPLES_PER_SECOND, samples / step_time, auto])
+    items.append([t, step, protocol.DATA_WAIT, data_wait, auto])
+    return items
+
+
+def _read(value: Any) -> Any:
+    """A plain number from a captured value.
+
+    Raises:
+        _NotReady: a device copy is still in flight.
+    """
+    if isinstance(value, Pending):
+        if not value.ready():
+            raise _NotReady
+        return value.value()
+    return value
+
+
+def _torch_version() -> str | None:
+    """torch's installed version, read from package metadata: importing torch costs seconds."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+    except ImportError:
+        return None
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
+    except Exception:
+        return None
+
+
+def _file_size(path: str | None) -> int | None:
+    if path is None:
+        return None
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return None
+
+
+def _warn(message: str) -> None:
+    """One line on stderr, never a traceback: the user's output stays readable."""
+    try:
+        sys.stderr.write(f"rankwatch: {message}\n")
+    except Exception:
+        pass

@@ -1,0 +1,137 @@
+"""One worker's telemetry session: everything the bootstrap turns on, and turns off at exit.
+
+Order matters and is fixed here:
+
+1. die with torchrun (PR_SET_PDEATHSIG);
+2. install the stack-dump handler, *before* ``hello`` (the runner only signals
+   ranks that said hello);
+3. activate ``rankwatch.log`` and start the reporter (which sends ``hello``);
+4. report exceptions that end other threads;
+5. arm the torch post-import hook for the zero-code instrumentation;
+6. in forked children (DataLoader workers), switch telemetry off: nobody drains
+   their copy of the queue and the hub socket belongs to the parent.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import rankwatch
+from rankwatch import _failures, _process, _stacks, _torch_hook
+from rankwatch import _protocol as protocol
+from rankwatch._buffer import RecordBuffer
+from rankwatch._environment import WorkerEnvironment
+from rankwatch._reporter import Reporter
+
+EXIT_FLUSH_TIMEOUT = 2.0
+"""Longest a worker's exit waits for the last telemetry to reach the hub."""
+
+
+class WorkerSession:
+    """Telemetry for one worker process, from ``start`` to ``finish``."""
+
+    def __init__(self, environment: WorkerEnvironment, reporter: Reporter, buffer: RecordBuffer):
+        self.environment = environment
+        self.reporter = reporter
+        self.buffer = buffer
+        self._pid = os.getpid()
+        self._finished = False
+
+    @classmethod
+    def start(cls, environment: WorkerEnvironment, argv: list[str]) -> WorkerSession:
+        """Turn telemetry on for this process (see the module docstring for the order)."""
+        _process.die_with_parent()
+        stacks_path = None
+        if environment.stacks_dir:
+            stacks_path = _stacks.install_stack_dumps(environment.stacks_dir, environment.rank)
+        buffer = RecordBuffer(environment.queue_limit)
+        reporter = Reporter(
+            environment.address,
+            hello_fields(environment, argv),
+            buffer,
+            environment.rank,
+            stacks_path,
+        )
+        session = cls(environment, reporter, buffer)
+        rankwatch._activate(buffer)
+        reporter.start()
+        _failures.install_thread_excepthook(session._report_thread_exception)
+        if environment.instrument:
+            _torch_hook.call_when_imported(session._instrument)
+        os.register_at_fork(after_in_child=session._after_fork_in_child)
+        return session
+
+    def report_exception(self, exc: BaseException, traceback_text: str, fatal: bool = True) -> None:
+        """Send an ``exception`` message for ``exc`` (the one ending the process when ``fatal``)."""
+        self.reporter.send(
+            "exception",
+            t=time.time(),
+            exc_type=type(exc).__name__,
+            message=str(exc),
+            traceback=traceback_text,
+            thread=threading.current_thread().name,
+            fatal=fatal,
+        )
+
+    def finish(self, code: int) -> None:
+        """Send ``exit`` and flush, waiting at most ``EXIT_FLUSH_TIMEOUT``; never raises."""
+        if self._finished or os.getpid() != self._pid:
+            return
+        self._finished = True
+        try:
+            farewell = protocol.encode("exit", rank=self.environment.rank, t=time.time(), code=code)
+            self.reporter.close(EXIT_FLUSH_TIMEOUT, last_message=farewell)
+        except Exception:
+            pass
+
+    def _report_thread_exception(self, args: threading.ExceptHookArgs) -> None:
+        text = "".join(
+            traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
+        )
+        self.reporter.send(
+            "exception",
+            t=time.time(),
+            exc_type=getattr(args.exc_type, "__name__", str(args.exc_type)),
+            message=str(args.exc_value),
+            traceback=text,
+            thread=args.thread.name if args.thread is not None else None,
+            fatal=False,
+        )
+
+    def _instrument(self, torch: Any) -> None:
+        try:
+            from rankwatch import _instrument
+
+            _instrument.install(torch, self.buffer, self.reporter, self.environment.hash_every)
+        except Exception as exc:  # never break the user's `import torch`
+            sys.stderr.write(f"rankwatch: instrumentation disabled ({type(exc).__name__}: {exc})\n")
+
+    def _after_fork_in_child(self) -> None:
+        rankwatch._activate(None)
+        self.buffer.disable()
+        self.reporter.forget_in_child()
+
+
+def hello_fields(environment: WorkerEnvironment, argv: list[str]) -> dict[str, Any]:
+    """The ``hello`` message's fields; ``torch`` is filled in by the reporter thread (metadata lookup)."""
+    return {
+        "token": environment.token,
+        "job": environment.job,
+        "rank": environment.rank,
+        "local_rank": environment.local_rank,
+        "node_rank": environment.node_rank,
+        "world_size": environment.world_size,
+        "local_world_size": environment.local_world_size,
+        "host": environment.host,
+        "pid": os.getpid(),
+        "python": sys.executable,
+        "python_version": "{}.{}.{}".format(*sys.version_info[:3]),
+        "torch": None,
+        "restart": environment.restart,
+        "argv": list(argv),
+    }

@@ -1,0 +1,193 @@
+"""The reporter thread: hello, rankwatch.log records, drops, reconnection and stack dumps.
+
+Real worker processes talk to a real socket server (``FakeHub``); none of these
+scripts imports torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from importlib.metadata import version
+
+import pytest
+from worker_harness import PYTHON, FakeHub, start_worker, worker_environment
+
+from rankwatch import _protocol as protocol
+from rankwatch._buffer import KIND_LOG, RecordBuffer
+from rankwatch._reporter import Reporter
+from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
+from rankwatch._values import Pending
+
+
+def _finish(process, timeout: float = 20.0) -> tuple[str, str]:
+    stdout, stderr = process.communicate(timeout=timeout)
+    assert process.returncode == 0, stderr
+    return stdout, stderr
+
+
+def test_hello_describes_the_worker_and_log_records_arrive():
+    with FakeHub() as hub:
+        environment = worker_environment(
+            hub.address, RANK="2", LOCAL_RANK="0", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2",
+            GROUP_RANK="1", TORCHELASTIC_RESTART_COUNT="3",
+        )  # fmt: skip
+        process = start_worker(["probe.py", "a"], environment)
+        _finish(process)
+        hub.wait_message("exit", rank=2)
+
+        hello = hub.messages("hello")[0]
+        assert {key: value for key, value in hello.items() if key not in ("_connection",)} == {
+            "type": "hello",
+            "v": protocol.VERSION,
+            "token": "secret-token",
+            "job": "job-under-test",
+            "rank": 2,
+            "local_rank": 0,
+            "node_rank": 1,
+            "world_size": 4,
+            "local_world_size": 2,
+            "host": "testhost",
+            "pid": process.pid,
+            "python": PYTHON,
+            "python_version": "{}.{}.{}".format(*sys.version_info[:3]),
+            "torch": version("torch"),
+            "restart": 3,
+            "argv": ["probe.py", "a"],
+        }
+        [item] = hub.metric_items(rank=2)
+        assert item[1:] == [0, "probe", 1.0, protocol.SOURCE_LOG]
+        assert abs(item[0] - time.time()) < 60
+        assert hub.messages()[-1]["type"] == "exit"
+        assert hub.bad_lines == []
+
+
+def test_queue_overflow_is_dropped_counted_and_reported_over_tcp():
+    count = 20000
+    with FakeHub(tcp=True) as hub:
+        environment = worker_environment(hub.address, RANKWATCH_QUEUE_LIMIT="100")
+        stdout, _ = _finish(start_worker(["flood.py", str(count)], environment))
+        hub.wait_message("exit")
+
+        assert stdout == f"logged {count}\n"
+        received = [item[3] for item in hub.metric_items() if item[2] == "value"]
+        dropped = hub.messages("heartbeat")[-1]["dropped"]
+        assert dropped > 0
+        assert len(received) + dropped == count
+        assert received == sorted(received)  # arrival keeps the logging order
+
+
+def test_reconnects_after_the_hub_appears_and_after_it_drops_the_connection(tmp_path):
+    # A short private folder from tests/conftest.py (Unix socket paths must stay short).
+    socket_path = os.path.join(os.environ["RANKWATCH_SOCKET_DIR"], "late-hub.sock")
+    go_file = tmp_path / "go"
+    process = start_worker(["bursts.py", str(go_file)], worker_environment(socket_path))
+    time.sleep(0.7)  # nobody listens yet: the worker backs off and retries
+    with FakeHub(path=socket_path) as hub:
+        hub.wait_for(lambda: len(hub.metric_items()) == 10)
+        hub.kick()
+        go_file.touch()
+        _finish(process)
+        hub.wait_message("exit")
+
+        assert len(hub.messages("hello")) == 2
+        values = [(item[1], item[3]) for item in hub.metric_items()]
+        assert values == [(step, 1.0) for step in range(10)] + [
+            (step, 2.0) for step in range(10, 20)
+        ]
+        assert hub.messages("heartbeat")[-1]["dropped"] == 0
+
+
+def test_stack_signal_dumps_every_thread_into_the_rank_file(tmp_path):
+    stop_file = tmp_path / "stop"
+    stacks = tmp_path / "stacks"
+    with FakeHub() as hub:
+        environment = worker_environment(hub.address, RANK="3", RANKWATCH_STACKS_DIR=str(stacks))
+        process = start_worker(["hang.py", str(stop_file)], environment)
+        hub.wait_message("hello", rank=3)
+        os.kill(process.pid, STACK_SIGNAL)
+        dump_file = stacks_file_path(str(stacks), 3)
+        hub.wait_for(lambda: "wait_here" in _read(dump_file))
+        notice = hub.wait_message("stacks", rank=3)
+        stop_file.touch()
+        _finish(process)
+
+        dump = _read(dump_file)
+        assert "Current thread" in dump or "Thread 0x" in dump
+        assert 'hang.py", line 10 in wait_here' in dump
+        assert "_reporter.py" in dump  # all threads, the reporter's included
+        assert notice["path"] == dump_file
+        assert STACK_SIGNAL == signal.SIGUSR2
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as dump:
+            return dump.read()
+    except FileNotFoundError:
+        return ""
+
+
+class _SlowCopy(Pending):
+    """A device copy that completes when the test says so."""
+
+    def __init__(self, value: float):
+        self.done = threading.Event()
+        self._value = value
+
+    def ready(self) -> bool:
+        return self.done.is_set()
+
+    def value(self) -> float:
+        return self._value
+
+
+def test_device_values_are_held_back_until_their_copy_is_done():
+    buffer = RecordBuffer(100)
+    copy = _SlowCopy(2.5)
+    with FakeHub() as hub:
+        reporter = Reporter(hub.address, {"rank": 0}, buffer, rank=0)
+        reporter.start()
+        try:
+            buffer.put((KIND_LOG, 1.0, 0, {"gpu_value": copy}))
+            buffer.put((KIND_LOG, 2.0, 1, {"cpu_value": 1.0}))
+            hub.wait_for(lambda: hub.metric_items())
+            time.sleep(0.2)
+            assert [item[2] for item in hub.metric_items()] == ["cpu_value"]
+            copy.done.set()
+            hub.wait_for(lambda: len(hub.metric_items()) == 2)
+            assert hub.metric_items()[1] == [1.0, 0, "gpu_value", 2.5, "log"]
+        finally:
+            assert reporter.close(2.0)
+
+
+@pytest.mark.parametrize("address", ["tcp://localhost", "tcp://host:port"])
+def test_malformed_tcp_address_only_disables_sending(address):
+    buffer = RecordBuffer(10)
+    reporter = Reporter(address, {"rank": 0}, buffer, rank=0)
+    reporter.start()
+    buffer.put((KIND_LOG, 1.0, 0, {"value": 1.0}))
+    started = time.monotonic()
+    assert reporter.close(2.0)
+    assert time.monotonic() - started < 2.5
+
+
+def test_exit_is_bounded_when_the_hub_stops_reading(tmp_path):
+    """A hub that accepts nothing and reads nothing must not delay the worker's exit past ~2 s."""
+    socket_path = str(tmp_path / "stalled.sock")
+    stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stalled.bind(socket_path)
+    stalled.listen(1)  # connections queue up, nothing is ever read
+    try:
+        started = time.monotonic()
+        stdout, _ = _finish(start_worker(["flood.py", "200000"], worker_environment(socket_path)))
+        elapsed = time.monotonic() - started
+    finally:
+        stalled.close()
+
+    assert stdout == "logged 200000\n"
+    assert elapsed < 4.5

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from runner.diagnosis.report import format_diagnostics
 from runner.state import RankState
 
 STATE_STYLE = {
@@ -20,7 +21,7 @@ STATE_STYLE = {
     RankState.LOST.value: "red",
 }
 PLAIN_STATUS_SECONDS = 30.0
-NOTABLE_EVENTS = {"rank_failed", "stalled", "straggler", "divergence", "node_lost", "warning", "refused",
+NOTABLE_EVENTS = {"rank_failed", "stalled", "resumed", "straggler", "divergence", "node_lost", "warning", "refused",
                   "stopping", "connection_lost", "stacks"}
 
 
@@ -109,17 +110,20 @@ class TerminalView:
             self._on_update(message)
         elif kind == "bye":
             self.ended = True
+            if self._live is None and self.status_every:
+                self.print_status(final=True)  # plain mode: every rank's last state, once
         if self._live is not None:
             self._live.update(self._table())
         elif self.status_every and time.monotonic() - self._last_status >= self.status_every and not self.ended:
             self._last_status = time.monotonic()
             self.print_status()
 
-    def print_status(self) -> None:
-        """Plain mode's stand-in for the live table: one line per running rank."""
+    def print_status(self, final: bool = False) -> None:
+        """Plain mode's stand-in for the live table: one line per running rank (``final``:
+        every rank that made progress, whatever its state)."""
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
-            if RankState(row.get("state", "waiting")).finished or row.get("step") is None:
+            if row.get("step") is None or (not final and RankState(row.get("state", "waiting")).finished):
                 continue
             usage = (f"cpu {_fmt(row.get('cpu_percent'), '{:.0f}')}%, rss {format_bytes(row.get('rss_bytes'))}"
                      if self.cpu_mode else
@@ -210,9 +214,12 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
             out.write(f"  exception:     {first['exception_line']}\n")
         traceback = (first.get("traceback") or "").strip().splitlines()
         if traceback:
-            out.write("  traceback (last lines):\n")
+            source = first.get("traceback_source")
+            out.write(f"  traceback (last lines{', from ' + source if source and source != 'bootstrap' else ''}):\n")
             for line in traceback[-6:]:
                 out.write(f"    {line}\n")
+        if first.get("kernel_log"):
+            out.write(f"  kernel log:    {first['kernel_log']}\n")
     others = summary.get("other_failures") or []
     if others:
         described = []
@@ -220,6 +227,8 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
             what = other.get("signal") or (f"exit {other['exit_code']}" if other.get("exit_code") is not None else other.get("evidence"))
             described.append(f"rank {other['rank']} ({what})")
         out.write(f"  then:          {', '.join(described)}{' ...' if len(others) > 8 else ''}\n")
+    for line in format_diagnostics(summary.get("diagnostics"), run.get("id")):
+        out.write(line + "\n")
     for hint in summary.get("hints") or []:
         out.write(f"  hint: {hint['cause']}\n        -> {hint['advice']}\n")
     if run.get("id") is not None:

@@ -1,0 +1,271 @@
+"""``python -m runner agent``: one node of a multi-node job, started by the head over ssh.
+
+The head runner runs this on every remote node, in the interpreter the job uses
+there, and writes one launch message to its stdin (``launch_message``). The agent
+then:
+
+1. connects to the head over TCP and says ``agent_hello`` with the job's token;
+2. opens a relay (``relay.WorkerRelay``) on a Unix socket in the user's private
+   folder, for its workers' telemetry, with a token of its own;
+3. starts torchrun for its node (``TorchrunSupervisor``, as the runner does on a
+   single machine: own session, parent-death signal, every process carrying the
+   job marker) and forwards torchrun's per-rank lines as ``log`` messages tagged
+   with its host, its workers' messages, and their CPU and memory;
+4. ends with ``node_exit`` and torchrun's exit status as its own.
+
+It stops its workers (SIGTERM, SIGKILL after the grace period, every process with
+the job marker on this node) when the head asks (a ``stop`` line on stdin), on
+SIGTERM/SIGINT/SIGHUP, and when the head is gone: its stdin ends (the ssh session
+died with the head) or its TCP connection drops. No worker outlives its head.
+
+Errors are one line on stderr, which the head shows as the node's own output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rankwatch._protocol import MAX_LINE_BYTES
+from runner import paths
+from runner.launch.output import OutputLine
+from runner.launch.supervisor import TorchrunSupervisor
+from runner.remote.head_link import HeadLink
+from runner.remote.launch_message import LaunchMessage, LaunchMessageError, decode_control, localise
+from runner.remote.node_info import DISTRIBUTION, installed_version
+from runner.remote.relay import WorkerRelay
+from runner.sampling.samplers import ProcessSampler
+
+LAUNCH_READ_TIMEOUT_SECONDS = 30.0
+HEAD_CONNECT_TIMEOUT_SECONDS = 15.0
+DRAIN_SECONDS = 3.0
+"""After torchrun exits: how long workers may take to finish sending."""
+FORCE_KILL_MARGIN_SECONDS = 10.0
+
+EXIT_BAD_LAUNCH = 2
+EXIT_NO_HEAD = 3
+EXIT_NOT_STARTED = 127
+
+
+def say(text: str) -> None:
+    """One line on stderr (the head shows it); quiet once the ssh session is gone."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"rankwatch agent: {text}", file=sys.stderr, flush=True)
+
+
+class StdinLines:
+    """Lines from a file descriptor, read with ``os.read``.
+
+    Not ``sys.stdin``: a daemon thread blocked inside a buffered reader at exit
+    makes the interpreter abort; a blocked ``os.read`` holds no such lock.
+    """
+
+    def __init__(self, fd: int = 0):
+        self.fd = fd
+        self._buffer = b""
+
+    def readline(self, timeout: float | None = None) -> bytes:
+        """The next line with its newline; ``b""`` at end of input.
+
+        Raises:
+            TimeoutError: nothing complete arrived within ``timeout`` seconds.
+            LaunchMessageError: a line longer than the protocol allows.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > MAX_LINE_BYTES:
+                raise LaunchMessageError("a line on stdin is longer than the protocol allows")
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not select.select([self.fd], [], [], remaining)[0]:
+                    raise TimeoutError
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                line, self._buffer = self._buffer, b""
+                return line
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line + b"\n"
+
+
+class Agent:
+    def __init__(self, launch: LaunchMessage, stdin: StdinLines):
+        self.launch = launch
+        self.stdin = stdin
+        self.link: HeadLink | None = None
+        self.relay: WorkerRelay | None = None
+        self.supervisor: TorchrunSupervisor | None = None
+        self.stop_reason: str | None = None
+        self._stop = asyncio.Event()
+        self._force = asyncio.Event()
+        self._signals = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- stopping ----------------------------------------------------------------------
+
+    def request_stop(self, force: bool, reason: str) -> None:
+        """Stop the node's workers: SIGTERM, SIGKILL after the grace period (``force``: at once)."""
+        if force:
+            self._force.set()
+        self.stop_reason = self.stop_reason or reason
+        self._stop.set()
+
+    def _on_signal(self, number: int) -> None:
+        """SIGTERM, SIGINT or SIGHUP: stop; a second one means now (as for the runner)."""
+        self._signals += 1
+        self.request_stop(self._signals > 1, signal.Signals(number).name)
+
+    def _read_controls(self) -> None:
+        """Thread: stop lines from the head; end of stdin means the head is gone."""
+        while True:
+            try:
+                line = self.stdin.readline()
+            except (OSError, LaunchMessageError):
+                line = b""
+            if not line:
+                self._call_in_loop(self.request_stop, False, "the ssh session to the head runner ended")
+                return
+            message = decode_control(line)
+            if message is not None:
+                self._call_in_loop(self.request_stop, bool(message.get("force")), "the head runner asked to stop")
+
+    def _call_in_loop(self, function: Callable, *args) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is already closed: we are exiting anyway
+            self._loop.call_soon_threadsafe(function, *args)
+
+    def _install_signal_handlers(self) -> None:
+        for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self._loop.add_signal_handler(number, self._on_signal, number)
+
+    async def _watch_head(self) -> None:
+        reason = await self.link.wait_closed_by_head()
+        self.request_stop(False, reason)
+
+    # ---- forwarding --------------------------------------------------------------------
+
+    def _on_lines(self, lines: list[OutputLine]) -> None:
+        for line in lines:
+            rank = line.rank
+            if rank is not None and line.local_rank_only:
+                rank = self.relay.local_ranks.get(rank, rank)
+            self.link.post({"type": "log", "node_rank": self.launch.node_rank, "rank": rank, "t": line.t,
+                            "stream": line.stream, "line": line.text, "node": self.launch.host})
+
+    def _on_process_rows(self, rows: list[tuple]) -> None:
+        self.link.post({"type": "process_samples", "node_rank": self.launch.node_rank,
+                        "rows": [list(row) for row in rows]})
+
+    def _launcher_line(self, text: str) -> None:
+        """A line of the agent's own, shown with torchrun's lines for this node."""
+        self.link.post({"type": "log", "node_rank": self.launch.node_rank, "rank": None, "t": time.time(),
+                        "stream": "stderr", "line": f"rankwatch agent: {text}", "node": self.launch.host})
+
+    # ---- the run -----------------------------------------------------------------------
+
+    async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        launch = self.launch
+        hello = {"token": launch.token, "job": launch.job, "node_rank": launch.node_rank, "host": launch.host,
+                 "pid": os.getpid(), "version": installed_version(DISTRIBUTION),
+                 "torch": installed_version("torch")}
+        try:
+            self.link = await HeadLink.open(launch.head_host, launch.head_port, hello, HEAD_CONNECT_TIMEOUT_SECONDS)
+        except (OSError, asyncio.TimeoutError) as error:
+            detail = "timed out" if isinstance(error, asyncio.TimeoutError) else (error.strerror or str(error))
+            say(f"cannot connect to the head runner at {launch.head_host}:{launch.head_port} ({detail}); "
+                "this node must reach the head machine on that address")
+            return EXIT_NO_HEAD
+        local_token = secrets.token_urlsafe(32)
+        self.relay = WorkerRelay(local_token, self.link.send)
+        try:
+            socket_path = paths.socket_dir() / f"agent-{launch.job[:12]}-{launch.node_rank}.sock"
+            workspace = paths.private_dir(workspace_of(launch.job, launch.node_rank))
+            (workspace / "stacks").mkdir(exist_ok=True)
+            await self.relay.serve(socket_path)
+        except OSError as error:  # a folder of someone else's, a socket path too long, a full disk
+            message = f"cannot prepare the node: {error}"
+            say(message)
+            self._launcher_line(message)
+            return await self._report_end(EXIT_NOT_STARTED)
+        command = localise(launch, socket=str(socket_path), token=local_token,
+                           log_dir=str(workspace / "torchrun"), stacks_dir=str(workspace / "stacks"))
+        self.supervisor = TorchrunSupervisor(command, launch.job, self._on_lines)
+        self._install_signal_handlers()
+        threading.Thread(target=self._read_controls, name="rankwatch-agent-stdin", daemon=True).start()
+        head_watch = asyncio.create_task(self._watch_head(), name="agent-head-watch")
+        sampler = ProcessSampler(launch.sample_interval, pids=lambda: self.relay.pids,
+                                 emit=lambda rows: self._call_in_loop(self._on_process_rows, rows))
+        try:
+            code = await self._run_torchrun(sampler)
+        finally:
+            sampler.stop()
+            self.relay.close()
+            socket_path.unlink(missing_ok=True)
+        head_watch.cancel()
+        return await self._report_end(code)
+
+    async def _report_end(self, code: int) -> int:
+        """``node_exit`` (the last message: everything before it has been forwarded), then close."""
+        await self.link.send({"type": "node_exit", "node_rank": self.launch.node_rank, "t": time.time(),
+                              "code": code, "reason": self.stop_reason,
+                              "dropped": self.link.dropped + self.relay.dropped_lines})
+        await self.link.close()
+        return code
+
+    async def _run_torchrun(self, sampler: ProcessSampler) -> int:
+        if self._stop.is_set():  # stopped before torchrun even started
+            return EXIT_NOT_STARTED
+        try:
+            await self.supervisor.start()
+        except OSError as error:
+            message = f"cannot start torchrun on {self.launch.host}: {error.strerror or error}"
+            say(message)
+            self._launcher_line(message)
+            return EXIT_NOT_STARTED
+        sampler.start()
+        exited = asyncio.create_task(self.supervisor.wait(), name="agent-torchrun")
+        stop = asyncio.create_task(self._stop.wait(), name="agent-stop")
+        await asyncio.wait({exited, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not exited.done():
+            self._launcher_line(f"stopping the workers on {self.launch.host}: {self.stop_reason}")
+            escalate = asyncio.create_task(self._kill_on_force())
+            await self.supervisor.stop(self.launch.grace, force=self._force.is_set())
+            escalate.cancel()
+        else:
+            stop.cancel()
+        code = await exited
+        await self.relay.drain(DRAIN_SECONDS)
+        return code
+
+    async def _kill_on_force(self) -> None:
+        await self._force.wait()
+        await self.supervisor.stop(0.0, force=True)
+
+
+def main() -> int:
+    """Read the launch message, run the node, return torchrun's exit status."""
+    stdin = StdinLines(0)
+    try:
+        launch = LaunchMessage.decode(stdin.readline(timeout=LAUNCH_READ_TIMEOUT_SECONDS))
+    except TimeoutError:
+        say(f"no launch message on stdin within {LAUNCH_READ_TIMEOUT_SECONDS:.0f} s "
+            "(the head runner starts this over ssh; it is not meant to be run by hand)")
+        return EXIT_BAD_LAUNCH
+    except (LaunchMessageError, OSError) as error:
+        say(str(error))
+        return EXIT_BAD_LAUNCH
+    return asyncio.run(Agent(launch, stdin).run())
+
+
+def workspace_of(job: str, node_rank: int) -> Path:
+    """Where an agent keeps torchrun's log files and stack dumps on its node."""
+    return paths.data_dir() / "nodes" / f"{job}-{node_rank}"

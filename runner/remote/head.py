@@ -1,0 +1,140 @@
+"""The head runner's side of a multi-node job: the agents' listener, their nodes, and
+what the hub hears about them.
+
+``Job`` owns one ``RemoteNodes`` for a multi-node launch. It opens the hub's TCP
+listener on the address the nodes need (``addresses``), creates a ``RemoteNode``
+for each remote node with the launch message its agent will get, and routes the
+hub's agent events (connected, ``node_exit``, connection closed) to the right
+node. When a node is lost it records that where everyone looks (the node's state
+and the time, a ``node_lost`` event, its ranks LOST) and tells the job, which
+stops the other nodes: with a node gone, their collectives can only hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from runner.hub.hub import Hub
+from runner.launch.command import RendezvousPlan, RunnerContext, build_node_command
+from runner.launch.output import OutputLine
+from runner.remote.addresses import HeadAddressError, agent_addresses
+from runner.remote.launch_message import LaunchMessage, context_for_agent
+from runner.remote.remote_node import RemoteNode
+from runner.remote.ssh import SshOptionsError
+from runner.spec.parse import parse_host_port
+from runner.spec.resolve import ResolvedLaunch, ResolvedNode
+from runner.state import NodeState, RankState
+
+
+class RemoteNodes:
+    def __init__(self, hub: Hub, job_key: str, token: str, on_lost: Callable[[str], None]):
+        self.hub = hub
+        self.job_key = job_key
+        self.token = token
+        self.on_lost = on_lost
+        """Called with a reason when a node is lost (the job then stops the others)."""
+        self.nodes: dict[int, RemoteNode] = {}
+        self.addresses: dict[int, str] = {}
+        """node rank -> the head's address its agent connects to."""
+        self.port: int | None = None
+        self.error: str | None = None
+        """Why agents cannot connect (no listener); creating a node then fails with it."""
+
+    async def listen(self, launch: ResolvedLaunch, plan: RendezvousPlan) -> None:
+        """Open the hub's TCP listener for the agents; never raises (see ``error``)."""
+        self.hub.agent_hooks.append(self._on_agent)
+        self.hub.message_hooks.append(self._on_message)
+        try:
+            self.addresses = agent_addresses(launch)
+        except HeadAddressError as error:
+            self.error = str(error)
+            return
+        avoid = parse_host_port(plan.endpoint)[1] if plan.endpoint else plan.master_port
+        distinct = list(dict.fromkeys(self.addresses.values()))
+        try:
+            for address in distinct:
+                self.port = await self.hub.serve_tcp(address, self.port or _free_port(address, avoid))
+        except OSError as error:
+            self.error = f"cannot listen for the nodes' agents on {address}: {error.strerror or error}"
+            return
+        where = ", ".join(f"{_bracketed(address)}:{self.port}" for address in distinct)
+        self.hub.add_event("agents_listening", None, f"listening for node agents on {where} (token required)",
+                           addresses=distinct, port=self.port)
+
+    def create(self, launch: ResolvedLaunch, node: ResolvedNode, plan: RendezvousPlan, context: RunnerContext,
+               on_lines: Callable[[ResolvedNode, list[OutputLine]], None], grace: float) -> RemoteNode:
+        """The handle for ``node``, its launch message built from the job's own command.
+
+        Raises:
+            OSError: the head cannot listen for agents, or ``RANKWATCH_SSH_OPTIONS`` is malformed.
+        """
+        if self.error is not None or self.port is None:
+            raise OSError(self.error or "not listening for the nodes' agents")
+        command = build_node_command(launch, node, plan, context_for_agent(context))
+        message = LaunchMessage(
+            token=self.token, head_host=self.addresses[node.node_rank], head_port=self.port, job=self.job_key,
+            run=context.run_id, node_rank=node.node_rank, host=node.host, argv=command.argv, env=command.env,
+            cwd=command.cwd, grace=grace, sample_interval=launch.spec.telemetry.sample_interval)
+        try:
+            handle = RemoteNode(node, message, on_lines=on_lines, on_lost=self._node_lost)
+        except SshOptionsError as error:
+            raise OSError(str(error)) from None
+        self.nodes[node.node_rank] = handle
+        return handle
+
+    # ---- hub events ------------------------------------------------------------------------
+
+    def _on_agent(self, event: str, node_rank: int | None) -> None:
+        handle = self.nodes.get(node_rank) if node_rank is not None else None
+        if handle is None:
+            return
+        if event == "connected":
+            handle.on_agent_connected()
+        elif event == "closed":
+            handle.on_agent_closed()
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        if message.get("type") != "node_exit":
+            return
+        handle = self.nodes.get(message.get("node_rank"))
+        if handle is None:
+            return
+        handle.on_node_exit(message)
+        reason = message.get("reason")
+        if reason and not handle.stopping:  # the agent stopped its workers on its own: say why
+            self.hub.add_event("warning", None, f"node {handle.node.node_rank} ({handle.node.host}): "
+                                                f"its agent stopped the workers: {reason}")
+
+    def _node_lost(self, handle: RemoteNode) -> None:
+        node = handle.node
+        when = time.strftime("%H:%M:%S", time.localtime(handle.lost_at))
+        message = f"node {node.node_rank} ({node.host}) was lost at {when}: {handle.lost_reason}"
+        asyncio.get_running_loop().create_task(
+            self.hub.update_node(node.node_rank, node.host, NodeState.LOST.value, detail=message))
+        self.hub.add_event("node_lost", None, message, t=handle.lost_at, node_rank=node.node_rank, host=node.host,
+                           reason=handle.lost_reason)
+        for row in list(self.hub.model.ranks.values()):
+            if row.node_rank == node.node_rank and not RankState(row.state).finished:
+                self.hub.model.on_exit(row.rank, row.exit_code, RankState.LOST)
+                if self.hub.on_worker_lost is not None:  # failure triage: these ranks ended then
+                    self.hub.on_worker_lost(row.rank, handle.lost_at)
+        self.on_lost(message)
+
+
+def _free_port(address: str, avoid: int | None) -> int:
+    """A free port on ``address`` other than ``avoid`` (the rendezvous port, not bound yet)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    while True:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((address, 0))
+            port = probe.getsockname()[1]
+        if port != avoid:
+            return port
+
+
+def _bracketed(address: str) -> str:
+    return f"[{address}]" if ":" in address else address

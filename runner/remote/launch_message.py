@@ -1,0 +1,148 @@
+"""What the head runner tells an agent, over ssh's stdin.
+
+The first line on the agent's stdin is one ``launch`` message; every later line
+is a control message; end of stdin means the head is gone (it was killed, or the
+ssh session died), and the agent then stops its workers. Same framing as the
+wire protocol (``rankwatch._protocol``: one JSON object per line, ``type`` and
+``v``)::
+
+    launch  token, head_host, head_port, job, run, node_rank, host, argv, env, cwd,
+            grace, sample_interval
+    stop    force: bool      (graceful: SIGTERM, SIGKILL after ``grace``; force: now)
+
+Why stdin: the job's token must reach the node without showing up in an argv
+(every user sees those in ``ps``) or in a file someone else could read. ssh's
+stdin is private to its two ends and encrypted in between.
+
+The head builds the node's torchrun command exactly as for a local node
+(``build_node_command`` with the job's ``RunnerContext``) except for what only
+the node knows: where its workers' socket is, their token, and its folders for
+torchrun's log files and stack dumps. The agent fills those in (``localise``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from rankwatch import _protocol as protocol
+from runner.launch.command import BOOTSTRAP_MODULE, NodeCommand, RunnerContext
+
+LAUNCH = "launch"
+STOP = "stop"
+CONTROL_TYPES = protocol.AGENT_CONTROL_TYPES
+LOG_DIR_FLAG = "--log-dir="
+NODE_LOCAL_VARIABLES = ("RANKWATCH_SOCKET", "RANKWATCH_TOKEN", "RANKWATCH_STACKS_DIR")
+"""Set by the agent on the node; the head leaves them empty."""
+
+
+class LaunchMessageError(ValueError):
+    """The agent's stdin did not start with a valid launch message (the message says why)."""
+
+
+@dataclass(frozen=True)
+class LaunchMessage:
+    token: str
+    """The job's token: the agent presents it to the head (never sent to workers)."""
+    head_host: str
+    head_port: int
+    job: str
+    """The job key, also the marker every process of the job carries."""
+    run: int | None
+    node_rank: int
+    host: str
+    """How logs name this node (the host as the spec gives it)."""
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+    grace: float = 5.0
+    """Seconds between SIGTERM and SIGKILL when stopping."""
+    sample_interval: float = 1.0
+    """Seconds between samples of the workers' CPU and memory."""
+
+    def encode(self) -> bytes:
+        fields = asdict(self)
+        fields["argv"] = list(self.argv)
+        return protocol.encode(LAUNCH, **fields)
+
+    @classmethod
+    def decode(cls, line: bytes) -> LaunchMessage:
+        """Parse the first stdin line.
+
+        Raises:
+            LaunchMessageError: not a launch message, or a field is missing or of the wrong type.
+        """
+        if not line.strip():
+            raise LaunchMessageError("no launch message on stdin (run by the head runner over ssh, not by hand)")
+        try:
+            message = protocol.decode(line, allowed=CONTROL_TYPES)
+        except protocol.ProtocolError as error:
+            raise LaunchMessageError(f"the launch message is not valid ({error})") from None
+        if message["type"] != LAUNCH:
+            raise LaunchMessageError(f"expected a launch message first, got {message['type']!r}")
+        expected: dict[str, Any] = {
+            "token": str, "head_host": str, "head_port": int, "job": str, "node_rank": int, "host": str,
+            "argv": list, "env": dict, "cwd": str}
+        for name, kind in expected.items():
+            if not isinstance(message.get(name), kind) or isinstance(message.get(name), bool):
+                raise LaunchMessageError(f"the launch message has no valid {name!r}")
+        if not message["argv"] or not all(isinstance(word, str) for word in message["argv"]):
+            raise LaunchMessageError("the launch message has an empty or non-text argv")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in message["env"].items()):
+            raise LaunchMessageError("the launch message's env must map text to text")
+        return cls(token=message["token"], head_host=message["head_host"], head_port=message["head_port"],
+                   job=message["job"], run=message.get("run") if isinstance(message.get("run"), int) else None,
+                   node_rank=message["node_rank"], host=message["host"], argv=tuple(message["argv"]),
+                   env=dict(message["env"]), cwd=message["cwd"],
+                   grace=_positive(message.get("grace"), 5.0),
+                   sample_interval=_positive(message.get("sample_interval"), 1.0))
+
+
+def stop_line(force: bool) -> bytes:
+    return protocol.encode(STOP, force=bool(force))
+
+
+def decode_control(line: bytes) -> dict[str, Any] | None:
+    """A control line after the launch message; ``None`` for anything else (ignored)."""
+    try:
+        message = protocol.decode(line, allowed=CONTROL_TYPES)
+    except protocol.ProtocolError:
+        return None
+    return message if message["type"] == STOP else None
+
+
+def context_for_agent(context: RunnerContext) -> RunnerContext:
+    """The job's context with the node-local parts (socket, token, folders) left empty
+    for the agent; the head's own token never goes into a remote command."""
+    return replace(context, socket="", token="", log_dir="", stacks_dir="")
+
+
+def localise(message: LaunchMessage, socket: str, token: str, log_dir: str, stacks_dir: str) -> NodeCommand:
+    """The node's command with its own socket, worker token and folders filled in.
+
+    Only ``--log-dir=`` among torchrun's own flags (before the bootstrap module) is
+    replaced, so a script argument that happens to look the same is left alone.
+    """
+    argv = list(message.argv)
+    script_start = _index_of_bootstrap(argv)
+    for index, word in enumerate(argv[:script_start]):
+        if word.startswith(LOG_DIR_FLAG):
+            argv[index] = LOG_DIR_FLAG + log_dir
+            break
+    env = dict(message.env)
+    env.update({"RANKWATCH_SOCKET": socket, "RANKWATCH_TOKEN": token, "RANKWATCH_STACKS_DIR": stacks_dir,
+                "RANKWATCH_JOB": message.job})
+    return NodeCommand(node=None, argv=tuple(argv), env=env, cwd=message.cwd)  # no ResolvedNode on the node
+
+
+def _index_of_bootstrap(argv: list[str]) -> int:
+    for index in range(len(argv) - 1):
+        if argv[index] == "-m" and argv[index + 1] == BOOTSTRAP_MODULE:
+            return index
+    return len(argv)
+
+
+def _positive(value: Any, default: float) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return default

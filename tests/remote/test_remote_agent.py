@@ -1,0 +1,136 @@
+"""The agent on its own (no ssh, no torch): a fake head on TCP, a fake torchrun+worker.
+
+What it forwards and how it tags it, and that it stops its node's processes when the
+head goes away by each route (stdin ends, the TCP connection drops) or asks it to.
+Here no sentinel of a head runner is around to clean up, so these tests show the
+agent's own cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from runner import paths
+from runner.remote.launch_message import LaunchMessage, stop_line
+from tests.jobs import SCRIPTS, processes_with_marker, wait_for
+
+
+class FakeHead:
+    """A TCP listener in place of the head runner: keeps every message one agent sends."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.messages: list[dict] = []
+        self.connection: socket.socket | None = None
+        self.closed_by_agent = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.connection, _ = self.server.accept()
+        buffer = b""
+        while True:
+            try:
+                chunk = self.connection.recv(65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            self.messages.extend(json.loads(line) for line in lines if line.strip())
+        self.closed_by_agent.set()
+
+    def of_type(self, kind: str) -> list[dict]:
+        return [m for m in list(self.messages) if m["type"] == kind]
+
+    def drop(self) -> None:
+        """The head vanishes: its end of the connection closes."""
+        self.connection.shutdown(socket.SHUT_RDWR)
+        self.connection.close()
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def start_agent(head: FakeHead, job: str, mode: str, workdir) -> subprocess.Popen:
+    env = dict(os.environ, RANKWATCH_JOB=job)  # as the head's remote command sets it
+    agent = subprocess.Popen([sys.executable, "-m", "runner", "agent"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    launch = LaunchMessage(
+        token="the-job-token", head_host="127.0.0.1", head_port=head.port, job=job, run=7, node_rank=1,
+        host="node-b", argv=(sys.executable, str(SCRIPTS / "remote_fake_node.py"), mode),
+        env={"RANKWATCH_NODE_RANK": "1", "RANKWATCH_NODE_HOST": "node-b"}, cwd=str(workdir), grace=2.0,
+        sample_interval=0.25)
+    agent.stdin.write(launch.encode())
+    agent.stdin.flush()
+    return agent
+
+
+@pytest.fixture
+def head():
+    fake = FakeHead()
+    yield fake
+    fake.close()
+
+
+def test_agent_forwards_tagged_messages_reports_a_lost_worker_and_exits_with_torchruns_status(head, tmp_path):
+    job = "agenttest" + os.urandom(4).hex()
+    agent = start_agent(head, job, "exit", tmp_path)
+    agent.wait(timeout=30)  # stdin stays open, as an ssh session to a live head would
+    assert agent.returncode == 3, agent.stderr.read()
+    assert head.closed_by_agent.wait(5)
+    kinds = [m["type"] for m in head.messages]
+    assert kinds[0] == "agent_hello" and kinds[-1] == "node_exit"
+    hello = head.messages[0]
+    assert hello["token"] == "the-job-token" and hello["node_rank"] == 1 and hello["job"] == job
+    [worker_hello] = head.of_type("hello")
+    assert worker_hello["rank"] == 0 and "token" not in worker_hello  # the agent's own token stays there
+    [metrics] = head.of_type("metrics")
+    assert metrics["rank"] == 0 and metrics["items"][0][2:4] == ["loss", 0.5]
+    lines = [m for m in head.of_type("log") if m["rank"] == 0]
+    assert [(m["line"], m["node"], m["node_rank"]) for m in lines] == [("hello from the fake worker", "node-b", 1)]
+    assert [m["rank"] for m in head.of_type("worker_lost")] == [0]  # it died without its exit message
+    assert head.messages[-1]["code"] == 3 and head.messages[-1]["node_rank"] == 1
+    assert processes_with_marker(job) == []
+
+
+@pytest.mark.parametrize("how", ["stdin ends", "tcp drops", "stop line"])
+def test_agent_stops_its_workers_when_the_head_goes_away_or_asks(head, tmp_path, how):
+    job = "agenttest" + os.urandom(4).hex()
+    agent = start_agent(head, job, "forever", tmp_path)
+    wait_for(lambda: head.of_type("hello"), 20, what="the fake worker's hello")
+    worker_pid = head.of_type("hello")[0]["pid"]
+    assert worker_pid in [p.pid for p in processes_with_marker(job)]
+
+    socket_path = paths.socket_dir() / f"agent-{job[:12]}-1.sock"
+    with socket.socket(socket.AF_UNIX) as intruder:  # the relay wants the agent's token too
+        intruder.connect(str(socket_path))
+        intruder.sendall(b'{"type":"hello","v":1,"token":"guess","rank":5}\n')
+        assert b"wrong or missing token" in intruder.recv(1000)
+        assert intruder.recv(1000) == b""
+
+    started = time.monotonic()
+    if how == "stdin ends":
+        agent.stdin.close()
+    elif how == "tcp drops":
+        head.drop()
+    else:
+        agent.stdin.write(stop_line(force=False))
+        agent.stdin.flush()
+    agent.wait(timeout=20)
+    assert time.monotonic() - started < 10  # SIGTERM is enough for this worker: no grace period wasted
+    assert processes_with_marker(job) == []
+    assert all(m.get("rank") != 5 for m in head.of_type("hello"))
+    if how != "tcp drops":
+        [node_exit] = head.of_type("node_exit")
+        expected = "ssh session" if how == "stdin ends" else "asked to stop"
+        assert expected in node_exit["reason"]

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import paths
+from runner.diagnosis.monitors import start_monitors
 from runner.diagnosis.torchrun_report import merge_reports, parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage
 from runner.hub.hub import Hub
@@ -44,11 +45,14 @@ from runner.launch.command import (
 from runner.launch.nodes import LocalNode, NodeHandle
 from runner.launch.output import OutputLine
 from runner.launch.rendezvous import plan_rendezvous
+from runner.remote.addresses import remote_nodes
+from runner.remote.head import RemoteNodes
+from runner.remote.preflight import preflight_nodes
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import detect_machine
 from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage
 from runner.spec.check import check_launch
-from runner.spec.parse import SpecError, SpecErrors, spec_to_dict
+from runner.spec.parse import SpecErrors, spec_to_dict
 from runner.spec.profiles import Profile, dumps_spec
 from runner.spec.resolve import MachineFacts, ResolvedLaunch, ResolvedNode, resolve
 from runner.state import NodeState, RankState, RunStatus
@@ -82,6 +86,8 @@ def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_
     machine = machine or detect_machine()
     launch = resolve(profile.spec, machine, profile.base_dir)
     errors = check_launch(launch, machine, probe_interpreter=probe_interpreter)
+    if probe_interpreter:
+        errors += preflight_nodes(launch)  # remote nodes, over ssh: reachable, Rankwatch and torch there
     if errors:
         raise SpecErrors(errors)
     plan = plan_rendezvous(launch) if check_ports else RendezvousPlan(mode=launch.spec.rendezvous.mode)
@@ -124,6 +130,8 @@ class Job:
         self._force_requested = asyncio.Event()
         self._stop_reason: str | None = None
         self._samplers: list = []
+        self.remote: RemoteNodes | None = None
+        """Jobs with remote nodes: the agents' TCP listener and those nodes (``runner.remote``)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self.exit_code: int | None = None
 
@@ -210,7 +218,7 @@ class Job:
                 self.hub.add_event("warning", None, f"GPU sampling off: {report.describe_unavailable()}")
             return
         self.hub.add_gpu_samples(gpu_rows(report, time.time()))
-        for rank, (index, util, memory) in rank_gpu_usage(report, self.hub.model.pids()).items():
+        for rank, (index, util, memory) in rank_gpu_usage(report, self._local_pids()).items():
             self.hub.model.on_gpu_use(rank, index, util, memory)
 
     def _thread_safe(self, function: Callable) -> Callable:
@@ -236,9 +244,16 @@ class Job:
         (self.run_dir / "stacks").mkdir(parents=True, exist_ok=True)
         self.socket_path = paths.socket_dir() / f"{self.job_key[:16]}.sock"
         await self.hub.serve_unix(self.socket_path)
+        if remote_nodes(self.launch):
+            # A lost node fails the run: the others are stopped (their collectives could only
+            # hang), but the run is not "stopped on request".
+            self.remote = RemoteNodes(self.hub, self.job_key, self.token,
+                                      on_lost=lambda reason: self._loop.create_task(self._stop_nodes(force=False)))
+            await self.remote.listen(self.launch, self.prepared.plan)
         self.hub.on_stop_requested = lambda force: self.request_stop(force, reason="stop requested by a subscriber")
         self.hub.on_dump_stacks = self.dump_stacks
         self.hub.message_hooks.append(self._on_message)
+        self.hub.on_hello = self._on_message  # each rank's host for triage (a remote rank's is its node's)
         self.hub.log_hooks.append(self._on_log)
         self.hub.on_worker_lost = self._on_worker_lost
         self.hub.start()
@@ -263,13 +278,24 @@ class Job:
         return nodes
 
     def _create_remote_node(self, node: ResolvedNode) -> NodeHandle:
-        raise SpecErrors([SpecError(f"nodes[{node.node_rank}].host",
-                                    f"{node.host} is a remote node; launching over SSH is not available in this build")])
+        """Raises OSError when the head cannot listen for the node's agent."""
+        return self.remote.create(self.launch, node, self.prepared.plan, self.runner_context(),
+                                  on_lines=self._on_node_lines, grace=STOP_GRACE_SECONDS)
+
+    def _local_pids(self) -> dict[int, int]:
+        """rank -> pid for ranks on this machine: a remote rank's pid means nothing here
+        (its agent samples it there)."""
+        pids = self.hub.model.pids()
+        if self.remote is None:
+            return pids
+        local = {node.node_rank for node in self.launch.nodes if node.is_local}
+        ranks = self.hub.model.ranks
+        return {rank: pid for rank, pid in pids.items() if (ranks[rank].node_rank or 0) in local}
 
     def _start_samplers(self) -> None:
         interval = self.spec.telemetry.sample_interval
         self._samplers = [
-            ProcessSampler(interval, pids=self.hub.model.pids, emit=self._thread_safe(self._on_process_rows)),
+            ProcessSampler(interval, pids=self._local_pids, emit=self._thread_safe(self._on_process_rows)),
             GpuSampler(interval, emit=self._thread_safe(self._on_gpu_report)),
         ]
         for sampler in self._samplers:
@@ -281,7 +307,7 @@ class Job:
 
     def _start_monitors(self) -> None:
         """Diagnosis monitors that watch the live model (hangs, stragglers, consistency)."""
-        self.monitors = []
+        self.monitors = start_monitors(self.hub, self.launch, self.run_dir, self.triage_input)
 
     async def _watch(self) -> None:
         while True:
@@ -351,6 +377,8 @@ class Job:
 
     async def _wait_node(self, handle: NodeHandle) -> int:
         code = await handle.wait()
+        if getattr(handle, "lost_at", None) is not None:
+            return code  # a remote node that dropped out: already recorded LOST, with the time
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
         await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
                                    detail=f"torchrun exit status {code}")
@@ -383,6 +411,8 @@ class Job:
             if reported is not None and row.exit_code is None:
                 row.exit_code = reported.exit_code
             if state == RankState.EXITED and row.exit_code == 0:
+                continue
+            if state == RankState.LOST:  # its node dropped out (runner.remote)
                 continue
             if row.rank == first or (row.rank in failed_with_exception and not stopped):
                 new_state = RankState.FAILED

@@ -15,10 +15,18 @@ from typing import Any
 PROBE_TIMEOUT_SECONDS = 60
 
 PROBE_SCRIPT = r"""
-import json, platform, sys
+import json, os, platform, sys
 info = {"python": sys.executable, "python_version": platform.python_version(), "torch": None,
         "cuda_available": False, "cuda_version": None, "device_count": 0, "nccl_version": None,
         "backends": {}, "ok": True, "error": None}
+# For `rankwatch doctor`: the environment this interpreter lives in, and more of torch's build.
+info["environment"] = {"prefix": sys.prefix, "base_prefix": getattr(sys, "base_prefix", sys.prefix),
+                       "virtualenv": sys.prefix != getattr(sys, "base_prefix", sys.prefix),
+                       "conda": os.path.isdir(os.path.join(sys.prefix, "conda-meta")),
+                       "conda_env": os.environ.get("CONDA_DEFAULT_ENV")}
+info["torch_path"] = None
+info["cuda_built"] = None
+info["cudnn_version"] = None
 try:
     import torch
     import torch.distributed as dist
@@ -30,6 +38,12 @@ except Exception as exc:
 else:
     info["torch"] = torch.__version__
     info["cuda_version"] = torch.version.cuda
+    info["torch_path"] = os.path.dirname(torch.__file__)
+    try:
+        info["cuda_built"] = bool(torch.backends.cuda.is_built())
+        info["cudnn_version"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except Exception:
+        pass
     try:
         info["cuda_available"] = bool(torch.cuda.is_available())
         info["device_count"] = torch.cuda.device_count() if info["cuda_available"] else 0

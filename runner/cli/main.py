@@ -11,7 +11,8 @@ import argparse
 import os
 import sys
 
-from runner.cli import inspect_commands, profile_commands, run_command, run_history
+from runner.cli import inspect_commands, profile_commands, remote_commands, run_command, run_history
+from runner.cli.diagnose_commands import add_parsers as add_diagnose_parsers
 from runner.cli.spec_flags import add_spec_flags
 
 DESCRIPTION = """Launch and watch PyTorch distributed (torchrun) jobs.
@@ -48,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     profile_commands.add_parser(commands, add_spec_flags)
     run_history.add_parsers(commands)
     inspect_commands.add_parsers(commands)
+    add_diagnose_parsers(commands)  # doctor, stacks
+    remote_commands.add_parsers(commands)
     return parser
 
 

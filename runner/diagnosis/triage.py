@@ -5,25 +5,43 @@ usually fail too ("Connection closed by peer"), each printing a wall of errors.
 The root cause is the *first* failure in time, so triage orders the evidence:
 
 * an uncaught exception reported by the bootstrap (exact time, type, message,
-  traceback — also without torch's ``@record``);
+  traceback — also without torch's ``@record``); one that only says a peer went
+  away ("Connection closed by peer") is an echo of another rank's death, and
+  yields to a failure of another kind up to ``ECHO_WINDOW_SECONDS`` later;
 * a rank whose connection to the hub dropped without an exit message (it died from
   outside: a signal, the OOM killer), at the time of the drop;
 * a non-zero exit reported by the bootstrap;
 * torchrun's own "Root Cause" entry, when nothing better is known, and its exit
   codes for ranks that could not report one (deaths by signal).
 
-Hints come from ``runner.diagnosis.hints``.
+The traceback comes from the bootstrap's ``exception`` message (no ``@record``
+needed), else from torchrun's error file for that rank (``error_files``), else
+from torchrun's report. A rank that died of SIGKILL is looked up in the kernel
+log (``kernel_log``: was it the OOM killer?). A rank that exited with an argparse
+error (no traceback) gets that ``error:`` line as its exception line.
+
+Hints come from ``runner.diagnosis.hints``. What the live monitors found (stalls,
+stack captures, stragglers, divergences; ``findings``) goes into the summary of
+every outcome as ``diagnostics``, and into the headline of a stopped run that was
+hanging.
 """
 
 from __future__ import annotations
 
+import re
 import signal as signals
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runner.diagnosis.error_files import find_error_files, read_error_file
+from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import Evidence, find_hints
+from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
+from runner.diagnosis.stacks import describe as describe_stacks
 from runner.diagnosis.torchrun_report import TorchrunReport
+from runner.launch.ports import port_holder
 
 TAIL_LINES = 200
 
@@ -53,6 +71,18 @@ def exception_line_from_tail(lines: list[str]) -> str | None:
     return candidate
 
 
+USAGE_ERROR = re.compile(r"^\S+: error: .+")
+
+
+def usage_error_from_tail(lines: list[str]) -> str | None:
+    """argparse's ``prog: error: ...`` line (exit code 2, no traceback), the last one in the tail."""
+    for line in reversed(lines):
+        text = _strip_torch_rank_prefix(line).strip()
+        if USAGE_ERROR.match(text):
+            return text
+    return None
+
+
 def _strip_torch_rank_prefix(line: str) -> str:
     # torch's own excepthook prefixes "[rank1]: " to tracebacks of distributed jobs.
     if line.startswith("[rank") and "]: " in line[:12]:
@@ -73,9 +103,21 @@ class RankFailure:
     when: float | None = None
     evidence: str = ""
     """How we know: "exception", "connection lost", "exit code", "torchrun report"."""
+    pid: int | None = None
+    traceback_source: str | None = None
+    """Where the traceback came from: "bootstrap", "error file", "torchrun report"."""
+    error_file: str | None = None
+    kernel_log: str | None = None
+    """The kernel's OOM-killer line for this rank's pid (SIGKILL only), when found."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def listening_process(port: int) -> str | None:
+    """Who listens on ``port`` on this machine now, when we may know ("pid 12 (python x.py)")."""
+    holder = port_holder(port)
+    return holder.describe() if holder.pid is not None else None
 
 
 @dataclass
@@ -97,6 +139,21 @@ class TriageInput:
     backend: str | None = None
     cpu_mode: bool = False
     interpreter: str | None = None
+    pids: dict[int, int] = field(default_factory=dict)
+    """rank -> pid of its worker process (from its hello), for the kernel log."""
+    local_ranks: dict[int, int] = field(default_factory=dict)
+    """rank -> local rank, for ranks on the head node (their error files are readable here)."""
+    rank_gpus: dict[int, tuple[str | None, int]] = field(default_factory=dict)
+    """rank -> (host, GPU index) as sampled."""
+    remote_ranks: set[int] = field(default_factory=set)
+    """Ranks on other machines: their pids mean nothing in this machine's kernel log."""
+    log_dir: str | None = None
+    """torchrun's ``--log-dir`` on the head node (holds the error files)."""
+    single_node: bool = True
+    findings: Findings = field(default_factory=Findings)
+    kernel_log_reader: Callable[[], list[str] | None] = read_kernel_log
+    port_holder_lookup: Callable[[int], str | None] | None = listening_process
+    """port -> who holds it now ("pid 12 (python x.py)"), for the address-in-use hint."""
 
     def add_launcher_line(self, node: str, line: str) -> None:
         lines = self.launcher_lines.get(node)
@@ -127,6 +184,8 @@ def _candidates(data: TriageInput) -> list[RankFailure]:
         failure.exc_type, failure.exc_message = exc.get("exc_type"), exc.get("message")
         failure.exception_line = f"{exc.get('exc_type')}: {exc.get('message')}" if exc.get("message") else exc.get("exc_type")
         failure.traceback, failure.when, failure.evidence = exc.get("traceback"), exc.get("t"), "exception"
+        if failure.traceback:
+            failure.traceback_source = "bootstrap"
     for rank, t in data.lost.items():
         failure = get(rank)
         if failure.when is None:
@@ -147,13 +206,49 @@ def _candidates(data: TriageInput) -> list[RankFailure]:
             failure.host = failure.host or reported.host
             if not failure.evidence:
                 failure.evidence = "torchrun report"
-            if failure.traceback is None and reported.traceback and not reported.traceback.startswith("To enable"):
-                failure.traceback = reported.traceback
+            failure.pid = failure.pid or reported.pid
+            if failure.traceback is None and reported.error_file:
+                _use_error_file(failure, reported.error_file)
+            if failure.traceback is None and reported.traceback and not reported.traceback.startswith(
+                    ("To enable", "Signal ")):
+                failure.traceback, failure.traceback_source = reported.traceback, "torchrun report"
+    error_files = find_error_files(data.log_dir) if data.log_dir else {}
+    by_local_rank = {local: rank for rank, local in data.local_ranks.items()}
     for failure in failures.values():
+        failure.pid = failure.pid or data.pids.get(failure.rank)
         failure.signal = signal_name(failure.exit_code)
+        tail = list(data.stderr_tails.get(failure.rank, ()))
+        if failure.traceback is None:
+            local = data.local_ranks.get(failure.rank)
+            if local is None and data.single_node and failure.rank not in by_local_rank:
+                local = failure.rank  # one node: local rank == rank (it never said hello)
+            if local is not None and local in error_files:
+                _use_error_file(failure, str(error_files[local]))
         if failure.exception_line is None:
-            failure.exception_line = exception_line_from_tail(list(data.stderr_tails.get(failure.rank, ())))
+            failure.exception_line = exception_line_from_tail(tail) or usage_error_from_tail(tail)
     return list(failures.values())
+
+
+def _use_error_file(failure: RankFailure, path: str) -> None:
+    recorded = read_error_file(path)
+    if recorded is None or not (recorded.traceback or recorded.message):
+        return
+    failure.error_file = path
+    if recorded.traceback:
+        failure.traceback, failure.traceback_source = recorded.traceback, "error file"
+    if failure.exception_line is None and recorded.message:
+        failure.exception_line = recorded.message.strip().splitlines()[-1] if recorded.message.strip() else None
+
+
+CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing|"
+                         r"NCCL communicator was aborted|remote process exited|Broken pipe")
+ECHO_WINDOW_SECONDS = 5.0
+"""How long after a peer's death its survivors' connection errors can still arrive."""
+
+
+def is_consequence(failure: RankFailure) -> bool:
+    """A failure that only reports that another rank went away (not a cause of its own)."""
+    return bool(failure.exception_line and CONSEQUENCE.search(failure.exception_line))
 
 
 def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailure]]:
@@ -163,6 +258,15 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
     timed = sorted((c for c in candidates if c.when is not None), key=lambda c: c.when)
     if timed:
         first = timed[0]
+        # "Connection closed by peer" is what the survivors of a dead rank say, a moment after
+        # it died; when the earliest failure is such an echo, the failure it echoes is first.
+        if is_consequence(first):
+            for candidate in timed[1:]:
+                if candidate.when - first.when > ECHO_WINDOW_SECONDS:
+                    break
+                if not is_consequence(candidate):
+                    first = candidate
+                    break
         # A rank killed by a signal dies before anyone notices; if torchrun names it as the
         # root cause and its own loss of connection is no later than the first exception,
         # trust that.
@@ -181,16 +285,28 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
 
 def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
     """The summary stored with the run and printed at the end of ``rankwatch run``."""
-    if stopped:
-        return {"outcome": "stopped", "headline": "stopped on request", "exit_code": exit_code}
-    if exit_code == 0:
-        return {"outcome": "succeeded", "headline": "all ranks finished", "exit_code": 0}
+    diagnostics = data.findings.to_json()
+    if stopped or exit_code == 0:
+        summary = ({"outcome": "stopped", "headline": "stopped on request", "exit_code": exit_code} if stopped
+                   else {"outcome": "succeeded", "headline": "all ranks finished", "exit_code": 0})
+        hang = hang_headline(data.findings)
+        if stopped and hang:
+            summary["headline"] = f"stopped on request; {hang}"
+        if diagnostics:
+            summary["diagnostics"] = diagnostics
+        return summary
     first, others = first_failure(data)
+    kernel_log = None
+    if first is not None and first.signal == "SIGKILL" and first.rank not in data.remote_ranks:
+        kernel_log = data.kernel_log_reader()
+        if kernel_log is not None and first.pid is not None:
+            first.kernel_log = find_oom_kill(kernel_log, first.pid)
     evidence = Evidence(
         first=first, others=others, launcher_lines=data.all_launcher_lines(),
         stderr_tails={r: list(t) for r, t in data.stderr_tails.items()},
         legacy_local_rank=data.legacy_local_rank, backend=data.backend, cpu_mode=data.cpu_mode,
-        interpreter=data.interpreter)
+        interpreter=data.interpreter, kernel_log=kernel_log, rank_gpus=dict(data.rank_gpus),
+        port_holder=data.port_holder_lookup, first_is_remote=first is not None and first.rank in data.remote_ranks)
     hints = find_hints(evidence)
     if first is None:
         headline = f"the job failed (exit code {exit_code}) before any rank reported"
@@ -201,7 +317,12 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         headline = f"rank {first.rank}{' on ' + first.host if first.host else ''} failed first ({how})"
         if first.exception_line:
             headline += f": {first.exception_line}"
-    return {
+        elif first.signal == "SIGKILL":
+            headline += (": killed by the kernel's OOM killer (see the kernel log line)" if first.kernel_log
+                         else ": killed from outside (the kernel's OOM killer is the usual cause)")
+        elif hints:
+            headline += f": {hints[0].cause}"
+    summary = {
         "outcome": "failed",
         "headline": headline,
         "exit_code": exit_code,
@@ -209,3 +330,21 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         "other_failures": [o.to_json() for o in others],
         "hints": [h.to_json() for h in hints],
     }
+    if diagnostics:
+        summary["diagnostics"] = diagnostics
+    return summary
+
+
+def hang_headline(findings: Findings) -> str | None:
+    """"rank 0 was stalled at step 12 (...)" for a run stopped while ranks made no progress."""
+    open_stalls = [s for s in findings.stalls if s.get("resumed_after") is None]
+    if not open_stalls:
+        return None
+    ranks = sorted({s["rank"] for s in open_stalls})
+    who = f"rank {ranks[0]} was" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))} were"
+    steps = sorted({s["step"] for s in open_stalls if s.get("step") is not None})
+    at = f" at step {steps[0]}" if len(steps) == 1 else ""
+    text = f"{who} stalled{at} (no progress for at least {min(s['seconds'] for s in open_stalls):.0f} s)"
+    if findings.stacks is not None and (findings.stacks.get("outlier") or not findings.stacks.get("identical")):
+        text += f"; stacks: {describe_stacks(findings.stacks)}"
+    return text

@@ -43,6 +43,8 @@ HISTORY_CHUNK = 20_000
 _NUMBER = (int, float)
 """Exact types accepted as numbers (``type(True)`` is ``bool``, so booleans are refused)."""
 ACCEPT_SETTLE_SECONDS = 0.1
+TCP_FIRST_MESSAGE_SECONDS = 10.0
+"""A TCP client must authenticate (agent_hello with the token) within this time."""
 
 
 class Hub:
@@ -63,6 +65,9 @@ class Hub:
         self.on_hello: Callable[[dict[str, Any]], None] | None = None
         self.on_worker_lost: Callable[[int, float], None] | None = None
         """Called when a worker's connection ends without an exit message (it died from outside)."""
+        self.agent_hooks: list[Callable[[str, int | None], None]] = []
+        """Called with ("connected", node_rank) after an agent's agent_hello was accepted and
+        ("closed", node_rank) when its connection ends (remote nodes, ``runner.remote``)."""
         self._exited_ranks: set[int] = set()
         self.message_hooks: list[Callable[[dict[str, Any]], None]] = []
         """Called with every valid worker/agent message after ingestion (diagnosis hooks)."""
@@ -130,8 +135,13 @@ class Hub:
         self._servers.append(server)
 
     async def serve_tcp(self, host: str, port: int) -> int:
-        """Listen on TCP (multi-node only); every client must present the token. Returns the port."""
-        server = await asyncio.start_server(self._handle_client, host=host, port=port, limit=STREAM_LIMIT)
+        """Listen on TCP (multi-node only); every client must present the token. Returns the port.
+
+        Only agents may connect over TCP: anything but an ``agent_hello`` with the job's
+        token as the first line (a subscriber, a ping, a worker hello) is refused.
+        """
+        handler = functools.partial(self._handle_client, over_tcp=True)
+        server = await asyncio.start_server(handler, host=host, port=port, limit=STREAM_LIMIT)
         self._servers.append(server)
         return server.sockets[0].getsockname()[1]
 
@@ -237,8 +247,41 @@ class Hub:
             self.add_log(_integer(message.get("rank")), str(message.get("stream", "stdout")),
                          str(message.get("line", "")), _number(message.get("t")) or time.time(),
                          node=message.get("node"))
+        elif kind == "worker_lost" and rank is not None and rank not in self._exited_ranks:
+            self._worker_lost(rank, _number(message.get("t")) or time.time())
+        elif kind == "process_samples":
+            self._ingest_process_samples(message.get("rows"))
         for hook in self.message_hooks:
             hook(dict(message, rank=rank) if rank is not None else message)
+
+    def _worker_lost(self, rank: int, t: float) -> None:
+        """A worker's connection (to this hub, or to its node's agent) ended without ``exit``."""
+        self.add_event("connection_lost", rank, f"rank {rank} disconnected without an exit message", t=t)
+        if self.on_worker_lost is not None:
+            self.on_worker_lost(rank, t)
+
+    def _ingest_process_samples(self, rows: Any) -> None:
+        """CPU and memory of a remote node's ranks, sampled by its agent."""
+        if not isinstance(rows, list):
+            self.stats["bad_process_samples"] += 1
+            return
+        good = []
+        for row in rows:
+            if (isinstance(row, list) and len(row) == 6 and _integer(row[1]) is not None
+                    and all(_number(value) is not None for value in row)):
+                good.append((_number(row[0]), _integer(row[1]), _integer(row[2]), _number(row[3]),
+                             _number(row[4]), _integer(row[5])))
+            else:
+                self.stats["bad_process_samples"] += 1
+        self.add_process_samples(good)
+        for _t, rank, _pid, cpu, rss, _threads in good:
+            self.model.on_process_sample(rank, cpu, rss)
+
+    def _refuse_tcp(self, writer: asyncio.StreamWriter, why: str) -> None:
+        self.stats["refused_tcp"] += 1
+        self.add_event("refused", None, f"refused a TCP client: {why}")
+        with contextlib.suppress(Exception):
+            writer.write(protocol.encode("error", message=why))
 
     def _ingest_metrics(self, message: dict[str, Any], rank: int | None) -> None:
         """The hot path (100k+ records/s): validate each item cheaply, keep it, and update the
@@ -279,7 +322,8 @@ class Hub:
 
     # ---- connections -----------------------------------------------------------------
 
-    async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                             over_tcp: bool = False) -> None:
         self.connections.add(writer)
         task = asyncio.current_task()
         self._producer_tasks.add(task)
@@ -289,8 +333,14 @@ class Hub:
         subscriber: SocketSubscriber | None = None
         try:
             while True:
-                line = await read_bounded_line(reader)
+                if over_tcp and role is None:
+                    line = await asyncio.wait_for(read_bounded_line(reader), TCP_FIRST_MESSAGE_SECONDS)
+                else:
+                    line = await read_bounded_line(reader)
                 if line is None:
+                    break
+                if over_tcp and role is None and _message_type(line) != "agent_hello":
+                    self._refuse_tcp(writer, "only agents of this job may connect over TCP")
                     break
                 if line is OVERSIZED:
                     conduct.record_bad("oversized")
@@ -340,6 +390,8 @@ class Hub:
                         break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.TimeoutError:  # over TCP: silent for too long before authenticating
+            self._refuse_tcp(writer, "no agent_hello in time")
         finally:
             if conduct.should_disconnect():
                 self.stats["clients_disconnected"] += 1
@@ -351,10 +403,10 @@ class Hub:
             if role == "worker":
                 self.worker_connections -= 1
                 if rank not in self._exited_ranks:
-                    now = time.time()
-                    self.add_event("connection_lost", rank, f"rank {rank} disconnected without an exit message")
-                    if self.on_worker_lost is not None:
-                        self.on_worker_lost(rank, now)
+                    self._worker_lost(rank, time.time())
+            elif role == "agent":
+                for hook in self.agent_hooks:
+                    hook("closed", rank)
             self.connections.discard(writer)
             writer.close()
 
@@ -377,7 +429,10 @@ class Hub:
                            node_rank=message.get("node_rank"), host=message.get("host"))
             if self.on_hello is not None:
                 self.on_hello(message)
-            return "agent", None, None
+            node_rank = _integer(message.get("node_rank"))
+            for hook in self.agent_hooks:
+                hook("connected", node_rank)
+            return "agent", node_rank, None  # for an agent, "rank" is its node rank
         if kind == "subscribe":
             self._producer_tasks.discard(asyncio.current_task())  # subscribers stay until bye
             subscriber = SocketSubscriber(writer)
@@ -516,6 +571,16 @@ class Hub:
             if subscriber.closed:
                 self.subscribers.remove(subscriber)
                 self.stats["subscribers_dropped"] += 1
+
+
+def _message_type(line: bytes | object) -> str | None:
+    """The type of a valid message line, else ``None``."""
+    if not isinstance(line, bytes):
+        return None
+    try:
+        return protocol.decode(line)["type"]
+    except protocol.ProtocolError:
+        return None
 
 
 def _event_json(row: dict[str, Any]) -> dict[str, Any]:

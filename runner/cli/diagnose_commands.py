@@ -1,0 +1,143 @@
+"""`rankwatch doctor` and `rankwatch stacks`: is this machine ready, and where is every rank?"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import time
+
+from rankwatch import _protocol as protocol
+from runner.cli.output import EXIT_FAILED, fail
+from runner.cli.run_history import effective_status, runner_alive
+from runner.diagnosis.doctor import TORCHRUN_DEFAULT_PORT, format_report, run_doctor
+from runner.diagnosis.stacks import format_stacks
+from runner.spec.resolve import default_interpreter
+from runner.store.store import RunNotFound, RunStore
+
+STACKS_TIMEOUT_SECONDS = 10.0
+
+
+def add_parsers(commands) -> None:
+    doctor = commands.add_parser(
+        "doctor", help="check this machine and an interpreter for distributed jobs",
+        description="OS, Python, torch and its CUDA build, driver, NCCL, GPUs and who uses them, usable backends, "
+                    "the rendezvous port, OMP threads per rank, CUDA_VISIBLE_DEVICES, the virtual environment.")
+    doctor.add_argument("--interpreter", "--python", metavar="PATH", default=None,
+                        help="the Python the workers would run (default: Rankwatch's own)")
+    doctor.add_argument("--port", type=int, default=TORCHRUN_DEFAULT_PORT,
+                        help=f"the rendezvous port to check (default {TORCHRUN_DEFAULT_PORT}, torchrun's)")
+    doctor.add_argument("--nproc-per-node", type=int, metavar="N", default=None,
+                        help="processes per node, for the threads check (default: one per GPU, else per CPU)")
+    doctor.add_argument("--gpus", metavar="0,1|all|cpu", default=None, help="the GPUs a job would pick")
+    doctor.add_argument("--json", action="store_true", help="the whole report as JSON")
+    doctor.set_defaults(handler=doctor_main)
+
+    stacks = commands.add_parser(
+        "stacks", help="every rank's Python stack, identical ones collapsed, the odd one marked",
+        description="For a running job: capture every rank's stacks now (no ptrace: the workers dump on a signal). "
+                    "For a finished one: the last capture (taken on a stall or on request).")
+    stacks.add_argument("run", metavar="RUN", nargs="?", default="last", help="a run id, 'last' or 'last-N'")
+    stacks.add_argument("--json", action="store_true", help="the capture as JSON (the 'stacks' event)")
+    stacks.add_argument("--timeout", type=float, default=STACKS_TIMEOUT_SECONDS, help=argparse.SUPPRESS)
+    stacks.set_defaults(handler=stacks_main)
+
+
+def doctor_main(args: argparse.Namespace) -> int:
+    if args.nproc_per_node is not None and args.nproc_per_node < 1:
+        return fail("--nproc-per-node: must be 1 or more", as_json=args.json)
+    try:
+        report = run_doctor(args.interpreter or default_interpreter(), port=args.port,
+                            processes=args.nproc_per_node, gpus=args.gpus)
+    except ValueError:
+        return fail(f"--gpus: {args.gpus!r} is not 'all', 'cpu' or a list of GPU indices like 0,1", as_json=args.json)
+    if args.json:
+        print(json.dumps(report, default=str))
+    else:
+        sys.stdout.write(format_report(report))
+    return 0 if report["ok"] else EXIT_FAILED
+
+
+def stacks_main(args: argparse.Namespace) -> int:
+    try:
+        with RunStore(readonly=True) as store:
+            run = store.run(store.resolve_run_id(args.run))
+    except RunNotFound as error:
+        return fail(str(error), code=EXIT_FAILED, as_json=args.json)
+    capture = None
+    if runner_alive(run) and run.get("socket"):
+        try:
+            capture = asyncio.run(request_stacks(run["socket"], args.timeout))
+        except (OSError, ConnectionError) as error:
+            print(f"rankwatch: cannot reach the runner of run {run['id']} ({error}); showing the last stored capture",
+                  file=sys.stderr)
+        else:
+            if capture is None:
+                print(f"rankwatch: no stacks from run {run['id']} within {args.timeout:.0f} s; "
+                      "showing the last stored capture", file=sys.stderr)
+    if capture is None:
+        capture = last_stored_capture(run["id"])
+        if capture is None:
+            return fail(f"run {run['id']} ({effective_status(run)}) has no stack capture: captures are taken when a "
+                        f"rank stalls, or on request while it runs (`rankwatch stacks {run['id']}`)",
+                        code=EXIT_FAILED, as_json=args.json)
+    if args.json:
+        print(json.dumps(capture, default=str))
+    else:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(capture["t"])) if capture.get("t") else "?"
+        print(f"run {run['id']} · captured {when}")
+        sys.stdout.write(format_stacks(capture, width=shutil.get_terminal_size((120, 24)).columns))
+        if capture.get("text_path"):
+            print(f"every thread of every rank: {capture['text_path']}")
+    return 0
+
+
+async def request_stacks(socket_path: str, timeout: float) -> dict | None:
+    """Ask a live runner for a capture and wait for the ``stacks`` event it publishes.
+
+    Subscribes without history, so the first ``stacks`` event that arrives is new:
+    either the one this request started, or one already in flight (which answers it).
+
+    Raises:
+        OSError: the socket cannot be reached.
+    """
+    reader, writer = await asyncio.open_unix_connection(socket_path, limit=protocol.MAX_LINE_BYTES + 1)
+    try:
+        writer.write(protocol.encode("subscribe", history=False, logs=False))
+        writer.write(protocol.encode("dump_stacks"))
+        await writer.drain()
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                line = await asyncio.wait_for(reader.readline(), remaining)
+            except asyncio.TimeoutError:
+                return None
+            if not line:
+                return None
+            try:
+                message = protocol.decode(line)
+            except protocol.ProtocolError:
+                continue
+            if message["type"] == "bye":
+                return None
+            if message["type"] != "update":
+                continue
+            for event in message.get("events") or []:
+                if event.get("kind") == "stacks":
+                    return event
+    finally:
+        writer.close()
+
+
+def last_stored_capture(run_id: int) -> dict | None:
+    with RunStore(readonly=True) as store:
+        events = store.events(run_id, kind="stacks")
+    if not events:
+        return None
+    last = events[-1]
+    return {**last["data"], "kind": "stacks", "t": last["t"], "rank": last["rank"]}

@@ -1,0 +1,305 @@
+"""``rankwatch doctor``: is this machine (and this interpreter) ready for a distributed job?
+
+The environment check the DDP tutorials run before every job (driver, CUDA and
+torch versions, the virtual environment, the GPUs and who uses them), plus the
+things that make torchrun jobs fail or crawl: a taken port, OMP threads times
+processes above the cores, a ``CUDA_VISIBLE_DEVICES`` that disagrees with the
+picked GPUs, a backend that is not usable. Facts about torch come from the probe
+(``runner.probe``), which runs *in the chosen interpreter*; GPU facts from NVML
+in this process. Nothing here raises: a missing driver is a fact, not an error.
+
+The report (``rankwatch doctor --json``)::
+
+    {
+      "ok": true,                    # no check failed (warnings allowed)
+      "seconds": 2.6,                # how long the checks took
+      "system": {"os": "Linux", "release": "6.8.0", "distribution": "Ubuntu 24.04 LTS",
+                 "machine": "x86_64", "hostname": "node-a", "cpus": 2, "usable_cpus": 2,
+                 "physical_cores": 1, "memory_total": 8589934592, "memory_available": 4294967296},
+      "runner": {"python": "/path/.venv/bin/python", "python_version": "3.11.7"},
+      "interpreter": {...},          # runner.probe.probe_interpreter's dict (torch, CUDA build,
+                                     #   cuDNN, NCCL, backends, environment = venv/conda)
+      "gpus": {"available": false, "reason": "...", "driver_version": null,
+               "cuda_driver_version": null, "gpus": [GpuSnapshot.to_json() with processes]},
+      "backends": {"usable": ["gloo"], "unusable": {"nccl": "why", "mpi": "why"}},
+      "port": {"port": 29500, "free": true, "holder": null},
+      "threads": {"omp_num_threads": null, "processes": 2, "usable_cpus": 2,
+                  "rankwatch_sets": 1, "threads_total": 2},
+      "cuda_visible_devices": {"environment": null, "picked": "all" | "cpu" | [0, 1],
+                               "rankwatch_sets": "" | "0,1"},
+      "checks": [{"key": "driver", "status": "ok"|"info"|"warn"|"fail", "message": "..."}, ...]
+    }
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psutil
+
+from runner.launch.ports import port_holder, port_is_free
+from runner.probe import probe_interpreter
+from runner.sampling.gpu_report import GpuReport
+from runner.sampling.nvml import shared_nvml
+
+TORCHRUN_DEFAULT_PORT = 29500
+DOCTOR_PROBE_TIMEOUT_SECONDS = 30
+
+
+def _check(key: str, status: str, message: str) -> dict[str, str]:
+    return {"key": key, "status": status, "message": message}
+
+
+def system_facts() -> dict[str, Any]:
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count() or 1
+    memory = psutil.virtual_memory()
+    return {"os": platform.system(), "release": platform.release(), "distribution": _distribution(),
+            "machine": platform.machine(), "hostname": socket.gethostname(), "cpus": os.cpu_count(),
+            "usable_cpus": usable, "physical_cores": psutil.cpu_count(logical=False),
+            "memory_total": memory.total, "memory_available": memory.available}
+
+
+def _distribution() -> str | None:
+    try:
+        with open("/etc/os-release", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("PRETTY_NAME="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        return None
+    return None
+
+
+def gpu_facts(report: GpuReport) -> dict[str, Any]:
+    return {"available": report.available, "reason": report.reason, "driver_version": report.driver_version,
+            "cuda_driver_version": report.cuda_driver_version, "gpus": [g.to_json() for g in report.gpus]}
+
+
+def parse_gpus(value: str | None, count: int) -> str | list[int]:
+    """``--gpus``: "all" (the default), "cpu", or a list of indices."""
+    if value is None or value.strip() == "all":
+        return "all" if count else "cpu"
+    if value.strip() == "cpu":
+        return "cpu"
+    return [int(part) for part in value.split(",") if part.strip()]
+
+
+def run_doctor(interpreter: str, port: int = TORCHRUN_DEFAULT_PORT, processes: int | None = None,
+               gpus: str | None = None, environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Gather every fact and judge it; the probe (seconds: it imports torch) runs alongside NVML."""
+    started = time.monotonic()
+    environ = dict(os.environ if environ is None else environ)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rankwatch-doctor-probe") as pool:
+        probing = pool.submit(probe_interpreter, interpreter, DOCTOR_PROBE_TIMEOUT_SECONDS)
+        system = system_facts()
+        report = shared_nvml().report(with_processes=True)
+        free = port_is_free(port)
+        holder = None if free else port_holder(port).describe()
+        probe = probing.result()
+    gpu_info = gpu_facts(report)
+    picked = parse_gpus(gpus, len(report.gpus))
+    if processes is None:
+        processes = len(report.gpus) if picked == "all" else len(picked) if isinstance(picked, list) else system["usable_cpus"]
+    processes = max(1, processes)
+    omp_env = environ.get("OMP_NUM_THREADS")
+    rankwatch_sets = max(1, system["usable_cpus"] // processes)
+    threads = {"omp_num_threads": omp_env, "processes": processes, "usable_cpus": system["usable_cpus"],
+               "rankwatch_sets": rankwatch_sets}
+    visible = {"environment": environ.get("CUDA_VISIBLE_DEVICES"), "picked": picked,
+               "rankwatch_sets": "" if picked == "cpu" else ",".join(
+                   str(i) for i in (range(len(report.gpus)) if picked == "all" else picked))}
+    backends = probe.get("backends") or {}
+    result = {
+        "system": system,
+        "runner": {"python": sys.executable, "python_version": platform.python_version()},
+        "interpreter": probe,
+        "gpus": gpu_info,
+        "backends": {"usable": [name for name, b in backends.items() if b.get("available")],
+                     "unusable": {name: b.get("reason") for name, b in backends.items() if not b.get("available")}},
+        "port": {"port": port, "free": free, "holder": holder},
+        "threads": threads,
+        "cuda_visible_devices": visible,
+    }
+    result["checks"] = judge(result)
+    result["ok"] = not any(c["status"] == "fail" for c in result["checks"])
+    result["seconds"] = round(time.monotonic() - started, 2)
+    return result
+
+
+def judge(facts: dict[str, Any]) -> list[dict[str, str]]:
+    """The verdicts, in the order a person reads them."""
+    checks = []
+    gpus, probe = facts["gpus"], facts["interpreter"]
+    if gpus["available"]:
+        checks.append(_check("driver", "ok", f"NVIDIA driver {gpus['driver_version'] or '?'} "
+                                             f"(supports CUDA {gpus['cuda_driver_version'] or '?'}), "
+                                             f"{len(gpus['gpus'])} GPU(s)"))
+    else:
+        checks.append(_check("driver", "warn", f"no NVIDIA driver ({gpus['reason'] or 'NVML not available'}): "
+                                               "jobs run in CPU mode with gloo"))
+    checks += _interpreter_checks(probe, gpus)
+    usable, unusable = facts["backends"]["usable"], facts["backends"]["unusable"]
+    if probe.get("ok"):
+        status = "ok" if usable else "fail"
+        text = f"usable backends: {', '.join(usable) or 'none'}"
+        if unusable:
+            text += "; not usable: " + "; ".join(f"{name}: {why}" for name, why in unusable.items())
+        checks.append(_check("backends", status, text))
+    for gpu in gpus["gpus"]:
+        users = gpu.get("processes") or []
+        if users:
+            who = ", ".join(f"pid {p['pid']}" + (f" ({_gib(p['used_memory'])})" if p.get("used_memory") else "")
+                            for p in users)
+            checks.append(_check("gpu_users", "warn", f"GPU {gpu['index']} ({gpu.get('name')}) is in use by {who}"))
+    port = facts["port"]
+    if port["free"]:
+        checks.append(_check("port", "ok", f"port {port['port']} is free"))
+    else:
+        checks.append(_check("port", "warn", f"port {port['port']} is in use by {port['holder']}: a static rendezvous "
+                                             "on it would fail with 'address already in use' (standalone picks a free one)"))
+    checks.append(_threads_check(facts["threads"]))
+    checks += _visible_devices_checks(facts["cuda_visible_devices"], len(gpus["gpus"]))
+    return checks
+
+
+def _interpreter_checks(probe: dict[str, Any], gpus: dict[str, Any]) -> list[dict[str, str]]:
+    if not probe.get("ok"):
+        return [_check("interpreter", "fail", probe.get("error") or f"{probe.get('python')} cannot run torch")]
+    checks = [_check("interpreter", "ok", f"{probe['python']}: Python {probe['python_version']}, torch {probe['torch']}")]
+    environment = probe.get("environment") or {}
+    if environment.get("conda"):
+        checks.append(_check("environment", "ok", f"conda environment {environment.get('prefix')}"))
+    elif environment.get("virtualenv"):
+        checks.append(_check("environment", "ok", f"virtual environment {environment.get('prefix')} "
+                                                  f"(base {environment.get('base_prefix')})"))
+    elif environment:
+        checks.append(_check("environment", "info", f"no virtual environment: {environment.get('prefix')} "
+                                                    "(the system's or a user-wide Python)"))
+    build = probe.get("cuda_version")
+    if build:
+        cudnn = cudnn_text(probe.get("cudnn_version"))
+        text = (f"torch built for CUDA {build}" + (f", cuDNN {cudnn}" if cudnn else "")
+                + (f", NCCL {probe['nccl_version']}" if probe.get("nccl_version") else ""))
+        if probe.get("cuda_available"):
+            checks.append(_check("cuda", "ok", f"{text}; CUDA available, {probe.get('device_count')} device(s)"))
+        else:
+            why = probe.get("cuda_error") or ("no NVIDIA driver" if not gpus["available"] else "CUDA cannot initialise")
+            checks.append(_check("cuda", "warn" if gpus["available"] else "info", f"{text}; CUDA not available ({why})"))
+        driver_cuda = gpus.get("cuda_driver_version")
+        if driver_cuda and _version(driver_cuda) < _version(build):
+            checks.append(_check("cuda_driver", "warn", f"the driver supports CUDA {driver_cuda}, older than the "
+                                                        f"CUDA {build} torch was built for: update the driver"))
+    else:
+        checks.append(_check("cuda", "info" if not gpus["available"] else "warn",
+                             "a CPU-only torch build (no CUDA)" + ("" if not gpus["available"] else
+                                                                  ": the GPUs here cannot be used with it")))
+    return checks
+
+
+def _threads_check(threads: dict[str, Any]) -> dict[str, str]:
+    processes, cores = threads["processes"], threads["usable_cpus"]
+    value = threads["omp_num_threads"]
+    if value is None:
+        return _check("omp_threads", "ok", f"OMP_NUM_THREADS is not set: Rankwatch sets {threads['rankwatch_sets']} "
+                                           f"per rank ({cores} cores / {processes} processes)")
+    try:
+        number = int(value)
+    except ValueError:
+        return _check("omp_threads", "warn", f"OMP_NUM_THREADS={value!r} is not a number")
+    total = number * processes
+    threads["threads_total"] = total
+    if total > cores:
+        return _check("omp_threads", "warn", f"OMP_NUM_THREADS={number} x {processes} processes = {total} threads "
+                                             f"on {cores} cores: oversubscribed (use {threads['rankwatch_sets']})")
+    return _check("omp_threads", "ok", f"OMP_NUM_THREADS={number} x {processes} processes = {total} threads "
+                                       f"on {cores} cores")
+
+
+def _visible_devices_checks(visible: dict[str, Any], count: int) -> list[dict[str, str]]:
+    checks = []
+    environment, picked = visible["environment"], visible["picked"]
+    if isinstance(picked, list):
+        missing = [i for i in picked if i >= count]
+        if missing:
+            checks.append(_check("picked_gpus", "fail", f"picked GPU(s) {', '.join(map(str, missing))} do not exist "
+                                                        f"(this machine has {count})"))
+    if environment is None:
+        checks.append(_check("cuda_visible_devices", "ok", "CUDA_VISIBLE_DEVICES is not set; Rankwatch sets it "
+                                                           f"from the picked GPUs ({visible['rankwatch_sets'] or 'none: CPU mode'})"))
+        return checks
+    listed = [part.strip() for part in environment.split(",") if part.strip()]
+    bad = [part for part in listed if part.isdigit() and int(part) >= count]
+    if bad:
+        checks.append(_check("cuda_visible_devices", "warn", f"CUDA_VISIBLE_DEVICES={environment} names GPU(s) "
+                                                             f"{', '.join(bad)} that do not exist here ({count} GPU(s))"))
+    if environment != visible["rankwatch_sets"]:
+        checks.append(_check("cuda_visible_devices", "info",
+                             f"CUDA_VISIBLE_DEVICES={environment!r} is set in this shell; Rankwatch replaces it with "
+                             f"the picked GPUs ({visible['rankwatch_sets']!r}) and numbers them as nvidia-smi does"))
+    elif not bad:
+        checks.append(_check("cuda_visible_devices", "ok", f"CUDA_VISIBLE_DEVICES={environment} matches the picked GPUs"))
+    return checks
+
+
+def cudnn_text(version: int | None) -> str | None:
+    """torch reports cuDNN as one number: 8907 is 8.9.7, 90100 is 9.1.0 (cuDNN 9 changed the scheme)."""
+    if not isinstance(version, int) or version <= 0:
+        return None
+    if version >= 90000:
+        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
+    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in str(text).split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _gib(value: int | None) -> str:
+    return "?" if value is None else f"{value / (1 << 30):.1f} GiB"
+
+
+STATUS_MARK = {"ok": "ok  ", "info": "info", "warn": "WARN", "fail": "FAIL"}
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """The human-readable doctor report: facts, then one line per check."""
+    system, probe, gpus = result["system"], result["interpreter"], result["gpus"]
+    lines = [
+        f"system:      {system['distribution'] or system['os']} ({system['os']} {system['release']}, "
+        f"{system['machine']}), {system['usable_cpus']} usable CPUs, "
+        f"{_gib(system['memory_total'])} RAM ({_gib(system['memory_available'])} free)",
+        f"rankwatch:   Python {result['runner']['python_version']} ({result['runner']['python']})",
+        f"interpreter: {probe.get('python')}: Python {probe.get('python_version') or '?'}, "
+        f"torch {probe.get('torch') or 'not importable'}",
+        f"CUDA:        build {probe.get('cuda_version') or 'none (CPU-only torch)'}, "
+        f"{'available' if probe.get('cuda_available') else 'not available'}; "
+        f"driver {gpus.get('driver_version') or 'none'}; NCCL {probe.get('nccl_version') or '-'}; "
+        f"cuDNN {cudnn_text(probe.get('cudnn_version')) or '-'}",
+        f"GPUs:        {len(gpus['gpus'])}" if gpus["available"] else f"GPUs:        none ({gpus['reason']})",
+    ]
+    for gpu in gpus["gpus"]:
+        users = ", ".join(f"pid {p['pid']}" for p in gpu.get("processes") or []) or "idle"
+        lines.append(f"  GPU {gpu['index']}: {gpu.get('name')}, {_gib(gpu.get('memory_used'))} / "
+                     f"{_gib(gpu.get('memory_total'))}, {users}")
+    backends = result["backends"]
+    lines.append(f"backends:    usable: {', '.join(backends['usable']) or 'none'}"
+                 + ("; not usable: " + ", ".join(backends["unusable"]) if backends["unusable"] else ""))
+    lines.append("")
+    for check in result["checks"]:
+        lines.append(f"[{STATUS_MARK.get(check['status'], check['status'])}] {check['message']}")
+    lines.append("")
+    lines.append(f"{'ready' if result['ok'] else 'NOT ready'} (checked in {result['seconds']:.1f} s)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,63 @@
+"""What the live monitors found during a run, kept for the end-of-run summary.
+
+The monitors (stalls, stragglers, consistency, stack captures) publish events as
+they find things; this is the short record of the same findings that triage puts
+in the run's summary (``summary["diagnostics"]``), so that ``rankwatch run`` and
+``runs show`` can say "rank 0 hung in train.py:36" after the run ended.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+KEEP_STALLS = 20
+KEEP_DIVERGENCES = 10
+
+
+@dataclass
+class Findings:
+    stalls: list[dict[str, Any]] = field(default_factory=list)
+    """One per stall of a rank: {rank, step, since, seconds, threshold, resumed_after (None: never)}."""
+    stragglers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """rank -> its worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess}."""
+    divergences: list[dict[str, Any]] = field(default_factory=list)
+    """{step, ranks, reference}: parameters that differed across replicas."""
+    consistency_checks: int = 0
+    """Steps whose parameter fingerprints were compared on every rank."""
+    stacks: dict[str, Any] | None = None
+    """The last stack capture: {reason, t, outlier, reference, groups (ranks and differs_at only), path}."""
+
+    def add_stall(self, record: dict[str, Any]) -> None:
+        self.stalls.append(record)
+        del self.stalls[:-KEEP_STALLS]
+
+    def add_divergence(self, record: dict[str, Any]) -> None:
+        if len(self.divergences) < KEEP_DIVERGENCES:
+            self.divergences.append(record)
+
+    def set_stacks(self, result: dict[str, Any]) -> None:
+        self.stacks = {
+            "reason": result.get("reason"), "t": result.get("t"), "ranks": result.get("ranks") or [],
+            "outlier": result.get("outlier"),
+            "reference": result.get("reference"), "identical": result.get("identical"),
+            "groups": [{"ranks": g["ranks"], "differs_at": g.get("differs_at"),
+                        "innermost": g["frames"][-1] if g.get("frames") else None}
+                       for g in result.get("groups") or []],
+            "missing": result.get("missing") or [], "path": result.get("text_path") or result.get("path"),
+        }
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The ``diagnostics`` block of the summary, or None when nothing was found or checked."""
+        data: dict[str, Any] = {}
+        if self.stalls:
+            data["stalls"] = list(self.stalls)
+        if self.stacks is not None:
+            data["stacks"] = self.stacks
+        if self.stragglers:
+            data["stragglers"] = [self.stragglers[r] for r in sorted(self.stragglers)]
+        if self.divergences:
+            data["divergences"] = list(self.divergences)
+        if self.consistency_checks:
+            data["consistency_checks"] = self.consistency_checks
+        return data or None

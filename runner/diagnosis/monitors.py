@@ -1,0 +1,73 @@
+"""The diagnosis monitors of one job, wired to its hub: what ``Job._start_monitors`` starts.
+
+* ``RankFacts``: copies what triage needs from the live model (pids for the
+  kernel log, local ranks for error files, GPUs for "two ranks on one GPU");
+* ``StackCapture``: every rank's stacks on demand (``Job.dump_stacks``, the
+  GUI's button, ``rankwatch stacks``) and on a stall;
+* ``StallMonitor``: hang detection (needs the step telemetry of instrumentation);
+* ``StragglerMonitor``: the rank that slows every step, and why;
+* ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
+
+Each has ``tick(now)``, called by the job every ``MONITOR_INTERVAL_SECONDS`` on the
+event loop; the ones that read worker messages also sit in ``hub.message_hooks``.
+Everything they find is kept in ``triage_input.findings`` for the summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runner.diagnosis.consistency import ConsistencyMonitor
+from runner.diagnosis.stack_capture import StackCapture
+from runner.diagnosis.stalls import StallMonitor
+from runner.diagnosis.stragglers import StragglerMonitor
+from runner.diagnosis.triage import TriageInput
+
+
+class RankFacts:
+    """Keeps ``TriageInput``'s per-rank facts current from the hub's live model."""
+
+    def __init__(self, hub, triage_input: TriageInput, local_node_ranks: set[int]):
+        self.hub = hub
+        self.triage_input = triage_input
+        self.local_node_ranks = local_node_ranks
+
+    def tick(self, now: float) -> None:
+        data = self.triage_input
+        for row in self.hub.model.ranks.values():
+            if (row.node_rank or 0) not in self.local_node_ranks:
+                data.remote_ranks.add(row.rank)  # its pid and files belong to another machine
+                continue
+            if row.pid:
+                data.pids[row.rank] = row.pid
+            if row.local_rank is not None:
+                data.local_ranks[row.rank] = row.local_rank
+            if row.gpu_index is not None:
+                data.rank_gpus[row.rank] = (row.host, row.gpu_index)
+
+
+def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput) -> list:
+    """Create and hook up the monitors for a job (see the module docstring)."""
+    telemetry = launch.spec.telemetry
+    local_node_ranks = {node.node_rank for node in launch.nodes if node.is_local}
+    triage_input.log_dir = str(run_dir / "torchrun")
+    triage_input.single_node = len(launch.nodes) == 1
+    findings = triage_input.findings
+
+    def is_local(row) -> bool:
+        return (row.node_rank or 0) in local_node_ranks
+
+    facts = RankFacts(hub, triage_input, local_node_ranks)
+    capture = StackCapture(hub, run_dir / "stacks", is_local=is_local, on_result=findings.set_stacks)
+    monitors: list = [facts, capture]
+    if telemetry.instrument:
+        monitors.append(StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings))
+        stragglers = StragglerMonitor(hub, findings)
+        hub.message_hooks.append(stragglers.on_message)
+        monitors.append(stragglers)
+    if telemetry.hash_every > 0:
+        consistency = ConsistencyMonitor(hub, findings)
+        hub.message_hooks.append(consistency.on_message)
+        monitors.append(consistency)
+    facts.tick(0.0)
+    return monitors

@@ -1,0 +1,97 @@
+"""Lines for the end-of-run summary: what the monitors found (``summary["diagnostics"]``).
+
+``runner.view.terminal.render_summary`` prints these under the failure block, so
+``rankwatch run``, ``attach`` and ``runs show`` all say the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+LABEL_WIDTH = 15
+
+
+def _label(name: str) -> str:
+    return f"  {(name + ':').ljust(LABEL_WIDTH)}"
+
+
+def _frame(frame: dict[str, Any] | None, full: bool = False) -> str:
+    if not frame:
+        return "?"
+    path = frame.get("file") or "?"
+    return f"{path if full else os.path.basename(path)}:{frame.get('line', '?')} in {frame.get('function')}"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def format_diagnostics(diagnostics: dict[str, Any] | None, run_id: int | None = None) -> list[str]:
+    """The summary lines for stalls, stacks, stragglers and parameter checks (may be empty)."""
+    if not diagnostics:
+        return []
+    lines = []
+    for stalls in _stall_groups(diagnostics.get("stalls") or []):
+        stall = stalls[0]
+        where = f"at step {stall['step']}" if stall.get("step") is not None else "before the first step"
+        after = stall.get("resumed_after")
+        tail = f"; resumed after {after:.0f} s" if after is not None else "; never resumed"
+        seconds = min(s["seconds"] for s in stalls)
+        lines.append(f"{_label('stalled')}{_ranks(sorted(s['rank'] for s in stalls))} {where} (no progress for "
+                     f"{seconds:.0f} s, threshold {stall['threshold']:.0f} s{tail})")
+    stacks = diagnostics.get("stacks")
+    if stacks:
+        lines += _stacks_lines(stacks, run_id)
+    for straggler in diagnostics.get("stragglers") or []:
+        lines.append(f"{_label('straggler')}{straggler.get('message') or _straggler_text(straggler)}")
+    for divergence in diagnostics.get("divergences") or []:
+        lines.append(f"{_label('divergence')}{divergence.get('message')}")
+    checks = diagnostics.get("consistency_checks")
+    if checks and not diagnostics.get("divergences"):
+        lines.append(f"{_label('parameters')}identical on every rank at all {checks} checks")
+    return lines
+
+
+def _stall_groups(stalls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Stalls of several ranks at the same step that never resumed are one hang: one line."""
+    groups: list[list[dict[str, Any]]] = []
+    for stall in stalls:
+        for group in groups:
+            head = group[0]
+            if (head.get("step"), head.get("threshold")) == (stall.get("step"), stall.get("threshold")) \
+                    and head.get("resumed_after") is None and stall.get("resumed_after") is None:
+                group.append(stall)
+                break
+        else:
+            groups.append([stall])
+    return groups
+
+
+def _stacks_lines(stacks: dict[str, Any], run_id: int | None) -> list[str]:
+    groups = stacks.get("groups") or []
+    outlier = stacks.get("outlier")
+    texts = []
+    if not groups:
+        texts.append(f"none could be read ({stacks.get('reason')})")
+    elif stacks.get("identical"):
+        texts.append(f"all ranks at {_frame(groups[0].get('innermost'))} ({stacks.get('reason')})")
+    else:
+        if outlier and outlier.get("frame"):
+            texts.append(f"{_ranks(outlier['ranks'])} differs at {_frame(outlier['frame'], full=True)}")
+        for group in groups:
+            if outlier and group["ranks"] == outlier["ranks"]:
+                continue
+            texts.append(f"{_ranks(group['ranks'])} at {_frame(group.get('differs_at') or group.get('innermost'))}")
+    for item in stacks.get("missing") or []:
+        texts.append(f"rank {item.get('rank')}: no stack ({item.get('why')})")
+    if stacks.get("path"):
+        again = f"; again: rankwatch stacks {run_id}" if run_id is not None else ""
+        texts.append(f"(every thread: {stacks['path']}{again})")
+    indent = " " * (LABEL_WIDTH + 2)
+    return [(_label("stacks") if index == 0 else indent) + text for index, text in enumerate(texts)]
+
+
+def _straggler_text(straggler: dict[str, Any]) -> str:
+    cause = "waits for data" if straggler.get("cause") == "data" else "computes longer"
+    return f"rank {straggler.get('rank')} {cause}"

@@ -1,0 +1,226 @@
+"""Capture every rank's Python stacks without ptrace: signal, wait a moment, read, analyse.
+
+Each worker registered faulthandler on ``STACK_SIGNAL`` before its ``hello``
+(``rankwatch._stacks``), writing to ``<run_dir>/stacks/rank-<N>.txt``. To capture:
+
+1. note each file's size, then ``os.kill(pid, STACK_SIGNAL)`` every local rank
+   that said hello and has not finished (faulthandler's handler is C code: it
+   answers even when the main thread is blocked inside gloo or NCCL);
+2. poll the files every ``POLL_SECONDS`` until every signalled rank wrote
+   something and the sizes stopped changing, or ``WAIT_SECONDS`` passed;
+3. parse the new part of each file, analyse (``runner.diagnosis.stacks``), write
+   ``capture-<n>.json`` (the analysis plus every thread of every rank) and
+   ``capture-<n>.txt`` (the side-by-side view, then the raw dumps) next to the
+   rank files, and add the ``stacks`` event (the analysis, see
+   ``runner.diagnosis.stacks`` for its shape, plus ``path`` and ``text_path``).
+
+Nothing blocks the event loop: signalling and reading small files is quick, and
+the waiting is done with ``loop.call_later``. Without a running loop (unit tests)
+``tick`` drives the polling.
+
+A rank whose stack file does not exist is never signalled: its handler is not
+installed, and ``STACK_SIGNAL``'s default action would kill it.
+
+Ranks on another host cannot be signalled from here: their pids belong to that
+machine. The hook for them is ``remote_capture(rows) -> ranks asked``: it asks
+those nodes (their agents) to signal the ranks, and each dump comes back through
+``add_remote_dump(rank, text)``; asked ranks are then awaited like local ones.
+Without the hook (this build) they are listed as missing, with their host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
+from runner.diagnosis.stacks import (
+    analyse,
+    describe,
+    format_stacks,
+    last_dump,
+    main_thread,
+    parse_dump,
+    user_frames,
+)
+from runner.state import RankState
+
+POLL_SECONDS = 0.2
+WAIT_SECONDS = 2.0
+MAX_READ_BYTES = 4 << 20
+"""A dump of a few hundred threads is well under this; a bigger file is read from its end."""
+
+
+@dataclass
+class _Pending:
+    reason: str
+    t: float
+    started: float
+    offsets: dict[int, int]
+    missing: list[dict[str, Any]]
+    sizes: dict[int, int] = field(default_factory=dict)
+    remote: set[int] = field(default_factory=set)
+    remote_texts: dict[int, str] = field(default_factory=dict)
+
+
+class StackCapture:
+    """One capture at a time, for every rank of the job. Monitor-shaped (``tick``)."""
+
+    def __init__(self, hub, stacks_dir: Path, is_local: Callable[[Any], bool] | None = None,
+                 on_result: Callable[[dict[str, Any]], None] | None = None,
+                 remote_capture: Callable[[list[Any]], list[int]] | None = None,
+                 wait_seconds: float = WAIT_SECONDS):
+        self.hub = hub
+        self.stacks_dir = Path(stacks_dir)
+        self.is_local = is_local or _same_host
+        self.on_result = on_result
+        self.remote_capture = remote_capture
+        self.wait_seconds = wait_seconds
+        self.count = 0
+        self.latest: dict[str, Any] | None = None
+        self._pending: _Pending | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- monitor interface -------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        if self._pending is not None and self._loop is None:
+            self._poll()
+
+    def capture_stacks(self, reason: str = "requested") -> bool:
+        """Signal every live rank and collect the dumps into a ``stacks`` event.
+
+        Returns False when a capture is already in flight (its event answers this
+        request too). With no rank running, the event says so (no groups).
+        """
+        if self._pending is not None:
+            return False
+        rows = [row for row in self.hub.model.ranks.values()
+                if row.pid and not RankState(row.state).finished]
+        missing: list[dict[str, Any]] = []
+        offsets: dict[int, int] = {}
+        remote: list[Any] = []
+        for row in sorted(rows, key=lambda r: r.rank):
+            if not self.is_local(row):
+                remote.append(row)
+                continue
+            path = Path(stacks_file_path(str(self.stacks_dir), row.rank))
+            try:
+                size = path.stat().st_size
+            except OSError:
+                missing.append({"rank": row.rank, "why": "no stack handler (its stack file does not exist)"})
+                continue
+            try:
+                os.kill(row.pid, STACK_SIGNAL)
+            except ProcessLookupError:
+                missing.append({"rank": row.rank, "why": f"process {row.pid} is gone"})
+                continue
+            except PermissionError:
+                missing.append({"rank": row.rank, "why": f"not allowed to signal process {row.pid}"})
+                continue
+            offsets[row.rank] = size
+        asked = set(self.remote_capture(remote)) if remote and self.remote_capture is not None else set()
+        for row in remote:
+            if row.rank not in asked:
+                missing.append({"rank": row.rank, "why": f"on another host ({row.host}): this build does not "
+                                                         "collect stacks from other hosts"})
+        now = time.time()
+        self._pending = _Pending(reason=reason, t=now, started=time.monotonic(), offsets=offsets, missing=missing,
+                                 remote=asked)
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        if not offsets and not asked:
+            self._finish()
+        elif self._loop is not None:
+            self._loop.call_later(POLL_SECONDS, self._poll)
+        return True
+
+    def add_remote_dump(self, rank: int, text: str) -> None:
+        """A dump of a rank on another host, forwarded by that node (see ``remote_capture``)."""
+        if self._pending is not None and rank in self._pending.remote:
+            self._pending.remote_texts[rank] = text
+
+    # ---- collecting -------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        pending = self._pending
+        if pending is None:
+            return
+        sizes = {}
+        for rank in pending.offsets:
+            try:
+                sizes[rank] = Path(stacks_file_path(str(self.stacks_dir), rank)).stat().st_size
+            except OSError:
+                sizes[rank] = pending.offsets[rank]
+        all_wrote = (all(sizes[r] > pending.offsets[r] for r in pending.offsets)
+                     and pending.remote <= set(pending.remote_texts))
+        settled = sizes == pending.sizes
+        pending.sizes = sizes
+        waited = time.monotonic() - pending.started
+        if (all_wrote and settled) or waited >= self.wait_seconds:
+            self._finish()
+        elif self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # loop closing at the end of the run
+                self._loop.call_later(POLL_SECONDS, self._poll)
+
+    def _finish(self) -> None:
+        pending, self._pending = self._pending, None
+        stacks, threads, raw = {}, {}, {}
+        missing = list(pending.missing)
+        texts = {rank: self._read_from(rank, offset) for rank, offset in pending.offsets.items()}
+        texts.update({rank: pending.remote_texts.get(rank, "") for rank in pending.remote})
+        for rank, text in sorted(texts.items()):
+            parsed = parse_dump(last_dump(text)) if text.strip() else []
+            main = main_thread(parsed)
+            if main is None:
+                missing.append({"rank": rank, "why": f"no dump within {self.wait_seconds:.0f} s"})
+                continue
+            stacks[rank] = user_frames(main.frames)
+            threads[rank] = [t.to_json() for t in parsed]
+            raw[rank] = text
+        result = analyse(stacks, pending.reason, pending.t, sorted(missing, key=lambda m: m["rank"]))
+        self.count += 1
+        result.update(self._write_files(result, threads, raw))
+        self.latest = result
+        fields = {key: value for key, value in result.items() if key != "t"}
+        self.hub.add_event("stacks", None, f"stacks ({pending.reason}): {describe(result)}", t=pending.t, **fields)
+        if self.on_result is not None:
+            self.on_result(result)
+
+    def _read_from(self, rank: int, offset: int) -> str:
+        path = Path(stacks_file_path(str(self.stacks_dir), rank))
+        try:
+            with path.open("rb") as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(offset, size - MAX_READ_BYTES))
+                return handle.read().decode("utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def _write_files(self, result: dict[str, Any], threads: dict[int, list], raw: dict[int, str]) -> dict[str, Any]:
+        """``capture-<n>.json`` and ``.txt``; returns their paths (None when not writable)."""
+        json_path = self.stacks_dir / f"capture-{self.count}.json"
+        text_path = self.stacks_dir / f"capture-{self.count}.txt"
+        try:
+            json_path.write_text(json.dumps({**result, "threads": {str(r): t for r, t in threads.items()}}, indent=1))
+            text = format_stacks(result) + "".join(
+                f"\n==== rank {rank}: every thread, as faulthandler wrote it ====\n{raw[rank]}" for rank in sorted(raw))
+            text_path.write_text(text)
+        except OSError as error:
+            self.hub.add_event("warning", None, f"cannot write the stack capture to {self.stacks_dir}: {error}")
+            return {"path": None, "text_path": None}
+        return {"path": str(json_path), "text_path": str(text_path)}
+
+
+def _same_host(row: Any) -> bool:
+    return row.host in (None, "", "localhost", socket.gethostname())

@@ -1,0 +1,138 @@
+"""Hang detection: a rank that makes no step progress for too long is flagged ``stalled``.
+
+Progress is the rank's step count (``RankRow.step``, from its metrics and
+heartbeats); ``RankRow.last_progress`` is when it last went up (or when the rank
+said hello). A rank is stalled when ``now - last_progress`` reaches its threshold:
+
+* ``--stall-timeout S`` / ``telemetry.stall_timeout``: ``S`` seconds;
+* ``"auto"``: ``max(AUTO_FLOOR_SECONDS, AUTO_STEP_FACTOR x median of its recent
+  step times)`` -- a job with 2 s steps is flagged after 30 s, one with 10 s steps
+  after 100 s;
+* before a rank's first step (importing torch, loading data, building the model,
+  waiting for its peers in ``init_process_group``) the threshold is at least
+  ``STARTUP_ALLOWANCE_SECONDS``, whatever was set: startup has no step rhythm to
+  judge it by, and a short timeout meant for the training loop would flag every
+  slow start. A rank stuck at startup is still flagged, just later.
+
+Without instrumentation there are no steps, so there is no stall detection.
+
+On a stall: the rank's state becomes ``STALLED``, a ``stalled`` event names the
+rank, the seconds without progress and the last step, and -- once per stall
+episode (from the first rank stalling until none is) -- every rank's stacks are
+captured (``StackCapture``). When the step moves again: ``resumed``.
+
+Events (``EVENT`` in ``rankwatch._protocol``; ``rank`` is the stalled rank)::
+
+    stalled  {message, step, seconds, threshold, threshold_source: "setting"|"auto"|"startup",
+              last_progress (time.time()), heartbeat_age (s since its last message, or null)}
+    resumed  {message, step, stalled_seconds}
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from runner.diagnosis.findings import Findings
+from runner.state import RankState, RunStatus
+
+AUTO_FLOOR_SECONDS = 30.0
+AUTO_STEP_FACTOR = 10.0
+STARTUP_ALLOWANCE_SECONDS = 180.0
+HEARTBEAT_SILENT_SECONDS = 5.0
+"""Workers send a heartbeat every second; this much silence means the process itself is stuck."""
+
+
+def stall_threshold(setting: float | None, recent_step_times: list[float], has_stepped: bool) -> tuple[float, str]:
+    """Seconds without progress before a rank counts as stalled, and where that number comes from."""
+    if setting is not None:
+        threshold, source = float(setting), "setting"
+    else:
+        median = statistics.median(recent_step_times) if recent_step_times else 0.0
+        threshold, source = max(AUTO_FLOOR_SECONDS, AUTO_STEP_FACTOR * median), "auto"
+    if not has_stepped and threshold < STARTUP_ALLOWANCE_SECONDS:
+        return STARTUP_ALLOWANCE_SECONDS, "startup"
+    return threshold, source
+
+
+@dataclass
+class _Stall:
+    since: float
+    """``last_progress`` when the stall was flagged: progress after it means resumed."""
+    flagged: float
+    step: int | None
+    record: dict[str, Any]
+
+
+class StallMonitor:
+    def __init__(self, hub, stall_timeout: float | None, capture=None, findings: Findings | None = None,
+                 enabled: bool = True):
+        self.hub = hub
+        self.stall_timeout = stall_timeout
+        self.capture = capture
+        self.findings = findings if findings is not None else Findings()
+        self.enabled = enabled
+        self._stalled: dict[int, _Stall] = {}
+        self._episode_captured = False
+
+    def tick(self, now: float) -> None:
+        if not self.enabled or not self._run_is_running():
+            return
+        newly_stalled = False
+        for row in list(self.hub.model.ranks.values()):
+            state = RankState(row.state)
+            stall = self._stalled.get(row.rank)
+            if state.finished or state == RankState.WAITING:
+                self._stalled.pop(row.rank, None)
+                continue
+            if stall is not None:
+                if row.last_progress is not None and row.last_progress > stall.since:
+                    self._resume(row, stall, now)
+                continue
+            if row.last_progress is None:
+                continue
+            threshold, source = stall_threshold(self.stall_timeout, row.recent_step_times, row.step is not None)
+            idle = now - row.last_progress
+            if idle >= threshold:
+                self._flag(row, idle, threshold, source, now)
+                newly_stalled = True
+        if not self._stalled:
+            self._episode_captured = False
+        elif newly_stalled and not self._episode_captured and self.capture is not None:
+            self._episode_captured = True
+            self.capture.capture_stacks(reason="stalled")
+
+    def _run_is_running(self) -> bool:
+        run = self.hub.run_row or {}
+        return run.get("status") in (None, RunStatus.RUNNING.value)
+
+    def _flag(self, row, idle: float, threshold: float, source: str, now: float) -> None:
+        heartbeat_age = now - row.last_seen if row.last_seen else None
+        where = f"at step {row.step}" if row.step is not None else "before its first step"
+        why = {"setting": "the stall timeout", "auto": f"auto: {AUTO_STEP_FACTOR:.0f}x its step time, at least {AUTO_FLOOR_SECONDS:.0f} s",
+               "startup": "startup allowance"}[source]
+        message = f"rank {row.rank} stalled {where}: no progress for {idle:.0f} s (threshold {threshold:.0f} s, {why})"
+        if heartbeat_age is not None and heartbeat_age >= HEARTBEAT_SILENT_SECONDS:
+            message += f"; no heartbeat for {heartbeat_age:.0f} s either (the process itself is stuck)"
+        self.hub.model.set_state(row.rank, RankState.STALLED)
+        self.hub.add_event("stalled", row.rank, message, step=row.step, seconds=round(idle, 2),
+                           threshold=threshold, threshold_source=source, last_progress=row.last_progress,
+                           heartbeat_age=None if heartbeat_age is None else round(heartbeat_age, 2))
+        record = {"rank": row.rank, "step": row.step, "since": row.last_progress, "seconds": round(idle, 2),
+                  "threshold": threshold, "resumed_after": None}
+        self.findings.add_stall(record)
+        self._stalled[row.rank] = _Stall(since=row.last_progress, flagged=now, step=row.step, record=record)
+
+    def _resume(self, row, stall: _Stall, now: float) -> None:
+        del self._stalled[row.rank]
+        stalled_for = (row.last_progress or now) - stall.since
+        if row.state == RankState.STALLED.value:
+            self.hub.model.set_state(row.rank, RankState.RUNNING)
+        stall.record["resumed_after"] = round(stalled_for, 2)
+        self.hub.add_event("resumed", row.rank, f"rank {row.rank} resumed at step {row.step} after {stalled_for:.0f} s",
+                           step=row.step, stalled_seconds=round(stalled_for, 2))
+
+    @property
+    def stalled_ranks(self) -> list[int]:
+        return sorted(self._stalled)

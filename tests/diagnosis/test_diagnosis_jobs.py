@@ -1,0 +1,163 @@
+"""Real torchrun jobs (gloo, CPU) that fail, hang, straggle or diverge: the summary names rank and cause.
+
+One job per scenario, each a tiny script in ``tests/scripts/diag_*.py``; each test
+reads what ``rankwatch run`` printed at the end (the summary block) and what the
+store recorded (events, summary).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.store.store import RunStore
+from tests.jobs import SCRIPTS, latest_run, rankwatch, start_rankwatch, wait_for
+
+pytestmark = pytest.mark.torchrun
+
+STALL_TIMEOUT = 5.0
+FLAG_SLACK_SECONDS = 2.0
+
+
+def summary_block(stderr: str) -> str:
+    assert "── Rankwatch" in stderr, stderr[-3000:]
+    return stderr[stderr.rindex("── Rankwatch"):]
+
+
+def marked_line(script: Path, marker: str) -> int:
+    """The line number of the statement tagged with ``# MARKER`` in a test script."""
+    for number, line in enumerate(script.read_text().splitlines(), start=1):
+        if f"# {marker}" in line:
+            return number
+    raise AssertionError(f"no '# {marker}' in {script}")
+
+
+def stored(run_id: int | None = None) -> tuple[dict, list[dict]]:
+    with RunStore(readonly=True) as store:
+        run = store.run(run_id if run_id is not None else store.resolve_run_id("last"))
+        return run, store.events(run["id"])
+
+
+def test_an_exception_in_rank_1_names_rank_1_its_exception_and_the_raising_line():
+    script = SCRIPTS / "diag_exception.py"
+    result = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script))
+    assert result.returncode == 1
+    block = summary_block(result.stderr)
+    assert "failed first (exit code 1): ValueError: batch 3 on rank 1 has 7 features, expected 8" in block
+    assert "first to fail: rank 1 on " in block
+    assert f'File "{script}", line {marked_line(script, "RAISE")}, in check_batch' in block
+    assert "then:          rank 0" in block
+    run, _events = stored()
+    first = run["summary"]["first_failure"]
+    assert first["rank"] == 1 and first["traceback_source"] == "bootstrap" and first["evidence"] == "exception"
+
+
+def test_a_rank_killed_by_sigkill_is_named_with_the_signal_and_the_oom_killer_hint():
+    result = rankwatch("run", "--plain", "--nproc-per-node", "2", str(SCRIPTS / "diag_sigkill.py"))
+    assert result.returncode != 0
+    block = summary_block(result.stderr)
+    assert "failed first (signal SIGKILL)" in block and "first to fail: rank 1 on " in block
+    assert "(exit code -9, SIGKILL;" in block
+    assert "hint: rank 1 was killed" in block and "OOM killer" in block
+    run, events = stored()
+    first = run["summary"]["first_failure"]
+    [started] = [e for e in events if e["kind"] == "rank_started" and e["rank"] == 1]
+    assert first["rank"] == 1 and first["signal"] == "SIGKILL" and first["pid"] == started["data"]["pid"]
+    [hint] = [h for h in run["summary"]["hints"] if h["key"] in ("killed", "oom_killer")]
+    if hint["key"] == "killed":  # this machine's kernel log: unreadable, or no OOM kill (it was os.kill)
+        assert "not readable here" in hint["cause"] or f"no OOM record for pid {first['pid']}" in hint["cause"]
+
+
+def test_a_hang_is_flagged_in_time_and_the_rank_in_the_barrier_is_shown_with_its_line(tmp_path):
+    script = SCRIPTS / "diag_hang.py"
+    barrier_line = marked_line(script, "HANG")
+    env = {**os.environ, "DIAG_DIR": str(tmp_path)}
+    runner = start_rankwatch("run", "--plain", "--nproc-per-node", "3", "--stall-timeout", str(STALL_TIMEOUT),
+                             str(script), env=env)
+    try:
+        run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
+
+        def stacks_captured():
+            return [e for e in stored(run["id"])[1] if e["kind"] == "stacks"]
+        [capture] = wait_for(stacks_captured, 120, interval=0.5, what="the stall's stack capture")
+        _run, events = stored(run["id"])
+        with RunStore(readonly=True) as store:
+            last_steps = {rank: max(row[2] for row in store.metrics(run["id"], name="step_time", rank=rank))
+                          for rank in range(3)}  # rows: (rank, step, t, name, value, source)
+        stalled = {e["rank"]: e for e in events if e["kind"] == "stalled"}
+        assert sorted(stalled) == [0, 1, 2]
+        for rank, event in stalled.items():
+            late = event["t"] - last_steps[rank]
+            assert STALL_TIMEOUT <= late <= STALL_TIMEOUT + FLAG_SLACK_SECONDS, f"rank {rank} flagged after {late:.1f} s"
+            assert event["data"]["step"] == 7
+        data = capture["data"]
+        assert data["reason"] == "stalled" and data["ranks"] == [0, 1, 2] and data["missing"] == []
+        assert data["outlier"]["rank"] == 0 and data["reference"] == [1, 2]
+        frame = data["outlier"]["frame"]
+        assert (frame["file"], frame["line"], frame["function"]) == (str(script), barrier_line, "<module>")
+        assert data["groups"][1]["frames"][-1]["function"] == "barrier"
+        assert Path(data["text_path"]).exists()
+
+        live = rankwatch("stacks", str(run["id"]), timeout=60)
+        assert live.returncode == 0, live.stderr
+        assert "(reason: requested)" in live.stdout and "rank 0  <- differs" in live.stdout
+        assert f"rank 0 differs at {script}:{barrier_line} in <module>" in live.stdout
+        assert f"diag_hang.py:{barrier_line} in <module> <<" in live.stdout
+    finally:
+        runner.send_signal(signal.SIGINT)
+        _out, err = runner.communicate(timeout=60)
+    block = summary_block(err)
+    assert "stopped on request; ranks 0, 1, 2 were stalled at step 7" in block
+    assert f"stacks:        rank 0 differs at {script}:{barrier_line} in <module>" in block
+    finished = rankwatch("stacks", str(run["id"]), timeout=60)
+    assert finished.returncode == 0 and f"{script}:{barrier_line} in <module>" in finished.stdout
+
+
+def test_a_rank_sleeping_in_its_data_loader_is_a_straggler_waiting_for_data_and_divergence_is_caught(tmp_path):
+    script = SCRIPTS / "diag_slow_data.py"
+    profile = tmp_path / "slow.toml"
+    profile.write_text(f'script = "{script}"\nargs = ["--steps", "30", "--diverge-at", "10"]\nnproc_per_node = 2\n'
+                       "[telemetry]\nhash_every = 5\n")
+    result = rankwatch("run", "--plain", str(profile))
+    assert result.returncode == 0, result.stderr[-3000:]
+    block = summary_block(result.stderr)
+    assert "straggler:     rank 1 is a straggler: it waits for data" in block
+    assert "divergence:    parameters differ after step 14: rank 1 disagrees with rank 0" in block
+    _run, events = stored()
+    stragglers = [e for e in events if e["kind"] == "straggler" and e["data"]["active"]]
+    assert {e["rank"] for e in stragglers} == {1}
+    assert stragglers[0]["data"]["cause"] == "data" and stragglers[0]["data"]["data_wait"] > 0.1
+    [divergence] = [e for e in events if e["kind"] == "divergence"]
+    assert divergence["rank"] == 1 and divergence["data"]["step"] == 14 and divergence["data"]["reference"] == [0]
+
+
+def test_a_taken_rendezvous_port_names_rank_0_the_port_and_its_holder():
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        result = rankwatch("run", "--plain", "--nproc-per-node", "2", "--env", f"DIAG_PORT={port}",
+                           str(SCRIPTS / "diag_port_taken.py"))
+    finally:
+        holder.close()
+    block = summary_block(result.stderr)
+    assert "first to fail: rank 0 on " in block
+    assert "DistNetworkError: The server socket has failed to listen" in block and "EADDRINUSE" in block
+    assert f"hint: port {port} is already in use by pid {os.getpid()}" in block
+
+
+def test_a_legacy_script_run_without_the_toggle_gets_the_legacy_hint():
+    started = time.monotonic()
+    result = rankwatch("run", "--plain", "--nproc-per-node", "2", str(SCRIPTS / "diag_legacy.py"))
+    assert result.returncode != 0
+    block = summary_block(result.stderr)
+    assert "(exit code 2): diag_legacy.py: error: the following arguments are required: --local_rank" in block
+    assert "hint: the script expects --local_rank (written for torch.distributed.launch)" in block
+    assert "--legacy-local-rank" in block
+    assert time.monotonic() - started < 120

@@ -1,0 +1,245 @@
+"""The live monitors against the real LiveModel: stalls, stragglers, parameter consistency."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rankwatch import _protocol as protocol
+from runner.diagnosis.consistency import ConsistencyMonitor, compare_digests
+from runner.diagnosis.findings import Findings
+from runner.diagnosis.stalls import (
+    AUTO_FLOOR_SECONDS,
+    STARTUP_ALLOWANCE_SECONDS,
+    StallMonitor,
+    stall_threshold,
+)
+from runner.diagnosis.stragglers import StragglerMonitor, straggler_verdict
+from runner.state import RankState
+from tests.diagnosis.fakes import FakeHub
+
+# ---- stall thresholds -------------------------------------------------------------------
+
+
+def test_the_setting_is_the_threshold_once_a_rank_has_stepped():
+    assert stall_threshold(5.0, [0.1] * 10, has_stepped=True) == (5.0, "setting")
+
+
+def test_auto_is_ten_step_times_with_a_floor():
+    assert stall_threshold(None, [0.2] * 10, has_stepped=True) == (AUTO_FLOOR_SECONDS, "auto")
+    assert stall_threshold(None, [1.0, 9.0, 10.0, 11.0, 500.0], has_stepped=True) == (100.0, "auto")
+
+
+def test_before_the_first_step_startup_gets_a_generous_allowance():
+    assert stall_threshold(5.0, [], has_stepped=False) == (STARTUP_ALLOWANCE_SECONDS, "startup")
+    assert stall_threshold(None, [], has_stepped=False) == (STARTUP_ALLOWANCE_SECONDS, "startup")
+    assert stall_threshold(600.0, [], has_stepped=False) == (600.0, "setting")
+
+
+# ---- the stall monitor ------------------------------------------------------------------
+
+
+class FakeCapture:
+    def __init__(self):
+        self.reasons = []
+
+    def capture_stacks(self, reason: str) -> bool:
+        self.reasons.append(reason)
+        return True
+
+
+def stepping_hub(ranks: int = 2) -> FakeHub:
+    hub = FakeHub()
+    for rank in range(ranks):
+        hub.hello(rank, pid=1000 + rank)
+        step(hub, rank, 0)
+    return hub
+
+
+def step(hub: FakeHub, rank: int, number: int, when: float | None = None) -> None:
+    hub.model.on_metric(rank, time.time(), number, protocol.STEP_TIME, 0.1, protocol.SOURCE_AUTO)
+    if when is not None:
+        hub.model.ranks[rank].last_progress = when
+
+
+def test_a_rank_without_progress_is_flagged_once_with_its_step_and_stacks_are_captured_once():
+    hub, capture, findings = stepping_hub(3), FakeCapture(), Findings()
+    monitor = StallMonitor(hub, 5.0, capture=capture, findings=findings)
+    now = time.time()
+    for rank in range(3):
+        step(hub, rank, 7, when=now - (6.0 if rank < 2 else 1.0))  # rank 2 is still fine
+    monitor.tick(now)
+    stalled = hub.of_kind("stalled")
+    assert [e["rank"] for e in stalled] == [0, 1]
+    event = stalled[0]
+    assert event["step"] == 7 and event["threshold"] == 5.0 and event["threshold_source"] == "setting"
+    assert 5.9 <= event["seconds"] <= 6.1
+    assert event["message"].startswith("rank 0 stalled at step 7: no progress for 6 s (threshold 5 s")
+    assert hub.model.ranks[0].state == RankState.STALLED.value
+    assert hub.model.ranks[2].state == RankState.RUNNING.value
+    assert capture.reasons == ["stalled"]
+    monitor.tick(now + 1.0)  # rank 2 stalls too: same episode, no second capture, no repeated events
+    assert [e["rank"] for e in hub.of_kind("stalled")] == [0, 1]
+    monitor.tick(now + 4.1)
+    assert [e["rank"] for e in hub.of_kind("stalled")] == [0, 1, 2] and capture.reasons == ["stalled"]
+    assert [s["rank"] for s in findings.stalls] == [0, 1, 2]
+
+
+def test_progress_after_a_stall_resumes_the_rank_and_a_new_episode_captures_again():
+    hub, capture = stepping_hub(1), FakeCapture()
+    monitor = StallMonitor(hub, 5.0, capture=capture)
+    now = time.time()
+    step(hub, 0, 3, when=now - 10)
+    monitor.tick(now)
+    step(hub, 0, 4)  # the model flips STALLED back to RUNNING on progress
+    monitor.tick(now + 0.5)
+    [resumed] = hub.of_kind("resumed")
+    assert resumed["rank"] == 0 and resumed["step"] == 4 and resumed["stalled_seconds"] >= 10
+    assert monitor.findings.stalls[0]["resumed_after"] >= 10
+    step(hub, 0, 5, when=now - 20)
+    hub.model.ranks[0].last_progress = now - 6  # no progress again after step 5
+    monitor.tick(now + 1)
+    assert len(hub.of_kind("stalled")) == 2 and capture.reasons == ["stalled", "stalled"]
+
+
+def test_a_silent_heartbeat_is_mentioned():
+    hub = stepping_hub(1)
+    monitor = StallMonitor(hub, 5.0)
+    now = time.time()
+    step(hub, 0, 2, when=now - 30)
+    hub.model.ranks[0].last_seen = now - 30
+    monitor.tick(now)
+    [event] = hub.of_kind("stalled")
+    assert event["heartbeat_age"] >= 29 and "no heartbeat for 30 s" in event["message"]
+
+
+def test_finished_ranks_and_stopping_runs_are_not_flagged():
+    hub = stepping_hub(2)
+    monitor = StallMonitor(hub, 5.0)
+    now = time.time()
+    step(hub, 0, 1, when=now - 60)
+    hub.model.on_exit(0, 0, RankState.EXITED)
+    monitor.tick(now)
+    assert hub.of_kind("stalled") == []
+    step(hub, 1, 1, when=now - 60)
+    hub.run_row = {"status": "stopping"}
+    monitor.tick(now)
+    assert hub.of_kind("stalled") == []
+
+
+def test_a_rank_that_never_stepped_gets_the_startup_allowance():
+    hub = FakeHub()
+    hub.hello(0, pid=10)
+    monitor = StallMonitor(hub, 5.0)
+    now = time.time()
+    hub.model.ranks[0].last_progress = now - 60
+    monitor.tick(now)
+    assert hub.of_kind("stalled") == []
+    hub.model.ranks[0].last_progress = now - STARTUP_ALLOWANCE_SECONDS - 1
+    monitor.tick(now)
+    [event] = hub.of_kind("stalled")
+    assert event["threshold_source"] == "startup" and "before its first step" in event["message"]
+
+
+# ---- stragglers -------------------------------------------------------------------------
+
+
+def test_under_ddp_the_rank_that_waits_for_data_is_the_straggler_not_the_others():
+    """All-reduce evens out step time: only data wait tells the ranks apart."""
+    slow = (0.205, 0.200)
+    fast = (0.205, 0.001)
+    verdict = straggler_verdict(slow, [fast, fast])
+    assert verdict["cause"] == "data" and verdict["excess"] == pytest.approx(0.199)
+    assert straggler_verdict(fast, [slow, fast]) is None
+
+
+def test_a_rank_whose_steps_take_longer_without_waiting_for_data_computes():
+    verdict = straggler_verdict((0.300, 0.002), [(0.200, 0.002), (0.205, 0.001)])
+    assert verdict["cause"] == "compute" and verdict["excess"] == pytest.approx(0.0975)
+
+
+def test_small_differences_are_noise():
+    assert straggler_verdict((0.105, 0.005), [(0.100, 0.001)]) is None
+
+
+def metrics_message(rank: int, number: int, step_time: float, data_wait: float) -> dict:
+    t = time.time()
+    return {"type": "metrics", "rank": rank, "items": [
+        [t, number, protocol.LOSS, 0.5, protocol.SOURCE_AUTO],
+        [t, number, protocol.STEP_TIME, step_time, protocol.SOURCE_AUTO],
+        [t, number, protocol.DATA_WAIT, data_wait, protocol.SOURCE_AUTO],
+    ]}
+
+
+def test_the_straggler_monitor_flags_once_and_clears_when_the_rank_recovers():
+    hub, findings = stepping_hub(3), Findings()
+    monitor = StragglerMonitor(hub, findings)
+    for number in range(1, 8):
+        for rank in range(3):
+            monitor.on_message(metrics_message(rank, number, 0.2, 0.18 if rank == 1 else 0.002))
+        monitor.tick(time.time())
+    [event] = hub.of_kind("straggler")
+    assert event["rank"] == 1 and event["active"] and event["cause"] == "data" and event["step"] == 5
+    assert event["data_wait"] == pytest.approx(0.18) and event["others_data_wait"] == pytest.approx(0.002)
+    assert "rank 1 is a straggler: it waits for data (180 ms of its 200 ms step" in event["message"]
+    assert findings.stragglers[1]["cause"] == "data"
+    for number in range(8, 20):
+        for rank in range(3):
+            monitor.on_message(metrics_message(rank, number, 0.2, 0.002))
+        monitor.tick(time.time())
+    assert [(e["rank"], e["active"]) for e in hub.of_kind("straggler")] == [(1, True), (1, False)]
+
+
+def test_no_verdict_before_enough_steps_or_with_one_rank():
+    hub = stepping_hub(2)
+    monitor = StragglerMonitor(hub)
+    for number in range(1, 4):
+        monitor.on_message(metrics_message(0, number, 0.2, 0.19))
+        monitor.on_message(metrics_message(1, number, 0.2, 0.001))
+    monitor.tick(time.time())
+    assert hub.of_kind("straggler") == []
+
+
+# ---- consistency --------------------------------------------------------------------------
+
+
+def test_the_majority_is_the_reference_and_rank_zero_breaks_ties():
+    assert compare_digests({0: "a", 1: "b", 2: "b"}) == ([1, 2], [0])
+    assert compare_digests({0: "a", 1: "b"}) == ([0], [1])
+    assert compare_digests({0: "a", 1: "a"}) == ([0, 1], [])
+
+
+def param_hash(rank: int, number: int, digest: str) -> dict:
+    return {"type": "param_hash", "rank": rank, "step": number, "digest": digest}
+
+
+def test_a_divergence_is_flagged_with_step_and_rank_once_per_change():
+    hub, findings = stepping_hub(2), Findings()
+    monitor = ConsistencyMonitor(hub, findings)
+    monitor.on_message(param_hash(0, 4, "same"))
+    monitor.on_message(param_hash(1, 4, "same"))
+    assert findings.consistency_checks == 1 and hub.of_kind("divergence") == []
+    for number in (9, 14):
+        monitor.on_message(param_hash(0, number, f"a{number}"))
+        monitor.on_message(param_hash(1, number, f"b{number}"))
+    [event] = hub.of_kind("divergence")
+    assert event["rank"] == 1 and event["step"] == 9 and event["ranks"] == [1] and event["reference"] == [0]
+    assert event["digests"] == {"0": "a9", "1": "b9"}
+    assert event["message"] == ("parameters differ after step 9: rank 1 disagrees with rank 0 "
+                                "(DDP replicas should be identical)")
+    assert findings.divergences[0]["step"] == 9
+
+
+def test_a_step_missing_a_rank_is_compared_after_settling():
+    clock = [0.0]
+    hub = stepping_hub(3)
+    monitor = ConsistencyMonitor(hub, clock=lambda: clock[0])
+    monitor.on_message(param_hash(0, 4, "x"))
+    monitor.on_message(param_hash(1, 4, "y"))
+    monitor.tick(0.0)
+    assert hub.of_kind("divergence") == []  # still waiting for rank 2
+    clock[0] = 6.0
+    monitor.tick(0.0)
+    [event] = hub.of_kind("divergence")
+    assert event["ranks"] == [1] and event["reference"] == [0]

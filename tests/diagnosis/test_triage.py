@@ -1,0 +1,174 @@
+"""Triage: the first failure, its traceback from wherever it can be found, the kernel log, findings."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+from runner.diagnosis.error_files import find_error_files, read_error_file
+from runner.diagnosis.findings import Findings
+from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
+from runner.diagnosis.report import format_diagnostics
+from runner.diagnosis.torchrun_report import parse_torchrun_report
+from runner.diagnosis.triage import TriageInput, triage, usage_error_from_tail
+from runner.view.terminal import render_summary
+
+DATA = Path(__file__).parent / "data"
+
+KILLED_REPORT = """Failures:
+[1]:
+  time      : 2026-11-22_00:36:49
+  host      : node-a
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 4805)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 4805
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_00:36:48
+  host      : node-a
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 4806)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4806
+============================================================"""
+
+
+def killed_input(kernel_log) -> TriageInput:
+    data = TriageInput(kernel_log_reader=lambda: kernel_log)
+    data.lost = {1: 100.0, 0: 100.4}
+    data.hosts = {0: "node-a", 1: "node-a"}
+    data.report = parse_torchrun_report(KILLED_REPORT.splitlines())
+    return data
+
+
+def test_a_sigkilled_rank_is_first_and_the_kernel_log_confirms_the_oom_killer():
+    line = "[ 8123.4] Out of memory: Killed process 4806 (python) total-vm:31457280kB, anon-rss:30000000kB"
+    summary = triage(killed_input(["some other line", line]), 1, stopped=False)
+    first = summary["first_failure"]
+    assert first["rank"] == 1 and first["signal"] == "SIGKILL" and first["pid"] == 4806
+    assert first["kernel_log"] == line.strip()
+    assert summary["headline"] == ("rank 1 on node-a failed first (signal SIGKILL): killed by the kernel's OOM "
+                                   "killer (see the kernel log line)")
+    assert summary["hints"][0]["key"] == "oom_killer"
+
+
+def test_a_survivors_connection_error_is_an_echo_of_the_killed_rank_even_when_it_arrives_first():
+    """Under load the hub may notice rank 1's death after rank 0 already reported its echo."""
+    data = killed_input([])
+    data.lost = {1: 100.8}
+    data.exceptions = {0: {"t": 100.1, "exc_type": "RuntimeError", "traceback": "Traceback ...",
+                           "message": "[../gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:22952"}}
+    data.report = parse_torchrun_report(KILLED_REPORT.replace("Root Cause", "Root").splitlines())  # no root cause
+    summary = triage(data, 1, stopped=False)
+    assert summary["first_failure"]["rank"] == 1
+    assert [o["rank"] for o in summary["other_failures"]] == [0]
+
+
+def test_without_a_readable_kernel_log_the_hint_says_so_and_never_fails():
+    summary = triage(killed_input(None), 1, stopped=False)
+    assert summary["first_failure"]["kernel_log"] is None
+    assert summary["headline"].endswith("killed from outside (the kernel's OOM killer is the usual cause)")
+    assert "not readable here" in summary["hints"][0]["cause"]
+
+
+def test_kernel_log_lines_of_every_known_shape_are_found_by_pid():
+    lines = ["Memory cgroup out of memory: Killed process 777 (python) total-vm:1kB",
+             "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),task=python,pid=888,uid=1000",
+             "Out of memory: Killed process 999 (python)"]
+    assert find_oom_kill(lines, 777) == lines[0]
+    assert find_oom_kill(lines, 888) == lines[1]
+    assert find_oom_kill(lines, 99) is None
+    assert find_oom_kill(lines, 9999) is None
+
+
+def test_reading_the_kernel_log_never_raises():
+    lines = read_kernel_log()
+    assert lines is None or isinstance(lines, list)
+
+
+def test_the_error_file_is_a_traceback_source_when_the_bootstrap_reported_nothing(tmp_path):
+    """A rank that exited without telling the hub (telemetry off, hub unreachable, @record's file)."""
+    folder = tmp_path / "torchrun" / "abc_123" / "attempt_0" / "1"
+    folder.mkdir(parents=True)
+    shutil.copy(DATA / "error_file_rank1.json", folder / "error.json")
+    older = tmp_path / "torchrun" / "old_1" / "attempt_0" / "1"
+    older.mkdir(parents=True)
+    assert find_error_files(tmp_path / "torchrun") == {1: folder / "error.json"}
+    data = TriageInput(log_dir=str(tmp_path / "torchrun"))
+    data.exits = {1: (1, 50.0)}
+    summary = triage(data, 1, stopped=False)
+    first = summary["first_failure"]
+    assert first["rank"] == 1 and first["traceback_source"] == "error file"
+    assert 'diag_exception.py", line 10, in check_batch' in first["traceback"]
+    assert first["exception_line"] == "ValueError: batch 3 on rank 1 has 7 features, expected 8"
+    out = io.StringIO()
+    render_summary({"id": 7, "status": "failed", "exit_code": 1, "summary": summary}, out)
+    assert "traceback (last lines, from error file):" in out.getvalue()
+
+
+def test_an_error_file_with_a_plain_message_or_garbage(tmp_path):
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"message": "RuntimeError: boom"}))
+    assert read_error_file(plain).message == "RuntimeError: boom"
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert read_error_file(broken) is None
+    assert read_error_file(tmp_path / "missing.json") is None
+
+
+def test_an_argparse_error_is_the_exception_line_of_an_exit_code_2():
+    tail = ["usage: train.py [-h] --local_rank LOCAL_RANK",
+            "train.py: error: the following arguments are required: --local_rank"]
+    assert usage_error_from_tail(tail) == tail[1]
+    data = TriageInput()
+    data.exits = {0: (2, 10.0), 1: (2, 10.1)}
+    for rank in (0, 1):
+        for line in tail:
+            data.add_stderr(rank, line)
+    summary = triage(data, 1, stopped=False)
+    assert summary["headline"] == ("rank 0 failed first (exit code 2): train.py: error: the following arguments "
+                                   "are required: --local_rank")
+    assert [h["key"] for h in summary["hints"]] == ["legacy_local_rank"]
+
+
+def hang_findings() -> Findings:
+    findings = Findings()
+    for rank in range(3):
+        findings.add_stall({"rank": rank, "step": 7, "since": 1.0, "seconds": 5.2, "threshold": 5.0,
+                            "resumed_after": None})
+    frame = {"file": "/w/diag_hang.py", "line": 28, "function": "<module>", "index": 0}
+    findings.set_stacks({
+        "reason": "stalled", "t": 2.0, "ranks": [0, 1, 2], "missing": [], "identical": False, "reference": [1, 2],
+        "outlier": {"rank": 0, "ranks": [0], "frame": frame},
+        "groups": [{"ranks": [1, 2], "frames": [{"file": "/w/diag_hang.py", "line": 32, "function": "<module>"}],
+                    "differs_at": None},
+                   {"ranks": [0], "frames": [frame], "differs_at": frame}],
+        "text_path": "/runs/3/stacks/capture-1.txt"})
+    return findings
+
+
+def test_a_stopped_hang_says_who_stalled_and_where_in_the_headline_and_the_block():
+    summary = triage(TriageInput(findings=hang_findings()), 130, stopped=True)
+    assert summary["outcome"] == "stopped"
+    assert summary["headline"].startswith("stopped on request; ranks 0, 1, 2 were stalled at step 7")
+    assert "rank 0 differs at /w/diag_hang.py:28 in <module>" in summary["headline"]
+    lines = format_diagnostics(summary["diagnostics"], 3)
+    assert lines[0] == "  stalled:       ranks 0, 1, 2 at step 7 (no progress for 5 s, threshold 5 s; never resumed)"
+    assert lines[1] == "  stacks:        rank 0 differs at /w/diag_hang.py:28 in <module>"
+    assert lines[2].strip() == "ranks 1, 2 at diag_hang.py:32 in <module>"
+    assert "rankwatch stacks 3" in lines[3]
+
+
+def test_a_successful_run_keeps_its_findings():
+    findings = Findings()
+    findings.stragglers[1] = {"rank": 1, "cause": "data", "excess": 0.2, "message": "rank 1 is a straggler: x"}
+    findings.consistency_checks = 4
+    summary = triage(TriageInput(findings=findings), 0, stopped=False)
+    assert summary["outcome"] == "succeeded"
+    assert format_diagnostics(summary["diagnostics"]) == ["  straggler:     rank 1 is a straggler: x",
+                                                          "  parameters:    identical on every rank at all 4 checks"]
+    assert "diagnostics" not in triage(TriageInput(), 0, stopped=False)

@@ -42,6 +42,8 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--parse-stdout", action="store_true", default=None, help="also read loss values from printed lines")
     group.add_argument("--stall-timeout", type=float, metavar="SECONDS",
                        help="flag a rank stalled after this long without progress (default: from its step times)")
+    group.add_argument("--hash-every", type=int, metavar="N",
+                       help="every N steps check that parameters are identical on all ranks (DDP consistency)")
     group.add_argument("--module", "-m", dest="module", metavar="MODULE", help="run a module (python -m style) instead of a script")
     parser.add_argument("--example", action="store_true", help="the bundled example (2 processes, CPU or GPU)")
     parser.add_argument("target", nargs="?", metavar="PROFILE|FILE.toml|SCRIPT", help="what to run")
@@ -141,6 +143,8 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
         telemetry = replace(telemetry, parse_stdout=True)
     if args.stall_timeout is not None:
         telemetry = replace(telemetry, stall_timeout=args.stall_timeout)
+    if args.hash_every is not None:
+        telemetry = replace(telemetry, hash_every=args.hash_every)
     if telemetry is not spec.telemetry:
         changes["telemetry"] = telemetry
     spec = replace(spec, **changes)

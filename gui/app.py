@@ -75,6 +75,32 @@ def _explain_no_display(reason: str) -> None:
           "`rankwatch gui --example` runs the bundled example headless.", file=sys.stderr)
 
 
+BROKEN_QT_EXIT = 3
+BROKEN_PYSIDE = {"6.12.0"}
+"""PySide6 releases that return borrowed references to True/False from ``Signal.emit`` on
+CPython < 3.12 (immortal singletons hide it on 3.12+): after a few thousand signals the
+interpreter aborts with "bool_dealloc". pyproject.toml excludes them; this catches an
+environment where one was installed anyway."""
+
+
+def broken_qt_binding() -> str | None:
+    """Why this environment's PySide6 cannot run the app, or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("PySide6-Essentials")
+    except PackageNotFoundError:
+        try:
+            installed = version("PySide6")
+        except PackageNotFoundError:
+            return "PySide6 is not installed: pip install 'PySide6-Essentials!=6.12.0'"
+    if installed in BROKEN_PYSIDE and sys.version_info < (3, 12):
+        return (f"PySide6 {installed} has a reference-counting bug on Python {sys.version_info.major}."
+                f"{sys.version_info.minor} that crashes the app after a few seconds; install another release: "
+                f"pip install 'PySide6-Essentials>=6.5,!=6.12.0'")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the app; returns the exit code.
 
@@ -89,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
             return _run_example_headless()
         _explain_no_display(reason)
         return NO_DISPLAY_EXIT
+
+    broken = broken_qt_binding()
+    if broken is not None:
+        print(broken, file=sys.stderr)
+        return BROKEN_QT_EXIT
 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication

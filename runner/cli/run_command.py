@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from runner.cli.spec_flags import profile_from_args
 from runner.job import Job, prepare_launch
 from runner.spec.parse import SpecErrors
 from runner.spec.profiles import ProfileError, write_spec_file
+from runner.spec.resolve import absolute_paths
 from runner.store.store import RunStore
 from runner.view.terminal import TerminalView, render_summary
 
@@ -92,9 +94,8 @@ def run_main(args: argparse.Namespace) -> int:
 
 def _detach(profile, as_json: bool) -> int:
     """Start ``rankwatch run`` in its own session and return once it listens."""
-    folder = paths.data_dir() / "launch"
-    folder.mkdir(parents=True, exist_ok=True)
-    spec_file = write_spec_file(folder / f"{os.getpid()}-{profile.name}.toml", _absolute(profile))
+    folder = paths.data_dir() / "launch" / str(os.getpid())  # the file's stem is the run's profile name
+    spec_file = write_spec_file(folder / f"{profile.name}.toml", absolute_paths(profile.spec, profile.base_dir))
     read_end, write_end = os.pipe()
     child = subprocess.Popen(
         [sys.executable, "-m", "runner", "run", "--no-view", "--ready-fd", str(write_end), str(spec_file)],
@@ -104,6 +105,8 @@ def _detach(profile, as_json: bool) -> int:
     with os.fdopen(read_end, "rb") as ready:
         data = ready.read()
     spec_file.unlink(missing_ok=True)  # the runner has read it (and the store keeps the spec)
+    with contextlib.suppress(OSError):
+        folder.rmdir()
     if not data:
         error = child.stderr.read().decode(errors="replace").strip() if child.poll() is not None else ""
         return fail(f"the runner stopped before it was ready{': ' + error.splitlines()[-1] if error else ''}",
@@ -124,15 +127,6 @@ def _detach(profile, as_json: bool) -> int:
         print(f"run {info['run_id']} started in the background (runner pid {info['pid']}); "
               f"follow it with: rankwatch attach {info['run_id']}")
     return 0
-
-
-def _absolute(profile):
-    """The spec with its paths made absolute, so the detached runner finds them anywhere."""
-    spec = profile.spec
-    base = profile.base_dir
-    workdir = Path(spec.workdir).expanduser() if spec.workdir else base
-    workdir = workdir if workdir.is_absolute() else (base / workdir).resolve()
-    return spec.with_changes(workdir=str(workdir))
 
 
 def _run_detached_child(prepared, ready_fd: int) -> int:

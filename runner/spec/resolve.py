@@ -90,6 +90,24 @@ def default_interpreter() -> str:
     return sys.executable
 
 
+def absolute_paths(spec: LaunchSpec, base_dir: Path | None = None) -> LaunchSpec:
+    """``spec`` with workdir, script and a path-like interpreter made absolute, by the same
+    rules as ``resolve`` (workdir from ``base_dir``, script from the workdir), so the spec
+    means the same thing wherever it is written (a detached runner's copy, say)."""
+    base = Path(base_dir).expanduser() if base_dir is not None else Path.cwd()
+    workdir = Path(os.path.expanduser(spec.workdir)) if spec.workdir else base
+    workdir = Path(os.path.normpath(workdir if workdir.is_absolute() else base / workdir))
+    changes: dict = {"workdir": str(workdir)}
+    if spec.script:
+        script = Path(os.path.expanduser(spec.script))
+        changes["script"] = str(script if script.is_absolute() else Path(os.path.normpath(workdir / script)))
+    interpreter = spec.interpreter
+    if interpreter and (os.sep in interpreter or interpreter.startswith(".")):
+        path = Path(os.path.expanduser(interpreter))
+        changes["interpreter"] = str(path if path.is_absolute() else Path(os.path.normpath(base / path)))
+    return spec.with_changes(**changes)
+
+
 def resolve(spec: LaunchSpec, machine: MachineFacts, base_dir: Path | None = None) -> ResolvedLaunch:
     """Resolve ``spec`` for launching from ``base_dir`` (default: the current directory).
 

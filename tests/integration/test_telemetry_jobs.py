@@ -41,7 +41,7 @@ def test_detached_run_is_listed_live_and_attach_follows_it_to_the_end():
     assert set(info) >= {"run_id", "socket", "pid", "log"}
     live = wait_for(lambda: json.loads(rankwatch("runs", "list", "--live", "--json").stdout), 20,
                     what="the run to be listed as live")
-    assert [run["id"] for run in live] == [info["run_id"]]
+    assert [(run["id"], run["profile"]) for run in live] == [(info["run_id"], "quiet_steps")]
     attached = rankwatch("attach", str(info["run_id"]), "--plain", "--status-every", "1", timeout=120)
     assert attached.returncode == 0, attached.stderr[-2000:]
     # history first (lines printed before we attached), then live lines, then the summary

@@ -32,7 +32,7 @@ from rankwatch._buffer import KIND_LOG, KIND_STEP, RecordBuffer
 from rankwatch._connection import Connection
 from rankwatch._values import Pending
 
-TICK = 0.05
+TICK = 0.02
 HEARTBEAT_EVERY = 1.0
 BACKOFF_MIN = 0.2
 BACKOFF_MAX = 5.0

@@ -1,0 +1,243 @@
+"""Unlimited chart history with a drawing cost bounded by pixels, not by points.
+
+A :class:`Series` keeps every point of one curve (step, time, value) in growable
+numpy columns, and a min/max pyramid over the values: level ``l`` holds the
+minimum and maximum of each block of ``FACTOR ** l`` consecutive points, kept up to
+date as points arrive (appending ``k`` points costs ``O(k)`` plus a few blocks per
+level). To draw ``n`` visible points into ``w`` pixels, :meth:`Series.decimate`
+picks the coarsest level whose blocks still fit in one pixel column and reduces
+at most ``FACTOR * w`` blocks into ``w`` buckets, each drawn as its minimum and
+maximum: about 2 points per pixel, and every spike stays visible. The cost per
+frame is ``O(FACTOR * w)`` whatever ``n`` is; the memory cost of the pyramid is
+``2 / (FACTOR - 1)`` of the values.
+
+Numpy only: view models build series off the GUI thread and tests run without Qt.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+FACTOR = 8
+"""Points per block from one pyramid level to the next."""
+
+STEP = "step"
+TIME = "time"
+AXES = (STEP, TIME)
+
+
+class Column:
+    """A 1-D float64 array that grows by doubling; :attr:`values` is a view of the filled part."""
+
+    __slots__ = ("_data", "_size")
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._data = np.empty(max(1, capacity), dtype=np.float64)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._data[: self._size]
+
+    @property
+    def last(self) -> float | None:
+        return float(self._data[self._size - 1]) if self._size else None
+
+    def extend(self, values: np.ndarray) -> None:
+        count = len(values)
+        if not count:
+            return
+        needed = self._size + count
+        if needed > len(self._data):
+            capacity = max(needed, 2 * len(self._data))
+            grown = np.empty(capacity, dtype=np.float64)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+        self._data[self._size : needed] = values
+        self._size = needed
+
+    def truncate(self, size: int) -> None:
+        self._size = min(self._size, max(0, size))
+
+
+class MinMaxColumn(Column):
+    """A :class:`Column` with a min/max pyramid kept current on every :meth:`extend`.
+
+    NaN values are ignored by the reductions (``fmin``/``fmax``); a block of only
+    NaN stays NaN, which the chart draws as a gap.
+    """
+
+    __slots__ = ("_mins", "_maxs")
+
+    def __init__(self, capacity: int = 64) -> None:
+        super().__init__(capacity)
+        self._mins: list[Column] = []
+        self._maxs: list[Column] = []
+
+    @property
+    def levels(self) -> int:
+        """Pyramid levels above the raw values (level ``l`` has blocks of ``FACTOR ** l``)."""
+        return len(self._mins)
+
+    def level(self, level: int) -> tuple[np.ndarray, np.ndarray]:
+        """(mins, maxs) of pyramid ``level``; level 0 is the raw values."""
+        if level == 0:
+            return self.values, self.values
+        return self._mins[level - 1].values, self._maxs[level - 1].values
+
+    def extend(self, values: np.ndarray) -> None:
+        old_size = len(self)
+        super().extend(values)
+        self._update_pyramid(old_size)
+
+    def _update_pyramid(self, old_size: int) -> None:
+        below_min, below_max = self.values, self.values
+        old_below, size_below = old_size, len(self)
+        level = 0
+        while size_below > FACTOR:
+            if level == len(self._mins):
+                self._mins.append(Column(size_below // FACTOR + 1))
+                self._maxs.append(Column(size_below // FACTOR + 1))
+            mins, maxs = self._mins[level], self._maxs[level]
+            # Blocks made only of unchanged entries below stay; recompute from the first
+            # other one (the old tail block may have been partial).
+            first_block = min(old_below // FACTOR, len(mins))
+            start = first_block * FACTOR
+            offsets = np.arange(0, size_below - start, FACTOR)
+            mins.truncate(first_block)
+            maxs.truncate(first_block)
+            mins.extend(np.fmin.reduceat(below_min[start:size_below], offsets))
+            maxs.extend(np.fmax.reduceat(below_max[start:size_below], offsets))
+            below_min, below_max = mins.values, maxs.values
+            old_below, size_below = first_block, len(mins)
+            level += 1
+
+    def minmax(self, first: int, stop: int, buckets: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Min and max of ``values[first:stop]`` in about ``buckets`` equal runs of points.
+
+        Returns (start index of each run, minima, maxima). Runs are whole pyramid
+        blocks, so the first and last may reach a little outside ``[first, stop)``.
+        Touches at most ``FACTOR * buckets + 2`` stored numbers.
+        """
+        count = stop - first
+        per_bucket = max(1.0, count / max(1, buckets))
+        level = min(self.levels, int(math.floor(math.log(per_bucket, FACTOR) + 1e-9)))
+        block = FACTOR**level
+        mins, maxs = self.level(level)
+        block_first = first // block
+        block_stop = min(len(mins), -(-stop // block))
+        group = max(1, math.ceil(per_bucket / block))
+        offsets = np.arange(0, block_stop - block_first, group)
+        low = np.fmin.reduceat(mins[block_first:block_stop], offsets)
+        high = np.fmax.reduceat(maxs[block_first:block_stop], offsets)
+        return (block_first + offsets) * block, low, high
+
+
+class Series:
+    """Every point of one curve: step, time and value columns, and a min/max pyramid.
+
+    Steps may be missing (``None`` becomes the previous step, or NaN before any), e.g.
+    for GPU samples, which are drawn against time only. ``sorted_by[axis]`` turns
+    False if that column ever goes backwards (a restarted job counts steps from 0
+    again); ranges are then looked up by scanning rather than by bisection.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.steps = Column(capacity)
+        self.times = Column(capacity)
+        self.values = MinMaxColumn(capacity)
+        self.sorted_by = {STEP: True, TIME: True}
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def append(self, steps, times, values) -> None:
+        """Add points. Arguments are sequences of equal length (numbers or None)."""
+        steps = np.asarray(steps, dtype=np.float64)
+        times = np.asarray(times, dtype=np.float64)
+        values = np.asarray(values, dtype=np.float64)
+        if not (len(steps) == len(times) == len(values)):
+            raise ValueError("steps, times and values must have the same length")
+        if not len(values):
+            return
+        if np.isnan(steps).any():
+            steps = _forward_fill(steps, self.steps.last)
+        for axis, column, new in ((STEP, self.steps, steps), (TIME, self.times, times)):
+            if self.sorted_by[axis]:
+                previous = column.last
+                finite = new[~np.isnan(new)]
+                if len(finite) and (
+                    (previous is not None and not math.isnan(previous) and finite[0] < previous)
+                    or (len(finite) > 1 and bool(np.any(np.diff(finite) < 0)))
+                ):
+                    self.sorted_by[axis] = False
+        self.steps.extend(steps)
+        self.times.extend(times)
+        self.values.extend(values)
+
+    def axis(self, axis: str) -> np.ndarray:
+        return self.steps.values if axis == STEP else self.times.values
+
+    def x_bounds(self, axis: str) -> tuple[float, float] | None:
+        x = self.axis(axis)
+        if not len(x):
+            return None
+        if self.sorted_by[axis] and not math.isnan(x[0]):
+            return float(x[0]), float(x[-1])
+        if np.isnan(x).all():
+            return None
+        return float(np.nanmin(x)), float(np.nanmax(x))
+
+    def index_range(self, axis: str, x_min: float | None, x_max: float | None) -> tuple[int, int]:
+        """Indices ``[first, stop)`` covering ``[x_min, x_max]`` plus one point each side.
+
+        An unsorted axis gives the whole series (still bounded to draw).
+        """
+        size = len(self)
+        x = self.axis(axis)
+        if x_min is None or x_max is None or not self.sorted_by[axis] or not size or math.isnan(x[0]):
+            return 0, size
+        first = int(np.searchsorted(x, x_min, side="left")) - 1
+        stop = int(np.searchsorted(x, x_max, side="right")) + 1
+        return max(0, first), min(size, stop)
+
+    def decimate(self, axis: str, x_min: float | None = None, x_max: float | None = None,
+                 pixels: int = 1000, values: MinMaxColumn | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Points to draw the part of the curve inside ``[x_min, x_max]`` on ``pixels`` columns.
+
+        ``values`` replaces the value column (a smoothed copy of the same length).
+        Returns ``(x, y)`` with at most about ``2 * pixels`` points: the raw points
+        when there are that few, else each pixel column's min and max.
+        """
+        values = self.values if values is None else values
+        x = self.axis(axis)
+        first, stop = self.index_range(axis, x_min, x_max)
+        stop = min(stop, len(values))
+        pixels = max(1, int(pixels))
+        if stop - first <= 2 * pixels:
+            return x[first:stop].copy(), values.values[first:stop].copy()
+        starts, low, high = values.minmax(first, stop, pixels)
+        xs = np.repeat(x[np.minimum(starts, len(x) - 1)], 2)
+        ys = np.empty(2 * len(low), dtype=np.float64)
+        ys[0::2] = low
+        ys[1::2] = high
+        return xs, ys
+
+
+def _forward_fill(values: np.ndarray, previous: float | None) -> np.ndarray:
+    """Replace NaN by the last number before it (``previous`` carries over from earlier points)."""
+    values = values.copy()
+    missing = np.isnan(values)
+    if missing[0] and previous is not None:
+        values[0] = previous
+        missing[0] = math.isnan(previous)
+    index = np.where(~missing, np.arange(len(values)), 0)
+    np.maximum.accumulate(index, out=index)
+    filled = values[index]
+    # Leading NaN with nothing before stays NaN.
+    return filled

@@ -1,0 +1,230 @@
+"""The runs list and run comparisons, read from the run store (Qt-free).
+
+The store is the record of truth: a run whose ``ended`` is empty and whose runner
+process is alive is live (the GUI can attach to its socket); one whose runner is
+gone without recording an end is shown as ``lost``.
+
+Reads never happen on the GUI thread: :class:`RunsPoller` is a named daemon thread
+with a stop event that opens its own read-only store (SQLite connections are per
+thread), polls, and hands each changed list of :class:`RunRow` to a callback;
+:func:`loss_overlay` is meant for a worker thread too.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rankwatch import _protocol
+from runner.state import RunStatus
+from runner.store.store import RunNotFound, RunStore
+
+HISTORY_COLUMNS = ("Run", "Profile", "Started", "Duration", "Status", "Exit", "Ranks", "Host")
+POLL_INTERVAL_S = 2.0
+RUN_LIMIT = 500
+
+
+def runner_alive(pid: int | None) -> bool:
+    """Whether process ``pid`` exists (on this host)."""
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError as error:
+        return error.errno == errno.EPERM
+    return True
+
+
+def is_live(run: dict[str, Any]) -> bool:
+    """A run still going: no end recorded, its runner alive, its socket present."""
+    if run.get("ended") is not None:
+        return False
+    socket = run.get("socket")
+    return runner_alive(run.get("runner_pid")) and bool(socket) and Path(socket).exists()
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run_id: int
+    profile: str | None
+    status: str
+    """The stored status, or ``lost`` when the runner died without recording an end."""
+    created: float
+    started: float | None
+    ended: float | None
+    exit_code: int | None
+    world_size: int | None
+    host: str | None
+    live: bool
+    socket: str | None
+
+    @classmethod
+    def from_store(cls, run: dict[str, Any]) -> RunRow:
+        live = is_live(run)
+        status = str(run.get("status") or "")
+        if run.get("ended") is None and not live:
+            status = RunStatus.LOST.value
+        return cls(run_id=int(run["id"]), profile=run.get("profile"), status=status,
+                   created=float(run.get("created") or 0.0), started=run.get("started"), ended=run.get("ended"),
+                   exit_code=run.get("exit_code"), world_size=run.get("world_size"), host=run.get("host"),
+                   live=live, socket=run.get("socket"))
+
+    def duration(self, now: float | None = None) -> float | None:
+        start = self.started or self.created
+        if not start:
+            return None
+        end = self.ended if self.ended is not None else (time.time() if now is None else now) if self.live else None
+        return None if end is None else max(0.0, end - start)
+
+
+def load_runs(store: RunStore, limit: int = RUN_LIMIT) -> list[RunRow]:
+    return [RunRow.from_store(run) for run in store.runs(limit=limit)]
+
+
+def _duration_text(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def history_cells(row: RunRow, now: float | None = None) -> tuple[str, ...]:
+    """Texts of one runs-list row, in :data:`HISTORY_COLUMNS` order."""
+    start = row.started or row.created
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(start)) if start else ""
+    status = f"{row.status} (live)" if row.live else row.status
+    return (str(row.run_id), row.profile or "", started, _duration_text(row.duration(now)), status,
+            "" if row.exit_code is None else str(row.exit_code),
+            "" if row.world_size is None else str(row.world_size), row.host or "")
+
+
+def history_sort_keys(row: RunRow, now: float | None = None) -> tuple[Any, ...]:
+    duration = row.duration(now)
+    return (row.run_id, row.profile or "", row.started or row.created, -1.0 if duration is None else duration,
+            row.status, -(10**9) if row.exit_code is None else row.exit_code, row.world_size or 0, row.host or "")
+
+
+class RunsPoller:
+    """Polls the store's runs list on a named daemon thread; ``on_rows`` gets each changed list.
+
+    ``on_rows`` runs on the poller's thread: a Qt caller relays it with a signal.
+    ``on_error`` gets a message when the store cannot be read (the next poll retries).
+    """
+
+    def __init__(self, on_rows: Callable[[list[RunRow]], None], on_error: Callable[[str], None] | None = None,
+                 interval_s: float = POLL_INTERVAL_S, limit: int = RUN_LIMIT, store_path: Path | None = None) -> None:
+        self._on_rows = on_rows
+        self._on_error = on_error
+        self._interval_s = interval_s
+        self._limit = limit
+        self._store_path = store_path
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rankwatch-runs-poller", daemon=True)
+        self._last: list[RunRow] | None = None
+
+    def start(self) -> RunsPoller:
+        self._thread.start()
+        return self
+
+    def poll_now(self) -> None:
+        """Poll at once (and report even an unchanged list)."""
+        self._last = None
+        self._wake.set()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        store: RunStore | None = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    if store is None:
+                        store = RunStore(self._store_path, readonly=True)
+                    rows = load_runs(store, self._limit)
+                except RunNotFound:
+                    rows = []  # no store yet: nothing has run
+                except Exception as error:  # a locked or damaged store must not end polling
+                    if store is not None:
+                        store.close()
+                        store = None
+                    if self._on_error is not None:
+                        self._on_error(f"cannot read the run store: {error}")
+                    rows = None
+                if rows is not None and rows != self._last:
+                    self._last = rows
+                    self._on_rows(rows)
+                self._wake.wait(self._interval_s)
+                self._wake.clear()
+        finally:
+            if store is not None:
+                store.close()
+
+
+@dataclass(frozen=True)
+class LossCurve:
+    run_id: int
+    label: str
+    steps: np.ndarray
+    times: np.ndarray
+    """Seconds since the run started."""
+    values: np.ndarray
+    """Mean loss over the ranks that reported each step."""
+
+
+def loss_overlay(store: RunStore, run_id: int, name: str = _protocol.LOSS) -> LossCurve:
+    """The mean-over-ranks loss per step of ``run_id``, for comparing runs.
+
+    Raises:
+        RunNotFound: no such run.
+    """
+    run = store.run(run_id)
+    rows = store.metrics(run_id, name=name)
+    label = f"run {run_id}" + (f" ({run['profile']})" if run.get("profile") else "")
+    t0 = float(run.get("started") or run.get("created") or 0.0)
+    if not rows:
+        empty = np.empty(0)
+        return LossCurve(run_id, label, empty, empty, empty)
+    # Rows are (rank, step, t, name, value, source); keep one source per rank (the hub's priority).
+    priority = {_protocol.SOURCE_AUTO: 0, _protocol.SOURCE_LOG: 1, _protocol.SOURCE_PARSED: 2}
+    best: dict[int, int] = {}
+    for rank, _step, _t, _name, _value, source in rows:
+        level = priority.get(source, 9)
+        if level < best.get(rank, 99):
+            best[rank] = level
+    steps, times, values = [], [], []
+    for rank, step, t, _name, value, source in rows:
+        if step is None or value is None or priority.get(source, 9) != best[rank]:
+            continue
+        steps.append(step)
+        times.append(t)
+        values.append(value)
+    if not steps:
+        empty = np.empty(0)
+        return LossCurve(run_id, label, empty, empty, empty)
+    step_array = np.asarray(steps, dtype=np.float64)
+    unique, inverse = np.unique(step_array, return_inverse=True)
+    sums = np.bincount(inverse, weights=np.asarray(values, dtype=np.float64))
+    counts = np.bincount(inverse)
+    first_time = np.full(len(unique), math.inf)
+    np.minimum.at(first_time, inverse, np.asarray(times, dtype=np.float64))
+    return LossCurve(run_id, label, unique, first_time - t0, sums / counts)

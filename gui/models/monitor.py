@@ -1,0 +1,727 @@
+"""The monitor's view model: one run as the hub streams it (or as the store kept it).
+
+:class:`MonitorModel` applies the hub's messages (``snapshot``, ``update``,
+``history_end``, ``bye``; see ``rankwatch._protocol``) and keeps what the monitor
+shows: the run, its rank rows, every metric point of every rank and GPU (as
+:class:`~gui.charts.decimation.Series`, unlimited), the last ``log_limit`` log lines
+(older ones stay in the store), events, and progress with an ETA.
+
+It is plain Python (no Qt): widgets take it in ``__init__``, connect to its events
+and redraw on their own timers; tests feed it messages directly. A model may be
+built on a background thread (:meth:`MonitorModel.from_store`) and handed over to
+the GUI thread once complete; after that only the GUI thread touches it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from gui.charts.decimation import Series
+from gui.models import Event
+from rankwatch import _protocol
+from runner.state import RankState, RunStatus
+
+LOG_LIMIT = 50_000
+"""Log lines kept in memory; the store has them all."""
+EVENT_LIMIT = 10_000
+
+# Series that are not worker metrics. Slashes keep them apart from user metric names.
+GPU_UTILIZATION = "gpu/utilization"
+"""Percent, per GPU index."""
+GPU_MEMORY = "gpu/memory_used"
+"""Bytes, per GPU index."""
+CPU_PERCENT = "process/cpu_percent"
+"""Percent of one core, per rank."""
+RSS_BYTES = "process/rss_bytes"
+"""Resident memory in bytes, per rank."""
+DATA_WAIT_SHARE = "data_wait_share"
+"""Share (0..1) of each step spent waiting for data: data_wait / step_time of the same step."""
+
+SOURCE_PRIORITY = {_protocol.SOURCE_AUTO: 0, _protocol.SOURCE_LOG: 1, _protocol.SOURCE_PARSED: 2}
+"""When a rank reports one metric from several sources, charts show one (the hub ranks them alike)."""
+
+TOTAL_STEP_METRICS = ("total_steps", "max_steps", "num_steps")
+TOTAL_EPOCH_METRICS = ("epochs", "total_epochs", "num_epochs", "max_epochs")
+STEPS_PER_EPOCH_METRICS = ("steps_per_epoch",)
+EPOCH_METRICS = ("epoch",)
+_STEP_ARGS = ("--max-steps", "--max_steps", "--total-steps", "--total_steps", "--num-steps", "--num_steps",
+              "--steps")
+_EPOCH_ARGS = ("--epochs", "--num-epochs", "--num_epochs", "--max-epochs", "--max_epochs", "--n-epochs",
+               "--n_epochs")
+_STEPS_PER_EPOCH_LINE = re.compile(r"\b(\d+)\s+(?:steps|batches|iterations)\s+(?:per|an|each)\s+epoch\b", re.I)
+_PENDING_PAIRS = 256
+_RATE_WINDOW_S = 60.0
+
+
+class LogEntry(NamedTuple):
+    rank: int | None
+    """None: a line of the launcher (torchrun, the runner) rather than of a rank."""
+    t: float
+    stream: str
+    line: str
+    node: str | None
+
+
+def format_log_entry(entry: LogEntry) -> str:
+    """``[r3] text``, ``[host r3] text`` with a node name, ``[launcher] text`` without a rank."""
+    who = "launcher" if entry.rank is None else f"r{entry.rank}"
+    if entry.node:
+        who = f"{entry.node} {who}"
+    return f"[{who}] {entry.line}"
+
+
+class LogBuffer:
+    """The last ``limit`` log lines, and how many arrived in all.
+
+    A view remembers :attr:`total` after drawing, then asks :meth:`since` for what is
+    new; when more arrived than the buffer holds, it redraws from scratch.
+    """
+
+    def __init__(self, limit: int = LOG_LIMIT) -> None:
+        self.entries: deque[LogEntry] = deque(maxlen=limit)
+        self.total = 0
+
+    @property
+    def limit(self) -> int:
+        return self.entries.maxlen or 0
+
+    @property
+    def dropped(self) -> int:
+        """Lines no longer in memory (still in the store)."""
+        return self.total - len(self.entries)
+
+    def extend(self, entries: Iterable[LogEntry]) -> int:
+        old_total = self.total
+        for entry in entries:
+            self.entries.append(entry)
+            self.total += 1
+        return self.total - old_total
+
+    def since(self, seen_total: int) -> tuple[list[LogEntry], bool]:
+        """Entries that arrived after the view saw ``seen_total``; False when some are gone."""
+        new = self.total - seen_total
+        if new <= 0:
+            return [], True
+        if new > len(self.entries):
+            return list(self.entries), False
+        return [self.entries[i] for i in range(len(self.entries) - new, len(self.entries))], True
+
+
+@dataclass(frozen=True)
+class Progress:
+    step: int | None
+    total_steps: int | None
+    epoch: int | None
+    total_epochs: int | None
+    elapsed_s: float | None
+    eta_s: float | None
+    steps_per_s: float | None
+
+    @property
+    def fraction(self) -> float | None:
+        if self.step is None or not self.total_steps:
+            return None
+        return max(0.0, min(1.0, self.step / self.total_steps))
+
+
+RANK_COLUMNS = ("Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %",
+                "Heartbeat", "Exit")
+STALE_HEARTBEAT_S = 10.0
+
+
+def _text(value: Any, fmt: str = "{}") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return fmt.format(value)
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = max(0.0, seconds)
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def format_duration(seconds: float | None) -> str:
+    """``1:02:03`` or ``2:03``; empty when unknown."""
+    if seconds is None or math.isnan(seconds):
+        return ""
+    seconds = int(max(0, round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def format_loss(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    magnitude = abs(value)
+    if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e5):
+        return f"{value:.3e}"
+    return f"{value:.4f}"
+
+
+def heartbeat_age(row: dict[str, Any], now: float) -> float | None:
+    last_seen = row.get("last_seen")
+    if last_seen is None or _finished_rank(row):
+        return None
+    return now - float(last_seen)
+
+
+def _finished_rank(row: dict[str, Any]) -> bool:
+    try:
+        return RankState(row.get("state")).finished
+    except ValueError:
+        return False
+
+
+def rank_cells(row: dict[str, Any], now: float) -> tuple[str, ...]:
+    """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order."""
+    share = row.get("data_wait_share")
+    step_time = row.get("step_time")
+    gpu = row.get("gpu_index")
+    return (
+        _text(row.get("rank")),
+        _text(row.get("host")),
+        _text(row.get("pid")),
+        "cpu" if gpu is None else str(gpu),
+        _text(row.get("state")),
+        _text(row.get("step")),
+        format_loss(row.get("loss")),
+        "" if step_time is None else f"{1000.0 * step_time:.1f}",
+        "" if share is None else f"{100.0 * share:.0f}",
+        format_age(heartbeat_age(row, now)),
+        _text(row.get("exit_code")),
+    )
+
+
+def rank_sort_keys(row: dict[str, Any], now: float) -> tuple[Any, ...]:
+    """Numbers where the column is numeric, so sorting by step or loss is numeric."""
+    step_time = row.get("step_time")
+    return (
+        row.get("rank"), row.get("host") or "", row.get("pid"), row.get("gpu_index"), row.get("state") or "",
+        row.get("step"), row.get("loss"), None if step_time is None else 1000.0 * step_time,
+        row.get("data_wait_share"), heartbeat_age(row, now), row.get("exit_code"),
+    )
+
+
+class MonitorModel:
+    """One run: status, ranks, nodes, metric series, logs, events, progress.
+
+    Events (``gui.models.Event``), emitted on the thread that applies messages:
+    ``reset`` (a new snapshot: everything was replaced), ``run_changed``,
+    ``status_changed(str)``, ``ranks_changed``, ``series_added(name, key)``,
+    ``points_added``, ``logs_added``, ``events_added``, ``history_finished``,
+    ``ended(reason)``.
+    """
+
+    def __init__(self, log_limit: int = LOG_LIMIT, event_limit: int = EVENT_LIMIT) -> None:
+        self.reset = Event()
+        self.run_changed = Event()
+        self.status_changed = Event()
+        self.ranks_changed = Event()
+        self.series_added = Event()
+        self.points_added = Event()
+        self.logs_added = Event()
+        self.events_added = Event()
+        self.history_finished = Event()
+        self.ended = Event()
+        self._log_limit = log_limit
+        self._event_limit = event_limit
+        self._clear()
+
+    def _clear(self) -> None:
+        self.run: dict[str, Any] | None = None
+        self.spec: dict[str, Any] = {}
+        self.ranks: dict[int, dict[str, Any]] = {}
+        self.nodes: dict[int, dict[str, Any]] = {}
+        self.logs = LogBuffer(self._log_limit)
+        self.events: deque[dict[str, Any]] = deque(maxlen=self._event_limit)
+        self.events_total = 0
+        self._series: dict[str, dict[int, dict[str, Series]]] = {}
+        self._pending_pairs: dict[int, dict[Any, list[float | None]]] = {}
+        self._progress_marks: deque[tuple[float, float]] = deque()
+        self._last_step: float | None = None
+        self._steps_per_epoch_from_log: int | None = None
+        self.gpu_memory_total: dict[int, float] = {}
+        self.history_done = False
+        self.end_reason: str | None = None
+        self.decimated_updates = 0
+        self.messages_applied = 0
+        self.points_total = 0
+        self.first_t: float | None = None
+
+    def adopt(self, other: MonitorModel) -> None:
+        """Take over ``other``'s content (a run loaded off the GUI thread) and tell the views.
+
+        Widgets keep their reference to this model; only its content changes.
+        """
+        for name, value in vars(other).items():
+            if not isinstance(value, Event) and name not in ("_log_limit", "_event_limit"):
+                setattr(self, name, value)
+        self.reset.emit()
+        self.run_changed.emit()
+        if self.status is not None:
+            self.status_changed.emit(str(self.status))
+        self.ranks_changed.emit()
+        self.points_added.emit()
+        self.logs_added.emit()
+        self.events_added.emit()
+
+    def clear(self) -> None:
+        """Forget everything (a new launch is coming)."""
+        self._clear()
+        self.reset.emit()
+        self.run_changed.emit()
+        self.ranks_changed.emit()
+        self.logs_added.emit()
+        self.events_added.emit()
+
+    # ---- applying messages ---------------------------------------------------------
+
+    def apply(self, message: dict[str, Any]) -> None:
+        """Apply one decoded hub message. Unknown types are ignored (newer hubs)."""
+        kind = message.get("type")
+        self.messages_applied += 1
+        if kind == "snapshot":
+            self._apply_snapshot(message)
+        elif kind == "update":
+            self._apply_update(message)
+        elif kind == "history_end":
+            self.history_done = True
+            self.history_finished.emit()
+        elif kind == "bye":
+            self.end_reason = str(message.get("reason") or "ended")
+            self.ended.emit(self.end_reason)
+
+    def _apply_snapshot(self, message: dict[str, Any]) -> None:
+        self._clear()
+        self.spec = message.get("spec") or {}
+        self._set_run(message.get("run"))
+        for row in message.get("ranks") or []:
+            self._merge_rank(row)
+        for node in message.get("nodes") or []:
+            self.nodes[int(node.get("node_rank", 0))] = dict(node)
+        self.reset.emit()
+        self.ranks_changed.emit()
+
+    def _apply_update(self, message: dict[str, Any]) -> None:
+        if message.get("decimated"):
+            self.decimated_updates += 1
+        if message.get("run"):
+            self._set_run(message["run"])
+        ranks = message.get("ranks") or []
+        for row in ranks:
+            self._merge_rank(row)
+        for node in message.get("nodes") or []:
+            self.nodes[int(node.get("node_rank", 0))] = {**self.nodes.get(int(node.get("node_rank", 0)), {}), **node}
+        added = 0
+        if message.get("metrics"):
+            added += self.add_metric_rows(message["metrics"])
+        if message.get("gpus"):
+            added += self.add_gpu_rows(message["gpus"])
+        if message.get("procs"):
+            added += self.add_process_rows(message["procs"])
+        if message.get("logs"):
+            self.add_log_rows(message["logs"])
+        if message.get("events"):
+            self.add_events(message["events"])
+        if ranks:
+            self.ranks_changed.emit()
+        if added:
+            self.points_added.emit()
+
+    def _set_run(self, run: dict[str, Any] | None) -> None:
+        if not run:
+            return
+        old_status = self.run.get("status") if self.run else None
+        self.run = {**(self.run or {}), **run}
+        self.run_changed.emit()
+        if self.run.get("status") != old_status:
+            self.status_changed.emit(str(self.run.get("status")))
+
+    def _merge_rank(self, row: dict[str, Any]) -> None:
+        if row.get("rank") is None:
+            return
+        rank = int(row["rank"])
+        merged = self.ranks.setdefault(rank, {"rank": rank})
+        merged.update(row)
+
+    def add_metric_rows(self, rows: Iterable[list | tuple]) -> int:
+        """Protocol metric items ``[rank, t, step, name, value, source]``; returns points added."""
+        groups: dict[tuple[str, int, str], tuple[list, list, list]] = {}
+        for item in rows:
+            try:
+                rank, t, step, name, value, source = item
+            except (TypeError, ValueError):
+                continue
+            if rank is None or name is None or t is None:
+                continue
+            rank = int(rank)
+            key = (name, rank, source or _protocol.SOURCE_AUTO)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = ([], [], [])
+            group[0].append(step)
+            group[1].append(t)
+            group[2].append(value)
+            if name in (_protocol.STEP_TIME, _protocol.DATA_WAIT) and step is not None:
+                self._pair_data_wait(rank, step, t, name, value, groups)
+        count = 0
+        for (name, rank, source), (steps, times, values) in groups.items():
+            series = self._series_for_write(name, rank, source)
+            series.append(_numbers(steps), times, _numbers(values))
+            count += len(values)
+            if name != DATA_WAIT_SHARE:
+                self._note_progress(steps, times)
+            if self.first_t is None and times:
+                self.first_t = float(min(times))
+        self.points_total += count
+        return count
+
+    def _pair_data_wait(self, rank: int, step: Any, t: float, name: str, value: Any, groups: dict) -> None:
+        pending = self._pending_pairs.setdefault(rank, {})
+        pair = pending.setdefault(step, [None, None, t])
+        pair[0 if name == _protocol.STEP_TIME else 1] = value
+        if pair[0] is not None and pair[1] is not None:
+            del pending[step]
+            share = min(1.0, max(0.0, pair[1] / pair[0])) if pair[0] > 0 else None
+            group = groups.setdefault((DATA_WAIT_SHARE, rank, _protocol.SOURCE_AUTO), ([], [], []))
+            group[0].append(step)
+            group[1].append(max(t, pair[2]))
+            group[2].append(share)
+        elif len(pending) > _PENDING_PAIRS:
+            pending.pop(next(iter(pending)))
+
+    def add_gpu_rows(self, rows: Iterable[list | tuple]) -> int:
+        """Protocol GPU samples ``[t, index, util, mem_used, mem_total, power_w, temp_c, sm_mhz]``."""
+        by_gpu: dict[int, tuple[list, list, list]] = {}
+        for row in rows:
+            if len(row) < 5 or row[1] is None:
+                continue
+            t, index, util, used, total = row[:5]
+            group = by_gpu.setdefault(int(index), ([], [], []))
+            group[0].append(t)
+            group[1].append(util)
+            group[2].append(used)
+            if total:
+                self.gpu_memory_total[int(index)] = float(total)
+        for index, (times, utils, used) in by_gpu.items():
+            nan_steps = [None] * len(times)
+            self._series_for_write(GPU_UTILIZATION, index, _protocol.SOURCE_AUTO).append(
+                _numbers(nan_steps), times, _numbers(utils))
+            self._series_for_write(GPU_MEMORY, index, _protocol.SOURCE_AUTO).append(
+                _numbers(nan_steps), times, _numbers(used))
+        count = 2 * sum(len(group[0]) for group in by_gpu.values())
+        self.points_total += count
+        return count
+
+    def add_process_rows(self, rows: Iterable[list | tuple]) -> int:
+        """Protocol process samples ``[t, rank, pid, cpu_percent, rss_bytes, threads]``."""
+        by_rank: dict[int, tuple[list, list, list]] = {}
+        for row in rows:
+            if len(row) < 5 or row[1] is None:
+                continue
+            t, rank, _pid, cpu, rss = row[:5]
+            group = by_rank.setdefault(int(rank), ([], [], []))
+            group[0].append(t)
+            group[1].append(cpu)
+            group[2].append(rss)
+        for rank, (times, cpus, rss) in by_rank.items():
+            nan_steps = [None] * len(times)
+            self._series_for_write(CPU_PERCENT, rank, _protocol.SOURCE_AUTO).append(
+                _numbers(nan_steps), times, _numbers(cpus))
+            self._series_for_write(RSS_BYTES, rank, _protocol.SOURCE_AUTO).append(
+                _numbers(nan_steps), times, _numbers(rss))
+        count = 2 * sum(len(group[0]) for group in by_rank.values())
+        self.points_total += count
+        return count
+
+    def add_log_rows(self, rows: Iterable[list | tuple]) -> None:
+        """Protocol log items ``[rank, t, stream, line, node]``."""
+        entries = []
+        for row in rows:
+            if len(row) < 4:
+                continue
+            rank, t, stream, line = row[:4]
+            node = row[4] if len(row) > 4 else None
+            entries.append(LogEntry(None if rank is None else int(rank), float(t or 0.0), str(stream or "stdout"),
+                                    str(line), node))
+            if self._steps_per_epoch_from_log is None:
+                found = _STEPS_PER_EPOCH_LINE.search(str(line))
+                if found:
+                    self._steps_per_epoch_from_log = int(found.group(1))
+        if entries:
+            self.logs.extend(entries)
+            self.logs_added.emit()
+
+    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
+        added = 0
+        for event in events:
+            if isinstance(event, dict):
+                self.events.append(event)
+                added += 1
+        self.events_total += added
+        if added:
+            self.events_added.emit()
+
+    def append_points(self, name: str, key: int, steps, times, values, source: str = _protocol.SOURCE_AUTO) -> None:
+        """Append arrays of points to one series at once (imports, benchmarks)."""
+        series = self._series_for_write(name, key, source)
+        series.append(steps, times, values)
+        self.points_total += len(values)
+        self.points_added.emit()
+
+    def _series_for_write(self, name: str, key: int, source: str) -> Series:
+        by_key = self._series.setdefault(name, {})
+        by_source = by_key.get(key)
+        new_key = by_source is None
+        if new_key:
+            by_source = by_key[key] = {}
+        series = by_source.get(source)
+        if series is None:
+            series = by_source[source] = Series()
+            if new_key:
+                self.series_added.emit(name, key)
+        return series
+
+    def _note_progress(self, steps: list, times: list) -> None:
+        """Remember (time, step) marks about every half second for the rate behind the ETA."""
+        marks = self._progress_marks
+        last = -math.inf if self._last_step is None else self._last_step
+        for step, t in zip(steps, times, strict=False):
+            if step is None or step <= last or (isinstance(step, float) and math.isnan(step)):
+                continue
+            last = float(step)
+            if len(marks) >= 2 and t - marks[-2][0] < 0.5:
+                marks[-1] = (float(t), last)
+            else:
+                marks.append((float(t), last))
+        if last != -math.inf:
+            self._last_step = last
+        while len(marks) > 2 and marks[-1][0] - marks[1][0] > _RATE_WINDOW_S:
+            marks.popleft()
+
+    # ---- reading -------------------------------------------------------------------
+
+    @property
+    def status(self) -> str | None:
+        return None if self.run is None else self.run.get("status")
+
+    @property
+    def run_id(self) -> int | None:
+        return None if self.run is None else self.run.get("id")
+
+    @property
+    def finished(self) -> bool:
+        try:
+            return self.status is not None and RunStatus(self.status).finished
+        except ValueError:
+            return False
+
+    @property
+    def t0(self) -> float:
+        """Zero of the time axis: when the run started (or its first record)."""
+        if self.run:
+            for key in ("started", "created"):
+                if self.run.get(key):
+                    return float(self.run[key])
+        return self.first_t or 0.0
+
+    def series_names(self) -> list[str]:
+        return list(self._series)
+
+    def series(self, name: str) -> dict[int, Series]:
+        """Per rank (or GPU index), the series of ``name`` from its most deliberate source."""
+        result = {}
+        for key, by_source in self._series.get(name, {}).items():
+            source = min(by_source, key=lambda s: SOURCE_PRIORITY.get(s, 9))
+            result[key] = by_source[source]
+        return result
+
+    def has_gpu_samples(self) -> bool:
+        return bool(self._series.get(GPU_UTILIZATION))
+
+    def rank_rows(self) -> list[dict[str, Any]]:
+        return [self.ranks[rank] for rank in sorted(self.ranks)]
+
+    def last_value(self, names: Iterable[str]) -> float | None:
+        """The newest value of the first of ``names`` that any rank reported."""
+        for name in names:
+            newest_t, newest = -math.inf, None
+            for series in self.series(name).values():
+                if len(series):
+                    t = series.times.last
+                    if t is not None and t >= newest_t:
+                        newest_t, newest = t, series.values.last
+            if newest is not None and not math.isnan(newest):
+                return newest
+        return None
+
+    def current_step(self) -> int | None:
+        steps = [row["step"] for row in self.ranks.values() if row.get("step") is not None]
+        if steps:
+            return int(max(steps))
+        return None if self._last_step is None else int(self._last_step)
+
+    def _spec_number(self, flags: tuple[str, ...]) -> int | None:
+        args = [str(a) for a in (self.spec.get("args") or [])]
+        for index, arg in enumerate(args):
+            for flag in flags:
+                text = None
+                if arg == flag and index + 1 < len(args):
+                    text = args[index + 1]
+                elif arg.startswith(flag + "="):
+                    text = arg.split("=", 1)[1]
+                if text is not None:
+                    try:
+                        return int(text)
+                    except ValueError:
+                        return None
+        return None
+
+    def progress(self, now: float | None = None) -> Progress:
+        """Step, epoch, elapsed and, when the number of steps is known, an ETA.
+
+        The total comes from a metric the script logs (``total_steps``, or
+        ``steps_per_epoch`` times ``epochs``), from the script's arguments
+        (``--max-steps``, ``--epochs``) or from a printed "N steps per epoch" line.
+        """
+        now = time.time() if now is None else now
+        step = self.current_step()
+        total_steps = _int_or_none(self.last_value(TOTAL_STEP_METRICS)) or self._spec_number(_STEP_ARGS)
+        total_epochs = _int_or_none(self.last_value(TOTAL_EPOCH_METRICS)) or self._spec_number(_EPOCH_ARGS)
+        per_epoch = _int_or_none(self.last_value(STEPS_PER_EPOCH_METRICS)) or self._steps_per_epoch_from_log
+        if total_steps is None and per_epoch and total_epochs:
+            total_steps = per_epoch * total_epochs
+        epoch = _int_or_none(self.last_value(EPOCH_METRICS))
+        if epoch is None and per_epoch and step is not None:
+            epoch = step // per_epoch
+        elapsed = None
+        if self.run and self.run.get("started"):
+            end = self.run.get("ended") or now
+            elapsed = max(0.0, float(end) - float(self.run["started"]))
+        rate = None
+        marks = self._progress_marks
+        if len(marks) >= 2:
+            (t_old, s_old), (t_new, s_new) = marks[0], marks[-1]
+            if t_new - t_old > 0.5 and s_new > s_old:
+                rate = (s_new - s_old) / (t_new - t_old)
+        eta = None
+        if total_steps and step is not None and not self.finished:
+            remaining = max(0, total_steps - step)
+            if remaining == 0:
+                eta = 0.0
+            elif rate:
+                eta = remaining / rate
+        if self.finished:
+            eta = None
+        return Progress(step, total_steps, epoch, total_epochs, elapsed, eta, rate)
+
+    # ---- loading a finished run ----------------------------------------------------
+
+    @classmethod
+    def from_store(cls, store, run_id: int, log_limit: int = LOG_LIMIT) -> MonitorModel:
+        """A model of run ``run_id`` as the store recorded it (any thread; ``store`` is that thread's).
+
+        Raises:
+            runner.store.store.RunNotFound: no such run.
+        """
+        model = cls(log_limit=log_limit)
+        run = store.run(run_id)
+        spec = _spec_from_toml(run.get("spec_toml"))
+        public_run = {k: v for k, v in run.items() if k not in ("spec_toml",)}
+        model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": public_run,
+                     "ranks": store.ranks(run_id), "nodes": store.nodes(run_id), "spec": spec})
+        for chunk in store.iter_metrics(run_id):
+            model.add_metric_rows([(rank, t, step, name, value, source)
+                                   for rank, step, t, name, value, source in chunk])
+        model.add_gpu_rows(store.gpu_samples(run_id))
+        model.add_process_rows(store.process_samples(run_id))
+        model.add_log_rows([(row["rank"], row["t"], row["stream"], row["line"], row["node"])
+                            for row in store.logs(run_id, limit=log_limit)])
+        model.logs.total = max(model.logs.total, store.count("logs", run_id))
+        model.add_events([{"kind": event["kind"], "t": event["t"], "rank": event["rank"], **(event["data"] or {})}
+                          for event in store.events(run_id)])
+        model._fill_rank_rows_from_series()
+        model.history_done = True
+        model.points_added.emit()
+        model.ranks_changed.emit()
+        return model
+
+    def _fill_rank_rows_from_series(self) -> None:
+        """The store keeps no latest step/loss per rank; take them from the series."""
+        for name, field, scale in ((_protocol.LOSS, "loss", 1.0), (_protocol.STEP_TIME, "step_time", 1.0),
+                                   (DATA_WAIT_SHARE, "data_wait_share", 1.0),
+                                   (_protocol.SAMPLES_PER_SECOND, "samples_per_s", 1.0)):
+            for rank, series in self.series(name).items():
+                row = self.ranks.setdefault(rank, {"rank": rank})
+                if row.get(field) is None and len(series):
+                    row[field] = series.values.last * scale
+                    if row.get("step") is None and not math.isnan(series.steps.last):
+                        row["step"] = int(series.steps.last)
+
+
+def format_event(event: dict[str, Any]) -> str:
+    """``12:03:04  rank 3  rank_failed: message`` (local time of day)."""
+    t = event.get("t")
+    if t is None:
+        when = "--:--:--"
+    else:
+        when = time.strftime("%H:%M:%S", time.localtime(float(t)))
+    rank = event.get("rank")
+    who = "" if rank is None else f"rank {rank}  "
+    message = event.get("message") or ""
+    text = f"{when}  {who}{event.get('kind', 'event')}"
+    return f"{text}: {message}" if message else text
+
+
+def summary_lines(summary: dict[str, Any] | None) -> tuple[str, list[str]]:
+    """The failure triage of a finished run as (headline, detail lines): hints and the first traceback."""
+    if not isinstance(summary, dict):
+        return "", []
+    headline = str(summary.get("headline") or summary.get("outcome") or "")
+    details = []
+    for hint in summary.get("hints") or []:
+        if isinstance(hint, dict):
+            details.append(f"Hint: {hint.get('cause', '')}. {hint.get('advice', '')}".strip())
+    first = summary.get("first_failure")
+    if isinstance(first, dict) and first.get("traceback"):
+        details.append(f"Traceback of rank {first.get('rank')}:")
+        details.extend(str(first["traceback"]).rstrip().splitlines())
+    return headline, details
+
+
+def _numbers(values: list) -> list:
+    return [math.nan if v is None else v for v in values]
+
+
+def _int_or_none(value: float | None) -> int | None:
+    if value is None or math.isnan(value):
+        return None
+    return int(value)
+
+
+def _spec_from_toml(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except (ValueError, TypeError):
+        return {}

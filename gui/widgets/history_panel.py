@@ -1,0 +1,403 @@
+"""The runs list: every run in the store, live ones marked; open, attach, compare, export.
+
+The list refreshes from a :class:`~gui.models.history.RunsPoller` thread (store
+reads never run on the GUI thread). Select one run to open it (a finished run
+shows its charts and logs from the store; a live one is attached to) or export
+it (metrics and every other table as CSV, and its charts as PNG); select two to
+overlay their loss (the mean over ranks at each step).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QBrush, QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.charts.chart import MetricChart, palette_is_dark, series_color
+from gui.charts.decimation import STEP, TIME, Series
+from gui.charts.grid import ChartGrid
+from gui.models.history import (
+    HISTORY_COLUMNS,
+    LossCurve,
+    RunRow,
+    RunsPoller,
+    history_cells,
+    history_sort_keys,
+    loss_overlay,
+)
+from gui.models.monitor import MonitorModel
+from gui.widgets.monitor_panel import STATUS_COLORS
+from runner.store.store import RunStore
+
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+STATUS_COLUMN = HISTORY_COLUMNS.index("Status")
+EXPORT_CHART_SIZE = (1600, 1000)
+
+
+class RunsTableModel(QAbstractTableModel):
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[RunRow] = []
+        self._bold = QFont()
+        self._bold.setBold(True)
+        self._now = time.time()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(HISTORY_COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return HISTORY_COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return history_cells(row, self._now)[index.column()]
+        if role == SORT_ROLE:
+            return history_sort_keys(row, self._now)[index.column()]
+        if role == Qt.ItemDataRole.ForegroundRole and index.column() == STATUS_COLUMN:
+            color = STATUS_COLORS.get(row.status)
+            return QBrush(color) if color is not None else None
+        if role == Qt.ItemDataRole.FontRole and (row.live or index.column() == STATUS_COLUMN):
+            return self._bold
+        if role == Qt.ItemDataRole.ToolTipRole and row.live:
+            return "Live: double-click or Attach to watch it"
+        return None
+
+    def set_rows(self, rows: list[RunRow]) -> None:
+        self.beginResetModel()
+        self.rows = list(rows)
+        self._now = time.time()
+        self.endResetModel()
+
+    def tick(self) -> None:
+        """Durations of live runs grow."""
+        self._now = time.time()
+        if any(row.live for row in self.rows):
+            column = HISTORY_COLUMNS.index("Duration")
+            self.dataChanged.emit(self.index(0, column), self.index(len(self.rows) - 1, column))
+
+
+def _safe(signal):
+    """An emitter for worker threads that ignores a relay already deleted with its panel."""
+
+    def emit(value) -> None:
+        try:
+            signal.emit(value)
+        except RuntimeError:
+            pass
+
+    return emit
+
+
+class _Relay(QObject):
+    rows_loaded = Signal(object)
+    overlay_loaded = Signal(object)
+    export_loaded = Signal(object)
+    failed = Signal(str)
+
+
+class HistoryPanel(QWidget):
+    """Runs from the store.
+
+    Signals:
+        open_run_requested(int): open (or attach to, when live) this run in the monitor.
+        overlay_shown(list): the loss overlay now shows these run ids.
+        export_finished(str): an export wrote this folder (or failed: the message).
+    """
+
+    open_run_requested = Signal(int)
+    overlay_shown = Signal(list)
+    export_finished = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None, *, poll_interval_s: float = 2.0) -> None:
+        super().__init__(parent)
+        self._relay = _Relay(self)
+        self._relay.rows_loaded.connect(self._on_rows_loaded)
+        self._relay.overlay_loaded.connect(self._on_overlay_loaded)
+        self._relay.export_loaded.connect(self._on_export_loaded)
+        self._relay.failed.connect(self._on_failed)
+        self.overlay_run_ids: list[int] = []
+
+        self.table_model = RunsTableModel(self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.table_model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self.view = QTableView()
+        self.view.setModel(self.proxy)
+        self.view.setSortingEnabled(True)
+        self.view.sortByColumn(0, Qt.SortOrder.DescendingOrder)
+        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.view.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.view.verticalHeader().setVisible(False)
+        self.view.verticalHeader().setDefaultSectionSize(22)
+        self.view.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.view.horizontalHeader().setStretchLastSection(True)
+        self.view.doubleClicked.connect(self._on_double_clicked)
+        self.view.selectionModel().selectionChanged.connect(self._update_buttons)
+
+        self.open_button = QPushButton("Open")
+        self.open_button.clicked.connect(self._on_open_clicked)
+        self.overlay_button = QPushButton("Overlay loss")
+        self.overlay_button.setToolTip("Select two runs to compare their loss (mean over ranks per step)")
+        self.overlay_button.clicked.connect(self._on_overlay_clicked)
+        self.export_button = QPushButton("Export…")
+        self.export_button.setToolTip("Write the run's metrics, logs and events as CSV, and its charts as PNG")
+        self.export_button.clicked.connect(self._on_export_clicked)
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.clicked.connect(self.refresh_now)
+        self.status_label = QLabel()
+        buttons = QHBoxLayout()
+        buttons.setContentsMargins(4, 2, 4, 2)
+        for button in (self.open_button, self.overlay_button, self.export_button, self.refresh_button):
+            buttons.addWidget(button)
+        buttons.addWidget(self.status_label, 1)
+
+        self.overlay_chart = MetricChart("Loss overlay (mean over ranks)")
+        self.overlay_axis_button = QPushButton("X: step")
+        self.overlay_axis_button.setCheckable(True)
+        self.overlay_axis_button.toggled.connect(self._on_overlay_axis_toggled)
+        self.overlay_save_button = QPushButton("Save PNG…")
+        self.overlay_save_button.clicked.connect(self._on_overlay_save_clicked)
+        overlay_bar = QHBoxLayout()
+        overlay_bar.setContentsMargins(4, 0, 4, 0)
+        overlay_bar.addStretch(1)
+        overlay_bar.addWidget(self.overlay_axis_button)
+        overlay_bar.addWidget(self.overlay_save_button)
+        overlay_box = QWidget()
+        overlay_layout = QVBoxLayout(overlay_box)
+        overlay_layout.setContentsMargins(0, 0, 0, 0)
+        overlay_layout.addLayout(overlay_bar)
+        overlay_layout.addWidget(self.overlay_chart, 1)
+        self.overlay_box = overlay_box
+
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.setObjectName("historySplitter")  # the window remembers its sizes
+        table_box = QWidget()
+        table_layout = QVBoxLayout(table_box)
+        table_layout.setContentsMargins(0, 0, 0, 0)
+        table_layout.addLayout(buttons)
+        table_layout.addWidget(self.view, 1)
+        splitter.addWidget(table_box)
+        splitter.addWidget(overlay_box)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+        self._tick_timer = QTimer(self)
+        self._tick_timer.setInterval(1000)
+        self._tick_timer.timeout.connect(self.table_model.tick)
+        self._tick_timer.start()
+        self._overlay_timer = QTimer(self)
+        self._overlay_timer.setInterval(100)
+        self._overlay_timer.timeout.connect(self.overlay_chart.refresh)
+        self._overlay_timer.start()
+        self.poller = RunsPoller(_safe(self._relay.rows_loaded), _safe(self._relay.failed), interval_s=poll_interval_s)
+        self.poller.start()
+        poller = self.poller
+        self.destroyed.connect(lambda *_args: poller.stop(timeout=0.5))
+        self._update_buttons()
+
+    # ---- runs list -------------------------------------------------------------------
+
+    def refresh_now(self) -> None:
+        self.poller.poll_now()
+
+    def rows(self) -> list[RunRow]:
+        return list(self.table_model.rows)
+
+    def _on_rows_loaded(self, rows: list[RunRow]) -> None:
+        selected = set(self.selected_run_ids())
+        self.table_model.set_rows(rows)
+        if selected:
+            self.select_runs(sorted(selected))
+        live = sum(1 for row in rows if row.live)
+        self.status_label.setText(f"{len(rows)} runs" + (f", {live} live" if live else ""))
+        self._update_buttons()
+
+    def _on_failed(self, message: str) -> None:
+        self.status_label.setText(message)
+
+    def selected_run_ids(self) -> list[int]:
+        ids = []
+        for index in self.view.selectionModel().selectedRows():
+            row = self.proxy.mapToSource(index).row()
+            if 0 <= row < len(self.table_model.rows):
+                ids.append(self.table_model.rows[row].run_id)
+        return ids
+
+    def select_runs(self, run_ids: list[int]) -> None:
+        selection = self.view.selectionModel()
+        selection.clearSelection()
+        for row, run in enumerate(self.table_model.rows):
+            if run.run_id in run_ids:
+                index = self.proxy.mapFromSource(self.table_model.index(row, 0))
+                selection.select(index, selection.SelectionFlag.Select | selection.SelectionFlag.Rows)
+
+    def _row(self, run_id: int) -> RunRow | None:
+        return next((row for row in self.table_model.rows if row.run_id == run_id), None)
+
+    def _update_buttons(self, *_args) -> None:
+        ids = self.selected_run_ids()
+        one = len(ids) == 1
+        row = self._row(ids[0]) if one else None
+        self.open_button.setEnabled(one)
+        self.open_button.setText("Attach" if row is not None and row.live else "Open")
+        self.overlay_button.setEnabled(1 <= len(ids) <= 2)
+        self.export_button.setEnabled(one)
+
+    def _on_double_clicked(self, index: QModelIndex) -> None:
+        row = self.proxy.mapToSource(index).row()
+        if 0 <= row < len(self.table_model.rows):
+            self.open_run_requested.emit(self.table_model.rows[row].run_id)
+
+    def _on_open_clicked(self) -> None:
+        ids = self.selected_run_ids()
+        if len(ids) == 1:
+            self.open_run_requested.emit(ids[0])
+
+    # ---- loss overlay ----------------------------------------------------------------
+
+    def overlay(self, run_ids: list[int]) -> None:
+        """Load the loss of ``run_ids`` (one or two) off the GUI thread and overlay it."""
+        relay = self._relay
+        ids = list(run_ids)[:2]
+
+        def load() -> None:
+            try:
+                with RunStore(readonly=True) as store:
+                    curves = [loss_overlay(store, run_id) for run_id in ids]
+            except Exception as error:  # shown in the status line
+                relay.failed.emit(f"cannot load the loss of runs {ids}: {error}")
+                return
+            relay.overlay_loaded.emit(curves)
+
+        threading.Thread(target=load, name="rankwatch-loss-overlay", daemon=True).start()
+
+    def _on_overlay_clicked(self) -> None:
+        self.overlay(self.selected_run_ids())
+
+    def _on_overlay_loaded(self, curves: list[LossCurve]) -> None:
+        self.overlay_chart.clear()
+        dark = palette_is_dark(self.palette())
+        for position, curve in enumerate(curves):
+            series = Series(max(64, len(curve.values)))
+            series.append(curve.steps, curve.times, curve.values)
+            self.overlay_chart.set_series(position, curve.label, series, series_color(position * 2, 10, dark))
+        self.overlay_chart.set_x_axis(TIME if self.overlay_axis_button.isChecked() else STEP, 0.0)
+        self.overlay_chart.refresh(force=True)
+        self.overlay_run_ids = [curve.run_id for curve in curves]
+        empty = [curve.run_id for curve in curves if not len(curve.values)]
+        self.status_label.setText(f"no loss recorded for run {', '.join(map(str, empty))}" if empty else "")
+        self.overlay_shown.emit(self.overlay_run_ids)
+
+    def _on_overlay_axis_toggled(self, by_time: bool) -> None:
+        self.overlay_axis_button.setText("X: time" if by_time else "X: step")
+        self.overlay_chart.set_x_axis(TIME if by_time else STEP, 0.0)
+        self.overlay_chart.refresh(force=True)
+
+    def save_overlay_png(self, path: Path) -> Path:
+        """Raises: OSError when the image cannot be written."""
+        self.overlay_chart.refresh(force=True)
+        if not self.overlay_chart.grab().save(str(path), "PNG"):
+            raise OSError(f"could not write {path}")
+        return Path(path)
+
+    def _on_overlay_save_clicked(self) -> None:
+        name = "loss-" + "-vs-".join(map(str, self.overlay_run_ids)) + ".png" if self.overlay_run_ids else "loss.png"
+        path, _ = QFileDialog.getSaveFileName(self, "Save loss overlay", str(Path.home() / name), "PNG image (*.png)")
+        if path:
+            try:
+                self.save_overlay_png(Path(path))
+            except OSError as error:
+                self.status_label.setText(str(error))
+
+    # ---- export ----------------------------------------------------------------------
+
+    def export_run(self, run_id: int, folder: Path) -> None:
+        """Write ``folder/run-<id>/``: one CSV per store table and ``charts.png``.
+
+        The CSV files and the model for the charts are read on a worker thread; the
+        charts are drawn on the GUI thread when it is done (``export_finished``).
+        """
+        target = Path(folder) / f"run-{run_id}"
+        relay = self._relay
+
+        def work() -> None:
+            try:
+                with RunStore(readonly=True) as store:
+                    store.export_csv(run_id, target)
+                    model = MonitorModel.from_store(store, run_id)
+            except Exception as error:  # reported, never raised into Qt
+                relay.failed.emit(f"export of run {run_id} failed: {error}")
+                relay.export_loaded.emit((target, None))
+                return
+            relay.export_loaded.emit((target, model))
+
+        threading.Thread(target=work, name=f"rankwatch-export-{run_id}", daemon=True).start()
+
+    def _on_export_loaded(self, payload: tuple) -> None:
+        target, model = payload
+        if model is None:
+            self.export_finished.emit(str(self.status_label.text()))
+            return
+        grid = ChartGrid(model, refresh_hz=1)
+        grid.timer.stop()
+        grid.setAttribute(Qt.WidgetAttribute.WA_DontShowOnScreen, True)
+        grid.resize(*EXPORT_CHART_SIZE)
+        grid.show()
+        try:
+            grid.export_png(target / "charts.png")
+        except OSError as error:
+            self.status_label.setText(str(error))
+        finally:
+            grid.close()
+            grid.deleteLater()
+        self.status_label.setText(f"exported to {target}")
+        self.export_finished.emit(str(target))
+
+    def _on_export_clicked(self) -> None:
+        ids = self.selected_run_ids()
+        if len(ids) != 1:
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Export run to folder", str(Path.home()))
+        if folder:
+            self.status_label.setText(f"exporting run {ids[0]}…")
+            self.export_run(ids[0], Path(folder))
+
+    def closeEvent(self, event) -> None:
+        self.poller.stop(timeout=0.5)
+        super().closeEvent(event)

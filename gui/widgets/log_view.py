@@ -1,0 +1,217 @@
+"""The log view: every rank's output (or one rank's), searchable, following the tail.
+
+Memory stays bounded: the model keeps the last ``LOG_LIMIT`` lines (older ones
+stay in the store, which the footer says), and the text widget holds at most as
+many blocks. New lines are appended in one batch per refresh (a timer, not per
+message); changing the rank or the search text redraws from the model's buffer.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QFontDatabase, QTextCursor
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
+
+ALL_RANKS = "all"
+LAUNCHER = "launcher"
+
+
+class LogView(QWidget):
+    """Logs of the watched run.
+
+    Signals:
+        follow_changed(bool): following the tail was switched on or off.
+    """
+
+    follow_changed = Signal(bool)
+
+    def __init__(self, model: MonitorModel, parent: QWidget | None = None, refresh_hz: float = 8.0) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.rank_choice = QComboBox()
+        self.rank_choice.setMinimumContentsLength(10)
+        self.rank_choice.addItem("All ranks", ALL_RANKS)
+        self.rank_choice.addItem("Launcher", LAUNCHER)
+        self.rank_choice.currentIndexChanged.connect(self._on_filter_changed)
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search (shows matching lines)")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(self._on_filter_changed)
+        self.follow = QCheckBox("Follow")
+        self.follow.setChecked(True)
+        self.follow.setToolTip("Keep the newest line in view")
+        self.follow.toggled.connect(self._on_follow_toggled)
+        self.footer = QLabel()
+        self.text = QPlainTextEdit()
+        self.text.setReadOnly(True)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.text.setMaximumBlockCount(max(1, model.logs.limit))
+        self.text.setUndoRedoEnabled(False)
+        self.text.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+        bar = QHBoxLayout()
+        bar.setContentsMargins(0, 0, 0, 0)
+        bar.addWidget(self.rank_choice)
+        bar.addWidget(self.search, 1)
+        bar.addWidget(self.follow)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(bar)
+        layout.addWidget(self.text, 1)
+        layout.addWidget(self.footer)
+        self._seen = 0
+        self._shown_lines = 0
+        self._dirty = True
+        self._rebuild_needed = True
+        self._known_ranks: set[int] = set()
+        self._adjusting_scroll = False
+        self._connect_model(model)
+        self.timer = QTimer(self)
+        self.timer.setInterval(int(1000 / refresh_hz))
+        self.timer.timeout.connect(self._on_timer)
+        self.timer.start()
+
+    # ---- model -----------------------------------------------------------------------
+
+    def set_model(self, model: MonitorModel) -> None:
+        self.model = model
+        self.text.setMaximumBlockCount(max(1, model.logs.limit))
+        self._connect_model(model)
+        self._on_model_reset()
+
+    def _connect_model(self, model: MonitorModel) -> None:
+        model.logs_added.connect(self._on_logs_added)
+        model.reset.connect(self._on_model_reset)
+        model.ranks_changed.connect(self._on_logs_added)
+
+    def _on_model_reset(self) -> None:
+        self._rebuild_needed = True
+        self._dirty = True
+
+    def _on_logs_added(self) -> None:
+        self._dirty = True
+
+    # ---- filter ----------------------------------------------------------------------
+
+    def show_rank(self, rank: int | str) -> None:
+        """Show only ``rank`` (or ``"all"``/``"launcher"``)."""
+        self._update_rank_choices()
+        index = self.rank_choice.findData(rank)
+        if index >= 0:
+            self.rank_choice.setCurrentIndex(index)
+
+    def set_search(self, text: str) -> None:
+        self.search.setText(text)
+
+    def _on_filter_changed(self, *_args) -> None:
+        self._rebuild_needed = True
+        self._dirty = True
+        self.refresh()
+
+    def _matches(self, entry: LogEntry, rank, needle: str) -> bool:
+        if rank == LAUNCHER:
+            if entry.rank is not None:
+                return False
+        elif rank != ALL_RANKS and entry.rank != rank:
+            return False
+        return not needle or needle in entry.line.lower()
+
+    def _update_rank_choices(self) -> None:
+        ranks = set(self.model.ranks) | {e.rank for e in list(self.model.logs.entries)[-2000:] if e.rank is not None}
+        new = sorted(ranks - self._known_ranks)
+        if not new:
+            return
+        self._known_ranks |= set(new)
+        self.rank_choice.blockSignals(True)
+        for rank in sorted(self._known_ranks):
+            if self.rank_choice.findData(rank) < 0:
+                # Keep "All ranks", "Launcher" first, then ranks in order.
+                position = 2 + sorted(self._known_ranks).index(rank)
+                self.rank_choice.insertItem(position, f"Rank {rank}", rank)
+        self.rank_choice.blockSignals(False)
+
+    # ---- follow ----------------------------------------------------------------------
+
+    def _on_follow_toggled(self, on: bool) -> None:
+        if on:
+            self._scroll_to_end()
+        self.follow_changed.emit(on)
+
+    def _on_scrolled(self, value: int) -> None:
+        if self._adjusting_scroll:
+            return
+        at_end = value >= self.text.verticalScrollBar().maximum() - 1
+        if at_end != self.follow.isChecked():
+            self.follow.setChecked(at_end)
+
+    def _scroll_to_end(self) -> None:
+        self._adjusting_scroll = True
+        try:
+            self.text.moveCursor(QTextCursor.MoveOperation.End)
+            bar = self.text.verticalScrollBar()
+            bar.setValue(bar.maximum())
+        finally:
+            self._adjusting_scroll = False
+
+    # ---- drawing ---------------------------------------------------------------------
+
+    def _on_timer(self) -> None:
+        if self._dirty:
+            self.refresh()
+
+    def refresh(self) -> None:
+        self._dirty = False
+        self._update_rank_choices()
+        rank = self.rank_choice.currentData()
+        needle = self.search.text().strip().lower()
+        logs = self.model.logs
+        if self._rebuild_needed:
+            entries, complete = list(logs.entries), False
+        else:
+            entries, complete = logs.since(self._seen)
+        self._seen = logs.total
+        lines = [format_log_entry(e) for e in entries if self._matches(e, rank, needle)]
+        scrollbar = self.text.verticalScrollBar()
+        keep_position = scrollbar.value()
+        self._adjusting_scroll = True
+        try:
+            if not complete:
+                self._rebuild_needed = False
+                self.text.setPlainText("\n".join(lines))
+                self._shown_lines = len(lines)
+            elif lines:
+                self.text.appendPlainText("\n".join(lines))
+                self._shown_lines += len(lines)
+            if not self.follow.isChecked():
+                scrollbar.setValue(min(keep_position, scrollbar.maximum()))
+        finally:
+            self._adjusting_scroll = False
+        if self.follow.isChecked():
+            self._scroll_to_end()
+        self._update_footer()
+
+    def _update_footer(self) -> None:
+        logs = self.model.logs
+        text = f"{len(logs.entries):,} lines in memory"
+        if logs.dropped:
+            text += f"; {logs.dropped:,} older lines are kept in the run store"
+        self.footer.setText(text)
+
+    def shown_text(self) -> str:
+        return self.text.toPlainText()
+
+    def shown_line_count(self) -> int:
+        text = self.text.toPlainText()
+        return 0 if not text else text.count("\n") + 1

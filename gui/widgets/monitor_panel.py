@@ -1,0 +1,461 @@
+"""The live monitor of one run: charts, rank table, logs, events, progress, Stop.
+
+``MonitorPanel.launch`` writes the spec and starts a detached runner
+(``gui.runner_process``), then subscribes to it (``gui.runner_link``, a
+QLocalSocket on the event loop). ``attach`` does the same for a run that is
+already going (the runner replays its stored history first), or loads a finished
+run from the store on a background thread. Messages only update the
+:class:`~gui.models.monitor.MonitorModel`; the charts, table, logs and progress
+redraw on their own timers.
+
+Closing the window or ``detach`` leaves the job running headless; Stop asks the
+runner to stop it (graceful first, then force), after a confirmation.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.charts.grid import ChartGrid
+from gui.models.history import is_live
+from gui.models.monitor import EVENT_LIMIT, MonitorModel, format_event, summary_lines
+from gui.runner_link import RunnerLink
+from gui.runner_process import CommandBuilder, RunnerProcess, runner_command
+from gui.widgets.log_view import LogView
+from gui.widgets.rank_table import STATE_COLORS, RankTable
+from gui.widgets.run_progress import RunProgress
+from runner.spec.model import LaunchSpec
+from runner.state import RankState, RunStatus
+from runner.store.store import RunNotFound, RunStore
+
+LAUNCHING = "launching"
+DETACHED = "detached"
+DISCONNECTED = "disconnected"
+"""``run_state_changed`` carries RunStatus values, plus these three about the link itself."""
+
+STATUS_COLORS = {
+    RunStatus.STARTING.value: STATE_COLORS[RankState.WAITING.value],
+    RunStatus.RUNNING.value: STATE_COLORS[RankState.RUNNING.value],
+    RunStatus.STOPPING.value: STATE_COLORS[RankState.STALLED.value],
+    RunStatus.SUCCEEDED.value: STATE_COLORS[RankState.EXITED.value],
+    RunStatus.FAILED.value: STATE_COLORS[RankState.FAILED.value],
+    RunStatus.STOPPED.value: STATE_COLORS[RankState.STOPPED.value],
+    RunStatus.LOST.value: STATE_COLORS[RankState.LOST.value],
+}
+
+
+class _Relay(QObject):
+    """Carries a result from a worker thread to the GUI thread (queued signal)."""
+
+    delivered = Signal(object)
+
+
+class MonitorPanel(QWidget):
+    """Watch one run.
+
+    Signals:
+        run_state_changed(str): the run's status (``runner.state.RunStatus`` values),
+            or ``launching`` / ``detached`` / ``disconnected``.
+        launch_failed(str): the launch was refused (invalid spec) or the runner did not start.
+    """
+
+    run_state_changed = Signal(str)
+    launch_failed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None, *, command: CommandBuilder = runner_command) -> None:
+        super().__init__(parent)
+        self.model = MonitorModel()
+        self.link = RunnerLink(self)
+        self.process = RunnerProcess(self, command)
+        self.run_id: int | None = None
+        self._live = False
+        self._stop_sent: bool | None = None  # None: not asked; False: graceful; True: force
+        self._load_generation = 0
+        self._events_seen = 0
+        self._summary_shown: object = None
+        self._relay = _Relay(self)
+        self._relay.delivered.connect(self._on_run_loaded)
+
+        self.title_label = QLabel("No run")
+        title_font = self.title_label.font()
+        title_font.setBold(True)
+        self.title_label.setFont(title_font)
+        self.status_label = QLabel()
+        self.status_label.setMinimumWidth(80)
+        self.status_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.progress = RunProgress(self.model)
+        self.stop_button = QPushButton("Stop…")
+        self.stop_button.setToolTip("Stop the job: SIGTERM to every rank first; press again to force")
+        self.stop_button.clicked.connect(self._on_stop_clicked)
+        self.stacks_button = QPushButton("Dump stacks")
+        self.stacks_button.setToolTip("Ask every rank for a Python stack dump (find the rank that hangs)")
+        self.stacks_button.clicked.connect(self._on_stacks_clicked)
+        self.detach_button = QPushButton("Detach")
+        self.detach_button.setToolTip("Stop watching; the job goes on headless (attach again from History)")
+        self.detach_button.clicked.connect(self.detach)
+        self.save_button = QPushButton("Save charts…")
+        self.save_button.setToolTip("Save the charts as a PNG image")
+        self.save_button.clicked.connect(self._on_save_clicked)
+        header = QHBoxLayout()
+        header.setContentsMargins(4, 2, 4, 2)
+        header.addWidget(self.title_label)
+        header.addWidget(self.status_label)
+        header.addSpacing(8)
+        header.addWidget(self.progress, 1)
+        for button in (self.save_button, self.stacks_button, self.detach_button, self.stop_button):
+            header.addWidget(button)
+
+        self.banner = QLabel()
+        self.banner.setWordWrap(True)
+        self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.banner.setContentsMargins(8, 4, 8, 4)
+        self.banner.hide()
+
+        self.charts = ChartGrid(self.model)
+        self.rank_table = RankTable(self.model)
+        self.rank_table.rank_activated.connect(self._on_rank_activated)
+        self.log_view = LogView(self.model)
+        self.events_view = QPlainTextEdit()
+        self.events_view.setReadOnly(True)
+        self.events_view.setMaximumBlockCount(EVENT_LIMIT)
+        self.events_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.events_view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.rank_table, "Ranks")
+        self.tabs.addTab(self.log_view, "Logs")
+        self.tabs.addTab(self.events_view, "Events")
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.setObjectName("monitorSplitter")  # the window remembers its sizes
+        self.splitter.addWidget(self.charts)
+        self.splitter.addWidget(self.tabs)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setChildrenCollapsible(False)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(header)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.splitter, 1)
+
+        self.link.message_received.connect(self._on_message_received)
+        self.link.run_ended.connect(self._on_run_ended)
+        self.link.connection_lost.connect(self._on_connection_lost)
+        self.process.runner_started.connect(self._on_runner_started)
+        self.process.launch_failed.connect(self._on_launch_failed)
+        self.model.status_changed.connect(self._on_status_changed)
+        self.model.run_changed.connect(self._update_header)
+        self.model.reset.connect(self._on_model_reset)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(200)
+        self.timer.timeout.connect(self._on_tick)
+        self.timer.start()
+        self._update_header()
+
+    # ---- public API ------------------------------------------------------------------
+
+    def launch(self, spec: LaunchSpec, profile_name: str | None, base_dir: Path) -> None:
+        """Start a detached runner for ``spec`` and watch it.
+
+        ``base_dir`` is where relative paths of the spec start (the profile's folder).
+        A run being watched is detached first (it keeps running).
+        """
+        if self.process.is_running():
+            self._show_banner("A launch is already in progress.", "warning")
+            return
+        if self._live:
+            self.detach()
+        self._reset_for_new_run(None)
+        self._show_banner(f"Launching {spec.entry_label or 'the job'}…", "info")
+        self.run_state_changed.emit(LAUNCHING)
+        try:
+            self.process.start(spec, profile_name, Path(base_dir))
+        except (OSError, RuntimeError) as error:
+            self._on_launch_failed(f"could not launch: {error}", [])
+
+    def attach(self, run_id: int) -> None:
+        """Watch run ``run_id``: subscribe with history if it is live, else load it from the store."""
+        if self._live:
+            self.detach()
+        self._reset_for_new_run(run_id)
+        try:
+            with RunStore(readonly=True) as store:
+                run = store.run(run_id)
+        except (RunNotFound, OSError) as error:
+            self._show_banner(f"Cannot open run {run_id}: {error}", "error")
+            return
+        if is_live(run):
+            self._live = True
+            self._show_banner(f"Attaching to run {run_id}…", "info")
+            self.link.open(run["socket"], history=True)
+        else:
+            self._show_banner(f"Loading run {run_id} from the store…", "info")
+            self._load_from_store(run_id)
+        self._update_buttons()
+
+    def has_live_run(self) -> bool:
+        """Watching (or launching) a run that has not ended."""
+        return self.process.is_running() or (self._live and not self.model.finished)
+
+    def request_stop(self, force: bool = False) -> bool:
+        """Ask the runner to stop the job (no confirmation here); False when not connected."""
+        if not self._live:
+            return False
+        sent = self.link.send_stop(force)
+        if sent:
+            self._stop_sent = bool(force) or bool(self._stop_sent)
+            verb = "Force-stopping" if force else "Stopping"
+            self._show_banner(f"{verb} run {self.run_id}…", "warning")
+        self._update_buttons()
+        return sent
+
+    def detach(self) -> None:
+        """Stop watching; the job goes on headless and can be attached again from History."""
+        was_live = self._live and not self.model.finished
+        self._live = False
+        self.link.close()
+        self._update_buttons()
+        if was_live:
+            self._show_banner(f"Detached: run {self.run_id} keeps running headless. "
+                              "Attach to it again from History.", "info")
+            self.run_state_changed.emit(DETACHED)
+
+    def export_charts_png(self, path: Path) -> Path:
+        """Save the charts to ``path``.
+
+        Raises:
+            OSError: the file could not be written.
+        """
+        return self.charts.export_png(Path(path))
+
+    # ---- launching and loading -------------------------------------------------------
+
+    def _reset_for_new_run(self, run_id: int | None) -> None:
+        self._load_generation += 1
+        self.run_id = run_id
+        self._stop_sent = None
+        self._events_seen = 0
+        self._summary_shown = None
+        self.events_view.clear()
+        self.model.clear()
+
+    def _on_runner_started(self, info: dict) -> None:
+        self.run_id = int(info["run_id"])
+        self._live = True
+        self._show_banner(f"Run {self.run_id} started; connecting…", "info")
+        self.link.open(str(info["socket"]), history=True)
+        self._update_buttons()
+
+    def _on_launch_failed(self, message: str, errors: list) -> None:
+        details = [f"{e.get('field', '?')}: {e.get('message', '')}" for e in errors if isinstance(e, dict)]
+        text = f"Launch failed: {message}" + ("\n" + "\n".join(details) if details else "")
+        self._show_banner(text, "error")
+        self._update_buttons()
+        self.launch_failed.emit(text)
+        self.run_state_changed.emit(RunStatus.FAILED.value)
+
+    def _load_from_store(self, run_id: int) -> None:
+        generation = self._load_generation
+        relay = self._relay
+
+        def load() -> None:
+            try:
+                with RunStore(readonly=True) as store:
+                    result: object = MonitorModel.from_store(store, run_id)
+            except Exception as error:  # reported in the banner, never a traceback dialog
+                result = f"Cannot load run {run_id}: {error}"
+            relay.delivered.emit((generation, result))
+
+        threading.Thread(target=load, name=f"rankwatch-load-run-{run_id}", daemon=True).start()
+
+    def _on_run_loaded(self, payload: tuple) -> None:
+        generation, result = payload
+        if generation != self._load_generation:
+            return  # another run was opened meanwhile
+        if isinstance(result, str):
+            self._show_banner(result, "error")
+            return
+        self.banner.hide()
+        self.model.adopt(result)
+        self.charts.refresh()
+        self._update_summary()
+
+    # ---- link events -----------------------------------------------------------------
+
+    def _on_message_received(self, message: dict) -> None:
+        kind = message.get("type")
+        self.model.apply(message)
+        if kind == "snapshot":
+            self.run_id = self.model.run_id if self.model.run_id is not None else self.run_id
+            if self.banner.property("level") == "info":
+                self.banner.hide()
+
+    def _on_run_ended(self, reason: str) -> None:
+        self._live = False
+        self._update_buttons()
+        self._update_summary()
+        if not self.model.finished:
+            self._refresh_status_from_store()
+
+    def _on_connection_lost(self, reason: str) -> None:
+        was_live = self._live
+        self._live = False
+        self._update_buttons()
+        if self._refresh_status_from_store():
+            return
+        if was_live:
+            self._show_banner(f"Lost the connection to run {self.run_id}'s runner: {reason}. "
+                              "Its records up to now are in the store.", "error")
+            self.run_state_changed.emit(DISCONNECTED)
+
+    def _refresh_status_from_store(self) -> bool:
+        """After the link ended: take the final status from the store. True if the run ended."""
+        if self.run_id is None:
+            return False
+        try:
+            with RunStore(readonly=True) as store:
+                run = store.run(self.run_id)
+        except (RunNotFound, OSError):
+            return False
+        if run.get("ended") is None:
+            return False
+        self.model.apply({"type": "update", "run": {k: run[k] for k in
+                                                     ("status", "ended", "exit_code", "summary") if k in run}})
+        self._update_summary()
+        return True
+
+    def _on_status_changed(self, status: str) -> None:
+        self._update_buttons()
+        self._update_header()
+        if status in (RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.STOPPED.value,
+                      RunStatus.LOST.value):
+            self._update_summary()
+        self.run_state_changed.emit(status)
+
+    def _on_model_reset(self) -> None:
+        self._events_seen = 0
+        self.events_view.clear()
+        self._update_header()
+
+    # ---- buttons ---------------------------------------------------------------------
+
+    def _confirm(self, title: str, text: str) -> bool:
+        answer = QMessageBox.question(self, title, text, QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                                      QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes
+
+    def _on_stop_clicked(self) -> None:
+        force = self._stop_sent is not None or self.model.status == RunStatus.STOPPING.value
+        if force:
+            asked = self._confirm("Force stop", f"Kill every process of run {self.run_id} now (SIGKILL)?\n"
+                                  "Ranks get no chance to save anything.")
+        else:
+            asked = self._confirm("Stop run", f"Stop run {self.run_id}?\nEvery rank gets SIGTERM and a few "
+                                  "seconds to exit; press Stop again to force.")
+        if asked:
+            self.request_stop(force=force)
+
+    def _on_stacks_clicked(self) -> None:
+        if self.link.send_dump_stacks():
+            self._show_banner("Asked every rank for a stack dump; see the Events tab.", "info")
+            self.tabs.setCurrentWidget(self.events_view)
+
+    def _on_save_clicked(self) -> None:
+        name = f"run-{self.run_id}-charts.png" if self.run_id is not None else "charts.png"
+        path, _ = QFileDialog.getSaveFileName(self, "Save charts", str(Path.home() / name), "PNG image (*.png)")
+        if path:
+            try:
+                self.export_charts_png(Path(path))
+            except OSError as error:
+                self._show_banner(str(error), "error")
+
+    def _on_rank_activated(self, rank: int) -> None:
+        self.log_view.show_rank(rank)
+        self.tabs.setCurrentWidget(self.log_view)
+
+    def _update_buttons(self) -> None:
+        live = self._live and not self.model.finished
+        connected = live and self.link.is_connected()
+        self.stop_button.setEnabled(live)
+        force = self._stop_sent is not None or self.model.status == RunStatus.STOPPING.value
+        self.stop_button.setText("Force stop…" if force else "Stop…")
+        self.stacks_button.setEnabled(connected or live)
+        self.detach_button.setEnabled(live)
+        self.save_button.setEnabled(self.model.run is not None)
+
+    # ---- display ---------------------------------------------------------------------
+
+    def _show_banner(self, text: str, level: str) -> None:
+        color = {"error": STATE_COLORS[RankState.FAILED.value], "warning": STATE_COLORS[RankState.STALLED.value]}.get(
+            level, STATE_COLORS[RankState.EXITED.value])
+        self.banner.setText(text)
+        self.banner.setProperty("level", level)
+        self.banner.setStyleSheet(f"QLabel {{ border-left: 4px solid {color.name()}; "
+                                  f"background: rgba({color.red()},{color.green()},{color.blue()},40); }}")
+        self.banner.show()
+
+    def _update_header(self) -> None:
+        run = self.model.run
+        if run is None:
+            self.title_label.setText("No run" if self.run_id is None else f"Run {self.run_id}")
+            self.status_label.clear()
+            self.status_label.setStyleSheet("")
+        else:
+            parts = [f"Run {run.get('id', self.run_id)}"]
+            if run.get("profile"):
+                parts.append(str(run["profile"]))
+            if run.get("world_size"):
+                parts.append(f"{run['world_size']} ranks" + (f" on {run['host']}" if run.get("host") else ""))
+            self.title_label.setText(" · ".join(parts))
+            status = str(run.get("status") or "")
+            color = STATUS_COLORS.get(status)
+            self.status_label.setText(status)
+            if color is not None:
+                self.status_label.setStyleSheet(
+                    f"QLabel {{ color: white; background: {color.name()}; border-radius: 3px; padding: 1px 6px; }}")
+        self._update_buttons()
+
+    def _update_summary(self) -> None:
+        run = self.model.run or {}
+        summary = run.get("summary")
+        if summary is None or summary == self._summary_shown:
+            if self.model.finished and run.get("status") == RunStatus.SUCCEEDED.value and self._summary_shown is None:
+                self._summary_shown = "succeeded"
+                self._show_banner(f"Run {self.run_id} finished successfully.", "info")
+            return
+        self._summary_shown = summary
+        headline, details = summary_lines(summary)
+        failed = run.get("status") == RunStatus.FAILED.value
+        text = headline or str(run.get("status"))
+        hints = [d for d in details if d.startswith("Hint:")]
+        self._show_banner(f"Run {self.run_id} {run.get('status')}: {text}" + ("\n" + "\n".join(hints) if hints else ""),
+                          "error" if failed else "info")
+        if details:
+            self.events_view.appendPlainText("\n".join(["", f"== {headline}", *details]))
+
+    def _on_tick(self) -> None:
+        self.progress.refresh()
+        events = self.model.events
+        new = self.model.events_total - self._events_seen
+        if new > 0:
+            recent = list(events)[-min(new, len(events)):]
+            self.events_view.appendPlainText("\n".join(format_event(e) for e in recent))
+            self._events_seen = self.model.events_total

@@ -1,0 +1,218 @@
+"""The rank table: one row per rank, coloured by state, heartbeat ages ticking.
+
+Rows come from :class:`~gui.models.monitor.MonitorModel` (the hub's RANK rows);
+texts and sort keys come from the Qt-free ``rank_cells``/``rank_sort_keys``. Colours
+are translucent tints over the view's base colour, so they read the same in light
+and dark palettes; the text keeps the palette's colour.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QVBoxLayout, QWidget
+
+from gui.models.monitor import (
+    RANK_COLUMNS,
+    STALE_HEARTBEAT_S,
+    MonitorModel,
+    heartbeat_age,
+    rank_cells,
+    rank_sort_keys,
+)
+from runner.state import RankState
+
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+STATE_COLUMN = RANK_COLUMNS.index("State")
+HEARTBEAT_COLUMN = RANK_COLUMNS.index("Heartbeat")
+_TINT_ALPHA = 70
+
+STATE_COLORS: dict[str, QColor] = {
+    RankState.WAITING.value: QColor(150, 150, 150),
+    RankState.RUNNING.value: QColor(46, 160, 67),
+    RankState.STALLED.value: QColor(230, 160, 0),
+    RankState.EXITED.value: QColor(70, 130, 220),
+    RankState.FAILED.value: QColor(220, 50, 47),
+    RankState.STOPPED.value: QColor(120, 120, 120),
+    RankState.LOST.value: QColor(160, 80, 200),
+}
+"""Opaque state colours (the state cell's text); rows get a translucent tint of them."""
+
+
+def state_tint(state: str | None) -> QColor | None:
+    color = STATE_COLORS.get(state or "")
+    if color is None:
+        return None
+    tint = QColor(color)
+    tint.setAlpha(_TINT_ALPHA)
+    return tint
+
+
+class RankTableModel(QAbstractTableModel):
+    """Qt's view of the monitor model's rank rows."""
+
+    def __init__(self, model: MonitorModel, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self._rows: list[dict[str, Any]] = []
+        self._cells: list[tuple[str, ...]] = []
+        self._now = time.time()
+        self._bold = QFont()
+        self._bold.setBold(True)
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(RANK_COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return RANK_COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self._rows[index.row()]
+        column = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._cells[index.row()][column]
+        if role == SORT_ROLE:
+            value = rank_sort_keys(row, self._now)[column]
+            return float("-inf") if value is None else value
+        if role == Qt.ItemDataRole.BackgroundRole:
+            tint = state_tint(row.get("state"))
+            return QBrush(tint) if tint is not None else None
+        if role == Qt.ItemDataRole.ForegroundRole:
+            if column == HEARTBEAT_COLUMN and row.get("state") == RankState.RUNNING.value:
+                age = heartbeat_age(row, self._now)
+                if age is not None and age > STALE_HEARTBEAT_S:
+                    return QBrush(STATE_COLORS[RankState.STALLED.value])
+            return None
+        if role == Qt.ItemDataRole.FontRole and column == STATE_COLUMN:
+            return self._bold
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            if column in (1, STATE_COLUMN):
+                return int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if column == STATE_COLUMN and row.get("state") == RankState.STALLED.value:
+                return "No progress for longer than the stall timeout"
+            if row.get("dropped"):
+                return f"{row['dropped']} telemetry records dropped by this rank"
+        return None
+
+    def refresh(self, now: float | None = None) -> None:
+        """Take the model's current rows (a reset only when the set of ranks changed)."""
+        self._now = time.time() if now is None else now
+        rows = self.model.rank_rows()
+        cells = [rank_cells(row, self._now) for row in rows]
+        same_ranks = [r.get("rank") for r in rows] == [r.get("rank") for r in self._rows]
+        if same_ranks:
+            self._rows, self._cells = rows, cells
+            if rows:
+                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(RANK_COLUMNS) - 1))
+        else:
+            self.beginResetModel()
+            self._rows, self._cells = rows, cells
+            self.endResetModel()
+
+    def rank_at(self, row: int) -> int | None:
+        return self._rows[row].get("rank") if 0 <= row < len(self._rows) else None
+
+
+class RankTable(QWidget):
+    """The rank table widget. Refreshes on its own timer when the model changed (and
+    at least once a second while live, for heartbeat ages).
+
+    Signals:
+        rank_activated(int): a row was double-clicked (show that rank's logs).
+    """
+
+    rank_activated = Signal(int)
+
+    def __init__(self, model: MonitorModel, parent: QWidget | None = None, refresh_hz: float = 5.0) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.table_model = RankTableModel(model, self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.table_model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self.view = QTableView()
+        self.view.setModel(self.proxy)
+        self.view.setSortingEnabled(True)
+        self.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.view.setAlternatingRowColors(False)
+        self.view.verticalHeader().setVisible(False)
+        self.view.verticalHeader().setDefaultSectionSize(22)
+        header = self.view.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.view.doubleClicked.connect(self._on_double_clicked)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.view)
+        self._dirty = True
+        self._last_refresh = 0.0
+        self._connect_model(model)
+        self.timer = QTimer(self)
+        self.timer.setInterval(int(1000 / refresh_hz))
+        self.timer.timeout.connect(self._on_timer)
+        self.timer.start()
+
+    def set_model(self, model: MonitorModel) -> None:
+        self.model = model
+        self.table_model.model = model
+        self._connect_model(model)
+        self.refresh()
+
+    def _connect_model(self, model: MonitorModel) -> None:
+        model.ranks_changed.connect(self._on_ranks_changed)
+        model.reset.connect(self._on_ranks_changed)
+
+    def _on_ranks_changed(self) -> None:
+        self._dirty = True
+
+    def _on_timer(self) -> None:
+        live = not self.model.finished and bool(self.model.ranks)
+        if self._dirty or (live and time.monotonic() - self._last_refresh >= 1.0):
+            self.refresh()
+
+    def refresh(self, now: float | None = None) -> None:
+        self._dirty = False
+        self._last_refresh = time.monotonic()
+        self.table_model.refresh(now)
+
+    def cell_text(self, rank: int, column: str) -> str:
+        """The text shown for ``rank`` in ``column`` (a header name)."""
+        for row in range(self.table_model.rowCount()):
+            if self.table_model.rank_at(row) == rank:
+                index = self.table_model.index(row, RANK_COLUMNS.index(column))
+                return self.table_model.data(index) or ""
+        raise KeyError(f"no row for rank {rank}")
+
+    def row_brush(self, rank: int) -> QBrush | None:
+        for row in range(self.table_model.rowCount()):
+            if self.table_model.rank_at(row) == rank:
+                return self.table_model.data(self.table_model.index(row, 0), Qt.ItemDataRole.BackgroundRole)
+        raise KeyError(f"no row for rank {rank}")
+
+    def _on_double_clicked(self, index: QModelIndex) -> None:
+        source = self.proxy.mapToSource(index)
+        rank = self.table_model.rank_at(source.row())
+        if rank is not None:
+            self.rank_activated.emit(int(rank))

@@ -1,0 +1,72 @@
+"""Progress of the watched run: epoch and step, elapsed time, and an ETA when the total is known."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
+
+from gui.models.monitor import MonitorModel, Progress, format_duration
+from runner.state import RunStatus
+
+
+def progress_texts(progress: Progress, status: str | None) -> tuple[str, str]:
+    """(position, timing) texts, e.g. ``("epoch 2/10 · step 120/640", "elapsed 1:05 · ETA 4:31")``."""
+    parts = []
+    if progress.epoch is not None:
+        parts.append(f"epoch {progress.epoch}" + (f"/{progress.total_epochs}" if progress.total_epochs else ""))
+    if progress.step is not None:
+        parts.append(f"step {progress.step:,}" + (f"/{progress.total_steps:,}" if progress.total_steps else ""))
+    timing = []
+    if progress.elapsed_s is not None:
+        timing.append(f"elapsed {format_duration(progress.elapsed_s)}")
+    if progress.eta_s is not None and status in (RunStatus.RUNNING.value, RunStatus.STARTING.value):
+        timing.append(f"ETA {format_duration(progress.eta_s)}")
+    return " · ".join(parts) or "no steps yet", " · ".join(timing)
+
+
+class RunProgress(QWidget):
+    """A line of text and a bar (shown only when the number of steps is known)."""
+
+    def __init__(self, model: MonitorModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.position_label = QLabel("no run")
+        self.timing_label = QLabel()
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setTextVisible(True)
+        self.bar.setMaximumWidth(220)
+        self.bar.setMaximumHeight(16)
+        self.bar.hide()
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.position_label)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.timing_label)
+
+    def set_model(self, model: MonitorModel) -> None:
+        self.model = model
+        self.refresh()
+
+    def refresh(self, now: float | None = None) -> Progress:
+        if self.model.run is None:
+            self.position_label.setText("no run")
+            self.timing_label.clear()
+            self.bar.hide()
+            return self.model.progress(time.time() if now is None else now)
+        progress = self.model.progress(now)
+        status = self.model.status
+        position, timing = progress_texts(progress, status)
+        self.position_label.setText(position)
+        self.timing_label.setText(timing)
+        fraction = progress.fraction
+        if status == RunStatus.SUCCEEDED.value and progress.total_steps:
+            fraction = 1.0
+        if fraction is None:
+            self.bar.hide()
+        else:
+            self.bar.setValue(int(round(1000 * fraction)))
+            self.bar.setFormat(f"{100 * fraction:.0f}%")
+            self.bar.show()
+        return progress

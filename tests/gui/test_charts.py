@@ -1,0 +1,257 @@
+"""The chart widgets against real models: decimated drawing, legend toggles, linked zoom,
+x by step or time, smoothing, redraw on a timer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication
+
+from gui.charts.chart import MetricChart
+from gui.charts.decimation import STEP, TIME, Series
+from gui.charts.grid import REFRESH_HZ, ChartGrid
+from gui.charts.smoothing import ema
+from gui.models import monitor
+from gui.models.monitor import MonitorModel
+
+pytestmark = pytest.mark.gui
+
+T0 = 1_700_000_000.0
+
+
+def model_with_loss(ranks: int = 4, steps: int = 200) -> MonitorModel:
+    model = MonitorModel()
+    model.apply({"type": "snapshot", "v": 1, "run": {"id": 7, "status": "running", "world_size": ranks,
+                                                     "started": T0}, "ranks": [], "nodes": [], "spec": {}})
+    rows = []
+    for step in range(steps):
+        for rank in range(ranks):
+            t = T0 + 0.5 * step
+            rows.append([rank, t, step, "loss", 2.0 - step / steps + 0.01 * rank, "auto"])
+            rows.append([rank, t, step, "step_time", 0.1 + 0.01 * rank, "auto"])
+            rows.append([rank, t, step, "data_wait", 0.02, "auto"])
+    model.apply({"type": "update", "v": 1, "metrics": rows})
+    return model
+
+
+@pytest.fixture
+def grid(qtbot):
+    def make(model: MonitorModel) -> ChartGrid:
+        widget = ChartGrid(model)
+        qtbot.addWidget(widget)
+        widget.resize(1200, 800)
+        widget.show()
+        qtbot.waitExposed(widget)
+        widget.refresh()
+        return widget
+
+    return make
+
+
+def test_a_million_points_are_drawn_as_about_two_per_pixel(qtbot):
+    chart = MetricChart("Loss")
+    qtbot.addWidget(chart)
+    chart.resize(900, 300)
+    chart.show()
+    qtbot.waitExposed(chart)
+    series = Series()
+    steps = np.arange(1_000_000, dtype=np.float64)
+    values = np.cos(steps / 50_000.0)
+    values[777_777] = 9.0  # one bad step must stay visible
+    series.append(steps, T0 + steps, values)
+    chart.set_series(0, "r0", series)
+    chart.refresh()
+    pixels = chart.pixels()
+    assert 300 < pixels < 900
+    assert pixels <= chart.curve_points(0) <= 2 * pixels + 4
+    x, y = chart.curve_data(0)
+    assert y.max() == 9.0 and y.min() == pytest.approx(-1.0, abs=1e-6)
+    assert x[0] == 0.0 and x[-1] >= 999_000
+    assert chart.curve_pen(0).width() == 1 and chart.curve_pen(0).isCosmetic()
+
+
+def test_curves_follow_new_points_on_the_timer_not_per_message(qtbot, grid):
+    model = model_with_loss(ranks=4, steps=50)
+    charts = grid(model)
+    assert 1000 / 20 <= charts.timer.interval() <= 1000 / 10
+    assert charts.timer.interval() == int(1000 / REFRESH_HZ)
+    loss = charts.charts["loss"]
+    assert loss.keys == [0, 1, 2, 3]
+    assert loss.curve_points(2) == 50
+    model.apply({"type": "update", "v": 1, "metrics": [[2, T0 + 100, 50 + i, "loss", 0.5, "auto"] for i in range(10)]})
+    assert loss.curve_points(2) == 50  # nothing drawn by the message itself
+    qtbot.waitUntil(lambda: loss.curve_points(2) == 60, timeout=2000)
+    x, y = loss.curve_data(2)
+    assert x[-1] == 59 and y[-1] == 0.5
+
+
+def test_derived_data_wait_share_and_scaled_step_time(grid):
+    charts = grid(model_with_loss(ranks=2, steps=20))
+    _, step_ms = charts.charts["step_time"].curve_data(1)
+    assert step_ms == pytest.approx(np.full(20, 110.0))
+    _, wait_percent = charts.charts[monitor.DATA_WAIT_SHARE].curve_data(0)
+    assert wait_percent == pytest.approx(np.full(20, 20.0))
+
+
+def test_clicking_a_legend_entry_toggles_that_rank_on_every_chart(qtbot, grid):
+    charts = grid(model_with_loss(ranks=3, steps=30))
+    legend = charts.rank_legend
+    assert legend.labels() == ["rank 0", "rank 1", "rank 2"]
+    loss, step_time = charts.charts["loss"], charts.charts["step_time"]
+    point = legend.entry_rect(1).center()
+    qtbot.mouseClick(legend, Qt.MouseButton.LeftButton, pos=point)
+    assert not legend.is_visible(1)
+    assert not loss.is_curve_visible(1) and not step_time.is_curve_visible(1)
+    assert loss.is_curve_visible(0) and loss.is_curve_visible(2)
+    charts.model.apply({"type": "update", "v": 1, "metrics": [[1, T0 + 99, 30, "loss", 1.0, "auto"]]})
+    charts.refresh()
+    assert loss.curve_points(1) == 30  # a hidden curve is not redrawn
+    qtbot.mouseClick(legend, Qt.MouseButton.LeftButton, pos=point)
+    assert loss.is_curve_visible(1) and step_time.is_curve_visible(1)
+    charts.refresh()
+    assert loss.curve_points(1) == 31
+    # Double click: only that rank; again: all.
+    qtbot.mouseDClick(legend, Qt.MouseButton.LeftButton, pos=legend.entry_rect(2).center())
+    assert [loss.is_curve_visible(k) for k in range(3)] == [False, False, True]
+    qtbot.mouseDClick(legend, Qt.MouseButton.LeftButton, pos=legend.entry_rect(2).center())
+    assert [loss.is_curve_visible(k) for k in range(3)] == [True, True, True]
+
+
+def test_a_standalone_chart_has_its_own_clickable_legend(qtbot):
+    chart = MetricChart("Loss overlay")
+    qtbot.addWidget(chart)
+    chart.resize(700, 300)
+    chart.show()
+    qtbot.waitExposed(chart)
+    for key in range(2):
+        series = Series()
+        series.append([0, 1, 2], [0.0, 1.0, 2.0], [3.0, 2.0, 1.0 + key])
+        chart.set_series(key, f"run {key}", series)
+    chart.refresh()
+    assert chart.legend.labels() == ["run 0", "run 1"]
+    qtbot.mouseClick(chart.legend, Qt.MouseButton.LeftButton, pos=chart.legend.entry_rect(1).center())
+    assert not chart.is_curve_visible(1) and chart.is_curve_visible(0)
+    assert chart.curve_set.visible_bounds()[1] == (1.0, 3.0)  # the hidden curve no longer counts
+
+
+def wheel(widget, steps: int) -> None:
+    viewport = widget.plot_widget.viewport()
+    center = QPointF(viewport.width() / 2, viewport.height() / 2)
+    event = QWheelEvent(center, QPointF(viewport.mapToGlobal(center.toPoint())), QPoint(0, 0),
+                        QPoint(0, 120 * steps), Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                        Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(viewport, event)
+
+
+def test_zooming_one_chart_zooms_every_chart_on_the_same_x_axis(qtbot, grid):
+    model = model_with_loss(ranks=2, steps=400)
+    model.apply({"type": "update", "v": 1, "procs": [[T0 + i, 0, 100, 50.0, 1 << 30, 4] for i in range(50)]})
+    charts = grid(model)
+    loss, step_time = charts.charts["loss"], charts.charts["step_time"]
+    cpu = charts.charts[monitor.CPU_PERCENT]
+    cpu_range_before = cpu.view_box.viewRange()[0]
+    wide = loss.view_box.viewRange()[0][1] - loss.view_box.viewRange()[0][0]
+    wheel(loss, 3)
+    low, high = loss.view_box.viewRange()[0]
+    assert high - low < 0.8 * wide
+    assert step_time.view_box.viewRange()[0] == pytest.approx([low, high])
+    assert cpu.view_box.viewRange()[0] == pytest.approx(cpu_range_before)  # time axis: not linked to steps
+    charts.refresh()
+    x, _ = step_time.curve_data(0)
+    assert x[0] >= low - 1 and x[-1] <= high + 1  # only the zoomed range is drawn
+    charts.reset_zoom()
+    charts.refresh()
+    assert step_time.curve_data(0)[0][-1] == 399
+
+
+def test_x_by_time_plots_seconds_since_the_start(grid):
+    charts = grid(model_with_loss(ranks=2, steps=10))
+    charts.set_x_axis(TIME)
+    assert charts.charts["loss"].x_axis == TIME
+    x, _ = charts.charts["loss"].curve_data(0)
+    assert x == pytest.approx(0.5 * np.arange(10))
+    charts.set_x_axis(STEP)
+    assert charts.charts["loss"].curve_data(0)[0] == pytest.approx(np.arange(10))
+    assert charts.charts[monitor.CPU_PERCENT].x_axis == TIME  # samples have no step
+
+
+def test_smoothing_control_draws_the_moving_average(grid):
+    model = MonitorModel()
+    rng = np.random.default_rng(4)
+    values = rng.normal(size=300)
+    model.apply({"type": "update", "v": 1,
+                 "metrics": [[0, T0 + i, i, "loss", float(v), "auto"] for i, v in enumerate(values)]})
+    charts = grid(model)
+    charts.smoothing_slider.setValue(90)
+    charts.refresh()
+    assert charts.smoothing_label.text() == "0.90"
+    _, y = charts.charts["loss"].curve_data(0)
+    assert y == pytest.approx(ema(values, 0.9))
+    charts.set_smoothing(0.0)
+    charts.refresh()
+    assert charts.charts["loss"].curve_data(0)[1] == pytest.approx(values)
+
+
+def test_gpu_samples_switch_the_last_charts_to_gpu_use(grid):
+    model = model_with_loss(ranks=2, steps=5)
+    charts = grid(model)
+    assert charts.mode == "cpu"
+    assert charts.charts[monitor.CPU_PERCENT].isVisible()
+    gib = 1 << 30
+    model.apply({"type": "update", "v": 1, "gpus": [[T0 + i, index, 90.0, (10 + index) * gib, 40 * gib, 250, 60, 1400]
+                                                    for i in range(5) for index in range(2)]})
+    charts.refresh()
+    assert charts.mode == "gpu"
+    assert charts.charts[monitor.GPU_UTILIZATION].isVisible()
+    assert not charts.charts[monitor.CPU_PERCENT].isVisible()
+    memory = charts.charts[monitor.GPU_MEMORY]
+    assert charts.gpu_legend.isVisible() and charts.gpu_legend.labels() == ["GPU 0", "GPU 1"]
+    assert memory.curve_data(1)[1] == pytest.approx(np.full(5, 11.0))  # GiB
+
+
+def test_export_png_writes_an_image(tmp_path, grid):
+    charts = grid(model_with_loss(ranks=2, steps=50))
+    path = charts.export_png(tmp_path / "charts.png")
+    assert path.stat().st_size > 10_000
+
+
+def test_charts_follow_new_points_until_the_user_zooms(qtbot, grid):
+    model = model_with_loss(ranks=2, steps=100)
+    charts = grid(model)
+    loss = charts.charts["loss"]
+    low, high = loss.view_box.viewRange()[0]
+    assert -2 < low <= 0 and 99 <= high <= 110
+
+    def add(first: int, count: int) -> None:
+        model.apply({"type": "update", "v": 1, "metrics": [[0, T0 + s, s, "loss", 1.0, "auto"]
+                                                           for s in range(first, first + count)]})
+        charts.refresh()
+
+    add(100, 100)
+    assert loss.view_box.viewRange()[0][1] >= 199  # followed the new points
+    wheel(loss, 2)
+    zoomed = loss.view_box.viewRange()[0]
+    add(200, 100)
+    assert loss.view_box.viewRange()[0] == pytest.approx(zoomed)  # the user's range stays
+    viewport = loss.plot_widget.viewport()
+    center = viewport.rect().center()
+    qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=center)
+    qtbot.mouseDClick(viewport, Qt.MouseButton.LeftButton, pos=center)
+    qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=center)  # pyqtgraph acts on the release
+    charts.refresh()
+    assert loss.view_box.viewRange()[0][1] >= 299
+    assert charts.charts["step_time"].follow_x
+
+
+def test_missing_values_leave_a_gap_instead_of_a_line(qtbot):
+    chart = MetricChart("Loss")
+    qtbot.addWidget(chart)
+    series = Series()
+    series.append(np.arange(10), np.arange(10.0), [1, 2, 3, np.nan, np.nan, 4, 5, 6, 7, 8])
+    chart.set_series(0, "r0", series)
+    chart.refresh()
+    pieces = chart.curve_set._pieces[0]
+    assert [piece.size() for piece in pieces] == [3, 5]
+    assert chart.curve_set.visible_bounds() == ((0.0, 9.0), (1.0, 8.0))

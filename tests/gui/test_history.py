@@ -1,0 +1,188 @@
+"""The runs list against a real run store: live, lost and finished runs; open/attach;
+loss overlay of two runs; export to CSV and PNG."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fake_runner import FakeRunner
+from PySide6.QtCore import Qt
+
+from gui.models.history import HISTORY_COLUMNS, RunRow, loss_overlay
+from gui.widgets.history_panel import HistoryPanel
+from runner.store.store import RecordBatch, RunStore
+
+pytestmark = pytest.mark.gui
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def add_finished_run(store: RunStore, profile: str, status: str = "succeeded", exit_code: int = 0,
+                     ranks: int = 2, steps: int = 20, loss_offset: float = 0.0) -> int:
+    key = f"{profile}-{time.time_ns()}"
+    run_id = store.create_run(job_key=key, profile=profile, spec_toml='script = "train.py"\nargs = ["--epochs", "1"]\n',
+                              command="torchrun train.py", host="testhost", workdir="/tmp", runner_pid=dead_pid(),
+                              socket=None, world_size=ranks, status="running")
+    started = 1_700_000_000.0
+    store.update_run(run_id, started=started, ended=started + 65.0, status=status, exit_code=exit_code)
+    batch = RecordBatch()
+    for step in range(steps):
+        for rank in range(ranks):
+            t = started + step
+            batch.metrics.append((rank, step, t, "loss", loss_offset + 10.0 - step + rank, "auto"))
+            batch.metrics.append((rank, step, t, "loss", 99.0, "parsed"))  # a printed line: not preferred
+            batch.metrics.append((rank, step, t, "step_time", 0.1, "auto"))
+        batch.logs.append((0, None, "stdout", started + step, f"step {step}"))
+    batch.events.append((started + steps, "run_finished", None, '{"message": "done"}'))
+    store.write_batch(run_id, batch)
+    for rank in range(ranks):
+        store.upsert_rank(run_id, rank, host="testhost", pid=1000 + rank, state="exited", exit_code=exit_code)
+    return run_id
+
+
+@pytest.fixture
+def store():
+    with RunStore() as opened:
+        yield opened
+
+
+@pytest.fixture
+def panel(qtbot):
+    widget = HistoryPanel(poll_interval_s=0.2)
+    qtbot.addWidget(widget)
+    widget.resize(1100, 800)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    widget.poller.stop()
+
+
+def cell(panel: HistoryPanel, run_id: int, column: str) -> str:
+    for row in range(panel.table_model.rowCount()):
+        if panel.table_model.rows[row].run_id == run_id:
+            return panel.table_model.data(panel.table_model.index(row, HISTORY_COLUMNS.index(column)))
+    raise KeyError(run_id)
+
+
+def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, panel):
+    finished = add_finished_run(store, "alpha")
+    failed = add_finished_run(store, "beta", status="failed", exit_code=1)
+    lost = store.create_run(job_key="lost-one", profile="gamma", spec_toml="", command=None, host="testhost",
+                            workdir=None, runner_pid=dead_pid(), socket="/nonexistent.sock", world_size=2,
+                            status="running")
+    live_runner = FakeRunner(Path(os.environ["RANKWATCH_SOCKET_DIR"]) / "live.sock", ranks=2, store=True).start()
+    try:
+        qtbot.waitUntil(lambda: len(panel.rows()) == 4, timeout=5000)
+        assert any(t.name == "rankwatch-runs-poller" for t in threading.enumerate())  # reads off the GUI thread
+        assert cell(panel, finished, "Status") == "succeeded"
+        assert cell(panel, finished, "Duration") == "1:05"
+        assert cell(panel, finished, "Profile") == "alpha"
+        assert cell(panel, failed, "Status") == "failed"
+        assert cell(panel, failed, "Exit") == "1"
+        assert cell(panel, lost, "Status") == "lost"
+        assert cell(panel, live_runner.run_id, "Status") == "running (live)"
+        assert "1 live" in panel.status_label.text()
+
+        panel.select_runs([live_runner.run_id])
+        assert panel.open_button.text() == "Attach"
+        with qtbot.waitSignal(panel.open_run_requested, timeout=2000) as opened:
+            qtbot.mouseClick(panel.open_button, Qt.MouseButton.LeftButton)
+        assert opened.args == [live_runner.run_id]
+        panel.select_runs([finished])
+        assert panel.open_button.text() == "Open"
+
+        live_runner.finish()
+        qtbot.waitUntil(lambda: cell(panel, live_runner.run_id, "Status") == "succeeded", timeout=3000)
+    finally:
+        live_runner.close()
+
+
+def test_double_click_opens_a_run(qtbot, store, panel):
+    run_id = add_finished_run(store, "alpha")
+    qtbot.waitUntil(lambda: len(panel.rows()) == 1, timeout=3000)
+    index = panel.proxy.index(0, 0)
+    rect = panel.view.visualRect(index)
+    with qtbot.waitSignal(panel.open_run_requested, timeout=2000) as opened:
+        # Qt 6 item views want the press of a click before the double click.
+        qtbot.mouseClick(panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+        qtbot.mouseDClick(panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert opened.args == [run_id]
+
+
+def test_overlay_shows_the_mean_loss_of_two_runs(qtbot, store, panel):
+    first = add_finished_run(store, "alpha", ranks=2, steps=20)
+    second = add_finished_run(store, "beta", ranks=4, steps=30, loss_offset=-3.0)
+    qtbot.waitUntil(lambda: len(panel.rows()) == 2, timeout=3000)
+    panel.select_runs([first, second])
+    assert panel.overlay_button.isEnabled()
+    with qtbot.waitSignal(panel.overlay_shown, timeout=5000):
+        qtbot.mouseClick(panel.overlay_button, Qt.MouseButton.LeftButton)
+    assert sorted(panel.overlay_run_ids) == sorted([first, second])
+    chart = panel.overlay_chart
+    curves = {panel.overlay_run_ids[key]: chart.curve_data(key) for key in chart.keys}
+    # Mean over ranks of (offset + 10 - step + rank); the parsed 99s are ignored.
+    np.testing.assert_allclose(curves[first][1], 10.0 - np.arange(20) + 0.5)
+    np.testing.assert_allclose(curves[second][1], 7.0 - np.arange(30) + 1.5)
+    labels = sorted(chart.legend.labels())
+    assert labels == sorted([f"run {first} (alpha)", f"run {second} (beta)"])
+
+
+def test_export_writes_csv_tables_and_a_charts_png(qtbot, store, panel, tmp_path):
+    run_id = add_finished_run(store, "alpha", ranks=2, steps=20)
+    with qtbot.waitSignal(panel.export_finished, timeout=10_000) as finished:
+        panel.export_run(run_id, tmp_path)
+    folder = Path(finished.args[0])
+    assert folder == tmp_path / f"run-{run_id}"
+    with (folder / "metrics.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2 * 20 * 3
+    assert {row["name"] for row in rows} == {"loss", "step_time"}
+    assert len((folder / "logs.csv").read_text().splitlines()) == 21
+    assert (folder / "charts.png").stat().st_size > 20_000
+
+
+def test_overlay_png_can_be_saved(qtbot, store, panel, tmp_path):
+    run_id = add_finished_run(store, "alpha")
+    with qtbot.waitSignal(panel.overlay_shown, timeout=5000):
+        panel.overlay([run_id])
+    path = panel.save_overlay_png(tmp_path / "overlay.png")
+    assert path.stat().st_size > 5_000
+
+
+# ---- the Qt-free model ---------------------------------------------------------------------
+
+
+def test_run_rows_tell_live_from_lost(store, tmp_path):
+    socket_file = tmp_path / "sock"
+    socket_file.touch()
+    base = {"id": 1, "profile": None, "status": "running", "created": 10.0, "started": 11.0, "exit_code": None,
+            "world_size": 2, "host": "h"}
+    live = RunRow.from_store({**base, "ended": None, "runner_pid": os.getpid(), "socket": str(socket_file)})
+    lost = RunRow.from_store({**base, "ended": None, "runner_pid": dead_pid(), "socket": str(socket_file)})
+    done = RunRow.from_store({**base, "ended": 20.0, "status": "failed", "runner_pid": os.getpid(),
+                              "socket": str(socket_file)})
+    assert (live.live, live.status) == (True, "running")
+    assert (lost.live, lost.status) == (False, "lost")
+    assert (done.live, done.status, done.duration()) == (False, "failed", 9.0)
+    assert live.duration(now=15.0) == 4.0
+
+
+def test_loss_overlay_averages_ranks_per_step(store):
+    run_id = add_finished_run(store, "alpha", ranks=3, steps=5)
+    curve = loss_overlay(store, run_id)
+    np.testing.assert_array_equal(curve.steps, np.arange(5.0))
+    np.testing.assert_allclose(curve.values, 10.0 - np.arange(5) + 1.0)
+    np.testing.assert_allclose(curve.times, np.arange(5.0))
+    assert curve.label == f"run {run_id} (alpha)"

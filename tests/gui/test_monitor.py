@@ -1,0 +1,336 @@
+"""The monitor against a fake runner on a real Unix socket, and its Qt-free model.
+
+The fake runner (``fake_runner.py``) speaks the hub's side of the real protocol
+with the real ``encode``; the panel subscribes through its QLocalSocket. Tests
+drive the real widgets with qtbot and assert what they show.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fake_runner import FakeRunner
+from PySide6.QtCore import Qt
+
+from gui.models import monitor
+from gui.models.monitor import LogBuffer, LogEntry, MonitorModel
+from gui.widgets.log_view import LogView
+from gui.widgets.monitor_panel import DETACHED, DISCONNECTED, MonitorPanel
+from gui.widgets.rank_table import state_tint
+from rankwatch import _protocol
+from runner.spec.model import LaunchSpec
+from runner.store.store import RunStore
+
+pytestmark = pytest.mark.gui
+
+FAKE_RUNNER = Path(__file__).with_name("fake_runner.py")
+
+
+@pytest.fixture
+def fake_runner():
+    runners: list[FakeRunner] = []
+
+    def start(**options) -> FakeRunner:
+        path = Path(os.environ["RANKWATCH_SOCKET_DIR"]) / f"fake-{len(runners)}.sock"
+        runner = FakeRunner(path, **options).start()
+        runners.append(runner)
+        return runner
+
+    yield start
+    for runner in runners:
+        runner.close()
+
+
+@pytest.fixture
+def panel(qtbot):
+    widget = MonitorPanel()
+    qtbot.addWidget(widget)
+    widget.resize(1300, 900)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    widget.detach()
+
+
+def loss_values_sent(runner: FakeRunner, rank: int) -> list[float]:
+    return [m[4] for update in list(runner._history) for m in update["metrics"]
+            if m[0] == rank and m[3] == _protocol.LOSS]
+
+
+def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, panel, fake_runner):
+    runner = fake_runner(ranks=8, store=True)
+    states = []
+    panel.run_state_changed.connect(states.append)
+    panel.attach(runner.run_id)
+    loss = panel.charts.charts["loss"]
+    qtbot.waitUntil(lambda: len(loss.keys) == 8 and min(loss.curve_points(k) for k in range(8)) >= 15, timeout=8000)
+    assert panel.has_live_run()
+    assert states[0] == "running"
+    # Every point the runner sent for rank 3 is in the model, in order (history + live).
+    series = panel.model.series(_protocol.LOSS)[3]
+    sent = loss_values_sent(runner, 3)
+    assert list(series.values.values) == pytest.approx(sent[: len(series)])
+    # The chart draws them (few points: no decimation yet).
+    qtbot.waitUntil(lambda: loss.curve_points(3) >= len(series), timeout=2000)
+
+    table = panel.rank_table
+    qtbot.waitUntil(lambda: table.table_model.rowCount() == 8, timeout=2000)
+    assert table.cell_text(3, "Host") == "fakehost"
+    assert table.cell_text(3, "PID") == "40003"
+    assert table.cell_text(3, "GPU") == "cpu"
+    assert table.cell_text(3, "State") == "running"
+    qtbot.waitUntil(lambda: int(table.cell_text(3, "Step")) >= 14, timeout=2000)
+    assert float(table.cell_text(5, "Step ms")) > 150  # the slow rank
+    assert int(table.cell_text(5, "Data wait %")) == 55
+    assert table.cell_text(3, "Heartbeat").endswith(" s")
+    assert table.row_brush(3).color() == state_tint("running")
+
+    runner.fail_rank(3, exit_code=1)
+    qtbot.waitUntil(lambda: table.cell_text(3, "State") == "failed", timeout=3000)
+    assert table.cell_text(3, "Exit") == "1"
+    assert table.row_brush(3).color() == state_tint("failed")
+    assert table.row_brush(0).color() == state_tint("running")
+    assert state_tint("failed") != state_tint("running")
+
+    qtbot.waitUntil(lambda: "[r0] epoch 0 step 10 loss:" in panel.log_view.shown_text(), timeout=3000)
+    assert "[launcher] fake torchrun: 8 ranks, 50 steps per epoch" in panel.log_view.shown_text()
+    qtbot.waitUntil(lambda: "rank_failed: rank 3 failed" in panel.events_view.toPlainText(), timeout=3000)
+    # 4 epochs (--epochs in the spec) x 50 steps per epoch (printed) = 200 steps.
+    assert re.search(r"epoch 0/4 · step \d+/200", panel.progress.position_label.text())
+    qtbot.waitUntil(lambda: "ETA" in panel.progress.timing_label.text(), timeout=3000)
+    assert panel.progress.bar.isVisible()
+
+
+def test_launch_from_spec_runs_the_detached_runner_and_stops_it(qtbot, monkeypatch, tmp_path):
+    monkeypatch.setenv("FAKE_RUNNER_RANKS", "4")
+    command = lambda spec_path: [sys.executable, str(FAKE_RUNNER), "run", "--detach", "--json", str(spec_path)]  # noqa: E731
+    panel = MonitorPanel(command=command)
+    qtbot.addWidget(panel)
+    panel.show()
+    states = []
+    panel.run_state_changed.connect(states.append)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    panel.launch(LaunchSpec(script="train.py", nproc_per_node=4), "demo", tmp_path)
+    assert states == ["launching"]
+    assert panel.has_live_run()
+    qtbot.waitUntil(lambda: "running" in states, timeout=10_000)
+    loss = panel.charts.charts["loss"]
+    qtbot.waitUntil(lambda: len(loss.keys) == 4 and loss.curve_points(0) >= 5, timeout=5000)
+    with RunStore(readonly=True) as store:
+        run = store.run(panel.run_id)
+    assert run["profile"] == "demo"
+    runner_pid = run["runner_pid"]
+    try:
+        monkeypatch.setattr(panel, "_confirm", lambda title, text: True)
+        qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: states[-1] == "stopped", timeout=5000)
+        assert "stopping" in states
+        qtbot.waitUntil(lambda: not panel.has_live_run(), timeout=3000)
+        qtbot.waitUntil(lambda: panel.rank_table.cell_text(2, "State") == "stopped", timeout=2000)
+        assert not panel.stop_button.isEnabled()
+    finally:
+        try:
+            os.kill(runner_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_an_invalid_spec_reports_its_field_errors(qtbot, tmp_path):
+    command = lambda spec_path: [sys.executable, str(FAKE_RUNNER), "run", "--detach", "--json", str(spec_path)]  # noqa: E731
+    panel = MonitorPanel(command=command)
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(panel.launch_failed, timeout=10_000) as failed:
+        panel.launch(LaunchSpec(script="invalid.py"), None, tmp_path)
+    assert "script: no such file: " in failed.args[0]
+    assert str(tmp_path / "invalid.py") in failed.args[0]  # relative paths were made absolute
+    assert "Launch failed" in panel.banner.text()
+    assert not panel.has_live_run()
+
+
+def test_stop_asks_first_then_stops_gracefully_then_forces(qtbot, panel, fake_runner):
+    runner = fake_runner(ranks=2, store=True, stop_delay_s=60)
+    panel.attach(runner.run_id)
+    qtbot.waitUntil(lambda: panel.model.status == "running" and panel.stop_button.isEnabled(), timeout=5000)
+    asked = []
+    panel._confirm = lambda title, text: asked.append(title) or False
+    qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
+    time.sleep(0.2)
+    assert asked == ["Stop run"]
+    assert not [m for m in runner.received if m["type"] == "stop"]  # declined: nothing sent
+
+    panel._confirm = lambda title, text: asked.append(title) or True
+    qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.model.status == "stopping", timeout=3000)
+    assert [m["force"] for m in runner.received if m["type"] == "stop"] == [False]
+    assert panel.stop_button.text() == "Force stop…"
+    qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.model.status == "stopped", timeout=3000)
+    assert asked == ["Stop run", "Stop run", "Force stop"]
+    assert [m["force"] for m in runner.received if m["type"] == "stop"] == [False, True]
+    qtbot.waitUntil(lambda: not panel.has_live_run(), timeout=3000)
+
+
+def test_detach_leaves_the_job_running_and_attach_replays_its_whole_history(qtbot, panel, fake_runner):
+    runner = fake_runner(ranks=4, store=True, rate_hz=20)
+    panel.attach(runner.run_id)
+    qtbot.waitUntil(lambda: len(panel.model.series(_protocol.LOSS).get(0, [])) >= 5, timeout=5000)
+    states = []
+    panel.run_state_changed.connect(states.append)
+    panel.detach()
+    assert states == [DETACHED]
+    assert not panel.has_live_run()
+    assert "keeps running headless" in panel.banner.text()
+    qtbot.waitUntil(lambda: runner.subscriber_count() == 0, timeout=3000)
+    steps_at_detach = runner.step
+    qtbot.wait(400)
+    assert runner.step > steps_at_detach  # the job went on without us
+
+    steps_before_attach = runner.step + 1
+    panel.attach(runner.run_id)
+    qtbot.waitUntil(lambda: panel.model.history_done, timeout=5000)
+    series = panel.model.series(_protocol.LOSS)[0]
+    sent = loss_values_sent(runner, 0)
+    assert len(series) >= steps_before_attach
+    assert list(series.values.values) == pytest.approx(sent[: len(series)])  # no gap, no duplicate
+
+
+def test_a_finished_run_opens_from_the_store(qtbot, panel, fake_runner):
+    runner = fake_runner(ranks=8, store=True, rate_hz=200, total_steps=30)
+    qtbot.waitUntil(lambda: runner.ended, timeout=5000)
+    panel.attach(runner.run_id)
+    loss = panel.charts.charts["loss"]
+    qtbot.waitUntil(lambda: len(loss.keys) == 8 and loss.curve_points(7) == 30, timeout=5000)
+    assert not panel.has_live_run()
+    assert panel.model.status == "succeeded"
+    assert panel.status_label.text() == "succeeded"
+    qtbot.waitUntil(lambda: panel.rank_table.table_model.rowCount() == 8, timeout=2000)
+    qtbot.waitUntil(lambda: panel.rank_table.cell_text(4, "State") == "exited", timeout=2000)
+    assert panel.rank_table.cell_text(4, "Loss") != ""
+    qtbot.waitUntil(lambda: "[r0] epoch 0 step 20 loss:" in panel.log_view.shown_text(), timeout=2000)
+    assert not panel.stop_button.isEnabled()
+    qtbot.waitUntil(lambda: "run_finished" in panel.events_view.toPlainText(), timeout=2000)
+
+
+def test_a_runner_that_vanishes_without_bye_is_reported(qtbot, panel, fake_runner):
+    runner = fake_runner(ranks=2, store=False)
+    panel.run_id = None
+    panel.link.open(runner.socket_path)
+    panel._live = True
+    qtbot.waitUntil(lambda: panel.model.status == "running", timeout=5000)
+    with qtbot.waitSignal(panel.run_state_changed, timeout=10_000,
+                          check_params_cb=lambda state: state == DISCONNECTED):
+        runner.close()
+    assert "Lost the connection" in panel.banner.text()
+    assert not panel.has_live_run()
+
+
+def test_log_view_keeps_memory_bounded_and_filters(qtbot):
+    model = MonitorModel(log_limit=500)
+    view = LogView(model)
+    qtbot.addWidget(view)
+    view.resize(800, 400)
+    view.show()
+    model.add_log_rows([[i % 4, 1000.0 + i, "stdout", f"step {i}", None] for i in range(1200)])
+    view.refresh()
+    assert view.shown_line_count() == 500
+    assert view.text.document().blockCount() == 500
+    assert "700 older lines are kept in the run store" in view.footer.text()
+    assert view.shown_text().splitlines()[-1] == "[r3] step 1199"
+    view.show_rank(2)
+    lines = view.shown_text().splitlines()
+    assert len(lines) == 125 and all(line.startswith("[r2] ") for line in lines)
+    view.set_search("step 71")
+    assert view.shown_text().splitlines() == ["[r2] step 710", "[r2] step 714", "[r2] step 718"]
+    view.show_rank("all")
+    view.set_search("")
+    # Scrolling up stops following; new lines then do not move the view.
+    bar = view.text.verticalScrollBar()
+    bar.setValue(0)
+    assert not view.follow.isChecked()
+    model.add_log_rows([[0, 3000.0, "stdout", "newest", None]])
+    view.refresh()
+    assert bar.value() == 0
+    view.follow.setChecked(True)
+    assert bar.value() == bar.maximum()
+    assert view.text.document().blockCount() == 500
+
+
+# ---- the Qt-free model ---------------------------------------------------------------------
+
+
+def snapshot(**run) -> dict:
+    return {"type": "snapshot", "v": 1, "run": {"id": 3, "status": "running", **run},
+            "ranks": [{"rank": 0, "state": "running"}], "nodes": [], "spec": {}}
+
+
+def test_model_pairs_step_time_and_data_wait_into_a_share():
+    model = MonitorModel()
+    model.apply(snapshot())
+    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 5, "step_time", 0.2, "auto"]]})
+    assert monitor.DATA_WAIT_SHARE not in model.series_names()
+    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.1, 5, "data_wait", 0.05, "auto"]]})
+    share = model.series(monitor.DATA_WAIT_SHARE)[0]
+    assert list(share.values.values) == [0.25]
+    assert list(share.steps.values) == [5.0]
+
+
+def test_model_prefers_measured_loss_over_parsed_lines():
+    model = MonitorModel()
+    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 1, "loss", 9.0, "parsed"]]})
+    assert model.series("loss")[0].values.last == 9.0
+    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 1, "loss", 1.5, "auto"]]})
+    assert model.series("loss")[0].values.last == 1.5
+
+
+def test_a_new_snapshot_starts_the_model_over():
+    model = MonitorModel()
+    resets = []
+    model.reset.connect(lambda: resets.append(True))
+    model.apply(snapshot())
+    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 1, "loss", 1.0, "auto"]],
+                 "logs": [[0, 1.0, "stdout", "hello", None]]})
+    model.apply(snapshot(status="stopping"))
+    assert resets == [True, True]
+    assert model.series_names() == [] and model.logs.total == 0
+    assert model.status == "stopping"
+
+
+def test_log_buffer_reports_what_is_new_and_what_fell_out():
+    buffer = LogBuffer(limit=3)
+    entries = [LogEntry(0, float(i), "stdout", str(i), None) for i in range(5)]
+    buffer.extend(entries[:2])
+    assert buffer.since(0) == (entries[:2], True)
+    buffer.extend(entries[2:])
+    assert buffer.since(2) == (entries[2:], True)
+    assert buffer.since(1) == (entries[2:], False)  # entry 1 is gone: redraw
+    assert buffer.dropped == 2
+
+
+def test_progress_eta_from_epochs_argument_and_printed_steps_per_epoch():
+    model = MonitorModel()
+    model.apply({**snapshot(started=1000.0), "spec": {"args": ["--epochs", "2", "--lr", "0.1"]}})
+    model.apply({"type": "update", "v": 1, "logs": [[None, 1000.0, "stdout", "10 steps per epoch", None]]})
+    model.apply({"type": "update", "v": 1,
+                 "metrics": [[0, 1000.0 + 2 * step, step, "loss", 1.0, "auto"] for step in range(11)],
+                 "ranks": [{"rank": 0, "step": 10}]})
+    progress = model.progress(now=1020.0)
+    assert (progress.step, progress.total_steps, progress.epoch, progress.total_epochs) == (10, 20, 1, 2)
+    assert progress.elapsed_s == 20.0
+    assert progress.steps_per_s == pytest.approx(0.5)
+    assert progress.eta_s == pytest.approx(20.0)
+    assert progress.fraction == 0.5
+
+
+def test_progress_has_no_eta_without_a_known_total():
+    model = MonitorModel()
+    model.apply(snapshot(started=0.0))
+    model.apply({"type": "update", "v": 1, "metrics": [[0, float(s), s, "loss", 1.0, "auto"] for s in range(5)]})
+    progress = model.progress(now=10.0)
+    assert progress.total_steps is None and progress.eta_s is None and progress.fraction is None
+    assert progress.step == 4

@@ -12,9 +12,7 @@ thread), polls, and hands each changed list of :class:`RunRow` to a callback;
 
 from __future__ import annotations
 
-import errno
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -25,35 +23,12 @@ from typing import Any
 import numpy as np
 
 from rankwatch import _protocol
-from runner.state import RunStatus
+from runner.store.liveness import effective_status, is_live
 from runner.store.store import RunNotFound, RunStore
 
 HISTORY_COLUMNS = ("Run", "Profile", "Started", "Duration", "Status", "Exit", "Ranks", "Host")
 POLL_INTERVAL_S = 2.0
 RUN_LIMIT = 500
-
-
-def runner_alive(pid: int | None) -> bool:
-    """Whether process ``pid`` exists (on this host)."""
-    if not pid or pid <= 0:
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError as error:
-        return error.errno == errno.EPERM
-    return True
-
-
-def is_live(run: dict[str, Any]) -> bool:
-    """A run still going: no end recorded, its runner alive, its socket present."""
-    if run.get("ended") is not None:
-        return False
-    socket = run.get("socket")
-    return runner_alive(run.get("runner_pid")) and bool(socket) and Path(socket).exists()
 
 
 @dataclass(frozen=True)
@@ -74,9 +49,7 @@ class RunRow:
     @classmethod
     def from_store(cls, run: dict[str, Any]) -> RunRow:
         live = is_live(run)
-        status = str(run.get("status") or "")
-        if run.get("ended") is None and not live:
-            status = RunStatus.LOST.value
+        status = effective_status(run) if run.get("status") else ""
         return cls(run_id=int(run["id"]), profile=run.get("profile"), status=status,
                    created=float(run.get("created") or 0.0), started=run.get("started"), ended=run.get("ended"),
                    exit_code=run.get("exit_code"), world_size=run.get("world_size"), host=run.get("host"),

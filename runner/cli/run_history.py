@@ -6,13 +6,13 @@ import argparse
 import asyncio
 import datetime
 import json
-import os
 import sys
 from pathlib import Path
 
 from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.state import RunStatus
+from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
 from runner.view.terminal import TerminalView, format_prefix, render_summary
 
@@ -46,26 +46,6 @@ def add_parsers(commands) -> None:
     attach.add_argument("--plain", action="store_true")
     attach.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS")
     attach.set_defaults(handler=attach_main)
-
-
-def runner_alive(run: dict) -> bool:
-    pid = run.get("runner_pid")
-    if not pid or run.get("ended") is not None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def effective_status(run: dict) -> str:
-    """The stored status, or ``lost`` for a run whose runner vanished without ending it."""
-    if run.get("ended") is None and not runner_alive(run):
-        return RunStatus.LOST.value
-    return run["status"]
 
 
 def _open_store() -> RunStore:

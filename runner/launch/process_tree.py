@@ -80,11 +80,11 @@ def end_job(job_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: fl
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         alive = [p for p in find_job_pids(job_key) if p not in (os.getpid(),)]
-        alive += [p for p in also if _alive(p)]
+        alive += [p for p in also if pid_alive(p)]
         if not alive:
             return []
         time.sleep(poll)
-    stubborn = sorted(set(find_job_pids(job_key)) | {p for p in also if _alive(p)})
+    stubborn = sorted(set(find_job_pids(job_key)) | {p for p in also if pid_alive(p)})
     signal_pids(stubborn, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline and find_job_pids(job_key):
@@ -92,7 +92,8 @@ def end_job(job_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: fl
     return stubborn
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (another user's process counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

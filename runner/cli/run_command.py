@@ -64,7 +64,9 @@ def run_main(args: argparse.Namespace) -> int:
     if profile is None:
         return code
     try:
-        prepared = prepare_launch(profile)
+        # A detached runner's parent has just run every check (interpreter probe, SSH
+        # preflight of remote nodes); the child only re-resolves and plans the rendezvous.
+        prepared = prepare_launch(profile, probe_interpreter=args.ready_fd is None)
     except SpecErrors as errors:
         if args.ready_fd is not None:
             with os.fdopen(args.ready_fd, "w") as ready:

@@ -67,3 +67,24 @@ def test_sigkill_of_the_runner_takes_the_job_down_too():
         finished = wait_for(lambda: store.run(run["id"])["ended"] is not None and store.run(run["id"]), 10,
                             what="the sentinel to record the run")
     assert finished["status"] == "lost"
+
+
+def test_unflushed_prints_arrive_promptly_attributed_to_their_rank():
+    runner = start_rankwatch("run", "--plain", "--nproc-per-node", "2", str(SCRIPTS / "print_then_wait.py"))
+    try:
+        run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
+
+        def greetings():
+            with RunStore(readonly=True) as store:
+                return {row["rank"]: (row["line"], row["t"]) for row in store.logs(run["id"])
+                        if "unflushed hello" in row["line"]}
+        seen = wait_for(lambda: len(greetings()) == 2 and greetings(), 45, what="both unflushed lines")
+        assert {rank: line for rank, (line, _) in seen.items()} == {
+            0: "unflushed hello from rank 0", 1: "unflushed hello from rank 1"}
+        with RunStore(readonly=True) as store:
+            started = {e["rank"]: e["t"] for e in store.events(run["id"], kind="rank_started")}
+        # printed right after joining, shown within seconds although the script never flushes or exits
+        assert all(seen[rank][1] - started[rank] < 5 for rank in (0, 1))
+    finally:
+        runner.send_signal(signal.SIGINT)
+        runner.wait(timeout=20)

@@ -4,6 +4,7 @@
   the monitor and switches to it.
 * **Monitor** (``MonitorPanel``): the run being watched.
 * **History** (``HistoryPanel``): past runs and live ones to attach to again.
+* **Tools ▸ Doctor** (``DoctorDialog``): is this machine ready for the form's interpreter.
 
 Closing the window while a job runs asks whether to stop the job or leave it
 running: a job left running goes on headless (the runner is its own process) and
@@ -30,6 +31,7 @@ from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.profiles import ProfileListModel
 from gui.runner_probe import RunnerProbe
 from gui.settings import AppSettings
+from gui.widgets.doctor_panel import DoctorDialog
 from gui.widgets.history_panel import HistoryPanel
 from gui.widgets.launch_panel import LaunchPanel
 from gui.widgets.monitor_panel import MonitorPanel
@@ -121,6 +123,7 @@ class MainWindow(QMainWindow):
         self.form = LaunchFormModel()
         self.profiles = ProfileListModel()
         self._run_state: str | None = None
+        self.doctor_dialog: DoctorDialog | None = None
 
         self.launch_panel = LaunchPanel(self.form, self.profiles, self.probe, self.settings)
         self.monitor = MonitorPanel()
@@ -177,6 +180,8 @@ class MainWindow(QMainWindow):
                                         "Stop the running job (asks first; again to force)")
         self.attach_action = self._action("&Attach to a live run…", None, self._on_attach_triggered,
                                           "Pick a run that is still going (History tab)")
+        self.doctor_action = self._action("&Doctor…", None, self._on_doctor_triggered,
+                                          "Check this machine and the form's interpreter for distributed jobs")
         self.tab_actions = [
             self._action(f"&{name}", f"Ctrl+{index + 1}", lambda i=index: self.tabs.setCurrentIndex(i))
             for index, name in enumerate(("Launch", "Monitor", "History"))
@@ -198,6 +203,8 @@ class MainWindow(QMainWindow):
         view_menu = menu.addMenu("&View")
         for action in self.tab_actions:
             view_menu.addAction(action)
+        tools_menu = menu.addMenu("&Tools")
+        tools_menu.addAction(self.doctor_action)
 
     # Settings.
 
@@ -295,6 +302,11 @@ class MainWindow(QMainWindow):
                 f"{len(live)} job{'s are' if len(live) != 1 else ' is'} still running (run {runs}): "
                 "attach from History (double-click) or Run ▸ Attach", 20000)
 
+    def _on_doctor_triggered(self) -> None:
+        if self.doctor_dialog is None:
+            self.doctor_dialog = DoctorDialog(self.form.head_python, self)
+        self.doctor_dialog.open_and_run()
+
     def _on_attach_triggered(self) -> None:
         self.tabs.setCurrentWidget(self.history)
         self.statusBar().showMessage("Pick a live run in the list to attach to it", 6000)
@@ -336,6 +348,8 @@ class MainWindow(QMainWindow):
         self._save_layout()
         self.launch_panel.shutdown()
         self.probe.shutdown()
+        if self.doctor_dialog is not None:
+            self.doctor_dialog.panel.shutdown()
         event.accept()
 
     def _ask_live_run_choice(self) -> str:

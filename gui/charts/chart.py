@@ -440,11 +440,13 @@ class MetricChart(QWidget):
                 x_range = (x_low - 0.01 * span, x_high + 0.05 * span)
         if self.follow_y and y_low <= y_high:
             span = y_high - y_low
-            margin = 0.05 * span if span > 0 else max(abs(y_high) * 0.05, 1e-9)
+            # A flat series (all data wait 0, say) gets a unit-sized range, not one of 1e-9.
+            margin = 0.05 * span if span > 0 else (abs(y_high) * 0.05 or 1.0)
             view_span = view_y_high - view_y_low
             if (force or y_low < view_y_low or y_high > view_y_high
                     or (span + 2 * margin) < 0.6 * view_span):
-                y_range = (y_low - margin, y_high + margin)
+                low = y_low - margin
+                y_range = (max(0.0, low) if y_low >= 0 else low, y_high + margin)  # no negative axis for >= 0 data
         if x_range is not None or y_range is not None:
             self.view_box.setRange(xRange=x_range, yRange=y_range, padding=0, disableAutoRange=False)
 

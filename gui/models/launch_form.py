@@ -39,7 +39,13 @@ from runner.spec.model import (
     TelemetrySpec,
 )
 from runner.spec.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
-from runner.spec.resolve import MachineFacts, ResolvedLaunch, default_interpreter, resolve
+from runner.spec.resolve import (
+    MachineFacts,
+    ResolvedLaunch,
+    ResolvedNode,
+    default_interpreter,
+    resolve,
+)
 
 ENTRY_SCRIPT = "script"
 ENTRY_MODULE = "module"
@@ -48,13 +54,14 @@ CHECKING_GPUS = "Checking GPUs…"
 
 @dataclass(frozen=True)
 class NodeRow:
-    """One row of the nodes table. ``processes`` is the text as typed (``auto`` or a number)."""
+    """One row of the nodes table, as typed: ``processes`` is ``auto`` or a number, ``port`` the
+    SSH port; empty ``user``, ``port``, ``python`` and ``workdir`` mean the default (the ssh
+    config's user and port, the spec's interpreter and working directory)."""
 
     host: str = "localhost"
     processes: str = AUTO
-    # Not on the form, kept so that saving a profile does not lose them.
     user: str | None = None
-    port: int | None = None
+    port: int | str | None = None
     python: str | None = None
     workdir: str | None = None
 
@@ -64,11 +71,23 @@ class NodeRow:
                    python=node.python, workdir=node.workdir)
 
     def to_table(self) -> dict[str, Any]:
+        """The ``[[nodes]]`` table. Text that is not a number stays text, so the spec parser
+        reports it with the CLI's own message (``nodes[1].port: expected an integer ...``)."""
         text = self.processes.strip()
         processes: Any = AUTO if text in ("", AUTO) else (int(text) if text.isdigit() else text)
-        table = {"host": self.host.strip(), "processes": processes, "user": self.user,
-                 "port": self.port, "python": self.python, "workdir": self.workdir}
+        port: Any = self.port
+        if isinstance(port, str):
+            port = port.strip()
+            port = None if not port else int(port) if port.isdigit() else port
+        table = {"host": self.host.strip(), "processes": processes, "user": _text_or_none(self.user),
+                 "port": port, "python": _text_or_none(self.python), "workdir": _text_or_none(self.workdir)}
         return {key: value for key, value in table.items() if value is not None}
+
+
+def _text_or_none(value: str | None) -> str | None:
+    if value is None:
+        return None
+    return value.strip() or None
 
 
 @dataclass(frozen=True)
@@ -182,10 +201,12 @@ class CommandPreview:
     node_rank: int
     host: str
     text: str
+    ssh: str | None = None
+    """How the runner reaches the node when the row sets a user or port (``me@node2 -p 2222``)."""
 
     @property
     def label(self) -> str:
-        return f"node {self.node_rank} · {self.host}"
+        return f"node {self.node_rank} · {self.host}" + (f" (ssh {self.ssh})" if self.ssh else "")
 
 
 @dataclass(frozen=True)
@@ -245,6 +266,14 @@ def picked_at_launch(spec: LaunchSpec) -> tuple[str, ...]:
     if rdzv.mode == "static" and rdzv.master_port is None:
         return ("master port",)
     return ()
+
+
+def ssh_target(node: ResolvedNode) -> str | None:
+    """``me@node2 -p 2222`` for a node reached over SSH with its own user or port, else ``None``."""
+    if node.is_local or not (node.user or node.ssh_port):
+        return None
+    target = f"{node.user}@{node.host}" if node.user else node.host
+    return target + (f" -p {node.ssh_port}" if node.ssh_port else "")
 
 
 def pick_free_port() -> int:
@@ -446,7 +475,8 @@ class LaunchFormModel:
         plan, plan_errors = self._plan(launch)
         errors += plan_errors
         commands = tuple(
-            CommandPreview(node_rank=command.node.node_rank, host=command.node.host, text=command.shell_text())
+            CommandPreview(node_rank=command.node.node_rank, host=command.node.host, text=command.shell_text(),
+                           ssh=ssh_target(command.node))
             for command in build_commands(launch, plan)
         )
         notice = CHECKING_GPUS if self._gpu_report is None else None

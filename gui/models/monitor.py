@@ -130,8 +130,10 @@ class Progress:
         return max(0.0, min(1.0, self.step / self.total_steps))
 
 
-RANK_COLUMNS = ("Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %",
-                "Heartbeat", "Exit")
+RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %",
+                "Heartbeat", "Exit", "Diagnosis")
+"""``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Diagnosis``
+holds the diagnosis model's note for the rank (failed first, stalled, straggler, diverged)."""
 STALE_HEARTBEAT_S = 10.0
 
 
@@ -187,12 +189,13 @@ def _finished_rank(row: dict[str, Any]) -> bool:
         return False
 
 
-def rank_cells(row: dict[str, Any], now: float) -> tuple[str, ...]:
+def rank_cells(row: dict[str, Any], now: float, note: str = "") -> tuple[str, ...]:
     """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order."""
     share = row.get("data_wait_share")
     step_time = row.get("step_time")
     gpu = row.get("gpu_index")
     return (
+        _text(row.get("node_rank")),
         _text(row.get("rank")),
         _text(row.get("host")),
         _text(row.get("pid")),
@@ -204,16 +207,17 @@ def rank_cells(row: dict[str, Any], now: float) -> tuple[str, ...]:
         "" if share is None else f"{100.0 * share:.0f}",
         format_age(heartbeat_age(row, now)),
         _text(row.get("exit_code")),
+        note,
     )
 
 
-def rank_sort_keys(row: dict[str, Any], now: float) -> tuple[Any, ...]:
+def rank_sort_keys(row: dict[str, Any], now: float, note: str = "") -> tuple[Any, ...]:
     """Numbers where the column is numeric, so sorting by step or loss is numeric."""
     step_time = row.get("step_time")
     return (
-        row.get("rank"), row.get("host") or "", row.get("pid"), row.get("gpu_index"), row.get("state") or "",
+        (row.get("node_rank") or 0) * 1_000_000 + (row.get("rank") or 0), row.get("rank"), row.get("host") or "", row.get("pid"), row.get("gpu_index"), row.get("state") or "",
         row.get("step"), row.get("loss"), None if step_time is None else 1000.0 * step_time,
-        row.get("data_wait_share"), heartbeat_age(row, now), row.get("exit_code"),
+        row.get("data_wait_share"), heartbeat_age(row, now), row.get("exit_code"), note,
     )
 
 
@@ -222,7 +226,7 @@ class MonitorModel:
 
     Events (``gui.models.Event``), emitted on the thread that applies messages:
     ``reset`` (a new snapshot: everything was replaced), ``run_changed``,
-    ``status_changed(str)``, ``ranks_changed``, ``series_added(name, key)``,
+    ``status_changed(str)``, ``ranks_changed``, ``nodes_changed``, ``series_added(name, key)``,
     ``points_added``, ``logs_added``, ``events_added``, ``history_finished``,
     ``ended(reason)``.
     """
@@ -232,6 +236,7 @@ class MonitorModel:
         self.run_changed = Event()
         self.status_changed = Event()
         self.ranks_changed = Event()
+        self.nodes_changed = Event()
         self.series_added = Event()
         self.points_added = Event()
         self.logs_added = Event()
@@ -276,6 +281,7 @@ class MonitorModel:
         if self.status is not None:
             self.status_changed.emit(str(self.status))
         self.ranks_changed.emit()
+        self.nodes_changed.emit()
         self.points_added.emit()
         self.logs_added.emit()
         self.events_added.emit()
@@ -286,6 +292,7 @@ class MonitorModel:
         self.reset.emit()
         self.run_changed.emit()
         self.ranks_changed.emit()
+        self.nodes_changed.emit()
         self.logs_added.emit()
         self.events_added.emit()
 
@@ -316,6 +323,7 @@ class MonitorModel:
             self.nodes[int(node.get("node_rank", 0))] = dict(node)
         self.reset.emit()
         self.ranks_changed.emit()
+        self.nodes_changed.emit()
 
     def _apply_update(self, message: dict[str, Any]) -> None:
         if message.get("decimated"):
@@ -325,7 +333,8 @@ class MonitorModel:
         ranks = message.get("ranks") or []
         for row in ranks:
             self._merge_rank(row)
-        for node in message.get("nodes") or []:
+        nodes = message.get("nodes") or []
+        for node in nodes:
             self.nodes[int(node.get("node_rank", 0))] = {**self.nodes.get(int(node.get("node_rank", 0)), {}), **node}
         added = 0
         if message.get("metrics"):
@@ -340,6 +349,8 @@ class MonitorModel:
             self.add_events(message["events"])
         if ranks:
             self.ranks_changed.emit()
+        if nodes:
+            self.nodes_changed.emit()
         if added:
             self.points_added.emit()
 

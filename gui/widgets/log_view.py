@@ -4,6 +4,9 @@ Memory stays bounded: the model keeps the last ``LOG_LIMIT`` lines (older ones
 stay in the store, which the footer says), and the text widget holds at most as
 many blocks. New lines are appended in one batch per refresh (a timer, not per
 message); changing the rank or the search text redraws from the model's buffer.
+
+Every line is tagged with its rank and, when the runner knows it, the host of its
+node (``[node2 r5] ...``); with lines from several hosts a node filter appears.
 """
 
 from __future__ import annotations
@@ -22,9 +25,11 @@ from PySide6.QtWidgets import (
 )
 
 from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
+from gui.models.nodes import log_nodes
 
 ALL_RANKS = "all"
 LAUNCHER = "launcher"
+ALL_NODES = ""
 
 
 class LogView(QWidget):
@@ -44,6 +49,12 @@ class LogView(QWidget):
         self.rank_choice.addItem("All ranks", ALL_RANKS)
         self.rank_choice.addItem("Launcher", LAUNCHER)
         self.rank_choice.currentIndexChanged.connect(self._on_filter_changed)
+        self.node_choice = QComboBox()
+        self.node_choice.setMinimumContentsLength(10)
+        self.node_choice.setToolTip("Show the lines of one node (host) only")
+        self.node_choice.addItem("All nodes", ALL_NODES)
+        self.node_choice.currentIndexChanged.connect(self._on_filter_changed)
+        self.node_choice.hide()
         self.search = QLineEdit()
         self.search.setPlaceholderText("Search (shows matching lines)")
         self.search.setClearButtonEnabled(True)
@@ -62,6 +73,7 @@ class LogView(QWidget):
         self.text.verticalScrollBar().valueChanged.connect(self._on_scrolled)
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
+        bar.addWidget(self.node_choice)
         bar.addWidget(self.rank_choice)
         bar.addWidget(self.search, 1)
         bar.addWidget(self.follow)
@@ -99,6 +111,14 @@ class LogView(QWidget):
     def _on_model_reset(self) -> None:
         self._rebuild_needed = True
         self._dirty = True
+        if self.node_choice.count() > 1 and not log_nodes(self.model):
+            # Another run: its nodes are not the last one's.
+            self.node_choice.blockSignals(True)
+            while self.node_choice.count() > 1:
+                self.node_choice.removeItem(1)
+            self.node_choice.setCurrentIndex(0)
+            self.node_choice.blockSignals(False)
+            self.node_choice.hide()
 
     def _on_logs_added(self) -> None:
         self._dirty = True
@@ -112,6 +132,13 @@ class LogView(QWidget):
         if index >= 0:
             self.rank_choice.setCurrentIndex(index)
 
+    def show_node(self, host: str) -> None:
+        """Show only the lines of node ``host`` (``""``: every node)."""
+        self._update_node_choices()
+        index = self.node_choice.findData(host)
+        if index >= 0:
+            self.node_choice.setCurrentIndex(index)
+
     def set_search(self, text: str) -> None:
         self.search.setText(text)
 
@@ -120,7 +147,9 @@ class LogView(QWidget):
         self._dirty = True
         self.refresh()
 
-    def _matches(self, entry: LogEntry, rank, needle: str) -> bool:
+    def _matches(self, entry: LogEntry, rank, needle: str, node: str = ALL_NODES) -> bool:
+        if node and entry.node != node:
+            return False
         if rank == LAUNCHER:
             if entry.rank is not None:
                 return False
@@ -141,6 +170,17 @@ class LogView(QWidget):
                 position = 2 + sorted(self._known_ranks).index(rank)
                 self.rank_choice.insertItem(position, f"Rank {rank}", rank)
         self.rank_choice.blockSignals(False)
+
+    def _update_node_choices(self) -> None:
+        labels = log_nodes(self.model)
+        known = [self.node_choice.itemData(i) for i in range(1, self.node_choice.count())]
+        new = [label for label in labels if label not in known]
+        if new:
+            self.node_choice.blockSignals(True)
+            for label in new:
+                self.node_choice.addItem(f"Node {label}", label)
+            self.node_choice.blockSignals(False)
+        self.node_choice.setVisible(self.node_choice.count() > 2)
 
     # ---- follow ----------------------------------------------------------------------
 
@@ -174,7 +214,9 @@ class LogView(QWidget):
     def refresh(self) -> None:
         self._dirty = False
         self._update_rank_choices()
+        self._update_node_choices()
         rank = self.rank_choice.currentData()
+        node = self.node_choice.currentData() or ALL_NODES
         needle = self.search.text().strip().lower()
         logs = self.model.logs
         if self._rebuild_needed:
@@ -182,7 +224,7 @@ class LogView(QWidget):
         else:
             entries, complete = logs.since(self._seen)
         self._seen = logs.total
-        lines = [format_log_entry(e) for e in entries if self._matches(e, rank, needle)]
+        lines = [format_log_entry(e) for e in entries if self._matches(e, rank, needle, node)]
         scrollbar = self.text.verticalScrollBar()
         keep_position = scrollbar.value()
         self._adjusting_scroll = True

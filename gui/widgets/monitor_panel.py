@@ -10,6 +10,12 @@ redraw on their own timers.
 
 Closing the window or ``detach`` leaves the job running headless; Stop asks the
 runner to stop it (graceful first, then force), after a confirmation.
+
+Diagnosis (``gui.models.diagnosis``): a banner names the rank that failed first and
+why, or what is wrong while the run goes on (a stall, a straggler, a divergence,
+a lost node); its Details toggle opens the Diagnosis tab (first failure, traceback,
+hints, every rank's fate, findings). The Stacks tab shows the latest stack capture
+side by side (Dump stacks asks for one); the Nodes tab appears for multi-node runs.
 """
 
 from __future__ import annotations
@@ -33,13 +39,19 @@ from PySide6.QtWidgets import (
 )
 
 from gui.charts.grid import ChartGrid
+from gui.models.diagnosis import DiagnosisModel
 from gui.models.history import is_live
 from gui.models.monitor import EVENT_LIMIT, MonitorModel, format_event, summary_lines
+from gui.models.nodes import is_multi_node
 from gui.runner_link import RunnerLink
 from gui.runner_process import CommandBuilder, RunnerProcess, runner_command
+from gui.widgets.diagnosis_panel import DiagnosisPanel
+from gui.widgets.failure_banner import FailureBanner
 from gui.widgets.log_view import LogView
+from gui.widgets.nodes_status import NodesStatus
 from gui.widgets.rank_table import STATE_COLORS, RankTable
 from gui.widgets.run_progress import RunProgress
+from gui.widgets.stacks_view import StacksView
 from runner.spec.model import LaunchSpec
 from runner.state import RankState, RunStatus
 from runner.store.store import RunNotFound, RunStore
@@ -81,6 +93,7 @@ class MonitorPanel(QWidget):
     def __init__(self, parent: QWidget | None = None, *, command: CommandBuilder = runner_command) -> None:
         super().__init__(parent)
         self.model = MonitorModel()
+        self.diagnosis = DiagnosisModel(self.model)
         self.link = RunnerLink(self)
         self.process = RunnerProcess(self, command)
         self.run_id: int | None = None
@@ -89,6 +102,10 @@ class MonitorPanel(QWidget):
         self._load_generation = 0
         self._events_seen = 0
         self._summary_shown: object = None
+        self._stacks_requested = False
+        self._diagnosis_dirty = True
+        self._sizes_before_details: list[int] | None = None
+        self._tab_before_details: QWidget | None = None
         self._relay = _Relay(self)
         self._relay.delivered.connect(self._on_run_loaded)
 
@@ -126,11 +143,18 @@ class MonitorPanel(QWidget):
         self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.banner.setContentsMargins(8, 4, 8, 4)
         self.banner.hide()
+        self.failure_banner = FailureBanner()
+        self.failure_banner.details_toggled.connect(self._on_details_toggled)
 
         self.charts = ChartGrid(self.model)
         self.rank_table = RankTable(self.model)
+        self.rank_table.set_notes(self.diagnosis.rank_notes)
         self.rank_table.rank_activated.connect(self._on_rank_activated)
         self.log_view = LogView(self.model)
+        self.nodes_status = NodesStatus(self.model)
+        self.nodes_status.node_activated.connect(self._on_node_activated)
+        self.diagnosis_panel = DiagnosisPanel(self.diagnosis)
+        self.stacks_view = StacksView()
         self.events_view = QPlainTextEdit()
         self.events_view.setReadOnly(True)
         self.events_view.setMaximumBlockCount(EVENT_LIMIT)
@@ -138,8 +162,13 @@ class MonitorPanel(QWidget):
         self.events_view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.tabs = QTabWidget()
         self.tabs.addTab(self.rank_table, "Ranks")
+        self.tabs.addTab(self.nodes_status, "Nodes")
         self.tabs.addTab(self.log_view, "Logs")
         self.tabs.addTab(self.events_view, "Events")
+        self.tabs.addTab(self.diagnosis_panel, "Diagnosis")
+        self.tabs.addTab(self.stacks_view, "Stacks")
+        self.tabs.setTabVisible(self.tabs.indexOf(self.nodes_status), False)
+        self.tabs.currentChanged.connect(self._on_tab_changed)
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.setObjectName("monitorSplitter")  # the window remembers its sizes
         self.splitter.addWidget(self.charts)
@@ -153,6 +182,7 @@ class MonitorPanel(QWidget):
         layout.setSpacing(2)
         layout.addLayout(header)
         layout.addWidget(self.banner)
+        layout.addWidget(self.failure_banner)
         layout.addWidget(self.splitter, 1)
 
         self.link.message_received.connect(self._on_message_received)
@@ -163,6 +193,8 @@ class MonitorPanel(QWidget):
         self.model.status_changed.connect(self._on_status_changed)
         self.model.run_changed.connect(self._update_header)
         self.model.reset.connect(self._on_model_reset)
+        self.diagnosis.changed.connect(self._on_diagnosis_changed)
+        self.diagnosis.stacks_received.connect(self._on_stacks_received)
 
         self.timer = QTimer(self)
         self.timer.setInterval(200)
@@ -254,7 +286,10 @@ class MonitorPanel(QWidget):
         self._stop_sent = None
         self._events_seen = 0
         self._summary_shown = None
+        self._stacks_requested = False
         self.events_view.clear()
+        self.stacks_view.show_capture(None)
+        self.tabs.setTabText(self.tabs.indexOf(self.stacks_view), "Stacks")
         self.model.clear()
 
     def _on_runner_started(self, info: dict) -> None:
@@ -375,8 +410,51 @@ class MonitorPanel(QWidget):
 
     def _on_stacks_clicked(self) -> None:
         if self.link.send_dump_stacks():
-            self._show_banner("Asked every rank for a stack dump; see the Events tab.", "info")
-            self.tabs.setCurrentWidget(self.events_view)
+            self._stacks_requested = True
+            self._show_banner("Asked every rank for a stack dump; it appears in the Stacks tab.", "info")
+            self.stacks_view.set_waiting(True)
+            self.tabs.setCurrentWidget(self.stacks_view)
+
+    def _on_stacks_received(self, capture: dict) -> None:
+        self.stacks_view.show_capture(capture)
+        if self._stacks_requested:
+            self._stacks_requested = False
+            self.tabs.setCurrentWidget(self.stacks_view)
+            if self.banner.property("level") == "info":
+                self.banner.hide()
+        elif self.tabs.currentWidget() is not self.stacks_view:
+            self.tabs.setTabText(self.tabs.indexOf(self.stacks_view), "Stacks •")
+
+    def _on_diagnosis_changed(self) -> None:
+        self._diagnosis_dirty = True
+        self.rank_table.mark_dirty()
+
+    def _on_details_toggled(self, shown: bool) -> None:
+        if shown:
+            if self.tabs.currentWidget() is not self.diagnosis_panel:
+                self._tab_before_details = self.tabs.currentWidget()
+            self._sizes_before_details = self.splitter.sizes()
+            total = sum(self._sizes_before_details)
+            self.tabs.setCurrentWidget(self.diagnosis_panel)
+            if total > 0:
+                charts = min(self._sizes_before_details[0], total // 2)
+                self.splitter.setSizes([charts, total - charts])
+        else:
+            if self._sizes_before_details:
+                self.splitter.setSizes(self._sizes_before_details)
+            self._sizes_before_details = None
+            if self.tabs.currentWidget() is self.diagnosis_panel:
+                self.tabs.setCurrentWidget(self._tab_before_details or self.rank_table)
+
+    def _on_tab_changed(self, _index: int) -> None:
+        current = self.tabs.currentWidget()
+        self.failure_banner.set_details_shown(current is self.diagnosis_panel)
+        if current is self.stacks_view:
+            self.tabs.setTabText(self.tabs.indexOf(self.stacks_view), "Stacks")
+
+    def _on_node_activated(self, host: str) -> None:
+        self.log_view.show_node(host)
+        self.tabs.setCurrentWidget(self.log_view)
 
     def _on_save_clicked(self) -> None:
         name = f"run-{self.run_id}-charts.png" if self.run_id is not None else "charts.png"
@@ -443,16 +521,28 @@ class MonitorPanel(QWidget):
             return
         self._summary_shown = summary
         headline, details = summary_lines(summary)
-        failed = run.get("status") == RunStatus.FAILED.value
-        text = headline or str(run.get("status"))
-        hints = [d for d in details if d.startswith("Hint:")]
-        self._show_banner(f"Run {self.run_id} {run.get('status')}: {text}" + ("\n" + "\n".join(hints) if hints else ""),
-                          "error" if failed else "info")
+        self._update_failure_banner()
+        if self.failure_banner.banner is not None:
+            self.banner.hide()  # the diagnosis banner says it, with Details
+        else:
+            text = headline or str(run.get("status"))
+            self._show_banner(f"Run {self.run_id} {run.get('status')}: {text}", "info")
         if details:
             self.events_view.appendPlainText("\n".join(["", f"== {headline}", *details]))
 
+    def _update_failure_banner(self) -> None:
+        self._diagnosis_dirty = False
+        self.failure_banner.show_banner(self.diagnosis.banner())
+
     def _on_tick(self) -> None:
         self.progress.refresh()
+        live_stall = bool(self.diagnosis.stalls) and not self.model.finished
+        if self._diagnosis_dirty or live_stall:
+            self._update_failure_banner()
+        nodes_index = self.tabs.indexOf(self.nodes_status)
+        several = is_multi_node(self.model)
+        if self.tabs.isTabVisible(nodes_index) != several:
+            self.tabs.setTabVisible(nodes_index, several)
         events = self.model.events
         new = self.model.events_total - self._events_seen
         if new > 0:

@@ -1,18 +1,26 @@
-"""The nodes table: one row per machine (host, processes); the first row is the head.
+"""The nodes table: one row per machine; the first row is the head (where Rankwatch runs).
 
-Edits go straight to the form model as ``NodeRow``s. What the row does not show
-(SSH user and port, per-node python and workdir) is kept from the loaded profile.
+Columns are the fields of a ``[[nodes]]`` table (``runner.spec.model.NodeSpec``):
+host, processes, and for nodes reached over SSH the user and port, the node's
+Python and working directory. An empty cell means the default (shown greyed:
+your ssh config's user and port, the form's interpreter and working directory).
+Edits go straight to the form model as ``NodeRow``s; the model parses them with
+the runner's own parser, and a cell whose field has an error (``nodes[1].port``)
+is marked, with the CLI's message as its tooltip.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QStyledItemDelegate,
     QTableWidget,
     QTableWidgetItem,
     QToolButton,
@@ -20,10 +28,37 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.models.launch_form import FormState, LaunchFormModel, NodeRow
+from gui.models.launch_form import Evaluation, FormState, LaunchFormModel, NodeRow
 
-HOST_COLUMN = 0
-PROCESSES_COLUMN = 1
+COLUMNS = ("host", "processes", "user", "port", "python", "workdir")
+"""``NodeRow`` fields, in column order (also the spec's field names: ``nodes[i].<field>``)."""
+HEADERS = ("Host", "Processes", "User", "Port", "Python", "Workdir")
+HOST_COLUMN, PROCESSES_COLUMN, USER_COLUMN, PORT_COLUMN, PYTHON_COLUMN, WORKDIR_COLUMN = range(len(COLUMNS))
+PLACEHOLDERS = {USER_COLUMN: "ssh config", PORT_COLUMN: "22", PYTHON_COLUMN: "as the form", WORKDIR_COLUMN: "as the form"}
+HEADER_TIPS = (
+    "Host name or address (anything `ssh HOST` understands); node 0 is where Rankwatch runs",
+    "Worker processes on this node: a number, or auto (= processes per node)",
+    "SSH user for this node; empty: your ssh config decides",
+    "SSH port for this node; empty: your ssh config decides (22)",
+    "This node's Python (with torch and Rankwatch); empty: the form's interpreter",
+    "Working directory on this node; empty: the form's working directory",
+)
+ERROR_TINT = QColor(214, 69, 69, 70)
+ERROR_ROLE = Qt.ItemDataRole.UserRole + 7
+"""A cell's error message (the CLI's, with the field name)."""
+
+
+class PlaceholderDelegate(QStyledItemDelegate):
+    """Greyed default text in empty cells (a QLineEdit's placeholder, for table cells)."""
+
+    def initStyleOption(self, option, index) -> None:  # noqa: N802 - Qt override
+        super().initStyleOption(option, index)
+        placeholder = PLACEHOLDERS.get(index.column())
+        if index.row() == 0 and index.column() in (USER_COLUMN, PORT_COLUMN):
+            placeholder = None  # the head is not reached over SSH
+        if placeholder and not option.text:
+            option.text = placeholder
+            option.palette.setColor(QPalette.ColorRole.Text, option.palette.color(QPalette.ColorRole.PlaceholderText))
 
 
 class NodesTable(QWidget):
@@ -32,15 +67,22 @@ class NodesTable(QWidget):
         self._model = model
         self._rows: list[NodeRow] = []
 
-        self.table = QTableWidget(0, 2)
-        self.table.setHorizontalHeaderLabels(["Host", "Processes"])
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(HEADERS))
+        for column, tip in enumerate(HEADER_TIPS):
+            self.table.horizontalHeaderItem(column).setToolTip(tip)
         self.table.verticalHeader().setVisible(True)  # the node rank
         self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
-        self.table.horizontalHeader().setSectionResizeMode(HOST_COLUMN, QHeaderView.ResizeMode.Stretch)
-        self.table.horizontalHeader().setSectionResizeMode(PROCESSES_COLUMN, QHeaderView.ResizeMode.ResizeToContents)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        for column in (HOST_COLUMN, PYTHON_COLUMN, WORKDIR_COLUMN):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
+        for column in (PROCESSES_COLUMN, USER_COLUMN, PORT_COLUMN):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setToolTip("Host name or address of each node; processes: a number, or auto "
-                              "(= processes per node). Node 0 is where Rankwatch runs.")
+        self.table.setItemDelegate(PlaceholderDelegate(self.table))
+        self.table.setToolTip("One row per machine; node 0 is where Rankwatch runs, the others are "
+                              "reached over SSH. Empty cells take the default.")
         self.table.itemChanged.connect(self._on_item_changed)
         self.add_button = QToolButton()
         self.add_button.setText("+")
@@ -66,32 +108,67 @@ class NodesTable(QWidget):
         layout.addLayout(buttons)
 
         model.state_replaced.connect(self._on_state_replaced)
-        model.evaluated.connect(self._update_summary)
+        model.evaluated.connect(self._on_evaluated)
         self._on_state_replaced(model.state)
-        self._update_summary(model.evaluation)
+        self._on_evaluated(model.evaluation)
 
     def set_cell(self, row: int, column: int, text: str) -> None:
         """Type ``text`` into a cell (what a person does by double-clicking it)."""
         self.table.item(row, column).setText(text)
 
+    def cell_error(self, row: int, column: int) -> str:
+        """The error shown on a cell (its tooltip when marked), or empty."""
+        item = self.table.item(row, column)
+        return (item.data(ERROR_ROLE) or "") if item is not None else ""
+
     def _on_state_replaced(self, state: FormState) -> None:
         self._rows = list(state.nodes)
         self._update_table()
+
+    @staticmethod
+    def _cell_text(node: NodeRow, column: int) -> str:
+        value = getattr(node, COLUMNS[column])
+        return "" if value is None else str(value)
 
     def _update_table(self) -> None:
         self.table.blockSignals(True)
         self.table.setRowCount(len(self._rows))
         for index, node in enumerate(self._rows):
-            self.table.setItem(index, HOST_COLUMN, QTableWidgetItem(node.host))
-            self.table.setItem(index, PROCESSES_COLUMN, QTableWidgetItem(node.processes))
+            for column in range(len(COLUMNS)):
+                self.table.setItem(index, column, QTableWidgetItem(self._cell_text(node, column)))
         self.table.setVerticalHeaderLabels([str(rank) for rank in range(len(self._rows))])
         self.table.blockSignals(False)
         self.remove_button.setEnabled(len(self._rows) > 1)
         visible_rows = min(max(len(self._rows), 2), 5)
         header = self.table.horizontalHeader().height() or self.fontMetrics().height() + 8
         self.table.setFixedHeight(header + visible_rows * self.table.verticalHeader().defaultSectionSize() + 4)
+        self._mark_errors(self._model.evaluation)
 
-    def _update_summary(self, evaluation) -> None:
+    def _on_evaluated(self, evaluation: Evaluation) -> None:
+        self._update_summary(evaluation)
+        self._mark_errors(evaluation)
+
+    def _mark_errors(self, evaluation: Evaluation) -> None:
+        errors: dict[tuple[int, int], str] = {}
+        for field, message in evaluation.errors:
+            if not field.startswith("nodes["):
+                continue
+            index_text, _, name = field[len("nodes["):].partition("].")
+            if index_text.isdigit() and name in COLUMNS:
+                errors[(int(index_text), COLUMNS.index(name))] = f"{field}: {message}"
+        self.table.blockSignals(True)
+        for row in range(self.table.rowCount()):
+            for column in range(self.table.columnCount()):
+                item = self.table.item(row, column)
+                if item is None:
+                    continue
+                message = errors.get((row, column))
+                item.setData(ERROR_ROLE, message)
+                item.setBackground(QBrush(ERROR_TINT) if message else QBrush())
+                item.setToolTip(message or HEADER_TIPS[column])
+        self.table.blockSignals(False)
+
+    def _update_summary(self, evaluation: Evaluation) -> None:
         launch = evaluation.launch
         if launch is None:
             self.summary.setText("")
@@ -107,11 +184,14 @@ class NodesTable(QWidget):
         row = item.row()
         if not 0 <= row < len(self._rows):
             return
-        text = item.text()
-        if item.column() == HOST_COLUMN:
-            self._rows[row] = replace(self._rows[row], host=text.strip())
+        text = item.text().strip()
+        column = item.column()
+        if column == HOST_COLUMN:
+            self._rows[row] = replace(self._rows[row], host=text)
+        elif column == PROCESSES_COLUMN:
+            self._rows[row] = replace(self._rows[row], processes=text or "auto")
         else:
-            self._rows[row] = replace(self._rows[row], processes=text.strip() or "auto")
+            self._rows[row] = replace(self._rows[row], **{COLUMNS[column]: text or None})
         self._push()
 
     def _on_add_clicked(self) -> None:
@@ -131,3 +211,4 @@ class NodesTable(QWidget):
         del self._rows[row]
         self._update_table()
         self._push()
+

@@ -4,11 +4,17 @@ Rows come from :class:`~gui.models.monitor.MonitorModel` (the hub's RANK rows);
 texts and sort keys come from the Qt-free ``rank_cells``/``rank_sort_keys``. Colours
 are translucent tints over the view's base colour, so they read the same in light
 and dark palettes; the text keeps the palette's colour.
+
+Ranks are sorted by (node, rank) by default; with several nodes the Node column is
+shown and a line separates one node's ranks from the next. The Diagnosis column
+holds notes from :class:`~gui.models.diagnosis.DiagnosisModel` (``set_notes``):
+failed first, stalled for how long, straggler and why, diverged at which step.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import (
@@ -20,8 +26,16 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QBrush, QColor, QFont
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView, QVBoxLayout, QWidget
+from PySide6.QtGui import QBrush, QColor, QFont, QPen
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
 
 from gui.models.monitor import (
     RANK_COLUMNS,
@@ -31,11 +45,18 @@ from gui.models.monitor import (
     rank_cells,
     rank_sort_keys,
 )
+from gui.models.nodes import is_multi_node
 from runner.state import RankState
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+NODE_ROLE = Qt.ItemDataRole.UserRole + 2
+NODE_COLUMN = RANK_COLUMNS.index("Node")
+HOST_COLUMN = RANK_COLUMNS.index("Host")
 STATE_COLUMN = RANK_COLUMNS.index("State")
 HEARTBEAT_COLUMN = RANK_COLUMNS.index("Heartbeat")
+DIAGNOSIS_COLUMN = RANK_COLUMNS.index("Diagnosis")
+LEFT_ALIGNED = (HOST_COLUMN, STATE_COLUMN, DIAGNOSIS_COLUMN)
+NotesProvider = Callable[[float], dict[int, str]]
 _TINT_ALPHA = 70
 
 STATE_COLORS: dict[str, QColor] = {
@@ -67,6 +88,8 @@ class RankTableModel(QAbstractTableModel):
         self.model = model
         self._rows: list[dict[str, Any]] = []
         self._cells: list[tuple[str, ...]] = []
+        self._notes: dict[int, str] = {}
+        self.notes_provider: NotesProvider | None = None
         self._now = time.time()
         self._bold = QFont()
         self._bold.setBold(True)
@@ -90,8 +113,10 @@ class RankTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return self._cells[index.row()][column]
         if role == SORT_ROLE:
-            value = rank_sort_keys(row, self._now)[column]
+            value = rank_sort_keys(row, self._now, self._cells[index.row()][DIAGNOSIS_COLUMN])[column]
             return float("-inf") if value is None else value
+        if role == NODE_ROLE:
+            return row.get("node_rank") or 0
         if role == Qt.ItemDataRole.BackgroundRole:
             tint = state_tint(row.get("state"))
             return QBrush(tint) if tint is not None else None
@@ -101,15 +126,19 @@ class RankTableModel(QAbstractTableModel):
                 if age is not None and age > STALE_HEARTBEAT_S:
                     return QBrush(STATE_COLORS[RankState.STALLED.value])
             return None
+        if role == Qt.ItemDataRole.FontRole and column == DIAGNOSIS_COLUMN and self._cells[index.row()][column]:
+            return self._bold
         if role == Qt.ItemDataRole.FontRole and column == STATE_COLUMN:
             return self._bold
         if role == Qt.ItemDataRole.TextAlignmentRole:
-            if column in (1, STATE_COLUMN):
+            if column in LEFT_ALIGNED:
                 return int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
             if column == STATE_COLUMN and row.get("state") == RankState.STALLED.value:
                 return "No progress for longer than the stall timeout"
+            if column == DIAGNOSIS_COLUMN and self._cells[index.row()][column]:
+                return self._cells[index.row()][column]
             if row.get("dropped"):
                 return f"{row['dropped']} telemetry records dropped by this rank"
         return None
@@ -118,7 +147,8 @@ class RankTableModel(QAbstractTableModel):
         """Take the model's current rows (a reset only when the set of ranks changed)."""
         self._now = time.time() if now is None else now
         rows = self.model.rank_rows()
-        cells = [rank_cells(row, self._now) for row in rows]
+        self._notes = self.notes_provider(self._now) if self.notes_provider is not None else {}
+        cells = [rank_cells(row, self._now, self._notes.get(int(row["rank"]), "")) for row in rows]
         same_ranks = [r.get("rank") for r in rows] == [r.get("rank") for r in self._rows]
         if same_ranks:
             self._rows, self._cells = rows, cells
@@ -131,6 +161,28 @@ class RankTableModel(QAbstractTableModel):
 
     def rank_at(self, row: int) -> int | None:
         return self._rows[row].get("rank") if 0 <= row < len(self._rows) else None
+
+
+class NodeSeparatorDelegate(QStyledItemDelegate):
+    """Draws a line above the first rank of each node (when rows are grouped by node)."""
+
+    def __init__(self, view: QTableView) -> None:
+        super().__init__(view)
+        self.view = view
+        self.enabled = False
+
+    def paint(self, painter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        super().paint(painter, option, index)
+        if not self.enabled or index.row() == 0:
+            return
+        above = index.sibling(index.row() - 1, index.column())
+        if above.data(NODE_ROLE) != index.data(NODE_ROLE):
+            painter.save()
+            pen = QPen(option.palette.color(option.palette.ColorRole.WindowText))
+            pen.setWidth(2)
+            painter.setPen(pen)
+            painter.drawLine(option.rect.topLeft(), option.rect.topRight())
+            painter.restore()
 
 
 class RankTable(QWidget):
@@ -163,6 +215,10 @@ class RankTable(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
         self.view.doubleClicked.connect(self._on_double_clicked)
+        self.separators = NodeSeparatorDelegate(self.view)
+        self.view.setItemDelegate(self.separators)
+        self.view.setColumnHidden(NODE_COLUMN, True)
+        header.sortIndicatorChanged.connect(self._on_sort_changed)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view)
@@ -180,11 +236,25 @@ class RankTable(QWidget):
         self._connect_model(model)
         self.refresh()
 
+    def set_notes(self, provider: NotesProvider | None) -> None:
+        """Where the Diagnosis column's notes come from (``DiagnosisModel.rank_notes``)."""
+        self.table_model.notes_provider = provider
+        self._dirty = True
+
     def _connect_model(self, model: MonitorModel) -> None:
         model.ranks_changed.connect(self._on_ranks_changed)
+        model.nodes_changed.connect(self._on_ranks_changed)
         model.reset.connect(self._on_ranks_changed)
 
+    def _on_sort_changed(self, column: int, _order: Qt.SortOrder) -> None:
+        self.separators.enabled = column == NODE_COLUMN and not self.view.isColumnHidden(NODE_COLUMN)
+        self.view.viewport().update()
+
     def _on_ranks_changed(self) -> None:
+        self._dirty = True
+
+    def mark_dirty(self) -> None:
+        """Redraw on the next tick (the notes changed)."""
         self._dirty = True
 
     def _on_timer(self) -> None:
@@ -196,6 +266,22 @@ class RankTable(QWidget):
         self._dirty = False
         self._last_refresh = time.monotonic()
         self.table_model.refresh(now)
+        self._update_node_column()
+
+    def _update_node_column(self) -> None:
+        several = is_multi_node(self.model)
+        if several == self.view.isColumnHidden(NODE_COLUMN):
+            self.view.setColumnHidden(NODE_COLUMN, not several)
+            self._on_sort_changed(self.view.horizontalHeader().sortIndicatorSection(),
+                                  self.view.horizontalHeader().sortIndicatorOrder())
+
+    def visible_ranks(self) -> list[int]:
+        """The ranks in the order the table shows them (after sorting)."""
+        ranks = []
+        for row in range(self.proxy.rowCount()):
+            source = self.proxy.mapToSource(self.proxy.index(row, 0))
+            ranks.append(self.table_model.rank_at(source.row()))
+        return ranks
 
     def cell_text(self, rank: int, column: str) -> str:
         """The text shown for ``rank`` in ``column`` (a header name)."""

@@ -293,6 +293,19 @@ def killed_from_outside(evidence: Evidence) -> Hint | None:
 
 
 @rule
+def lost_remote_rank(evidence: Evidence) -> Hint | None:
+    first = evidence.first
+    if (first is None or not evidence.first_is_remote or first.exit_code is not None
+            or first.evidence != "connection lost"):
+        return None
+    where = first.host or "its node"
+    return Hint("node_lost", f"rank {first.rank} on {where} vanished without an exit code: its node's agent "
+                             "lost contact with the head (network or ssh failure, or the machine went down)",
+                f"check that {where} is up and reachable (`ssh {where} true`), look at its kernel log "
+                "(dmesg) for an OOM kill, and see the node's state and time in the Nodes table")
+
+
+@rule
 def native_crash(evidence: Evidence) -> Hint | None:
     first = evidence.first
     if first is None or first.signal not in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"):

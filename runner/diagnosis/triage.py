@@ -283,6 +283,19 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
     return first, others
 
 
+def describe_end(failure: RankFailure) -> str:
+    """How a rank ended, in words, from the strongest evidence there is."""
+    if failure.signal:
+        return f"signal {failure.signal}"
+    if failure.exit_code is not None:
+        return f"exit code {failure.exit_code}"
+    if failure.evidence == "connection lost":
+        return "its connection dropped without an exit: killed, or its node went away"
+    if failure.evidence == "exception":
+        return "an uncaught exception"
+    return "no exit code known"
+
+
 def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
     """The summary stored with the run and printed at the end of ``rankwatch run``."""
     diagnostics = data.findings.to_json()
@@ -313,7 +326,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         if hints:
             headline += f": {hints[0].cause}"
     else:
-        how = f"signal {first.signal}" if first.signal else f"exit code {first.exit_code}" if first.exit_code is not None else "an exception"
+        how = describe_end(first)
         headline = f"rank {first.rank}{' on ' + first.host if first.host else ''} failed first ({how})"
         if first.exception_line:
             headline += f": {first.exception_line}"

@@ -183,3 +183,14 @@ def test_the_first_failure_decides_not_the_survivors_noise():
     first = RankFailure(rank=1, exit_code=1, exception_line="torch.OutOfMemoryError: CUDA out of memory.")
     evidence = Evidence(first=first, stderr_tails={1: CUDA_OOM.splitlines(), 0: NCCL_SYSTEM_ERROR.splitlines()})
     assert keys(evidence) == ["cuda_out_of_memory"]
+
+
+def test_a_remote_rank_that_vanished_is_worded_from_its_evidence():
+    from runner.diagnosis.hints import Evidence, find_hints
+    from runner.diagnosis.triage import RankFailure, describe_end
+
+    lost = RankFailure(rank=1, host="node2", evidence="connection lost", when=1.0)
+    assert describe_end(lost) == "its connection dropped without an exit: killed, or its node went away"
+    keys = [hint.key for hint in find_hints(Evidence(first=lost, first_is_remote=True))]
+    assert keys == ["node_lost"]
+    assert describe_end(RankFailure(rank=0, evidence="exception")) == "an uncaught exception"

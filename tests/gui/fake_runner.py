@@ -55,6 +55,11 @@ class FakeRunner:
         self.slow_rank = slow_rank if slow_rank is not None and slow_rank < ranks else None
         self.stop_delay_s = stop_delay_s
         self.received: list[dict[str, Any]] = []
+        self.nodes: list[dict[str, Any]] | None = None
+        """NODE rows for the snapshot; ``None``: one node, ``fakehost``, running."""
+        self.stacks_capture: dict[str, Any] | None = None
+        """The ``stacks`` event (the runner's real analysis) to answer ``dump_stacks`` with;
+        ``None``: one simple ``stacks`` event per rank."""
         self.step = start_step - 1
         self._keep_history = True
         self._random = random.Random(seed)
@@ -225,11 +230,11 @@ class FakeRunner:
 
     def _subscribe(self, connection: socket.socket, history: bool) -> None:
         with self._lock:
+            nodes = self.nodes if self.nodes is not None else [
+                {"node_rank": 0, "host": "fakehost", "state": "running", "processes": self.world_size,
+                 "changed": time.time(), "detail": None}]
             snapshot = _protocol.encode("snapshot", run=dict(self.run), ranks=list(self.ranks.values()),
-                                        nodes=[{"node_rank": 0, "host": "fakehost", "state": "running",
-                                                "processes": self.world_size, "changed": time.time(),
-                                                "detail": None}],
-                                        spec=self.spec)
+                                        nodes=nodes, spec=self.spec)
             ok = _send(connection, snapshot)
             if ok and history:
                 for message in self._history:
@@ -256,6 +261,10 @@ class FakeRunner:
     def _on_dump_stacks(self) -> None:
         with self._lock:
             now = time.time()
+            if self.stacks_capture is not None:
+                capture = {**self.stacks_capture, "kind": "stacks", "t": now, "rank": None, "reason": "requested"}
+                self._send_update({"events": [capture]})
+                return
             events = [{"kind": "stacks", "t": now, "rank": rank, "message": f"rank {rank} stacks dumped",
                        "path": f"/tmp/stacks-{rank}.txt"} for rank in self.ranks]
             self._send_update({"events": events})

@@ -1,0 +1,563 @@
+"""Which rank, where, why: the diagnosis of one run as the monitor shows it, Qt-free.
+
+Two sources, both from the runner (``runner/diagnosis``):
+
+* the run's **summary** (``RUN.summary`` once the run ended; ``triage.triage``):
+  ``outcome``, ``headline``, ``first_failure`` (rank, host, exit code, signal,
+  evidence, exception line, traceback, kernel log line), ``other_failures``,
+  ``hints`` (cause -> advice) and ``diagnostics`` (what the monitors found);
+* the **events** the monitors publish while the run goes on: ``stalled`` /
+  ``resumed`` (``stalls``), ``straggler`` (``stragglers``), ``divergence``
+  (``consistency``), ``stacks`` (``stacks``), ``node_lost`` (several nodes),
+  ``rank_failed`` and ``run_finished``.
+
+:class:`DiagnosisModel` follows a :class:`~gui.models.monitor.MonitorModel` (a live
+run, or a finished one loaded from the store: its events are replayed the same
+way) and answers what the failure banner, the diagnosis panel, the rank table's
+notes and the stacks view show. It only reads; nothing here blocks or raises on
+odd input (a field that is missing is shown as unknown).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from gui.models import Event
+from gui.models.monitor import MonitorModel, format_age
+from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+"""Banner levels."""
+
+STALLED, RESUMED, STRAGGLER, DIVERGENCE, STACKS, NODE_LOST, RANK_FAILED, RUN_FINISHED = (
+    "stalled", "resumed", "straggler", "divergence", "stacks", "node_lost", "rank_failed", "run_finished")
+EXCEPTION, CONNECTION_LOST, STOPPING = "exception", "connection_lost", "stopping"
+
+CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
+"""A straggler's cause, as the banner and the rank table say it."""
+
+EVIDENCE_WORDS = {
+    "exception": "its uncaught exception (reported by the worker)",
+    "connection lost": "its connection to the runner dropped without an exit message",
+    "exit code": "its exit status",
+    "torchrun report": "torchrun's failure report",
+}
+TRACEBACK_SOURCE_WORDS = {"bootstrap": "reported by the worker", "error file": "from torchrun's error file",
+                          "torchrun report": "from torchrun's report"}
+
+
+def clock(t: float | None) -> str:
+    """``12:03:04`` (local time), or empty."""
+    return "" if t is None else time.strftime("%H:%M:%S", time.localtime(float(t)))
+
+
+def how_text(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
+    """``exit code 1``, ``signal SIGKILL (exit code -9)``, or what is known without a status."""
+    if signal:
+        return f"signal {signal}" + (f" (exit code {exit_code})" if exit_code is not None else "")
+    if exit_code is not None:
+        return f"exit code {exit_code}"
+    if evidence == "connection lost":
+        return "lost its connection, no exit status"
+    if evidence == "exception":
+        return "an uncaught exception"
+    return "no exit status known"
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return None if value is None or isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _ms(seconds: Any) -> str:
+    value = _float(seconds)
+    return "?" if value is None else f"{1000.0 * value:.0f} ms"
+
+
+@dataclass(frozen=True)
+class RankFate:
+    """How one rank ended, as triage found it (``RankFailure.to_json``)."""
+
+    rank: int | None
+    host: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    evidence: str = ""
+    exception_line: str | None = None
+    traceback: str | None = None
+    traceback_source: str | None = None
+    when: float | None = None
+    pid: int | None = None
+    kernel_log: str | None = None
+    error_file: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RankFate:
+        return cls(rank=_int(data.get("rank")), host=data.get("host"), exit_code=_int(data.get("exit_code")),
+                   signal=data.get("signal"), evidence=str(data.get("evidence") or ""),
+                   exception_line=data.get("exception_line"), traceback=data.get("traceback"),
+                   traceback_source=data.get("traceback_source"), when=_float(data.get("when")),
+                   pid=_int(data.get("pid")), kernel_log=data.get("kernel_log"), error_file=data.get("error_file"))
+
+    @property
+    def who(self) -> str:
+        """``rank 1 on node-a``."""
+        rank = "an unknown rank" if self.rank is None else f"rank {self.rank}"
+        return rank + (f" on {self.host}" if self.host else "")
+
+    @property
+    def how(self) -> str:
+        return how_text(self.exit_code, self.signal, self.evidence)
+
+    @property
+    def evidence_text(self) -> str:
+        return EVIDENCE_WORDS.get(self.evidence, self.evidence or "unknown")
+
+    @property
+    def traceback_source_text(self) -> str:
+        return TRACEBACK_SOURCE_WORDS.get(self.traceback_source or "", self.traceback_source or "")
+
+    def one_line(self) -> str:
+        """``rank 0 on node-a: signal SIGTERM (exit code -15): RuntimeError: ...``."""
+        text = f"{self.who}: {self.how}"
+        return text + (f": {self.exception_line}" if self.exception_line else "")
+
+
+@dataclass(frozen=True)
+class Hint:
+    key: str
+    cause: str
+    advice: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.cause} → {self.advice}" if self.advice else self.cause
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a monitor found: a stall, a straggler, a divergence, a stack capture, a lost node."""
+
+    kind: str
+    rank: int | None
+    step: int | None
+    text: str
+    active: bool
+    """Still going on (a stall not yet resumed, a straggler not yet cleared)."""
+    t: float | None = None
+    ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Banner:
+    level: str
+    """``error``, ``warning`` or ``info``."""
+    text: str
+    kind: str
+    """``failure``, ``hang``, ``stall``, ``node_lost``, ``straggler``, ``divergence``, ``findings``."""
+    rank: int | None = None
+    more: int = 0
+    """Further findings not in this one line (the diagnosis panel lists them all)."""
+
+
+@dataclass(frozen=True)
+class RankLine:
+    """One row of the diagnosis panel's "every rank" table."""
+
+    rank: int
+    host: str
+    state: str
+    fate: str
+    detail: str
+    first: bool
+
+
+def straggler_text(event: dict[str, Any], past: bool = False) -> str:
+    """``rank 1 is a straggler at step 6: waiting for data (161 ms of its 167 ms step in the data loader; ...)``."""
+    rank = event.get("rank")
+    cause = CAUSE_WORDS.get(str(event.get("cause")), str(event.get("cause") or "cause unknown"))
+    step = event.get("step")
+    where = f" at step {step}" if step is not None else ""
+    if event.get("cause") == "data":
+        detail = (f"{_ms(event.get('data_wait'))} of its {_ms(event.get('step_time'))} step in the data loader; "
+                  f"the other ranks wait {_ms(event.get('others_data_wait'))}")
+    else:
+        detail = (f"{_ms(event.get('step_time'))} per step against {_ms(event.get('others_step_time'))} "
+                  "on the other ranks, not explained by data wait")
+    verb = "was" if past else "is"
+    return f"rank {rank} {verb} a straggler{where}: {cause} ({detail})"
+
+
+def divergence_text(event: dict[str, Any]) -> str:
+    """``parameters diverged at step 14: rank 1 disagrees with rank 0``."""
+    ranks = [r for r in (event.get("ranks") or []) if isinstance(r, int)] or (
+        [event["rank"]] if isinstance(event.get("rank"), int) else [])
+    reference = [r for r in (event.get("reference") or []) if isinstance(r, int)]
+    who = ranks_text(ranks) if ranks else "a rank"
+    verb = "disagrees" if len(ranks) == 1 else "disagree"
+    against = f" with {ranks_text(reference)}" if reference else ""
+    return f"parameters diverged at step {event.get('step')}: {who} {verb}{against}"
+
+
+def _early_failure_text(event: dict[str, Any]) -> str:
+    """``rank 1 raised ValueError: ...``, ``rank 0 failed (exit code 1)``, ``rank 1 disconnected ...``."""
+    rank = event.get("rank")
+    if event.get("kind") == EXCEPTION:
+        return f"rank {rank} raised {event.get('message') or event.get('exc_type') or 'an exception'}"
+    if event.get("kind") == CONNECTION_LOST:
+        return f"rank {rank} disconnected without an exit message (killed?)"
+    code = _int(event.get("exit_code"))
+    return f"rank {rank} failed" + (f" ({how_text(code, None)})" if code is not None else "")
+
+
+def _stall_line(stalls: list[dict[str, Any]], now: float) -> str:
+    """``rank 0 stalled at step 7 for 12 s`` (several ranks at one step in one line)."""
+    by_step: dict[Any, list[dict[str, Any]]] = {}
+    for event in stalls:
+        by_step.setdefault(event.get("step"), []).append(event)
+    parts = []
+    for step, events in sorted(by_step.items(), key=lambda item: (item[0] is None, item[0] or 0)):
+        ranks = sorted(e["rank"] for e in events if isinstance(e.get("rank"), int))
+        seconds = min(_stall_seconds(e, now) for e in events)
+        where = f"at step {step}" if step is not None else "before its first step"
+        verb = "stalled"
+        parts.append(f"{ranks_text(ranks)} {verb} {where} for {format_age(seconds)}")
+    return "; ".join(parts)
+
+
+def _stall_seconds(event: dict[str, Any], now: float) -> float:
+    since = _float(event.get("last_progress"))
+    if since is not None:
+        return max(0.0, now - since)
+    seconds = _float(event.get("seconds")) or 0.0
+    t = _float(event.get("t"))
+    return seconds + (max(0.0, now - t) if t is not None else 0.0)
+
+
+class DiagnosisModel:
+    """The diagnosis of the run a :class:`MonitorModel` holds.
+
+    Events (``gui.models.Event``):
+        changed: the summary or a finding changed (redraw the banner and the panel).
+        stacks_received(dict): a new stack capture (the ``stacks`` event's analysis).
+    """
+
+    def __init__(self, monitor: MonitorModel) -> None:
+        self.monitor = monitor
+        self.changed = Event()
+        self.stacks_received = Event()
+        self._clear()
+        monitor.reset.connect(self._on_reset)
+        monitor.events_added.connect(self._on_events_added)
+        monitor.run_changed.connect(self._on_run_changed)
+        self._on_reset()
+
+    def _clear(self) -> None:
+        self._events_seen = 0
+        self._summary_seen: Any = None
+        self._finished_summary: dict[str, Any] | None = None
+        self.stalls: dict[int, dict[str, Any]] = {}
+        """rank -> its open ``stalled`` event (removed on ``resumed``)."""
+        self.findings_seen: list[Finding] = []
+        self.stragglers: dict[int, dict[str, Any]] = {}
+        """rank -> its active ``straggler`` event."""
+        self.divergences: list[dict[str, Any]] = []
+        self.lost_nodes: dict[int, dict[str, Any]] = {}
+        self.early_failures: list[dict[str, Any]] = []
+        """``exception``, ``rank_failed`` and ``connection_lost`` events: what is known of a
+        failure before the runner's triage names the first one (at the end of the run)."""
+        self._stopping = False
+        self.capture: dict[str, Any] | None = None
+        self.captures = 0
+        self._layout: tuple[dict[str, Any], StacksLayout] | None = None
+
+    # ---- following the monitor model --------------------------------------------------
+
+    def _on_reset(self) -> None:
+        self._clear()
+        self._take_events(list(self.monitor.events))
+        self._events_seen = self.monitor.events_total
+        self._summary_seen = self.summary
+        self.changed.emit()
+
+    def _on_events_added(self) -> None:
+        new = self.monitor.events_total - self._events_seen
+        if new <= 0:
+            return
+        events = self.monitor.events
+        self._events_seen = self.monitor.events_total
+        if self._take_events(list(events)[-min(new, len(events)):]):
+            self.changed.emit()
+
+    def _on_run_changed(self) -> None:
+        summary = self.summary
+        if summary is not self._summary_seen and summary != self._summary_seen:
+            self._summary_seen = summary
+            self.changed.emit()
+
+    def _take_events(self, events: list[dict[str, Any]]) -> bool:
+        """Apply events in order; True when anything the diagnosis shows changed."""
+        changed = False
+        for event in events:
+            kind = event.get("kind")
+            rank = event.get("rank")
+            if kind == STALLED and isinstance(rank, int):
+                self.stalls[rank] = event
+                self._note(Finding(STALLED, rank, _int(event.get("step")), str(event.get("message") or
+                                   _stall_line([event], _float(event.get("t")) or time.time())), True,
+                                   _float(event.get("t"))))
+            elif kind == RESUMED and isinstance(rank, int):
+                self.stalls.pop(rank, None)
+                self._close(STALLED, rank, f"resumed at step {event.get('step')}")
+            elif kind == STRAGGLER and isinstance(rank, int):
+                if event.get("active", True):
+                    self.stragglers[rank] = event
+                    self._note(Finding(STRAGGLER, rank, _int(event.get("step")), straggler_text(event), True,
+                                       _float(event.get("t"))))
+                else:
+                    self.stragglers.pop(rank, None)
+                    self._close(STRAGGLER, rank, f"no longer a straggler at step {event.get('step')}")
+            elif kind == DIVERGENCE:
+                self.divergences.append(event)
+                ranks = tuple(r for r in event.get("ranks") or [] if isinstance(r, int))
+                self._note(Finding(DIVERGENCE, _int(rank), _int(event.get("step")), divergence_text(event), True,
+                                   _float(event.get("t")), ranks))
+            elif kind == STACKS and is_capture(event):
+                self.capture = event
+                self.captures += 1
+                layout = self.stacks_layout()
+                self._note(Finding(STACKS, None, None, f"stacks ({layout.reason}): {layout.verdict}", False,
+                                   _float(event.get("t"))))
+                self.stacks_received.emit(event)
+            elif kind == NODE_LOST:
+                node_rank = _int(event.get("node_rank"))
+                self.lost_nodes[node_rank if node_rank is not None else -1] = event
+                self._note(Finding(NODE_LOST, None, None, str(event.get("message") or "a node was lost"), True,
+                                   _float(event.get("t"))))
+            elif kind in (RANK_FAILED, EXCEPTION) and isinstance(rank, int):
+                if kind == RANK_FAILED or event.get("fatal", True):
+                    self.early_failures.append(event)
+            elif kind == CONNECTION_LOST and isinstance(rank, int):
+                if not self._stopping:  # ranks stopped on request drop their connections too
+                    self.early_failures.append(event)
+            elif kind == STOPPING:
+                self._stopping = True
+            elif kind == RUN_FINISHED and isinstance(event.get("summary"), dict):
+                self._finished_summary = event["summary"]
+            else:
+                continue
+            changed = True
+        return changed
+
+    def _note(self, finding: Finding) -> None:
+        self.findings_seen.append(finding)
+        del self.findings_seen[:-500]
+
+    def _close(self, kind: str, rank: int, how: str) -> None:
+        for index in range(len(self.findings_seen) - 1, -1, -1):
+            finding = self.findings_seen[index]
+            if finding.kind == kind and finding.rank == rank and finding.active:
+                self.findings_seen[index] = Finding(kind, rank, finding.step, f"{finding.text}; {how}", False,
+                                                    finding.t, finding.ranks)
+                return
+
+    # ---- what the views read ----------------------------------------------------------
+
+    @property
+    def summary(self) -> dict[str, Any] | None:
+        run = self.monitor.run or {}
+        summary = run.get("summary")
+        if isinstance(summary, dict):
+            return summary
+        return self._finished_summary
+
+    @property
+    def outcome(self) -> str | None:
+        summary = self.summary
+        return None if summary is None else summary.get("outcome")
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome == "failed"
+
+    @property
+    def headline(self) -> str:
+        summary = self.summary or {}
+        return str(summary.get("headline") or "")
+
+    @property
+    def first_failure(self) -> RankFate | None:
+        first = (self.summary or {}).get("first_failure")
+        return RankFate.from_json(first) if isinstance(first, dict) else None
+
+    @property
+    def other_failures(self) -> list[RankFate]:
+        return [RankFate.from_json(o) for o in (self.summary or {}).get("other_failures") or [] if isinstance(o, dict)]
+
+    @property
+    def hints(self) -> list[Hint]:
+        return [Hint(str(h.get("key") or ""), str(h.get("cause") or ""), str(h.get("advice") or ""))
+                for h in (self.summary or {}).get("hints") or [] if isinstance(h, dict)]
+
+    @property
+    def diagnostics(self) -> dict[str, Any]:
+        found = (self.summary or {}).get("diagnostics")
+        return found if isinstance(found, dict) else {}
+
+    def stacks_layout(self) -> StacksLayout | None:
+        """The latest stack capture laid out side by side."""
+        if self.capture is None:
+            return None
+        if self._layout is None or self._layout[0] is not self.capture:
+            self._layout = (self.capture, layout_capture(self.capture))
+        return self._layout[1]
+
+    def findings(self) -> list[Finding]:
+        """Everything the monitors found, oldest first; the summary's record fills in what the
+        events no longer hold (a long run's early events drop out of memory)."""
+        found = list(self.findings_seen)
+        kinds = {f.kind for f in found}
+        diagnostics = self.diagnostics
+        if STALLED not in kinds:
+            for stall in diagnostics.get("stalls") or []:
+                after = stall.get("resumed_after")
+                where = f"at step {stall.get('step')}" if stall.get("step") is not None else "before its first step"
+                tail = f"; resumed after {after:.0f} s" if isinstance(after, (int, float)) else "; never resumed"
+                found.append(Finding(STALLED, _int(stall.get("rank")), _int(stall.get("step")),
+                                     f"rank {stall.get('rank')} stalled {where} (no progress for "
+                                     f"{_float(stall.get('seconds')) or 0:.0f} s){tail}", after is None,
+                                     _float(stall.get("since"))))
+        if STRAGGLER not in kinds:
+            for straggler in diagnostics.get("stragglers") or []:
+                found.append(Finding(STRAGGLER, _int(straggler.get("rank")), _int(straggler.get("step")),
+                                     straggler_text(straggler, past=True), False))
+        if DIVERGENCE not in kinds:
+            for divergence in diagnostics.get("divergences") or []:
+                found.append(Finding(DIVERGENCE, _int((divergence.get("ranks") or [None])[0]),
+                                     _int(divergence.get("step")), divergence_text(divergence), False,
+                                     ranks=tuple(divergence.get("ranks") or ())))
+        if STACKS not in kinds and isinstance(diagnostics.get("stacks"), dict):
+            stacks = diagnostics["stacks"]
+            outlier = stacks.get("outlier") or {}
+            frame = outlier.get("frame") or {}
+            text = (f"stacks ({stacks.get('reason')}): {ranks_text(outlier.get('ranks') or [outlier.get('rank')])} "
+                    f"differs at {frame.get('file')}:{frame.get('line')} in {frame.get('function')}"
+                    if frame else f"stacks ({stacks.get('reason')}) of ranks {stacks.get('ranks')}")
+            found.append(Finding(STACKS, None, None, text, False, _float(stacks.get("t"))))
+        return found
+
+    def rank_notes(self, now: float | None = None) -> dict[int, str]:
+        """Short notes for the rank table: who failed first, who stalls, straggles or diverged."""
+        now = time.time() if now is None else now
+        notes: dict[int, list[str]] = {}
+        first = self.first_failure
+        if first is not None and first.rank is not None:
+            notes.setdefault(first.rank, []).append(f"failed first: {first.how}")
+        live = not self.monitor.finished
+        if live:
+            for rank, event in self.stalls.items():
+                step = event.get("step")
+                where = f" at step {step}" if step is not None else ""
+                notes.setdefault(rank, []).append(f"stalled{where} for {format_age(_stall_seconds(event, now))}")
+        for rank, event in self.stragglers.items():
+            notes.setdefault(rank, []).append(f"straggler: {CAUSE_WORDS.get(str(event.get('cause')), '?')}")
+        for event in self.divergences:
+            for rank in event.get("ranks") or []:
+                if isinstance(rank, int):
+                    notes.setdefault(rank, []).append(f"diverged at step {event.get('step')}")
+        capture = self.stacks_layout()
+        if capture is not None and capture.outlier is not None and capture.outlier.first_difference is not None:
+            for rank in capture.outlier.ranks:
+                notes.setdefault(rank, []).append(f"stack differs at {capture.outlier.first_difference.location}")
+        return {rank: "; ".join(dict.fromkeys(texts)) for rank, texts in notes.items()}
+
+    def rank_lines(self) -> list[RankLine]:
+        """Every rank's fate: the first failure, the others triage names, and what the rank rows say."""
+        first = self.first_failure
+        fates = {fate.rank: fate for fate in self.other_failures if fate.rank is not None}
+        if first is not None and first.rank is not None:
+            fates[first.rank] = first
+        ranks = {row["rank"]: row for row in self.monitor.rank_rows() if isinstance(row.get("rank"), int)}
+        lines = []
+        for rank in sorted(set(ranks) | set(fates)):
+            row = ranks.get(rank, {})
+            fate = fates.get(rank)
+            state = str(row.get("state") or "")
+            host = str(row.get("host") or (fate.host if fate else "") or "")
+            if fate is not None:
+                how = fate.how
+                detail = fate.exception_line or ""
+            else:
+                exit_code = _int(row.get("exit_code"))
+                how = how_text(exit_code, None) if exit_code is not None else ""
+                detail = ""
+            is_first = first is not None and first.rank == rank
+            lines.append(RankLine(rank, host, state, ("failed first: " if is_first else "") + how, detail, is_first))
+        return lines
+
+    def banner(self, now: float | None = None) -> Banner | None:
+        """The one line above the monitor: the failure, else the worst live finding."""
+        now = time.time() if now is None else now
+        summary = self.summary
+        findings = self.findings()
+        if summary is not None:
+            outcome = summary.get("outcome")
+            first = self.first_failure
+            lost = self._lost_nodes_text()
+            if outcome == "failed":
+                text = self.headline or "the run failed"
+                if lost and lost not in text:
+                    text += f" · {lost}"
+                return Banner(ERROR, text, "failure", first.rank if first else None,
+                              more=len([f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)]))
+            interesting = [f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)]
+            if outcome == "stopped" and any(f.kind == STALLED for f in interesting):
+                return Banner(WARNING, self.headline, "hang", more=len(interesting) - 1)
+            if interesting:
+                parts = []
+                for kind in (STALLED, STRAGGLER, DIVERGENCE):
+                    texts = list(dict.fromkeys(f.text for f in interesting if f.kind == kind))
+                    if texts:
+                        parts.append(texts[0])
+                lead = self.headline or outcome or "the run ended"
+                return Banner(WARNING, f"{lead}, but {'; '.join(parts)}", "findings",
+                              more=max(0, len(interesting) - len(parts)))
+            return None
+        candidates: list[Banner] = []
+        if self.lost_nodes:
+            candidates.append(Banner(ERROR, self._lost_nodes_text(), NODE_LOST))
+        if self.stalls and not self.monitor.finished:
+            stalls = list(self.stalls.values())
+            text = _stall_line(stalls, now)
+            layout = self.stacks_layout()
+            if layout is not None and layout.outlier is not None and layout.outlier.first_difference is not None:
+                frame = layout.outlier.first_difference
+                text += f" · {ranks_text(layout.outlier.ranks)} differs at {frame.text}"
+            candidates.append(Banner(WARNING, text, "stall", min(self.stalls)))
+        if self.early_failures and not candidates:
+            event = min(self.early_failures, key=lambda e: _float(e.get("t")) or 0.0)
+            candidates.append(Banner(ERROR, f"{_early_failure_text(event)}; waiting for the runner's diagnosis…",
+                                     "failure", _int(event.get("rank"))))
+        for rank, event in sorted(self.stragglers.items()):
+            candidates.append(Banner(WARNING, straggler_text(event), STRAGGLER, rank))
+        for event in self.divergences[-1:]:
+            candidates.append(Banner(WARNING, divergence_text(event), DIVERGENCE, _int(event.get("rank"))))
+        if not candidates:
+            return None
+        top = candidates[0]
+        return Banner(top.level, top.text, top.kind, top.rank, more=len(candidates) - 1)
+
+    def _lost_nodes_text(self) -> str:
+        texts = [str(event.get("message") or f"node {node} was lost") for node, event in sorted(self.lost_nodes.items())]
+        return "; ".join(texts)

@@ -1,0 +1,279 @@
+"""The Doctor panel: is this machine (and the form's interpreter) ready for a distributed job?
+
+It runs ``python -m runner doctor --json --interpreter PATH`` in a ``QProcess`` (the
+checks import torch in that interpreter and ask NVML, which the GUI itself never
+does; that takes a second or two), and shows each check with its status (ok,
+info, warning, failed) and the facts by section: system, interpreter, GPUs,
+backends, port, threads, ``CUDA_VISIBLE_DEVICES``, environment. Re-run checks
+again (for another interpreter, after fixing something). Nothing blocks the GUI
+thread; a doctor that does not answer within the timeout is killed and reported.
+
+``DoctorDialog`` wraps the panel for the window's Tools ▸ Doctor menu.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from PySide6.QtCore import QProcess, QProcessEnvironment, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.models.doctor import DONE, FAIL, FAILED, INFO, OK, WARN, DoctorModel, doctor_arguments
+from gui.widgets.rank_table import STATE_COLORS
+from runner import paths
+from runner.state import RankState
+
+DOCTOR_TIMEOUT_MS = 90_000
+STATUS_COLORS = {
+    OK: STATE_COLORS[RankState.RUNNING.value],
+    INFO: STATE_COLORS[RankState.EXITED.value],
+    WARN: STATE_COLORS[RankState.STALLED.value],
+    FAIL: STATE_COLORS[RankState.FAILED.value],
+}
+STATUS_MARKS = {OK: "✔ ok", INFO: "ℹ info", WARN: "▲ warning", FAIL: "✖ failed"}
+
+
+def default_command() -> list[str]:
+    """``python -m runner`` in Rankwatch's own Python."""
+    return [sys.executable, "-m", "runner"]
+
+
+class DoctorPanel(QWidget):
+    """Checks of this machine for the interpreter ``interpreter()`` returns.
+
+    Signals:
+        finished(bool): a doctor run ended; True when it produced a report.
+    """
+
+    finished = Signal(bool)
+
+    def __init__(self, interpreter: Callable[[], str | None] | None = None, parent: QWidget | None = None, *,
+                 command: Sequence[str] | None = None, timeout_ms: int = DOCTOR_TIMEOUT_MS) -> None:
+        super().__init__(parent)
+        self.model = DoctorModel()
+        self._interpreter = interpreter or (lambda: None)
+        self._command = list(command or default_command())
+        self._timeout_ms = timeout_ms
+        self._process: QProcess | None = None
+
+        self.status = QLabel("Not checked yet.")
+        self.status.setWordWrap(True)
+        status_font = QFont(self.font())
+        status_font.setBold(True)
+        self.status.setFont(status_font)
+        self.rerun_button = QPushButton("Re-run")
+        self.rerun_button.setToolTip("Check again (with the interpreter picked in the launch form)")
+        self.rerun_button.clicked.connect(self._on_rerun_clicked)
+        top = QHBoxLayout()
+        top.addWidget(self.status, 1)
+        top.addWidget(self.rerun_button)
+
+        self.checks = QTableWidget(0, 3)
+        self.checks.setHorizontalHeaderLabels(["Status", "Check", "Finding"])
+        self.checks.verticalHeader().setVisible(False)
+        self.checks.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.checks.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.checks.setWordWrap(True)  # a finding is one sentence, often long: wrapped, never cut
+        header = self.checks.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        header.sectionResized.connect(self._on_checks_resized)
+        self.sections = QTreeWidget()
+        self.sections.setColumnCount(2)
+        self.sections.setHeaderLabels(["Fact", "Value"])
+        self.sections.setWordWrap(True)
+        self.sections.header().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        self.sections.header().setStretchLastSection(True)
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        splitter.addWidget(self.checks)
+        splitter.addWidget(self.sections)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 1)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(splitter, 1)
+        self._bold = status_font
+        self.model.changed.connect(self._on_model_changed)
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self._on_timeout)
+
+    # ---- running ---------------------------------------------------------------------
+
+    def is_running(self) -> bool:
+        return self._process is not None
+
+    def run(self) -> None:
+        """Start a doctor run (nothing happens while one is running)."""
+        if self._process is not None:
+            return
+        interpreter = self._interpreter() or None
+        process = QProcess(self)
+        environment = QProcessEnvironment.systemEnvironment()
+        # The runner package must be importable even when Rankwatch is not installed.
+        python_path = environment.value("PYTHONPATH", "")
+        repo = str(paths.REPO_ROOT)
+        environment.insert("PYTHONPATH", repo + (os.pathsep + python_path if python_path else ""))
+        process.setProcessEnvironment(environment)
+        process.setProgram(self._command[0])
+        process.setArguments(self._command[1:] + doctor_arguments(interpreter))
+        process.finished.connect(self._on_finished)
+        process.errorOccurred.connect(self._on_error)
+        self._process = process
+        self.model.started(interpreter)
+        self._timer.start(self._timeout_ms)
+        process.start()
+
+    def shutdown(self) -> None:
+        """Kill a running doctor (the window is closing)."""
+        process, self._process = self._process, None
+        self._timer.stop()
+        if process is not None:
+            process.finished.disconnect(self._on_finished)
+            process.errorOccurred.disconnect(self._on_error)
+            process.kill()
+            process.waitForFinished(1000)
+            process.deleteLater()
+
+    def _take_process(self) -> QProcess | None:
+        process, self._process = self._process, None
+        self._timer.stop()
+        if process is not None:
+            process.deleteLater()
+        return process
+
+    def _on_rerun_clicked(self) -> None:
+        self.run()
+
+    def _on_finished(self, exit_code: int, _status: QProcess.ExitStatus) -> None:
+        process = self._take_process()
+        if process is None:
+            return
+        stdout = bytes(process.readAllStandardOutput().data()).decode("utf-8", "replace")
+        stderr = bytes(process.readAllStandardError().data()).decode("utf-8", "replace")
+        self.model.finished(stdout, stderr, exit_code)
+        self.finished.emit(self.model.report is not None and self.model.error is None)
+
+    def _on_error(self, error: QProcess.ProcessError) -> None:
+        if error != QProcess.ProcessError.FailedToStart:
+            return  # crashes arrive through finished, hangs through the timer
+        process = self._take_process()
+        message = process.errorString() if process is not None else str(error)
+        self.model.failed(f"cannot start {self._command[0]}: {message}")
+        self.finished.emit(False)
+
+    def _on_timeout(self) -> None:
+        process = self._process
+        if process is None:
+            return
+        process.finished.disconnect(self._on_finished)
+        process.kill()
+        self._take_process()
+        self.model.failed(f"no answer within {self._timeout_ms // 1000} s")
+        self.finished.emit(False)
+
+    # ---- drawing ---------------------------------------------------------------------
+
+    def _on_model_changed(self) -> None:
+        model = self.model
+        self.status.setText(model.status_text)
+        self.rerun_button.setEnabled(not model.running)
+        self.rerun_button.setText("Checking…" if model.running else "Re-run")
+        report = model.report
+        if model.state == FAILED or (model.state == DONE and report is not None and not report.ok):
+            self.status.setStyleSheet(f"color: {STATUS_COLORS[FAIL].name()};")
+        elif model.state == DONE:
+            self.status.setStyleSheet(f"color: {STATUS_COLORS[OK].name()};")
+        else:
+            self.status.setStyleSheet("")
+        if report is None or model.running:
+            return
+        self.checks.setRowCount(len(report.checks))
+        for row, check in enumerate(report.checks):
+            color = STATUS_COLORS.get(check.status, STATUS_COLORS[INFO])
+            tint = QColor(color)
+            tint.setAlpha(40 if check.status in (OK, INFO) else 70)
+            for column, text in enumerate((STATUS_MARKS.get(check.status, check.status), check.key, check.message)):
+                item = QTableWidgetItem(text)
+                item.setBackground(QBrush(tint))
+                item.setToolTip(check.message)
+                if column == 0:
+                    item.setForeground(QBrush(color))
+                    item.setFont(self._bold)
+                    item.setData(Qt.ItemDataRole.UserRole, check.status)
+                self.checks.setItem(row, column, item)
+        self.checks.resizeRowsToContents()
+        self.sections.clear()
+        for section in report.sections:
+            parent = QTreeWidgetItem([section.title, ""])
+            parent.setFont(0, self._bold)
+            for label, value in section.rows:
+                child = QTreeWidgetItem([label, value])
+                child.setToolTip(1, value)
+                parent.addChild(child)
+            self.sections.addTopLevelItem(parent)
+            parent.setExpanded(True)
+
+    def _on_checks_resized(self, index: int, _old: int, _new: int) -> None:
+        if index == 2:
+            self.checks.resizeRowsToContents()
+
+    # ---- for tests -------------------------------------------------------------------
+
+    def check_rows(self) -> list[tuple[str, str, str]]:
+        """(status, key, message) of every check as shown."""
+        return [(self.checks.item(row, 0).data(Qt.ItemDataRole.UserRole), self.checks.item(row, 1).text(),
+                 self.checks.item(row, 2).text()) for row in range(self.checks.rowCount())]
+
+    def section_titles(self) -> list[str]:
+        return [self.sections.topLevelItem(i).text(0) for i in range(self.sections.topLevelItemCount())]
+
+    def section_rows(self, title: str) -> list[tuple[str, str]]:
+        for index in range(self.sections.topLevelItemCount()):
+            item = self.sections.topLevelItem(index)
+            if item.text(0) == title:
+                return [(item.child(i).text(0), item.child(i).text(1)) for i in range(item.childCount())]
+        raise KeyError(title)
+
+
+class DoctorDialog(QDialog):
+    """Tools ▸ Doctor: the panel in its own window (not modal: the main window stays usable)."""
+
+    def __init__(self, interpreter: Callable[[], str | None] | None = None, parent: QWidget | None = None, *,
+                 command: Sequence[str] | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Doctor — is this machine ready?")
+        self.panel = DoctorPanel(interpreter, self, command=command)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.close)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.panel, 1)
+        layout.addWidget(buttons)
+        self.resize(900, 640)
+
+    def open_and_run(self) -> None:
+        """Show the dialog and check again (unless a check is running)."""
+        self.show()
+        self.raise_()
+        self.activateWindow()
+        self.panel.run()

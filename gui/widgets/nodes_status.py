@@ -1,0 +1,132 @@
+"""The monitor's nodes table: one row per machine, its state coloured, since when, its ranks.
+
+Rows come from the hub's NODE rows (``MonitorModel.nodes``) through the Qt-free
+``gui.models.nodes``; a node that dropped out reads "lost at 12:03:04". Double-click
+a node to see its log lines only.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHeaderView,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gui.models.monitor import MonitorModel
+from gui.models.nodes import NODE_COLUMNS, node_cells, node_rows, ranks_by_node
+from gui.widgets.rank_table import STATE_COLORS, state_tint
+from runner.state import NodeState, RankState
+
+NODE_STATE_COLORS: dict[str, QColor] = {
+    NodeState.PREFLIGHT.value: STATE_COLORS[RankState.WAITING.value],
+    NodeState.STARTING.value: STATE_COLORS[RankState.WAITING.value],
+    NodeState.RUNNING.value: STATE_COLORS[RankState.RUNNING.value],
+    NodeState.EXITED.value: STATE_COLORS[RankState.EXITED.value],
+    NodeState.FAILED.value: STATE_COLORS[RankState.FAILED.value],
+    NodeState.LOST.value: STATE_COLORS[RankState.LOST.value],
+}
+STATE_COLUMN = NODE_COLUMNS.index("State")
+HOST_COLUMN = NODE_COLUMNS.index("Host")
+
+
+def node_tint(state: str | None) -> QColor | None:
+    """The translucent row tint of a node state (the rank table's tints, so both read alike)."""
+    color = NODE_STATE_COLORS.get(state or "")
+    if color is None:
+        return None
+    tint = QColor(color)
+    tint.setAlpha(state_tint(RankState.RUNNING.value).alpha())
+    return tint
+
+
+class NodesStatus(QWidget):
+    """Per-node status of the watched run.
+
+    Signals:
+        node_activated(str): a node's row was double-clicked (its host label).
+    """
+
+    node_activated = Signal(str)
+
+    def __init__(self, model: MonitorModel, parent: QWidget | None = None, refresh_hz: float = 2.0) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.table = QTableWidget(0, len(NODE_COLUMNS))
+        self.table.setHorizontalHeaderLabels(list(NODE_COLUMNS))
+        self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setDefaultSectionSize(22)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.table.cellDoubleClicked.connect(self._on_cell_double_clicked)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.table)
+        self._bold = QFont(self.font())
+        self._bold.setBold(True)
+        self._dirty = True
+        model.nodes_changed.connect(self._on_nodes_changed)
+        model.ranks_changed.connect(self._on_nodes_changed)
+        model.reset.connect(self._on_nodes_changed)
+        self.timer = QTimer(self)
+        self.timer.setInterval(int(1000 / refresh_hz))
+        self.timer.timeout.connect(self._on_timer)
+        self.timer.start()
+        self.refresh()
+
+    def _on_nodes_changed(self) -> None:
+        self._dirty = True
+
+    def _on_timer(self) -> None:
+        if self._dirty and self.isVisible():  # hidden tabs catch up when shown
+            self.refresh()
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        if self._dirty:
+            self.refresh()
+
+    def refresh(self) -> None:
+        self._dirty = False
+        nodes = node_rows(self.model)
+        ranks = ranks_by_node(self.model)
+        self.table.setRowCount(len(nodes))
+        for row, node in enumerate(nodes):
+            cells = node_cells(node, ranks.get(int(node.get("node_rank") or 0), []))
+            tint = node_tint(node.get("state"))
+            for column, text in enumerate(cells):
+                item = self.table.item(row, column)
+                if item is None:
+                    item = QTableWidgetItem()
+                    self.table.setItem(row, column, item)
+                item.setText(text)
+                item.setToolTip(str(node.get("detail") or text))
+                item.setBackground(QBrush(tint) if tint is not None else QBrush())
+                if column == STATE_COLUMN:
+                    item.setFont(self._bold)
+
+    def cell_text(self, node_rank: int, column: str) -> str:
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).text() == str(node_rank):
+                return self.table.item(row, NODE_COLUMNS.index(column)).text()
+        raise KeyError(f"no row for node {node_rank}")
+
+    def row_brush(self, node_rank: int) -> QBrush:
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).text() == str(node_rank):
+                return self.table.item(row, STATE_COLUMN).background()
+        raise KeyError(f"no row for node {node_rank}")
+
+    def _on_cell_double_clicked(self, row: int, _column: int) -> None:
+        item = self.table.item(row, HOST_COLUMN)
+        if item is not None and item.text():
+            self.node_activated.emit(item.text())
+

@@ -1,0 +1,294 @@
+"""The GUI names the right rank and cause for every failure kind of issue 5.
+
+The fixtures in ``data/`` were recorded from real torchrun jobs of the
+``tests/scripts/diag_*.py`` scripts (``data/capture.py``): an exception in rank 1,
+rank 1 killed by SIGKILL, rank 0 in a barrier the others skip (a hang, 3 ranks,
+stall timeout 5 s), rank 1 sleeping in its data loader (a straggler, with a
+divergence), a rendezvous port already taken, a legacy ``--local_rank`` script
+run without the toggle. They are replayed through the fake runner's real socket
+(``replay_runner.py``) into the real monitor panel, or loaded from the run store
+as History does; the tests read what the banner, the diagnosis panel, the rank
+table and the stacks view show.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from replay_runner import ReplayRunner, load_fixture, store_fixture
+
+from gui.models.diagnosis import ERROR, WARNING, DiagnosisModel
+from gui.models.monitor import MonitorModel
+from gui.models.stacks import layout_capture
+from gui.widgets.monitor_panel import MonitorPanel
+from gui.widgets.rank_table import state_tint
+from gui.widgets.stacks_view import FIRST_DIFFERENCE_MARK
+from rankwatch import _protocol
+
+pytestmark = pytest.mark.gui
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def marked_line(script: Path, marker: str) -> int:
+    """The line number of the statement tagged ``# MARKER`` in a test script."""
+    for number, line in enumerate(script.read_text().splitlines(), start=1):
+        if f"# {marker}" in line:
+            return number
+    raise AssertionError(f"no '# {marker}' in {script}")
+
+
+@pytest.fixture
+def replay():
+    runners: list[ReplayRunner] = []
+
+    def start(name: str) -> ReplayRunner:
+        path = Path(os.environ["RANKWATCH_SOCKET_DIR"]) / f"replay-{len(runners)}.sock"
+        runner = ReplayRunner(path, load_fixture(name)).start()
+        runners.append(runner)
+        return runner
+
+    yield start
+    for runner in runners:
+        runner.close()
+
+
+@pytest.fixture
+def panel(qtbot):
+    widget = MonitorPanel()
+    qtbot.addWidget(widget)
+    widget.resize(1300, 900)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    widget.detach()
+
+
+def attached(qtbot, panel: MonitorPanel, runner: ReplayRunner) -> MonitorPanel:
+    panel.attach(runner.run_id)
+    qtbot.waitUntil(lambda: panel.model.history_done and len(panel.model.ranks) == runner.world_size, timeout=5000)
+    return panel
+
+
+# ---- the Qt-free model, for all six kinds ---------------------------------------------------
+
+SIX_KINDS = {
+    # fixture: (level, rank the banner names, words that name the cause)
+    "exception": (ERROR, 1, ["rank 1 on localhost failed first (exit code 1)",
+                             "ValueError: batch 3 on rank 1 has 7 features, expected 8"]),
+    "sigkill": (ERROR, 1, ["rank 1 on localhost failed first (signal SIGKILL)", "killed from outside"]),
+    "hang": (WARNING, None, ["ranks 0, 1, 2 were stalled at step 7",
+                             "rank 0 differs at ", "diag_hang.py:28 in <module>"]),
+    "straggler": (WARNING, None, ["rank 1 is a straggler at step 6: waiting for data",
+                                  "parameters diverged at step 14: rank 1 disagrees with rank 0"]),
+    "port_taken": (ERROR, 0, ["rank 0 on localhost failed first (exit code 1)", "EADDRINUSE"]),
+    "legacy": (ERROR, 0, ["rank 0 on localhost failed first (exit code 2)",
+                          "the following arguments are required: --local_rank"]),
+}
+
+
+@pytest.mark.parametrize("name", list(SIX_KINDS))
+def test_the_diagnosis_of_each_recorded_run_names_its_rank_and_cause(name):
+    fixture = load_fixture(name)
+    model = MonitorModel()
+    diagnosis = DiagnosisModel(model)
+    run = {k: v for k, v in fixture["run"].items() if k != "spec_toml"}
+    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run, "ranks": fixture["ranks"],
+                 "nodes": fixture["nodes"], "spec": {}})
+    model.apply({"type": "update", "v": _protocol.VERSION, "events": fixture["events"], "logs": fixture["logs"]})
+    level, rank, words = SIX_KINDS[name]
+    banner = diagnosis.banner()
+    assert banner is not None and banner.level == level
+    for text in words:
+        assert text in banner.text
+    if rank is not None:
+        assert banner.rank == rank and diagnosis.first_failure.rank == rank
+        assert diagnosis.rank_notes()[rank].startswith("failed first: ")
+
+
+# ---- failures: banner and diagnosis panel, live ----------------------------------------------
+
+FAILURES = {
+    # fixture: (rank, "ended by" as the panel says it, the exception line (or None), hint key (or None))
+    "exception": (1, "exit code 1", "ValueError: batch 3 on rank 1 has 7 features, expected 8", None),
+    "sigkill": (1, "signal SIGKILL (exit code -9)", None, "killed"),
+    "port_taken": (0, "exit code 1", "DistNetworkError: The server socket has failed to listen", "address_in_use"),
+    "legacy": (0, "exit code 2", "diag_legacy.py: error: the following arguments are required: --local_rank",
+               "legacy_local_rank"),
+}
+
+
+@pytest.mark.parametrize("name", list(FAILURES))
+def test_a_failed_run_shows_a_red_banner_and_the_first_failure_in_the_diagnosis_panel(qtbot, panel, replay, name):
+    rank, ended_by, exception_line, hint_key = FAILURES[name]
+    runner = replay(name)
+    attached(qtbot, panel, runner)
+    assert not panel.failure_banner.isVisible()
+
+    # The first rank_failed arrives before the runner's triage: named at once.
+    runner.send_events("rank_started", "exception", "connection_lost", "rank_failed")
+    qtbot.waitUntil(lambda: panel.failure_banner.isVisible(), timeout=3000)
+    assert "waiting for the runner's diagnosis" in panel.failure_banner.text()
+
+    runner.end_as_recorded()
+    summary = runner.fixture["run"]["summary"]
+    qtbot.waitUntil(lambda: panel.failure_banner.text() == summary["headline"], timeout=5000)
+    banner = panel.failure_banner.banner
+    assert banner.level == ERROR and banner.rank == rank
+    assert panel.failure_banner.text().startswith(f"rank {rank} on localhost failed first (")
+    assert not panel.banner.isVisible()  # one banner, not two
+
+    qtbot.mouseClick(panel.failure_banner.details_button, Qt.MouseButton.LeftButton)
+    assert panel.tabs.currentWidget() is panel.diagnosis_panel
+    diagnosis = panel.diagnosis_panel
+    diagnosis.refresh()
+    shown = diagnosis.first_failure_text()
+    assert f"rank {rank} on localhost (pid {summary['first_failure']['pid']})" in shown
+    assert diagnosis.how_value.text() == ended_by
+    if exception_line:
+        assert diagnosis.exception_value.text().startswith(exception_line)
+    else:
+        assert not diagnosis.exception_value.isVisible()
+    hint_keys = [hint["key"] for hint in summary["hints"]]
+    if hint_key:
+        assert hint_key in hint_keys
+        hint = summary["hints"][hint_keys.index(hint_key)]
+        assert hint["cause"] in diagnosis.hints_label.text().replace("&lt;", "<").replace("&gt;", ">")
+    # Every rank's fate: the first one marked, the other one as torchrun left it.
+    ranks = diagnosis.table_texts(diagnosis.ranks_table)
+    assert [row[0] for row in ranks] == ["0", "1"]
+    assert ranks[rank][3] == f"failed first: {ended_by}"
+    other = ranks[1 - rank]
+    assert other[3] in ("signal SIGTERM (exit code -15)", "exit code 1")
+    # The rank table says it too.
+    qtbot.waitUntil(lambda: panel.rank_table.cell_text(rank, "Diagnosis") == f"failed first: {ended_by}",
+                    timeout=3000)
+    # Details again: back where it was.
+    qtbot.mouseClick(panel.failure_banner.details_button, Qt.MouseButton.LeftButton)
+    assert panel.tabs.currentWidget() is not panel.diagnosis_panel
+
+
+def test_an_exception_shows_its_traceback_down_to_the_raising_line(qtbot, panel, replay):
+    runner = replay("exception")
+    attached(qtbot, panel, runner)
+    runner.end_as_recorded()
+    qtbot.waitUntil(lambda: panel.failure_banner.isVisible() and panel.model.finished, timeout=5000)
+    panel.diagnosis_panel.refresh()
+    traceback = panel.diagnosis_panel.traceback_view.toPlainText()
+    script = SCRIPTS / "diag_exception.py"
+    assert f'diag_exception.py", line {marked_line(script, "RAISE")}, in check_batch' in traceback
+    assert traceback.splitlines()[-1] == "ValueError: batch 3 on rank 1 has 7 features, expected 8"
+    assert "reported by the worker" in panel.diagnosis_panel.traceback_label.text()
+
+
+def test_a_failed_run_opened_from_history_shows_the_same_diagnosis(qtbot, panel):
+    fixture = load_fixture("sigkill")
+    run_id = store_fixture(fixture)
+    panel.attach(run_id)  # finished: loaded from the store on a worker thread
+    qtbot.waitUntil(lambda: panel.failure_banner.isVisible(), timeout=5000)
+    assert panel.failure_banner.text() == fixture["run"]["summary"]["headline"]
+    panel.diagnosis_panel.refresh()
+    assert panel.diagnosis_panel.how_value.text() == "signal SIGKILL (exit code -9)"
+    assert panel.diagnosis_panel.evidence_value.text().startswith("its connection to the runner dropped")
+    assert "was killed from outside (SIGKILL)" in panel.diagnosis_panel.hints_label.text()
+
+
+# ---- a hang: stalled ranks, the banner, the stacks view, Dump stacks --------------------------
+
+def test_a_hang_flags_the_stalled_ranks_and_the_stacks_view_marks_rank_0_in_its_barrier(qtbot, panel, replay):
+    script = SCRIPTS / "diag_hang.py"
+    barrier = marked_line(script, "HANG")
+    runner = replay("hang")
+    attached(qtbot, panel, runner)
+    runner.send_events("rank_started")
+    runner.send_events("stalled", now=True, rank_states={0: "stalled", 1: "stalled", 2: "stalled"})
+
+    qtbot.waitUntil(lambda: panel.failure_banner.isVisible(), timeout=3000)
+    assert re.fullmatch(r"ranks 0, 1, 2 stalled at step 7 for \d+(\.\d)? s", panel.failure_banner.text())
+    assert panel.failure_banner.banner.level == WARNING
+    table = panel.rank_table
+    qtbot.waitUntil(lambda: table.cell_text(0, "State") == "stalled", timeout=3000)
+    for rank in (0, 1, 2):
+        assert table.row_brush(rank).color() == state_tint("stalled")
+        assert table.cell_text(rank, "Diagnosis").startswith("stalled at step 7 for ")
+
+    # The stall's capture: identical stacks collapsed, rank 0's frame in the barrier marked.
+    runner.send_events("stacks", now=True, first=1)
+    view = panel.stacks_view
+    qtbot.waitUntil(lambda: view.layout_shown is not None, timeout=3000)
+    assert panel.tabs.tabText(panel.tabs.indexOf(view)) == "Stacks •"  # new, not stolen focus
+    assert view.column_titles() == ["ranks 1, 2  (majority)", "rank 0  ← differs"]
+    # The others sleep in their wait loop, the line after the `while` marked WAIT.
+    assert view.column_frames(0) == [f"diag_hang.py:{marked_line(script, 'WAIT') + 1} in <module>"]
+    assert view.column_frames(1)[0] == f"diag_hang.py:{barrier} in <module>{FIRST_DIFFERENCE_MARK}"
+    assert view.column_frames(1)[-1].endswith(" in barrier")
+    assert view.marked_cells() == [(0, 1, f"diag_hang.py:{barrier} in <module>{FIRST_DIFFERENCE_MARK}")]
+    assert view.verdict.text().startswith(f"rank 0 differs at {view.layout_shown.outlier.first_difference.file}"
+                                          f":{barrier} in <module>")
+    assert "taken at" in view.heading.text() and "when ranks stalled" in view.heading.text()
+    qtbot.waitUntil(lambda: f"rank 0 differs at diag_hang.py:{barrier} in <module>" in panel.failure_banner.text(),
+                    timeout=3000)
+    qtbot.waitUntil(lambda: table.cell_text(0, "Diagnosis").endswith(f"stack differs at diag_hang.py:{barrier}"),
+                    timeout=3000)
+
+    # Dump stacks: the runner is asked, the view switches and shows the new capture.
+    qtbot.mouseClick(panel.stacks_button, Qt.MouseButton.LeftButton)
+    assert panel.tabs.currentWidget() is view
+    qtbot.waitUntil(lambda: "on request" in view.heading.text(), timeout=3000)
+    assert {"type": "dump_stacks", "v": _protocol.VERSION} in runner.received
+    assert view.marked_cells()[0][2].startswith(f"diag_hang.py:{barrier} in <module>")
+
+    # Stopped while hanging: the banner keeps saying who hung and where.
+    runner.end_as_recorded()
+    qtbot.waitUntil(lambda: panel.model.finished, timeout=5000)
+    qtbot.waitUntil(lambda: panel.failure_banner.text().startswith("stopped on request; ranks 0, 1, 2 were stalled"
+                                                                   " at step 7"), timeout=3000)
+    assert f"diag_hang.py:{barrier} in <module>" in panel.failure_banner.text()
+    qtbot.waitUntil(lambda: table.cell_text(0, "Diagnosis") == f"stack differs at diag_hang.py:{barrier}",
+                    timeout=3000)  # no longer "stalled for ..."
+
+
+def test_the_stacks_layout_lists_ranks_without_a_stack_and_says_when_all_are_identical():
+    capture = {"kind": "stacks", "reason": "requested", "t": 1.0, "ranks": [0, 1], "identical": True,
+               "reference": [0, 1], "outlier": None,
+               "missing": [{"rank": 2, "why": "no dump within 2 s"}],
+               "groups": [{"ranks": [0, 1], "differs_at": None,
+                           "frames": [{"file": "/w/train.py", "line": 40, "function": "<module>"},
+                                      {"file": "/w/train.py", "line": 12, "function": "step"}]}]}
+    layout = layout_capture(capture)
+    assert [c.title for c in layout.columns] == ["ranks 0, 1  (all ranks)"]
+    assert layout.verdict == "All 2 ranks are at the same place: train.py:12 in step."
+    assert layout.missing == ((2, "no dump within 2 s"),) and layout.outlier is None
+
+
+# ---- a straggler and a divergence -----------------------------------------------------------
+
+def test_a_straggler_waiting_for_data_and_a_divergence_are_named_with_rank_cause_and_step(qtbot, panel, replay):
+    runner = replay("straggler")
+    attached(qtbot, panel, runner)
+    runner.send_events("rank_started")
+    runner.send_events("straggler", now=True)
+    qtbot.waitUntil(lambda: panel.failure_banner.isVisible(), timeout=3000)
+    text = panel.failure_banner.text()
+    assert text.startswith("rank 1 is a straggler at step 6: waiting for data (161 ms of its 167 ms step in the "
+                           "data loader; the other ranks wait 0 ms)")
+    assert panel.failure_banner.banner.level == WARNING
+    qtbot.waitUntil(lambda: panel.rank_table.cell_text(1, "Diagnosis") == "straggler: waiting for data", timeout=3000)
+    assert panel.rank_table.cell_text(0, "Diagnosis") == ""
+
+    runner.send_events("divergence", now=True)
+    qtbot.waitUntil(lambda: panel.failure_banner.banner.more == 1, timeout=3000)
+    qtbot.waitUntil(lambda: "diverged at step 14" in panel.rank_table.cell_text(1, "Diagnosis"), timeout=3000)
+    panel.diagnosis_panel.refresh()
+    findings = panel.diagnosis_panel.table_texts(panel.diagnosis_panel.findings_table)
+    assert [row[1:3] for row in findings] == [["straggler", "1"], ["divergence", "1"]]
+    assert findings[1][3] == "parameters diverged at step 14: rank 1 disagrees with rank 0"
+
+    runner.end_as_recorded()  # it finished: the banner keeps what was found
+    qtbot.waitUntil(lambda: panel.model.finished and panel.failure_banner.text().startswith(
+        "all ranks finished, but rank 1 is a straggler at step 6: waiting for data"), timeout=5000)
+    assert "parameters diverged at step 14: rank 1 disagrees with rank 0" in panel.failure_banner.text()

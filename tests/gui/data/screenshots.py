@@ -1,5 +1,6 @@
-"""Take the README's diagnosis screenshots from real runs: ``python tests/gui/data/screenshots.py``.
+"""Take the README's screenshots from real runs: ``python tests/gui/data/screenshots.py [live|failure|stacks]``.
 
+* ``assets/screenshots/live-run.png``: the bundled example launched from the window (a live run);
 * ``assets/screenshots/failure.png``: a real failing run (``tests/scripts/diag_exception.py``,
   2 ranks; rank 1 raises) opened in the window, its banner and the Diagnosis tab;
 * ``assets/screenshots/stacks.png``: a real hang (``tests/scripts/diag_hang.py``, 3 ranks,
@@ -25,6 +26,31 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 SCREENSHOT_TOOL = "/work/shared/tools/screenshot"
 OUT = REPO / "assets" / "screenshots"
+
+
+def launch_example_window() -> int:
+    """The window with the bundled example, launched as a user would (Ctrl+R) once the
+    probe has answered; the live monitor is what the screenshot catches."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from gui.main_window import MainWindow, apply_color_scheme
+
+    app = QApplication(sys.argv[:1])
+    apply_color_scheme(app, "light")
+    main = MainWindow(initial_profile="example")
+    main.move(0, 0)
+    main.resize(1600, 1000)
+    main.show()
+
+    def launch_when_ready() -> None:
+        if main.launch_panel.launch_button.isEnabled():
+            main.launch_panel.launch_button.click()
+        else:
+            QTimer.singleShot(250, launch_when_ready)
+
+    QTimer.singleShot(500, launch_when_ready)
+    return app.exec()
 
 
 def window(run_id: int, tab: str) -> int:
@@ -79,6 +105,13 @@ def _shoot(name: str, env: dict[str, str], run_id: int, tab: str, seconds: int =
                     "window", str(run_id), tab], env=env, check=True)
 
 
+def live() -> None:
+    """``assets/screenshots/live-run.png``: the bundled example launched from the window."""
+    home = Path(tempfile.mkdtemp(prefix="rw-shot-"))
+    subprocess.run([SCREENSHOT_TOOL, str(OUT / "live-run.png"), "11", sys.executable, str(Path(__file__).resolve()),
+                    "launch-example"], env=_env(home), check=True)
+
+
 def failure() -> None:
     home = Path(tempfile.mkdtemp(prefix="rw-shot-"))
     env = _env(home)
@@ -116,5 +149,7 @@ def stacks() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["window"]:
         sys.exit(window(int(sys.argv[2]), sys.argv[3]))
-    for shot in sys.argv[1:] or ["failure", "stacks"]:
-        {"failure": failure, "stacks": stacks}[shot]()
+    if sys.argv[1:2] == ["launch-example"]:
+        sys.exit(launch_example_window())
+    for shot in sys.argv[1:] or ["live", "failure", "stacks"]:
+        {"live": live, "failure": failure, "stacks": stacks}[shot]()

@@ -14,7 +14,8 @@ def sshd(tmp_path_factory):
         server.start()
     except SshdUnavailable as error:
         server.stop()
-        pytest.skip(f"no sshd for the multi-node tests: {error}")
+        pytest.fail(f"no sshd for the multi-node tests ({error}); install it: apt-get install openssh-server "
+                    "(`bash .ci/run` does)", pytrace=False)
     yield server
     server.stop()
 

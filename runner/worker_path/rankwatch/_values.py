@@ -19,6 +19,7 @@ module stays stdlib-only.
 
 from __future__ import annotations
 
+import abc
 import sys
 
 TYPE_CHECKING = False  # `typing` costs ~2 ms to import; annotations are strings anyway
@@ -26,16 +27,18 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class Pending:
+class Pending(abc.ABC):
     """A value the reporter can read once ``ready()``; reading never waits for a device."""
 
     __slots__ = ()
 
+    @abc.abstractmethod
     def ready(self) -> bool:
-        raise NotImplementedError
+        """Whether ``value()`` can be read now without waiting."""
 
+    @abc.abstractmethod
     def value(self) -> float:
-        raise NotImplementedError
+        """The value (only after ``ready()`` said so)."""
 
 
 class PendingCopy(Pending):

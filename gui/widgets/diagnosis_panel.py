@@ -11,7 +11,7 @@ the model changed, never per message.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 from gui.models.diagnosis import ERROR, DiagnosisModel, clock
 from gui.widgets.failure_banner import level_color
 from gui.widgets.rank_table import STATE_COLORS, state_tint
+from gui.widgets.throttled import RefreshThrottle
 from runner.state import RankState
 
 RANK_HEADERS = ("Rank", "Host", "State", "How it ended", "Detail")
@@ -142,27 +143,14 @@ class DiagnosisPanel(QWidget):
         layout.addWidget(self.empty)
         layout.addWidget(self.splitter, 1)
 
-        self._dirty = True
         self._sized = False
-        diagnosis.changed.connect(self._on_diagnosis_changed)
-        diagnosis.monitor.ranks_changed.connect(self._on_diagnosis_changed)
-        self.timer = QTimer(self)
-        self.timer.setInterval(int(1000 / refresh_hz))
-        self.timer.timeout.connect(self._on_timer)
-        self.timer.start()
+        self._throttle = RefreshThrottle(self, self.refresh, refresh_hz, only_when_visible=True)
+        self.timer = self._throttle.timer
+        self._throttle.watch(diagnosis.changed, diagnosis.monitor.ranks_changed)
         self.refresh()
 
-    def _on_diagnosis_changed(self) -> None:
-        self._dirty = True
-
-    def _on_timer(self) -> None:
-        if self._dirty and self.isVisible():  # hidden tabs catch up when shown
-            self.refresh()
-
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override
-        super().showEvent(event)
-        if self._dirty:
-            self.refresh()
+        super().showEvent(event)  # changes made while hidden are drawn already (RefreshThrottle)
         if not self._sized and self.splitter.width() > 0:
             self._sized = True  # 3:2, whatever the texts' natural widths; the user may drag it later
             width = self.splitter.width()
@@ -171,7 +159,7 @@ class DiagnosisPanel(QWidget):
     # ---- drawing ---------------------------------------------------------------------
 
     def refresh(self) -> None:
-        self._dirty = False
+        self._throttle.mark_clean()
         diagnosis = self.diagnosis
         banner = diagnosis.banner()
         self.headline.setText(banner.text if banner is not None else "")

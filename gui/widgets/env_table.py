@@ -7,58 +7,28 @@ the error appears under the table.
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QHBoxLayout,
-    QHeaderView,
-    QTableWidget,
-    QTableWidgetItem,
-    QToolButton,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QHeaderView, QTableWidgetItem, QWidget
 
 from gui.models.launch_form import FormState, LaunchFormModel
+from gui.widgets.editable_table import EditableTable
 
 NAME_COLUMN = 0
 VALUE_COLUMN = 1
 
 
-class EnvTable(QWidget):
+class EnvTable(EditableTable):
     def __init__(self, model: LaunchFormModel, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__(("Name", "Value"), add_tip="Add a variable", remove_tip="Remove the selected variable",
+                         shown_rows=(3, 6), parent=parent)
         self._model = model
-        self._pairs: list[list[str]] = []
+        self._rows: list[tuple[str, str]]
 
-        self.table = QTableWidget(0, 2)
-        self.table.setHorizontalHeaderLabels(["Name", "Value"])
         self.table.verticalHeader().setVisible(False)
-        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         self.table.horizontalHeader().setSectionResizeMode(NAME_COLUMN, QHeaderView.ResizeMode.Interactive)
         self.table.horizontalHeader().setSectionResizeMode(VALUE_COLUMN, QHeaderView.ResizeMode.Stretch)
         self.table.horizontalHeader().resizeSection(NAME_COLUMN, 170)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setToolTip("Variables set for every worker, e.g. NCCL_DEBUG = INFO")
-        self.table.itemChanged.connect(self._on_item_changed)
-        self.add_button = QToolButton()
-        self.add_button.setText("+")
-        self.add_button.setToolTip("Add a variable")
-        self.add_button.clicked.connect(self._on_add_clicked)
-        self.remove_button = QToolButton()
-        self.remove_button.setText("−")
-        self.remove_button.setToolTip("Remove the selected variable")
-        self.remove_button.clicked.connect(self._on_remove_clicked)
-
-        buttons = QHBoxLayout()
-        buttons.setContentsMargins(0, 0, 0, 0)
-        buttons.addWidget(self.add_button)
-        buttons.addWidget(self.remove_button)
-        buttons.addStretch(1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addWidget(self.table)
-        layout.addLayout(buttons)
+        self.button_row.addStretch(1)
 
         model.state_replaced.connect(self._on_state_replaced)
         self._on_state_replaced(model.state)
@@ -71,46 +41,20 @@ class EnvTable(QWidget):
         self.table.item(row, VALUE_COLUMN).setText(value)
 
     def _on_state_replaced(self, state: FormState) -> None:
-        self._pairs = [[name, value] for name, value in state.env]
+        self._rows = [(name, value) for name, value in state.env]
         self._update_table()
 
-    def _update_table(self) -> None:
-        self.table.blockSignals(True)
-        self.table.setRowCount(len(self._pairs))
-        for row, (name, value) in enumerate(self._pairs):
+    def _new_row(self) -> tuple[str, str]:
+        return ("", "")
+
+    def _fill_table(self) -> None:
+        for row, (name, value) in enumerate(self._rows):
             self.table.setItem(row, NAME_COLUMN, QTableWidgetItem(name))
             self.table.setItem(row, VALUE_COLUMN, QTableWidgetItem(value))
-        self.table.blockSignals(False)
-        self.remove_button.setEnabled(bool(self._pairs))
-        visible_rows = min(max(len(self._pairs), 3), 6)
-        header = self.table.horizontalHeader().height() or self.fontMetrics().height() + 8
-        self.table.setFixedHeight(header + visible_rows * self.table.verticalHeader().defaultSectionSize() + 4)
 
-    def _push(self) -> None:
-        self.remove_button.setEnabled(bool(self._pairs))
-        self._model.update(env=tuple((name, value) for name, value in self._pairs))
+    def _edited_row(self, row: tuple[str, str], column: int, text: str) -> tuple[str, str]:
+        name, value = row
+        return (text.strip(), value) if column == NAME_COLUMN else (name, text)
 
-    def _on_item_changed(self, item: QTableWidgetItem) -> None:
-        row = item.row()
-        if not 0 <= row < len(self._pairs):
-            return
-        self._pairs[row][item.column()] = item.text().strip() if item.column() == NAME_COLUMN else item.text()
-        self._push()
-
-    def _on_add_clicked(self) -> None:
-        self._pairs.append(["", ""])
-        self._update_table()
-        self._push()
-        # Selected: typing a name starts editing it.
-        self.table.setCurrentCell(len(self._pairs) - 1, NAME_COLUMN)
-        self.table.setFocus()
-
-    def _on_remove_clicked(self) -> None:
-        if not self._pairs:
-            return
-        row = self.table.currentRow()
-        if not 0 <= row < len(self._pairs):
-            row = len(self._pairs) - 1
-        del self._pairs[row]
-        self._update_table()
-        self._push()
+    def _write_rows(self) -> None:
+        self._model.update(env=tuple(self._rows))

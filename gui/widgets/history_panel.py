@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
     QModelIndex,
     QObject,
     QPersistentModelIndex,
@@ -50,6 +49,7 @@ from gui.models.history import (
     loss_overlay,
 )
 from gui.models.monitor import MonitorModel
+from gui.widgets.column_table_model import ColumnTableModel
 from gui.widgets.monitor_panel import STATUS_COLORS
 from runner.store.store import RunStore
 
@@ -58,24 +58,13 @@ STATUS_COLUMN = HISTORY_COLUMNS.index("Status")
 EXPORT_CHART_SIZE = (1600, 1000)
 
 
-class RunsTableModel(QAbstractTableModel):
+class RunsTableModel(ColumnTableModel):
     def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.rows: list[RunRow] = []
+        super().__init__(HISTORY_COLUMNS, parent)
+        self.rows: list[RunRow]
         self._bold = QFont()
         self._bold.setBold(True)
         self._now = time.time()
-
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(HISTORY_COLUMNS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return HISTORY_COLUMNS[section]
-        return None
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid():

@@ -11,7 +11,7 @@ node (``[node2 r5] ...``); with lines from several hosts a node filter appears.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QFontDatabase, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
 from gui.models.nodes import log_nodes
+from gui.widgets.throttled import RefreshThrottle
 
 ALL_RANKS = "all"
 LAUNCHER = "launcher"
@@ -85,15 +86,12 @@ class LogView(QWidget):
         layout.addWidget(self.footer)
         self._seen = 0
         self._shown_lines = 0
-        self._dirty = True
         self._rebuild_needed = True
         self._known_ranks: set[int] = set()
         self._adjusting_scroll = False
+        self._throttle = RefreshThrottle(self, self.refresh, refresh_hz)
+        self.timer = self._throttle.timer
         self._connect_model(model)
-        self.timer = QTimer(self)
-        self.timer.setInterval(int(1000 / refresh_hz))
-        self.timer.timeout.connect(self._on_timer)
-        self.timer.start()
 
     # ---- model -----------------------------------------------------------------------
 
@@ -104,13 +102,12 @@ class LogView(QWidget):
         self._on_model_reset()
 
     def _connect_model(self, model: MonitorModel) -> None:
-        model.logs_added.connect(self._on_logs_added)
+        self._throttle.watch(model.logs_added, model.ranks_changed)
         model.reset.connect(self._on_model_reset)
-        model.ranks_changed.connect(self._on_logs_added)
 
     def _on_model_reset(self) -> None:
         self._rebuild_needed = True
-        self._dirty = True
+        self._throttle.mark_dirty()
         if self.node_choice.count() > 1 and not log_nodes(self.model):
             # Another run: its nodes are not the last one's.
             self.node_choice.blockSignals(True)
@@ -119,9 +116,6 @@ class LogView(QWidget):
             self.node_choice.setCurrentIndex(0)
             self.node_choice.blockSignals(False)
             self.node_choice.hide()
-
-    def _on_logs_added(self) -> None:
-        self._dirty = True
 
     # ---- filter ----------------------------------------------------------------------
 
@@ -144,7 +138,6 @@ class LogView(QWidget):
 
     def _on_filter_changed(self, *_args) -> None:
         self._rebuild_needed = True
-        self._dirty = True
         self.refresh()
 
     def _matches(self, entry: LogEntry, rank, needle: str, node: str = ALL_NODES) -> bool:
@@ -207,12 +200,8 @@ class LogView(QWidget):
 
     # ---- drawing ---------------------------------------------------------------------
 
-    def _on_timer(self) -> None:
-        if self._dirty:
-            self.refresh()
-
     def refresh(self) -> None:
-        self._dirty = False
+        self._throttle.mark_clean()
         self._update_rank_choices()
         self._update_node_choices()
         rank = self.rank_choice.currentData()

@@ -7,7 +7,7 @@ a node to see its log lines only.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 from gui.models.monitor import MonitorModel
 from gui.models.nodes import NODE_COLUMNS, node_cells, node_rows, ranks_by_node
 from gui.widgets.rank_table import STATE_COLORS, state_tint
+from gui.widgets.throttled import RefreshThrottle
 from runner.state import NodeState, RankState
 
 NODE_STATE_COLORS: dict[str, QColor] = {
@@ -72,30 +73,13 @@ class NodesStatus(QWidget):
         layout.addWidget(self.table)
         self._bold = QFont(self.font())
         self._bold.setBold(True)
-        self._dirty = True
-        model.nodes_changed.connect(self._on_nodes_changed)
-        model.ranks_changed.connect(self._on_nodes_changed)
-        model.reset.connect(self._on_nodes_changed)
-        self.timer = QTimer(self)
-        self.timer.setInterval(int(1000 / refresh_hz))
-        self.timer.timeout.connect(self._on_timer)
-        self.timer.start()
+        self._throttle = RefreshThrottle(self, self.refresh, refresh_hz, only_when_visible=True)
+        self.timer = self._throttle.timer
+        self._throttle.watch(model.nodes_changed, model.ranks_changed, model.reset)
         self.refresh()
 
-    def _on_nodes_changed(self) -> None:
-        self._dirty = True
-
-    def _on_timer(self) -> None:
-        if self._dirty and self.isVisible():  # hidden tabs catch up when shown
-            self.refresh()
-
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
-        super().showEvent(event)
-        if self._dirty:
-            self.refresh()
-
     def refresh(self) -> None:
-        self._dirty = False
+        self._throttle.mark_clean()
         nodes = node_rows(self.model)
         ranks = ranks_by_node(self.model)
         self.table.setRowCount(len(nodes))

@@ -16,19 +16,15 @@ from dataclasses import replace
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QPalette
 from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QHBoxLayout,
     QHeaderView,
     QLabel,
     QStyledItemDelegate,
-    QTableWidget,
     QTableWidgetItem,
-    QToolButton,
-    QVBoxLayout,
     QWidget,
 )
 
 from gui.models.launch_form import Evaluation, FormState, LaunchFormModel, NodeRow
+from gui.widgets.editable_table import EditableTable
 
 COLUMNS = ("host", "processes", "user", "port", "python", "workdir")
 """``NodeRow`` fields, in column order (also the spec's field names: ``nodes[i].<field>``)."""
@@ -61,51 +57,29 @@ class PlaceholderDelegate(QStyledItemDelegate):
             option.palette.setColor(QPalette.ColorRole.Text, option.palette.color(QPalette.ColorRole.PlaceholderText))
 
 
-class NodesTable(QWidget):
+class NodesTable(EditableTable):
     def __init__(self, model: LaunchFormModel, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__(HEADERS, add_tip="Add a node", remove_tip="Remove the selected node", least_rows=1,
+                         shown_rows=(2, 5), parent=parent)
         self._model = model
-        self._rows: list[NodeRow] = []
+        self._rows: list[NodeRow]
 
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels(list(HEADERS))
         for column, tip in enumerate(HEADER_TIPS):
             self.table.horizontalHeaderItem(column).setToolTip(tip)
         self.table.verticalHeader().setVisible(True)  # the node rank
-        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         for column in (HOST_COLUMN, PYTHON_COLUMN, WORKDIR_COLUMN):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
         for column in (PROCESSES_COLUMN, USER_COLUMN, PORT_COLUMN):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setItemDelegate(PlaceholderDelegate(self.table))
         self.table.setToolTip("One row per machine; node 0 is where Rankwatch runs, the others are "
                               "reached over SSH. Empty cells take the default.")
-        self.table.itemChanged.connect(self._on_item_changed)
-        self.add_button = QToolButton()
-        self.add_button.setText("+")
-        self.add_button.setToolTip("Add a node")
-        self.add_button.clicked.connect(self._on_add_clicked)
-        self.remove_button = QToolButton()
-        self.remove_button.setText("−")
-        self.remove_button.setToolTip("Remove the selected node")
-        self.remove_button.clicked.connect(self._on_remove_clicked)
         self.summary = QLabel()
         self.summary.setObjectName("hint")
-
-        buttons = QHBoxLayout()
-        buttons.setContentsMargins(0, 0, 0, 0)
-        buttons.addWidget(self.add_button)
-        buttons.addWidget(self.remove_button)
-        buttons.addSpacing(6)
-        buttons.addWidget(self.summary, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addWidget(self.table)
-        layout.addLayout(buttons)
+        self.button_row.addSpacing(6)
+        self.button_row.addWidget(self.summary, 1)
 
         model.state_replaced.connect(self._on_state_replaced)
         model.evaluated.connect(self._on_evaluated)
@@ -130,18 +104,14 @@ class NodesTable(QWidget):
         value = getattr(node, COLUMNS[column])
         return "" if value is None else str(value)
 
-    def _update_table(self) -> None:
-        self.table.blockSignals(True)
-        self.table.setRowCount(len(self._rows))
+    def _fill_table(self) -> None:
         for index, node in enumerate(self._rows):
             for column in range(len(COLUMNS)):
                 self.table.setItem(index, column, QTableWidgetItem(self._cell_text(node, column)))
         self.table.setVerticalHeaderLabels([str(rank) for rank in range(len(self._rows))])
-        self.table.blockSignals(False)
-        self.remove_button.setEnabled(len(self._rows) > 1)
-        visible_rows = min(max(len(self._rows), 2), 5)
-        header = self.table.horizontalHeader().height() or self.fontMetrics().height() + 8
-        self.table.setFixedHeight(header + visible_rows * self.table.verticalHeader().defaultSectionSize() + 4)
+
+    def _update_table(self) -> None:
+        super()._update_table()
         self._mark_errors(self._model.evaluation)
 
     def _on_evaluated(self, evaluation: Evaluation) -> None:
@@ -176,39 +146,16 @@ class NodesTable(QWidget):
         nodes = len(launch.nodes)
         self.summary.setText(f"{nodes} node{'s' if nodes != 1 else ''} · world size {launch.world_size}")
 
-    def _push(self) -> None:
-        self.remove_button.setEnabled(len(self._rows) > 1)
-        self._model.update(nodes=tuple(self._rows))
+    def _new_row(self) -> NodeRow:
+        return NodeRow(host="", processes="auto")
 
-    def _on_item_changed(self, item: QTableWidgetItem) -> None:
-        row = item.row()
-        if not 0 <= row < len(self._rows):
-            return
-        text = item.text().strip()
-        column = item.column()
+    def _edited_row(self, row: NodeRow, column: int, text: str) -> NodeRow:
+        text = text.strip()
         if column == HOST_COLUMN:
-            self._rows[row] = replace(self._rows[row], host=text)
-        elif column == PROCESSES_COLUMN:
-            self._rows[row] = replace(self._rows[row], processes=text or "auto")
-        else:
-            self._rows[row] = replace(self._rows[row], **{COLUMNS[column]: text or None})
-        self._push()
+            return replace(row, host=text)
+        if column == PROCESSES_COLUMN:
+            return replace(row, processes=text or "auto")
+        return replace(row, **{COLUMNS[column]: text or None})
 
-    def _on_add_clicked(self) -> None:
-        self._rows.append(NodeRow(host="", processes="auto"))
-        self._update_table()
-        self._push()
-        # Selected: typing a host name starts editing it.
-        self.table.setCurrentCell(len(self._rows) - 1, HOST_COLUMN)
-        self.table.setFocus()
-
-    def _on_remove_clicked(self) -> None:
-        if len(self._rows) <= 1:
-            return
-        row = self.table.currentRow()
-        if not 0 <= row < len(self._rows):
-            row = len(self._rows) - 1
-        del self._rows[row]
-        self._update_table()
-        self._push()
-
+    def _write_rows(self) -> None:
+        self._model.update(nodes=tuple(self._rows))

@@ -18,12 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
     QModelIndex,
     QPersistentModelIndex,
     QSortFilterProxyModel,
     Qt,
-    QTimer,
     Signal,
 )
 from PySide6.QtGui import QBrush, QColor, QFont, QPen
@@ -46,6 +44,8 @@ from gui.models.monitor import (
     rank_sort_keys,
 )
 from gui.models.nodes import is_multi_node
+from gui.widgets.column_table_model import ColumnTableModel
+from gui.widgets.throttled import RefreshThrottle
 from runner.state import RankState
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -80,13 +80,13 @@ def state_tint(state: str | None) -> QColor | None:
     return tint
 
 
-class RankTableModel(QAbstractTableModel):
+class RankTableModel(ColumnTableModel):
     """Qt's view of the monitor model's rank rows."""
 
     def __init__(self, model: MonitorModel, parent=None) -> None:
-        super().__init__(parent)
+        super().__init__(RANK_COLUMNS, parent)
         self.model = model
-        self._rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]]
         self._cells: list[tuple[str, ...]] = []
         self._notes: dict[int, str] = {}
         self.notes_provider: NotesProvider | None = None
@@ -94,21 +94,10 @@ class RankTableModel(QAbstractTableModel):
         self._bold = QFont()
         self._bold.setBold(True)
 
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(RANK_COLUMNS)
-
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
-            return RANK_COLUMNS[section]
-        return None
-
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
         if not index.isValid():
             return None
-        row = self._rows[index.row()]
+        row = self.rows[index.row()]
         column = index.column()
         if role == Qt.ItemDataRole.DisplayRole:
             return self._cells[index.row()][column]
@@ -149,18 +138,18 @@ class RankTableModel(QAbstractTableModel):
         rows = self.model.rank_rows()
         self._notes = self.notes_provider(self._now) if self.notes_provider is not None else {}
         cells = [rank_cells(row, self._now, self._notes.get(int(row["rank"]), "")) for row in rows]
-        same_ranks = [r.get("rank") for r in rows] == [r.get("rank") for r in self._rows]
+        same_ranks = [r.get("rank") for r in rows] == [r.get("rank") for r in self.rows]
         if same_ranks:
-            self._rows, self._cells = rows, cells
+            self.rows, self._cells = rows, cells
             if rows:
                 self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(RANK_COLUMNS) - 1))
         else:
             self.beginResetModel()
-            self._rows, self._cells = rows, cells
+            self.rows, self._cells = rows, cells
             self.endResetModel()
 
     def rank_at(self, row: int) -> int | None:
-        return self._rows[row].get("rank") if 0 <= row < len(self._rows) else None
+        return self.rows[row].get("rank") if 0 <= row < len(self.rows) else None
 
 
 class NodeSeparatorDelegate(QStyledItemDelegate):
@@ -222,13 +211,10 @@ class RankTable(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view)
-        self._dirty = True
         self._last_refresh = 0.0
+        self._throttle = RefreshThrottle(self, self.refresh, refresh_hz, also_when=self._heartbeats_due)
+        self.timer = self._throttle.timer
         self._connect_model(model)
-        self.timer = QTimer(self)
-        self.timer.setInterval(int(1000 / refresh_hz))
-        self.timer.timeout.connect(self._on_timer)
-        self.timer.start()
 
     def set_model(self, model: MonitorModel) -> None:
         self.model = model
@@ -239,31 +225,26 @@ class RankTable(QWidget):
     def set_notes(self, provider: NotesProvider | None) -> None:
         """Where the Diagnosis column's notes come from (``DiagnosisModel.rank_notes``)."""
         self.table_model.notes_provider = provider
-        self._dirty = True
+        self._throttle.mark_dirty()
 
     def _connect_model(self, model: MonitorModel) -> None:
-        model.ranks_changed.connect(self._on_ranks_changed)
-        model.nodes_changed.connect(self._on_ranks_changed)
-        model.reset.connect(self._on_ranks_changed)
+        self._throttle.watch(model.ranks_changed, model.nodes_changed, model.reset)
 
     def _on_sort_changed(self, column: int, _order: Qt.SortOrder) -> None:
         self.separators.enabled = column == NODE_COLUMN and not self.view.isColumnHidden(NODE_COLUMN)
         self.view.viewport().update()
 
-    def _on_ranks_changed(self) -> None:
-        self._dirty = True
-
     def mark_dirty(self) -> None:
         """Redraw on the next tick (the notes changed)."""
-        self._dirty = True
+        self._throttle.mark_dirty()
 
-    def _on_timer(self) -> None:
+    def _heartbeats_due(self) -> bool:
+        """While live, redraw at least once a second even when nothing changed: heartbeat ages tick."""
         live = not self.model.finished and bool(self.model.ranks)
-        if self._dirty or (live and time.monotonic() - self._last_refresh >= 1.0):
-            self.refresh()
+        return live and time.monotonic() - self._last_refresh >= 1.0
 
     def refresh(self, now: float | None = None) -> None:
-        self._dirty = False
+        self._throttle.mark_clean()
         self._last_refresh = time.monotonic()
         self.table_model.refresh(now)
         self._update_node_column()

@@ -3,14 +3,15 @@
 The launch form's environment table and nodes table both keep their rows as a
 list, hand the whole list to the form model after every edit, add a row selected
 for typing and remove the selected row (or the last one), and size themselves to
-show a few rows. :class:`EditableTable` does that once; a subclass says what a
-new row is (``_new_row``), how a row fills the table (``_fill_table``), what an
-edited cell makes of a row (``_edited_row``) and what the model gets (``_write_rows``).
+show a few rows. :class:`EditableTable` does that once. What differs is said by
+a :class:`RowCodec` (what a new row is, the texts of a row's cells, what an edited
+cell makes of a row: plain Python) and a ``write`` callback (what the model gets).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import abc
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from PySide6.QtWidgets import (
@@ -24,6 +25,22 @@ from PySide6.QtWidgets import (
 )
 
 
+class RowCodec(abc.ABC):
+    """How one kind of row looks in the table and changes when a cell is typed into."""
+
+    @abc.abstractmethod
+    def new(self) -> Any:
+        """The row the + button adds."""
+
+    @abc.abstractmethod
+    def cells(self, row: Any) -> Sequence[str]:
+        """The text of each of the row's cells, in column order."""
+
+    @abc.abstractmethod
+    def edited(self, row: Any, column: int, text: str) -> Any:
+        """``row`` with the cell in ``column`` typed as ``text``."""
+
+
 class EditableTable(QWidget):
     """``table`` with ``add_button`` and ``remove_button`` in ``button_row`` below it.
 
@@ -31,10 +48,13 @@ class EditableTable(QWidget):
     table is as high as this many rows (least, most), whatever it holds.
     """
 
-    def __init__(self, headers: Sequence[str], *, add_tip: str, remove_tip: str, least_rows: int = 0,
-                 shown_rows: tuple[int, int] = (3, 6), parent: QWidget | None = None) -> None:
+    def __init__(self, headers: Sequence[str], codec: RowCodec, write: Callable[[list[Any]], None], *,
+                 add_tip: str, remove_tip: str, least_rows: int = 0, shown_rows: tuple[int, int] = (3, 6),
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._rows: list[Any] = []
+        self._codec = codec
+        self._write = write
         self._least_rows = least_rows
         self._shown_rows = shown_rows
 
@@ -62,30 +82,14 @@ class EditableTable(QWidget):
         layout.addWidget(self.table)
         layout.addLayout(self.button_row)
 
-    # ---- for subclasses --------------------------------------------------------------
-
-    def _new_row(self) -> Any:
-        """The row the + button adds."""
-        raise NotImplementedError
-
-    def _fill_table(self) -> None:
-        """Put ``_rows`` into the table's cells (its row count is set, its signals blocked)."""
-        raise NotImplementedError
-
-    def _edited_row(self, row: Any, column: int, text: str) -> Any:
-        """``row`` with the cell in ``column`` typed as ``text``."""
-        raise NotImplementedError
-
-    def _write_rows(self) -> None:
-        """Hand ``_rows`` to the model."""
-        raise NotImplementedError
-
     # ---- shared ----------------------------------------------------------------------
 
     def _update_table(self) -> None:
         self.table.blockSignals(True)
         self.table.setRowCount(len(self._rows))
-        self._fill_table()
+        for index, row in enumerate(self._rows):
+            for column, text in enumerate(self._codec.cells(row)):
+                self.table.setItem(index, column, QTableWidgetItem(text))
         self.table.blockSignals(False)
         self.remove_button.setEnabled(len(self._rows) > self._least_rows)
         least, most = self._shown_rows
@@ -95,17 +99,17 @@ class EditableTable(QWidget):
 
     def _push(self) -> None:
         self.remove_button.setEnabled(len(self._rows) > self._least_rows)
-        self._write_rows()
+        self._write(list(self._rows))
 
     def _on_item_changed(self, item: QTableWidgetItem) -> None:
         row = item.row()
         if not 0 <= row < len(self._rows):
             return
-        self._rows[row] = self._edited_row(self._rows[row], item.column(), item.text())
+        self._rows[row] = self._codec.edited(self._rows[row], item.column(), item.text())
         self._push()
 
     def _on_add_clicked(self) -> None:
-        self._rows.append(self._new_row())
+        self._rows.append(self._codec.new())
         self._update_table()
         self._push()
         # Selected: typing starts editing its first cell.

@@ -7,20 +7,34 @@ the error appears under the table.
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QHeaderView, QTableWidgetItem, QWidget
+from PySide6.QtWidgets import QHeaderView, QWidget
 
 from gui.models.launch_form import FormState, LaunchFormModel
-from gui.widgets.editable_table import EditableTable
+from gui.widgets.editable_table import EditableTable, RowCodec
 
 NAME_COLUMN = 0
 VALUE_COLUMN = 1
 
 
+class EnvRows(RowCodec):
+    """(name, value) pairs; names are stripped, values kept as typed."""
+
+    def new(self) -> tuple[str, str]:
+        return ("", "")
+
+    def cells(self, row: tuple[str, str]) -> tuple[str, str]:
+        return row
+
+    def edited(self, row: tuple[str, str], column: int, text: str) -> tuple[str, str]:
+        name, value = row
+        return (text.strip(), value) if column == NAME_COLUMN else (name, text)
+
+
 class EnvTable(EditableTable):
     def __init__(self, model: LaunchFormModel, parent: QWidget | None = None) -> None:
-        super().__init__(("Name", "Value"), add_tip="Add a variable", remove_tip="Remove the selected variable",
+        super().__init__(("Name", "Value"), EnvRows(), lambda rows: model.update(env=tuple(rows)),
+                         add_tip="Add a variable", remove_tip="Remove the selected variable",
                          shown_rows=(3, 6), parent=parent)
-        self._model = model
         self._rows: list[tuple[str, str]]
 
         self.table.verticalHeader().setVisible(False)
@@ -43,18 +57,3 @@ class EnvTable(EditableTable):
     def _on_state_replaced(self, state: FormState) -> None:
         self._rows = [(name, value) for name, value in state.env]
         self._update_table()
-
-    def _new_row(self) -> tuple[str, str]:
-        return ("", "")
-
-    def _fill_table(self) -> None:
-        for row, (name, value) in enumerate(self._rows):
-            self.table.setItem(row, NAME_COLUMN, QTableWidgetItem(name))
-            self.table.setItem(row, VALUE_COLUMN, QTableWidgetItem(value))
-
-    def _edited_row(self, row: tuple[str, str], column: int, text: str) -> tuple[str, str]:
-        name, value = row
-        return (text.strip(), value) if column == NAME_COLUMN else (name, text)
-
-    def _write_rows(self) -> None:
-        self._model.update(env=tuple(self._rows))

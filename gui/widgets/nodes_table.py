@@ -19,12 +19,11 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QStyledItemDelegate,
-    QTableWidgetItem,
     QWidget,
 )
 
 from gui.models.launch_form import Evaluation, FormState, LaunchFormModel, NodeRow
-from gui.widgets.editable_table import EditableTable
+from gui.widgets.editable_table import EditableTable, RowCodec
 
 COLUMNS = ("host", "processes", "user", "port", "python", "workdir")
 """``NodeRow`` fields, in column order (also the spec's field names: ``nodes[i].<field>``)."""
@@ -57,9 +56,28 @@ class PlaceholderDelegate(QStyledItemDelegate):
             option.palette.setColor(QPalette.ColorRole.Text, option.palette.color(QPalette.ColorRole.PlaceholderText))
 
 
+class NodeRows(RowCodec):
+    """One ``NodeRow`` per machine; an empty cell means the default (None, or "auto" processes)."""
+
+    def new(self) -> NodeRow:
+        return NodeRow(host="", processes="auto")
+
+    def cells(self, node: NodeRow) -> list[str]:
+        return ["" if getattr(node, name) is None else str(getattr(node, name)) for name in COLUMNS]
+
+    def edited(self, row: NodeRow, column: int, text: str) -> NodeRow:
+        text = text.strip()
+        if column == HOST_COLUMN:
+            return replace(row, host=text)
+        if column == PROCESSES_COLUMN:
+            return replace(row, processes=text or "auto")
+        return replace(row, **{COLUMNS[column]: text or None})
+
+
 class NodesTable(EditableTable):
     def __init__(self, model: LaunchFormModel, parent: QWidget | None = None) -> None:
-        super().__init__(HEADERS, add_tip="Add a node", remove_tip="Remove the selected node", least_rows=1,
+        super().__init__(HEADERS, NodeRows(), lambda rows: model.update(nodes=tuple(rows)),
+                         add_tip="Add a node", remove_tip="Remove the selected node", least_rows=1,
                          shown_rows=(2, 5), parent=parent)
         self._model = model
         self._rows: list[NodeRow]
@@ -99,19 +117,9 @@ class NodesTable(EditableTable):
         self._rows = list(state.nodes)
         self._update_table()
 
-    @staticmethod
-    def _cell_text(node: NodeRow, column: int) -> str:
-        value = getattr(node, COLUMNS[column])
-        return "" if value is None else str(value)
-
-    def _fill_table(self) -> None:
-        for index, node in enumerate(self._rows):
-            for column in range(len(COLUMNS)):
-                self.table.setItem(index, column, QTableWidgetItem(self._cell_text(node, column)))
-        self.table.setVerticalHeaderLabels([str(rank) for rank in range(len(self._rows))])
-
     def _update_table(self) -> None:
         super()._update_table()
+        self.table.setVerticalHeaderLabels([str(rank) for rank in range(len(self._rows))])  # node ranks
         self._mark_errors(self._model.evaluation)
 
     def _on_evaluated(self, evaluation: Evaluation) -> None:
@@ -145,17 +153,3 @@ class NodesTable(EditableTable):
             return
         nodes = len(launch.nodes)
         self.summary.setText(f"{nodes} node{'s' if nodes != 1 else ''} · world size {launch.world_size}")
-
-    def _new_row(self) -> NodeRow:
-        return NodeRow(host="", processes="auto")
-
-    def _edited_row(self, row: NodeRow, column: int, text: str) -> NodeRow:
-        text = text.strip()
-        if column == HOST_COLUMN:
-            return replace(row, host=text)
-        if column == PROCESSES_COLUMN:
-            return replace(row, processes=text or "auto")
-        return replace(row, **{COLUMNS[column]: text or None})
-
-    def _write_rows(self) -> None:
-        self._model.update(nodes=tuple(self._rows))

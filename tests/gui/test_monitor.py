@@ -202,10 +202,10 @@ def test_detach_leaves_the_job_running_and_attach_replays_its_whole_history(qtbo
 
 def test_a_finished_run_opens_from_the_store(qtbot, panel, fake_runner):
     runner = fake_runner(ranks=8, store=True, rate_hz=200, total_steps=30)
-    qtbot.waitUntil(lambda: runner.ended, timeout=5000)
+    qtbot.waitUntil(lambda: runner.ended, timeout=20000)  # generous: the machine may be busy
     panel.attach(runner.run_id)
     loss = panel.charts.charts["loss"]
-    qtbot.waitUntil(lambda: len(loss.keys) == 8 and loss.curve_points(7) == 30, timeout=5000)
+    qtbot.waitUntil(lambda: len(loss.keys) == 8 and loss.curve_points(7) == 30, timeout=20000)
     assert not panel.has_live_run()
     assert panel.model.status == "succeeded"
     assert panel.status_label.text() == "succeeded"

@@ -243,6 +243,7 @@ def _use_error_file(failure: RankFailure, path: str) -> None:
 CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing|"
                          r"NCCL communicator was aborted|remote process exited|Broken pipe")
 ECHO_WINDOW_SECONDS = 5.0
+STOPPING_SIGNALS = {signals.SIGTERM, signals.SIGINT}
 """How long after a peer's death its survivors' connection errors can still arrive."""
 
 
@@ -270,10 +271,15 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
         # A rank killed by a signal dies before anyone notices; if torchrun names it as the
         # root cause and its own loss of connection is no later than the first exception,
         # trust that.
+        # SIGTERM/SIGINT are torchrun (or a person) stopping ranks, not a cause; and torchrun's
+        # "first observed" can be a survivor whose error file is timestamped before torchrun
+        # noticed the killed rank, so an echo is never promoted this way.
         root = data.report.root_cause if data.report else None
-        if root is not None and root.rank != first.rank and root.exit_code is not None and root.exit_code < 0:
+        if (root is not None and root.rank != first.rank and root.exit_code is not None
+                and root.exit_code < 0 and -root.exit_code not in STOPPING_SIGNALS):
             for candidate in candidates:
-                if candidate.rank == root.rank and (candidate.when is None or candidate.when <= first.when + 0.5):
+                if (candidate.rank == root.rank and not is_consequence(candidate)
+                        and (candidate.when is None or candidate.when <= first.when + 0.5)):
                     first = candidate
                     break
     else:

@@ -68,6 +68,25 @@ def test_a_survivors_connection_error_is_an_echo_of_the_killed_rank_even_when_it
     assert [o["rank"] for o in summary["other_failures"]] == [0]
 
 
+def test_torchrun_naming_a_stopped_survivor_as_root_cause_does_not_beat_the_killed_rank():
+    """torchrun's "first observed failure" can be a survivor: its error file (the echo) is
+    timestamped before torchrun polled the killed rank; it then SIGTERMs the survivor."""
+    data = killed_input([])
+    data.lost = {1: 100.3}
+    data.exceptions = {0: {"t": 100.1, "exc_type": "RuntimeError", "traceback": "Traceback ...",
+                           "message": "[pair.cc:561] Connection closed by peer. This is typically caused by a "
+                                      "remote worker crashing."}}
+    swapped = (KILLED_REPORT.replace("rank      : 0 (local_rank: 0)", "rank      : X")
+               .replace("rank      : 1 (local_rank: 1)", "rank      : 0 (local_rank: 0)")
+               .replace("rank      : X", "rank      : 1 (local_rank: 1)")
+               .replace("-15 (pid: 4805)", "-9 (pid: 4806)", 1).replace("-9 (pid: 4806)\n", "-15 (pid: 4805)\n"))
+    data.report = parse_torchrun_report(swapped.splitlines())
+    assert data.report.root_cause.rank == 0 and data.report.root_cause.exit_code == -15
+    summary = triage(data, 1, stopped=False)
+    assert summary["first_failure"]["rank"] == 1
+    assert summary["headline"].startswith("rank 1 on node-a failed first (signal SIGKILL)")
+
+
 def test_without_a_readable_kernel_log_the_hint_says_so_and_never_fails():
     summary = triage(killed_input(None), 1, stopped=False)
     assert summary["first_failure"]["kernel_log"] is None

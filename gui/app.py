@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Qt is imported only now: a server without a display often lacks libGL too.
     from gui.main_window import MainWindow, app_icon, apply_color_scheme, follow_system_color_scheme
-    from runner.spec.profiles import EXAMPLE_PROFILE
+    from runner.profile.files import EXAMPLE_PROFILE
 
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "rankwatch"])
     app.setApplicationName("Rankwatch")

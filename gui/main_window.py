@@ -36,8 +36,8 @@ from gui.widgets.history_panel import HistoryPanel
 from gui.widgets.launch_panel import LaunchPanel
 from gui.widgets.monitor_panel import MonitorPanel
 from runner import paths
-from runner.spec.parse import SpecErrors
-from runner.spec.profiles import EXAMPLE_PROFILE, ProfileError
+from runner.profile.files import EXAMPLE_PROFILE, ProfileError
+from runner.profile.parse import SpecErrors
 
 APP_TITLE = "Rankwatch"
 DEFAULT_SIZE = (1320, 840)

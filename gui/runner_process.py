@@ -24,9 +24,9 @@ from typing import Any
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
 
 from runner import paths
-from runner.spec.model import LaunchSpec
-from runner.spec.profiles import write_spec_file
-from runner.spec.resolve import absolute_paths
+from runner.profile.files import write_spec_file
+from runner.profile.resolve import absolute_paths
+from runner.profile.spec import LaunchSpec
 
 LAUNCH_TIMEOUT_MS = 60_000
 

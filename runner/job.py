@@ -45,16 +45,16 @@ from runner.launch.command import (
 from runner.launch.nodes import LocalNode, NodeHandle
 from runner.launch.output import OutputLine
 from runner.launch.rendezvous import plan_rendezvous
+from runner.profile.check import check_launch
+from runner.profile.files import Profile, dumps_spec
+from runner.profile.parse import SpecErrors, spec_to_dict
+from runner.profile.resolve import MachineFacts, ResolvedLaunch, ResolvedNode, resolve
 from runner.remote.addresses import remote_nodes
 from runner.remote.head import RemoteNodes
 from runner.remote.preflight import preflight_nodes
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import detect_machine
 from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage
-from runner.spec.check import check_launch
-from runner.spec.parse import SpecErrors, spec_to_dict
-from runner.spec.profiles import Profile, dumps_spec
-from runner.spec.resolve import MachineFacts, ResolvedLaunch, ResolvedNode, resolve
 from runner.state import NodeState, RankState, RunStatus
 from runner.telemetry.loss_parser import LossParser
 

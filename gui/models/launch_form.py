@@ -4,9 +4,9 @@
 as picked) and, after every edit, evaluates it the way ``rankwatch run`` would:
 
 1. the form becomes the same TOML-shaped table a profile file holds, and
-   ``runner.spec.parse.spec_from_dict`` turns it into a ``LaunchSpec`` -- so every
+   ``runner.profile.parse.spec_from_dict`` turns it into a ``LaunchSpec`` -- so every
    field error is the CLI's own message, naming the same field;
-2. ``runner.spec.resolve`` + ``runner.spec.check.check_launch`` check it against this
+2. ``runner.profile.resolve`` + ``runner.profile.check.check_launch`` check it against this
    machine (GPUs as the runner's probe reported them);
 3. ``runner.launch.command.build_commands`` builds each node's torchrun command:
    the preview is the function the runner uses, not a copy of it.
@@ -28,9 +28,16 @@ from gui.models.probe import InterpreterInfo
 from runner.launch.command import RendezvousPlan, build_commands
 from runner.launch.ports import free_port
 from runner.launch.rendezvous import plan_rendezvous
-from runner.sampling.gpu_report import GpuReport
-from runner.spec.check import check_launch, torch_missing
-from runner.spec.model import (
+from runner.profile.check import check_launch, torch_missing
+from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
+from runner.profile.resolve import (
+    MachineFacts,
+    ResolvedLaunch,
+    ResolvedNode,
+    default_interpreter,
+    resolve,
+)
+from runner.profile.spec import (
     AUTO,
     SCHEMA_VERSION,
     GpuSelection,
@@ -38,14 +45,7 @@ from runner.spec.model import (
     NodeSpec,
     TelemetrySpec,
 )
-from runner.spec.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
-from runner.spec.resolve import (
-    MachineFacts,
-    ResolvedLaunch,
-    ResolvedNode,
-    default_interpreter,
-    resolve,
-)
+from runner.sampling.gpu_report import GpuReport
 
 ENTRY_SCRIPT = "script"
 ENTRY_MODULE = "module"
@@ -286,7 +286,7 @@ def interpreter_errors(info: InterpreterInfo, launch: ResolvedLaunch) -> list[tu
 
     ``check_launch`` can find torch itself, but only by running the interpreter, which
     would block the GUI; the probe already ran it, so its answer is used instead,
-    worded as ``runner.spec.check`` words it.
+    worded as ``runner.profile.check`` words it.
     """
     python = info.python
     if not info.ran:

@@ -1,7 +1,7 @@
 """The profile list as plain Python: saved profiles, the bundled example, and what you can do to them.
 
 Profiles are the same TOML files ``rankwatch run PROFILE`` reads
-(``<config>/profiles/NAME.toml``, see ``runner.spec.profiles``). The bundled
+(``<config>/profiles/NAME.toml``, see ``runner.profile.files``). The bundled
 example is listed until a profile named ``example`` is saved over it.
 
 A profile's relative paths start from its file's folder. Moving a spec to another
@@ -17,8 +17,7 @@ from pathlib import Path
 
 from gui.models import Event
 from runner import paths
-from runner.spec.model import LaunchSpec
-from runner.spec.profiles import (
+from runner.profile.files import (
     EXAMPLE_PROFILE,
     PROFILE_NAME,
     Profile,
@@ -33,6 +32,7 @@ from runner.spec.profiles import (
     save_profile,
     write_spec_file,
 )
+from runner.profile.spec import LaunchSpec
 
 
 def rebase_spec(spec: LaunchSpec, old_base: Path, new_base: Path) -> LaunchSpec:

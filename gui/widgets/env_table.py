@@ -1,7 +1,7 @@
 """Extra environment variables for every worker (name, value).
 
 Names torchrun or Rankwatch set themselves (``RANK``, ``CUDA_VISIBLE_DEVICES``, ...)
-are refused by ``runner.spec.check`` with a message saying where to set them instead;
+are refused by ``runner.profile.check`` with a message saying where to set them instead;
 the error appears under the table.
 """
 

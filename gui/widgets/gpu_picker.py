@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
 
 from gui.models.launch_form import FormState, LaunchFormModel
 from gui.models.probe import describe_gpus, gpu_rows
+from runner.profile.spec import ALL, CPU
 from runner.sampling.gpu_report import GpuReport
-from runner.spec.model import ALL, CPU
 
 MODE_ALL, MODE_PICK, MODE_CPU = 0, 1, 2
 COLUMNS = ["GPU", "Name", "Memory", "Util", "Status", "Processes"]

@@ -53,7 +53,7 @@ from gui.widgets.gpu_picker import GpuPicker
 from gui.widgets.nodes_table import NodesTable
 from gui.widgets.profile_list import ProfileList
 from runner.interpreters import discover_interpreters
-from runner.spec.model import AUTO, BACKENDS, RENDEZVOUS_MODES
+from runner.profile.spec import AUTO, BACKENDS, RENDEZVOUS_MODES
 
 GPU_REFRESH_MS = 5000
 INTERPRETER_SCAN_DELAY_MS = 400

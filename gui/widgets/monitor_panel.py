@@ -52,7 +52,7 @@ from gui.widgets.nodes_status import NodesStatus
 from gui.widgets.rank_table import STATE_COLORS, RankTable
 from gui.widgets.run_progress import RunProgress
 from gui.widgets.stacks_view import StacksView
-from runner.spec.model import LaunchSpec
+from runner.profile.spec import LaunchSpec
 from runner.state import RankState, RunStatus
 from runner.store.store import RunNotFound, RunStore
 

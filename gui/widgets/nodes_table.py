@@ -1,6 +1,6 @@
 """The nodes table: one row per machine; the first row is the head (where Rankwatch runs).
 
-Columns are the fields of a ``[[nodes]]`` table (``runner.spec.model.NodeSpec``):
+Columns are the fields of a ``[[nodes]]`` table (``runner.profile.spec.NodeSpec``):
 host, processes, and for nodes reached over SSH the user and port, the node's
 Python and working directory. An empty cell means the default (shown greyed:
 your ssh config's user and port, the form's interpreter and working directory).

@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
 
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.profiles import ProfileListModel
-from runner.spec.parse import SpecErrors
-from runner.spec.profiles import ProfileError
+from runner.profile.files import ProfileError
+from runner.profile.parse import SpecErrors
 
 DIRTY_MARK = " •"
 TOML_FILTER = "Profiles (*.toml);;All files (*)"

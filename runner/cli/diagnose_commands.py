@@ -13,7 +13,7 @@ from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.diagnosis.doctor import TORCHRUN_DEFAULT_PORT, format_report, run_doctor
 from runner.diagnosis.stacks import format_stacks
-from runner.spec.resolve import default_interpreter
+from runner.profile.resolve import default_interpreter
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
 

@@ -8,9 +8,9 @@ import sys
 
 from runner.launch.ports import free_port
 from runner.probe import probe_interpreter
+from runner.profile.resolve import default_interpreter
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import shared_nvml
-from runner.spec.resolve import default_interpreter
 from runner.view.terminal import format_bytes
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from runner.spec.parse import SpecErrors
+from runner.profile.parse import SpecErrors
 
 EXIT_FAILED = 1
 EXIT_INVALID = 2

@@ -8,8 +8,7 @@ import sys
 from runner import paths
 from runner.cli.output import EXIT_FAILED, fail, print_spec_errors
 from runner.cli.spec_flags import profile_from_args
-from runner.spec.parse import SpecErrors
-from runner.spec.profiles import (
+from runner.profile.files import (
     ProfileError,
     delete_profile,
     dumps_spec,
@@ -18,6 +17,7 @@ from runner.spec.profiles import (
     profile_path,
     save_profile,
 )
+from runner.profile.parse import SpecErrors
 
 
 def add_parser(commands, add_spec_flags) -> None:

@@ -21,9 +21,9 @@ from runner import paths
 from runner.cli.output import EXIT_INVALID, fail, print_spec_errors, spec_errors_json
 from runner.cli.spec_flags import profile_from_args
 from runner.job import Job, prepare_launch
-from runner.spec.parse import SpecErrors
-from runner.spec.profiles import ProfileError, write_spec_file
-from runner.spec.resolve import absolute_paths
+from runner.profile.files import ProfileError, write_spec_file
+from runner.profile.parse import SpecErrors
+from runner.profile.resolve import absolute_paths
 from runner.store.store import RunStore
 from runner.view.terminal import TerminalView, render_summary
 

@@ -13,9 +13,15 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from runner.spec.model import AUTO, LaunchSpec, NodeSpec, RendezvousSpec
-from runner.spec.parse import SpecError, SpecErrors, parse_host_port, spec_from_dict, spec_to_dict
-from runner.spec.profiles import Profile, example_profile, load_profile, looks_like_path
+from runner.profile.files import Profile, example_profile, load_profile, looks_like_path
+from runner.profile.parse import (
+    SpecError,
+    SpecErrors,
+    parse_host_port,
+    spec_from_dict,
+    spec_to_dict,
+)
+from runner.profile.spec import AUTO, LaunchSpec, NodeSpec, RendezvousSpec
 
 
 def add_spec_flags(parser: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from runner.spec.resolve import ResolvedLaunch, ResolvedNode
+from runner.profile.resolve import ResolvedLaunch, ResolvedNode
 
 TORCHRUN_MODULE = "torch.distributed.run"
 BOOTSTRAP_MODULE = "rankwatch._bootstrap"

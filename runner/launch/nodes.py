@@ -14,7 +14,7 @@ from collections.abc import Callable
 from runner.launch.command import NodeCommand
 from runner.launch.output import OutputLine
 from runner.launch.supervisor import TorchrunSupervisor
-from runner.spec.resolve import ResolvedNode
+from runner.profile.resolve import ResolvedNode
 
 
 class NodeHandle(abc.ABC):

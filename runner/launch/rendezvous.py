@@ -7,9 +7,9 @@ import socket
 
 from runner.launch.command import RendezvousPlan
 from runner.launch.ports import describe_taken_port, free_port, port_is_free
+from runner.profile.parse import SpecError, SpecErrors, parse_host_port
+from runner.profile.resolve import ResolvedLaunch, is_local_host
 from runner.remote.addresses import head_name_for_nodes
-from runner.spec.parse import SpecError, SpecErrors, parse_host_port
-from runner.spec.resolve import ResolvedLaunch, is_local_host
 
 
 def plan_rendezvous(launch: ResolvedLaunch) -> RendezvousPlan:

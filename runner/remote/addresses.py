@@ -19,9 +19,9 @@ import ipaddress
 import os
 import socket
 
+from runner.profile.parse import SpecError
+from runner.profile.resolve import ResolvedLaunch, ResolvedNode, is_local_host
 from runner.remote.ssh import configured_hostname
-from runner.spec.parse import SpecError
-from runner.spec.resolve import ResolvedLaunch, ResolvedNode, is_local_host
 
 HEAD_ADDRESS_VARIABLE = "RANKWATCH_HEAD_ADDRESS"
 LOOPBACK = "127.0.0.1"

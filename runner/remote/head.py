@@ -21,12 +21,12 @@ from typing import Any
 from runner.hub.hub import Hub
 from runner.launch.command import RendezvousPlan, RunnerContext, build_node_command
 from runner.launch.output import OutputLine
+from runner.profile.parse import parse_host_port
+from runner.profile.resolve import ResolvedLaunch, ResolvedNode
 from runner.remote.addresses import HeadAddressError, agent_addresses
 from runner.remote.launch_message import LaunchMessage, context_for_agent
 from runner.remote.remote_node import RemoteNode
 from runner.remote.ssh import SshOptionsError
-from runner.spec.parse import parse_host_port
-from runner.spec.resolve import ResolvedLaunch, ResolvedNode
 from runner.state import NodeState, RankState
 
 

@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner.profile.parse import SpecError
+from runner.profile.resolve import ResolvedLaunch, ResolvedNode
 from runner.remote.addresses import HeadAddressError, agent_addresses, remote_nodes
 from runner.remote.node_info import DISTRIBUTION, installed_version
 from runner.remote.ssh import (
@@ -34,8 +36,6 @@ from runner.remote.ssh import (
     remote_python_command,
     ssh_argv,
 )
-from runner.spec.parse import SpecError
-from runner.spec.resolve import ResolvedLaunch, ResolvedNode
 
 NODE_INFO_TIMEOUT_SECONDS = 45.0
 SSH_FAILED = 255

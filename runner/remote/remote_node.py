@@ -30,6 +30,7 @@ from runner.launch.nodes import NodeHandle
 from runner.launch.output import OutputLine
 from runner.launch.process_tree import set_parent_death_signal
 from runner.launch.supervisor import exit_status
+from runner.profile.resolve import ResolvedNode
 from runner.remote.launch_message import LaunchMessage, stop_line
 from runner.remote.ssh import (
     RUNNER_MODULE,
@@ -38,7 +39,6 @@ from runner.remote.ssh import (
     remote_python_command,
     ssh_argv,
 )
-from runner.spec.resolve import ResolvedNode
 
 AGENT_CONNECT_SECONDS = 60.0
 """ssh's own connect timeout (10 s) plus starting Python on a slow node, with room to spare."""

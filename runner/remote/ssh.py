@@ -20,7 +20,7 @@ import os
 import shlex
 import subprocess
 
-from runner.spec.resolve import ResolvedNode
+from runner.profile.resolve import ResolvedNode
 
 SSH_OPTIONS_VARIABLE = "RANKWATCH_SSH_OPTIONS"
 SSH_PROGRAM = "ssh"

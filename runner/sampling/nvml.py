@@ -19,8 +19,8 @@ import threading
 from types import ModuleType
 from typing import Any
 
+from runner.profile.resolve import MachineFacts
 from runner.sampling.gpu_report import GpuProcess, GpuReport, GpuSnapshot
-from runner.spec.resolve import MachineFacts
 
 
 def _import_pynvml() -> ModuleType | None:

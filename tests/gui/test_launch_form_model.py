@@ -22,12 +22,12 @@ from gui.models.probe import (
     unavailable_report,
 )
 from runner.launch.command import RendezvousPlan, build_commands
+from runner.profile.check import RESERVED_ENV, check_launch
+from runner.profile.files import example_profile, read_spec_file, write_spec_file
+from runner.profile.parse import SpecErrors, spec_from_dict
+from runner.profile.resolve import MachineFacts, resolve
+from runner.profile.spec import LaunchSpec, NodeSpec, RendezvousSpec
 from runner.sampling.gpu_report import GpuReport
-from runner.spec.check import RESERVED_ENV, check_launch
-from runner.spec.model import LaunchSpec, NodeSpec, RendezvousSpec
-from runner.spec.parse import SpecErrors, spec_from_dict
-from runner.spec.profiles import example_profile, read_spec_file, write_spec_file
-from runner.spec.resolve import MachineFacts, resolve
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3

@@ -2,7 +2,7 @@
 
 The runner's probe runs for real in a QProcess, but through a tiny fake program that
 answers with canned JSON in the probe's contract shape (this machine has no GPU to
-show in the picker). Everything else is real: form model, runner.spec validation,
+show in the picker). Everything else is real: form model, runner.profile validation,
 command building, profile files in RANKWATCH_HOME, QSettings.
 """
 
@@ -27,9 +27,9 @@ from gui.runner_probe import RunnerProbe
 from gui.settings import AppSettings
 from gui.widgets.launch_panel import LaunchPanel
 from runner.launch.command import RendezvousPlan, build_commands
-from runner.spec.model import LaunchSpec, RendezvousSpec
-from runner.spec.profiles import write_spec_file
-from runner.spec.resolve import MachineFacts, resolve
+from runner.profile.files import write_spec_file
+from runner.profile.resolve import MachineFacts, resolve
+from runner.profile.spec import LaunchSpec, RendezvousSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3

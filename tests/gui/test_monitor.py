@@ -24,7 +24,7 @@ from gui.widgets.log_view import LogView
 from gui.widgets.monitor_panel import DETACHED, DISCONNECTED, MonitorPanel
 from gui.widgets.rank_table import state_tint
 from rankwatch import _protocol
-from runner.spec.model import LaunchSpec
+from runner.profile.spec import LaunchSpec
 from runner.store.store import RunStore
 
 pytestmark = pytest.mark.gui

@@ -22,14 +22,14 @@ from gui.models.profiles import ProfileListModel, rebase_spec
 from gui.runner_probe import RunnerProbe
 from gui.settings import AppSettings
 from runner import paths
-from runner.spec.model import LaunchSpec
-from runner.spec.profiles import (
+from runner.profile.files import (
     ProfileError,
     list_profiles,
     profile_path,
     read_spec_file,
     save_profile,
 )
+from runner.profile.spec import LaunchSpec
 
 FAKE_PROBE = r'''
 import json, sys

@@ -12,6 +12,7 @@ import pytest
 from rankwatch import _protocol as protocol
 from runner.hub.hub import Hub
 from runner.launch.command import BOOTSTRAP_MODULE
+from runner.profile.resolve import ResolvedNode
 from runner.remote import addresses
 from runner.remote.launch_message import (
     LaunchMessage,
@@ -23,7 +24,6 @@ from runner.remote.launch_message import (
 from runner.remote.preflight import HeadVersions, judge
 from runner.remote.remote_node import RemoteNode
 from runner.remote.ssh import explain_ssh_failure, remote_python_command, ssh_argv
-from runner.spec.resolve import ResolvedNode
 
 NODE = ResolvedNode(node_rank=1, host="node-b", processes=2, python="/opt/my envs/python", workdir="/data/job dir",
                     user="alice", ssh_port=2222)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shlex
 
 from runner.launch.command import RendezvousPlan, RunnerContext, build_commands, build_node_command
+from runner.profile.resolve import MachineFacts, resolve
+from runner.profile.spec import LaunchSpec, NodeSpec, RendezvousSpec
 from runner.sampling.gpu_report import GpuReport, GpuSnapshot
-from runner.spec.model import LaunchSpec, NodeSpec, RendezvousSpec
-from runner.spec.resolve import MachineFacts, resolve
 
 NO_GPU = MachineFacts(cpu_count=8, gpus=GpuReport(available=False, reason="no driver"))
 

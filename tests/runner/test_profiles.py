@@ -7,9 +7,7 @@ import sys
 
 import pytest
 
-from runner.spec.model import LaunchSpec
-from runner.spec.parse import SpecErrors
-from runner.spec.profiles import (
+from runner.profile.files import (
     ProfileError,
     delete_profile,
     example_profile,
@@ -18,6 +16,8 @@ from runner.spec.profiles import (
     rename_profile,
     save_profile,
 )
+from runner.profile.parse import SpecErrors
+from runner.profile.spec import LaunchSpec
 
 
 def rankwatch(*args: str) -> subprocess.CompletedProcess:

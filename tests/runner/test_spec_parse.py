@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runner.spec.model import LaunchSpec, NodeSpec, RendezvousSpec, TelemetrySpec
-from runner.spec.parse import SpecErrors, spec_from_dict, spec_to_dict
+from runner.profile.parse import SpecErrors, spec_from_dict, spec_to_dict
+from runner.profile.spec import LaunchSpec, NodeSpec, RendezvousSpec, TelemetrySpec
 
 
 def errors_of(table: dict) -> list[tuple[str, str]]:

@@ -11,9 +11,9 @@ import os
 import subprocess
 from pathlib import Path
 
-from runner.spec.model import CPU
-from runner.spec.parse import SpecError
-from runner.spec.resolve import MachineFacts, ResolvedLaunch
+from runner.profile.parse import SpecError
+from runner.profile.resolve import MachineFacts, ResolvedLaunch
+from runner.profile.spec import CPU
 
 RESERVED_ENV = {
     "RANK": "set by torchrun for each worker",

@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.profile.spec import ALL, AUTO, CPU, LaunchSpec, NodeSpec
 from runner.sampling.gpu_report import GpuReport
-from runner.spec.model import ALL, AUTO, CPU, LaunchSpec, NodeSpec
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", ""})
 
@@ -112,7 +112,7 @@ def resolve(spec: LaunchSpec, machine: MachineFacts, base_dir: Path | None = Non
     """Resolve ``spec`` for launching from ``base_dir`` (default: the current directory).
 
     Relative ``workdir`` is taken from ``base_dir``; a relative ``script`` from the workdir.
-    This never fails: whether the result can run is ``runner.spec.check``'s job.
+    This never fails: whether the result can run is ``runner.profile.check``'s job.
     """
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     workdir = Path(os.path.expanduser(spec.workdir)) if spec.workdir else base

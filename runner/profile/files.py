@@ -22,8 +22,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 from runner import paths
-from runner.spec.model import LaunchSpec
-from runner.spec.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
+from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
+from runner.profile.spec import LaunchSpec
 
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 EXAMPLE_PROFILE = "example"

@@ -3,7 +3,7 @@
 Parsing is strict: an unknown key, a value of the wrong type or out of range is a
 ``SpecError`` naming the field (``rendezvous.master_port``, ``nodes[1].host``) and
 what is allowed. Checks that need the machine (does GPU 7 exist? is the script
-there?) live in ``runner.spec.check``; this module needs nothing but the data.
+there?) live in ``runner.profile.check``; this module needs nothing but the data.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from runner.spec.model import (
+from runner.profile.spec import (
     ALL,
     AUTO,
     BACKENDS,

@@ -43,7 +43,7 @@ APP_TITLE = "Rankwatch"
 DEFAULT_SIZE = (1320, 840)
 LIVE_RUN_BLOCK = "A run is live: watch it in the Monitor tab, or stop it (Ctrl+.) before launching another"
 STOPPING = "stopping"
-STOP_JOB, LEAVE_RUNNING, CANCEL = "stop", "leave", "cancel"
+STOP_RUN, LEAVE_RUNNING, CANCEL = "stop", "leave", "cancel"
 LIVE_RUNS_HINT_DELAY_MS = 3000
 
 
@@ -353,7 +353,7 @@ class MainWindow(QMainWindow):
         event.accept()
 
     def _ask_live_run_choice(self) -> str:
-        """``STOP_JOB``, ``LEAVE_RUNNING`` or ``CANCEL``: what to do with the live job on close."""
+        """``STOP_RUN``, ``LEAVE_RUNNING`` or ``CANCEL``: what to do with the live run on close."""
         box = QMessageBox(QMessageBox.Icon.Question, "A job is running",
                           "A job is still running. Stop it, or leave it running without the window? "
                           "You can attach to it again later from History.", parent=self)
@@ -363,13 +363,13 @@ class MainWindow(QMainWindow):
         box.setDefaultButton(leave)
         box.exec()
         clicked = box.clickedButton()
-        return STOP_JOB if clicked is stop else LEAVE_RUNNING if clicked is leave else CANCEL
+        return STOP_RUN if clicked is stop else LEAVE_RUNNING if clicked is leave else CANCEL
 
     def _confirm_close(self) -> bool:
         """Settle a live run and unsaved profile edits; ``False`` keeps the window open."""
         if self.monitor.has_live_run():
             choice = self._ask_live_run_choice()
-            if choice == STOP_JOB:
+            if choice == STOP_RUN:
                 self.monitor.request_stop(force=False)
             elif choice == LEAVE_RUNNING:
                 self.monitor.detach()

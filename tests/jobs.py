@@ -27,13 +27,13 @@ def start_rankwatch(*args: str, env: dict | None = None) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
-def processes_with_marker(job_key: str) -> list[psutil.Process]:
-    """Every live process whose environment says RANKWATCH_JOB=<job_key> (independent of the
+def processes_with_marker(run_key: str) -> list[psutil.Process]:
+    """Every live process whose environment says RANKWATCH_RUN_KEY=<run_key> (independent of the
     runner's own cleanup code, so the test checks it rather than trusting it)."""
     found = []
     for process in psutil.process_iter():
         try:
-            if process.environ().get("RANKWATCH_JOB") == job_key and process.status() != psutil.STATUS_ZOMBIE:
+            if process.environ().get("RANKWATCH_RUN_KEY") == run_key and process.status() != psutil.STATUS_ZOMBIE:
                 found.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

@@ -20,10 +20,10 @@ from pathlib import Path
 from runner import paths
 from runner.cli.output import EXIT_INVALID, fail, print_spec_errors, spec_errors_json
 from runner.cli.spec_flags import profile_from_args
-from runner.job import Job, prepare_launch
 from runner.profile.files import ProfileError, write_spec_file
 from runner.profile.parse import SpecErrors
 from runner.profile.resolve import absolute_paths
+from runner.run import Run, prepare_launch
 from runner.store.store import RunStore
 from runner.view.terminal import TerminalView, render_summary
 
@@ -80,17 +80,17 @@ def run_main(args: argparse.Namespace) -> int:
     view = None if args.no_view else TerminalView(live=False if args.plain else None,
                                                    multi_node=prepared.launch.spec.is_multi_node,
                                                    status_every=args.status_every)
-    job = Job(prepared, view=view.handle if view else None)
+    run = Run(prepared, view=view.handle if view else None)
     if view:
         view.start()
     try:
-        exit_code = asyncio.run(job.run())
+        exit_code = asyncio.run(run.execute())
     finally:
         if view:
             view.stop()
-    if job.run_id is not None:
+    if run.run_id is not None:
         with RunStore(readonly=True) as store:
-            render_summary(store.run(job.run_id), sys.stderr)
+            render_summary(store.run(run.run_id), sys.stderr)
     return exit_code
 
 
@@ -143,5 +143,5 @@ def _run_detached_child(prepared, ready_fd: int) -> int:
         os.dup2(log, 2)
         os.close(log)
 
-    job = Job(prepared, view=None, on_ready=on_ready)
-    return asyncio.run(job.run())
+    run = Run(prepared, view=None, on_ready=on_ready)
+    return asyncio.run(run.execute())

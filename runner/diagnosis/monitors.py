@@ -1,8 +1,8 @@
-"""The diagnosis monitors of one job, wired to its hub: what ``Job._start_monitors`` starts.
+"""The diagnosis monitors of one job, wired to its hub: what ``Run._start_monitors`` starts.
 
 * ``RankFacts``: copies what triage needs from the live model (pids for the
   kernel log, local ranks for error files, GPUs for "two ranks on one GPU");
-* ``StackCapture``: every rank's stacks on demand (``Job.dump_stacks``, the
+* ``StackCapture``: every rank's stacks on demand (``Run.dump_stacks``, the
   GUI's button, ``rankwatch stacks``) and on a stall;
 * ``StallMonitor``: hang detection (needs the step telemetry of instrumentation);
 * ``StragglerMonitor``: the rank that slows every step, and why;

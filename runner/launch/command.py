@@ -42,7 +42,7 @@ class RunnerContext:
 
     socket: str
     token: str
-    job_key: str
+    run_key: str
     """Unique per job; also the marker by which every process of the job is found."""
     run_id: int
     log_dir: str
@@ -120,7 +120,7 @@ def runner_environment(launch: ResolvedLaunch, node: ResolvedNode, context: Runn
         "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_PREFIX_TEMPLATE,
         "RANKWATCH_SOCKET": context.socket,
         "RANKWATCH_TOKEN": context.token,
-        "RANKWATCH_JOB": context.job_key,
+        "RANKWATCH_RUN_KEY": context.run_key,
         "RANKWATCH_RUN": str(context.run_id),
         "RANKWATCH_NODE_RANK": str(node.node_rank),
         "RANKWATCH_NODE_HOST": node.host,

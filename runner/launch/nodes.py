@@ -48,10 +48,10 @@ class NodeHandle(abc.ABC):
 
 
 class LocalNode(NodeHandle):
-    def __init__(self, node: ResolvedNode, command: NodeCommand, job_key: str,
+    def __init__(self, node: ResolvedNode, command: NodeCommand, run_key: str,
                  on_lines: Callable[[ResolvedNode, list[OutputLine]], None]):
         self.node = node
-        self.supervisor = TorchrunSupervisor(command, job_key, lambda lines: on_lines(node, lines))
+        self.supervisor = TorchrunSupervisor(command, run_key, lambda lines: on_lines(node, lines))
 
     async def start(self) -> None:
         await self.supervisor.start()

@@ -3,7 +3,7 @@
 torchrun starts each worker in a session of its own, and workers start DataLoader
 workers and helpers of their own, so "kill torchrun's process group" misses most
 of a job. Instead every process of a job carries an environment marker
-(``RANKWATCH_JOB=<job key>``, inherited from the runner's launch), and cleanup scans
+(``RANKWATCH_RUN_KEY=<job key>``, inherited from the runner's launch), and cleanup scans
 ``/proc/*/environ`` for it. The runner itself never carries the marker.
 
 Standard library only: the sentinel (``runner.launch.sentinel``) uses it in a bare
@@ -18,17 +18,17 @@ import signal
 import time
 from collections.abc import Iterable
 
-MARKER_VARIABLE = "RANKWATCH_JOB"
+MARKER_VARIABLE = "RANKWATCH_RUN_KEY"
 PR_SET_PDEATHSIG = 1
 
 
-def marker_bytes(job_key: str) -> bytes:
-    return f"{MARKER_VARIABLE}={job_key}".encode()
+def marker_bytes(run_key: str) -> bytes:
+    return f"{MARKER_VARIABLE}={run_key}".encode()
 
 
-def find_job_pids(job_key: str) -> list[int]:
+def find_job_pids(run_key: str) -> list[int]:
     """Pids of live processes whose environment carries this job's marker (ours only)."""
-    needle = marker_bytes(job_key)
+    needle = marker_bytes(run_key)
     own = os.getpid()
     found = []
     try:
@@ -69,25 +69,25 @@ def signal_pids(pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def end_job(job_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: float = 0.1) -> list[int]:
+def end_job(run_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: float = 0.1) -> list[int]:
     """SIGTERM every process of the job, then SIGKILL what is left after ``grace`` seconds.
 
     ``also`` adds pids that might not carry the marker (e.g. torchrun when it was
     started with a clean environment). Returns the pids that needed SIGKILL.
     """
-    targets = set(find_job_pids(job_key)) | set(also)
+    targets = set(find_job_pids(run_key)) | set(also)
     signal_pids(targets, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        alive = [p for p in find_job_pids(job_key) if p not in (os.getpid(),)]
+        alive = [p for p in find_job_pids(run_key) if p not in (os.getpid(),)]
         alive += [p for p in also if pid_alive(p)]
         if not alive:
             return []
         time.sleep(poll)
-    stubborn = sorted(set(find_job_pids(job_key)) | {p for p in also if pid_alive(p)})
+    stubborn = sorted(set(find_job_pids(run_key)) | {p for p in also if pid_alive(p)})
     signal_pids(stubborn, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and find_job_pids(job_key):
+    while time.monotonic() < deadline and find_job_pids(run_key):
         time.sleep(poll)
     return stubborn
 

@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m runner.launch.sentinel JOB_KEY [STORE_PATH RUN_ID]", file=sys.stderr)
         return 2
-    job_key = argv[0]
+    run_key = argv[0]
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # only the runner's pipe decides
     received = b""
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
         received += chunk
     if b"done" in received:
         return 0
-    end_job(job_key, grace=3.0)
+    end_job(run_key, grace=3.0)
     if len(argv) >= 3:
         _record_lost(argv[1], int(argv[2]))
     return 0

@@ -42,9 +42,9 @@ def exit_status(returncode: int) -> int:
 
 
 class TorchrunSupervisor:
-    def __init__(self, command: NodeCommand, job_key: str, on_lines: Callable[[list[OutputLine]], None]):
+    def __init__(self, command: NodeCommand, run_key: str, on_lines: Callable[[list[OutputLine]], None]):
         self.command = command
-        self.job_key = job_key
+        self.run_key = run_key
         self.on_lines = on_lines
         self.process: asyncio.subprocess.Process | None = None
         self.returncode: int | None = None
@@ -119,4 +119,4 @@ class TorchrunSupervisor:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGKILL if force else signal.SIGTERM)
         await asyncio.get_running_loop().run_in_executor(
-            None, lambda: end_job(self.job_key, grace=0.0 if force else grace, also=[self.process.pid]))
+            None, lambda: end_job(self.run_key, grace=0.0 if force else grace, also=[self.process.pid]))

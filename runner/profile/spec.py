@@ -3,7 +3,7 @@
 A ``LaunchSpec`` is plain, immutable data. It is what a profile TOML file holds,
 what the GUI form edits and what ``rankwatch run`` launches. It is never mutated
 by a run: live facts (pids, ports actually used, states) belong to the run state
-(``runner.job``), not here. Values such as ``"auto"`` stay symbolic in the spec and
+(``runner.run``), not here. Values such as ``"auto"`` stay symbolic in the spec and
 are resolved against a machine in ``runner.profile.resolve``.
 """
 

@@ -174,7 +174,7 @@ class Agent:
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         launch = self.launch
-        hello = {"token": launch.token, "job": launch.job, "node_rank": launch.node_rank, "host": launch.host,
+        hello = {"token": launch.token, "run_key": launch.run_key, "node_rank": launch.node_rank, "host": launch.host,
                  "pid": os.getpid(), "version": installed_version(DISTRIBUTION),
                  "torch": installed_version("torch")}
         try:
@@ -187,8 +187,8 @@ class Agent:
         local_token = secrets.token_urlsafe(32)
         self.relay = WorkerRelay(local_token, self.link.send)
         try:
-            socket_path = paths.socket_dir() / f"agent-{launch.job[:12]}-{launch.node_rank}.sock"
-            workspace = paths.private_dir(workspace_of(launch.job, launch.node_rank))
+            socket_path = paths.socket_dir() / f"agent-{launch.run_key[:12]}-{launch.node_rank}.sock"
+            workspace = paths.private_dir(workspace_of(launch.run_key, launch.node_rank))
             (workspace / "stacks").mkdir(exist_ok=True)
             await self.relay.serve(socket_path)
         except OSError as error:  # a folder of someone else's, a socket path too long, a full disk
@@ -198,7 +198,7 @@ class Agent:
             return await self._report_end(EXIT_NOT_STARTED)
         command = localise(launch, socket=str(socket_path), token=local_token,
                            log_dir=str(workspace / "torchrun"), stacks_dir=str(workspace / "stacks"))
-        self.supervisor = TorchrunSupervisor(command, launch.job, self._on_lines)
+        self.supervisor = TorchrunSupervisor(command, launch.run_key, self._on_lines)
         self._install_signal_handlers()
         threading.Thread(target=self._read_controls, name="rankwatch-agent-stdin", daemon=True).start()
         head_watch = asyncio.create_task(self._watch_head(), name="agent-head-watch")
@@ -266,6 +266,6 @@ def main() -> int:
     return asyncio.run(Agent(launch, stdin).run())
 
 
-def workspace_of(job: str, node_rank: int) -> Path:
+def workspace_of(run_key: str, node_rank: int) -> Path:
     """Where an agent keeps torchrun's log files and stack dumps on its node."""
-    return paths.data_dir() / "nodes" / f"{job}-{node_rank}"
+    return paths.data_dir() / "nodes" / f"{run_key}-{node_rank}"

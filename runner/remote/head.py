@@ -1,7 +1,7 @@
 """The head runner's side of a multi-node job: the agents' listener, their nodes, and
 what the hub hears about them.
 
-``Job`` owns one ``RemoteNodes`` for a multi-node launch. It opens the hub's TCP
+``Run`` owns one ``RemoteNodes`` for a multi-node launch. It opens the hub's TCP
 listener on the address the nodes need (``addresses``), creates a ``RemoteNode``
 for each remote node with the launch message its agent will get, and routes the
 hub's agent events (connected, ``node_exit``, connection closed) to the right
@@ -31,9 +31,9 @@ from runner.state import NodeState, RankState
 
 
 class RemoteNodes:
-    def __init__(self, hub: Hub, job_key: str, token: str, on_lost: Callable[[str], None]):
+    def __init__(self, hub: Hub, run_key: str, token: str, on_lost: Callable[[str], None]):
         self.hub = hub
-        self.job_key = job_key
+        self.run_key = run_key
         self.token = token
         self.on_lost = on_lost
         """Called with a reason when a node is lost (the job then stops the others)."""
@@ -76,7 +76,7 @@ class RemoteNodes:
             raise OSError(self.error or "not listening for the nodes' agents")
         command = build_node_command(launch, node, plan, context_for_agent(context))
         message = LaunchMessage(
-            token=self.token, head_host=self.addresses[node.node_rank], head_port=self.port, job=self.job_key,
+            token=self.token, head_host=self.addresses[node.node_rank], head_port=self.port, run_key=self.run_key,
             run=context.run_id, node_rank=node.node_rank, host=node.host, argv=command.argv, env=command.env,
             cwd=command.cwd, grace=grace, sample_interval=launch.spec.telemetry.sample_interval)
         try:

@@ -6,7 +6,7 @@ ssh session died), and the agent then stops its workers. Same framing as the
 wire protocol (``rankwatch._protocol``: one JSON object per line, ``type`` and
 ``v``)::
 
-    launch  token, head_host, head_port, job, run, node_rank, host, argv, env, cwd,
+    launch  token, head_host, head_port, run_key, run, node_rank, host, argv, env, cwd,
             grace, sample_interval
     stop    force: bool      (graceful: SIGTERM, SIGKILL after ``grace``; force: now)
 
@@ -46,8 +46,8 @@ class LaunchMessage:
     """The job's token: the agent presents it to the head (never sent to workers)."""
     head_host: str
     head_port: int
-    job: str
-    """The job key, also the marker every process of the job carries."""
+    run_key: str
+    """The run key, also the marker every process of the run carries."""
     run: int | None
     node_rank: int
     host: str
@@ -81,7 +81,7 @@ class LaunchMessage:
         if message["type"] != LAUNCH:
             raise LaunchMessageError(f"expected a launch message first, got {message['type']!r}")
         expected: dict[str, Any] = {
-            "token": str, "head_host": str, "head_port": int, "job": str, "node_rank": int, "host": str,
+            "token": str, "head_host": str, "head_port": int, "run_key": str, "node_rank": int, "host": str,
             "argv": list, "env": dict, "cwd": str}
         for name, kind in expected.items():
             if not isinstance(message.get(name), kind) or isinstance(message.get(name), bool):
@@ -91,7 +91,7 @@ class LaunchMessage:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in message["env"].items()):
             raise LaunchMessageError("the launch message's env must map text to text")
         return cls(token=message["token"], head_host=message["head_host"], head_port=message["head_port"],
-                   job=message["job"], run=message.get("run") if isinstance(message.get("run"), int) else None,
+                   run_key=message["run_key"], run=message.get("run") if isinstance(message.get("run"), int) else None,
                    node_rank=message["node_rank"], host=message["host"], argv=tuple(message["argv"]),
                    env=dict(message["env"]), cwd=message["cwd"],
                    grace=_positive(message.get("grace"), 5.0),
@@ -131,7 +131,7 @@ def localise(message: LaunchMessage, socket: str, token: str, log_dir: str, stac
             break
     env = dict(message.env)
     env.update({"RANKWATCH_SOCKET": socket, "RANKWATCH_TOKEN": token, "RANKWATCH_STACKS_DIR": stacks_dir,
-                "RANKWATCH_JOB": message.job})
+                "RANKWATCH_RUN_KEY": message.run_key})
     return NodeCommand(node=None, argv=tuple(argv), env=env, cwd=message.cwd)  # no ResolvedNode on the node
 
 

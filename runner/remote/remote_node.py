@@ -57,7 +57,7 @@ class RemoteNode(NodeHandle):
         self.node = node
         self.launch = launch
         self.argv = ssh_argv(node, remote_python_command(
-            node.python, ["-m", RUNNER_MODULE, "agent"], env={"RANKWATCH_JOB": launch.job}))
+            node.python, ["-m", RUNNER_MODULE, "agent"], env={"RANKWATCH_RUN_KEY": launch.run_key}))
         """The job key rides in the remote command (it is not a secret; the token is):
         the agent carries the job marker, so a leftover agent is found like any worker."""
         self.on_lines = on_lines
@@ -110,7 +110,7 @@ class RemoteNode(NodeHandle):
             OSError: ssh is missing, the node cannot be reached, the agent failed
                 there, or it did not connect back in time (the message says which).
         """
-        env = {key: value for key, value in os.environ.items() if not key.startswith("RANKWATCH_JOB")}
+        env = {key: value for key, value in os.environ.items() if not key.startswith("RANKWATCH_RUN_KEY")}
         try:
             self.process = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

@@ -110,6 +110,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX process_samples_by_run ON process_samples (run_id, t);
     """,
+    # 1 -> 2: one word for a run ("job" and "run" named the same thing).
+    """
+    ALTER TABLE runs RENAME COLUMN job_key TO run_key;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -90,14 +90,14 @@ class RunStore:
 
     # ---- writing -------------------------------------------------------------------
 
-    def create_run(self, *, job_key: str, profile: str | None, spec_toml: str, command: str | None,
+    def create_run(self, *, run_key: str, profile: str | None, spec_toml: str, command: str | None,
                    host: str, workdir: str | None, runner_pid: int, socket: str | None,
                    world_size: int | None, status: str) -> int:
         with self.connection:
             cursor = self.connection.execute(
-                "INSERT INTO runs (job_key, profile, spec_toml, command, host, workdir, created, status,"
+                "INSERT INTO runs (run_key, profile, spec_toml, command, host, workdir, created, status,"
                 " runner_pid, socket, world_size) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (job_key, profile, spec_toml, command, host, workdir, time.time(), status, runner_pid,
+                (run_key, profile, spec_toml, command, host, workdir, time.time(), status, runner_pid,
                  socket, world_size))
         return int(cursor.lastrowid)
 

@@ -64,7 +64,7 @@ def subscriber(socket_path: str, seconds: float, results: multiprocessing.Queue)
 
 async def run(seconds: float, folder: Path) -> list[float]:
     hub = Hub(folder / "runs.db", TOKEN)
-    await hub.create_run({}, job_key="fresh", profile="bench", spec_toml="", command=None, host="h", workdir=None,
+    await hub.create_run({}, run_key="fresh", profile="bench", spec_toml="", command=None, host="h", workdir=None,
                          runner_pid=os.getpid(), socket=None, world_size=1, status="running")
     socket_path = folder / "hub.sock"
     await hub.serve_unix(socket_path)
@@ -76,7 +76,7 @@ async def run(seconds: float, folder: Path) -> list[float]:
     script = folder / "worker.py"
     script.write_text(WORKER)
     env = dict(os.environ, PYTHONPATH=str(REPO / "runner" / "worker_path"), RANKWATCH_SOCKET=str(socket_path),
-               RANKWATCH_TOKEN=TOKEN, RANKWATCH_JOB="fresh", RANKWATCH_RUN="1", RANKWATCH_INSTRUMENT="0",
+               RANKWATCH_TOKEN=TOKEN, RANKWATCH_RUN_KEY="fresh", RANKWATCH_RUN="1", RANKWATCH_INSTRUMENT="0",
                RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0")
     worker = await asyncio.create_subprocess_exec(sys.executable, "-m", "rankwatch._bootstrap", str(script),
                                                   str(seconds), env=env)

@@ -51,7 +51,7 @@ def fake_rank(socket_path: str, rank: int, records: int, start: multiprocessing.
 
 async def run(ranks: int, per_rank: int, folder: Path) -> dict:
     hub = Hub(folder / "runs.db", TOKEN)
-    await hub.create_run({}, job_key="bench", profile="bench", spec_toml="", command=None, host="h", workdir=None,
+    await hub.create_run({}, run_key="bench", profile="bench", spec_toml="", command=None, host="h", workdir=None,
                          runner_pid=os.getpid(), socket=None, world_size=ranks, status="running")
     socket_path = folder / "hub.sock"
     await hub.serve_unix(socket_path)

@@ -96,7 +96,7 @@ def _run(variant: str, script: str, steps: int, socket_path: str, port: int) -> 
         environment.update(
             RANKWATCH_SOCKET=socket_path,
             RANKWATCH_TOKEN="bench",
-            RANKWATCH_JOB="bench",
+            RANKWATCH_RUN_KEY="bench",
             RANKWATCH_INSTRUMENT="1" if variant.endswith("1") else "0",
         )
         command += ["-m", "rankwatch._bootstrap", script, str(steps), result_prefix]

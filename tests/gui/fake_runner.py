@@ -76,7 +76,7 @@ class FakeRunner:
         self._store = None
         now = time.time()
         self.run: dict[str, Any] = {
-            "id": 1, "job_key": f"fake-{os.getpid()}-{int(now * 1000)}", "profile": profile,
+            "id": 1, "run_key": f"fake-{os.getpid()}-{int(now * 1000)}", "profile": profile,
             "status": "running", "created": now, "started": now, "ended": None, "exit_code": None,
             "world_size": ranks, "host": socket.gethostname(), "command": "torchrun (fake)",
             "workdir": str(REPO_ROOT), "summary": None,
@@ -113,7 +113,7 @@ class FakeRunner:
 
         self._store = RunStore()
         self.run["id"] = self._store.create_run(
-            job_key=self.run["job_key"], profile=self.run["profile"], spec_toml='script = "fake_train.py"\n',
+            run_key=self.run["run_key"], profile=self.run["profile"], spec_toml='script = "fake_train.py"\n',
             command=self.run["command"], host=self.run["host"], workdir=self.run["workdir"],
             runner_pid=os.getpid(), socket=self.socket_path, world_size=self.world_size, status="running")
         self._store.update_run(self.run["id"], started=self.run["started"])

@@ -112,7 +112,7 @@ def store_fixture(fixture: dict[str, Any]) -> int:
     """Write a recorded run into this test's run store as a finished run; returns its id."""
     run = fixture["run"]
     with RunStore() as store:
-        run_id = store.create_run(job_key=f"{run['job_key']}-{time.time_ns()}", profile=fixture["scenario"],
+        run_id = store.create_run(run_key=f"{run['run_key']}-{time.time_ns()}", profile=fixture["scenario"],
                                   spec_toml=run.get("spec_toml") or "", command=run.get("command"),
                                   host=run.get("host") or "localhost", workdir=run.get("workdir"), runner_pid=0,
                                   socket=None, world_size=run.get("world_size"), status=run["status"])

@@ -32,7 +32,7 @@ def dead_pid() -> int:
 def add_finished_run(store: RunStore, profile: str, status: str = "succeeded", exit_code: int = 0,
                      ranks: int = 2, steps: int = 20, loss_offset: float = 0.0) -> int:
     key = f"{profile}-{time.time_ns()}"
-    run_id = store.create_run(job_key=key, profile=profile, spec_toml='script = "train.py"\nargs = ["--epochs", "1"]\n',
+    run_id = store.create_run(run_key=key, profile=profile, spec_toml='script = "train.py"\nargs = ["--epochs", "1"]\n',
                               command="torchrun train.py", host="testhost", workdir="/tmp", runner_pid=dead_pid(),
                               socket=None, world_size=ranks, status="running")
     started = 1_700_000_000.0
@@ -79,7 +79,7 @@ def cell(panel: HistoryPanel, run_id: int, column: str) -> str:
 def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, panel):
     finished = add_finished_run(store, "alpha")
     failed = add_finished_run(store, "beta", status="failed", exit_code=1)
-    lost = store.create_run(job_key="lost-one", profile="gamma", spec_toml="", command=None, host="testhost",
+    lost = store.create_run(run_key="lost-one", profile="gamma", spec_toml="", command=None, host="testhost",
                             workdir=None, runner_pid=dead_pid(), socket="/nonexistent.sock", world_size=2,
                             status="running")
     live_runner = FakeRunner(Path(os.environ["RANKWATCH_SOCKET_DIR"]) / "live.sock", ranks=2, store=True).start()

@@ -41,28 +41,28 @@ def start_forever_job() -> tuple:
     runner = start_rankwatch("run", "--plain", "--nproc-per-node", "2", str(SCRIPTS / "forever.py"))
     run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
     wait_for(lambda: ranks_running(run["id"], 2), 60, what="both ranks to say hello")
-    job_key = run["job_key"]
-    assert len(processes_with_marker(job_key)) >= 3  # torchrun and two workers at least
-    return runner, run, job_key
+    run_key = run["run_key"]
+    assert len(processes_with_marker(run_key)) >= 3  # torchrun and two workers at least
+    return runner, run, run_key
 
 
 def test_sigint_stops_the_job_within_15_seconds_and_leaves_no_process():
-    runner, run, job_key = start_forever_job()
+    runner, run, run_key = start_forever_job()
     stopped_at = time.monotonic()
     runner.send_signal(signal.SIGINT)
     runner.wait(timeout=15)
     assert time.monotonic() - stopped_at < 15
     assert runner.returncode == 130
-    assert processes_with_marker(job_key) == []
+    assert processes_with_marker(run_key) == []
     with RunStore(readonly=True) as store:
         assert store.run(run["id"])["status"] == "stopped"
 
 
 def test_sigkill_of_the_runner_takes_the_job_down_too():
-    runner, run, job_key = start_forever_job()
+    runner, run, run_key = start_forever_job()
     os.kill(runner.pid, signal.SIGKILL)
     runner.wait(timeout=5)
-    wait_for(lambda: processes_with_marker(job_key) == [], 15, what="the job's processes to end")
+    wait_for(lambda: processes_with_marker(run_key) == [], 15, what="the job's processes to end")
     with RunStore(readonly=True) as store:
         finished = wait_for(lambda: store.run(run["id"])["ended"] is not None and store.run(run["id"]), 10,
                             what="the sentinel to record the run")

@@ -61,12 +61,12 @@ class FakeHead:
         self.server.close()
 
 
-def start_agent(head: FakeHead, job: str, mode: str, workdir) -> subprocess.Popen:
-    env = dict(os.environ, RANKWATCH_JOB=job)  # as the head's remote command sets it
+def start_agent(head: FakeHead, run_key: str, mode: str, workdir) -> subprocess.Popen:
+    env = dict(os.environ, RANKWATCH_RUN_KEY=run_key)  # as the head's remote command sets it
     agent = subprocess.Popen([sys.executable, "-m", "runner", "agent"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     launch = LaunchMessage(
-        token="the-job-token", head_host="127.0.0.1", head_port=head.port, job=job, run=7, node_rank=1,
+        token="the-run_key-token", head_host="127.0.0.1", head_port=head.port, run_key=run_key, run=7, node_rank=1,
         host="node-b", argv=(sys.executable, str(SCRIPTS / "remote_fake_node.py"), mode),
         env={"RANKWATCH_NODE_RANK": "1", "RANKWATCH_NODE_HOST": "node-b"}, cwd=str(workdir), grace=2.0,
         sample_interval=0.25)
@@ -83,15 +83,15 @@ def head():
 
 
 def test_agent_forwards_tagged_messages_reports_a_lost_worker_and_exits_with_torchruns_status(head, tmp_path):
-    job = "agenttest" + os.urandom(4).hex()
-    agent = start_agent(head, job, "exit", tmp_path)
+    run_key = "agenttest" + os.urandom(4).hex()
+    agent = start_agent(head, run_key, "exit", tmp_path)
     agent.wait(timeout=30)  # stdin stays open, as an ssh session to a live head would
     assert agent.returncode == 3, agent.stderr.read()
     assert head.closed_by_agent.wait(5)
     kinds = [m["type"] for m in head.messages]
     assert kinds[0] == "agent_hello" and kinds[-1] == "node_exit"
     hello = head.messages[0]
-    assert hello["token"] == "the-job-token" and hello["node_rank"] == 1 and hello["job"] == job
+    assert hello["token"] == "the-run_key-token" and hello["node_rank"] == 1 and hello["run_key"] == run_key
     [worker_hello] = head.of_type("hello")
     assert worker_hello["rank"] == 0 and "token" not in worker_hello  # the agent's own token stays there
     [metrics] = head.of_type("metrics")
@@ -100,18 +100,18 @@ def test_agent_forwards_tagged_messages_reports_a_lost_worker_and_exits_with_tor
     assert [(m["line"], m["node"], m["node_rank"]) for m in lines] == [("hello from the fake worker", "node-b", 1)]
     assert [m["rank"] for m in head.of_type("worker_lost")] == [0]  # it died without its exit message
     assert head.messages[-1]["code"] == 3 and head.messages[-1]["node_rank"] == 1
-    assert processes_with_marker(job) == []
+    assert processes_with_marker(run_key) == []
 
 
 @pytest.mark.parametrize("how", ["stdin ends", "tcp drops", "stop line"])
 def test_agent_stops_its_workers_when_the_head_goes_away_or_asks(head, tmp_path, how):
-    job = "agenttest" + os.urandom(4).hex()
-    agent = start_agent(head, job, "forever", tmp_path)
+    run_key = "agenttest" + os.urandom(4).hex()
+    agent = start_agent(head, run_key, "forever", tmp_path)
     wait_for(lambda: head.of_type("hello"), 20, what="the fake worker's hello")
     worker_pid = head.of_type("hello")[0]["pid"]
-    assert worker_pid in [p.pid for p in processes_with_marker(job)]
+    assert worker_pid in [p.pid for p in processes_with_marker(run_key)]
 
-    socket_path = paths.socket_dir() / f"agent-{job[:12]}-1.sock"
+    socket_path = paths.socket_dir() / f"agent-{run_key[:12]}-1.sock"
     with socket.socket(socket.AF_UNIX) as intruder:  # the relay wants the agent's token too
         intruder.connect(str(socket_path))
         intruder.sendall(b'{"type":"hello","v":1,"token":"guess","rank":5}\n')
@@ -128,7 +128,7 @@ def test_agent_stops_its_workers_when_the_head_goes_away_or_asks(head, tmp_path,
         agent.stdin.flush()
     agent.wait(timeout=20)
     assert time.monotonic() - started < 10  # SIGTERM is enough for this worker: no grace period wasted
-    assert processes_with_marker(job) == []
+    assert processes_with_marker(run_key) == []
     assert all(m.get("rank") != 5 for m in head.of_type("hello"))
     if how != "tcp drops":
         [node_exit] = head.of_type("node_exit")

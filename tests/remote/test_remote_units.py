@@ -30,7 +30,7 @@ NODE = ResolvedNode(node_rank=1, host="node-b", processes=2, python="/opt/my env
 
 
 def launch_message(**changes) -> LaunchMessage:
-    fields = dict(token="s3cret-token", head_host="10.0.0.1", head_port=4000, job="jobkey", run=3, node_rank=1,
+    fields = dict(token="s3cret-token", head_host="10.0.0.1", head_port=4000, run_key="runkey", run=3, node_rank=1,
                   host="node-b", argv=("python", "-m", "torch.distributed.run", "--tee=3", "--log-dir=",
                                        "-m", BOOTSTRAP_MODULE, "train.py", "--log-dir=keep"),
                   env={"RANKWATCH_SOCKET": "", "RANKWATCH_TOKEN": "", "A": "1"}, cwd="/data/job dir")
@@ -40,13 +40,13 @@ def launch_message(**changes) -> LaunchMessage:
 
 def test_ssh_argv_is_a_list_with_options_before_the_host_and_one_quoted_remote_command(monkeypatch):
     monkeypatch.setenv("RANKWATCH_SSH_OPTIONS", "-F '/tmp/my config' -o LogLevel=ERROR")
-    command = remote_python_command(NODE.python, ["-m", "runner", "agent"], env={"RANKWATCH_JOB": "k"})
+    command = remote_python_command(NODE.python, ["-m", "runner", "agent"], env={"RANKWATCH_RUN_KEY": "k"})
     argv = ssh_argv(NODE, command)
     assert argv[0] == "ssh" and argv[-3:] == ["--", "node-b", command]
     assert argv[argv.index("BatchMode=yes") - 1: argv.index("BatchMode=yes") + 1] == ["-o", "BatchMode=yes"]
     assert argv[argv.index("-F") + 1] == "/tmp/my config"
     assert argv[argv.index("-p") + 1] == "2222" and argv[argv.index("-l") + 1] == "alice"
-    assert shlex.split(command) == ["cd", "/", "&&", "exec", "env", "RANKWATCH_JOB=k", "/opt/my envs/python",
+    assert shlex.split(command) == ["cd", "/", "&&", "exec", "env", "RANKWATCH_RUN_KEY=k", "/opt/my envs/python",
                                     "-m", "runner", "agent"]
 
 
@@ -79,7 +79,7 @@ def test_the_agent_fills_in_only_its_own_socket_token_and_folders():
     assert command.argv[4] == "--log-dir=/w/torchrun"
     assert command.argv[-1] == "--log-dir=keep"  # the script's own argument is left alone
     assert command.env["RANKWATCH_SOCKET"] == "/run/a.sock" and command.env["RANKWATCH_TOKEN"] == "local"
-    assert command.env["RANKWATCH_JOB"] == "jobkey" and command.env["A"] == "1" and command.cwd == "/data/job dir"
+    assert command.env["RANKWATCH_RUN_KEY"] == "runkey" and command.env["A"] == "1" and command.cwd == "/data/job dir"
 
 
 @pytest.mark.parametrize("stderr, advice", [
@@ -123,7 +123,7 @@ def test_head_address_toward_a_node(monkeypatch):
 def test_the_hub_over_tcp_takes_an_agents_messages_and_reports_its_connection(tmp_path):
     async def scenario():
         hub = Hub(tmp_path / "runs.db", "job-token")
-        await hub.create_run({}, job_key="k", profile="t", spec_toml="", command=None, host="h", workdir=None,
+        await hub.create_run({}, run_key="k", profile="t", spec_toml="", command=None, host="h", workdir=None,
                              runner_pid=os.getpid(), socket=None, world_size=4, status="running")
         port = await hub.serve_tcp("127.0.0.1", 0)
         hub.start()
@@ -132,7 +132,7 @@ def test_the_hub_over_tcp_takes_an_agents_messages_and_reports_its_connection(tm
         hub.on_worker_lost = lambda rank, t: lost.append(rank)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         for message_type, fields in [
-            ("agent_hello", {"token": "job-token", "job": "k", "node_rank": 1, "host": "node-b"}),
+            ("agent_hello", {"token": "job-token", "run_key": "k", "node_rank": 1, "host": "node-b"}),
             ("hello", {"rank": 3, "local_rank": 1, "node_rank": 1, "world_size": 4, "host": "node-b", "pid": 42}),
             ("process_samples", {"node_rank": 1, "rows": [[time.time(), 3, 42, 150.0, 2 ** 30, 9], ["bad"]]}),
             ("worker_lost", {"rank": 3, "t": time.time()}),

@@ -42,12 +42,12 @@ def two_node_args(script: str, *script_args: str) -> list[str]:
             "--omp-num-threads", "1", str(SCRIPTS / script), *script_args]
 
 
-def ssh_clients(job_key: str) -> list[psutil.Process]:
+def ssh_clients(run_key: str) -> list[psutil.Process]:
     """ssh processes started for this job (their remote command names the job key)."""
     found = []
     for process in psutil.process_iter(["name", "cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if process.info["name"] == "ssh" and any(job_key in word for word in cmdline):
+        if process.info["name"] == "ssh" and any(run_key in word for word in cmdline):
             found.append(process)
     return found
 
@@ -80,9 +80,9 @@ def finished_job(sshd, tmp_path_factory):
                  if c.status == psutil.CONN_LISTEN}
     port = listening["data"]["port"]
     probes = {
-        "wrong token": talk_to_head(port, protocol.encode("agent_hello", token="not-the-token", job=run["job_key"],
+        "wrong token": talk_to_head(port, protocol.encode("agent_hello", token="not-the-token", run_key=run["run_key"],
                                                           node_rank=1, host="intruder")),
-        "no token": talk_to_head(port, protocol.encode("agent_hello", job=run["job_key"], node_rank=1)),
+        "no token": talk_to_head(port, protocol.encode("agent_hello", run_key=run["run_key"], node_rank=1)),
         "subscriber": talk_to_head(port, protocol.encode("subscribe", history=True)),
         "worker hello": talk_to_head(port, protocol.encode("hello", token="x", rank=0)),
         "garbage": talk_to_head(port, b"GET / HTTP/1.0\r\n\r\n"),
@@ -138,36 +138,36 @@ def start_forever_job() -> tuple:
     runner = start_rankwatch(*two_node_args("forever.py"))
     run = wait_for(lambda: latest_run(), 60, what="the run to be recorded")
     wait_for(lambda: ranks_running(run["id"], 2), 90, what="both ranks to say hello")
-    job_key = run["job_key"]
-    on_node_one = [p for p in processes_with_marker(job_key) if "agent" in p.cmdline()]
+    run_key = run["run_key"]
+    on_node_one = [p for p in processes_with_marker(run_key) if "agent" in p.cmdline()]
     assert on_node_one, "node 1's agent carries the job marker"
-    assert ssh_clients(job_key)
-    return runner, run, job_key
+    assert ssh_clients(run_key)
+    return runner, run, run_key
 
 
 def test_stop_ends_every_process_of_the_job_on_both_nodes(over_ssh):
-    runner, run, job_key = start_forever_job()
+    runner, run, run_key = start_forever_job()
     runner.send_signal(signal.SIGINT)
     runner.communicate(timeout=40)
     assert runner.returncode == 130
-    assert processes_with_marker(job_key) == []
-    assert ssh_clients(job_key) == []
+    assert processes_with_marker(run_key) == []
+    assert ssh_clients(run_key) == []
     with RunStore(readonly=True) as store:
         assert store.run(run["id"])["status"] == "stopped"
         assert all(node["state"] != "lost" for node in store.nodes(run["id"]))  # stopped, not lost
 
 
 def test_sigkill_of_the_head_runner_leaves_no_process_on_either_node(over_ssh):
-    runner, _run, job_key = start_forever_job()
+    runner, _run, run_key = start_forever_job()
     os.kill(runner.pid, signal.SIGKILL)
     runner.communicate(timeout=10)
-    wait_for(lambda: processes_with_marker(job_key) == [] and ssh_clients(job_key) == [], 30,
+    wait_for(lambda: processes_with_marker(run_key) == [] and ssh_clients(run_key) == [], 30,
              what="every process of the job to end")
 
 
 def test_a_node_that_drops_out_is_lost_with_the_time_and_the_job_ends(over_ssh):
-    runner, run, job_key = start_forever_job()
-    [agent] = [p for p in processes_with_marker(job_key) if p.cmdline()[-2:] == ["runner", "agent"]]
+    runner, run, run_key = start_forever_job()
+    [agent] = [p for p in processes_with_marker(run_key) if p.cmdline()[-2:] == ["runner", "agent"]]
     killed_at = time.time()
     agent.kill()  # as if node 1 crashed: no node_exit, its connection just drops
     runner.communicate(timeout=60)
@@ -182,7 +182,7 @@ def test_a_node_that_drops_out_is_lost_with_the_time_and_the_job_ends(over_ssh):
     assert killed_at <= lost["t"] <= killed_at + 10 and killed_at <= nodes[1]["changed"] <= killed_at + 10
     assert time.strftime("%H:%M:%S", time.localtime(lost["t"])) in nodes[1]["detail"]
     assert ranks[1]["state"] == "lost"
-    wait_for(lambda: processes_with_marker(job_key) == [] and ssh_clients(job_key) == [], 15,
+    wait_for(lambda: processes_with_marker(run_key) == [] and ssh_clients(run_key) == [], 15,
              what="every process of the job to end")
 
 

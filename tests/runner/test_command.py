@@ -65,12 +65,12 @@ def test_runner_form_adds_bootstrap_tee_and_contract_but_keeps_the_flags():
     spec = LaunchSpec(script="/w/t.py", args=("--a",), nproc_per_node=2, max_restarts=3)
     launch = resolve(spec, NO_GPU)
     plain = build_node_command(launch, launch.head, RendezvousPlan("standalone"))
-    context = RunnerContext(socket="/s", token="tok", job_key="key", run_id=7, log_dir="/logs", stacks_dir="/st")
+    context = RunnerContext(socket="/s", token="tok", run_key="key", run_id=7, log_dir="/logs", stacks_dir="/st")
     runner = build_node_command(launch, launch.head, RendezvousPlan("standalone"), context)
     assert runner.argv[:7] == plain.argv[:7]
     assert "--tee=3" in runner.argv and "--log-dir=/logs" in runner.argv
     tail = runner.argv[runner.argv.index("-m", 3):]
     assert tail == ("-m", "rankwatch._bootstrap", "/w/t.py", "--a")
-    assert runner.env["RANKWATCH_JOB"] == "key" and runner.env["RANKWATCH_TOKEN"] == "tok"
+    assert runner.env["RANKWATCH_RUN_KEY"] == "key" and runner.env["RANKWATCH_TOKEN"] == "tok"
     assert runner.env["RANKWATCH_SOCKET"] == "/s" and runner.env["RANKWATCH_BACKEND"] == "gloo"
     assert "--max-restarts=3" in runner.argv and "--max-restarts=3" in plain.argv

@@ -19,7 +19,7 @@ TOKEN = "secret-token"
 
 async def open_hub(tmp_path: Path) -> tuple[Hub, Path]:
     hub = Hub(tmp_path / "runs.db", TOKEN)
-    await hub.create_run({}, job_key=f"k{random.random()}", profile="t", spec_toml="", command=None, host="h",
+    await hub.create_run({}, run_key=f"k{random.random()}", profile="t", spec_toml="", command=None, host="h",
                          workdir=None, runner_pid=os.getpid(), socket=None, world_size=8, status="running")
     socket_path = paths.socket_dir() / f"hub-{os.getpid()}-{random.randrange(10**6)}.sock"
     await hub.serve_unix(socket_path)
@@ -30,7 +30,7 @@ async def open_hub(tmp_path: Path) -> tuple[Hub, Path]:
 async def fake_worker(socket_path: Path, rank: int, records: int, token: str = TOKEN, batch: int = 250) -> int:
     """Speak the real protocol: hello, metric batches, exit. Returns records sent."""
     reader, writer = await asyncio.open_unix_connection(str(socket_path))
-    writer.write(protocol.encode("hello", token=token, job="k", rank=rank, local_rank=rank, node_rank=0,
+    writer.write(protocol.encode("hello", token=token, run_key="k", rank=rank, local_rank=rank, node_rank=0,
                                  world_size=8, local_world_size=8, host="h", pid=os.getpid(), python="py",
                                  python_version="3", torch=None, restart=0, argv=[]))
     sent = 0

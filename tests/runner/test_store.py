@@ -12,7 +12,7 @@ from runner.store.store import RecordBatch, RunNotFound, RunStore
 
 
 def new_run(store: RunStore) -> int:
-    return store.create_run(job_key=f"k{store.count('runs', 0)}-{len(store.runs())}", profile="p", spec_toml="x = 1", command="torchrun ...", host="h",
+    return store.create_run(run_key=f"k{store.count('runs', 0)}-{len(store.runs())}", profile="p", spec_toml="x = 1", command="torchrun ...", host="h",
                             workdir="/w", runner_pid=1, socket=None, world_size=2, status="running")
 
 
@@ -32,6 +32,17 @@ def test_an_old_store_is_migrated_in_place(tmp_path, monkeypatch):
     with RunStore(path) as store:
         assert store.connection.execute("PRAGMA user_version").fetchone()[0] == len(schema.MIGRATIONS)
         assert store.run(run_id)["profile"] == "p" and "note" in store.run(run_id)
+
+
+def test_a_version_1_store_keeps_its_runs_under_the_run_key_column(tmp_path):
+    path = tmp_path / "runs.db"
+    connection = sqlite3.connect(path)
+    connection.executescript(schema.MIGRATIONS[0] + "; PRAGMA user_version = 1;")
+    connection.execute("INSERT INTO runs (job_key, spec_toml, created, status) VALUES ('k1', '', 1.0, 'succeeded')")
+    connection.commit()
+    connection.close()
+    with RunStore(path) as store:
+        assert store.run(store.resolve_run_id("last"))["run_key"] == "k1"
 
 
 def test_a_newer_store_is_refused_not_damaged(tmp_path):

@@ -18,7 +18,7 @@ def send(connection, message_type, **fields):
 
 connection = socket.socket(socket.AF_UNIX)
 connection.connect(os.environ["RANKWATCH_SOCKET"])
-send(connection, "hello", token=os.environ["RANKWATCH_TOKEN"], job=os.environ["RANKWATCH_JOB"], rank=0,
+send(connection, "hello", token=os.environ["RANKWATCH_TOKEN"], run_key=os.environ["RANKWATCH_RUN_KEY"], rank=0,
      local_rank=0, node_rank=int(os.environ["RANKWATCH_NODE_RANK"]), world_size=1, local_world_size=1,
      host=os.environ["RANKWATCH_NODE_HOST"], pid=os.getpid(), python=sys.executable, python_version="3",
      torch=None, restart=0, argv=["fake"])

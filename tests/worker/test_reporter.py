@@ -45,7 +45,7 @@ def test_hello_describes_the_worker_and_log_records_arrive():
             "type": "hello",
             "v": protocol.VERSION,
             "token": "secret-token",
-            "job": "job-under-test",
+            "run_key": "run-under-test",
             "rank": 2,
             "local_rank": 0,
             "node_rank": 1,

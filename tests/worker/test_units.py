@@ -168,7 +168,7 @@ def test_hub_addresses(address, expected):
 
 def test_environment_contract_with_torchrun_variables():
     environment = WorkerEnvironment.from_environ({
-        "RANKWATCH_SOCKET": "/tmp/hub.sock", "RANKWATCH_TOKEN": "t", "RANKWATCH_JOB": "j",
+        "RANKWATCH_SOCKET": "/tmp/hub.sock", "RANKWATCH_TOKEN": "t", "RANKWATCH_RUN_KEY": "j",
         "RANKWATCH_RUN": "12", "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
         "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "1", "RANKWATCH_NODE_RANK": "9",
         "RANKWATCH_NODE_HOST": "node-b", "RANKWATCH_INSTRUMENT": "0", "RANKWATCH_HASH_EVERY": "oops",

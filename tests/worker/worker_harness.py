@@ -196,7 +196,7 @@ def worker_environment(
         environment.update(
             RANKWATCH_SOCKET=hub_address,
             RANKWATCH_TOKEN="secret-token",
-            RANKWATCH_JOB="job-under-test",
+            RANKWATCH_RUN_KEY="run-under-test",
             RANKWATCH_RUN="7",
             RANKWATCH_NODE_RANK="0",
             RANKWATCH_NODE_HOST="testhost",

@@ -8,7 +8,7 @@ contract is written down once:
 ``RANKWATCH_SOCKET``              hub address: a Unix socket path or ``tcp://HOST:PORT``;
                                   absent means "not launched by Rankwatch"
 ``RANKWATCH_TOKEN``               the job's token, sent in ``hello``
-``RANKWATCH_JOB``                 the job key (also a marker the runner looks for in
+``RANKWATCH_RUN_KEY``           the run key (also a marker the runner looks for in
                                   process environments: never removed)
 ``RANKWATCH_RUN``                 run id (int)
 ``RANKWATCH_NODE_RANK``           node rank when torchrun's ``GROUP_RANK`` is missing
@@ -43,7 +43,7 @@ BOOTSTRAP_MODULE = "rankwatch._bootstrap"
 # Variable names, for the runner to import instead of spelling them again.
 SOCKET = "RANKWATCH_SOCKET"
 TOKEN = "RANKWATCH_TOKEN"
-JOB = "RANKWATCH_JOB"
+RUN_KEY = "RANKWATCH_RUN_KEY"
 RUN = "RANKWATCH_RUN"
 NODE_RANK = "RANKWATCH_NODE_RANK"
 NODE_HOST = "RANKWATCH_NODE_HOST"
@@ -60,7 +60,7 @@ class WorkerEnvironment:
 
     address: str
     token: str
-    job: str
+    run_key: str
     run: int | None
     rank: int
     local_rank: int
@@ -87,7 +87,7 @@ class WorkerEnvironment:
         return cls(
             address=address,
             token=environ.get(TOKEN, ""),
-            job=environ.get(JOB, ""),
+            run_key=environ.get(RUN_KEY, ""),
             run=_integer(environ, RUN, None),
             rank=_integer(environ, "RANK", 0),
             local_rank=_integer(environ, "LOCAL_RANK", 0),

@@ -13,7 +13,7 @@ is disconnected (``runner.hub``).
 Messages, by direction (fields beyond ``type``/``v``):
 
 Worker (or agent) -> hub
-  hello       token, job, rank, local_rank, node_rank, world_size, local_world_size,
+  hello       token, run_key, rank, local_rank, node_rank, world_size, local_world_size,
               host, pid, python, python_version, torch, restart, argv
               (sent first on every connection, so again after a reconnect; argv is
               [script, *args], or ["-m", module, *args]; torch is null when not installed)
@@ -38,7 +38,7 @@ Worker (or agent) -> hub
 
 Agent (remote node) -> hub, in addition (over TCP; the first line must be agent_hello
 with the job's token, and the hub refuses any other TCP client)
-  agent_hello token, job, node_rank, host, pid, version, torch
+  agent_hello token, run_key, node_rank, host, pid, version, torch
               (version: Rankwatch's on the node; torch: the node interpreter's, or null)
   log         node_rank, rank, t, stream, line, node   (a worker's output line; rank is
               null for torchrun's and the agent's own lines; node: the host label)
@@ -52,7 +52,7 @@ with the job's token, and the hub refuses any other TCP client)
   "rank"; a forwarded hello carries no token (the agent checked its own).
 
 Head runner -> agent (over ssh's stdin, never through the hub; runner.remote)
-  launch      token, head_host, head_port, job, run, node_rank, host, argv, env, cwd,
+  launch      token, head_host, head_port, run_key, run, node_rank, host, argv, env, cwd,
               grace, sample_interval   (the first line)
   stop        force: bool   (later lines; end of stdin: the head is gone, stop too)
 
@@ -76,7 +76,7 @@ Hub -> subscriber
   bye         reason                                        (the run ended)
   pong / error  message
 
-  RUN   {id, job_key, profile, status, created, started, ended, exit_code, world_size,
+  RUN   {id, run_key, profile, status, created, started, ended, exit_code, world_size,
          host, command, workdir, summary}  (status: runner.state.RunStatus values;
          summary: the failure triage once the run ended, else null)
   RANK  {rank, local_rank, node_rank, host, pid, gpu_index, state (RankState values),

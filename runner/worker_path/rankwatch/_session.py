@@ -121,7 +121,7 @@ def hello_fields(environment: WorkerEnvironment, argv: list[str]) -> dict[str, A
     """The ``hello`` message's fields; ``torch`` is filled in by the reporter thread (metadata lookup)."""
     return {
         "token": environment.token,
-        "job": environment.job,
+        "run_key": environment.run_key,
         "rank": environment.rank,
         "local_rank": environment.local_rank,
         "node_rank": environment.node_rank,

@@ -172,7 +172,7 @@ def two_nodes_lost() -> Path:
             with RunStore(home / "data" / "runs.db", readonly=True) as store:
                 return {row["rank"] for row in store.logs(run["id"], contains=" step 5 ")} == {0, 1}
         wait_for(both_printing, 120, interval=0.5, what="both ranks' output")
-        [agent] = [p for p in processes_with_marker(run["job_key"]) if p.cmdline()[-2:] == ["runner", "agent"]]
+        [agent] = [p for p in processes_with_marker(run["run_key"]) if p.cmdline()[-2:] == ["runner", "agent"]]
         agent.kill()
         process.communicate(timeout=120)
         return _dump("two_nodes_lost", home, ["rankwatch", "run", "--plain", *args, "(node 1's agent killed)"])

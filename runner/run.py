@@ -1,7 +1,7 @@
 """One run from launch to end: the runner's main object.
 
 ``prepare_launch`` turns a profile into something that can run here (or refuses
-with field-named errors, exit code 2, before anything starts). ``Job.run`` then:
+with field-named errors, exit code 2, before anything starts). ``Run.execute`` then:
 
 1. records the run in the store and opens the hub's private socket;
 2. starts the sentinel (no orphans even if this process is SIGKILLed);
@@ -11,7 +11,7 @@ with field-named errors, exit code 2, before anything starts). ``Job.run`` then:
 5. lets the workers' last messages arrive, triages a failure, records the end,
    says bye to subscribers, and returns the job's exit status.
 
-The spec stays what was asked for; everything live sits on the ``Job``.
+The spec stays what was asked for; everything live sits on the ``Run``.
 """
 
 from __future__ import annotations
@@ -94,17 +94,17 @@ def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_
     return PreparedLaunch(profile=profile, launch=launch, plan=plan, machine=machine)
 
 
-def start_sentinel(job_key: str, store_path: Path, run_id: int) -> subprocess.Popen:
+def start_sentinel(run_key: str, store_path: Path, run_id: int) -> subprocess.Popen:
     """The watchdog that ends the job if this process dies (see ``runner.launch.sentinel``)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH_JOB")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH_RUN_KEY")}
     env["PYTHONPATH"] = str(paths.REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return subprocess.Popen(
-        [sys.executable, "-m", "runner.launch.sentinel", job_key, str(store_path), str(run_id)],
+        [sys.executable, "-m", "runner.launch.sentinel", run_key, str(store_path), str(run_id)],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, env=env, close_fds=True)
 
 
-class Job:
+class Run:
     def __init__(self, prepared: PreparedLaunch, view: Callable[[dict[str, Any]], None] | None = None,
                  on_ready: Callable[[dict[str, Any]], None] | None = None):
         self.prepared = prepared
@@ -112,7 +112,7 @@ class Job:
         self.spec = prepared.launch.spec
         self.view = view
         self.on_ready = on_ready
-        self.job_key = secrets.token_hex(12)
+        self.run_key = secrets.token_hex(12)
         self.token = secrets.token_urlsafe(32)
         self.store_path = paths.store_path()
         self.hub = Hub(self.store_path, self.token)
@@ -236,18 +236,18 @@ class Job:
         commands = self.prepared.user_commands()
         self.run_id = await self.hub.create_run(
             spec_to_dict(self.spec),
-            job_key=self.job_key, profile=profile.name, spec_toml=dumps_spec(self.spec),
+            run_key=self.run_key, profile=profile.name, spec_toml=dumps_spec(self.spec),
             command="\n".join(c.shell_text() for c in commands), host=socket.gethostname(),
             workdir=self.launch.head.workdir, runner_pid=os.getpid(), socket=None,
             world_size=self.launch.world_size, status=RunStatus.STARTING.value)
         self.run_dir = paths.run_dir(self.run_id)
         (self.run_dir / "stacks").mkdir(parents=True, exist_ok=True)
-        self.socket_path = paths.socket_dir() / f"{self.job_key[:16]}.sock"
+        self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
         await self.hub.serve_unix(self.socket_path)
         if remote_nodes(self.launch):
             # A lost node fails the run: the others are stopped (their collectives could only
             # hang), but the run is not "stopped on request".
-            self.remote = RemoteNodes(self.hub, self.job_key, self.token,
+            self.remote = RemoteNodes(self.hub, self.run_key, self.token,
                                       on_lost=lambda reason: self._loop.create_task(self._stop_nodes(force=False)))
             await self.remote.listen(self.launch, self.prepared.plan)
         self.hub.on_stop_requested = lambda force: self.request_stop(force, reason="stop requested by a subscriber")
@@ -263,7 +263,7 @@ class Job:
 
     def runner_context(self) -> RunnerContext:
         return RunnerContext(
-            socket=str(self.socket_path), token=self.token, job_key=self.job_key, run_id=self.run_id,
+            socket=str(self.socket_path), token=self.token, run_key=self.run_key, run_id=self.run_id,
             log_dir=str(self.run_dir / "torchrun"), stacks_dir=str(self.run_dir / "stacks"),
             instrument=self.spec.telemetry.instrument, hash_every=self.spec.telemetry.hash_every)
 
@@ -272,7 +272,7 @@ class Job:
         for node in self.launch.nodes:
             if node.is_local:
                 command = build_node_command(self.launch, node, self.prepared.plan, self.runner_context())
-                nodes.append(LocalNode(node, command, self.job_key, self._on_node_lines))
+                nodes.append(LocalNode(node, command, self.run_key, self._on_node_lines))
             else:
                 nodes.append(self._create_remote_node(node))
         return nodes
@@ -321,10 +321,10 @@ class Job:
 
     # ---- the run -------------------------------------------------------------------------
 
-    async def run(self) -> int:
+    async def execute(self) -> int:
         self._loop = asyncio.get_running_loop()
         await self._open()
-        sentinel = start_sentinel(self.job_key, self.store_path, self.run_id)
+        sentinel = start_sentinel(self.run_key, self.store_path, self.run_id)
         try:
             return await self._run_opened()
         finally:
@@ -354,7 +354,7 @@ class Job:
         await self.hub.update_run(started=time.time(), status=RunStatus.RUNNING.value)
         self._start_samplers()
         self._start_monitors()
-        watcher = asyncio.create_task(self._watch(), name="job-monitors")
+        watcher = asyncio.create_task(self._watch(), name="run-monitors")
         node_waits = [asyncio.create_task(self._wait_node(handle)) for handle in self.nodes]
         all_done = asyncio.gather(*node_waits)
         stop_task = asyncio.create_task(self._stop_requested.wait())

@@ -30,11 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rankwatch._protocol import EventKind, LogLine, MetricRecord, ProcessSample
 from runner import paths
+from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.monitors import start_monitors
-from runner.diagnosis.torchrun_report import merge_reports, parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage
 from runner.hub.hub import Hub
+from runner.hub.observer import HubObserver
 from runner.launch.command import (
     NodeCommand,
     RendezvousPlan,
@@ -104,7 +106,12 @@ def start_sentinel(run_key: str, store_path: Path, run_id: int) -> subprocess.Po
         start_new_session=True, env=env, close_fds=True)
 
 
-class Run:
+class Run(HubObserver):
+    """One run. It orchestrates: the hub takes the telemetry, ``TriageEvidence`` collects what
+    failure triage needs, the monitors watch for hangs and stragglers; the run starts and stops
+    the nodes and records the end. As a hub observer it only answers subscribers (stop, stacks)
+    and reads printed losses (``--parse-stdout``)."""
+
     def __init__(self, prepared: PreparedLaunch, view: Callable[[dict[str, Any]], None] | None = None,
                  on_ready: Callable[[dict[str, Any]], None] | None = None):
         self.prepared = prepared
@@ -120,9 +127,9 @@ class Run:
         self.run_dir: Path | None = None
         self.socket_path: Path | None = None
         self.nodes: list[NodeHandle] = []
-        self.triage_input = TriageInput(legacy_local_rank=self.spec.legacy_local_rank,
-                                        backend=self.launch.backend, cpu_mode=self.launch.cpu_mode,
-                                        interpreter=self.launch.head.python)
+        self.evidence = TriageEvidence(TriageInput(
+            legacy_local_rank=self.spec.legacy_local_rank, backend=self.launch.backend,
+            cpu_mode=self.launch.cpu_mode, interpreter=self.launch.head.python))
         self.loss_parser = LossParser(self.spec.telemetry.loss_pattern) if self.spec.telemetry.parse_stdout else None
         self.monitors: list = []
         """Diagnosis monitors: objects with ``tick(now)``, called every ``MONITOR_INTERVAL_SECONDS``."""
@@ -160,6 +167,21 @@ class Run:
             if capture is not None:
                 capture(reason="requested")
 
+    @property
+    def triage_input(self) -> TriageInput:
+        return self.evidence.data
+
+    # ---- what the hub tells the run (HubObserver) ----------------------------------------
+
+    def on_stop_requested(self, force: bool) -> None:
+        self.request_stop(force, reason="stop requested by a subscriber")
+
+    def on_dump_stacks(self) -> None:
+        self.dump_stacks()
+
+    def on_log(self, line: LogLine) -> None:
+        self._on_log(*line)
+
     # ---- output and telemetry ------------------------------------------------------------
 
     def _on_node_lines(self, node: ResolvedNode, lines: list[OutputLine]) -> None:
@@ -170,19 +192,16 @@ class Run:
             self.hub.add_log(rank, line.stream, line.text, line.t, node=node.host)
 
     def _on_log(self, rank: int | None, t: float, stream: str, line: str, node: str | None) -> None:
-        """Every captured line, local or forwarded by an agent: triage evidence, parsed loss."""
+        """Every captured line, local or forwarded by an agent: a printed loss (``--parse-stdout``)."""
         if rank is None:
-            self.triage_input.add_launcher_line(node or "", line)
             return
-        if stream == "stderr":
-            self.triage_input.add_stderr(rank, line)
         if self.loss_parser is not None:
             parsed = self.loss_parser.parse(line)
             if parsed is not None:
                 value, step = parsed
                 if step is None:
                     step = self.hub.model.row(rank).step
-                self.hub.add_metric(rank, step, t, "loss", value, "parsed")
+                self.hub.add_metric(MetricRecord(rank, t, step, "loss", value, "parsed"))
 
     def _global_rank(self, node_rank: int, local_rank: int) -> int:
         """Older torch prefixes lines with the local rank; map it through the hellos."""
@@ -191,31 +210,13 @@ class Run:
                 return row.rank
         return local_rank
 
-    def _on_message(self, message: dict[str, Any]) -> None:
-        kind, rank = message["type"], message.get("rank")
-        if kind == "hello" and rank is not None and message.get("host"):
-            self.triage_input.hosts[rank] = str(message["host"])
-        elif (kind == "exception" and rank is not None and message.get("fatal") is not False
-              and rank not in self.triage_input.exceptions):
-            self.triage_input.exceptions[rank] = {
-                "t": message.get("t"), "exc_type": message.get("exc_type"),
-                "message": message.get("message"), "traceback": message.get("traceback")}
-        elif kind == "exit" and rank is not None:
-            code = message.get("code")
-            self.triage_input.exits[rank] = (code if isinstance(code, int) else None, message.get("t") or time.time())
-
-    def _on_worker_lost(self, rank: int, t: float) -> None:
-        self.triage_input.lost.setdefault(rank, t)
-
-    def _on_process_rows(self, rows: list[tuple]) -> None:
+    def _on_process_rows(self, rows: list[ProcessSample]) -> None:
         self.hub.add_process_samples(rows)
-        for _t, rank, _pid, cpu, rss, _threads in rows:
-            self.hub.model.on_process_sample(rank, cpu, rss)
 
     def _on_gpu_report(self, report: GpuReport) -> None:
         if not report.available:
             if not self.launch.cpu_mode:
-                self.hub.add_event("warning", None, f"GPU sampling off: {report.describe_unavailable()}")
+                self.hub.add_event(EventKind.WARNING, None, f"GPU sampling off: {report.describe_unavailable()}")
             return
         self.hub.add_gpu_samples(gpu_rows(report, time.time()))
         for rank, (index, util, memory) in rank_gpu_usage(report, self._local_pids()).items():
@@ -250,12 +251,8 @@ class Run:
             self.remote = RemoteNodes(self.hub, self.run_key, self.token,
                                       on_lost=lambda reason: self._loop.create_task(self._stop_nodes(force=False)))
             await self.remote.listen(self.launch, self.prepared.plan)
-        self.hub.on_stop_requested = lambda force: self.request_stop(force, reason="stop requested by a subscriber")
-        self.hub.on_dump_stacks = self.dump_stacks
-        self.hub.message_hooks.append(self._on_message)
-        self.hub.on_hello = self._on_message  # each rank's host for triage (a remote rank's is its node's)
-        self.hub.log_hooks.append(self._on_log)
-        self.hub.on_worker_lost = self._on_worker_lost
+        self.hub.add_observer(self)
+        self.hub.add_observer(self.evidence)
         self.hub.start()
         await self.hub.update_run(socket=str(self.socket_path))
         for node in self.launch.nodes:
@@ -307,7 +304,7 @@ class Run:
 
     def _start_monitors(self) -> None:
         """Diagnosis monitors that watch the live model (hangs, stragglers, consistency)."""
-        self.monitors = start_monitors(self.hub, self.launch, self.run_dir, self.triage_input)
+        self.monitors = start_monitors(self.hub, self.launch, self.run_dir, self.triage_input, self.run_key)
 
     async def _watch(self) -> None:
         while True:
@@ -317,7 +314,7 @@ class Run:
                 try:
                     monitor.tick(now)
                 except Exception as error:  # a broken monitor must not end the run
-                    self.hub.add_event("warning", None, f"monitor {type(monitor).__name__} failed: {error}")
+                    self.hub.add_event(EventKind.WARNING, None, f"monitor {type(monitor).__name__} failed: {error}")
 
     # ---- the run -------------------------------------------------------------------------
 
@@ -362,7 +359,7 @@ class Run:
         stopped = stop_task.done() and not all_done.done()
         if stopped:
             await self.hub.update_run(status=RunStatus.STOPPING.value)
-            self.hub.add_event("stopping", None, f"stopping the job ({self._stop_reason})")
+            self.hub.add_event(EventKind.STOPPING, None, f"stopping the job ({self._stop_reason})")
             forced = asyncio.create_task(self._escalate_on_force())
             await self._stop_nodes(force=self._force_requested.is_set())
             forced.cancel()
@@ -422,16 +419,21 @@ class Run:
                 new_state = RankState.EXITED
             self.hub.model.on_exit(row.rank, row.exit_code, new_state)
 
+    def _note_losses(self, summary: dict[str, Any]) -> None:
+        """What the store lacks (records dropped, refused, a full disk), in the summary and its headline."""
+        summary.update(self.hub.losses())
+        if summary.get("store_incomplete"):
+            summary["headline"] += f" (store incomplete: {summary['store_incomplete']})"
+
     async def _finish(self, exit_code: int, stopped: bool) -> int:
-        self.triage_input.report = merge_reports(
-            [parse_torchrun_report(list(lines)) for lines in self.triage_input.launcher_lines.values()])
         if stopped and self._stop_reason == "SIGINT":
             exit_code = EXIT_INTERRUPTED
-        summary = triage(self.triage_input, exit_code, stopped)
+        summary = triage(self.evidence.conclude(), exit_code, stopped)
         self._final_rank_states(summary, stopped)
+        self._note_losses(summary)
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
-        self.hub.add_event("run_finished", None, summary["headline"], status=status.value, exit_code=exit_code,
-                           summary=summary)
+        self.hub.add_event(EventKind.RUN_FINISHED, None, summary["headline"], status=status.value,
+                           exit_code=exit_code, summary=summary)
         await self.hub.update_run(ended=time.time(), status=status.value, exit_code=exit_code, summary=summary)
         await self.hub.close(reason=status.value)
         self.exit_code = exit_code
@@ -439,7 +441,7 @@ class Run:
 
     async def _finish_unstarted(self, message: str) -> int:
         summary = {"outcome": "failed", "headline": message, "exit_code": EXIT_NOT_STARTED}
-        self.hub.add_event("run_finished", None, message, status=RunStatus.FAILED.value,
+        self.hub.add_event(EventKind.RUN_FINISHED, None, message, status=RunStatus.FAILED.value,
                            exit_code=EXIT_NOT_STARTED, summary=summary)
         await self.hub.update_run(ended=time.time(), status=RunStatus.FAILED.value, exit_code=EXIT_NOT_STARTED,
                                   summary=summary)

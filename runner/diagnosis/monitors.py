@@ -8,8 +8,8 @@
 * ``StragglerMonitor``: the rank that slows every step, and why;
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
 
-Each has ``tick(now)``, called by the job every ``MONITOR_INTERVAL_SECONDS`` on the
-event loop; the ones that read worker messages also sit in ``hub.message_hooks``.
+Each has ``tick(now)``, called by the run every ``MONITOR_INTERVAL_SECONDS`` on the
+event loop; the ones that read worker messages are also hub observers.
 Everything they find is kept in ``triage_input.findings`` for the summary.
 """
 
@@ -22,6 +22,7 @@ from runner.diagnosis.stack_capture import StackCapture
 from runner.diagnosis.stalls import StallMonitor
 from runner.diagnosis.stragglers import StragglerMonitor
 from runner.diagnosis.triage import TriageInput
+from runner.launch.process_tree import carries_marker
 
 
 class RankFacts:
@@ -46,8 +47,9 @@ class RankFacts:
                 data.rank_gpus[row.rank] = (row.host, row.gpu_index)
 
 
-def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput) -> list:
-    """Create and hook up the monitors for a job (see the module docstring)."""
+def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_key: str | None = None) -> list:
+    """Create and hook up the monitors for a run (see the module docstring); ``run_key``: only
+    processes carrying the run's marker are ever signalled for their stacks."""
     telemetry = launch.spec.telemetry
     local_node_ranks = {node.node_rank for node in launch.nodes if node.is_local}
     triage_input.log_dir = str(run_dir / "torchrun")
@@ -58,16 +60,18 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput) -> lis
         return (row.node_rank or 0) in local_node_ranks
 
     facts = RankFacts(hub, triage_input, local_node_ranks)
-    capture = StackCapture(hub, run_dir / "stacks", is_local=is_local, on_result=findings.set_stacks)
+    is_ours = (lambda pid: carries_marker(pid, run_key)) if run_key else None
+    capture = StackCapture(hub, run_dir / "stacks", is_local=is_local, on_result=findings.set_stacks,
+                           is_ours=is_ours)
     monitors: list = [facts, capture]
     if telemetry.instrument:
         monitors.append(StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings))
         stragglers = StragglerMonitor(hub, findings)
-        hub.message_hooks.append(stragglers.on_message)
+        hub.add_observer(stragglers)
         monitors.append(stragglers)
     if telemetry.hash_every > 0:
         consistency = ConsistencyMonitor(hub, findings)
-        hub.message_hooks.append(consistency.on_message)
+        hub.add_observer(consistency)
         monitors.append(consistency)
     facts.tick(0.0)
     return monitors

@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from rankwatch._protocol import NodeExit
 from runner.launch.nodes import NodeHandle
 from runner.launch.output import OutputLine
 from runner.launch.process_tree import set_parent_death_signal
@@ -63,7 +64,7 @@ class RemoteNode(NodeHandle):
         self.on_lines = on_lines
         self.on_lost = on_lost
         self.process: asyncio.subprocess.Process | None = None
-        self.exit_message: dict | None = None
+        self.exit_message: NodeExit | None = None
         self.lost_at: float | None = None
         self.lost_reason: str | None = None
         self._connected = asyncio.Event()
@@ -86,7 +87,7 @@ class RemoteNode(NodeHandle):
     def on_agent_connected(self) -> None:
         self._connected.set()
 
-    def on_node_exit(self, message: dict) -> None:
+    def on_node_exit(self, message: NodeExit) -> None:
         self.exit_message = message
 
     def on_agent_closed(self) -> None:
@@ -157,8 +158,8 @@ class RemoteNode(NodeHandle):
         if self.exit_message is None and not self._agent_closed.is_set():
             with contextlib.suppress(asyncio.TimeoutError):  # node_exit may still be on its way over TCP
                 await asyncio.wait_for(self._agent_closed.wait(), FINAL_MESSAGE_SECONDS)
-        if self.exit_message is not None and isinstance(self.exit_message.get("code"), int):
-            return self.exit_message["code"]
+        if self.exit_message is not None and self.exit_message.code is not None:
+            return self.exit_message.code
         status = exit_status(returncode)
         if not self._stopping:
             detail = last_error_line("\n".join(self._output_tail))

@@ -87,8 +87,8 @@ def test_a_hang_is_flagged_in_time_and_the_rank_in_the_barrier_is_shown_with_its
         [capture] = wait_for(stacks_captured, 120, interval=0.5, what="the stall's stack capture")
         _run, events = stored(run["id"])
         with RunStore(readonly=True) as store:
-            last_steps = {rank: max(row[2] for row in store.metrics(run["id"], name="step_time", rank=rank))
-                          for rank in range(3)}  # rows: (rank, step, t, name, value, source)
+            last_steps = {rank: max(row.t for row in store.metrics(run["id"], name="step_time", rank=rank))
+                          for rank in range(3)}
         stalled = {e["rank"]: e for e in events if e["kind"] == "stalled"}
         assert sorted(stalled) == [0, 1, 2]
         for rank, event in stalled.items():

@@ -41,6 +41,7 @@ from typing import Any
 import rankwatch
 from rankwatch._buffer import KIND_STEP, RecordBuffer
 from rankwatch._fingerprint import optimizer_parameters, parameter_digest
+from rankwatch._protocol import ParamHash
 from rankwatch._reporter import Reporter
 from rankwatch._values import PendingCopy, PendingMean, copy_to_host
 
@@ -147,7 +148,7 @@ class StepClock:
             self._hash_every = 0
             _warn(f"parameter fingerprints disabled ({type(exc).__name__}: {exc})")
             return
-        self._reporter.send("param_hash", t=_now(), step=step, digest=digest)
+        self._reporter.send(ParamHash(self._reporter.rank, _now(), step, digest))
 
 
 def install(

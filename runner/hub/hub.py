@@ -193,7 +193,8 @@ class Hub:
         await self.server.wait_for_producers(deadline)
         self.server.stop_listening()
         if self._flush_task is not None:
-            self._flush_task.cancel()
+            async with self._flush_lock:  # never cancel a flush halfway: its commit would go on unseen
+                self._flush_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flush_task
         self.ingest.report_rejected()
@@ -239,7 +240,7 @@ class Hub:
                 return
             rank_rows = [(row.rank, _store_columns(row)) for row in rows]
             seq = await self.writer.call(self._commit, batch, rank_rows)
-            self._tell_if_store_incomplete()
+            await self._tell_if_store_incomplete()
             self.publisher.publish(seq, batch, [row.to_wire() for row in rows],
                                    self._run_row if run_changed else None, nodes)
 
@@ -251,8 +252,9 @@ class Hub:
         self._seq += 1
         return self._seq
 
-    def _tell_if_store_incomplete(self) -> None:
-        """The first time the store refuses for want of room: say so once, everywhere it can be seen."""
+    async def _tell_if_store_incomplete(self) -> None:
+        """The first time the store refuses for want of room: say so once, everywhere it can be seen
+        (subscribers at once, the runner's terminal, and the store if it still takes a row)."""
         reason = self.writer.incomplete
         if reason is None or self._store_incomplete_told:
             return
@@ -260,8 +262,11 @@ class Hub:
         message = (f"the run store stopped taking records ({reason}: {self.store_path}); the run goes on and is "
                    "shown live, but what follows is not stored. Free space to keep the record of later runs whole")
         event = Event(time.time(), EventKind.STORE_INCOMPLETE, None, message, {"reason": reason})
-        self.publisher.send_now(event_message(event))  # the store may not take it
-        self.ingest.pending.events.append(event)
+        self.publisher.send_now(event_message(event))  # not through a batch: the store may not take it
+        run_id = self.run_id
+        if run_id is not None:
+            await self.writer.call(lambda store: self.writer.try_write(
+                store.write_batch, run_id, RecordBatch(events=[event])))
         if not any(subscriber.name == "local" for subscriber in self.publisher.subscribers):
             with contextlib.suppress(OSError, ValueError):
                 print(f"rankwatch: {message}", file=sys.stderr, flush=True)

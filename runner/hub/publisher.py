@@ -47,6 +47,8 @@ DECIMATED_POINTS_PER_SERIES = 8
 HISTORY_ROWS_PER_READ = 5_000
 LINE_BYTES = protocol.HISTORY_LINE_BYTES
 """Every update line (replay and live) is cut to about this size."""
+RECORDS_PER_LINE = 3_000
+"""Metric records (or samples) per update line: ~60-100 bytes each."""
 
 Message = dict[str, Any]
 
@@ -73,7 +75,7 @@ class Subscriber(abc.ABC):
     def __init__(self) -> None:
         self.live = False
         """False while a history replay is being sent; live updates queue until then."""
-        self.queued: list[tuple[int, Message]] = []
+        self.queued: list[tuple[int, Message, list[bytes] | None]] = []
         self.closed = False
 
     def backlog_bytes(self) -> int:
@@ -83,33 +85,46 @@ class Subscriber(abc.ABC):
     def send(self, message: Message) -> None:
         """Deliver one message now (it has passed queueing and decimation)."""
 
+    def send_lines(self, message: Message, lines: list[bytes]) -> None:
+        """Deliver ``message``, already encoded as ``lines`` (for a socket: written as they are)."""
+        self.send(message)
+
     async def drain(self) -> None:  # noqa: B027 (optional: only a socket has something to wait for)
         """Wait until what was sent has left this process (back-pressure for replays)."""
 
     def close(self) -> None:
         self.closed = True
 
-    def deliver_update(self, seq: int, message: Message) -> None:
+    def abandon(self) -> None:
+        """Disconnect at once, dropping what it has not read (it is hopelessly behind)."""
+        self.close()
+
+    def deliver_update(self, seq: int, message: Message, lines: list[bytes] | None = None) -> None:
+        """Send a live update (``lines``: the same, encoded once for every subscriber), or queue it
+        while a replay is going on; thinned or refused when this subscriber is far behind."""
         if self.closed:
             return
         if not self.live:
-            self.queued.append((seq, message))
+            self.queued.append((seq, message, lines))
             return
         backlog = self.backlog_bytes()
         if backlog > DISCONNECT_ABOVE_BYTES:
-            self.close()
+            self.abandon()
             return
         if backlog > DECIMATE_ABOVE_BYTES and message.get("metrics"):
-            message = dict(message, metrics=decimate_metrics(message["metrics"]), decimated=True)
-        self.send(message)
+            self.send(dict(message, metrics=decimate_metrics(message["metrics"]), decimated=True))
+        elif lines is not None:
+            self.send_lines(message, lines)
+        else:
+            self.send(message)
 
     def go_live(self, replayed_through: int) -> None:
         """Send what queued during the replay, skipping batches the replay already held."""
         self.live = True
         queued, self.queued = self.queued, []
-        for seq, message in queued:
+        for seq, message, lines in queued:
             if seq > replayed_through:
-                self.deliver_update(seq, message)
+                self.deliver_update(seq, message, lines)
 
 
 class LocalSubscriber(Subscriber):
@@ -148,6 +163,12 @@ class SocketSubscriber(Subscriber):
         body.pop("v", None)
         self.writer.write(protocol.encode(message_type, **body))
 
+    def send_lines(self, message: Message, lines: list[bytes]) -> None:
+        if self.closed or self.writer.is_closing():
+            self.closed = True
+            return
+        self.writer.writelines(lines)
+
     async def drain(self) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self.writer.drain()
@@ -157,24 +178,25 @@ class SocketSubscriber(Subscriber):
         if not self.writer.is_closing():
             self.writer.close()
 
+    def abandon(self) -> None:
+        super().close()
+        transport = self.writer.transport
+        if transport is not None:
+            transport.abort()  # close() would keep the unread backlog until it was read: never
+
 
 # ---- cutting updates into lines of bounded size --------------------------------------------------
 
 
-def _size_of_metric(record: Sequence[Any]) -> int:
-    return 48 + len(record[3])
-
-
 def _size_of_log(line: Sequence[Any]) -> int:
-    return 48 + 2 * len(line[3]) + len(line[4] or "")  # 2x: JSON escapes of quotes, backslashes, non-ASCII
+    text = line[3]
+    # JSON doubles a quote or backslash, and writes a control or non-ASCII character as \uXXXX
+    factor = 2 if text.isascii() and text.isprintable() else 6
+    return 48 + factor * len(text) + len(line[4] or "")
 
 
 def _size_of_event(event: Event) -> int:
     return 64 + len(event.message) + len(event.data_json())
-
-
-def _size_of_sample(row: Sequence[Any]) -> int:
-    return 24 * len(row)
 
 
 def cut_by_size(rows: Sequence[Any], size_of: Callable[[Any], int], limit: int = LINE_BYTES) -> Iterator[list[Any]]:
@@ -192,22 +214,45 @@ def cut_by_size(rows: Sequence[Any], size_of: Callable[[Any], int], limit: int =
         yield group
 
 
+def _in_runs(rows: list[Any], count: int) -> Iterator[list[Any]]:
+    for start in range(0, len(rows), count):
+        yield rows[start:start + count]
+
+
 def update_lines(t: float, batch: RecordBatch) -> Iterator[Update]:
-    """A batch of records as updates whose lines stay under ``LINE_BYTES`` (about)."""
-    for metrics in cut_by_size(batch.metrics, _size_of_metric):
+    """A batch of records as updates of about ``LINE_BYTES`` each (``encode_update`` makes sure)."""
+    for metrics in _in_runs(batch.metrics, RECORDS_PER_LINE):
         yield Update(t, metrics=metrics)
     for logs in cut_by_size(batch.logs, _size_of_log):
         yield Update(t, logs=logs)
     for events in cut_by_size(batch.events, _size_of_event):
         yield Update(t, events=events)
-    for gpus in cut_by_size(batch.gpu_samples, _size_of_sample):
+    for gpus in _in_runs(batch.gpu_samples, RECORDS_PER_LINE):
         yield Update(t, gpus=gpus)
-    for procs in cut_by_size(batch.process_samples, _size_of_sample):
+    for procs in _in_runs(batch.process_samples, RECORDS_PER_LINE):
         yield Update(t, procs=procs)
 
 
 def update_message(update: Update) -> Message:
     return {"type": Update.TYPE, **update.to_wire()}
+
+
+def encode_update(update: Update, stats: Counter[str] | None = None) -> list[bytes]:
+    """``update`` as lines under ``MAX_LINE_BYTES``: cut in halves until each fits. A single
+    record that cannot fit (a gigantic event) is left out and counted (``lines_too_long``)."""
+    line = update.encode()
+    if len(line) < protocol.MAX_LINE_BYTES:
+        return [line]
+    tables = ("metrics", "logs", "events", "gpus", "procs")
+    name = max(tables, key=lambda table: len(getattr(update, table)))
+    rows = getattr(update, name)
+    if len(rows) <= 1:
+        if stats is not None:
+            stats["lines_too_long"] += 1
+        return []
+    middle = len(rows) // 2
+    first, second = Update(update.t, **{name: rows[:middle]}), Update(update.t, **{name: rows[middle:]})
+    return encode_update(first, stats) + encode_update(second, stats)
 
 
 class Publisher:
@@ -279,7 +324,7 @@ class Publisher:
                 batch = RecordBatch()
                 getattr(batch, table).extend(rows)
                 for update in update_lines(time.time(), batch):
-                    subscriber.send(update_message(update))
+                    subscriber.send_lines(update_message(update), encode_update(update, self.stats))
                     await subscriber.drain()
         return through
 
@@ -292,10 +337,13 @@ class Publisher:
         updates = list(update_lines(now, batch)) or [Update(now)]
         first = updates[0]
         first.ranks, first.run, first.nodes = rank_rows, run, nodes
-        messages = [update_message(update) for update in updates]
+        encoded: list[tuple[Message, list[bytes] | None]] = []
+        sockets = any(isinstance(subscriber, SocketSubscriber) for subscriber in self.subscribers)
+        for update in updates:
+            encoded.append((update_message(update), encode_update(update, self.stats) if sockets else None))
         for subscriber in list(self.subscribers):
-            for message in messages:
-                subscriber.deliver_update(seq, message)
+            for message, lines in encoded:
+                subscriber.deliver_update(seq, message, lines)
             if subscriber.closed:
                 self.subscribers.remove(subscriber)
                 self.stats["subscribers_dropped"] += 1
@@ -314,6 +362,7 @@ class Publisher:
         for backlog, _, subscriber in backlogs:
             if total <= TOTAL_BACKLOG_BYTES or backlog == 0:
                 break
+            subscriber.abandon()
             self.remove(subscriber)
             total -= backlog
             self.stats["subscribers_dropped"] += 1

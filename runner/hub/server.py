@@ -136,6 +136,7 @@ class ConnectionServer:
         self.worker_connections = 0
         self._waiting: dict[bool, OrderedDict[Connection, None]] = {False: OrderedDict(), True: OrderedDict()}
         """Connections without a role yet, oldest first (Unix: False, TCP: True)."""
+        self._evicted: set[Connection] = set()
         self._producers: set[asyncio.Task[None]] = set()
         """Handlers of connections that may still send records (not subscribers)."""
         self._servers: list[asyncio.base_events.Server] = []
@@ -189,7 +190,8 @@ class ConnectionServer:
         except asyncio.TimeoutError:  # silent for too long before authenticating
             self._refuse(connection, "no hello in time" if not over_tcp else "no agent_hello in time")
         except asyncio.CancelledError:  # evicted while waiting for a role, or the hub is closing
-            pass
+            if connection.role is None and connection in self._evicted:
+                self.refusals.refuse("held a connection without saying who it is", connection.peer)
         finally:
             self._closed(connection)
 
@@ -199,6 +201,7 @@ class ConnectionServer:
         while len(waiting) > MAX_PREAUTH_CONNECTIONS:
             oldest, _ = waiting.popitem(last=False)
             self.stats["preauth_evicted"] += 1
+            self._evicted.add(oldest)
             if oldest.task is not None:
                 oldest.task.cancel()
 
@@ -358,6 +361,7 @@ class ConnectionServer:
             connection.writer.write(protocol.Error(why).encode())
 
     def _closed(self, connection: Connection) -> None:
+        self._evicted.discard(connection)
         if connection.conduct.should_disconnect():
             self.stats["clients_disconnected"] += 1
         self._waiting[connection.over_tcp].pop(connection, None)
@@ -371,4 +375,7 @@ class ConnectionServer:
         elif connection.role == "agent":
             self.observers.on_agent_closed(connection.rank)
         self.connections.discard(connection)
-        connection.writer.close()
+        if connection.unread_bytes() > MAX_UNREAD_BYTES and connection.writer.transport is not None:
+            connection.writer.transport.abort()  # it does not read: close() would keep its backlog forever
+        else:
+            connection.writer.close()

@@ -52,14 +52,17 @@ class RecordBatch:
         self.process_samples += other.process_samples
 
     def halves(self) -> tuple[RecordBatch, RecordBatch]:
-        """This batch cut in two (each table in half), to find the row a write refused."""
-        def cut(rows: list[Any]) -> tuple[list[Any], list[Any]]:
-            middle = len(rows) // 2
-            return rows[:middle], rows[middle:]
-
-        pairs = [cut(rows) for rows in (self.metrics, self.logs, self.events, self.gpu_samples,
-                                         self.process_samples)]
-        return (RecordBatch(*(first for first, _ in pairs)), RecordBatch(*(second for _, second in pairs)))
+        """This batch cut in two of (nearly) equal row counts, to find the row a write refused."""
+        tables = (self.metrics, self.logs, self.events, self.gpu_samples, self.process_samples)
+        left = len(self) // 2
+        first: list[list[Any]] = []
+        second: list[list[Any]] = []
+        for rows in tables:
+            taken = min(left, len(rows))
+            first.append(rows[:taken])
+            second.append(rows[taken:])
+            left -= taken
+        return RecordBatch(*first), RecordBatch(*second)
 
 
 def is_store_full(error: BaseException) -> bool:
@@ -284,8 +287,9 @@ class RunStore:
         as the contract's values; and the last key read (``after`` when none)."""
         key, columns = self.RECORD_TABLES[table]
         bound = "" if through is None else f" AND {key} <= {int(through)}"
+        # "+run_id": walk the rows in key order; an index on run_id would sort the whole run each time
         rows = self.connection.execute(
-            f"SELECT {key}, {columns} FROM {table} WHERE run_id = ? AND {key} > ?{bound} ORDER BY {key} LIMIT ?",
+            f"SELECT {key}, {columns} FROM {table} WHERE +run_id = ? AND {key} > ?{bound} ORDER BY {key} LIMIT ?",
             (run_id, after, limit)).fetchall()
         if not rows:
             return [], after

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from rankwatch._protocol import describe_losses
 from runner.diagnosis.report import format_diagnostics
 from runner.state import RankState
 
@@ -22,7 +23,7 @@ STATE_STYLE = {
 }
 PLAIN_STATUS_SECONDS = 30.0
 NOTABLE_EVENTS = {"rank_failed", "stalled", "resumed", "straggler", "divergence", "node_lost", "warning", "refused",
-                  "stopping", "connection_lost", "stacks"}
+                  "stopping", "connection_lost", "stacks", "records_rejected", "store_incomplete"}
 
 
 def format_prefix(rank: int | None, node: str | None, multi_node: bool) -> str:
@@ -229,6 +230,8 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
         out.write(f"  then:          {', '.join(described)}{' ...' if len(others) > 8 else ''}\n")
     for line in format_diagnostics(summary.get("diagnostics"), run.get("id")):
         out.write(line + "\n")
+    for line in describe_losses(summary):
+        out.write(f"  not stored:    {line}\n")
     for hint in summary.get("hints") or []:
         out.write(f"  hint: {hint['cause']}\n        -> {hint['advice']}\n")
     if run.get("id") is not None:

@@ -879,6 +879,33 @@ def describe_end(failure: RankFailure) -> str:
     return failure.end_words
 
 
+def _records(count: int) -> str:
+    return f"{count} record{'s' if count != 1 else ''}"
+
+
+def describe_losses(summary: dict[str, Any]) -> list[str]:
+    """What a run's store lacks, one line per rank (``rank 3: 120 records dropped (...)``), from the
+    summary's ``losses`` and ``store_incomplete`` (``runner.hub.Hub.losses``)."""
+    lines = []
+    for row in summary.get("losses") or []:
+        if not isinstance(row, dict):
+            continue
+        parts = []
+        dropped, rejected, missing = (as_int(row.get(key)) or 0 for key in ("dropped", "rejected", "not_received"))
+        if dropped:
+            parts.append(f"{_records(dropped)} dropped by the worker (its queue was full or the runner unreachable)")
+        if rejected:
+            parts.append(f"{_records(rejected)} dropped by the runner (values the store cannot hold)")
+        if missing:
+            parts.append(f"{_records(missing)} sent but never received (a connection broke)")
+        if parts:
+            lines.append(f"rank {row.get('rank')}: " + "; ".join(parts))
+    incomplete = summary.get("store_incomplete")
+    if incomplete:
+        lines.append(f"the store stopped taking records ({incomplete}): what followed was shown but not stored")
+    return lines
+
+
 # ---- messages ---------------------------------------------------------------------------------
 
 class Message:

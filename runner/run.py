@@ -139,7 +139,7 @@ class Run(HubObserver):
         self._samplers: list = []
         self.remote: RemoteNodes | None = None
         """Jobs with remote nodes: the agents' TCP listener and those nodes (``runner.remote``)."""
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop  # set first thing in ``execute``
         self.exit_code: int | None = None
 
     # ---- control -------------------------------------------------------------------------
@@ -188,7 +188,7 @@ class Run(HubObserver):
         for line in lines:
             rank = line.rank
             if rank is not None and line.local_rank_only:
-                rank = self._global_rank(node.node_rank, line.rank)
+                rank = self._global_rank(node.node_rank, rank)
             self.hub.add_log(rank, line.stream, line.text, line.t, node=node.host)
 
     def _on_log(self, rank: int | None, t: float, stream: str, line: str, node: str | None) -> None:
@@ -248,8 +248,7 @@ class Run(HubObserver):
         if remote_nodes(self.launch):
             # A lost node fails the run: the others are stopped (their collectives could only
             # hang), but the run is not "stopped on request".
-            self.remote = RemoteNodes(self.hub, self.run_key, self.token,
-                                      on_lost=lambda reason: self._loop.create_task(self._stop_nodes(force=False)))
+            self.remote = RemoteNodes(self.hub, self.run_key, self.token, on_lost=self._on_node_lost)
             await self.remote.listen(self.launch, self.prepared.plan)
         self.hub.add_observer(self)
         self.hub.add_observer(self.evidence)
@@ -258,10 +257,19 @@ class Run(HubObserver):
         for node in self.launch.nodes:
             await self.hub.update_node(node.node_rank, node.host, NodeState.STARTING.value, node.processes)
 
+    def _on_node_lost(self, reason: str) -> None:
+        self._loop.create_task(self._stop_nodes(force=False))
+
+    def _opened(self) -> tuple[int, Path, Path]:
+        """The run's id, folder and socket (``_open`` sets them before anything needs them)."""
+        assert self.run_id is not None and self.run_dir is not None and self.socket_path is not None
+        return self.run_id, self.run_dir, self.socket_path
+
     def runner_context(self) -> RunnerContext:
+        run_id, run_dir, socket_path = self._opened()
         return RunnerContext(
-            socket=str(self.socket_path), token=self.token, run_key=self.run_key, run_id=self.run_id,
-            log_dir=str(self.run_dir / "torchrun"), stacks_dir=str(self.run_dir / "stacks"),
+            socket=str(socket_path), token=self.token, run_key=self.run_key, run_id=run_id,
+            log_dir=str(run_dir / "torchrun"), stacks_dir=str(run_dir / "stacks"),
             instrument=self.spec.telemetry.instrument, hash_every=self.spec.telemetry.hash_every)
 
     def _create_nodes(self) -> list[NodeHandle]:
@@ -276,6 +284,7 @@ class Run(HubObserver):
 
     def _create_remote_node(self, node: ResolvedNode) -> NodeHandle:
         """Raises OSError when the head cannot listen for the node's agent."""
+        assert self.remote is not None  # _open creates it for a run with remote nodes
         return self.remote.create(self.launch, node, self.prepared.plan, self.runner_context(),
                                   on_lines=self._on_node_lines, grace=STOP_GRACE_SECONDS)
 
@@ -304,7 +313,7 @@ class Run(HubObserver):
 
     def _start_monitors(self) -> None:
         """Diagnosis monitors that watch the live model (hangs, stragglers, consistency)."""
-        self.monitors = start_monitors(self.hub, self.launch, self.run_dir, self.triage_input, self.run_key)
+        self.monitors = start_monitors(self.hub, self.launch, self._opened()[1], self.triage_input, self.run_key)
 
     async def _watch(self) -> None:
         while True:
@@ -321,13 +330,14 @@ class Run(HubObserver):
     async def execute(self) -> int:
         self._loop = asyncio.get_running_loop()
         await self._open()
-        sentinel = start_sentinel(self.run_key, self.store_path, self.run_id)
+        sentinel = start_sentinel(self.run_key, self.store_path, self._opened()[0])
         try:
             return await self._run_opened()
         finally:
             with contextlib.suppress(OSError):
-                sentinel.stdin.write(b"done")
-                sentinel.stdin.close()
+                if sentinel.stdin is not None:
+                    sentinel.stdin.write(b"done")
+                    sentinel.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 sentinel.wait(timeout=5)
             if self.socket_path is not None:
@@ -337,8 +347,9 @@ class Run(HubObserver):
         if self.view is not None:
             self.hub.add_local_subscriber(self.view)
         if self.on_ready is not None:
-            self.on_ready({"run_id": self.run_id, "socket": str(self.socket_path), "pid": os.getpid(),
-                           "log": str(self.run_dir / "runner.log")})
+            run_id, run_dir, socket_path = self._opened()
+            self.on_ready({"run_id": run_id, "socket": str(socket_path), "pid": os.getpid(),
+                           "log": str(run_dir / "runner.log")})
         self._install_signal_handlers()
         try:
             self.nodes = self._create_nodes()
@@ -355,7 +366,8 @@ class Run(HubObserver):
         node_waits = [asyncio.create_task(self._wait_node(handle)) for handle in self.nodes]
         all_done = asyncio.gather(*node_waits)
         stop_task = asyncio.create_task(self._stop_requested.wait())
-        await asyncio.wait({all_done, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {all_done, stop_task}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         stopped = stop_task.done() and not all_done.done()
         if stopped:
             await self.hub.update_run(status=RunStatus.STOPPING.value)

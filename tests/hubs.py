@@ -38,7 +38,7 @@ def hello(rank: int, token: str = TOKEN, pid: int | None = None) -> bytes:
 
 async def fake_worker(socket_path: Path, rank: int, records: int, token: str = TOKEN, batch: int = 250) -> int:
     """Speak the real protocol: hello, metric batches, exit. Returns records sent."""
-    reader, writer = await asyncio.open_unix_connection(str(socket_path))
+    _reader, writer = await asyncio.open_unix_connection(str(socket_path))
     writer.write(hello(rank, token))
     sent = 0
     step = 0

@@ -70,7 +70,7 @@ def load_runs(store: RunStore, limit: int = RUN_LIMIT) -> list[RunRow]:
 def _duration_text(seconds: float | None) -> str:
     if seconds is None:
         return ""
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -118,7 +118,7 @@ class FormState:
     env: tuple[tuple[str, str], ...] = ()
     legacy_local_rank: bool = False
     # Not on the form: carried from the loaded profile.
-    telemetry: TelemetrySpec = TelemetrySpec()
+    telemetry: TelemetrySpec = TelemetrySpec()  # noqa: RUF009 (frozen: one shared default is safe)
     description: str | None = None
 
     @classmethod

@@ -178,7 +178,7 @@ def _candidates(data: TriageInput) -> list[RankFailure]:
             if reported.rank is None:
                 continue
             failure = get(reported.rank)
-            if failure.exit_code is None or reported.exit_code is not None and reported.exit_code < 0:
+            if failure.exit_code is None or (reported.exit_code is not None and reported.exit_code < 0):
                 failure.exit_code = reported.exit_code
             failure.host = failure.host or reported.host
             if not failure.evidence:

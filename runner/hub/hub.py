@@ -81,8 +81,9 @@ class Hub:
             run_id = store.create_run(**fields)
             return run_id, store.run(run_id)
 
-        self.run_id, self._run_row = await self.writer.call(create)
-        return self.run_id
+        run_id, self._run_row = await self.writer.call(create)
+        self.run_id = run_id
+        return run_id
 
     async def update_run(self, **fields: Any) -> None:
         """Change the run's row (its status, its end); kept in memory and published even when the

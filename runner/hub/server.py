@@ -179,9 +179,10 @@ class ConnectionServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       over_tcp: bool = False) -> None:
         connection = Connection(reader, writer, over_tcp)
-        connection.task = asyncio.current_task()  # type: ignore[assignment]
+        connection.task = asyncio.current_task()
         self.connections.add(connection)
-        self._producers.add(connection.task)  # type: ignore[arg-type]
+        if connection.task is not None:
+            self._producers.add(connection.task)
         self._wait_for_role(connection)
         try:
             await self._serve(connection)
@@ -311,11 +312,11 @@ class ConnectionServer:
                 if kind == protocol.Metrics.TYPE:
                     # a worker's batches are its own rank's whatever they claim; an agent's carry theirs
                     message: protocol.Message = protocol.Metrics.from_wire(
-                        fields, connection.rank if role == "worker" else None)  # type: ignore[arg-type]
+                        fields, connection.rank if role == "worker" else None)
                 else:
                     if role == "worker":
                         fields["rank"] = connection.rank
-                    message = protocol.message_from_wire(fields)  # type: ignore[arg-type]
+                    message = protocol.message_from_wire(fields)
             except protocol.ProtocolError as error:
                 conduct.record_bad(error.reason)
                 self.stats[f"bad_{kind}"] += 1

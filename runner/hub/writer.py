@@ -141,6 +141,6 @@ def describe_full(error: BaseException) -> str:
     """``disk full`` / ``store unwritable (...)``: how a run's summary names it."""
     text = str(error).lower()
     code = getattr(error, "sqlite_errorcode", None)
-    if code is not None and code & 0xFF == 13 or "disk is full" in text or "no space" in text:
+    if (code is not None and code & 0xFF == 13) or "disk is full" in text or "no space" in text:
         return "disk full"
     return f"store unwritable ({error})"

@@ -102,14 +102,15 @@ class Agent:
     def __init__(self, launch: LaunchMessage, stdin: StdinLines):
         self.launch = launch
         self.stdin = stdin
-        self.link: HeadLink | None = None
-        self.relay: WorkerRelay | None = None
-        self.supervisor: TorchrunSupervisor | None = None
+        # Set by ``run``, in this order, before anything uses them:
+        self.link: HeadLink
+        self.relay: WorkerRelay
+        self.supervisor: TorchrunSupervisor
+        self._loop: asyncio.AbstractEventLoop
         self.stop_reason: str | None = None
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._signals = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- stopping ----------------------------------------------------------------------
 

@@ -53,7 +53,8 @@ class RemoteNodes(HubObserver):
         except HeadAddressError as error:
             self.error = str(error)
             return
-        avoid = parse_host_port(plan.endpoint)[1] if plan.endpoint else plan.master_port
+        endpoint = parse_host_port(plan.endpoint) if plan.endpoint else None
+        avoid = endpoint[1] if endpoint is not None else plan.master_port
         distinct = list(dict.fromkeys(self.addresses.values()))
         try:
             for address in distinct:
@@ -121,7 +122,7 @@ class RemoteNodes(HubObserver):
         for row in list(self.hub.model.ranks.values()):
             if row.node_rank == node.node_rank and not RankState(row.state).finished:
                 self.hub.model.on_exit(row.rank, row.exit_code, RankState.LOST)
-                self.hub.rank_lost(row.rank, handle.lost_at)  # failure triage: these ranks ended then
+                self.hub.rank_lost(row.rank, handle.lost_at or time.time())  # failure triage: these ranks ended then
         self.on_lost(message)
 
 

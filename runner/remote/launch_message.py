@@ -61,9 +61,11 @@ class LaunchMessage(protocol.Launch):
         if fields["type"] != LAUNCH:
             raise LaunchMessageError(f"expected a launch message first, got {fields['type']!r}")
         try:
-            return cls.from_wire(fields)
+            message = cls.from_wire(fields)
         except protocol.ProtocolError as error:
             raise LaunchMessageError(str(error).removeprefix("invalid: ")) from None
+        assert isinstance(message, LaunchMessage)
+        return message
 
 
 def stop_line(force: bool) -> bytes:
@@ -100,7 +102,8 @@ def localise(message: LaunchMessage, socket: str, token: str, log_dir: str, stac
     env = dict(message.env)
     env.update({"RANKWATCH_SOCKET": socket, "RANKWATCH_TOKEN": token, "RANKWATCH_STACKS_DIR": stacks_dir,
                 "RANKWATCH_RUN_KEY": message.run_key})
-    return NodeCommand(node=None, argv=tuple(argv), env=env, cwd=message.cwd)  # no ResolvedNode on the node
+    # no ResolvedNode on the node: nothing there reads it
+    return NodeCommand(node=None, argv=tuple(argv), env=env, cwd=message.cwd)  # type: ignore[arg-type]
 
 
 def _index_of_bootstrap(argv: list[str]) -> int:

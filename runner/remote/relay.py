@@ -67,6 +67,7 @@ class WorkerRelay:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None
         self._connections.add(task)
         rank: int | None = None
         exited = False
@@ -132,7 +133,7 @@ class WorkerRelay:
             self.local_ranks[hello.local_rank] = hello.rank
 
     def _decode(self, line: bytes | object) -> dict[str, Any] | None:
-        if line is OVERSIZED:
+        if line is OVERSIZED or not isinstance(line, bytes):
             self.dropped_lines += 1
             return None
         try:

@@ -15,13 +15,16 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, ProcessSample
 from runner import paths
 from runner.store.schema import TABLES, migrate
 
 BUSY_TIMEOUT_MS = 10_000
+RECORD_CLASSES: dict[str, type[tuple[Any, ...]]] = {
+    "metrics": MetricRecord, "logs": LogLine, "gpu_samples": GpuSample, "process_samples": ProcessSample}
+"""The contract's record for each record table (events are ``Event``)."""
 STORE_FULL_CODES = frozenset({13, 10, 8, 14, 3})
 """SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PERM: the store cannot take rows."""
 
@@ -121,6 +124,7 @@ class RunStore:
                 " runner_pid, socket, world_size) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (run_key, profile, spec_toml, command, host, workdir, time.time(), status, runner_pid,
                  socket, world_size))
+        assert cursor.lastrowid is not None
         return int(cursor.lastrowid)
 
     RUN_COLUMNS = frozenset({"started", "ended", "status", "exit_code", "socket", "summary", "command", "world_size"})
@@ -253,8 +257,9 @@ class RunStore:
     def metrics(self, run_id: int, name: str | None = None, rank: int | None = None,
                 source: str | None = None) -> list[MetricRecord]:
         """Records ``(rank, t, step, name, value, source)`` in time order."""
-        clauses, params = ["run_id = ?"], [run_id]
-        for column, value in (("name", name), ("rank", rank), ("source", source)):
+        clauses, params = ["run_id = ?"], list[object]([run_id])
+        filters: tuple[tuple[str, str | int | None], ...] = (("name", name), ("rank", rank), ("source", source))
+        for column, value in filters:
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
@@ -271,7 +276,7 @@ class RunStore:
                 return
             yield records
 
-    RECORD_TABLES: dict[str, tuple[str, str]] = {
+    RECORD_TABLES: ClassVar[dict[str, tuple[str, str]]] = {
         "metrics": ("rowid", "rank, t, step, name, value, source"),
         "logs": ("id", "rank, t, stream, line, node"),
         "events": ("id", "t, kind, rank, data"),
@@ -298,8 +303,7 @@ class RunStore:
         if table == "events":
             return [Event.from_store(row[1], row[2], row[3], json.loads(row[4]) if row[4] else None)
                     for row in rows], last
-        record_class = {"metrics": MetricRecord, "logs": LogLine, "gpu_samples": GpuSample,
-                        "process_samples": ProcessSample}[table]
+        record_class = RECORD_CLASSES[table]
         return [new(record_class, tuple(row)[1:]) for row in rows], last
 
     def last_rowids(self, run_id: int) -> dict[str, int]:
@@ -310,7 +314,7 @@ class RunStore:
 
     def logs(self, run_id: int, rank: int | None = None, limit: int | None = None, after_id: int = 0,
              contains: str | None = None) -> list[dict[str, Any]]:
-        clauses, params = ["run_id = ?", "id > ?"], [run_id, after_id]
+        clauses, params = ["run_id = ?", "id > ?"], list[object]([run_id, after_id])
         if rank is not None:
             clauses.append("rank = ?")
             params.append(rank)
@@ -323,7 +327,7 @@ class RunStore:
         return [dict(row) for row in self.connection.execute(sql, params)]
 
     def events(self, run_id: int, kind: str | None = None) -> list[dict[str, Any]]:
-        sql, params = "SELECT * FROM events WHERE run_id = ?", [run_id]
+        sql, params = "SELECT * FROM events WHERE run_id = ?", list[object]([run_id])
         if kind is not None:
             sql += " AND kind = ?"
             params.append(kind)

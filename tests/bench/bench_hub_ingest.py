@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "runner" / "worker_path"))
 
-from rankwatch import _protocol as protocol  # noqa: E402
-from runner.hub.hub import Hub  # noqa: E402
-from runner.store.store import RunStore  # noqa: E402
+from rankwatch import _protocol as protocol
+from runner.hub.hub import Hub
+from runner.store.store import RunStore
 
 TOKEN = "bench"
 BATCH = 2000  # as the reporter's MAX_ITEMS_PER_MESSAGE

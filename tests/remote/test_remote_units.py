@@ -141,7 +141,7 @@ def test_the_hub_over_tcp_takes_an_agents_messages_and_reports_its_connection(tm
                 lost.append(rank)
 
         hub.add_observer(Recorder())
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         for message_type, fields in [
             ("agent_hello", {"token": "job-token", "run_key": "k", "node_rank": 1, "host": "node-b"}),
             ("hello", {"rank": 3, "local_rank": 1, "node_rank": 1, "world_size": 4, "host": "node-b", "pid": 42}),

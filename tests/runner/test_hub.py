@@ -167,7 +167,7 @@ def test_subscribers_see_only_stored_records_and_a_late_one_gets_the_history(tmp
         await hub.close()
         return await early, await late, first + second, hub
 
-    early, late, sent, hub = asyncio.run(scenario())
+    early, late, sent, _hub = asyncio.run(scenario())
     assert not seen_before_stored
     for messages in (early, late):
         assert messages[0]["type"] == "snapshot"

@@ -48,7 +48,7 @@ def test_a_record_the_store_refuses_costs_only_itself_and_no_traceback(tmp_path,
 def test_a_workers_bad_values_are_dropped_counted_per_rank_and_told(tmp_path):
     async def scenario():
         hub, socket_path = await open_hub(tmp_path)
-        reader, writer = await asyncio.open_unix_connection(str(socket_path))
+        _reader, writer = await asyncio.open_unix_connection(str(socket_path))
         writer.write(hello(3))
         now = time.time()
         for step in range(100):

@@ -70,7 +70,7 @@ def test_batches_and_export_one_csv_per_table(tmp_path):
     assert sorted(f.name for f in files) == sorted(f"{t}.csv" for t in schema.TABLES)
     rows = list(csv.DictReader((tmp_path / "csv" / "metrics.csv").open()))
     assert [(r["rank"], r["step"], r["name"], r["value"]) for r in rows] == [("0", "0", "loss", "2.5"), ("0", "1", "loss", "2.0")]
-    assert list(csv.DictReader((tmp_path / "csv" / "logs.csv").open()))[0]["line"] == "hello"
+    assert next(csv.DictReader((tmp_path / "csv" / "logs.csv").open()))["line"] == "hello"
 
 
 def test_last_and_unknown_runs(tmp_path):

@@ -230,7 +230,7 @@ def clean_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
 
 def as_text(value: object, limit: int = MAX_TEXT_CHARS) -> str | None:
     """``clean_text`` of a string; None for anything else."""
-    return clean_text(value, limit) if type(value) is str else None  # type: ignore[arg-type]
+    return clean_text(value, limit) if isinstance(value, str) else None
 
 
 # ---- framing -----------------------------------------------------------------------------------
@@ -939,7 +939,7 @@ class Message:
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and self.to_wire() == other.to_wire()  # type: ignore[attr-defined]
+        return isinstance(other, Message) and type(other) is type(self) and self.to_wire() == other.to_wire()
 
     __hash__ = None  # type: ignore[assignment]
 

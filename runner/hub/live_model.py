@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from rankwatch import _protocol as protocol
-from rankwatch._protocol import MetricRecord, RankRow, StepPairs
+from rankwatch._protocol import MetricRow, RankRow, StepPairs
 from runner.state import RankState
 
 RECENT_STEPS = 50
@@ -96,20 +96,16 @@ class LiveModel:
                 row.data_wait_share = paired[2]
         self._touch(row, t)
 
-    def on_metric_batch(self, rank: int, records: list[MetricRecord], rejected: int = 0) -> None:
+    def on_metric_batch(self, rank: int, records: list[MetricRow], rejected: int = 0) -> None:
         """One worker batch: each series' newest record updates the row; every step time goes
         into the recent history (stall and straggler detection use it)."""
         if rejected:
             self.row(rank).received += rejected
         if not records:
             return
-        newest: dict[str, MetricRecord] = {}
-        step_times: list[float] = []
-        for record in records:
-            name = record[3]
-            newest[name] = record
-            if name == protocol.STEP_TIME and record[4] is not None:
-                step_times.append(record[4])
+        newest = {record[3]: record for record in records}
+        step_time = protocol.STEP_TIME
+        step_times = [record[4] for record in records if record[3] == step_time and record[4] is not None]
         row = self.row(rank)
         row.received += len(records)
         if step_times:

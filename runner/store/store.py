@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, ProcessSample
+from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, MetricRow, ProcessSample
 from runner import paths
 from runner.store.schema import TABLES, migrate
 
@@ -37,7 +37,8 @@ class RunNotFound(LookupError):
 class RecordBatch:
     """Records for one write transaction, in the contract's shapes (``rankwatch._protocol``)."""
 
-    metrics: list[MetricRecord] = field(default_factory=list)
+    metrics: list[MetricRow] = field(default_factory=list)
+    """Plain rows or ``MetricRecord`` (the same tuple, named)."""
     logs: list[LogLine] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     gpu_samples: list[GpuSample] = field(default_factory=list)

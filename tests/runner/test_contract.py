@@ -105,7 +105,7 @@ def test_values_that_are_not_finite_are_kept_as_gaps_not_rejected():
     rejected: dict[str, int] = {}
     records = protocol.metric_records(0, [[1.7e9, 1, "loss", float("nan"), "auto"], [1.7e9, 2, "loss", True, "auto"]],
                                       rejected)
-    assert [record.value for record in records] == [None, None] and rejected == {}
+    assert [record[4] for record in records] == [None, None] and rejected == {}
 
 
 def test_deeply_nested_json_is_a_bad_line_not_a_recursion_error():

@@ -16,12 +16,16 @@ What can go wrong, and what happens then (nothing here ever raises into the hub)
   every later record is counted in ``unstored`` instead. The run goes on (training
   must not suffer for telemetry), the hub tells the user once, and small writes
   (the run's end) are still tried, so the run can end recorded where there is room.
+  To make that room, the writer keeps ``RESERVE_BYTES`` allocated next to the store
+  (``runs.db-reserve``) and gives them back the moment the disk is full.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +37,8 @@ from runner.store.store import RecordBatch, RunStore, is_store_full
 Result = TypeVar("Result")
 BAD_ROW_ERRORS = (sqlite3.Error, ValueError, TypeError, OverflowError, UnicodeError)
 """What a row the store cannot take raises (sqlite3 binds values before SQLite sees them)."""
+RESERVE_BYTES = 1 << 20
+"""Room kept on the store's disk for the run's end (its row, its rank rows, a few events)."""
 
 
 class StoreWriter:
@@ -55,7 +61,32 @@ class StoreWriter:
     def _with_store(self, function: Callable[..., Result], *args: Any) -> Result:
         if self._store is None:
             self._store = RunStore(self.store_path)
+            self._keep_reserve()
         return function(self._store, *args)
+
+    @property
+    def reserve_path(self) -> Path:
+        return self.store_path.with_name(self.store_path.name + "-reserve")
+
+    def _keep_reserve(self) -> None:
+        """Allocate the reserve (once per store; a disk already too full for it goes without)."""
+        if self.reserve_path.exists():
+            return
+        try:
+            descriptor = os.open(self.reserve_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError:
+            return
+        try:
+            os.posix_fallocate(descriptor, 0, RESERVE_BYTES)
+        except (OSError, AttributeError):
+            with contextlib.suppress(OSError):
+                os.unlink(self.reserve_path)
+        finally:
+            os.close(descriptor)
+
+    def _release_reserve(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.reserve_path)
 
     # ---- on the writer thread ---------------------------------------------------------------
 
@@ -70,6 +101,7 @@ class StoreWriter:
             store.write_batch(run_id, batch, rank_rows)
         except BAD_ROW_ERRORS as error:
             if self._stop_if_full(error, len(batch)):
+                self._write_small(store, run_id, RecordBatch(), rank_rows)
                 return
             self._write_in_halves(store, run_id, batch)
             self._write_small(store, run_id, RecordBatch(), rank_rows)
@@ -113,6 +145,7 @@ class StoreWriter:
             return False
         if self.incomplete is None:
             self.incomplete = describe_full(error)
+            self._release_reserve()  # room for the run's end, not for more records
         self.unstored += records
         return True
 
@@ -124,6 +157,7 @@ class StoreWriter:
         except BAD_ROW_ERRORS as error:
             if is_store_full(error) and self.incomplete is None:
                 self.incomplete = describe_full(error)
+                self._release_reserve()
             return None
 
     def close(self) -> None:

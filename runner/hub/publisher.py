@@ -64,7 +64,7 @@ def decimate_metrics(rows: list[Any], keep_per_series: int = DECIMATED_POINTS_PE
         stride = max(1, len(indices) // keep_per_series)
         keep.update(indices[::stride])
         keep.add(indices[-1])
-    return [rows[i] for i in sorted(keep)]
+    return [rows[index] for index in sorted(keep)]
 
 
 class Subscriber(abc.ABC):

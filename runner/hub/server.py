@@ -117,7 +117,7 @@ class Refusals:
         if not self._unrecorded:
             return
         count = sum(self._unrecorded.values())
-        why = ", ".join(f"{reason}: {n}" for reason, n in self._unrecorded.most_common())
+        why = ", ".join(f"{reason}: {times}" for reason, times in self._unrecorded.most_common())
         self._record(f"refused {count} more client{'s' if count != 1 else ''} ({why})", count=count,
                      reasons=dict(self._unrecorded))
         self._unrecorded.clear()

@@ -89,7 +89,7 @@ class StacksLayout:
     t: float | None
     identical: bool
     verdict: str
-    """One line: who holds up whom, or that the ranks progress."""
+    """One line: who holds up whom, or that the ranks progress (lower case: it also goes mid-sentence)."""
     level: str = INFO
     """``error`` (a culprit or mismatch named), ``warning`` (stuck, nobody to blame) or ``info``."""
     details: tuple[str, ...] = ()
@@ -153,7 +153,7 @@ def layout_capture(capture: dict[str, Any]) -> StacksLayout:
     return StacksLayout(
         columns=tuple(columns), missing=missing, reason=str(capture.get("reason") or ""), t=capture.get("t"),
         identical=bool(capture.get("identical")) and bool(columns),
-        verdict=message[:1].upper() + message[1:] if message else message,
+        verdict=message,
         level=str(verdict.get("level") or INFO),
         details=tuple(str(detail) for detail in verdict.get("details") or []),
         culprits=tuple(int(r) for r in verdict.get("culprits") or [] if isinstance(r, int)))

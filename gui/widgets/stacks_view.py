@@ -175,7 +175,7 @@ class StacksView(QWidget):
         self.missing.hide()
 
     def _update_table(self, layout: StacksLayout) -> None:
-        self.verdict.setText(layout.verdict)
+        self.verdict.setText(layout.verdict[:1].upper() + layout.verdict[1:])
         color = self.verdict_color()
         self.verdict.setStyleSheet(f"font-weight: 600; color: {color};" if color else "font-weight: 600;")
         self.details.setText("\n".join(layout.details))

@@ -297,7 +297,7 @@ def test_the_stacks_layout_lists_ranks_without_a_stack():
                "groups": [{"ranks": [0, 1], "differs_at": None, "frames": frames}]}  # an earlier version's shape
     layout = layout_capture(capture)
     assert [c.title for c in layout.columns] == ["ranks 0, 1 · wait in barrier"]
-    assert layout.verdict == "Every rank waits in barrier: rank 2 gave no stack and may be the one missing"
+    assert layout.verdict == "every rank waits in barrier: rank 2 gave no stack and may be the one missing"
     assert layout.missing == ((2, "no dump within 2 s"),) and layout.culprits == ()
 
 

@@ -76,7 +76,9 @@ def _stacks_lines(stacks: dict[str, Any], run_id: int | None) -> list[str]:
     verdict = stacks.get("verdict")
     texts = []
     if isinstance(verdict, dict):
-        texts.append(f"{verdict.get('message')} ({stacks.get('reason')})")
+        when = {"stalled": "taken when ranks stalled", "requested": "taken on request"}.get(
+            str(stacks.get("reason")), f"reason: {stacks.get('reason')}")
+        texts.append(f"{verdict.get('message')} ({when})")
         texts += list(verdict.get("details") or [])[:MAX_STACK_DETAILS]
     else:  # a summary written by an earlier version
         outlier = stacks.get("outlier") or {}

@@ -180,7 +180,7 @@ def test_a_stopped_hang_says_who_stalled_and_who_holds_them_up_in_the_headline_a
     lines = format_diagnostics(summary["diagnostics"], 3)
     assert lines[0] == "  stalled:       ranks 0, 1 at step 7 (no progress for 5 s, threshold 5 s; never resumed)"
     assert lines[1].startswith("  stacks:        rank 1 is the culprit: rank 0 waits in barrier")
-    assert lines[1].endswith("(stalled)")
+    assert lines[1].endswith("(taken when ranks stalled)")
     assert lines[2].strip() == (f"rank 1 is at {SCRIPT}:{helper_line} in wait_for_checkpoint "
                                 f"(<module> → wait_for_checkpoint): {helper_text}")
     assert lines[3].strip().startswith("rank 0 waits in barrier, called at ")

@@ -14,6 +14,7 @@ table and the stacks view show.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -287,6 +288,27 @@ def test_a_finished_run_shows_its_last_capture_or_says_why_there_is_none(qtbot, 
     qtbot.waitUntil(lambda: panel.model.finished and panel.run_id is not None, timeout=5000)
     qtbot.waitUntil(lambda: view.verdict.text() == NO_CAPTURE_ENDED, timeout=3000)
     assert "Press Dump stacks" not in view.verdict.text() and not panel.stacks_button.isEnabled()
+
+
+def test_a_finished_run_whose_capture_events_are_gone_reads_its_capture_file(tmp_path):
+    fixture = load_fixture("hang")
+    [*_, last] = [event for event in fixture["events"] if event["kind"] == "stacks"]
+    capture_file = tmp_path / "capture-2.json"
+    capture_file.write_text(json.dumps({key: value for key, value in last.items() if key not in ("kind", "message")}))
+    summary = json.loads(json.dumps(fixture["run"]["summary"]))
+    summary["diagnostics"]["stacks"]["json_path"] = str(capture_file)
+    model = MonitorModel()
+    diagnosis = DiagnosisModel(model)
+    received = []
+    diagnosis.stacks_received.connect(received.append)
+    events = [event for event in fixture["events"] if event["kind"] != "stacks"]  # dropped from memory
+    run = {**{k: v for k, v in fixture["run"].items() if k != "spec_toml"}, "summary": summary}
+    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run, "ranks": fixture["ranks"],
+                 "nodes": fixture["nodes"], "spec": {}})
+    model.apply({"type": "update", "v": _protocol.VERSION, "events": events, "logs": []})
+    layout = diagnosis.stacks_layout()
+    assert received and received[-1] is diagnosis.capture and layout is not None and layout.culprits == (1,)
+    assert layout.verdict.startswith("rank 1 is the culprit")
 
 
 def test_the_stacks_layout_lists_ranks_without_a_stack():

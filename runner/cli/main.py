@@ -11,7 +11,15 @@ import argparse
 import os
 import sys
 
-from runner.cli import inspect_commands, profile_commands, remote_commands, run_command, run_history
+from runner.cli import (
+    inspect_commands,
+    profile_commands,
+    remote_commands,
+    run_command,
+    run_history,
+    stop_command,
+)
+from runner.cli.arguments import Parser
 from runner.cli.diagnose_commands import add_parsers as add_diagnose_parsers
 from runner.cli.spec_flags import add_spec_flags
 
@@ -25,8 +33,7 @@ DESCRIPTION = """Launch and watch PyTorch distributed (torchrun) jobs.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rankwatch", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="rankwatch", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = commands.add_parser("run", help="launch a job and watch it live",
@@ -48,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     profile_commands.add_parser(commands, add_spec_flags)
     run_history.add_parsers(commands)
+    stop_command.add_parser(commands)
     inspect_commands.add_parsers(commands)
     add_diagnose_parsers(commands)  # doctor, stacks
     remote_commands.add_parsers(commands)

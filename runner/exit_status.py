@@ -39,9 +39,9 @@ EXIT_NOT_STARTED = 127
 STOP_REASONS = {
     "SIGINT": "Ctrl-C",
     "SIGTERM": "SIGTERM sent to the runner",
-    "SIGHUP": "SIGHUP (its terminal closed)",
+    "SIGHUP": "SIGHUP: its terminal closed",
 }
-SUBSCRIBER_STOP = "a stop request (the GUI's Stop or `rankwatch stop`)"
+SUBSCRIBER_STOP = "the GUI's Stop or `rankwatch stop`"
 
 
 def stopped_run_exit_code(killed: bool) -> int:

@@ -17,16 +17,16 @@ import sys
 from typing import NoReturn
 
 
-def suggestions(word: str, candidates: list[str]) -> list[str]:
+def suggestions(word: str, candidates: list[str], cutoff: float = 0.6) -> list[str]:
     """Close matches for a mistyped ``word`` (prefix matches first), at most three."""
     prefixed = [c for c in candidates if c.startswith(word) and word]
-    close = difflib.get_close_matches(word, candidates, n=3, cutoff=0.5)
+    close = difflib.get_close_matches(word, candidates, n=3, cutoff=cutoff)
     return list(dict.fromkeys(prefixed + close))[:3]
 
 
-def did_you_mean(word: str, candidates: list[str]) -> str:
+def did_you_mean(word: str, candidates: list[str], cutoff: float = 0.6) -> str:
     """``"; did you mean 'run'?"``, or an empty string when nothing is close."""
-    found = suggestions(word, candidates)
+    found = suggestions(word, candidates, cutoff)
     if not found:
         return ""
     return "; did you mean " + " or ".join(repr(c) for c in found) + "?"
@@ -64,11 +64,24 @@ class Parser(argparse.ArgumentParser):
         # not the top level's), with its usage and the flag it probably meant.
         namespace, extras = super().parse_known_args(args, namespace)
         if extras:
-            flags = [option for action in self._actions for option in action.option_strings
-                     if action.help != argparse.SUPPRESS]
-            hints = "".join(did_you_mean(word.split("=", 1)[0], flags) for word in extras if word.startswith("--"))
+            hints = "".join(self._flag_hint(word.split("=", 1)[0]) for word in extras if word.startswith("--"))
             self.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
         return namespace, extras
+
+    def _flag_hint(self, word: str) -> str:
+        """``"; did you mean '--nproc-per-node'?"`` for ``--nprocs``: one spelling per flag, and a
+        flag that shares a stem with the typo before flags that merely look alike."""
+        spelling_of: dict[str, str] = {}
+        for action in self._actions:
+            if action.help == argparse.SUPPRESS:
+                continue
+            for option in action.option_strings:
+                spelling_of[option] = action.option_strings[-1 if len(action.option_strings[0]) < 3 else 0]
+        stem = word[:max(4, len(word) - 2)]
+        found = [option for option in spelling_of if option.startswith(stem)]
+        found += suggestions(word, list(spelling_of), cutoff=0.6)
+        unique = list(dict.fromkeys(spelling_of[option] for option in found))[:3]
+        return "; did you mean " + " or ".join(repr(f) for f in unique) + "?" if unique else ""
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)

@@ -82,7 +82,7 @@ def run_main(args: argparse.Namespace) -> int:
     view = None if args.no_view else TerminalView(live=False if args.plain else None,
                                                    multi_node=prepared.launch.spec.is_multi_node,
                                                    status_every=args.status_every,
-                                                   stop_hint="Ctrl-C again kills at once")
+                                                   interrupt_kills=True)
     run = Run(prepared, view=view.handle if view else None)
     if view:
         view.start()

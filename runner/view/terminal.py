@@ -13,6 +13,7 @@ import time
 from typing import Any, TextIO
 
 from runner.diagnosis.report import format_diagnostics
+from runner.exit_status import describe_stop_reason
 from runner.state import RankState, RunStatus
 from runner.view.format import (
     MISSING,
@@ -100,15 +101,14 @@ class LoggedValues:
 class TerminalView:
     """Render hub messages. ``live=None`` picks a live table when stdout is a terminal.
 
-    ``stop_hint`` is said when a stop begins (``rankwatch run``: "Ctrl-C again kills at
-    once"). While a run is stopping, torchrun's own lines (its SIGTERM notices and the
+    While a run is stopping, torchrun's own lines (its SIGTERM notices and the
     traceback of its SignalException) and the ranks' expected disconnections are kept
     in the store but not printed: the stop is reported as "stopping…" and "stopped".
     """
 
     def __init__(self, live: bool | None = None, out: TextIO | None = None, err: TextIO | None = None,
                  multi_node: bool = False, status_every: float = PLAIN_STATUS_SECONDS,
-                 stop_hint: str | None = None):
+                 interrupt_kills: bool = False):
         self.status_every = status_every
         """Plain mode: print one status line per rank this often (0: never)."""
         self._last_status = time.monotonic()
@@ -116,7 +116,8 @@ class TerminalView:
         self.err = err or sys.stderr
         self.live_mode = self.out.isatty() if live is None else live
         self.multi_node = multi_node
-        self.stop_hint = stop_hint
+        self.interrupt_kills = interrupt_kills
+        """``rankwatch run``: Ctrl-C during a stop kills at once (say so when the stop begins)."""
         self.ranks: dict[int, dict[str, Any]] = {}
         self.run: dict[str, Any] | None = None
         self.spec_args: list = []
@@ -207,7 +208,10 @@ class TerminalView:
 
     def _say_stopping(self, event: dict[str, Any]) -> None:
         why = event.get("stopped_by")
-        details = "; ".join(part for part in (why, self.stop_hint) if part)
+        hint = None
+        if self.interrupt_kills:
+            hint = "Ctrl-C again kills at once" if why == describe_stop_reason("SIGINT") else "Ctrl-C kills at once"
+        details = "; ".join(part for part in (why, hint) if part)
         self._print_line("[rankwatch]", f"stopping…{f' ({details})' if details else ''}", "stderr", style="yellow")
 
     def _say_stopped(self) -> None:
@@ -227,9 +231,9 @@ class TerminalView:
             row = self.ranks[rank]
             if row.get("step") is None or (not final and RankState(row.get("state", "waiting")).finished):
                 continue
-            usage = (f"cpu {format_amount(row.get('cpu_percent'))}%, rss {format_bytes(row.get('rss_bytes'))}"
+            usage = (f"cpu {format_fixed(row.get('cpu_percent'), '{:.0f}%')}, rss {format_bytes(row.get('rss_bytes'))}"
                      if self.cpu_mode else
-                     f"gpu {row.get('gpu_index', MISSING)} {format_amount(row.get('gpu_util'))}%, "
+                     f"gpu {row.get('gpu_index', MISSING)} {format_fixed(row.get('gpu_util'), '{:.0f}%')}, "
                      f"mem {format_bytes(row.get('gpu_mem_used'))}")
             logged = "".join(f", {name} {format_number(self.logged.value(name, rank))}"
                              for name in self.logged.names())

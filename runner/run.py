@@ -34,7 +34,12 @@ from runner import paths
 from runner.diagnosis.monitors import start_monitors
 from runner.diagnosis.torchrun_report import merge_reports, parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage
-from runner.exit_status import EXIT_NOT_STARTED, describe_stop_reason, stopped_run_exit_code
+from runner.exit_status import (
+    EXIT_KILLED,
+    EXIT_NOT_STARTED,
+    describe_stop_reason,
+    stopped_run_exit_code,
+)
 from runner.hub.hub import Hub
 from runner.launch.command import (
     NodeCommand,
@@ -376,8 +381,8 @@ class Run:
         self._stop_samplers()
         await self._await_final_messages()
         exit_code = next((code for code in codes if code), 0)
-        if stopped:  # one code whoever asked (runner.exit_status); 137: it had to be killed
-            exit_code = stopped_run_exit_code(killed=self._force_requested.is_set() or 137 in codes)
+        if stopped:  # one code whoever asked (runner.exit_status); 137 when it had to be killed
+            exit_code = stopped_run_exit_code(killed=self._force_requested.is_set() or EXIT_KILLED in codes)
         return await self._finish(exit_code, stopped)
 
     async def _wait_node(self, handle: NodeHandle) -> int:

@@ -36,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="rankwatch", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    # `rankwatch gui ...` becomes the desktop app before parsing (main); listed here for --help
+    # and for "did you mean 'gui'?". Its own options are the app's (`rankwatch gui --help`).
+    gui = commands.add_parser("gui", help="open the desktop app (also: rankwatch with no command)", add_help=False)
+    gui.add_argument("app_args", nargs=argparse.REMAINDER, metavar="...",
+                     help="the app's options: --example, --profile NAME, --theme")
+    gui.set_defaults(handler=lambda args: exec_gui(args.app_args))
+
     run = commands.add_parser("run", help="launch a job and watch it live",
                               description="Launch a job with torchrun and watch every rank. "
                                           "Flags before the target are Rankwatch's; everything after a script goes to it.")

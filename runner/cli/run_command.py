@@ -138,7 +138,7 @@ def _detach(profile, as_json: bool) -> int:
         print(json.dumps(info))
     else:
         print(f"run {info['run_id']} started in the background (runner pid {info['pid']}); "
-              f"follow it with: rankwatch attach {info['run_id']}")
+              f"follow it with `rankwatch attach {info['run_id']}`, stop it with `rankwatch stop {info['run_id']}`")
     return 0
 
 

@@ -38,8 +38,10 @@ from runner.store.store import RunNotFound, RunStore
 EXIT_NOT_RUNNING = 3
 DEFAULT_TIMEOUT_SECONDS = 30.0
 POLL_SECONDS = 0.1
-START_TIME_SLACK_SECONDS = 2.0
-"""A runner process started later than its run was created (by more than this) is another process."""
+START_TIME_SLACK_SECONDS = 0.5
+"""A runner process started later than its run was created (by more than this) is another process.
+A runner starts well before it records its run (imports, checks); the kernel's start time can read
+up to 1 s early (boot time in whole seconds), never late, so a small slack suffices."""
 
 
 def add_parser(commands) -> None:

@@ -285,7 +285,14 @@ class TerminalView:
         return " · ".join(part for part in parts if part)
 
     def _table(self, width: int | None = None):
-        """The live table. Every key the script logged is shown: a column each when they fit,
+        """The header line (as wide as the terminal) over the rank table."""
+        from rich.console import Group
+        from rich.text import Text
+
+        return Group(Text(self.header(), style="bold", overflow="fold"), self._rank_table(width))
+
+    def _rank_table(self, width: int | None = None):
+        """The rank table. Every key the script logged is shown: a column each when they fit,
         else one "logged" column with the width the others leave (cut with "…"), else a caption
         naming them. The built-in columns are never squeezed for them."""
         from rich.console import Console
@@ -313,8 +320,7 @@ class TerminalView:
         from rich.text import Text
 
         logged_names = self.logged.names()
-        table = Table(title=self.header(), title_justify="left", expand=False, header_style="bold",
-                      box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), caption_justify="left",
+        table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), caption_justify="left",
                       caption=f"logged: {', '.join(logged_names)} (too narrow to show values)" if caption else None)
         columns = ["rank", *(["host"] if self.multi_node else []), "state", "step", "loss", "ms/step",
                    "data wait", "samples/s"]

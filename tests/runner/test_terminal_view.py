@@ -107,15 +107,17 @@ def test_small_values_keep_their_digits_and_missing_ones_read_as_a_dash():
 
 
 LOGGED = [[0, 5.0, 5, "lr", 3e-4, "log"], [1, 5.0, 5, "lr", 3e-4, "log"],
-          [0, 5.0, 5, "grad_norm", 1.25, "log"], [1, 5.0, 5, "grad_norm", 0.5, "log"],
-          [0, 5.0, 5, "val_loss", 2e-9, "parsed"], [0, 5.0, 5, "epoch", 3, "log"],
-          [0, 4.0, 4, "grad_norm", 9.0, "log"]]  # an older point arriving late does not win
+          [0, 4.0, 4, "grad_norm", 7.0, "log"], [0, 5.0, 5, "grad_norm", 1.25, "log"],
+          [1, 5.0, 5, "grad_norm", 0.5, "log"], [0, 5.0, 5, "val_loss", 2e-9, "parsed"],
+          [0, 5.0, 5, "epoch", 3, "log"], [1, 5.0, 5, "loss", 0.75, "auto"]]
+LATE = [[0, 3.0, 3, "grad_norm", 9.0, "log"]]  # an older point arriving in a later batch does not win
 
 
 def test_every_logged_key_gets_a_column_when_they_fit():
     view, _out, _err = plain_view()
     view.handle(snapshot())
     view.handle({"type": "update", "metrics": LOGGED})
+    view.handle({"type": "update", "metrics": LATE})
     table = rendered(view, width=160)
     header = next(line for line in table.splitlines() if "rank" in line and "state" in line)
     assert header.split()[-3:] == ["lr", "grad_norm", "val_loss"]  # epoch goes to the header line
@@ -128,6 +130,7 @@ def test_logged_keys_share_one_column_on_a_narrower_terminal_and_a_caption_on_a_
     view, _out, _err = plain_view()
     view.handle(snapshot())
     view.handle({"type": "update", "metrics": LOGGED})
+    view.handle({"type": "update", "metrics": LATE})
     medium = rendered(view, width=100)
     assert "logged" in medium and "lr 3.000e-04" in medium
     assert all(len(line.rstrip()) <= 100 for line in medium.splitlines())
@@ -139,6 +142,7 @@ def test_plain_status_lines_carry_the_header_and_the_logged_keys():
     view, out, _err = plain_view()
     view.handle(snapshot())
     view.handle({"type": "update", "metrics": LOGGED})
+    view.handle({"type": "update", "metrics": LATE})
     view.print_status()
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("[rankwatch] run 7 · p · running · epoch 3 · step 10")

@@ -13,7 +13,7 @@ import time
 from typing import Any, TextIO
 
 from runner.diagnosis.report import format_diagnostics
-from runner.exit_status import describe_stop_reason
+from runner.exit_status import describe_exit_code, describe_stop_reason
 from runner.state import RankState, RunStatus
 from runner.view.format import (
     MISSING,
@@ -333,8 +333,11 @@ class TerminalView:
                    "data wait", "samples/s"]
         columns += ["CPU %", "RSS"] if self.cpu_mode else ["GPU", "GPU %", "GPU mem"]
         columns += ["seen"]
+        show_exit = any(row.get("exit_code") is not None for row in self.ranks.values())
+        if show_exit:  # once a rank has ended: its exit code as the diagnosis states it
+            columns += ["exit"]
         for name in columns:
-            table.add_column(name, justify="left" if name in ("host", "state") else "right", no_wrap=True)
+            table.add_column(name, justify="left" if name in ("host", "state", "exit") else "right", no_wrap=True)
         if logged_columns:
             for name in logged_names:
                 table.add_column(name, justify="right", no_wrap=True)
@@ -357,6 +360,8 @@ class TerminalView:
                           format_fixed(row.get("gpu_util"), "{:.0f}"), format_bytes(row.get("gpu_mem_used"))]
             finished = RankState(row.get("state", "waiting")).finished
             cells.append(MISSING if finished or age is None else f"{max(0.0, age):.0f} s")
+            if show_exit:
+                cells.append(describe_exit_code(row.get("exit_code")))
             if logged_columns:
                 cells += [format_number(self.logged.value(name, rank)) for name in logged_names]
             if logged_width is not None:

@@ -169,3 +169,14 @@ def test_format_amount(value, text):
     from runner.view.format import format_amount
 
     assert format_amount(value) == text
+
+
+def test_once_a_rank_has_ended_the_table_shows_exit_codes_with_the_signal_name():
+    view, _out, _err = plain_view()
+    view.handle({**snapshot(status="failed"), "ranks": [
+        {"rank": 0, "state": "failed", "exit_code": -15, "last_seen": None},
+        {"rank": 1, "state": "failed", "exit_code": 1, "last_seen": None}]})
+    table = rendered(view)
+    assert "exit" in table
+    assert next(line for line in table.splitlines() if line.strip().startswith("0 ")).rstrip().endswith("SIGTERM (-15)")
+    assert next(line for line in table.splitlines() if line.strip().startswith("1 ")).rstrip().endswith(" 1")

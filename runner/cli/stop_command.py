@@ -95,7 +95,7 @@ def stop_main(args: argparse.Namespace) -> int:
 def _not_running(run: dict[str, Any]) -> int:
     """A run whose runner is gone: finished, or lost (then end any process it left behind)."""
     status = effective_status(run)
-    if status == RunStatus.LOST.value or (run.get("status") == RunStatus.LOST.value):
+    if status == RunStatus.LOST.value:
         leftovers = find_job_pids(run["run_key"]) if run.get("run_key") else []
         if leftovers:
             killed = end_job(run["run_key"], grace=2.0)

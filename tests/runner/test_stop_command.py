@@ -4,6 +4,7 @@ The path through the socket, with a real job, is in tests/integration/test_stop_
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -55,3 +56,21 @@ def test_a_pid_reused_by_a_later_process_is_not_signalled(capsys):
     finally:
         later.kill()
         later.wait()
+
+
+def test_stop_of_a_lost_run_ends_the_processes_it_left_behind(capsys):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with RunStore() as store:
+        run_id = store.create_run(run_key="o" * 24, profile="p", spec_toml="", command="", host="h", workdir="/",
+                                  runner_pid=dead.pid, socket=None, world_size=1, status="running")
+    orphan = subprocess.Popen(SLEEPER, env={**os.environ, "RANKWATCH_RUN_KEY": "o" * 24})
+    try:
+        time.sleep(0.2)
+        code = main(["stop", str(run_id)])
+        assert orphan.wait(timeout=10) == -15
+        assert code == 0 and "was lost (its runner died); ended 1 process(es) it left behind" in \
+            capsys.readouterr().err
+    finally:
+        orphan.kill()
+        orphan.wait()

@@ -29,7 +29,8 @@ def _finite(value: object) -> float | None:
 
 
 def format_number(value: object, decimals: int = 4) -> str:
-    """``0.5012``; scientific below 1e-3 or from 1e5 on (``1.000e-09``, ``2.500e+07``); "–" when missing.
+    """``0.5012``; scientific below 0.01 or from 1e5 on (``1.000e-09``, ``2.500e+07``), so a value always
+    keeps at least three significant digits; "–" when missing.
 
     NaN and infinities are shown as such (a diverged loss must not read as "–").
     """
@@ -41,7 +42,7 @@ def format_number(value: object, decimals: int = 4) -> str:
     if number is None:
         return MISSING
     magnitude = abs(number)
-    if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e5):
+    if magnitude != 0 and (magnitude < 1e-2 or magnitude >= 1e5):
         return f"{number:.3e}"
     return f"{number:.{decimals}f}"
 

@@ -9,6 +9,7 @@ stdout is not a terminal (CI, a pipe, a file) it prints plain prefixed lines onl
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
@@ -41,6 +42,8 @@ EXPECTED_WHILE_STOPPING = {"connection_lost"}
 LOGGED_COLUMN_MIN_WIDTH = 12
 DEFAULT_WIDTH = 120
 PROGRESS_SAMPLES_PER_BATCH = 64
+REFRESH_PER_SECOND = 4
+"""The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
 
 
 def format_prefix(rank: int | None, node: str | None, multi_node: bool) -> str:
@@ -132,6 +135,8 @@ class TerminalView:
         self.hidden_launcher_lines = 0
         self._live = None
         self._console = None
+        self._lock = threading.Lock()
+        self._outbox: list[tuple[str, str, str, str | None]] = []
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -141,19 +146,30 @@ class TerminalView:
             from rich.live import Live
 
             self._console = Console(file=self.out)
-            self._live = Live(self._table(), console=self._console, refresh_per_second=4, transient=False,
-                              redirect_stdout=False, redirect_stderr=False)
+            # The Live's thread asks for the table at each refresh, so elapsed time and heartbeat
+            # ages move even when no message arrives; the lock keeps it from reading half an update.
+            self._live = Live(console=self._console, refresh_per_second=REFRESH_PER_SECOND, transient=False,
+                              redirect_stdout=False, redirect_stderr=False, get_renderable=self._render)
             self._live.start()
 
     def stop(self) -> None:
         if self._live is not None:
-            self._live.update(self._table())
+            self._live.refresh()
             self._live.stop()
             self._live = None
+
+    def _render(self):
+        with self._lock:
+            return self._table()
 
     # ---- messages --------------------------------------------------------------------
 
     def handle(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            self._handle(message)
+        self._flush_lines()
+
+    def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind == "snapshot":
             self.run = message.get("run")
@@ -171,12 +187,11 @@ class TerminalView:
             if self.stopping_since is not None:
                 self._say_stopped()
             if self._live is None and self.status_every:
-                self.print_status(final=True)  # plain mode: every rank's last state, once
-        if self._live is not None:
-            self._live.update(self._table())
-        elif self.status_every and time.monotonic() - self._last_status >= self.status_every and not self.ended:
+                self._print_status(final=True)  # plain mode: every rank's last state, once
+        if (self._live is None and self.status_every and not self.ended
+                and time.monotonic() - self._last_status >= self.status_every):
             self._last_status = time.monotonic()
-            self.print_status()
+            self._print_status()
 
     def _on_update(self, message: dict[str, Any]) -> None:
         if message.get("run"):
@@ -233,6 +248,11 @@ class TerminalView:
     def print_status(self, final: bool = False) -> None:
         """Plain mode's stand-in for the live table: the header, then one line per running rank
         (``final``: every rank that made progress, whatever its state)."""
+        with self._lock:
+            self._print_status(final)
+        self._flush_lines()
+
+    def _print_status(self, final: bool = False) -> None:
         lines = []
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
@@ -255,6 +275,16 @@ class TerminalView:
             self._print_line("[rankwatch]", line, "stdout")
 
     def _print_line(self, prefix: str, text: str, stream: str, style: str | None = None) -> None:
+        """Queue a line; it is written once the view's lock is released (printing above the live
+        table takes the Live's lock, which its refresh thread holds while asking for the table)."""
+        self._outbox.append((prefix, text, stream, style))
+
+    def _flush_lines(self) -> None:
+        lines, self._outbox = self._outbox, []
+        for line in lines:
+            self._write_line(*line)
+
+    def _write_line(self, prefix: str, text: str, stream: str, style: str | None) -> None:
         if self._console is not None:
             from rich.text import Text
 

@@ -152,7 +152,7 @@ def test_plain_status_lines_carry_the_header_and_the_logged_keys():
 
 
 @pytest.mark.parametrize(("value", "text"), [
-    (1e-9, "1.000e-09"), (0.5, "0.5000"), (0.0, "0.0000"), (123456.0, "1.235e+05"), (-2e-5, "-2.000e-05"),
+    (1e-9, "1.000e-09"), (0.5, "0.5000"), (0.0, "0.0000"), (0.0012345, "1.234e-03"), (0.05, "0.0500"), (123456.0, "1.235e+05"), (-2e-5, "-2.000e-05"),
     (None, "–"), (float("nan"), "nan"), (float("inf"), "inf"), (3, "3.0000"),
 ])
 def test_format_number(value, text):
@@ -180,3 +180,40 @@ def test_once_a_rank_has_ended_the_table_shows_exit_codes_with_the_signal_name()
     assert "exit" in table
     assert next(line for line in table.splitlines() if line.strip().startswith("0 ")).rstrip().endswith("SIGTERM (-15)")
     assert next(line for line in table.splitlines() if line.strip().startswith("1 ")).rstrip().endswith(" 1")
+
+
+class FakeTerminal(io.StringIO):
+    """A StringIO that says it is a terminal, so rich's Live refreshes from its own thread."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_live_table_refreshes_on_its_thread_while_lines_print_without_deadlock(monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "160")
+    screen = FakeTerminal()
+    view = TerminalView(out=screen, err=screen)
+    assert view.live_mode
+    view.start()
+
+    def feed():
+        view.handle(snapshot())
+        deadline = time.monotonic() + 1.5  # several of the Live's refreshes (4 a second)
+        step = 0
+        while time.monotonic() < deadline:
+            step += 1
+            view.handle({"type": "update", "logs": [[0, 1.0, "stdout", f"line {step}", "h"]],
+                         "metrics": [[0, 1000.0 + step, step, "lr", 1e-3, "log"]],
+                         "ranks": [{"rank": 0, "state": "running", "step": step, "last_seen": None}]})
+        view.stop()
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    feeder.join(timeout=20)
+    assert not feeder.is_alive(), "printing lines and refreshing the table deadlocked"
+    text = screen.getvalue()
+    assert "line 1" in text and "run 7 · p · running" in text and "1.000e-03" in text  # the lr column

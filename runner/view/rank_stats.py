@@ -73,58 +73,55 @@ def custom_metric_names(names: list[str]) -> list[str]:
     return [name for name in names if name not in BUILT_IN_METRICS]
 
 
-class _Accumulator:
-    """One pass over a run's metric rows (in the order they were stored)."""
+def _rows(store, sql: str, *params: Any) -> list[tuple]:
+    """Read-only SQL on the store's own connection. The queries below follow the metrics table's
+    index (run_id, name, rank, t), so a run of millions of records is read in a second or two,
+    in SQLite, with memory bounded by one rank's steps."""
+    return [tuple(row) for row in store.connection.execute(sql, params)]
 
-    def __init__(self) -> None:
-        self.steps: dict[int, int] = {}
-        self.last_step: dict[int, int] = {}
-        self.loss: dict[int, tuple[int, float, float, str]] = {}
-        self.timing: dict[int, dict[str, dict[int, float]]] = {}
-        self.logged: dict[str, dict[int, tuple[float, float | None]]] = {}
-        self.logged_sources: dict[str, set[str]] = {}
 
-    def add(self, rank: int, step: int | None, t: float, name: str, value: float | None, source: str) -> None:
-        if step is not None:
-            if step > self.last_step.get(rank, -1):
-                self.last_step[rank] = step
-            if source == protocol.SOURCE_AUTO and step + 1 > self.steps.get(rank, 0):
-                self.steps[rank] = step + 1
-        if name not in BUILT_IN_METRICS:
-            self.logged_sources.setdefault(name, set()).add(source)
-            newest = self.logged.setdefault(name, {})
-            if rank not in newest or t >= newest[rank][0]:
-                newest[rank] = (t, value)
-        elif name == protocol.LOSS:
-            if value is not None:
-                order = LOSS_SOURCE_ORDER.get(source, 9)
-                current = self.loss.get(rank)
-                if current is None or order < current[0] or (order == current[0] and t >= current[1]):
-                    self.loss[rank] = (order, t, value, source)
-        elif source == protocol.SOURCE_AUTO and step is not None and value is not None:
-            self.timing.setdefault(rank, {}).setdefault(name, {})[step] = value
+def _per_rank_max_step(store, run_id: int, auto_only: bool) -> dict[int, int]:
+    names = [protocol.STEP_TIME, protocol.DATA_WAIT, protocol.LOSS] if auto_only else store.metric_names(run_id)
+    newest: dict[int, int] = {}
+    for name in names:
+        source_clause = " AND source = ?" if auto_only else ""
+        params = (run_id, name, protocol.SOURCE_AUTO) if auto_only else (run_id, name)
+        for rank, step in _rows(store, "SELECT rank, MAX(step) FROM metrics WHERE run_id = ? AND name = ?"
+                                       f"{source_clause} AND step IS NOT NULL GROUP BY rank", *params):
+            newest[rank] = max(newest.get(rank, step), step)
+    return newest
 
-    def fill(self, stats: RankStats) -> None:
-        rank = stats.rank
-        stats.steps = self.steps.get(rank)
-        stats.last_step = self.last_step.get(rank)
-        if rank in self.loss:
-            _order, _t, stats.last_loss, stats.loss_source = self.loss[rank]
-        series = self.timing.get(rank, {})
-        step_times = series.get(protocol.STEP_TIME, {})
-        if step_times:
-            stats.median_step_time = statistics.median(step_times.values())
-        stats.data_wait_share = _share_of_step_time(series.get(protocol.DATA_WAIT, {}), step_times)
-        rates = series.get(protocol.SAMPLES_PER_SECOND, {})
-        counted = [step for step in rates if step in step_times]
-        counted_time = sum(step_times[step] for step in counted)
-        if counted and counted_time > 0:
-            stats.samples_per_s = sum(rates[step] * step_times[step] for step in counted) / counted_time
 
-    def logged_keys(self, names: list[str]) -> list[LoggedKey]:
-        return [LoggedKey(name, tuple(sorted(self.logged_sources.get(name, ()))),
-                          {rank: value for rank, (_t, value) in sorted(self.logged.get(name, {}).items())})
-                for name in custom_metric_names(names)]
+def _last_losses(store, run_id: int) -> dict[int, tuple[float, str]]:
+    """Each rank's newest loss from its most deliberate source (measured, then logged, then parsed)."""
+    best: dict[int, tuple[int, float, str]] = {}
+    for rank, source, value, _t in _rows(
+            store, "SELECT rank, source, value, MAX(t) FROM metrics WHERE run_id = ? AND name = ?"
+                   " AND value IS NOT NULL GROUP BY rank, source", run_id, protocol.LOSS):
+        order = LOSS_SOURCE_ORDER.get(source, 9)
+        if rank not in best or order < best[rank][0]:
+            best[rank] = (order, value, source)
+    return {rank: (value, source) for rank, (_order, value, source) in best.items()}
+
+
+def _measured(store, run_id: int, name: str, rank: int) -> dict[int, float]:
+    """step -> value of one measured series of one rank."""
+    return {step: value for step, value in _rows(
+        store, "SELECT step, value FROM metrics WHERE run_id = ? AND name = ? AND rank = ? AND source = ?"
+               " AND step IS NOT NULL AND value IS NOT NULL", run_id, name, rank, protocol.SOURCE_AUTO)}
+
+
+def _add_timing(store, run_id: int, stats: RankStats) -> None:
+    step_times = _measured(store, run_id, protocol.STEP_TIME, stats.rank)
+    if not step_times:
+        return
+    stats.median_step_time = statistics.median(step_times.values())
+    stats.data_wait_share = _share_of_step_time(_measured(store, run_id, protocol.DATA_WAIT, stats.rank), step_times)
+    rates = _measured(store, run_id, protocol.SAMPLES_PER_SECOND, stats.rank)
+    counted = [step for step in rates if step in step_times]
+    counted_time = sum(step_times[step] for step in counted)
+    if counted and counted_time > 0:
+        stats.samples_per_s = sum(rates[step] * step_times[step] for step in counted) / counted_time
 
 
 def _share_of_step_time(waits: dict[int, float], step_times: dict[int, float]) -> float | None:
@@ -135,8 +132,19 @@ def _share_of_step_time(waits: dict[int, float], step_times: dict[int, float]) -
     return min(1.0, sum(waits[step] for step in both) / total_time)
 
 
+def _logged_keys(store, run_id: int, names: list[str]) -> list[LoggedKey]:
+    keys = []
+    for name in custom_metric_names(names):
+        sources = tuple(sorted(source for (source,) in _rows(
+            store, "SELECT DISTINCT source FROM metrics WHERE run_id = ? AND name = ?", run_id, name)))
+        newest = {rank: value for rank, value, _t in _rows(
+            store, "SELECT rank, value, MAX(t) FROM metrics WHERE run_id = ? AND name = ? GROUP BY rank", run_id, name)}
+        keys.append(LoggedKey(name, sources, dict(sorted(newest.items()))))
+    return keys
+
+
 def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]]:
-    """Per-rank statistics and the keys the script logged, in one pass over the run's records.
+    """Per-rank statistics and the keys the script logged.
 
     Every rank the store knows is listed, from the ranks table or from its records.
 
@@ -149,13 +157,16 @@ def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]
             rank=row["rank"], state=row.get("state"), host=row.get("host"), pid=row.get("pid"),
             exit_code=row.get("exit_code"), first_seen=row.get("first_seen"), last_seen=row.get("last_seen"),
             dropped=row.get("dropped"))
-    accumulator = _Accumulator()
-    for chunk in store.iter_metrics(run_id):
-        for row in chunk:
-            accumulator.add(*row)
-    for rank in set(accumulator.last_step) | set(accumulator.loss) | set(accumulator.timing):
+    steps = _per_rank_max_step(store, run_id, auto_only=True)
+    last_steps = _per_rank_max_step(store, run_id, auto_only=False)
+    losses = _last_losses(store, run_id)
+    for rank in set(steps) | set(last_steps) | set(losses):
         stats.setdefault(rank, RankStats(rank=rank))
     ordered = [stats[rank] for rank in sorted(stats)]
     for entry in ordered:
-        accumulator.fill(entry)
-    return ordered, accumulator.logged_keys(store.metric_names(run_id))
+        entry.steps = None if entry.rank not in steps else steps[entry.rank] + 1
+        entry.last_step = last_steps.get(entry.rank)
+        if entry.rank in losses:
+            entry.last_loss, entry.loss_source = losses[entry.rank]
+        _add_timing(store, run_id, entry)
+    return ordered, _logged_keys(store, run_id, store.metric_names(run_id))

@@ -13,7 +13,8 @@ live model: a value that was not measured is ``None`` (shown "–"), not 0.
 * ``data_wait_share``: the share of step time spent waiting for the DataLoader, over
   the steps that measured both (total wait / total step time).
 * ``samples_per_s``: total samples / total step time over the steps that counted samples.
-* ``first_seen``, ``last_seen``: the hub's times for the rank (``None`` when unknown).
+* ``first_seen``, ``last_seen``: the hub's times for the rank (``None`` when unknown); without a
+  stored ``first_seen``, the time of the rank's hello (its ``rank_started`` event).
 * ``dropped``: records the rank's reporter dropped, when the store keeps that count.
 """
 
@@ -157,6 +158,10 @@ def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]
             rank=row["rank"], state=row.get("state"), host=row.get("host"), pid=row.get("pid"),
             exit_code=row.get("exit_code"), first_seen=row.get("first_seen"), last_seen=row.get("last_seen"),
             dropped=row.get("dropped"))
+    for event in store.events(run_id, kind="rank_started"):  # the hello, when the store has no first_seen
+        entry = stats.get(event["rank"]) if event["rank"] is not None else None
+        if entry is not None and (entry.first_seen is None or event["t"] < entry.first_seen):
+            entry.first_seen = event["t"]
     steps = _per_rank_max_step(store, run_id, auto_only=True)
     last_steps = _per_rank_max_step(store, run_id, auto_only=False)
     losses = _last_losses(store, run_id)

@@ -49,7 +49,9 @@ def stored_run():
         store.upsert_rank(run_id, 0, state="exited", exit_code=0, host="h", pid=11, last_seen=105.0)
         store.upsert_rank(run_id, 1, state="failed", exit_code=-15, host="h", pid=12, last_seen=105.5)
         store.upsert_rank(run_id, 2, state="waiting")
-        store.write_batch(run_id, RecordBatch(metrics=metrics))
+        store.write_batch(run_id, RecordBatch(metrics=metrics, events=[
+            (99.5, "rank_started", 0, json.dumps({"message": "rank 0 started"})),
+            (99.7, "rank_started", 1, json.dumps({"message": "rank 1 started"}))]))
     return run_id
 
 
@@ -62,7 +64,7 @@ def test_rank_statistics_come_from_the_records_and_say_none_when_not_measured(st
     assert first.median_step_time == pytest.approx(statistics.median(STEP_TIMES))
     assert first.data_wait_share == pytest.approx(sum(DATA_WAITS[1:]) / sum(STEP_TIMES))  # steps with a step time
     assert first.samples_per_s == pytest.approx((32 * 3 + 16) / sum(STEP_TIMES))  # total samples / total time
-    assert first.last_seen == 105.0
+    assert (first.first_seen, first.last_seen) == (99.5, 105.0)  # first seen: its hello
     assert (second.steps, second.last_step, second.last_loss, second.loss_source) == (None, 7, 2e-9, "log")
     assert second.median_step_time is second.data_wait_share is second.samples_per_s is None
     assert (third.rank, third.steps, third.last_loss, third.state) == (2, None, None, "waiting")

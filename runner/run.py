@@ -34,6 +34,12 @@ from runner import paths
 from runner.diagnosis.monitors import start_monitors
 from runner.diagnosis.torchrun_report import merge_reports, parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage
+from runner.exit_status import (
+    EXIT_KILLED,
+    EXIT_NOT_STARTED,
+    describe_stop_reason,
+    stopped_run_exit_code,
+)
 from runner.hub.hub import Hub
 from runner.launch.command import (
     NodeCommand,
@@ -61,8 +67,6 @@ from runner.telemetry.loss_parser import LossParser
 STOP_GRACE_SECONDS = 5.0
 FINAL_MESSAGES_WAIT_SECONDS = 3.0
 MONITOR_INTERVAL_SECONDS = 0.5
-EXIT_INTERRUPTED = 130
-EXIT_NOT_STARTED = 127
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,8 @@ class Run:
         self._stop_requested = asyncio.Event()
         self._force_requested = asyncio.Event()
         self._stop_reason: str | None = None
+        self.received_signal: int | None = None
+        """The first SIGINT/SIGTERM/SIGHUP this process received (``runner.exit_status``)."""
         self._samplers: list = []
         self.remote: RemoteNodes | None = None
         """Jobs with remote nodes: the agents' TCP listener and those nodes (``runner.remote``)."""
@@ -146,6 +152,7 @@ class Run:
 
     def _install_signal_handlers(self) -> None:
         def on_signal(number: int) -> None:
+            self.received_signal = self.received_signal or number
             # A second Ctrl-C means "now": skip the grace period.
             self.request_stop(force=self._stop_requested.is_set(), reason=signal.Signals(number).name)
 
@@ -362,7 +369,8 @@ class Run:
         stopped = stop_task.done() and not all_done.done()
         if stopped:
             await self.hub.update_run(status=RunStatus.STOPPING.value)
-            self.hub.add_event("stopping", None, f"stopping the job ({self._stop_reason})")
+            self.hub.add_event("stopping", None, f"stopping the job ({describe_stop_reason(self._stop_reason)})",
+                               stopped_by=describe_stop_reason(self._stop_reason))
             forced = asyncio.create_task(self._escalate_on_force())
             await self._stop_nodes(force=self._force_requested.is_set())
             forced.cancel()
@@ -373,6 +381,8 @@ class Run:
         self._stop_samplers()
         await self._await_final_messages()
         exit_code = next((code for code in codes if code), 0)
+        if stopped:  # one code whoever asked (runner.exit_status); 137 when it had to be killed
+            exit_code = stopped_run_exit_code(killed=self._force_requested.is_set() or EXIT_KILLED in codes)
         return await self._finish(exit_code, stopped)
 
     async def _wait_node(self, handle: NodeHandle) -> int:
@@ -405,10 +415,18 @@ class Run:
         first = (summary.get("first_failure") or {}).get("rank")
         failed_with_exception = set(self.triage_input.exceptions)
         report = self.triage_input.report
+        # One exit code per rank everywhere: the one triage settled on (the OS's status from
+        # torchrun's report beats the rank's own last word; runner.exit_status).
+        triaged = {failure["rank"]: failure.get("exit_code")
+                   for failure in [summary.get("first_failure") or {}, *(summary.get("other_failures") or [])]
+                   if failure.get("rank") is not None}
         for row in self.hub.model.ranks.values():
             state = RankState(row.state)
             reported = report.for_rank(row.rank) if report else None
-            if reported is not None and row.exit_code is None:
+            if triaged.get(row.rank) is not None:
+                row.exit_code = triaged[row.rank]
+            elif reported is not None and reported.exit_code is not None and (
+                    row.exit_code is None or reported.exit_code < 0):
                 row.exit_code = reported.exit_code
             if state == RankState.EXITED and row.exit_code == 0:
                 continue
@@ -425,9 +443,11 @@ class Run:
     async def _finish(self, exit_code: int, stopped: bool) -> int:
         self.triage_input.report = merge_reports(
             [parse_torchrun_report(list(lines)) for lines in self.triage_input.launcher_lines.values()])
-        if stopped and self._stop_reason == "SIGINT":
-            exit_code = EXIT_INTERRUPTED
         summary = triage(self.triage_input, exit_code, stopped)
+        if stopped:
+            who = describe_stop_reason(self._stop_reason)
+            how = "killed (SIGKILL)" if exit_code == stopped_run_exit_code(killed=True) else "ended with SIGTERM"
+            summary.update(stopped_by=who, headline=f"stopped on request ({who}): the job was {how}")
         self._final_rank_states(summary, stopped)
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
         self.hub.add_event("run_finished", None, summary["headline"], status=status.value, exit_code=exit_code,

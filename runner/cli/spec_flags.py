@@ -35,8 +35,9 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--env", metavar="KEY=VALUE", action="append", default=[], help="extra environment (repeatable)")
     group.add_argument("--nnodes-hosts", "--hosts", dest="hosts", metavar="HOST[:N],...",
                        help="nodes, first one is the head (e.g. localhost,node2:4)")
-    group.add_argument("--max-restarts", type=int, metavar="N")
-    group.add_argument("--omp-num-threads", metavar="N|auto")
+    group.add_argument("--max-restarts", type=int, metavar="N", help="restart the workers up to N times after a failure")
+    group.add_argument("--omp-num-threads", metavar="N|auto",
+                       help="OMP_NUM_THREADS for each worker (auto: cores / processes per node)")
     group.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous endpoint")
     group.add_argument("--rdzv-id", metavar="ID", help="c10d rendezvous job id")
     group.add_argument("--master-addr", metavar="HOST", help="static rendezvous master address")

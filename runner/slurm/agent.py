@@ -77,6 +77,13 @@ def launch_from_environment(environ: Mapping[str, str]) -> LaunchMessage:
 
 
 class SlurmAgent(Agent):
+    async def _forward(self, message: dict) -> None:
+        """A worker's hello names this node as the run knows it: Slurm's node id, not the
+        group rank torchrun's c10d rendezvous happened to give this node."""
+        if message.get("type") == "hello":
+            message["node_rank"] = self.launch.node_rank
+        await super()._forward(message)
+
     def _read_controls(self) -> None:
         """No control lines under srun (its stdin is not the runner's): the runner stops a
         Slurm run with scancel, which arrives here as SIGTERM."""

@@ -299,9 +299,18 @@ class SlurmNodes(RemoteNodes):
         tail = await self.read_output_tail() if self.failure is not None else []
         result = outcome.conclude(summary, status, exit_code, record=self.job.record, job_id=self.job.job_id,
                                   cancel_requested=self.job.cancel_requested, failure=self.failure,
-                                  rank_rows=list(self.hub.model.ranks.values()), output_tail=tail)
+                                  rank_rows=list(self.hub.model.ranks.values()), output_tail=tail,
+                                  failed_node_code=self._failed_node_code(summary))
         await self.close()
         return result
+
+    def _failed_node_code(self, summary: dict[str, Any]) -> int | None:
+        """torchrun's exit status on the node of the rank that failed first (``None``: unknown)."""
+        rank = (summary.get("first_failure") or {}).get("rank")
+        row = self.hub.model.ranks.get(rank) if rank is not None else None
+        handle = self.nodes.get(row.node_rank) if row is not None and row.node_rank is not None else None
+        code = (handle.exit_message or {}).get("code") if handle is not None else None
+        return code if isinstance(code, int) and code > 0 else None
 
     async def close(self) -> None:
         if self.job is not None:

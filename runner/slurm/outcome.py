@@ -61,10 +61,25 @@ def describe_ranks(rows: list[Any]) -> str:
 
 def conclude(summary: dict[str, Any], status: RunStatus, exit_code: int, *, record: JobRecord | None,
              job_id: str | None, cancel_requested: bool, failure: str | None, rank_rows: list[Any],
-             output_tail: list[str]) -> tuple[RunStatus, int]:
-    """Put Slurm's side of the end into ``summary`` (in place); returns the run's status and exit code."""
+             output_tail: list[str], failed_node_code: int | None = None) -> tuple[RunStatus, int]:
+    """Put Slurm's side of the end into ``summary`` (in place); returns the run's status and exit code.
+
+    ``failed_node_code`` is the exit status of torchrun on the node of the first failed rank:
+    the run's exit code, rather than that of a node Slurm stopped afterwards (``srun
+    --kill-on-bad-exit`` ends the other nodes when one fails).
+    """
     if job_id is None:
         return status, exit_code
+    status, exit_code = _conclude(summary, status, exit_code, record=record, job_id=job_id,
+                                  cancel_requested=cancel_requested, failure=failure, rank_rows=rank_rows,
+                                  output_tail=output_tail, failed_node_code=failed_node_code)
+    summary["exit_code"] = exit_code
+    return status, exit_code
+
+
+def _conclude(summary: dict[str, Any], status: RunStatus, exit_code: int, *, record: JobRecord | None,
+              job_id: str, cancel_requested: bool, failure: str | None, rank_rows: list[Any],
+              output_tail: list[str], failed_node_code: int | None) -> tuple[RunStatus, int]:
     summary["slurm"] = {"job_id": job_id, **(record.to_json() if record else {}),
                         "output_tail": output_tail or None}
     state = record.state if record else None
@@ -96,6 +111,8 @@ def conclude(summary: dict[str, Any], status: RunStatus, exit_code: int, *, reco
         if state == "CANCELLED":
             return RunStatus.STOPPED, EXIT_CANCELLED
         return RunStatus.FAILED, exit_code or record.exit_status or EXIT_ENDED_BY_SLURM
+    if status == RunStatus.FAILED and failed_node_code:
+        exit_code = failed_node_code
     if state in PREFIXED:
         summary["outcome"] = OUTCOMES[state]
         summary["headline"] = f"{name}: {ENDINGS[state]} ({record.reason or state}); {summary['headline']}"

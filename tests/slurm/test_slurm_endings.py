@@ -20,15 +20,15 @@ import time
 import pytest
 
 from tests.jobs import processes_with_marker, rankwatch, start_rankwatch, wait_for
-from tests.slurm.helpers import read_store, run_by_profile, runner_env, running_ranks, slurm_job_id, slurm_run
+from tests.slurm.helpers import (
+    read_store,
+    run_by_profile,
+    runner_env,
+    slurm_job_id,
+    slurm_run,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torchrun]
-
-
-def _start(home, env, script_copy: str, extra: tuple[str, ...] = ()):
-    runner = start_rankwatch(*slurm_run(script_copy, extra=extra), env=env)
-    run = wait_for(lambda: run_by_profile(home, script_copy), 60, what=f"{script_copy} to be recorded")
-    return runner, run
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +36,21 @@ def ended_by_slurm(slurm_cluster, tmp_path_factory):
     started = time.monotonic()
     home = tmp_path_factory.mktemp("slurm-endings-home")
     env = runner_env(home, slurm_cluster)
-    limited = start_rankwatch(*slurm_run("forever.py", extra=("--time", "1", "--job-name", "limited")), env=env)
-    cancelled = start_rankwatch(*slurm_run("forever.py", extra=("--job-name", "cancelled")), env=env)
 
-    def runs_by_job_name():
+    def submitted(name: str):
         runs = read_store(home, lambda store: store.runs(limit=10)) or []
-        named = {}
-        for run in runs:
-            for name in ("limited", "cancelled"):
-                if f"--job-name={name}" in (run["command"] or ""):
-                    named[name] = run
-        return named if len(named) == 2 else None
-    runs = wait_for(runs_by_job_name, 60, what="both runs to be submitted")
-    for run in runs.values():
-        wait_for(lambda run=run: running_ranks(home, run["id"]) == 1, 120, what="the ranks to start")
+        return next((run for run in runs if f"--job-name={name}" in (run["command"] or "")), None)
+
+    runners, runs = {}, {}
+    for name, extra in (("limited", ("--time", "1")), ("cancelled", ())):
+        # One after the other: two runners creating a fresh run store at the same moment race (see the report).
+        runners[name] = start_rankwatch(*slurm_run("forever.py", extra=(*extra, "--job-name", name)), env=env)
+        runs[name] = wait_for(lambda name=name: submitted(name), 60, what=f"the {name} run to be submitted")
+    limited, cancelled = runners["limited"], runners["cancelled"]
+    for run in runs.values():  # training: steps measured
+        wait_for(lambda run=run: read_store(home, lambda store: store.metrics(run["id"], name="loss")), 120,
+                 what="the first steps")
     jobs = {name: slurm_job_id(home, run["id"]) for name, run in runs.items()}
-    time.sleep(2)  # a few steps
 
     slurm_cluster.run("scontrol", "update", f"JobId={jobs['limited']}", "EndTime=now")
     slurm_cluster.run("scancel", jobs["cancelled"])
@@ -100,7 +99,9 @@ def test_a_rank_that_raises_on_slurm_is_named_as_the_first_failure(slurm_cluster
     result = rankwatch(*slurm_run("fail_rank1.py", nodes=2), env=env, timeout=240)
     assert result.returncode == 1, result.stderr[-3000:]
     summary = result.stderr[result.stderr.rindex("── Rankwatch"):]
-    assert "rank 1 on n2 failed first (exit code 1): ValueError: bad batch shape on rank 1" in summary
     run = run_by_profile(tmp_path, "fail_rank1.py")
+    hosts = {row["rank"]: row["host"] for row in read_store(tmp_path, lambda store: store.ranks(run["id"]))}
+    assert sorted(hosts.values()) == ["n1", "n2"]  # c10d decides which node gets which rank
+    assert f"rank 1 on {hosts[1]} failed first (exit code 1): ValueError: bad batch shape on rank 1" in summary
     assert run["summary"]["first_failure"]["rank"] == 1 and run["summary"]["slurm"]["state"] == "FAILED"
     assert slurm_cluster.job(run["summary"]["slurm"]["job_id"])["JobState"] == "FAILED"

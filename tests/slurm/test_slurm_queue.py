@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 
 import pytest

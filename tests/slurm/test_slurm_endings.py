@@ -9,8 +9,7 @@ Two runs of ``forever.py`` share the cluster at once (one process each):
   then ends it within its next check, exactly as at the limit, and records TIMEOUT;
 * the other is cancelled from outside Rankwatch with ``scancel``.
 
-A third run spans both nodes and its rank 1 raises: it must be named as the first
-failure, on its node, as on one machine.
+(A rank that raises on Slurm: ``test_slurm_login.py``.)
 """
 
 from __future__ import annotations
@@ -19,10 +18,9 @@ import time
 
 import pytest
 
-from tests.jobs import processes_with_marker, rankwatch, start_rankwatch, wait_for
+from tests.jobs import processes_with_marker, start_rankwatch, wait_for
 from tests.slurm.helpers import (
     read_store,
-    run_by_profile,
     runner_env,
     slurm_job_id,
     slurm_run,
@@ -93,15 +91,3 @@ def test_a_scancel_from_outside_is_reported_as_cancelled(ended_by_slurm):
 def test_nothing_of_either_job_is_left_on_the_node(ended_by_slurm):
     assert ended_by_slurm["survivors"] == {"limited": [], "cancelled": []}
 
-
-def test_a_rank_that_raises_on_slurm_is_named_as_the_first_failure(slurm_cluster, tmp_path):
-    env = runner_env(tmp_path, slurm_cluster)
-    result = rankwatch(*slurm_run("fail_rank1.py", nodes=2), env=env, timeout=240)
-    assert result.returncode == 1, result.stderr[-3000:]
-    summary = result.stderr[result.stderr.rindex("── Rankwatch"):]
-    run = run_by_profile(tmp_path, "fail_rank1.py")
-    hosts = {row["rank"]: row["host"] for row in read_store(tmp_path, lambda store: store.ranks(run["id"]))}
-    assert sorted(hosts.values()) == ["n1", "n2"]  # c10d decides which node gets which rank
-    assert f"rank 1 on {hosts[1]} failed first (exit code 1): ValueError: bad batch shape on rank 1" in summary
-    assert run["summary"]["first_failure"]["rank"] == 1 and run["summary"]["slurm"]["state"] == "FAILED"
-    assert slurm_cluster.job(run["summary"]["slurm"]["job_id"])["JobState"] == "FAILED"

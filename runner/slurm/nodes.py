@@ -229,17 +229,21 @@ class SlurmNodes(RemoteNodes):
             if len(self._connected) == len(self.launch.nodes) or self.job.ended.is_set():
                 return
             await asyncio.sleep(0.5)
-        missing = sorted(set(range(len(self.launch.nodes))) - self._connected)
         if self.job.cancel_requested or self.job.ended.is_set():
             return
-        host, port = self.agent_endpoint
-        self.failure = (f"the agents of node(s) {', '.join(map(str, missing))} did not connect back to {host}:{port} "
-                        f"within {AGENT_CONNECT_SECONDS:.0f} s of the job's start: the compute nodes cannot reach "
-                        "this machine there (use slurm.telemetry_route = \"login\", or set RANKWATCH_HEAD_ADDRESS), "
-                        "or Rankwatch could not start there (see the job's output file)")
+        self.failure = self._agents_missing(f"within {AGENT_CONNECT_SECONDS:.0f} s of the job's start")
         self.hub.add_event("warning", None, self.failure)
         with contextlib.suppress(SlurmToolError):
             await self.job.cancel()
+
+    def _agents_missing(self, when: str) -> str:
+        """Why the run failed when agents never connected back, and what to do about it."""
+        missing = sorted(set(range(len(self.launch.nodes))) - self._connected)
+        host, port = self.agent_endpoint
+        return (f"the agents of node(s) {', '.join(map(str, missing))} did not connect back to {host}:{port} {when}: "
+                "the compute nodes cannot reach this machine there (use slurm.telemetry_route = \"login\", or set "
+                "RANKWATCH_HEAD_ADDRESS), or Rankwatch could not start there (see the job's output file "
+                f"{self.launch.head.workdir}/{OUTPUT_FILE.replace('%j', self.job.job_id)})")
 
     def _on_agent(self, event: str, node_rank: int | None) -> None:
         if event == "connected" and node_rank is not None:
@@ -294,8 +298,7 @@ class SlurmNodes(RemoteNodes):
         if self.failure is None and not self._connected and self.job.record is not None and \
                 self.job.record.ended and not self.job.cancel_requested:
             record = self.job.record
-            self.failure = (f"Slurm job {record.job_id} ended ({record.describe()}) before Rankwatch's agents "
-                            "connected back: they could not start on the compute nodes or reach this machine")
+            self.failure = self._agents_missing(f"before Slurm job {record.job_id} ended ({record.describe()})")
         tail = await self.read_output_tail() if self.failure is not None else []
         result = outcome.conclude(summary, status, exit_code, record=self.job.record, job_id=self.job.job_id,
                                   cancel_requested=self.job.cancel_requested, failure=self.failure,

@@ -218,3 +218,17 @@ def test_an_ending_by_slurm_wins_over_a_rank_failure_and_lists_the_ranks():
     status, code = outcome.conclude(summary, RunStatus.STOPPED, 0, record=JobRecord("9", "CANCELLED"), job_id="9",
                                     cancel_requested=True, failure=None, output_tail=[], rank_rows=[])
     assert summary["headline"] == "stopped on request while pending in Slurm (Slurm job 9 cancelled before it started)"
+
+
+def test_agents_that_never_connected_fail_the_run_with_the_reason_and_the_jobs_output():
+    summary = {"outcome": "failed", "headline": "the job failed (exit code 3) before any rank reported",
+               "exit_code": 3}
+    failure = "the agents of node(s) 0 did not connect back to 10.0.0.5:4100 before Slurm job 9 ended (failed)"
+    status, code = outcome.conclude(summary, RunStatus.FAILED, 3, record=JobRecord("9", "FAILED", exit_code="3:0"),
+                                    job_id="9", cancel_requested=False, failure=failure, rank_rows=[],
+                                    output_tail=["rankwatch agent: cannot connect to the head runner at "
+                                                 "10.0.0.5:4100 (timed out)"])
+    assert (status, code, summary["exit_code"]) == (RunStatus.FAILED, 3, 3)
+    assert summary["headline"] == (failure + "; its output ends with: rankwatch agent: cannot connect to the head "
+                                   "runner at 10.0.0.5:4100 (timed out)")
+    assert summary["slurm"]["output_tail"][-1].startswith("rankwatch agent: cannot connect")

@@ -23,14 +23,16 @@ def runner_env(home: Path, cluster: LocalSlurm, **extra: str) -> dict[str, str]:
             "RANKWATCH_SOCKET_DIR": tempfile.mkdtemp(prefix="rw-", dir="/tmp"), **extra}
 
 
-def slurm_flags(nodes: int = 1, nproc: int = 1, *extra: str) -> list[str]:
+def slurm_flags(workdir: Path, nodes: int = 1, nproc: int = 1, *extra: str) -> list[str]:
+    """``workdir``: where the job runs and Slurm writes its output file (never the repository)."""
     return ["--slurm", "--nodes", str(nodes), "--nproc-per-node", str(nproc), "--interpreter", sys.executable,
-            "--omp-num-threads", "1", *extra]
+            "--omp-num-threads", "1", "--workdir", str(workdir), *extra]
 
 
-def slurm_run(script: str, *script_args: str, nodes: int = 1, nproc: int = 1, extra: tuple[str, ...] = ()) -> list[str]:
+def slurm_run(script: str, *script_args: str, workdir: Path, nodes: int = 1, nproc: int = 1,
+              extra: tuple[str, ...] = ()) -> list[str]:
     """``rankwatch run --plain --slurm ...`` for one of the tests' scripts."""
-    return ["run", "--plain", *slurm_flags(nodes, nproc, *extra), str(SCRIPTS / script), *script_args]
+    return ["run", "--plain", *slurm_flags(workdir, nodes, nproc, *extra), str(SCRIPTS / script), *script_args]
 
 
 def store_of(home: Path) -> Path:

@@ -65,7 +65,7 @@ def lifecycle(slurm_cluster, tmp_path_factory):
     env = runner_env(home, slurm_cluster)
     runners, runs = {}, {}
     for name, extra in FILLERS.items():
-        command = ["run", "--plain", *slurm_flags(1, 1), *extra, "--job-name", name, LOGGING_STEPS]
+        command = ["run", "--plain", *slurm_flags(home, 1, 1), *extra, "--job-name", name, LOGGING_STEPS]
         runners[name] = start_rankwatch(*command, env=env)
         # One after the other: two runners creating a fresh run store at once race (see the report).
         runs[name] = wait_for(lambda name=name: submitted(home, name), 60, what=f"the {name} run to be submitted")
@@ -75,7 +75,7 @@ def lifecycle(slurm_cluster, tmp_path_factory):
     jobs = {name: slurm_job_id(home, run["id"]) for name, run in runs.items()}
     filled = time.monotonic()
 
-    detached = rankwatch("run", "--detach", "--json", *slurm_flags(1, 2), str(SCRIPTS / "remote_train.py"),
+    detached = rankwatch("run", "--detach", "--json", *slurm_flags(home, 1, 2), str(SCRIPTS / "remote_train.py"),
                          "--steps", str(STEPS), "--sleep", "0.05", env=env, timeout=60)
     assert detached.returncode == 0, detached.stderr
     run_id = json.loads(detached.stdout)["run_id"]

@@ -36,7 +36,8 @@ def login_sshd(slurm_cluster, tmp_path_factory):
 def test_a_run_submitted_over_ssh_reports_through_the_login_host(slurm_cluster, login_sshd, tmp_path):
     env = runner_env(tmp_path, slurm_cluster, RANKWATCH_SSH_OPTIONS=login_sshd.options)
     del env["SLURM_CONF"]  # only the login host knows the cluster
-    runner = start_rankwatch(*slurm_run("fail_rank1.py", nodes=2, extra=("--login-host", "127.0.0.1")), env=env)
+    runner = start_rankwatch(*slurm_run("fail_rank1.py", workdir=tmp_path, nodes=2,
+                                                extra=("--login-host", "127.0.0.1")), env=env)
     run = wait_for(lambda: run_by_profile(tmp_path, "fail_rank1.py"), 60, what="the run to be recorded")
     listening = wait_for(lambda: read_store(tmp_path, lambda store: store.events(run["id"], kind="agents_listening")),
                          60, what="the runner to listen")

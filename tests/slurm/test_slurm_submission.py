@@ -27,8 +27,8 @@ def queue_of(cluster) -> str:
 ])
 def test_what_slurm_or_the_cluster_would_refuse_is_refused_before_submission(on_slurm, tmp_path, flags, expected):
     before = queue_of(on_slurm)
-    result = rankwatch("run", "--plain", "--slurm", "--interpreter", sys.executable, *flags,
-                       str(SCRIPTS / "hello_ranks.py"))
+    result = rankwatch("run", "--plain", "--slurm", "--interpreter", sys.executable, "--workdir", str(tmp_path),
+                       *flags, str(SCRIPTS / "hello_ranks.py"))
     assert result.returncode == 2, result.stderr
     assert f"rankwatch: {SCRIPTS / 'hello_ranks.py'}: {expected}" in result.stderr, result.stderr
     assert queue_of(on_slurm) == before  # nothing submitted
@@ -36,7 +36,7 @@ def test_what_slurm_or_the_cluster_would_refuse_is_refused_before_submission(on_
 
 def test_a_queued_job_is_cancelled_when_its_runner_is_killed(slurm_cluster, tmp_path):
     env = runner_env(tmp_path, slurm_cluster)
-    runner = start_rankwatch(*slurm_run("forever.py", extra=("--sbatch-option=--begin=now+600",)), env=env)
+    runner = start_rankwatch(*slurm_run("forever.py", workdir=tmp_path, extra=("--sbatch-option=--begin=now+600",)), env=env)
     run = wait_for(lambda: run_by_profile(tmp_path, "forever.py"), 60, what="the run to be recorded")
     job = wait_for(lambda: slurm_job_id(tmp_path, run["id"]), 30, what="the job to be submitted")
     wait_for(lambda: slurm_cluster.job(job).get("Reason") == "BeginTime", 30, what="Slurm to hold it")

@@ -270,7 +270,7 @@ SLURM_MANAGED_OPTIONS = {
     "--gpus-per-node": "slurm.gpus_per_node", "--cpus-per-task": "slurm.cpus_per_node", "-c": "slurm.cpus_per_node",
     "--ntasks-per-node": None, "--ntasks": None, "-n": None, "--output": None, "-o": None, "--error": None,
     "-e": None, "--chdir": None, "-D": None, "--export": None, "--array": None, "-a": None, "--wrap": None,
-    "--parsable": None,
+    "--parsable": None, "--requeue": None, "--no-requeue": None,
 }
 """Options Rankwatch writes itself: a field to use instead, or ``None`` (not changeable)."""
 
@@ -323,7 +323,8 @@ def _parse_sbatch_options(slurm: _Reader) -> tuple[str, ...]:
             field = SLURM_MANAGED_OPTIONS[name]
             slurm.fail(where, f"{name} is set by Rankwatch" + (f"; use {field}" if field else
                                                                " (one agent task per node, its output file, "
-                                                               "the working directory and environment)"))
+                                                               "the working directory, the environment, "
+                                                               "one attempt without requeue)"))
         else:
             options.append(text)
     return tuple(options)

@@ -144,7 +144,7 @@ class SlurmNodes(RemoteNodes):
                 token="", head_host=host, head_port=port, run_key=self.run_key, run=context.run_id,
                 node_rank=0, host="", argv=command.argv, env=command.env, cwd=command.cwd, grace=grace,
                 sample_interval=launch.spec.telemetry.sample_interval))
-        handle = SlurmNode(node, self)
+        handle = SlurmNode(node, self, on_lost=self._node_lost)
         self.nodes[node.node_rank] = handle
         return handle
 
@@ -329,9 +329,10 @@ class SlurmNodes(RemoteNodes):
 class SlurmNode(NodeHandle):
     """One node of a Slurm run, as the runner waits for it (its agent does the work there)."""
 
-    def __init__(self, node: ResolvedNode, owner: SlurmNodes):
+    def __init__(self, node: ResolvedNode, owner: SlurmNodes, on_lost: Callable[[SlurmNode], None]):
         self.node = node
         self.owner = owner
+        self.on_lost = on_lost
         self.exit_message: dict | None = None
         self.lost_at: float | None = None
         self.lost_reason: str | None = None
@@ -360,7 +361,7 @@ class SlurmNode(NodeHandle):
         if self.exit_message is None and not self._stopping and not self.owner.ended_from_outside:
             self.lost_at = time.time()
             self.lost_reason = "the connection to its agent dropped"
-            self.owner._node_lost(self)
+            self.on_lost(self)
         self._done.set()
 
     # ---- NodeHandle ------------------------------------------------------------------

@@ -73,7 +73,8 @@ def header(launch: ResolvedLaunch) -> list[str]:
     slurm = launch.spec.slurm
     processes = launch.head.processes
     options = [f"--job-name={job_name(launch)}", f"--nodes={slurm.nodes}", "--ntasks-per-node=1",
-               f"--cpus-per-task={slurm.cpus_per_node or processes}"]
+               f"--cpus-per-task={slurm.cpus_per_node or processes}",
+               "--no-requeue"]  # one attempt: a requeued job would start again with nobody watching
     if slurm.gpus_per_node:
         options.append(f"--gpus-per-node={slurm.gpus_per_node}")
     for flag, value in (("--partition", slurm.partition), ("--time", slurm.time_limit),

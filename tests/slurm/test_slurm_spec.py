@@ -102,7 +102,8 @@ def test_the_script_to_submit_by_hand_runs_plain_torchrun_with_the_same_flags_as
         "#!/bin/bash", "# Rankwatch: train.py on Slurm: 2 node(s) x 4 process(es) (4 GPU(s) each, nccl).",
         "# Submit it with `sbatch FILE`; `rankwatch run --slurm ...` submits the same job and watches it."]
     for line in ("#SBATCH --job-name=rankwatch-train", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
-                 "#SBATCH --cpus-per-task=4", "#SBATCH --gpus-per-node=4", "#SBATCH --partition=gpu",
+                 "#SBATCH --cpus-per-task=4", "#SBATCH --no-requeue", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --partition=gpu",
                  "#SBATCH --time=2:00:00", "#SBATCH --chdir=/data/job", "#SBATCH --mem=0",
                  "export NCCL_DEBUG=WARN", "export OMP_NUM_THREADS=1"):
         assert line in script.splitlines(), line

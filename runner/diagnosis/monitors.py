@@ -5,6 +5,9 @@
 * ``StackCapture``: every rank's stacks on demand (``Run.dump_stacks``, the
   GUI's button, ``rankwatch stacks``) and on a stall;
 * ``StallMonitor``: hang detection (needs the step telemetry of instrumentation);
+  it also tells each capture which ranks progress (``progress_of``);
+* ``LaunchChecks``: scripts that do not fit torchrun (``notice`` messages, the
+  holder of a port a rank could not listen on);
 * ``StragglerMonitor``: the rank that slows every step, and why;
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.diagnosis.consistency import ConsistencyMonitor
+from runner.diagnosis.launcher import LaunchChecks
 from runner.diagnosis.stack_capture import StackCapture
 from runner.diagnosis.stalls import StallMonitor
 from runner.diagnosis.stragglers import StragglerMonitor
@@ -44,6 +48,9 @@ class RankFacts:
                 data.local_ranks[row.rank] = row.local_rank
             if row.gpu_index is not None:
                 data.rank_gpus[row.rank] = (row.host, row.gpu_index)
+        sizes = [row.world_size for row in self.hub.model.ranks.values() if row.world_size]
+        if sizes:
+            data.world_size = max(sizes)
 
 
 def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput) -> list:
@@ -52,6 +59,7 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput) -> lis
     local_node_ranks = {node.node_rank for node in launch.nodes if node.is_local}
     triage_input.log_dir = str(run_dir / "torchrun")
     triage_input.single_node = len(launch.nodes) == 1
+    triage_input.script_args = list(launch.spec.args)
     findings = triage_input.findings
 
     def is_local(row) -> bool:
@@ -59,9 +67,13 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput) -> lis
 
     facts = RankFacts(hub, triage_input, local_node_ranks)
     capture = StackCapture(hub, run_dir / "stacks", is_local=is_local, on_result=findings.set_stacks)
-    monitors: list = [facts, capture]
+    launch_checks = LaunchChecks(hub, findings, triage_input, is_local=is_local)
+    hub.message_hooks.append(launch_checks.on_message)
+    monitors: list = [facts, capture, launch_checks]
     if telemetry.instrument:
-        monitors.append(StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings))
+        stalls = StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings)
+        capture.progress_of = stalls.progress_of
+        monitors.append(stalls)
         stragglers = StragglerMonitor(hub, findings)
         hub.message_hooks.append(stragglers.on_message)
         monitors.append(stragglers)

@@ -22,7 +22,7 @@ STATE_STYLE = {
 }
 PLAIN_STATUS_SECONDS = 30.0
 NOTABLE_EVENTS = {"rank_failed", "stalled", "resumed", "straggler", "divergence", "node_lost", "warning", "refused",
-                  "stopping", "connection_lost", "stacks", "slurm", "slurm_submitted"}
+                  "stopping", "connection_lost", "stacks", "launch_mismatch", "slurm", "slurm_submitted"}
 
 
 def format_prefix(rank: int | None, node: str | None, multi_node: bool) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from rankwatch import _failures, _script
+from rankwatch import _failures, _launch_checks, _script
 from rankwatch._environment import WorkerEnvironment, error_file_path, legacy_local_rank_argument
 from rankwatch._session import WorkerSession
 
@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     if legacy_argument is not None:
         args = [legacy_argument, *args]
     session = _start_session(["-m", name, *args] if is_module else [name, *args])
+    if session is not None or legacy_argument is not None:
+        _launch_checks.install(session.notice if session is not None else None, legacy_argument)
     try:
         if is_module:
             _script.run_module(name, args)

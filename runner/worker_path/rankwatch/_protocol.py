@@ -35,6 +35,11 @@ Worker (or agent) -> hub
               parameter's float64 sum and sum of squares, after the update of
               optimizer step `step`; equal across replicas in sync)
   stacks      rank, t, path            (a faulthandler dump was written there)
+  notice      rank, t, key, ...facts   (how the script was launched does not fit torchrun;
+              rankwatch._launch_checks; the runner words it, runner.diagnosis.launcher):
+              key "self_spawn": function, nprocs, file, line, function_name (the call site);
+              key "local_rank_unpassed": option, value (what the script parsed), local_rank;
+              key "local_rank_spelling": passed, instead_of (the legacy option was respelled)
 
 Agent (remote node) -> hub, in addition (over TCP; the first line must be agent_hello
 with the job's token, and the hub refuses any other TCP client)
@@ -86,7 +91,8 @@ Hub -> subscriber
   NODE  {node_rank, host, state (NodeState values), processes, changed, detail}
   EVENT {kind, t, rank (or null), message, ...kind-specific fields}
         kinds: rank_started, rank_exited, rank_failed, exception, stalled, resumed,
-        straggler, divergence, stacks, node_lost, run_finished, warning
+        straggler, divergence, stacks, node_lost, run_finished, warning,
+        launch_mismatch {key, level, ranks, title, cause, advice} (runner.diagnosis.launcher)
 """
 
 from __future__ import annotations
@@ -98,7 +104,8 @@ VERSION = 1
 MAX_LINE_BYTES = 1 << 20
 """A line longer than this is dropped: 1 MiB holds thousands of metric records."""
 
-WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks"})
+WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks",
+                          "notice"})
 AGENT_TYPES = frozenset({"agent_hello", "log", "worker_lost", "process_samples", "node_exit"})
 AGENT_CONTROL_TYPES = frozenset({"launch", "stop"})
 """Head runner -> agent, on ssh's stdin (not hub messages: not in ``ALL_TYPES``)."""

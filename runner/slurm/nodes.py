@@ -72,7 +72,9 @@ class SlurmNodes(RemoteNodes):
         self._watchdog: subprocess.Popen | None = None
         self._connected: set[int] = set()
         self._agent_timer: asyncio.Task | None = None
-        self._output_tail: list[str] = []
+        self._phase_tasks: set[asyncio.Task] = set()
+        self._phase_lock = asyncio.Lock()
+        """Phases reach the store in the order Slurm reported them."""
 
     # ---- listening ---------------------------------------------------------------------
 
@@ -157,11 +159,11 @@ class SlurmNodes(RemoteNodes):
         self.job = SlurmJob(self.client, on_change=self._on_slurm_change,
                             on_warning=lambda text: self.hub.add_event("warning", None, text))
         script = render_for_runner(self.launch)
-        job_id = await self.job.submit(script, self.token, self._launch_json, self.run_key)
-        self._start_watchdog()
         run_dir = paths.run_dir(self.hub.run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "sbatch.sh").write_text(script)
+        job_id = await self.job.submit(script, self.token, self._launch_json, self.run_key)
+        self._start_watchdog()
         by_hand = render_by_hand(self.launch)
         await self.hub.update_run(status=RunStatus.PENDING.value, command=by_hand)
         self.hub.add_event("slurm_submitted", None, f"submitted as Slurm job {job_id} {self.client.where}",
@@ -201,9 +203,15 @@ class SlurmNodes(RemoteNodes):
                 (record.reason, record.position):
             return
         self.hub.add_event("slurm", None, f"Slurm job {record.job_id}: {record.describe()}", **record.to_json())
-        asyncio.get_running_loop().create_task(self._record_phase(record, previous))
+        task = asyncio.get_running_loop().create_task(self._record_phase(record, previous))
+        self._phase_tasks.add(task)
+        task.add_done_callback(self._phase_tasks.discard)
 
     async def _record_phase(self, record: JobRecord, previous: JobRecord | None) -> None:
+        async with self._phase_lock:
+            await self._record_phase_now(record, previous)
+
+    async def _record_phase_now(self, record: JobRecord, previous: JobRecord | None) -> None:
         status = (self.hub.run_row or {}).get("status")
         phase = record.phase
         if phase == RunPhase.PENDING:

@@ -61,6 +61,9 @@ from runner.remote.preflight import preflight_nodes
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import detect_machine
 from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage
+from runner.slurm.nodes import SlurmNodes
+from runner.slurm.preflight import preflight_slurm
+from runner.slurm.script import slurm_plan
 from runner.state import NodeState, RankState, RunStatus
 from runner.telemetry.loss_parser import LossParser
 
@@ -91,10 +94,14 @@ def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_
     launch = resolve(profile.spec, machine, profile.base_dir)
     errors = check_launch(launch, machine, probe_interpreter=probe_interpreter)
     if probe_interpreter:
-        errors += preflight_nodes(launch)  # remote nodes, over ssh: reachable, Rankwatch and torch there
+        # remote nodes, over ssh: reachable, Rankwatch and torch there; Slurm: sbatch --test-only and the same
+        errors += preflight_slurm(launch) if launch.spec.slurm else preflight_nodes(launch)
     if errors:
         raise SpecErrors(errors)
-    plan = plan_rendezvous(launch) if check_ports else RendezvousPlan(mode=launch.spec.rendezvous.mode)
+    if launch.spec.slurm:
+        plan = slurm_plan()  # c10d on the first allocated node, found when the job runs
+    else:
+        plan = plan_rendezvous(launch) if check_ports else RendezvousPlan(mode=launch.spec.rendezvous.mode)
     return PreparedLaunch(profile=profile, launch=launch, plan=plan, machine=machine)
 
 
@@ -138,6 +145,8 @@ class Run:
         self._samplers: list = []
         self.remote: RemoteNodes | None = None
         """Jobs with remote nodes: the agents' TCP listener and those nodes (``runner.remote``)."""
+        self.slurm: SlurmNodes | None = None
+        """Slurm runs: the job and its nodes (``runner.slurm``), also ``remote``."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self.exit_code: int | None = None
 
@@ -254,8 +263,10 @@ class Run:
         if remote_nodes(self.launch):
             # A lost node fails the run: the others are stopped (their collectives could only
             # hang), but the run is not "stopped on request".
-            self.remote = RemoteNodes(self.hub, self.run_key, self.token,
+            nodes_class = SlurmNodes if self.spec.slurm else RemoteNodes
+            self.remote = nodes_class(self.hub, self.run_key, self.token,
                                       on_lost=lambda reason: self._loop.create_task(self._stop_nodes(force=False)))
+            self.slurm = self.remote if isinstance(self.remote, SlurmNodes) else None
             await self.remote.listen(self.launch, self.prepared.plan)
         self.hub.on_stop_requested = lambda force: self.request_stop(force, reason="stop requested by a subscriber")
         self.hub.on_dump_stacks = self.dump_stacks
@@ -303,8 +314,9 @@ class Run:
         interval = self.spec.telemetry.sample_interval
         self._samplers = [
             ProcessSampler(interval, pids=self._local_pids, emit=self._thread_safe(self._on_process_rows)),
-            GpuSampler(interval, emit=self._thread_safe(self._on_gpu_report)),
         ]
+        if self.slurm is None:  # this machine's GPUs are not a Slurm job's
+            self._samplers.append(GpuSampler(interval, emit=self._thread_safe(self._on_gpu_report)))
         for sampler in self._samplers:
             sampler.start()
 
@@ -354,11 +366,13 @@ class Run:
             self.nodes = self._create_nodes()
             for handle in self.nodes:
                 await handle.start()
-                await self.hub.update_node(handle.node.node_rank, handle.node.host, NodeState.RUNNING.value)
+                if self.slurm is None:  # a Slurm job's nodes run once Slurm allocates them (runner.slurm)
+                    await self.hub.update_node(handle.node.node_rank, handle.node.host, NodeState.RUNNING.value)
         except (OSError, SpecErrors) as error:
             await self._stop_nodes(force=True)
             return await self._finish_unstarted(f"could not start the job: {error}")
-        await self.hub.update_run(started=time.time(), status=RunStatus.RUNNING.value)
+        if self.slurm is None:  # a Slurm job is pending until Slurm starts it
+            await self.hub.update_run(started=time.time(), status=RunStatus.RUNNING.value)
         self._start_samplers()
         self._start_monitors()
         watcher = asyncio.create_task(self._watch(), name="run-monitors")
@@ -389,6 +403,8 @@ class Run:
         code = await handle.wait()
         if getattr(handle, "lost_at", None) is not None:
             return code  # a remote node that dropped out: already recorded LOST, with the time
+        if self.slurm is not None:
+            return code  # runner.slurm records its nodes as Slurm reports them
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
         await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
                                    detail=f"torchrun exit status {code}")
@@ -443,13 +459,17 @@ class Run:
     async def _finish(self, exit_code: int, stopped: bool) -> int:
         self.triage_input.report = merge_reports(
             [parse_torchrun_report(list(lines)) for lines in self.triage_input.launcher_lines.values()])
-        summary = triage(self.triage_input, exit_code, stopped)
+        # Slurm ending the job (time limit, preemption, a scancel from outside) stopped the ranks.
+        ranks_stopped = stopped or (self.slurm is not None and self.slurm.ended_from_outside)
+        summary = triage(self.triage_input, exit_code, ranks_stopped)
         if stopped:
             who = describe_stop_reason(self._stop_reason)
             how = "killed (SIGKILL)" if exit_code == stopped_run_exit_code(killed=True) else "ended with SIGTERM"
             summary.update(stopped_by=who, headline=f"stopped on request ({who}): the job was {how}")
-        self._final_rank_states(summary, stopped)
+        self._final_rank_states(summary, ranks_stopped)
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
+        if self.slurm is not None:  # Slurm's own record of the end, in the summary
+            status, exit_code = await self.slurm.conclude(summary, status, exit_code)
         self.hub.add_event("run_finished", None, summary["headline"], status=status.value, exit_code=exit_code,
                            summary=summary)
         await self.hub.update_run(ended=time.time(), status=status.value, exit_code=exit_code, summary=summary)

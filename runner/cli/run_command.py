@@ -25,6 +25,7 @@ from runner.profile.files import ProfileError, write_spec_file
 from runner.profile.parse import SpecErrors
 from runner.profile.resolve import absolute_paths
 from runner.run import Run, prepare_launch
+from runner.slurm.script import render_by_hand
 from runner.state import RunStatus
 from runner.store.store import RunStore
 from runner.view.terminal import TerminalView, render_summary
@@ -53,6 +54,9 @@ def command_main(args: argparse.Namespace) -> int:
         prepared = prepare_launch(profile, probe_interpreter=False)
     except SpecErrors as errors:
         return print_spec_errors(errors, source_label(args))
+    if prepared.launch.spec.slurm is not None:  # the sbatch script, to submit the same job by hand
+        print(render_by_hand(prepared.launch), end="")
+        return 0
     commands = prepared.user_commands()
     for command in commands:
         if len(commands) > 1:

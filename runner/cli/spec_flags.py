@@ -21,7 +21,7 @@ from runner.profile.parse import (
     spec_from_dict,
     spec_to_dict,
 )
-from runner.profile.spec import AUTO, LaunchSpec, NodeSpec, RendezvousSpec
+from runner.profile.spec import AUTO, LaunchSpec, NodeSpec, RendezvousSpec, SlurmSpec
 
 
 def add_spec_flags(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +52,7 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--hash-every", type=int, metavar="N",
                        help="every N steps check that parameters are identical on all ranks (DDP consistency)")
     group.add_argument("--module", "-m", dest="module", metavar="MODULE", help="run a module (python -m style) instead of a script")
+    add_slurm_flags(parser)
     parser.add_argument("--example", action="store_true", help="the bundled example (2 processes, CPU or GPU)")
     parser.add_argument("target", nargs="?", metavar="PROFILE|FILE.toml|SCRIPT", help="what to run")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="arguments for the script")
@@ -154,8 +155,67 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
         telemetry = replace(telemetry, hash_every=args.hash_every)
     if telemetry is not spec.telemetry:
         changes["telemetry"] = telemetry
-    spec = replace(spec, **changes)
+    spec = apply_slurm_flags(replace(spec, **changes), args)
     return spec_from_dict(spec_to_dict(spec))  # the same validation as a profile file
+
+
+# ---- Slurm (runner.slurm): the [slurm] table from flags -------------------------------------
+
+SLURM_FLAGS = {
+    "nodes": "--nodes", "partition": "--partition", "time_limit": "--time", "account": "--account", "qos": "--qos",
+    "gpus_per_node": "--gpus-per-node", "cpus_per_node": "--cpus-per-node", "job_name": "--job-name",
+    "login_host": "--login-host", "telemetry_route": "--telemetry-route",
+}
+"""``SlurmSpec`` field -> its flag (``sbatch_options`` is the repeatable ``--sbatch-option``)."""
+
+
+def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "Slurm (submit with sbatch and watch it; `rankwatch command --slurm ...` prints the sbatch script)")
+    group.add_argument("--slurm", action="store_true", default=None,
+                       help="run on a Slurm cluster: sbatch allocates the nodes (the [slurm] table of a profile)")
+    group.add_argument("--nodes", type=int, metavar="N", help="nodes to allocate (default 1)")
+    group.add_argument("--partition", metavar="NAME", help="Slurm partition (default: the cluster's)")
+    group.add_argument("--time", dest="time_limit", metavar="LIMIT",
+                       help="time limit in Slurm's format: minutes, HH:MM:SS or D-HH:MM:SS")
+    group.add_argument("--account", metavar="NAME", help="Slurm account to charge")
+    group.add_argument("--qos", metavar="NAME", help="Slurm quality of service")
+    group.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs per node (default 0: CPU mode)")
+    group.add_argument("--cpus-per-node", type=int, metavar="N", help="CPUs per node (default: one per process)")
+    group.add_argument("--job-name", metavar="NAME", help="Slurm job name (default: rankwatch-<script>)")
+    group.add_argument("--sbatch-option", dest="sbatch_options", action="append", default=[], metavar="OPTION",
+                       help="one more #SBATCH option, e.g. --sbatch-option=--mem=64G (repeatable)")
+    group.add_argument("--login-host", metavar="[USER@]HOST",
+                       help="submit over ssh on this login host (default: this machine is a login node)")
+    group.add_argument("--telemetry-route", choices=("auto", "direct", "login"),
+                       help="how compute nodes reach this runner: TCP directly, or through the login host's ssh")
+
+
+def apply_slurm_flags(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
+    """``spec`` with the Slurm flags that were given (``--slurm`` adds a default ``[slurm]``).
+
+    Raises:
+        SpecErrors: a Slurm flag without ``--slurm`` (or a profile with ``[slurm]``), or
+            ``--hosts`` for a Slurm job.
+    """
+    given = {field: getattr(args, field) for field in SLURM_FLAGS if getattr(args, field, None) is not None}
+    if args.sbatch_options:
+        given["sbatch_options"] = tuple(args.sbatch_options)
+    if spec.slurm is None and not args.slurm:
+        if given:
+            flag = SLURM_FLAGS.get(next(iter(given)), "--sbatch-option")
+            raise SpecErrors([SpecError("slurm", f"{flag} is a Slurm setting; add --slurm (or use a profile "
+                                                 "with a [slurm] table)")])
+        return spec
+    if args.hosts:
+        raise SpecErrors([SpecError("nodes", "--hosts lists nodes, but Slurm allocates a Slurm job's nodes; "
+                                             "use --nodes N")])
+    login = given.get("login_host")
+    if login and "@" in login:
+        given["login_user"], _, given["login_host"] = login.rpartition("@")
+    if "sbatch_options" in given and spec.slurm is not None:
+        given["sbatch_options"] = spec.slurm.sbatch_options + given["sbatch_options"]
+    return replace(spec, slurm=replace(spec.slurm or SlurmSpec(), **given))
 
 
 def profile_from_args(args: argparse.Namespace) -> Profile:

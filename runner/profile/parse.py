@@ -20,9 +20,11 @@ from runner.profile.spec import (
     CPU,
     RENDEZVOUS_MODES,
     SCHEMA_VERSION,
+    SLURM_TELEMETRY_ROUTES,
     LaunchSpec,
     NodeSpec,
     RendezvousSpec,
+    SlurmSpec,
     TelemetrySpec,
 )
 
@@ -254,10 +256,136 @@ def _parse_telemetry(reader: _Reader, errors: list[SpecError]) -> TelemetrySpec:
     )
 
 
+# ---- [slurm] ------------------------------------------------------------------------------
+
+SLURM_TIME_LIMIT = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+"""Slurm's formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or UNLIMITED)."""
+SLURM_UNLIMITED = ("UNLIMITED", "INFINITE")
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+\-]{1,128}$")
+SLURM_PARTITIONS = re.compile(r"^[A-Za-z0-9_.+\-]{1,128}(,[A-Za-z0-9_.+\-]{1,128})*$")
+SLURM_MANAGED_OPTIONS = {
+    "--nodes": "slurm.nodes", "-N": "slurm.nodes", "--partition": "slurm.partition", "-p": "slurm.partition",
+    "--time": "slurm.time_limit", "-t": "slurm.time_limit", "--account": "slurm.account", "-A": "slurm.account",
+    "--qos": "slurm.qos", "-q": "slurm.qos", "--job-name": "slurm.job_name", "-J": "slurm.job_name",
+    "--gpus-per-node": "slurm.gpus_per_node", "--cpus-per-task": "slurm.cpus_per_node", "-c": "slurm.cpus_per_node",
+    "--ntasks-per-node": None, "--ntasks": None, "-n": None, "--output": None, "-o": None, "--error": None,
+    "-e": None, "--chdir": None, "-D": None, "--export": None, "--array": None, "-a": None, "--wrap": None,
+    "--parsable": None, "--requeue": None, "--no-requeue": None,
+}
+"""Options Rankwatch writes itself: a field to use instead, or ``None`` (not changeable)."""
+
+
+def _parse_slurm_time_limit(slurm: _Reader) -> str | None:
+    value = slurm.table.get("time_limit")
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # minutes, as sbatch --time=30
+    if not isinstance(value, str) or not value.strip():
+        slurm.fail("time_limit", f'expected a string such as "1:00:00" or "2-00:00:00", got {value!r}')
+        return None
+    text = value.strip()
+    if text.upper() in SLURM_UNLIMITED:
+        return text.upper()
+    if not SLURM_TIME_LIMIT.match(text):
+        slurm.fail("time_limit", f'{text!r} is not a Slurm time limit; use minutes ("30"), "HH:MM:SS" or "D-HH:MM:SS"')
+        return None
+    if not any(character not in "0:-" for character in text):
+        slurm.fail("time_limit", 'a zero time limit means no limit to Slurm; write "UNLIMITED" if that is meant')
+        return None
+    return text
+
+
+def _parse_slurm_name(slurm: _Reader, key: str, pattern: re.Pattern = SLURM_NAME) -> str | None:
+    value = slurm.optional_str(key)
+    if value is not None and not pattern.match(value):
+        slurm.fail(key, f"{value!r} is not a Slurm name (letters, digits, '.', '_', '+', '-'"
+                        + (", and ',' between partitions)" if pattern is SLURM_PARTITIONS else ")"))
+        return None
+    return value
+
+
+def _parse_sbatch_options(slurm: _Reader) -> tuple[str, ...]:
+    value = slurm.table.get("sbatch_options", [])
+    if not isinstance(value, list) or not all(isinstance(option, str) for option in value):
+        slurm.fail("sbatch_options", f'expected a list of strings such as ["--mem=64G"], got {value!r}')
+        return ()
+    options = []
+    for index, option in enumerate(value):
+        text = option.strip()
+        name = text.split("=", 1)[0].split(None, 1)[0] if text else ""
+        where = f"sbatch_options[{index}]"
+        if not text.startswith("-"):
+            slurm.fail(where, f"{option!r} is not an sbatch option; each entry is one option such as \"--mem=64G\"")
+        elif any(character in text for character in "\n\r\0"):
+            slurm.fail(where, "an option must be one line")
+        elif name in SLURM_MANAGED_OPTIONS:
+            field = SLURM_MANAGED_OPTIONS[name]
+            slurm.fail(where, f"{name} is set by Rankwatch" + (f"; use {field}" if field else
+                                                               " (one agent task per node, its output file, "
+                                                               "the working directory, the environment, "
+                                                               "one attempt without requeue)"))
+        else:
+            options.append(text)
+    return tuple(options)
+
+
+def _parse_slurm(reader: _Reader, errors: list[SpecError]) -> SlurmSpec | None:
+    """The ``[slurm]`` table; ``None`` when there is none (the job runs on this machine or over ssh)."""
+    if "slurm" not in reader.table:
+        return None
+    slurm = _Reader(reader.sub_table("slurm"), "slurm.", errors)
+    slurm.reject_unknown([f.name for f in fields(SlurmSpec)])
+    login_host = slurm.optional_str("login_host")
+    if login_host is not None and not HOST_NAME.match(login_host):
+        slurm.fail("login_host", f"{login_host!r} is not a host name or address")
+    return SlurmSpec(
+        nodes=slurm.integer("nodes", 1, low=1, high=100_000),
+        gpus_per_node=slurm.integer("gpus_per_node", 0, low=0, high=1024),
+        cpus_per_node=slurm.integer("cpus_per_node", None, low=1, high=100_000),
+        partition=_parse_slurm_name(slurm, "partition", SLURM_PARTITIONS),
+        time_limit=_parse_slurm_time_limit(slurm),
+        account=_parse_slurm_name(slurm, "account"),
+        qos=_parse_slurm_name(slurm, "qos"),
+        job_name=_parse_slurm_name(slurm, "job_name"),
+        sbatch_options=_parse_sbatch_options(slurm),
+        login_host=login_host,
+        login_user=slurm.optional_str("login_user"),
+        login_port=slurm.integer("login_port", None, low=1, high=MAX_PORT),
+        telemetry_route=slurm.choice("telemetry_route", "auto", SLURM_TELEMETRY_ROUTES),
+    )
+
+
+def _check_slurm_fields(table: Mapping[str, Any], spec: LaunchSpec, errors: list[SpecError]) -> None:
+    """Fields Slurm decides when a ``[slurm]`` table is given: they must not be set too."""
+    if "nodes" in table:
+        errors.append(SpecError("nodes", "Slurm allocates the nodes of a [slurm] job; remove [[nodes]] "
+                                         "(slurm.nodes says how many)"))
+    if "rendezvous" in table and table["rendezvous"] not in ({}, {"mode": "standalone"}):
+        errors.append(SpecError("rendezvous", "a [slurm] job uses c10d rendezvous on its first node, chosen when "
+                                              "the job starts; remove [rendezvous]"))
+    if isinstance(spec.gpus, tuple):
+        errors.append(SpecError("gpus", "Slurm picks the GPUs of a [slurm] job; set slurm.gpus_per_node instead "
+                                        "(0: CPU mode)"))
+    elif spec.gpus == CPU and spec.slurm.gpus_per_node:
+        errors.append(SpecError("gpus", f'"cpu" but slurm.gpus_per_node is {spec.slurm.gpus_per_node}; '
+                                        "set one of them"))
+
+
+def _slurm_table(slurm: SlurmSpec) -> dict[str, Any]:
+    return _drop_none({
+        "nodes": slurm.nodes, "gpus_per_node": slurm.gpus_per_node, "cpus_per_node": slurm.cpus_per_node,
+        "partition": slurm.partition, "time_limit": slurm.time_limit, "account": slurm.account, "qos": slurm.qos,
+        "job_name": slurm.job_name, "sbatch_options": list(slurm.sbatch_options) or None,
+        "login_host": slurm.login_host, "login_user": slurm.login_user, "login_port": slurm.login_port,
+        "telemetry_route": slurm.telemetry_route,
+    })
+
+
 TOP_LEVEL_KEYS = [
     "version", "script", "module", "args", "interpreter", "workdir", "env", "nproc_per_node",
     "gpus", "backend", "nodes", "rendezvous", "max_restarts", "omp_num_threads",
-    "legacy_local_rank", "telemetry", "description",
+    "legacy_local_rank", "telemetry", "slurm", "description",
 ]
 
 
@@ -298,9 +426,12 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
         omp_num_threads=reader.integer("omp_num_threads", AUTO, low=1, high=1024, allow_auto=True),
         legacy_local_rank=reader.boolean("legacy_local_rank", False),
         telemetry=_parse_telemetry(reader, errors),
+        slurm=_parse_slurm(reader, errors),
         description=reader.optional_str("description"),
         version=SCHEMA_VERSION,
     )
+    if spec.slurm is not None:
+        _check_slurm_fields(table, spec, errors)
     if errors:
         raise SpecErrors(errors)
     return spec
@@ -347,4 +478,11 @@ def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
                     "python": n.python, "workdir": n.workdir})
         for n in spec.nodes
     ]
+    if spec.slurm is not None:
+        # Slurm decides nodes and rendezvous: written only when set, so parsing names the conflict.
+        if spec.nodes == (NodeSpec(),):
+            del table["nodes"]
+        if spec.rendezvous == RendezvousSpec():
+            del table["rendezvous"]
+        table["slurm"] = _slurm_table(spec.slurm)
     return table

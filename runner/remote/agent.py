@@ -152,6 +152,10 @@ class Agent:
 
     # ---- forwarding --------------------------------------------------------------------
 
+    async def _forward(self, message: dict) -> None:
+        """A worker's message on its way to the head (the relay's ``forward``)."""
+        await self.link.send(message)
+
     def _on_lines(self, lines: list[OutputLine]) -> None:
         for line in lines:
             rank = line.rank
@@ -185,7 +189,7 @@ class Agent:
                 "this node must reach the head machine on that address")
             return EXIT_NO_HEAD
         local_token = secrets.token_urlsafe(32)
-        self.relay = WorkerRelay(local_token, self.link.send)
+        self.relay = WorkerRelay(local_token, self._forward)
         try:
             socket_path = paths.socket_dir() / f"agent-{launch.run_key[:12]}-{launch.node_rank}.sock"
             workspace = paths.private_dir(workspace_of(launch.run_key, launch.node_rank))

@@ -36,7 +36,7 @@ STATE_STYLE = {
 }
 PLAIN_STATUS_SECONDS = 30.0
 NOTABLE_EVENTS = {"rank_failed", "stalled", "resumed", "straggler", "divergence", "node_lost", "warning", "refused",
-                  "stopping", "connection_lost", "stacks", "launch_mismatch"}
+                  "stopping", "connection_lost", "stacks", "launch_mismatch", "slurm", "slurm_submitted"}
 EXPECTED_WHILE_STOPPING = {"connection_lost"}
 """Events a stop causes by design (the ranks it ends disconnect): not news while stopping."""
 LOGGED_COLUMN_MIN_WIDTH = 12

@@ -465,7 +465,9 @@ class Run:
         if stopped:
             who = describe_stop_reason(self._stop_reason)
             how = "killed (SIGKILL)" if exit_code == stopped_run_exit_code(killed=True) else "ended with SIGTERM"
-            summary.update(stopped_by=who, headline=f"stopped on request ({who}): the job was {how}")
+            summary["stopped_by"] = who
+            if summary.get("headline") == "stopped on request":  # no finding to lead with: say who and how
+                summary["headline"] = f"stopped on request ({who}): the job was {how}"
         self._final_rank_states(summary, ranks_stopped)
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
         if self.slurm is not None:  # Slurm's own record of the end, in the summary

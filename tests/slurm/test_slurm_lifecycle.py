@@ -87,7 +87,7 @@ def lifecycle(slurm_cluster, tmp_path_factory):
                          read_store(home, lambda store: store.events(run_id, kind="slurm")) or []),
              10, what="the run to show Slurm's reason")
     attach = start_rankwatch("attach", str(run_id), "--plain", env=env)
-    saw_pending, attach_lines = lines_until(attach.stderr, "pending", 30)  # Rankwatch's own lines: stderr
+    saw_pending, attach_lines = lines_until(attach.stderr, "pending: Resources", 30)  # Rankwatch's own lines: stderr
     attach.send_signal(signal.SIGINT)  # detach: the run goes on
     _, attach_rest = attach.communicate(timeout=15)
 

@@ -1,6 +1,6 @@
 """The loss of an optimizer step: the sum of what was backpropagated for it.
 
-The rule (the README's "Loss" section says it in two sentences):
+The rule (the README's "What is measured" section says it in two sentences):
 
     The loss of a step is the sum of the scalar values passed to ``backward`` on
     this rank since the previous optimizer step, because that sum is the objective

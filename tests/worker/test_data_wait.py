@@ -13,6 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
+from worker_harness import FakeHub, run_worker, worker_environment
+
+from rankwatch import _protocol as protocol
+from runner.hub.live_model import LiveModel
 
 TRAIN_SECONDS = 0.02
 EVAL_SECONDS = 0.15
@@ -140,3 +144,21 @@ def test_an_iterator_with_prefetching_counts_every_training_batch(measured):
     steps = measured.steps()
     assert sum(step["samples"] for step in steps) == 6 * TRAIN_BATCH
     assert sum(step["data_wait"] or 0.0 for step in steps) >= 6 * TRAIN_SECONDS * 0.9
+
+
+def test_without_a_data_loader_no_data_wait_reaches_the_hub_and_its_live_row_stays_unmeasured():
+    with FakeHub() as hub:
+        completed = run_worker(["no_loader.py"], worker_environment(hub.address))
+        assert completed.returncode == 0, completed.stderr
+        hub.wait_message("exit")
+        items = hub.metric_items()
+    model = LiveModel()
+    for t, step, name, value, source in items:
+        model.on_metric(0, t, step, name, value, source)
+
+    names = {item[2] for item in items}
+    assert {protocol.LOSS, protocol.STEP_TIME} <= names
+    assert protocol.DATA_WAIT not in names and protocol.SAMPLES_PER_SECOND not in names
+    row = model.row(0)
+    assert row.step == 4 and row.step_time is not None
+    assert row.data_wait_share is None  # shown as "–", not 0 %

@@ -92,7 +92,7 @@ class DataWait:
 
     def _confirm(self) -> None:
         unconfirmed, self._unconfirmed = self._unconfirmed, {}
-        for reference, seconds, samples in unconfirmed.values():
+        for reference, seconds, samples in list(unconfirmed.values()):  # a loader thread may add
             iterator = reference()
             if iterator is None:
                 continue

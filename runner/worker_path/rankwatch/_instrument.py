@@ -188,8 +188,11 @@ def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
             result = original(tensors, *args, **kwargs)
         finally:
             clock.in_backward = False
-        loss.on_backward(tensors, args[0] if args else kwargs.get("grad_tensors"))
-        data.on_backward()
+        try:
+            loss.on_backward(tensors, args[0] if args else kwargs.get("grad_tensors"))
+            data.on_backward()
+        except Exception:  # telemetry must never break the user's backward
+            pass
         return result
 
     torch.autograd.backward = backward
@@ -208,9 +211,15 @@ def _patch_data_loader(torch: Any, clock: StepClock) -> Callable[[], None]:
         try:
             batch = original(self)
         except StopIteration:
-            data.on_exhausted(self)
+            try:
+                data.on_exhausted(self)
+            except Exception:
+                pass
             raise
-        data.on_batch(self, _perf_counter() - started, batch_size(batch, tensor_type))
+        try:
+            data.on_batch(self, _perf_counter() - started, batch_size(batch, tensor_type))
+        except Exception:  # telemetry must never break the user's data loading
+            pass
         return batch
 
     iterator_class.__next__ = __next__

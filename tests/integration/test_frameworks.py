@@ -61,6 +61,7 @@ class FrameworkJob:
             if self.result.returncode == 0 or UPSTREAM_SHUTDOWN_ABORT not in output:
                 break
         assert self.result.returncode == 0, self.result.stderr[-3000:] + self.result.stdout[-3000:]
+        assert "rankwatch: instrumentation incomplete" not in output  # every hook in place
         self.records = {rank: json.loads((records / f"rank-{rank}.json").read_text()) for rank in RANKS}
         with RunStore(self.home / "data" / "runs.db", readonly=True) as store:
             run_id = store.resolve_run_id("last")

@@ -225,7 +225,8 @@ def test_backward_of_a_list_is_the_sum_and_an_explicit_gradient_is_not_a_loss(me
     assert reported[3] is None
 
 
-def test_bf16_autocast_loss_is_read_as_is(measured):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_half_precision_loss_is_read_as_is(measured, dtype):
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     expected = []
@@ -233,9 +234,9 @@ def test_bf16_autocast_loss_is_read_as_is(measured):
         values = []
         for _ in range(2):
             x, _ = _batch()
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", dtype=dtype):
                 loss = model(x).pow(2).mean()
-            assert loss.dtype == torch.bfloat16
+            assert loss.dtype == dtype
             (loss / 2).backward()
             values.append((loss / 2).item())
         optimizer.step()

@@ -153,6 +153,49 @@ def test_grad_scaler_reports_the_unscaled_loss_and_a_skipped_step_still_counts(m
     assert [step["step"] for step in measured.steps()] == list(range(STEPS))
 
 
+def test_a_grad_scaler_subclass_overriding_scale_defined_after_install_is_unscaled_too(measured):
+    class OwnScale(torch.amp.GradScaler):  # like FSDP's ShardedGradScaler: scale() not via super()
+        def scale(self, outputs):
+            return outputs * 1024.0
+
+        def step(self, optimizer, *args, **kwargs):
+            return super().step(optimizer, *args, **kwargs)
+
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = OwnScale("cpu", enabled=False)
+    expected = []
+    for _ in range(STEPS):
+        x, y = _batch()
+        loss = F.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)  # through both wrapped steps: one clock step, not two
+        optimizer.zero_grad()
+        expected.append(loss.item())
+
+    _assert_losses(measured, expected)
+    assert measured.clock.steps == STEPS
+
+
+def test_fsdps_sharded_grad_scaler_reports_the_unscaled_loss(measured, single_process_group):
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = ShardedGradScaler(device="cpu", init_scale=2.0**10)
+    expected = []
+    for _ in range(STEPS):
+        x, y = _batch()
+        loss = F.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        expected.append(loss.item())
+
+    _assert_losses(measured, expected)
+
+
 def test_closure_steps_count_the_first_evaluation_like_lightning_accumulating(measured):
     """Lightning (accumulate_grad_batches=2): the first micro-batch's closure runs outside
     ``step``, the last one inside ``optimizer.step(closure)``."""

@@ -227,32 +227,81 @@ def _patch_data_loader(torch: Any, clock: StepClock) -> Callable[[], None]:
 
 
 def _patch_grad_scaler(torch: Any, clock: StepClock) -> Callable[[], None]:
+    """Wrap ``scale`` and ``step`` of ``GradScaler`` and of every subclass that overrides them.
+
+    Subclasses such as FSDP's ``ShardedGradScaler`` override ``scale`` without calling
+    the base's: each override is wrapped too, those defined now and those defined
+    later (``__init_subclass__``), or their scaled loss would be read as the loss.
+    """
     scaler_class = sys.modules["torch.amp.grad_scaler"].GradScaler
-    original_scale = scaler_class.scale
-    original_step = scaler_class.step
     tensor_type = torch.Tensor
+    wrapped: list[tuple[type, str, Any]] = []
+    """(class, name, original) of every method replaced, for ``undo``."""
+    outermost_step = [True]
 
-    @functools.wraps(original_scale)
-    def scale(self, outputs):
-        scaled = original_scale(self, outputs)
-        if type(outputs) is tensor_type:
-            clock.loss.remember_scaled(scaled, outputs)
-        return scaled
+    def wrap_scale(original):
+        @functools.wraps(original)
+        def scale(self, outputs):
+            scaled = original(self, outputs)
+            if type(outputs) is tensor_type:
+                clock.loss.remember_scaled(scaled, outputs)
+            return scaled
 
-    @functools.wraps(original_step)
-    def step(self, optimizer, *args, **kwargs):
-        steps_before = clock.optimizer_steps
-        result = original_step(self, optimizer, *args, **kwargs)
-        if clock.optimizer_steps == steps_before:  # skipped for inf/NaN gradients: still a step
-            clock.on_optimizer_step(optimizer, args, kwargs)
-        return result
+        return scale
 
-    scaler_class.scale = scale
-    scaler_class.step = step
+    def wrap_step(original):
+        @functools.wraps(original)
+        def step(self, optimizer, *args, **kwargs):
+            if not outermost_step[0]:  # a subclass's step calling the base's
+                return original(self, optimizer, *args, **kwargs)
+            outermost_step[0] = False
+            try:
+                steps_before = clock.optimizer_steps
+                result = original(self, optimizer, *args, **kwargs)
+            finally:
+                outermost_step[0] = True
+            if clock.optimizer_steps == steps_before:  # skipped for inf/NaN gradients: still a step
+                clock.on_optimizer_step(optimizer, args, kwargs)
+            return result
+
+        return step
+
+    def wrap_class(cls: type) -> None:
+        for name, wrap in (("scale", wrap_scale), ("step", wrap_step)):
+            original = cls.__dict__.get(name)
+            if original is not None and callable(original):
+                wrapped.append((cls, name, original))
+                setattr(cls, name, wrap(original))
+
+    def every_subclass(cls: type) -> list[type]:
+        found = []
+        for subclass in cls.__subclasses__():
+            found.append(subclass)
+            found.extend(every_subclass(subclass))
+        return found
+
+    for cls in [scaler_class, *every_subclass(scaler_class)]:
+        wrap_class(cls)
+    had_hook = "__init_subclass__" in scaler_class.__dict__
+    original_hook = scaler_class.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls, **kwargs):
+        super(scaler_class, cls).__init_subclass__(**kwargs)
+        try:
+            wrap_class(cls)
+        except Exception:
+            pass
+
+    if not had_hook:
+        scaler_class.__init_subclass__ = classmethod(__init_subclass__)
 
     def undo() -> None:
-        scaler_class.scale = original_scale
-        scaler_class.step = original_step
+        for cls, name, original in reversed(wrapped):
+            setattr(cls, name, original)
+        if not had_hook:
+            del scaler_class.__init_subclass__
+        elif original_hook is not None:
+            scaler_class.__init_subclass__ = original_hook
 
     return undo
 

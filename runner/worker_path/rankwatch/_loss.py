@@ -24,8 +24,9 @@ Why the sum, shape by shape:
   closes the account; the step clock's (the first optimizer to step, see
   ``_instrument``) keeps what was backpropagated before it, another optimizer's
   step drops what was backpropagated for it, so the two models' losses never mix.
-* ``GradScaler``: the tensor given to ``scale()`` is read, not the scaled one, so
-  the value does not depend on the scale; a step the scaler skips still closes
+* ``GradScaler`` (and subclasses such as FSDP's ``ShardedGradScaler``): the
+  tensor given to ``scale()`` is read, not the scaled one, so the value does not
+  depend on the scale; a step the scaler skips still closes
   the account and still counts.
 * DDP and ``no_sync``: per rank, never averaged over ranks (DDP averages
   gradients, not losses); ``no_sync`` only defers the gradient all-reduce.

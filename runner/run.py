@@ -65,7 +65,7 @@ from runner.slurm.nodes import SlurmNodes
 from runner.slurm.preflight import preflight_slurm
 from runner.slurm.script import slurm_plan
 from runner.state import NodeState, RankState, RunStatus
-from runner.telemetry.loss_parser import LossParser
+from runner.telemetry.stdout_parser import StdoutMetrics
 
 STOP_GRACE_SECONDS = 5.0
 FINAL_MESSAGES_WAIT_SECONDS = 3.0
@@ -134,7 +134,7 @@ class Run:
         self.triage_input = TriageInput(legacy_local_rank=self.spec.legacy_local_rank,
                                         backend=self.launch.backend, cpu_mode=self.launch.cpu_mode,
                                         interpreter=self.launch.head.python)
-        self.loss_parser = LossParser(self.spec.telemetry.loss_pattern) if self.spec.telemetry.parse_stdout else None
+        self.stdout_metrics = StdoutMetrics(self.spec.telemetry.loss_pattern) if self.spec.telemetry.parse_stdout else None
         self.monitors: list = []
         """Diagnosis monitors: objects with ``tick(now)``, called every ``MONITOR_INTERVAL_SECONDS``."""
         self._stop_requested = asyncio.Event()
@@ -186,19 +186,15 @@ class Run:
             self.hub.add_log(rank, line.stream, line.text, line.t, node=node.host)
 
     def _on_log(self, rank: int | None, t: float, stream: str, line: str, node: str | None) -> None:
-        """Every captured line, local or forwarded by an agent: triage evidence, parsed loss."""
+        """Every captured line, local or forwarded by an agent: triage evidence, parsed metrics."""
         if rank is None:
             self.triage_input.add_launcher_line(node or "", line)
             return
         if stream == "stderr":
             self.triage_input.add_stderr(rank, line)
-        if self.loss_parser is not None:
-            parsed = self.loss_parser.parse(line)
-            if parsed is not None:
-                value, step = parsed
-                if step is None:
-                    step = self.hub.model.row(rank).step
-                self.hub.add_metric(rank, step, t, "loss", value, "parsed")
+        if self.stdout_metrics is not None:
+            for step, name, value in self.stdout_metrics.points(rank, line, self.hub.model.row(rank).step):
+                self.hub.add_metric(rank, step, t, name, value, "parsed")
 
     def _global_rank(self, node_rank: int, local_rank: int) -> int:
         """Older torch prefixes lines with the local rank; map it through the hellos."""

@@ -46,7 +46,7 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
                        help="pass --local_rank=N to the script (torch.distributed.launch style)")
     group.add_argument("--no-instrument", action="store_true", default=None,
                        help="no zero-code instrumentation (logs, exits and rankwatch.log only)")
-    group.add_argument("--parse-stdout", action="store_true", default=None, help="also read loss values from printed lines")
+    group.add_argument("--parse-stdout", action="store_true", default=None, help="also read metrics from printed lines (loss, val_loss, lr, ...; HF Trainer and nanoGPT formats); each key is its own curve")
     group.add_argument("--stall-timeout", type=float, metavar="SECONDS",
                        help="flag a rank stalled after this long without progress (default: from its step times)")
     group.add_argument("--hash-every", type=int, metavar="N",

@@ -274,6 +274,7 @@ def test_dump_stacks_on_a_healthy_run_is_a_snapshot_no_red_no_disagreement(qtbot
     text = " ".join([view.verdict.text(), view.details.text(), *view.column_titles()]).lower()
     assert "disagree" not in text and "differ" not in text
     assert not panel.failure_banner.isVisible() or "culprit" not in panel.failure_banner.text()
+    qtbot.waitUntil(lambda: panel.rank_table.table_model.rowCount() == 2, timeout=5000)  # redrawn on a timer
     assert all("culprit" not in table_text for table_text in
                (panel.rank_table.cell_text(rank, "Diagnosis") for rank in (0, 1)))
 

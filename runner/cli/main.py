@@ -14,6 +14,7 @@ import sys
 from runner.cli import inspect_commands, profile_commands, remote_commands, run_command, run_history
 from runner.cli.diagnose_commands import add_parsers as add_diagnose_parsers
 from runner.cli.spec_flags import add_spec_flags
+from runner.privacy import adopt_private_umask
 
 DESCRIPTION = """Launch and watch PyTorch distributed (torchrun) jobs.
 
@@ -77,4 +78,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
+    adopt_private_umask()  # what Rankwatch writes is private; the user's code keeps the user's umask
     sys.exit(main())

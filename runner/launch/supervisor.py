@@ -2,9 +2,14 @@
 
 torchrun runs in a session of its own (so a Ctrl-C in the runner's terminal reaches
 the runner, which then stops the job in order) with a parent-death signal (so a
-killed runner takes torchrun down with it). Its stdout and stderr are read in
-chunks, not lines, so a progress bar without newlines cannot stall the reader; the
-``RankLineSplitter``s turn chunks into lines attributed to ranks.
+killed runner takes torchrun down with it), and with the user's own umask (the
+runner's is 077; the workers, which inherit torchrun's, write the user's files).
+
+The workers' output arrives on the node's ``WorkerOutput`` socket, a connection per
+rank and stream, already attributed. torchrun's own stdout and stderr (its log
+lines, and a worker's output from before its bootstrap took over its descriptors)
+are read in chunks, not lines, so a progress bar without newlines cannot stall the
+reader; the ``RankLineSplitter``s turn chunks into lines.
 """
 
 from __future__ import annotations
@@ -12,24 +17,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable
 
-from runner import paths
+from runner import paths, privacy
 from runner.launch.command import NodeCommand
 from runner.launch.output import OutputLine, RankLineSplitter
 from runner.launch.process_tree import end_job, set_parent_death_signal
+from runner.launch.worker_output import WorkerOutput
 
 READ_CHUNK = 64 * 1024
 STALE_PARTIAL_CHECK_SECONDS = 0.5
+OUTPUT_DRAIN_SECONDS = 10.0
+"""After torchrun exits: how long its pipes and the workers' output connections may take to end
+(a process that inherited them, a worker's straggling child, can hold them open)."""
 
 
-def compose_environment(command: NodeCommand, worker_path: str | None = None) -> dict[str, str]:
-    """The inherited environment, minus any Rankwatch variables of an enclosing job,
-    plus the command's variables, with the worker modules first on PYTHONPATH."""
+def compose_environment(command: NodeCommand, worker_path: str | None = None,
+                        extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The inherited environment, minus any Rankwatch variables of an enclosing job (and the
+    runner's own, such as the user's recorded umask), plus the command's variables and
+    ``extra``, with the worker modules first on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH_")}
     env.update(command.env)
+    env.update(extra or {})
     worker_path = worker_path or str(paths.WORKER_PATH)
     existing = env.get("PYTHONPATH")
     env["PYTHONPATH"] = worker_path + (os.pathsep + existing if existing else "")
@@ -50,6 +63,7 @@ class TorchrunSupervisor:
         self.returncode: int | None = None
         self._splitters = {"stdout": RankLineSplitter("stdout"), "stderr": RankLineSplitter("stderr")}
         self._readers: list[asyncio.Task] = []
+        self._output: WorkerOutput | None = None
         self._stopping = False
 
     @property
@@ -60,18 +74,26 @@ class TorchrunSupervisor:
         """Start torchrun; returns its pid.
 
         Raises:
-            OSError: the interpreter cannot be executed (missing, not executable).
+            OSError: the interpreter cannot be executed (missing, not executable), or the
+                workers' output socket cannot be made.
         """
-        self.process = await asyncio.create_subprocess_exec(
-            *self.command.argv,
-            cwd=self.command.cwd,
-            env=compose_environment(self.command),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=set_parent_death_signal,
-        )
+        self._output = WorkerOutput(paths.socket_dir() / f"out-{secrets.token_hex(6)}.sock", self.on_lines)
+        await self._output.start()
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.command.argv,
+                cwd=self.command.cwd,
+                env=compose_environment(self.command, extra=self._output.environment),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=set_parent_death_signal,
+                umask=privacy.user_umask(),
+            )
+        except BaseException:
+            await self._output.close()
+            raise
         self._readers = [
             asyncio.create_task(self._read(self.process.stdout, "stdout"), name="torchrun-stdout"),
             asyncio.create_task(self._read(self.process.stderr, "stderr"), name="torchrun-stderr"),
@@ -95,17 +117,22 @@ class TorchrunSupervisor:
     async def _flush_stale_partials(self) -> None:
         while True:
             await asyncio.sleep(STALE_PARTIAL_CHECK_SECONDS)
+            now = time.time()
             for splitter in self._splitters.values():
-                lines = splitter.flush_stale(time.time())
+                lines = splitter.flush_stale(now)
                 if lines:
                     self.on_lines(lines)
+            self._output.flush_stale(now)
 
     async def wait(self) -> int:
-        """Wait for torchrun to exit and its output to be read; returns the exit status."""
+        """Wait for torchrun to exit and its and its workers' output to be read; returns the
+        exit status."""
         returncode = await self.process.wait()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*self._readers[:2]), timeout=10)
+            await asyncio.wait_for(asyncio.gather(*self._readers[:2], self._output.drained()),
+                                   timeout=OUTPUT_DRAIN_SECONDS)
         self._readers[2].cancel()
+        await self._output.close()
         self.returncode = exit_status(returncode)
         return self.returncode
 

@@ -9,6 +9,7 @@ so every thread opens its own ``RunStore``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -87,7 +88,11 @@ def _prepare_private_file(path: Path) -> None:
         paths.private_data_dir()
     else:
         privacy.make_private_dir(path.parent)
-    os.close(privacy.create_private_file(path, os.O_RDWR))
+    if not path.exists():
+        # O_EXCL: only a file nobody has open yet. Closing a descriptor of a database that a
+        # connection of this process has open would drop that connection's POSIX locks.
+        with contextlib.suppress(FileExistsError):
+            os.close(privacy.create_private_file(path, os.O_WRONLY | os.O_EXCL))
     for suffix in ("-wal", "-shm", "-journal", ""):
         privacy.tighten(f"{path}{suffix}")
 

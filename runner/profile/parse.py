@@ -321,6 +321,19 @@ def _parse_telemetry(reader: _Reader, errors: list[SpecError]) -> TelemetrySpec:
     )
 
 
+def _check_entry_point(reader: _Reader, script: str | None, module: str | None) -> None:
+    """Exactly one of ``script`` and ``module``; quiet when one was refused already (a NUL
+    byte, not a module name): "missing" would only mislead."""
+    if any(error.field in ("script", "module") for error in reader.errors):
+        return
+    if script and module:
+        reader.fail("script", 'give either "script" or "module", not both')
+    elif not script and not module and "script" not in reader.table:
+        reader.fail("script", "missing: the training script to run (or \"module\" for python -m style)")
+    elif not script and not module:
+        reader.fail("script", "is empty: give the path of the training script")
+
+
 TOP_LEVEL_KEYS = [
     "version", "script", "module", "args", "interpreter", "workdir", "env", "nproc_per_node",
     "gpus", "backend", "nodes", "rendezvous", "max_restarts", "omp_num_threads",
@@ -342,12 +355,7 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
         reader.fail("version", f"{version} is newer than this Rankwatch understands ({SCHEMA_VERSION}); upgrade rankwatch")
     script = reader.optional_str("script")
     module = _parse_module(reader)
-    if script and module:
-        reader.fail("script", 'give either "script" or "module", not both')
-    elif not script and not module and "script" not in table:
-        reader.fail("script", "missing: the training script to run (or \"module\" for python -m style)")
-    elif not script and not module:
-        reader.fail("script", "is empty: give the path of the training script")
+    _check_entry_point(reader, script, module)
     nodes = _parse_nodes(reader, errors)
     spec = LaunchSpec(
         script=script,

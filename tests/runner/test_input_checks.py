@@ -152,3 +152,13 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_launched(tmp_path, body, ex
     assert expected in result.stderr and "Traceback" not in result.stderr
     with pytest.raises(RunNotFound), RunStore(readonly=True) as store:
         store.resolve_run_id("last")
+
+
+def test_the_full_probe_never_raises_and_refuses_what_is_not_python(tmp_path):
+    from runner.probe import probe_interpreter
+
+    liar = fake_interpreter(tmp_path, 'echo "RANKWATCH_PROBE {not json"\n')
+    for python, says in (("/bin/true", "is not a working Python"), (liar, "is not a working Python"),
+                         (f"/usr/bin/python{NUL}", "embedded null byte")):
+        answer = probe_interpreter(python, timeout=20)
+        assert answer["ok"] is False and says in answer["error"], answer

@@ -82,6 +82,8 @@ def private_dir(path: Path) -> Path:
         PermissionError: the folder exists and belongs to another user.
         OSError: it cannot be created (read-only file system, a file in the way...).
     """
+    if data_dir() in Path(path).parents:
+        private_data_dir()  # the folders above it are Rankwatch's too (an agent's workspace)
     privacy.make_private_dir(path)
     info = path.stat()
     if info.st_uid != os.getuid():

@@ -67,3 +67,31 @@ def test_an_interpreter_that_cannot_run_is_one_line_and_status_127(tmp_path):
                                capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=30)
     assert completed.returncode == 127
     assert completed.stderr.strip().startswith(f"rankwatch: cannot start {tmp_path / 'nope'}")
+
+
+# ---- parent-death signals that cannot be lost to a race ---------------------------------------------
+
+WORKER_PATH = REPO / "runner" / "worker_path"
+ASK_PARENT = f"import sys; sys.path.insert(0, {str(WORKER_PATH)!r}); from rankwatch._process import parent_is_gone; print(parent_is_gone())"
+
+
+def test_a_child_whose_parent_died_before_its_prctl_ends_itself():
+    """``parent`` is the pid the parent had before the fork; any other parent means it is gone."""
+    script = ("import signal, time; from runner.launch.process_tree import set_parent_death_signal; "
+              "set_parent_death_signal(signal.SIGTERM, parent=1); time.sleep(30)")
+    completed = subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=20)
+    assert completed.returncode == -signal.SIGTERM
+
+
+def test_a_worker_tells_its_torchrun_from_a_stranger_by_the_run_marker():
+    torchrun_like = {**os.environ, "RANKWATCH_RUN_KEY": "k1", "TORCHELASTIC_RUN_ID": "r"}
+    under_its_own = subprocess.run(["sh", "-c", f'{sys.executable} -c "$0"; true', ASK_PARENT], env=torchrun_like,
+                                   capture_output=True, text=True, timeout=20)
+    assert under_its_own.stdout.strip() == "False"  # sh carries the run's marker: our torchrun is alive
+    adopted = subprocess.run([sys.executable, "-c", ASK_PARENT], env=torchrun_like, capture_output=True, text=True,
+                             timeout=20)
+    assert adopted.stdout.strip() == "True"  # a parent without the marker: torchrun is gone
+    not_ours = {k: v for k, v in torchrun_like.items() if k != "TORCHELASTIC_RUN_ID"}
+    plain = subprocess.run([sys.executable, "-c", ASK_PARENT], env=not_ours, capture_output=True, text=True,
+                           timeout=20)
+    assert plain.stdout.strip() == "False"  # not started by torchrun: nothing can be told

@@ -1,11 +1,13 @@
-"""Receive every worker's stdout and stderr on a private Unix socket, as lines of its rank.
+"""Receive every worker's stdout and stderr through pipes of the runner, as lines of its rank.
 
 The runner does not use torchrun's ``--tee``: that writes each worker's output to a
 log file in the data directory and tails it, so a full data disk kills the ranks
-(ENOSPC on their next ``print``). Instead each worker's bootstrap connects here once
-per stream (``rankwatch._output``), announces its rank and stream in a header line,
-and makes the connection its file descriptor 1 or 2. Output thus never touches a
-disk, and its rank comes from the worker's own ``RANK``, with any torch version.
+(ENOSPC on their next ``print``). Instead each worker's bootstrap connects to a
+private Unix socket once per stream (``rankwatch._output``) and announces its rank and
+stream in a header line; the runner answers with the write end of a fresh pipe
+(``SCM_RIGHTS``), which becomes the worker's file descriptor 1 or 2, and reads the
+other end. Output thus never touches a disk, and its rank comes from the worker's own
+``RANK``, with any torch version.
 
 One ``WorkerOutput`` serves one node's torchrun (the runner's local node, or an
 agent's node). Lines are cut at ``MAX_LINE_CHARS``; a partial line (a progress bar,
@@ -18,16 +20,23 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import fcntl
+import os
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rankwatch._output import HEADER_VERSION, HEADER_WORD, OUTPUT_SOCKET
+from rankwatch._output import HEADER_VERSION, HEADER_WORD, OUTPUT_SOCKET, PIPE_ANSWER
 from runner.launch.output import MAX_LINE_CHARS, PARTIAL_FLUSH_SECONDS, OutputLine
 
-READ_CHUNK = 64 * 1024
 HEADER_TIMEOUT_SECONDS = 10.0
 STREAM_NAMES = ("stdout", "stderr")
+PIPE_BYTES = 256 * 1024
+"""Each pipe's buffer (Linux's default is 64 KiB): how far the runner may fall behind a
+stream before the worker's writes wait. Modest, because a user's pipe buffers count
+against a per-user limit past which every new pipe gets 4 KiB."""
+F_SETPIPE_SZ = 1031
 
 
 class LineAssembler:
@@ -76,6 +85,47 @@ class LineAssembler:
         return OutputLine(rank=self.rank, stream=self.stream, text=text.rstrip("\r"), t=t)
 
 
+class _PipeReader(asyncio.Protocol):
+    """Feeds one pipe's bytes to its assembler as they come; ``closed`` is done at its end."""
+
+    def __init__(self, assembler: LineAssembler, emit: Callable[[list[OutputLine]], None]):
+        self.assembler = assembler
+        self.emit = emit
+        self.transport: asyncio.ReadTransport | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.emit(self.assembler.feed(data, time.time()))
+
+    def connection_lost(self, exc) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+def _hand_over_pipe(writer: asyncio.StreamWriter) -> int:
+    """Make a pipe, pass its write end to the worker on the socket; returns the read end.
+
+    Raises:
+        OSError: no pipe could be made or passed (out of descriptors, the worker hung up).
+    """
+    read_end, write_end = os.pipe()
+    try:
+        with contextlib.suppress(OSError):  # best effort: the default buffer works too
+            fcntl.fcntl(write_end, F_SETPIPE_SZ, PIPE_BYTES)
+        connection = writer.get_extra_info("socket")
+        with socket.socket(fileno=os.dup(connection.fileno())) as raw:
+            socket.send_fds(raw, [PIPE_ANSWER], [write_end])
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
+
+
 def parse_header(line: bytes) -> tuple[int, str] | None:
     """``(rank, stream)`` from a connection's first line; ``None`` when it is not one of ours."""
     try:
@@ -114,31 +164,36 @@ class WorkerOutput:
         Raises:
             OSError: the socket cannot be made (its folder is gone, the path is too long).
         """
-        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=4 * READ_CHUNK)
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=1024)
         self.path.chmod(0o600)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One stream of one worker: the header in, a pipe out, then the pipe read to its end."""
         task = asyncio.current_task()
         self._connections.add(task)
         self._idle.clear()
         assembler = None
+        pipe = None
         try:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.LimitOverrunError, ValueError, OSError):
+            with contextlib.suppress(asyncio.TimeoutError, ValueError, OSError):
                 parsed = parse_header(await asyncio.wait_for(reader.readline(), HEADER_TIMEOUT_SECONDS))
                 if parsed is None:
                     return
+                read_end = _hand_over_pipe(writer)
+                writer.close()
                 assembler = LineAssembler(*parsed)
                 self._assemblers.add(assembler)
-                while True:
-                    data = await reader.read(READ_CHUNK)
-                    if not data:
-                        break
-                    self._emit(assembler.feed(data, time.time()))
+                pipe = _PipeReader(assembler, self._emit)
+                transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+                    lambda: pipe, os.fdopen(read_end, "rb", buffering=0))
+                await pipe.closed
         finally:
+            writer.close()
+            if pipe is not None and pipe.transport is not None:
+                pipe.transport.close()
             if assembler is not None:
                 self._assemblers.discard(assembler)
                 self._emit(assembler.flush_all(time.time()))
-            writer.close()
             self._connections.discard(task)
             if not self._connections:
                 self._idle.set()

@@ -7,8 +7,8 @@ signal on the keeper (so a killed runner takes the run down with it), and with t
 user's own umask (the runner's is 077; the workers, which inherit torchrun's, write the
 user's files).
 
-The workers' output arrives on the node's ``WorkerOutput`` socket, a connection per
-rank and stream, already attributed. torchrun's own stdout and stderr (its log
+The workers' output arrives through pipes handed out on the node's ``WorkerOutput``
+socket, one per rank and stream, already attributed. torchrun's own stdout and stderr (its log
 lines, and a worker's output from before its bootstrap took over its descriptors)
 are read in chunks, not lines, so a progress bar without newlines cannot stall the
 reader; the ``RankLineSplitter``s turn chunks into lines.
@@ -37,29 +37,27 @@ READ_CHUNK = 64 * 1024
 STALE_PARTIAL_CHECK_SECONDS = 0.5
 TORCHRUN_SHUTDOWN_SECONDS = 5
 """torchrun's grace period between SIGTERM and SIGKILL for its workers (its default is 30 s),
-unless the user set ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``. When the runner and its sentinel die
-together, torchrun (SIGTERMed by its parent-death signal) is the only one left to end the
-workers, and a worker that ignores SIGTERM (a user's handler, a checkpoint on preemption)
-must not outlive the run by half a minute. The runner's own stops wait as long
-(``STOP_GRACE_SECONDS``). torch older than 2.11 ignores the variable and waits 30 s."""
+unless the user set ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``. Should the runner, its sentinel and
+torchrun's keeper all be killed, torchrun (SIGTERMed once by the keeper's death) is the only
+one left to end the workers, and a worker that ignores SIGTERM (a user's handler, a
+checkpoint on preemption) must not outlive the run by half a minute. The runner's own stops
+wait as long (``STOP_GRACE_SECONDS``). torch older than 2.11 ignores the variable."""
 SHUTDOWN_TIMEOUT_VARIABLE = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 KEEPER_GRACE_SECONDS = TORCHRUN_SHUTDOWN_SECONDS + 1
 """After a stop, torchrun's keeper SIGKILLs whatever of the run is left this much later: a
 second after torchrun's own deadline, whatever the torch version."""
 OUTPUT_DRAIN_SECONDS = 10.0
-"""After torchrun exits: how long its pipes and the workers' output connections may take to end
-(a process that inherited them, a worker's straggling child, can hold them open)."""
+"""After torchrun exits: how long its and the workers' output pipes may take to end (a process
+that inherited them, a worker's straggling child, can hold them open)."""
 
 
-def compose_environment(command: NodeCommand, worker_path: str | None = None,
-                        extra: dict[str, str] | None = None) -> dict[str, str]:
+def compose_environment(command: NodeCommand, worker_path: str | None = None) -> dict[str, str]:
     """The inherited environment, minus any Rankwatch variables of an enclosing job (and the
-    runner's own, such as the user's recorded umask), plus the command's variables and
-    ``extra``, a bounded torchrun shutdown unless the user chose one, with the worker
-    modules first on PYTHONPATH."""
+    runner's own, such as the user's recorded umask), plus the command's variables, a
+    bounded torchrun shutdown unless the user chose one, with the worker modules first on
+    PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH_")}
     env.update(command.env)
-    env.update(extra or {})
     env.setdefault(SHUTDOWN_TIMEOUT_VARIABLE, str(TORCHRUN_SHUTDOWN_SECONDS))
     worker_path = worker_path or str(paths.WORKER_PATH)
     existing = env.get("PYTHONPATH")

@@ -141,8 +141,9 @@ class WorkerOutput:
     """The output socket of one node's workers.
 
     ``environment`` goes into torchrun's environment (workers inherit it); ``on_lines``
-    gets every line, on the event loop. ``drained`` waits until every worker's
-    connection has ended; ``close`` delivers what is left and removes the socket.
+    gets every line, on the event loop. ``drained`` waits until every worker's pipe
+    has ended (every process writing to it has exited); ``close`` delivers what is left,
+    ends pipes still open and removes the socket.
     """
 
     def __init__(self, path: Path, on_lines: Callable[[list[OutputLine]], None]):
@@ -172,25 +173,25 @@ class WorkerOutput:
         task = asyncio.current_task()
         self._connections.add(task)
         self._idle.clear()
-        assembler = None
-        pipe = None
+        assembler = pipe = pipe_file = None
         try:
             with contextlib.suppress(asyncio.TimeoutError, ValueError, OSError):
                 parsed = parse_header(await asyncio.wait_for(reader.readline(), HEADER_TIMEOUT_SECONDS))
                 if parsed is None:
                     return
-                read_end = _hand_over_pipe(writer)
+                pipe_file = os.fdopen(_hand_over_pipe(writer), "rb", buffering=0)
                 writer.close()
                 assembler = LineAssembler(*parsed)
                 self._assemblers.add(assembler)
                 pipe = _PipeReader(assembler, self._emit)
-                transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-                    lambda: pipe, os.fdopen(read_end, "rb", buffering=0))
+                await asyncio.get_running_loop().connect_read_pipe(lambda: pipe, pipe_file)
                 await pipe.closed
         finally:
             writer.close()
             if pipe is not None and pipe.transport is not None:
-                pipe.transport.close()
+                pipe.transport.close()  # closes the pipe's read end too
+            elif pipe_file is not None:
+                pipe_file.close()
             if assembler is not None:
                 self._assemblers.discard(assembler)
                 self._emit(assembler.flush_all(time.time()))
@@ -208,7 +209,7 @@ class WorkerOutput:
             self._emit(assembler.flush_stale(now))
 
     async def drained(self) -> None:
-        """Return once no worker holds a connection (every process writing to one has exited)."""
+        """Return once every pipe handed out has ended (every process writing to it has exited)."""
         await self._idle.wait()
 
     async def close(self) -> None:

@@ -252,8 +252,7 @@ class Run:
             command="\n".join(c.shell_text() for c in commands), host=socket.gethostname(),
             workdir=self.launch.head.workdir, runner_pid=os.getpid(), socket=None,
             world_size=self.launch.world_size, status=RunStatus.STARTING.value)
-        self.run_dir = paths.run_dir(self.run_id)
-        (self.run_dir / "stacks").mkdir(parents=True, exist_ok=True)
+        self.run_dir = paths.make_run_dir(self.run_id)  # 0700, with its stacks and torchrun folders
         self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
         await self.hub.serve_unix(self.socket_path)
         if remote_nodes(self.launch):
@@ -396,14 +395,24 @@ class Run:
         return await self._finish(exit_code, stopped)
 
     async def _wait_node(self, handle: NodeHandle) -> int:
-        code = await handle.wait()
+        """The node's torchrun exit status. Never raises: a node that cannot be waited for
+        counts as failed, and a node end the store cannot take (a full disk) is still the
+        node's end; either is said in an event rather than crashing the runner mid-run."""
+        try:
+            code = await handle.wait()
+        except Exception as error:
+            self.hub.add_event("warning", None, f"lost track of node {handle.node.host}'s torchrun: {error}")
+            code = EXIT_NOT_STARTED
         if getattr(handle, "lost_at", None) is not None:
             return code  # a remote node that dropped out: already recorded LOST, with the time
         if self.slurm is not None:
             return code  # runner.slurm records its nodes as Slurm reports them
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
-        await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
-                                   detail=f"torchrun exit status {code}")
+        try:
+            await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
+                                       detail=f"torchrun exit status {code}")
+        except Exception as error:
+            self.hub.add_event("warning", None, f"could not record the end of node {handle.node.host}: {error}")
         return code
 
     async def _stop_nodes(self, force: bool) -> None:

@@ -22,6 +22,7 @@ from runner.cli import (
 from runner.cli.arguments import Parser
 from runner.cli.diagnose_commands import add_parsers as add_diagnose_parsers
 from runner.cli.spec_flags import add_spec_flags
+from runner.privacy import adopt_private_umask
 
 DESCRIPTION = """Launch and watch PyTorch distributed (torchrun) jobs.
 
@@ -92,4 +93,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
+    adopt_private_umask()  # what Rankwatch writes is private; the user's code keeps the user's umask
     sys.exit(main())

@@ -41,7 +41,7 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous endpoint")
     group.add_argument("--rdzv-id", metavar="ID", help="c10d rendezvous job id")
     group.add_argument("--master-addr", metavar="HOST", help="static rendezvous master address")
-    group.add_argument("--master-port", type=int, metavar="PORT", help="static rendezvous master port")
+    group.add_argument("--master-port", type=int, metavar="PORT", help="static rendezvous master port (0: a free one)")
     group.add_argument("--legacy-local-rank", action="store_true", default=None,
                        help="pass --local_rank=N to the script (torch.distributed.launch style)")
     group.add_argument("--no-instrument", action="store_true", default=None,
@@ -137,9 +137,9 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
             raise SpecErrors([SpecError("rendezvous.endpoint", f'{args.rdzv_endpoint!r} is not "host:port"')])
         rendezvous = replace(rendezvous, mode="c10d", endpoint=args.rdzv_endpoint or rendezvous.endpoint,
                              job_id=args.rdzv_id or rendezvous.job_id)
-    if args.master_addr or args.master_port:
+    if args.master_addr or args.master_port is not None:  # --master-port 0: a free port (as in a profile)
         rendezvous = replace(rendezvous, mode="static", master_addr=args.master_addr or rendezvous.master_addr,
-                             master_port=args.master_port or rendezvous.master_port)
+                             master_port=rendezvous.master_port if args.master_port is None else args.master_port)
     if args.hosts and len(changes["nodes"]) > 1 and rendezvous.mode == "standalone":
         rendezvous = replace(rendezvous, mode="c10d")
     if rendezvous is not spec.rendezvous:

@@ -28,9 +28,15 @@ from runner.profile.spec import (
     TelemetrySpec,
 )
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-HOST_NAME = re.compile(r"^[A-Za-z0-9_.:\-\[\]%]+$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+HOST_NAME = re.compile(r"[A-Za-z0-9_.:\-\[\]%]+")
+"""A host name or address (IPv6 in brackets, with a zone); matched whole (``fullmatch``), so a
+trailing newline cannot slip through."""
+USER_NAME = re.compile(r"[^\s\x00-\x1f\x7f]+")
+"""An ssh login name: anything but whitespace and control characters."""
 MAX_PORT = 65535
+FREE_PORT = 0
+"""``master_port = 0`` (or ``--master-port 0``, or "auto" in the GUI): a free port, picked at launch."""
 
 
 class SpecError(ValueError):
@@ -77,6 +83,10 @@ class _Reader:
     def optional_str(self, key: str, default: str | None = None) -> str | None:
         value = self.table.get(key, default)
         if value is None or isinstance(value, str):
+            problem = text_problem(value or "")
+            if problem is not None:
+                self.fail(key, problem)
+                return default
             return value or default
         self.fail(key, f"expected a string, got {_type_name(value)} {value!r}")
         return default
@@ -131,10 +141,30 @@ class _Reader:
         return {}
 
 
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be handed to a process (as an argument, a path or an environment
+    value), or ``None``: a NUL byte ends a C string, so no process could ever receive it."""
+    if "\x00" in text:
+        return "contains a NUL byte (\\x00), which no argument, path or environment value can hold; remove it"
+    return None
+
+
+def printable(text: str) -> str:
+    """``text`` as it can be shown in one line of an error (quoted when it holds control characters)."""
+    return text if text.isprintable() else repr(text)
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is not a host name or address, or ``None`` when it is one."""
+    if HOST_NAME.fullmatch(host) and not host.startswith("-"):
+        return None
+    return f"{host!r} is not a host name or address (letters, digits, '.', '-', ':', '[', ']' only)"
+
+
 def parse_host_port(text: str) -> tuple[str, int] | None:
     """``"host:port"`` or ``"[v6]:port"`` -> (host, port); ``None`` when malformed."""
     match = re.fullmatch(r"\[?([^\[\]]+?)\]?:(\d+)", text.strip())
-    if not match:
+    if not match or host_problem(match.group(1)) is not None:
         return None
     return match.group(1), int(match.group(2))
 
@@ -162,10 +192,14 @@ def _parse_env(reader: _Reader) -> tuple[tuple[str, str], ...]:
     table = reader.sub_table("env")
     pairs = []
     for key, value in table.items():
-        if not ENV_NAME.match(key):
-            reader.errors.append(SpecError(f"env.{key}", "not a valid environment variable name"))
+        field = f"env.{printable(key)}"
+        if not ENV_NAME.fullmatch(key):
+            reader.errors.append(SpecError(field, "not a valid environment variable name "
+                                                  "(letters, digits and '_', not starting with a digit)"))
         elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            reader.errors.append(SpecError(f"env.{key}", f"expected a string, got {value!r}"))
+            reader.errors.append(SpecError(field, f"expected a string, got {value!r}"))
+        elif text_problem(str(value)) is not None:
+            reader.errors.append(SpecError(field, text_problem(str(value))))
         else:
             pairs.append((key, str(value)))
     return tuple(pairs)
@@ -179,7 +213,12 @@ def _parse_args(reader: _Reader) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in value):
         reader.fail("args", f"expected a list of strings, got {value!r}")
         return ()
-    return tuple(str(a) for a in value)
+    args = tuple(str(a) for a in value)
+    for index, arg in enumerate(args):
+        problem = text_problem(arg)
+        if problem is not None:
+            reader.fail(f"args[{index}]", problem)
+    return args
 
 
 def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ...]:
@@ -194,12 +233,15 @@ def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ..
         node = _Reader(table, f"nodes[{index}].", errors)
         node.reject_unknown([f.name for f in fields(NodeSpec)])
         host = node.optional_str("host", "localhost")
-        if host and not HOST_NAME.match(host):
-            node.fail("host", f"{host!r} is not a host name or address")
+        if host and host_problem(host):
+            node.fail("host", host_problem(host))
+        user = node.optional_str("user")
+        if user and not USER_NAME.fullmatch(user):
+            node.fail("user", f"{user!r} is not a login name (no spaces or control characters)")
         nodes.append(NodeSpec(
             host=host or "localhost",
             processes=node.integer("processes", AUTO, low=1, high=1024, allow_auto=True),
-            user=node.optional_str("user"),
+            user=user,
             port=node.integer("port", None, low=1, high=MAX_PORT),
             python=node.optional_str("python"),
             workdir=node.optional_str("workdir"),
@@ -216,9 +258,11 @@ def _parse_rendezvous(reader: _Reader, errors: list[SpecError], node_count: int)
         endpoint=rdzv.optional_str("endpoint"),
         job_id=rdzv.optional_str("job_id"),
         master_addr=rdzv.optional_str("master_addr"),
-        master_port=rdzv.integer("master_port", None, low=1, high=MAX_PORT),
+        master_port=_master_port(rdzv),
         node_rank=rdzv.integer("node_rank", 0, low=0, high=node_count - 1),
     )
+    if spec.master_addr is not None and host_problem(spec.master_addr):
+        rdzv.fail("master_addr", host_problem(spec.master_addr))
     if spec.endpoint is not None:
         parsed = parse_host_port(spec.endpoint)
         if parsed is None:
@@ -232,6 +276,29 @@ def _parse_rendezvous(reader: _Reader, errors: list[SpecError], node_count: int)
     if spec.mode == "c10d" and node_count == 1 and spec.endpoint is None:
         rdzv.fail("endpoint", 'mode "c10d" needs an endpoint "host:port" (or use mode "standalone")')
     return spec
+
+
+def _master_port(rdzv: _Reader) -> int | None:
+    """The static master port; 0 means what leaving it out means: a free port, picked at launch."""
+    value = rdzv.table.get("master_port")
+    free = "or 0 (or leave it out) for a free port"
+    if isinstance(value, bool) or not isinstance(value, (int, type(None))):
+        rdzv.fail("master_port", f"expected a port number, got {value!r}; use 1 to {MAX_PORT}, {free}")
+        return None
+    if value is None or value == FREE_PORT:
+        return None
+    if not 1 <= value <= MAX_PORT:
+        rdzv.fail("master_port", f"{value} is out of range; must be between 1 and {MAX_PORT}, {free}")
+        return None
+    return value
+
+
+def _parse_module(reader: _Reader) -> str | None:
+    """``python -m`` style: a dotted module name."""
+    module = reader.optional_str("module")
+    if module and not all(part.isidentifier() for part in module.split(".")):
+        reader.fail("module", f"{module!r} is not a module name such as mypkg.train")
+    return module
 
 
 def _parse_telemetry(reader: _Reader, errors: list[SpecError]) -> TelemetrySpec:
@@ -382,6 +449,19 @@ def _slurm_table(slurm: SlurmSpec) -> dict[str, Any]:
     })
 
 
+def _check_entry_point(reader: _Reader, script: str | None, module: str | None) -> None:
+    """Exactly one of ``script`` and ``module``; quiet when one was refused already (a NUL
+    byte, not a module name): "missing" would only mislead."""
+    if any(error.field in ("script", "module") for error in reader.errors):
+        return
+    if script and module:
+        reader.fail("script", 'give either "script" or "module", not both')
+    elif not script and not module and "script" not in reader.table:
+        reader.fail("script", "missing: the training script to run (or \"module\" for python -m style)")
+    elif not script and not module:
+        reader.fail("script", "is empty: give the path of the training script")
+
+
 TOP_LEVEL_KEYS = [
     "version", "script", "module", "args", "interpreter", "workdir", "env", "nproc_per_node",
     "gpus", "backend", "nodes", "rendezvous", "max_restarts", "omp_num_threads",
@@ -402,13 +482,8 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
     if isinstance(version, int) and version > SCHEMA_VERSION:
         reader.fail("version", f"{version} is newer than this Rankwatch understands ({SCHEMA_VERSION}); upgrade rankwatch")
     script = reader.optional_str("script")
-    module = reader.optional_str("module")
-    if script and module:
-        reader.fail("script", 'give either "script" or "module", not both')
-    elif not script and not module and "script" not in table:
-        reader.fail("script", "missing: the training script to run (or \"module\" for python -m style)")
-    elif not script and not module:
-        reader.fail("script", "is empty: give the path of the training script")
+    module = _parse_module(reader)
+    _check_entry_point(reader, script, module)
     nodes = _parse_nodes(reader, errors)
     spec = LaunchSpec(
         script=script,

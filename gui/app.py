@@ -17,6 +17,8 @@ import signal
 import sys
 from collections.abc import Mapping
 
+from runner.privacy import adopt_private_umask
+
 HEADLESS_PLATFORMS = frozenset({"offscreen", "minimal", "minimalegl", "vnc", "eglfs", "linuxfb", "vkkhrdisplay"})
 NO_DISPLAY_EXIT = 2
 
@@ -149,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
+    adopt_private_umask()  # what Rankwatch writes is private; the user's code keeps the user's umask
     sys.exit(main())
 
 

@@ -6,17 +6,24 @@ that nothing touches the user's real directories.
 
 Sockets are the exception: a Unix socket path must stay under ~100 bytes, so they
 live in a short private folder (``$XDG_RUNTIME_DIR/rankwatch`` or
-``/tmp/rankwatch-<uid>``), created 0700 and checked to belong to us.
+``/tmp/rankwatch-<uid>``), created 0700 and checked as ssh-agent checks its own.
+
+Every folder Rankwatch makes is 0700 and every file 0600, from the start
+(``runner.privacy``).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
-import stat
+import sys
 import tempfile
 from pathlib import Path
 
 import platformdirs
+
+from runner import privacy
 
 APP_NAME = "rankwatch"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -68,26 +75,108 @@ def assets_dir() -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    """Create ``path`` with mode 0700 (or tighten it) and refuse one owned by someone else.
+    """Create ``path`` (and missing parents) 0700, or check that an existing one is ours;
+    an existing one of ours that others can read (an older version's) is tightened.
 
     Raises:
         PermissionError: the folder exists and belongs to another user.
+        OSError: it cannot be created (read-only file system, a file in the way...).
     """
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if data_dir() in Path(path).parents:
+        private_data_dir()  # the folders above it are Rankwatch's too (an agent's workspace)
+    privacy.make_private_dir(path)
     info = path.stat()
     if info.st_uid != os.getuid():
-        raise PermissionError(f"{path} belongs to uid {info.st_uid}, not to you; remove it or set RANKWATCH_SOCKET_DIR")
-    if stat.S_IMODE(info.st_mode) != 0o700:
-        path.chmod(0o700)
+        raise PermissionError(f"{path} belongs to uid {info.st_uid}, not to you; remove it or choose another folder")
+    privacy.tighten(path)
     return path
 
 
+def private_data_dir() -> Path:
+    """The data folder, created 0700; one an older version left readable is tightened, all
+    of it, once (it holds the store and the run folders).
+
+    Raises:
+        OSError: it cannot be created (read-only file system, no permission...).
+    """
+    folder = data_dir()
+    if folder in _checked_data_dirs:
+        return folder
+    privacy.make_private_dir(folder)
+    privacy.tighten_old_data(folder)
+    _checked_data_dirs.add(folder)
+    return folder
+
+
+_checked_data_dirs: set[Path] = set()
+
+
+def make_run_dir(run_id: int) -> Path:
+    """The run's folder with its ``stacks`` and ``torchrun`` folders, all 0700.
+
+    Raises:
+        OSError: they cannot be created.
+    """
+    private_data_dir()
+    folder = run_dir(run_id)
+    for sub in ("stacks", "torchrun"):
+        privacy.make_private_dir(folder / sub)
+    return folder
+
+
+class SocketDirError(PermissionError):
+    """``RANKWATCH_SOCKET_DIR`` names a folder that is not private; the message says how to fix it."""
+
+
+_fallback_socket_dir: Path | None = None
+
+
 def socket_dir() -> Path:
-    """The private folder for this user's runner sockets (0700)."""
+    """The private folder for this user's runner sockets, made and checked as ssh-agent and
+    tmux do theirs: created 0700 in one ``mkdir``, then ``lstat``-checked to be a real
+    folder (not a symbolic link), ours, and closed to everyone else.
+
+    ``RANKWATCH_SOCKET_DIR`` if set (refused with a message if it is not private), else
+    ``$XDG_RUNTIME_DIR/rankwatch`` when that runtime folder is the user's own 0700 folder
+    (as the XDG spec requires), else ``/tmp/rankwatch-<uid>``. When the usual folder cannot
+    be trusted (someone planted a link or a folder of theirs there) this process uses a
+    fresh ``mkdtemp`` folder instead and says so once on stderr: runs record their
+    socket's path in the store, so clients find it wherever it is.
+
+    Raises:
+        SocketDirError: ``RANKWATCH_SOCKET_DIR`` is not a private folder of the user.
+    """
     override = os.environ.get("RANKWATCH_SOCKET_DIR")
     if override:
-        return private_dir(Path(override))
+        path = Path(override).expanduser()
+        with contextlib.suppress(OSError):
+            privacy.make_private_dir(path.parent)
+        problem = privacy.claim_private_dir(path)
+        if problem:
+            raise SocketDirError(f"RANKWATCH_SOCKET_DIR: {problem}; point it at a folder of yours that only "
+                                 f"you can use (mkdir -m 700 DIR), or unset it")
+        return path
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and Path(runtime).is_dir():
-        return private_dir(Path(runtime) / APP_NAME)
-    return private_dir(Path(tempfile.gettempdir()) / f"{APP_NAME}-{os.getuid()}")
+    if runtime and os.path.isabs(runtime) and privacy.private_dir_problem(runtime) is None:
+        usual = Path(runtime) / APP_NAME
+    else:
+        usual = Path(tempfile.gettempdir()) / f"{APP_NAME}-{os.getuid()}"
+    problem = privacy.claim_private_dir(usual)
+    if problem is None:
+        return usual
+    return _fallback_socket_folder(problem)
+
+
+def _fallback_socket_folder(problem: str) -> Path:
+    global _fallback_socket_dir
+    if _fallback_socket_dir is None or privacy.private_dir_problem(_fallback_socket_dir) is not None:
+        _fallback_socket_dir = Path(tempfile.mkdtemp(prefix=f"{APP_NAME}-{os.getuid()}-"))
+        atexit.register(_remove_if_empty, _fallback_socket_dir)
+        print(f"rankwatch: not using the usual socket folder: {problem}; using {_fallback_socket_dir} instead",
+              file=sys.stderr)
+    return _fallback_socket_dir
+
+
+def _remove_if_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        folder.rmdir()

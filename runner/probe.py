@@ -12,6 +12,8 @@ import json
 import subprocess
 from typing import Any
 
+from runner import privacy
+
 PROBE_TIMEOUT_SECONDS = 60
 
 PROBE_SCRIPT = r"""
@@ -76,17 +78,23 @@ def probe_interpreter(python: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> di
               "backends": {name: {"available": False, "reason": "the interpreter could not be probed"}
                            for name in ("gloo", "nccl", "mpi")}}
     try:
-        result = subprocess.run([python, "-c", PROBE_SCRIPT], capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run([python, "-c", PROBE_SCRIPT], capture_output=True, text=True, timeout=timeout,
+                                errors="replace", umask=privacy.user_umask())  # the user's interpreter: the user's umask
     except FileNotFoundError:
         return {**failed, "error": f"{python}: no such interpreter"}
     except PermissionError:
         return {**failed, "error": f"{python}: not executable"}
     except subprocess.TimeoutExpired:
         return {**failed, "error": f"{python} did not answer within {timeout:.0f} s"}
-    except OSError as error:
-        return {**failed, "error": f"{python}: {error.strerror or error}"}
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        return {**failed, "error": f"{python}: {getattr(error, 'strerror', None) or error}"}
     for line in result.stdout.splitlines():
         if line.startswith("RANKWATCH_PROBE "):
-            return json.loads(line[len("RANKWATCH_PROBE "):])
+            try:
+                answer = json.loads(line[len("RANKWATCH_PROBE "):])
+            except ValueError:
+                continue
+            if isinstance(answer, dict) and isinstance(answer.get("backends"), dict):
+                return answer
     detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
     return {**failed, "error": f"{python} is not a working Python ({detail})"}

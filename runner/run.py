@@ -35,6 +35,12 @@ from runner import paths
 from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.monitors import start_monitors
 from runner.diagnosis.triage import TriageInput, triage
+from runner.exit_status import (
+    EXIT_KILLED,
+    EXIT_NOT_STARTED,
+    describe_stop_reason,
+    stopped_run_exit_code,
+)
 from runner.hub.hub import Hub
 from runner.hub.observer import HubObserver
 from runner.launch.command import (
@@ -57,14 +63,15 @@ from runner.remote.preflight import preflight_nodes
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import detect_machine
 from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage
+from runner.slurm.nodes import SlurmNodes
+from runner.slurm.preflight import preflight_slurm
+from runner.slurm.script import slurm_plan
 from runner.state import NodeState, RankState, RunStatus
-from runner.telemetry.loss_parser import LossParser
+from runner.telemetry.stdout_parser import StdoutMetrics
 
 STOP_GRACE_SECONDS = 5.0
 FINAL_MESSAGES_WAIT_SECONDS = 3.0
 MONITOR_INTERVAL_SECONDS = 0.5
-EXIT_INTERRUPTED = 130
-EXIT_NOT_STARTED = 127
 
 
 @dataclass(frozen=True)
@@ -89,10 +96,14 @@ def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_
     launch = resolve(profile.spec, machine, profile.base_dir)
     errors = check_launch(launch, machine, probe_interpreter=probe_interpreter)
     if probe_interpreter:
-        errors += preflight_nodes(launch)  # remote nodes, over ssh: reachable, Rankwatch and torch there
+        # remote nodes, over ssh: reachable, Rankwatch and torch there; Slurm: sbatch --test-only and the same
+        errors += preflight_slurm(launch) if launch.spec.slurm else preflight_nodes(launch)
     if errors:
         raise SpecErrors(errors)
-    plan = plan_rendezvous(launch) if check_ports else RendezvousPlan(mode=launch.spec.rendezvous.mode)
+    if launch.spec.slurm:
+        plan = slurm_plan()  # c10d on the first allocated node, found when the job runs
+    else:
+        plan = plan_rendezvous(launch) if check_ports else RendezvousPlan(mode=launch.spec.rendezvous.mode)
     return PreparedLaunch(profile=profile, launch=launch, plan=plan, machine=machine)
 
 
@@ -130,15 +141,19 @@ class Run(HubObserver):
         self.evidence = TriageEvidence(TriageInput(
             legacy_local_rank=self.spec.legacy_local_rank, backend=self.launch.backend,
             cpu_mode=self.launch.cpu_mode, interpreter=self.launch.head.python))
-        self.loss_parser = LossParser(self.spec.telemetry.loss_pattern) if self.spec.telemetry.parse_stdout else None
+        self.stdout_metrics = StdoutMetrics(self.spec.telemetry.loss_pattern) if self.spec.telemetry.parse_stdout else None
         self.monitors: list = []
         """Diagnosis monitors: objects with ``tick(now)``, called every ``MONITOR_INTERVAL_SECONDS``."""
         self._stop_requested = asyncio.Event()
         self._force_requested = asyncio.Event()
         self._stop_reason: str | None = None
+        self.received_signal: int | None = None
+        """The first SIGINT/SIGTERM/SIGHUP this process received (``runner.exit_status``)."""
         self._samplers: list = []
         self.remote: RemoteNodes | None = None
         """Jobs with remote nodes: the agents' TCP listener and those nodes (``runner.remote``)."""
+        self.slurm: SlurmNodes | None = None
+        """Slurm runs: the job and its nodes (``runner.slurm``), also ``remote``."""
         self._loop: asyncio.AbstractEventLoop  # set first thing in ``execute``
         self.exit_code: int | None = None
 
@@ -153,6 +168,7 @@ class Run(HubObserver):
 
     def _install_signal_handlers(self) -> None:
         def on_signal(number: int) -> None:
+            self.received_signal = self.received_signal or number
             # A second Ctrl-C means "now": skip the grace period.
             self.request_stop(force=self._stop_requested.is_set(), reason=signal.Signals(number).name)
 
@@ -192,16 +208,12 @@ class Run(HubObserver):
             self.hub.add_log(rank, line.stream, line.text, line.t, node=node.host)
 
     def _on_log(self, rank: int | None, t: float, stream: str, line: str, node: str | None) -> None:
-        """Every captured line, local or forwarded by an agent: a printed loss (``--parse-stdout``)."""
+        """Every captured line, local or forwarded by an agent: printed metrics (``--parse-stdout``)."""
         if rank is None:
             return
-        if self.loss_parser is not None:
-            parsed = self.loss_parser.parse(line)
-            if parsed is not None:
-                value, step = parsed
-                if step is None:
-                    step = self.hub.model.row(rank).step
-                self.hub.add_metric(MetricRecord(rank, t, step, "loss", value, "parsed"))
+        if self.stdout_metrics is not None:
+            for step, name, value in self.stdout_metrics.points(rank, line, self.hub.model.row(rank).step):
+                self.hub.add_metric(MetricRecord(rank, t, step, name, value, "parsed"))
 
     def _global_rank(self, node_rank: int, local_rank: int) -> int:
         """Older torch prefixes lines with the local rank; map it through the hellos."""
@@ -241,14 +253,15 @@ class Run(HubObserver):
             command="\n".join(c.shell_text() for c in commands), host=socket.gethostname(),
             workdir=self.launch.head.workdir, runner_pid=os.getpid(), socket=None,
             world_size=self.launch.world_size, status=RunStatus.STARTING.value)
-        self.run_dir = paths.run_dir(self.run_id)
-        (self.run_dir / "stacks").mkdir(parents=True, exist_ok=True)
+        self.run_dir = paths.make_run_dir(self.run_id)  # 0700, with its stacks and torchrun folders
         self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
         await self.hub.serve_unix(self.socket_path)
         if remote_nodes(self.launch):
             # A lost node fails the run: the others are stopped (their collectives could only
             # hang), but the run is not "stopped on request".
-            self.remote = RemoteNodes(self.hub, self.run_key, self.token, on_lost=self._on_node_lost)
+            nodes_class = SlurmNodes if self.spec.slurm else RemoteNodes
+            self.remote = nodes_class(self.hub, self.run_key, self.token, on_lost=self._on_node_lost)
+            self.slurm = self.remote if isinstance(self.remote, SlurmNodes) else None
             await self.remote.listen(self.launch, self.prepared.plan)
         self.hub.add_observer(self)
         self.hub.add_observer(self.evidence)
@@ -302,8 +315,9 @@ class Run(HubObserver):
         interval = self.spec.telemetry.sample_interval
         self._samplers = [
             ProcessSampler(interval, pids=self._local_pids, emit=self._thread_safe(self._on_process_rows)),
-            GpuSampler(interval, emit=self._thread_safe(self._on_gpu_report)),
         ]
+        if self.slurm is None:  # this machine's GPUs are not a Slurm job's
+            self._samplers.append(GpuSampler(interval, emit=self._thread_safe(self._on_gpu_report)))
         for sampler in self._samplers:
             sampler.start()
 
@@ -355,11 +369,13 @@ class Run(HubObserver):
             self.nodes = self._create_nodes()
             for handle in self.nodes:
                 await handle.start()
-                await self.hub.update_node(handle.node.node_rank, handle.node.host, NodeState.RUNNING.value)
+                if self.slurm is None:  # a Slurm job's nodes run once Slurm allocates them (runner.slurm)
+                    await self.hub.update_node(handle.node.node_rank, handle.node.host, NodeState.RUNNING.value)
         except (OSError, SpecErrors) as error:
             await self._stop_nodes(force=True)
             return await self._finish_unstarted(f"could not start the job: {error}")
-        await self.hub.update_run(started=time.time(), status=RunStatus.RUNNING.value)
+        if self.slurm is None:  # a Slurm job is pending until Slurm starts it
+            await self.hub.update_run(started=time.time(), status=RunStatus.RUNNING.value)
         self._start_samplers()
         self._start_monitors()
         watcher = asyncio.create_task(self._watch(), name="run-monitors")
@@ -371,7 +387,9 @@ class Run(HubObserver):
         stopped = stop_task.done() and not all_done.done()
         if stopped:
             await self.hub.update_run(status=RunStatus.STOPPING.value)
-            self.hub.add_event(EventKind.STOPPING, None, f"stopping the job ({self._stop_reason})")
+            self.hub.add_event(EventKind.STOPPING, None,
+                               f"stopping the job ({describe_stop_reason(self._stop_reason)})",
+                               stopped_by=describe_stop_reason(self._stop_reason))
             forced = asyncio.create_task(self._escalate_on_force())
             await self._stop_nodes(force=self._force_requested.is_set())
             forced.cancel()
@@ -382,15 +400,29 @@ class Run(HubObserver):
         self._stop_samplers()
         await self._await_final_messages()
         exit_code = next((code for code in codes if code), 0)
+        if stopped:  # one code whoever asked (runner.exit_status); 137 when it had to be killed
+            exit_code = stopped_run_exit_code(killed=self._force_requested.is_set() or EXIT_KILLED in codes)
         return await self._finish(exit_code, stopped)
 
     async def _wait_node(self, handle: NodeHandle) -> int:
-        code = await handle.wait()
+        """The node's torchrun exit status. Never raises: a node that cannot be waited for
+        counts as failed, and a node end the store cannot take (a full disk) is still the
+        node's end; either is said in an event rather than crashing the runner mid-run."""
+        try:
+            code = await handle.wait()
+        except Exception as error:
+            self.hub.add_event(EventKind.WARNING, None, f"lost track of node {handle.node.host}'s torchrun: {error}")
+            code = EXIT_NOT_STARTED
         if getattr(handle, "lost_at", None) is not None:
             return code  # a remote node that dropped out: already recorded LOST, with the time
+        if self.slurm is not None:
+            return code  # runner.slurm records its nodes as Slurm reports them
         state = NodeState.EXITED if code == 0 else NodeState.FAILED
-        await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
-                                   detail=f"torchrun exit status {code}")
+        try:
+            await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
+                                       detail=f"torchrun exit status {code}")
+        except Exception as error:
+            self.hub.add_event(EventKind.WARNING, None, f"could not record the end of node {handle.node.host}: {error}")
         return code
 
     async def _stop_nodes(self, force: bool) -> None:
@@ -414,10 +446,18 @@ class Run(HubObserver):
         first = (summary.get("first_failure") or {}).get("rank")
         failed_with_exception = set(self.triage_input.exceptions)
         report = self.triage_input.report
+        # One exit code per rank everywhere: the one triage settled on (the OS's status from
+        # torchrun's report beats the rank's own last word; runner.exit_status).
+        triaged = {failure["rank"]: failure.get("exit_code")
+                   for failure in [summary.get("first_failure") or {}, *(summary.get("other_failures") or [])]
+                   if failure.get("rank") is not None}
         for row in self.hub.model.ranks.values():
             state = RankState(row.state)
             reported = report.for_rank(row.rank) if report else None
-            if reported is not None and row.exit_code is None:
+            if triaged.get(row.rank) is not None:
+                row.exit_code = triaged[row.rank]
+            elif reported is not None and reported.exit_code is not None and (
+                    row.exit_code is None or reported.exit_code < 0):
                 row.exit_code = reported.exit_code
             if state == RankState.EXITED and row.exit_code == 0:
                 continue
@@ -438,12 +478,20 @@ class Run(HubObserver):
             summary["headline"] += f" (store incomplete: {summary['store_incomplete']})"
 
     async def _finish(self, exit_code: int, stopped: bool) -> int:
-        if stopped and self._stop_reason == "SIGINT":
-            exit_code = EXIT_INTERRUPTED
-        summary = triage(self.evidence.conclude(), exit_code, stopped)
-        self._final_rank_states(summary, stopped)
+        # Slurm ending the job (time limit, preemption, a scancel from outside) stopped the ranks.
+        ranks_stopped = stopped or (self.slurm is not None and self.slurm.ended_from_outside)
+        summary = triage(self.evidence.conclude(), exit_code, ranks_stopped)
+        if stopped:
+            who = describe_stop_reason(self._stop_reason)
+            how = "killed (SIGKILL)" if exit_code == stopped_run_exit_code(killed=True) else "ended with SIGTERM"
+            summary["stopped_by"] = who
+            if summary.get("headline") == "stopped on request":  # no finding to lead with: say who and how
+                summary["headline"] = f"stopped on request ({who}): the job was {how}"
+        self._final_rank_states(summary, ranks_stopped)
         self._note_losses(summary)
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
+        if self.slurm is not None:  # Slurm's own record of the end, in the summary
+            status, exit_code = await self.slurm.conclude(summary, status, exit_code)
         self.hub.add_event(EventKind.RUN_FINISHED, None, summary["headline"], status=status.value,
                            exit_code=exit_code, summary=summary)
         await self.hub.update_run(ended=time.time(), status=status.value, exit_code=exit_code, summary=summary)

@@ -16,12 +16,18 @@ class RunStatus(str, Enum):
             |                            |      --torchrun exit != 0---> FAILED
             |                            +--stop asked--> STOPPING --> STOPPED
             +--spec/launch error---------------------------------------> FAILED
+            +--queued (Slurm)--> PENDING --allocated--> RUNNING
+                                    +--cancelled while queued--> STOPPING --> STOPPED
+
+    ``PENDING``: waiting in a scheduler's queue; the run's events say why (Slurm's
+    reason) and where in the queue (``runner.slurm``).
 
     ``LOST`` marks a run whose runner died without recording an end (found later
     by a reader: the runner's pid is gone but ``ended`` is empty).
     """
 
     STARTING = "starting"
+    PENDING = "pending"
     RUNNING = "running"
     STOPPING = "stopping"
     SUCCEEDED = "succeeded"

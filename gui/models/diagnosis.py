@@ -8,8 +8,9 @@ Two sources, both from the runner (``runner/diagnosis``):
   ``hints`` (cause -> advice) and ``diagnostics`` (what the monitors found);
 * the **events** the monitors publish while the run goes on: ``stalled`` /
   ``resumed`` (``stalls``), ``straggler`` (``stragglers``), ``divergence``
-  (``consistency``), ``stacks`` (``stacks``), ``node_lost`` (several nodes),
-  ``rank_failed`` and ``run_finished``.
+  (``consistency``), ``stacks`` (``stacks``: who holds up the others),
+  ``launch_mismatch`` (``launcher``: a script that does not fit torchrun),
+  ``node_lost`` (several nodes), ``rank_failed`` and ``run_finished``.
 
 :class:`DiagnosisModel` follows a :class:`~gui.models.monitor.MonitorModel` (a live
 run, or a finished one loaded from the store: its events are replayed the same
@@ -20,12 +21,15 @@ odd input (a field that is missing is shown as unknown).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
+from gui.models.stacks import ERROR as STACKS_ERROR
+from gui.models.stacks import INFO as STACKS_INFO
 from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
 from rankwatch._protocol import EventKind, RankFailure, describe_end_of
 from rankwatch._protocol import as_float as _float
@@ -34,9 +38,10 @@ from rankwatch._protocol import as_int as _int
 ERROR, WARNING, INFO = "error", "warning", "info"
 """Banner levels."""
 
-STALLED, RESUMED, STRAGGLER, DIVERGENCE, STACKS, NODE_LOST, RANK_FAILED, RUN_FINISHED = (
+STALLED, RESUMED, STRAGGLER, DIVERGENCE, STACKS, NODE_LOST, RANK_FAILED, RUN_FINISHED, LAUNCH_MISMATCH = (
     EventKind.STALLED.value, EventKind.RESUMED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value,
-    EventKind.STACKS.value, EventKind.NODE_LOST.value, EventKind.RANK_FAILED.value, EventKind.RUN_FINISHED.value)
+    EventKind.STACKS.value, EventKind.NODE_LOST.value, EventKind.RANK_FAILED.value, EventKind.RUN_FINISHED.value,
+    EventKind.LAUNCH_MISMATCH.value)
 EXCEPTION, CONNECTION_LOST, STOPPING = (EventKind.EXCEPTION.value, EventKind.CONNECTION_LOST.value,
                                         EventKind.STOPPING.value)
 """Event kinds, as the contract defines them (``rankwatch._protocol.EventKind``)."""
@@ -200,6 +205,8 @@ class DiagnosisModel:
         """rank -> its active ``straggler`` event."""
         self.divergences: list[dict[str, Any]] = []
         self.lost_nodes: dict[int, dict[str, Any]] = {}
+        self.launch_mismatches: dict[str, dict[str, Any]] = {}
+        """key -> the ``launch_mismatch`` event (the first rank that showed it)."""
         self.early_failures: list[dict[str, Any]] = []
         """``exception``, ``rank_failed`` and ``connection_lost`` events: what is known of a
         failure before the runner's triage names the first one (at the end of the run)."""
@@ -215,6 +222,7 @@ class DiagnosisModel:
         self._take_events(list(self.monitor.events))
         self._events_seen = self.monitor.events_total
         self._summary_seen = self.summary
+        self._load_stored_capture()
         self.changed.emit()
 
     def _on_events_added(self) -> None:
@@ -230,7 +238,27 @@ class DiagnosisModel:
         summary = self.summary
         if summary is not self._summary_seen and summary != self._summary_seen:
             self._summary_seen = summary
+            self._load_stored_capture()
             self.changed.emit()
+
+    def _load_stored_capture(self) -> None:
+        """The last capture of a finished run whose ``stacks`` events are no longer in memory: its file."""
+        if self.capture is not None:
+            return
+        stacks = self.diagnostics.get("stacks")
+        path = stacks.get("json_path") if isinstance(stacks, dict) else None
+        if not isinstance(path, str) or not path:
+            return
+        try:
+            with open(path, encoding="utf-8") as handle:
+                capture = json.load(handle)
+        except (OSError, ValueError):
+            return  # moved or deleted: the summary's verdict is still shown in the findings
+        if isinstance(capture, dict) and isinstance(capture.get("groups"), list):
+            capture.pop("threads", None)
+            self.capture = {**capture, "kind": STACKS}
+            self.captures += 1
+            self.stacks_received.emit(self.capture)
 
     def _take_events(self, events: list[dict[str, Any]]) -> bool:
         """Apply events in order; True when anything the diagnosis shows changed."""
@@ -266,6 +294,11 @@ class DiagnosisModel:
                 self._note(Finding(STACKS, None, None, f"stacks ({layout.reason}): {layout.verdict}", False,
                                    _float(event.get("t"))))
                 self.stacks_received.emit(event)
+            elif kind == LAUNCH_MISMATCH and isinstance(event.get("key"), str):
+                self.launch_mismatches[event["key"]] = event
+                self._note(Finding(LAUNCH_MISMATCH, _int(rank), None,
+                                   str(event.get("title") or event.get("cause") or event.get("message") or ""),
+                                   event.get("level") != "info", _float(event.get("t"))))
             elif kind == NODE_LOST:
                 node_rank = _int(event.get("node_rank"))
                 self.lost_nodes[node_rank if node_rank is not None else -1] = event
@@ -376,12 +409,15 @@ class DiagnosisModel:
                                      ranks=tuple(divergence.get("ranks") or ())))
         if STACKS not in kinds and isinstance(diagnostics.get("stacks"), dict):
             stacks = diagnostics["stacks"]
-            outlier = stacks.get("outlier") or {}
-            frame = outlier.get("frame") or {}
-            text = (f"stacks ({stacks.get('reason')}): {ranks_text(outlier.get('ranks') or [outlier.get('rank')])} "
-                    f"differs at {frame.get('file')}:{frame.get('line')} in {frame.get('function')}"
-                    if frame else f"stacks ({stacks.get('reason')}) of ranks {stacks.get('ranks')}")
+            verdict = stacks.get("verdict") if isinstance(stacks.get("verdict"), dict) else {}
+            text = f"stacks ({stacks.get('reason')}): {verdict.get('message') or 'captured'}"
             found.append(Finding(STACKS, None, None, text, False, _float(stacks.get("t"))))
+        if LAUNCH_MISMATCH not in kinds:
+            for record in diagnostics.get("launcher") or []:
+                if isinstance(record, dict):
+                    found.append(Finding(LAUNCH_MISMATCH, None, None, str(record.get("title") or record.get("cause")),
+                                         record.get("level") != "info",
+                                         ranks=tuple(r for r in record.get("ranks") or [] if isinstance(r, int))))
         return found
 
     def rank_notes(self, now: float | None = None) -> dict[int, str]:
@@ -404,9 +440,12 @@ class DiagnosisModel:
                 if isinstance(rank, int):
                     notes.setdefault(rank, []).append(f"diverged at step {event.get('step')}")
         capture = self.stacks_layout()
-        if capture is not None and capture.outlier is not None and capture.outlier.first_difference is not None:
-            for rank in capture.outlier.ranks:
-                notes.setdefault(rank, []).append(f"stack differs at {capture.outlier.first_difference.location}")
+        if capture is not None and capture.level != STACKS_INFO:
+            for column in capture.culprit_columns:
+                frame = column.marked_frame
+                for rank in column.ranks:
+                    notes.setdefault(rank, []).append("culprit: " + (f"stuck at {frame.location}" if frame else
+                                                                     column.what))
         return {rank: "; ".join(dict.fromkeys(texts)) for rank, texts in notes.items()}
 
     def rank_lines(self) -> list[RankLine]:
@@ -448,12 +487,15 @@ class DiagnosisModel:
                     text += f" · {lost}"
                 return Banner(ERROR, text, "failure", first.rank if first else None,
                               more=len([f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)]))
-            interesting = [f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)]
+            interesting = [f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)
+                           or (f.kind == LAUNCH_MISMATCH and f.active)]
             if outcome == "stopped" and any(f.kind == STALLED for f in interesting):
                 return Banner(WARNING, self.headline, "hang", more=len(interesting) - 1)
+            if outcome == "stopped" and any(f.kind == LAUNCH_MISMATCH for f in interesting):
+                return Banner(WARNING, self.headline, LAUNCH_MISMATCH, more=len(interesting) - 1)
             if interesting:
                 parts = []
-                for kind in (STALLED, STRAGGLER, DIVERGENCE):
+                for kind in (STALLED, STRAGGLER, DIVERGENCE, LAUNCH_MISMATCH):
                     texts = list(dict.fromkeys(f.text for f in interesting if f.kind == kind))
                     if texts:
                         parts.append(texts[0])
@@ -468,10 +510,14 @@ class DiagnosisModel:
             stalls = list(self.stalls.values())
             text = _stall_line(stalls, now)
             layout = self.stacks_layout()
-            if layout is not None and layout.outlier is not None and layout.outlier.first_difference is not None:
-                frame = layout.outlier.first_difference
-                text += f" · {ranks_text(layout.outlier.ranks)} differs at {frame.text}"
-            candidates.append(Banner(WARNING, text, "stall", min(self.stalls)))
+            if layout is not None and layout.level != STACKS_INFO and layout.verdict:
+                text += f" · {layout.verdict}"
+            culprits = layout.culprits if layout is not None and layout.level == STACKS_ERROR else ()
+            candidates.append(Banner(WARNING, text, "stall", culprits[0] if culprits else min(self.stalls)))
+        for event in self.launch_mismatches.values():
+            if event.get("level") != "info":
+                candidates.append(Banner(WARNING, f"{event.get('title') or event.get('cause')} (see Diagnosis)",
+                                         LAUNCH_MISMATCH, _int(event.get("rank"))))
         if self.early_failures and not candidates:
             event = min(self.early_failures, key=lambda e: _float(e.get("t")) or 0.0)
             candidates.append(Banner(ERROR, f"{_early_failure_text(event)}; waiting for the runner's diagnosis…",

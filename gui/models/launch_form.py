@@ -25,6 +25,7 @@ from typing import Any
 
 from gui.models import Event
 from gui.models.probe import InterpreterInfo
+from gui.models.slurm_form import SlurmForm
 from runner.launch.command import RendezvousPlan, build_commands
 from runner.launch.ports import free_port
 from runner.launch.rendezvous import plan_rendezvous
@@ -46,6 +47,7 @@ from runner.profile.spec import (
     TelemetrySpec,
 )
 from runner.sampling.gpu_report import GpuReport
+from runner.slurm.script import render_by_hand
 
 ENTRY_SCRIPT = "script"
 ENTRY_MODULE = "module"
@@ -117,6 +119,8 @@ class FormState:
     omp_num_threads: int | str = AUTO
     env: tuple[tuple[str, str], ...] = ()
     legacy_local_rank: bool = False
+    slurm: SlurmForm = SlurmForm()  # noqa: RUF009 (frozen: one shared default is safe)
+    """The Slurm section (``gui.widgets.slurm_section``); off by default."""
     # Not on the form: carried from the loaded profile.
     telemetry: TelemetrySpec = TelemetrySpec()  # noqa: RUF009 (frozen: one shared default is safe)
     description: str | None = None
@@ -144,6 +148,7 @@ class FormState:
             omp_num_threads=spec.omp_num_threads,
             env=spec.env,
             legacy_local_rank=spec.legacy_local_rank,
+            slurm=SlurmForm.from_spec(spec.slurm),
             telemetry=spec.telemetry,
             description=spec.description,
         )
@@ -191,6 +196,10 @@ class FormState:
         table["rendezvous"] = {key: value for key, value in rendezvous.items() if value is not None}
         table["telemetry"] = spec_to_dict(LaunchSpec(telemetry=self.telemetry))["telemetry"]
         table["nodes"] = [node.to_table() for node in self.nodes]
+        slurm = self.slurm.to_table()
+        if slurm is not None:  # Slurm allocates the nodes and places the rendezvous
+            table["slurm"] = slurm
+            del table["nodes"], table["rendezvous"]
         return table
 
 
@@ -479,6 +488,8 @@ class LaunchFormModel:
                            ssh=ssh_target(command.node))
             for command in build_commands(launch, plan)
         )
+        if spec.slurm is not None:  # the sbatch script, to submit the same job by hand
+            commands = (CommandPreview(node_rank=0, host="sbatch script", text=render_by_hand(launch)),)
         notice = CHECKING_GPUS if self._gpu_report is None else None
         return Evaluation(spec=spec, errors=tuple(errors), commands=commands, dirty=dirty,
                           notice=notice, launch=launch, picked_at_launch=picked_at_launch(spec))

@@ -15,17 +15,17 @@ the GUI thread once complete; after that only the GUI thread touches it.
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gui.charts.decimation import Series
 from gui.models import Event
 from rankwatch import _protocol
+from runner.exit_status import describe_exit_code
 from runner.state import RankState, RunStatus
+from runner.view.progress import Progress, ProgressTracker, compute_progress
 
 LOG_LIMIT = 50_000
 """Log lines kept in memory; the store has them all."""
@@ -46,16 +46,6 @@ DATA_WAIT_SHARE = _protocol.DATA_WAIT_SHARE
 SOURCE_PRIORITY = _protocol.SOURCE_PRIORITY
 """When a rank reports one metric from several sources, charts show one (the hub ranks them alike)."""
 
-TOTAL_STEP_METRICS = ("total_steps", "max_steps", "num_steps")
-TOTAL_EPOCH_METRICS = ("epochs", "total_epochs", "num_epochs", "max_epochs")
-STEPS_PER_EPOCH_METRICS = ("steps_per_epoch",)
-EPOCH_METRICS = ("epoch",)
-_STEP_ARGS = ("--max-steps", "--max_steps", "--total-steps", "--total_steps", "--num-steps", "--num_steps",
-              "--steps")
-_EPOCH_ARGS = ("--epochs", "--num-epochs", "--num_epochs", "--max-epochs", "--max_epochs", "--n-epochs",
-               "--n_epochs")
-_STEPS_PER_EPOCH_LINE = re.compile(r"\b(\d+)\s+(?:steps|batches|iterations)\s+(?:per|an|each)\s+epoch\b", re.I)
-_RATE_WINDOW_S = 60.0
 
 
 class LogEntry(NamedTuple):
@@ -110,23 +100,6 @@ class LogBuffer:
         if new > len(self.entries):
             return list(self.entries), False
         return [self.entries[i] for i in range(len(self.entries) - new, len(self.entries))], True
-
-
-@dataclass(frozen=True)
-class Progress:
-    step: int | None
-    total_steps: int | None
-    epoch: int | None
-    total_epochs: int | None
-    elapsed_s: float | None
-    eta_s: float | None
-    steps_per_s: float | None
-
-    @property
-    def fraction(self) -> float | None:
-        if self.step is None or not self.total_steps:
-            return None
-        return max(0.0, min(1.0, self.step / self.total_steps))
 
 
 RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %",
@@ -205,7 +178,7 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "") -> tuple[str, ..
         "" if step_time is None else f"{1000.0 * step_time:.1f}",
         "" if share is None else f"{100.0 * share:.0f}",
         format_age(heartbeat_age(row, now)),
-        _text(row.get("exit_code")),
+        "" if row.get("exit_code") is None else describe_exit_code(row.get("exit_code")),
         note,
     )
 
@@ -256,9 +229,7 @@ class MonitorModel:
         self.events_total = 0
         self._series: dict[str, dict[int, dict[str, Series]]] = {}
         self._step_pairs: dict[int, _protocol.StepPairs] = {}
-        self._progress_marks: deque[tuple[float, float]] = deque()
-        self._last_step: float | None = None
-        self._steps_per_epoch_from_log: int | None = None
+        self._progress = ProgressTracker()
         self.gpu_memory_total: dict[int, float] = {}
         self.history_done = False
         self.end_reason: str | None = None
@@ -395,7 +366,7 @@ class MonitorModel:
             series.append(_numbers(steps), times, _numbers(values))
             count += len(values)
             if name != DATA_WAIT_SHARE:
-                self._note_progress(steps, times)
+                self._progress.note_steps(steps, times)
             if self.first_t is None and times:
                 self.first_t = float(min(times))
         self.points_total += count
@@ -466,10 +437,7 @@ class MonitorModel:
             node = row[4] if len(row) > 4 else None
             entries.append(LogEntry(None if rank is None else int(rank), float(t or 0.0), str(stream or "stdout"),
                                     str(line), node))
-            if self._steps_per_epoch_from_log is None:
-                found = _STEPS_PER_EPOCH_LINE.search(str(line))
-                if found:
-                    self._steps_per_epoch_from_log = int(found.group(1))
+            self._progress.note_line(str(line))
         if entries:
             self.logs.extend(entries)
             self.logs_added.emit()
@@ -503,23 +471,6 @@ class MonitorModel:
             if new_key:
                 self.series_added.emit(name, key)
         return series
-
-    def _note_progress(self, steps: list, times: list) -> None:
-        """Remember (time, step) marks about every half second for the rate behind the ETA."""
-        marks = self._progress_marks
-        last = -math.inf if self._last_step is None else self._last_step
-        for step, t in zip(steps, times, strict=False):
-            if step is None or step <= last or (isinstance(step, float) and math.isnan(step)):
-                continue
-            last = float(step)
-            if len(marks) >= 2 and t - marks[-2][0] < 0.5:
-                marks[-1] = (float(t), last)
-            else:
-                marks.append((float(t), last))
-        if last != -math.inf:
-            self._last_step = last
-        while len(marks) > 2 and marks[-1][0] - marks[1][0] > _RATE_WINDOW_S:
-            marks.popleft()
 
     # ---- reading -------------------------------------------------------------------
 
@@ -581,61 +532,13 @@ class MonitorModel:
         steps = [row["step"] for row in self.ranks.values() if row.get("step") is not None]
         if steps:
             return int(max(steps))
-        return None if self._last_step is None else int(self._last_step)
-
-    def _spec_number(self, flags: tuple[str, ...]) -> int | None:
-        args = [str(a) for a in (self.spec.get("args") or [])]
-        for index, arg in enumerate(args):
-            for flag in flags:
-                text = None
-                if arg == flag and index + 1 < len(args):
-                    text = args[index + 1]
-                elif arg.startswith(flag + "="):
-                    text = arg.split("=", 1)[1]
-                if text is not None:
-                    try:
-                        return int(text)
-                    except ValueError:
-                        return None
-        return None
+        return None if self._progress.last_step is None else int(self._progress.last_step)
 
     def progress(self, now: float | None = None) -> Progress:
-        """Step, epoch, elapsed and, when the number of steps is known, an ETA.
-
-        The total comes from a metric the script logs (``total_steps``, or
-        ``steps_per_epoch`` times ``epochs``), from the script's arguments
-        (``--max-steps``, ``--epochs``) or from a printed "N steps per epoch" line.
-        """
-        now = time.time() if now is None else now
-        step = self.current_step()
-        total_steps = _int_or_none(self.last_value(TOTAL_STEP_METRICS)) or self._spec_number(_STEP_ARGS)
-        total_epochs = _int_or_none(self.last_value(TOTAL_EPOCH_METRICS)) or self._spec_number(_EPOCH_ARGS)
-        per_epoch = _int_or_none(self.last_value(STEPS_PER_EPOCH_METRICS)) or self._steps_per_epoch_from_log
-        if total_steps is None and per_epoch and total_epochs:
-            total_steps = per_epoch * total_epochs
-        epoch = _int_or_none(self.last_value(EPOCH_METRICS))
-        if epoch is None and per_epoch and step is not None:
-            epoch = step // per_epoch
-        elapsed = None
-        if self.run and self.run.get("started"):
-            end = self.run.get("ended") or now
-            elapsed = max(0.0, float(end) - float(self.run["started"]))
-        rate = None
-        marks = self._progress_marks
-        if len(marks) >= 2:
-            (t_old, s_old), (t_new, s_new) = marks[0], marks[-1]
-            if t_new - t_old > 0.5 and s_new > s_old:
-                rate = (s_new - s_old) / (t_new - t_old)
-        eta = None
-        if total_steps and step is not None and not self.finished:
-            remaining = max(0, total_steps - step)
-            if remaining == 0:
-                eta = 0.0
-            elif rate:
-                eta = remaining / rate
-        if self.finished:
-            eta = None
-        return Progress(step, total_steps, epoch, total_epochs, elapsed, eta, rate)
+        """Step, epoch, elapsed and an ETA when the total is known (``runner.view.progress``)."""
+        return compute_progress(step=self.current_step(), last_value=self.last_value,
+                                args=self.spec.get("args") or [], tracker=self._progress, run=self.run,
+                                finished=self.finished, now=time.time() if now is None else now)
 
     # ---- loading a finished run ----------------------------------------------------
 
@@ -712,12 +615,6 @@ def summary_lines(summary: dict[str, Any] | None) -> tuple[str, list[str]]:
 
 def _numbers(values: list) -> list:
     return [math.nan if v is None else v for v in values]
-
-
-def _int_or_none(value: float | None) -> int | None:
-    if value is None or math.isnan(value):
-        return None
-    return int(value)
 
 
 def _spec_from_toml(text: str | None) -> dict[str, Any]:

@@ -1,24 +1,32 @@
-"""Every rank's stack side by side: the layout of one ``stacks`` capture, Qt-free.
+"""Every rank's stack side by side, and who holds up the others: one ``stacks`` capture, Qt-free.
 
 A capture is the ``stacks`` event (``runner.diagnosis.stacks.analyse``): groups of
-ranks with identical main-thread stacks, largest first, frames oldest call first;
-the group that differs from the majority carries ``differs_at`` (its first frame
-that is not in the reference stack). :func:`layout_capture` turns it into what the
-Stacks view draws: one :class:`StackColumn` per group, titled with its ranks, rows
-aligned by call depth (identical stacks share their top frames, so row ``i`` of
-every column is the same depth), the differing group and its first differing
-frame marked, and the ranks that gave no stack with the reason.
+ranks with identical main-thread stacks, frames oldest call first, each group with
+its role in the verdict -- the *culprit* (stuck outside the collective the others
+wait in), *waiting* (in that collective), *progressing* (never blamed) or *stuck*
+(no collective involved) -- and the index of its deepest frame of the user's own
+code. :func:`layout_capture` turns it into what the Stacks view draws: one
+:class:`StackColumn` per group, the culprit's line marked, the verdict with its
+level (``error`` only when a culprit or a mismatch is named: a snapshot of ranks
+that progress is never red), its details (file:line and the source line) and the
+ranks that gave no stack.
 
-Raises nothing: a capture without groups (no rank answered, or an older runner
-that sent one event per rank) lays out as no columns and says so.
+Raises nothing: a capture from an earlier Rankwatch (no verdict) is judged again
+from its frames (``ensure_verdict``); one without groups lays out as no columns.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
+
+from runner.diagnosis.stack_places import plural
+from runner.diagnosis.stacks import ensure_verdict
+
+CULPRIT, WAITING, PROGRESSING, STUCK = "culprit", "waiting", "progressing", "stuck"
+ERROR, WARNING, INFO = "error", "warning", "info"
 
 
 @dataclass(frozen=True)
@@ -26,10 +34,10 @@ class StackFrame:
     file: str
     line: int | None
     function: str
-    differs: bool = False
-    """At or below the group's first differing frame (only in a differing group)."""
-    first_difference: bool = False
-    """The group's first frame that is not in the reference stack: where to look."""
+    code: str | None = None
+    """The source line, as read when the capture was taken (None: not readable)."""
+    marked: bool = False
+    """The group's deepest frame of the user's own code: where a culprit is stuck, where a waiter called in."""
 
     @property
     def location(self) -> str:
@@ -52,23 +60,23 @@ class StackColumn:
     frames: tuple[StackFrame, ...]
     """Oldest call first (the script's ``<module>`` at the top), like a traceback."""
     role: str
-    """``majority`` (the reference group), ``differs`` (not the reference), ``same`` (all identical)
-    or ``tie`` (no strict majority: every group differs from the largest other one)."""
-
-    @property
-    def differs(self) -> bool:
-        return self.role in ("differs", "tie") and any(frame.first_difference for frame in self.frames)
+    """``culprit``, ``waiting``, ``progressing`` or ``stuck`` (see the module docstring)."""
+    what: str = ""
+    """Where the group is, in words: ``waits in barrier``, ``is in its own code``."""
 
     @property
     def title(self) -> str:
-        """``ranks 1, 2  (majority)`` or ``rank 0  ← differs``."""
-        suffix = {"majority": "  (majority)", "differs": "  ← differs", "same": "  (all ranks)",
-                  "tie": "  ← differs" if self.differs else ""}[self.role]
-        return ranks_text(self.ranks) + suffix
+        """``rank 1  ← culprit``, ``rank 0 · waits in barrier``, ``ranks 2, 3 · progressing``."""
+        if self.role == CULPRIT:
+            return ranks_text(self.ranks) + "  ← culprit"
+        if self.role == PROGRESSING:
+            return ranks_text(self.ranks) + " · progressing"
+        what = self.what if len(self.ranks) == 1 else plural(self.what)
+        return ranks_text(self.ranks) + (f" · {what}" if what else "")
 
     @property
-    def first_difference(self) -> StackFrame | None:
-        return next((frame for frame in self.frames if frame.first_difference), None)
+    def marked_frame(self) -> StackFrame | None:
+        return next((frame for frame in self.frames if frame.marked), None)
 
 
 @dataclass(frozen=True)
@@ -81,17 +89,23 @@ class StacksLayout:
     t: float | None
     identical: bool
     verdict: str
-    """One line: who differs and where, or that all stacks are the same."""
+    """One line: who holds up whom, or that the ranks progress (lower case: it also goes mid-sentence)."""
+    level: str = INFO
+    """``error`` (a culprit or mismatch named), ``warning`` (stuck, nobody to blame) or ``info``."""
+    details: tuple[str, ...] = ()
+    """Where each rank is: file:line, the functions that led there, the source line."""
+    culprits: tuple[int, ...] = ()
 
     @property
     def row_count(self) -> int:
         return max((len(column.frames) for column in self.columns), default=0)
 
     @property
-    def outlier(self) -> StackColumn | None:
-        """The one group that differs from the majority, when there is one."""
-        differing = [column for column in self.columns if column.role == "differs"]
-        return differing[0] if len(differing) == 1 else None
+    def culprit_columns(self) -> tuple[StackColumn, ...]:
+        return tuple(column for column in self.columns if column.role == CULPRIT)
+
+    def column_of(self, rank: int) -> StackColumn | None:
+        return next((column for column in self.columns if rank in column.ranks), None)
 
     @property
     def heading(self) -> str:
@@ -114,58 +128,32 @@ def is_capture(event: dict[str, Any]) -> bool:
     return event.get("kind") == "stacks" and isinstance(event.get("groups"), list)
 
 
-def _frame(data: dict[str, Any]) -> tuple[str, int | None, str]:
+def _frame(data: dict[str, Any], marked: bool) -> StackFrame:
     line = data.get("line")
-    return str(data.get("file") or "?"), (int(line) if isinstance(line, int) else None), str(data.get("function") or "?")
+    code = data.get("code")
+    return StackFrame(str(data.get("file") or "?"), int(line) if isinstance(line, int) else None,
+                      str(data.get("function") or "?"), code if isinstance(code, str) else None, marked)
 
 
 def layout_capture(capture: dict[str, Any]) -> StacksLayout:
+    capture = ensure_verdict(capture)
     groups = [g for g in capture.get("groups") or [] if isinstance(g, dict)]
-    identical = bool(capture.get("identical")) or len(groups) == 1
-    reference = capture.get("reference")
-    reference_ranks = tuple(reference) if isinstance(reference, list) else None
     columns = []
     for group in groups:
-        ranks = tuple(int(r) for r in group.get("ranks") or [])
-        differs_at = group.get("differs_at") if isinstance(group.get("differs_at"), dict) else None
-        first_index = differs_at.get("index") if differs_at else None
-        if identical:
-            role = "same"
-        elif reference_ranks is None:
-            role = "tie"
-        elif ranks == reference_ranks:
-            role = "majority"
-        else:
-            role = "differs"
-        frames = []
-        for index, data in enumerate(group.get("frames") or []):
-            file, line, function = _frame(data)
-            differs = first_index is not None and index >= first_index
-            frames.append(StackFrame(file, line, function, differs=differs,
-                                     first_difference=first_index is not None and index == first_index))
-        columns.append(StackColumn(ranks=ranks, frames=tuple(frames), role=role))
+        mark = group.get("mark") if isinstance(group.get("mark"), int) else None
+        frames = tuple(_frame(data, index == mark) for index, data in enumerate(group.get("frames") or [])
+                       if isinstance(data, dict))
+        columns.append(StackColumn(ranks=tuple(int(r) for r in group.get("ranks") or [] if isinstance(r, int)),
+                                   frames=frames, role=str(group.get("role") or STUCK),
+                                   what=str(group.get("what") or "")))
     missing = tuple((int(m.get("rank")), str(m.get("why") or "no stack"))
-                    for m in capture.get("missing") or [] if isinstance(m, dict) and m.get("rank") is not None)
-    layout = StacksLayout(columns=tuple(columns), missing=missing, reason=str(capture.get("reason") or ""),
-                          t=capture.get("t"), identical=identical and bool(columns), verdict="")
-    return replace(layout, verdict=_verdict(layout))
-
-
-def _verdict(layout: StacksLayout) -> str:
-    if not layout.columns:
-        return "No rank's stack could be read."
-    if layout.identical:
-        count = len(layout.columns[0].ranks)
-        innermost = layout.columns[0].frames[-1].text if layout.columns[0].frames else "?"
-        return f"All {count} ranks are at the same place: {innermost}."
-    outlier = layout.outlier
-    if outlier is not None and outlier.first_difference is not None:
-        frame = outlier.first_difference
-        verb = "differs" if len(outlier.ranks) == 1 else "differ"
-        return (f"{ranks_text(outlier.ranks)} {verb} at {frame.full_location} in {frame.function}; "
-                "the other ranks are elsewhere.")
-    parts = []
-    for column in layout.columns:
-        frame = column.first_difference or (column.frames[-1] if column.frames else None)
-        parts.append(f"{ranks_text(column.ranks)} at {frame.text if frame else '?'}")
-    return "The ranks disagree with no majority: " + "; ".join(parts) + "."
+                    for m in capture.get("missing") or [] if isinstance(m, dict) and isinstance(m.get("rank"), int))
+    verdict = capture.get("verdict") if isinstance(capture.get("verdict"), dict) else {}
+    message = str(verdict.get("message") or ("No rank's stack could be read." if not columns else ""))
+    return StacksLayout(
+        columns=tuple(columns), missing=missing, reason=str(capture.get("reason") or ""), t=capture.get("t"),
+        identical=bool(capture.get("identical")) and bool(columns),
+        verdict=message,
+        level=str(verdict.get("level") or INFO),
+        details=tuple(str(detail) for detail in verdict.get("details") or []),
+        culprits=tuple(int(r) for r in verdict.get("culprits") or [] if isinstance(r, int)))

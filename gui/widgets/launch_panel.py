@@ -52,6 +52,7 @@ from gui.widgets.env_table import EnvTable
 from gui.widgets.gpu_picker import GpuPicker
 from gui.widgets.nodes_table import NodesTable
 from gui.widgets.profile_list import ProfileList
+from gui.widgets.slurm_section import SlurmSection
 from runner.interpreters import discover_interpreters
 from runner.profile.spec import AUTO, BACKENDS, RENDEZVOUS_MODES
 
@@ -206,6 +207,9 @@ class LaunchPanel(QWidget):
         right.addWidget(self._build_processes_group())
         right.addWidget(self._build_distributed_group())
         right.addWidget(self._build_env_group())
+        self.slurm_section = SlurmSection(self._form)  # Slurm allocates the nodes when it is on
+        self.slurm_section.toggled.connect(lambda on: self.nodes_table.setEnabled(not on))
+        right.addWidget(self.slurm_section)
         right.addStretch(1)
         grid.addLayout(left, 0, 0)
         grid.addLayout(right, 0, 1)

@@ -476,6 +476,7 @@ class MonitorPanel(QWidget):
         force = self._stop_sent is not None or self.model.status == RunStatus.STOPPING.value
         self.stop_button.setText("Force stop…" if force else "Stop…")
         self.stacks_button.setEnabled(connected or live)
+        self.stacks_view.set_live(connected or live or not self.model.finished)
         self.detach_button.setEnabled(live)
         self.save_button.setEnabled(self.model.run is not None)
 

@@ -6,23 +6,9 @@ import time
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
-from gui.models.monitor import MonitorModel, Progress, format_duration
+from gui.models.monitor import MonitorModel, Progress
 from runner.state import RunStatus
-
-
-def progress_texts(progress: Progress, status: str | None) -> tuple[str, str]:
-    """(position, timing) texts, e.g. ``("epoch 2/10 · step 120/640", "elapsed 1:05 · ETA 4:31")``."""
-    parts = []
-    if progress.epoch is not None:
-        parts.append(f"epoch {progress.epoch}" + (f"/{progress.total_epochs}" if progress.total_epochs else ""))
-    if progress.step is not None:
-        parts.append(f"step {progress.step:,}" + (f"/{progress.total_steps:,}" if progress.total_steps else ""))
-    timing = []
-    if progress.elapsed_s is not None:
-        timing.append(f"elapsed {format_duration(progress.elapsed_s)}")
-    if progress.eta_s is not None and status in (RunStatus.RUNNING.value, RunStatus.STARTING.value):
-        timing.append(f"ETA {format_duration(progress.eta_s)}")
-    return " · ".join(parts) or "no steps yet", " · ".join(timing)
+from runner.view.progress import progress_texts
 
 
 class RunProgress(QWidget):

@@ -1,14 +1,16 @@
-"""The stacks view: every rank's Python stack side by side, identical ones collapsed.
+"""The stacks view: every rank's Python stack side by side, and who holds up the others.
 
-One column per group of ranks with the same main-thread stack (the ranks in the
-column header), oldest call first, rows aligned by call depth. The group that
-differs from the majority is tinted and its first differing frame is marked with
-file:line -- for a hang, that is where the odd rank waits (rank 0 in a
-``dist.barrier()`` the others never reach). Ranks that gave no stack are listed
-with the reason. The layout is :func:`gui.models.stacks.layout_capture`'s.
+One column per group of ranks with the same main-thread stack (the ranks and their
+role in the column header), oldest call first, rows aligned by call depth. Above
+them the verdict: the rank that is in no collective while the others wait in one
+is the *culprit* (red), its line marked in its column and spelled out with the
+source text below the verdict; ranks that progress are a snapshot, never red. The
+layout is :func:`gui.models.stacks.layout_capture`'s.
 
-The monitor's Dump stacks button asks the runner for a capture
-(``set_waiting``); the capture arrives as a ``stacks`` event and replaces the view.
+The monitor's Dump stacks button asks the runner for a capture (``set_waiting``);
+the capture arrives as a ``stacks`` event and replaces the view. Without a capture
+the view says why there is none: press Dump stacks while the run is live, or --
+for a run that ended (``set_live(False)``) -- that none was taken.
 """
 
 from __future__ import annotations
@@ -27,15 +29,29 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.models.stacks import StacksLayout, layout_capture
+from gui.models.stacks import (
+    CULPRIT,
+    ERROR,
+    PROGRESSING,
+    WAITING,
+    WARNING,
+    StacksLayout,
+    layout_capture,
+)
 from gui.widgets.rank_table import STATE_COLORS
 from runner.state import RankState
 
-DIFFERS_COLOR = STATE_COLORS[RankState.STALLED.value]
-FIRST_DIFFERENCE_COLOR = STATE_COLORS[RankState.FAILED.value]
-FIRST_DIFFERENCE_MARK = "  ◀ differs here"
+CULPRIT_COLOR = STATE_COLORS[RankState.FAILED.value]
+WAITING_COLOR = STATE_COLORS[RankState.STALLED.value]
+PROGRESSING_COLOR = STATE_COLORS[RankState.RUNNING.value]
+LEVEL_COLORS = {ERROR: CULPRIT_COLOR, WARNING: WAITING_COLOR}
+MARKS = {CULPRIT: "  ◀ stuck here", WAITING: "  ◀ waits here"}
+CULPRIT_MARK = MARKS[CULPRIT]
 NO_CAPTURE = ("No stack capture yet. Press Dump stacks to see where every rank is now; one is also taken "
               "automatically when ranks stall.")
+NO_CAPTURE_ENDED = ("This run has no stack capture: Rankwatch captures every rank's stack when a rank stalls "
+                    "(that needs step telemetry) or when Dump stacks is pressed while the run is live, and neither "
+                    "happened. Stacks cannot be taken after the ranks ended.")
 
 
 def _tint(color: QColor, alpha: int) -> QBrush:
@@ -50,9 +66,15 @@ class StacksView(QWidget):
         self.layout_shown: StacksLayout | None = None
         self.capture: dict[str, Any] | None = None
         self.waiting = False
+        self.live = True
+        """Whether a capture can still be asked for (the run is live); says which empty text to show."""
         self.verdict = QLabel(NO_CAPTURE)
         self.verdict.setWordWrap(True)
         self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details = QLabel()
+        self.details.setWordWrap(True)
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.heading = QLabel()
         self.heading.setObjectName("hint")
         self.table = QTableWidget(0, 0)
@@ -73,6 +95,7 @@ class StacksView(QWidget):
         layout.setContentsMargins(4, 4, 4, 4)
         layout.setSpacing(4)
         layout.addWidget(self.verdict)
+        layout.addWidget(self.details)
         layout.addWidget(self.heading)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.missing)
@@ -81,6 +104,13 @@ class StacksView(QWidget):
         self._update_empty()
 
     # ---- public ----------------------------------------------------------------------
+
+    def set_live(self, live: bool) -> None:
+        """Whether the run is live (Dump stacks can be pressed); changes only what an empty view says."""
+        if live != self.live:
+            self.live = live
+            if self.layout_shown is None:
+                self._update_empty()
 
     def set_waiting(self, waiting: bool = True) -> None:
         """A capture was asked for: say so until it arrives."""
@@ -117,15 +147,20 @@ class StacksView(QWidget):
                 texts.append(item.text())
         return texts
 
-    def marked_cells(self) -> list[tuple[int, int, str]]:
-        """(row, column, text) of every cell marked as a group's first differing frame."""
+    def marked_cells(self, role: str = CULPRIT) -> list[tuple[int, int, str]]:
+        """(row, column, text) of every cell marked as where a group of ``role`` is (a culprit: stuck)."""
         found = []
         for column in range(self.table.columnCount()):
             for row in range(self.table.rowCount()):
                 item = self.table.item(row, column)
-                if item is not None and item.data(Qt.ItemDataRole.UserRole) == "first_difference":
+                if item is not None and item.data(Qt.ItemDataRole.UserRole) == role:
                     found.append((row, column, item.text()))
         return found
+
+    def verdict_color(self) -> str | None:
+        """The verdict's colour name (``None``: plain text, for a snapshot of ranks that progress)."""
+        color = LEVEL_COLORS.get(self.layout_shown.level) if self.layout_shown is not None else None
+        return None if color is None else color.name()
 
     # ---- drawing ---------------------------------------------------------------------
 
@@ -133,16 +168,18 @@ class StacksView(QWidget):
         self.table.clear()
         self.table.setRowCount(0)
         self.table.setColumnCount(0)
-        self.verdict.setText(NO_CAPTURE)
+        self.verdict.setText(NO_CAPTURE if self.live else NO_CAPTURE_ENDED)
         self.verdict.setStyleSheet("")
+        self.details.hide()
         self.heading.setVisible(self.waiting)
         self.missing.hide()
 
     def _update_table(self, layout: StacksLayout) -> None:
-        self.verdict.setText(layout.verdict)
-        differs = layout.outlier is not None or any(column.differs for column in layout.columns)
-        self.verdict.setStyleSheet(f"font-weight: 600; color: {FIRST_DIFFERENCE_COLOR.name()};" if differs
-                                   else "font-weight: 600;")
+        self.verdict.setText(layout.verdict[:1].upper() + layout.verdict[1:])
+        color = self.verdict_color()
+        self.verdict.setStyleSheet(f"font-weight: 600; color: {color};" if color else "font-weight: 600;")
+        self.details.setText("\n".join(layout.details))
+        self.details.setVisible(bool(layout.details))
         self.heading.setText(layout.heading)
         self.heading.setToolTip(str((self.capture or {}).get("text_path") or ""))
         self.heading.show()
@@ -154,22 +191,22 @@ class StacksView(QWidget):
             header = QTableWidgetItem(column.title)
             header.setToolTip(f"{len(column.ranks)} rank(s) with this stack: "
                               + ", ".join(map(str, column.ranks)))
-            if column.differs:
+            if column.role == CULPRIT:
                 header.setFont(self._bold)
-                header.setForeground(QBrush(FIRST_DIFFERENCE_COLOR))
+                header.setForeground(QBrush(CULPRIT_COLOR))
             table.setHorizontalHeaderItem(column_index, header)
             for row, frame in enumerate(column.frames):
-                text = frame.text + (FIRST_DIFFERENCE_MARK if frame.first_difference else "")
-                item = QTableWidgetItem(text)
-                item.setToolTip(f"{frame.full_location} in {frame.function}")
-                if frame.first_difference:
-                    item.setData(Qt.ItemDataRole.UserRole, "first_difference")
+                mark = MARKS.get(column.role, "") if frame.marked else ""
+                item = QTableWidgetItem(frame.text + mark)
+                item.setToolTip(f"{frame.full_location} in {frame.function}" + (f"\n{frame.code}" if frame.code else ""))
+                if frame.marked and column.role in MARKS:
+                    item.setData(Qt.ItemDataRole.UserRole, column.role)
                     item.setFont(self._bold)
-                    item.setBackground(_tint(FIRST_DIFFERENCE_COLOR, 90))
-                elif frame.differs:
-                    item.setBackground(_tint(DIFFERS_COLOR, 60))
-                elif column.differs:
-                    item.setBackground(_tint(DIFFERS_COLOR, 25))
+                    item.setBackground(_tint(CULPRIT_COLOR if column.role == CULPRIT else WAITING_COLOR, 90))
+                elif column.role == CULPRIT:
+                    item.setBackground(_tint(CULPRIT_COLOR, 25))
+                elif column.role == PROGRESSING:
+                    item.setBackground(_tint(PROGRESSING_COLOR, 20))
                 table.setItem(row, column_index, item)
         table.setVerticalHeaderLabels([str(depth) for depth in range(layout.row_count)])
         first = next(((row, column) for row, column, _text in self.marked_cells()), None)

@@ -19,9 +19,10 @@ def add_parsers(commands) -> None:
     gpus.add_argument("--json", action="store_true", help="a JSON list ([] without GPUs)")
     gpus.set_defaults(handler=gpus_main)
     probe = commands.add_parser("probe", help="what an interpreter offers (torch, CUDA, backends) and the GPUs")
-    probe.add_argument("--interpreter", "--python", metavar="PATH", default=None)
+    probe.add_argument("--interpreter", "--python", metavar="PATH", default=None,
+                       help="the Python to probe (default: Rankwatch's own)")
     probe.add_argument("--gpus-only", action="store_true", help="skip the interpreter (fast)")
-    probe.add_argument("--json", action="store_true")
+    probe.add_argument("--json", action="store_true", help="one JSON object (what the GUI reads)")
     probe.set_defaults(handler=probe_main)
     port = commands.add_parser("free-port", help="print a TCP port that is free now")
     port.set_defaults(handler=lambda args: print(free_port()) or 0)

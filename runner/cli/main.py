@@ -11,9 +11,18 @@ import argparse
 import os
 import sys
 
-from runner.cli import inspect_commands, profile_commands, remote_commands, run_command, run_history
+from runner.cli import (
+    inspect_commands,
+    profile_commands,
+    remote_commands,
+    run_command,
+    run_history,
+    stop_command,
+)
+from runner.cli.arguments import Parser
 from runner.cli.diagnose_commands import add_parsers as add_diagnose_parsers
 from runner.cli.spec_flags import add_spec_flags
+from runner.privacy import adopt_private_umask
 
 DESCRIPTION = """Launch and watch PyTorch distributed (torchrun) jobs.
 
@@ -25,9 +34,15 @@ DESCRIPTION = """Launch and watch PyTorch distributed (torchrun) jobs.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rankwatch", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="rankwatch", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    # `rankwatch gui ...` becomes the desktop app before parsing (main); listed here for --help
+    # and for "did you mean 'gui'?". Its own options are the app's (`rankwatch gui --help`).
+    gui = commands.add_parser("gui", help="open the desktop app (also: rankwatch with no command)", add_help=False)
+    gui.add_argument("app_args", nargs=argparse.REMAINDER, metavar="...",
+                     help="the app's options: --example, --profile NAME, --theme")
+    gui.set_defaults(handler=lambda args: exec_gui(args.app_args))
 
     run = commands.add_parser("run", help="launch a job and watch it live",
                               description="Launch a job with torchrun and watch every rank. "
@@ -48,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     profile_commands.add_parser(commands, add_spec_flags)
     run_history.add_parsers(commands)
+    stop_command.add_parser(commands)
     inspect_commands.add_parsers(commands)
     add_diagnose_parsers(commands)  # doctor, stacks
     remote_commands.add_parsers(commands)
@@ -77,4 +93,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
+    adopt_private_umask()  # what Rankwatch writes is private; the user's code keeps the user's umask
     sys.exit(main())

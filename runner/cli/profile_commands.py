@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from runner import paths
+from runner.cli.arguments import Parser
 from runner.cli.output import EXIT_FAILED, fail, print_spec_errors
 from runner.cli.spec_flags import profile_from_args
 from runner.profile.files import (
@@ -25,18 +26,19 @@ def add_parser(commands, add_spec_flags) -> None:
     actions = profiles.add_subparsers(dest="action", metavar="ACTION")
     actions.add_parser("list", help="saved profile names").set_defaults(handler=list_main)
     show = actions.add_parser("show", help="print a profile as TOML")
-    show.add_argument("name", metavar="NAME|FILE.toml")
+    show.add_argument("name", metavar="NAME|FILE.toml", help="a saved profile's name or a .toml file")
     show.set_defaults(handler=show_main)
     save = actions.add_parser("save", help="save a profile from flags (as for `run`), or copy one with --from",
                               description=SAVE_USAGE)
-    save.add_argument("name", nargs="?")
-    save.add_argument("rest", nargs=argparse.REMAINDER)
+    save.add_argument("name", nargs="?", help="the new profile's name")
+    save.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
+                      help="flags as for `run`, then the script and its arguments (or --from PROFILE)")
     save.set_defaults(handler=save_main, add_spec_flags=add_spec_flags)
     delete = actions.add_parser("delete", help="delete a saved profile")
-    delete.add_argument("name")
+    delete.add_argument("name", help="a saved profile's name")
     delete.set_defaults(handler=delete_main)
     where = actions.add_parser("path", help="where profiles live (or one profile's file)")
-    where.add_argument("name", nargs="?")
+    where.add_argument("name", nargs="?", help="a profile's name (default: the folder)")
     where.set_defaults(handler=path_main)
     profiles.set_defaults(handler=lambda args: (profiles.print_help(), 2)[1])
 
@@ -69,7 +71,7 @@ SAVE_USAGE = ("Save a profile: `rankwatch profiles save NAME [flags] SCRIPT [arg
 def _save_flags_parser(add_spec_flags) -> argparse.ArgumentParser:
     # Parsed apart from NAME: argparse cannot mix a leading positional with the
     # torchrun-style "flags, then script, then the script's arguments".
-    parser = argparse.ArgumentParser(prog="rankwatch profiles save NAME", description=SAVE_USAGE)
+    parser = Parser(prog="rankwatch profiles save NAME", description=SAVE_USAGE)
     parser.add_argument("--from", dest="source", metavar="PROFILE|FILE.toml", help="start from this profile")
     parser.add_argument("--force", action="store_true", help="overwrite an existing profile")
     add_spec_flags(parser)

@@ -14,12 +14,14 @@ from runner.remote.node_info import node_info
 
 
 def add_parsers(commands) -> None:
+    # Internal: added without help, so `rankwatch --help` does not list them (they still run).
     agent = commands.add_parser(
-        "agent", help="run one node of a multi-node job (started by the head runner over ssh)",
+        "agent",
         description="Run torchrun for one node of a multi-node job and report to the head runner. "
                     "The head starts this over ssh and writes the launch (with the job's token) to its stdin.")
     agent.set_defaults(handler=agent_main)
-    info = commands.add_parser("node-info", help="what this node offers a multi-node job (versions, folders, GPUs)")
+    info = commands.add_parser("node-info", description="What this node offers a multi-node job (versions, folders, "
+                                                        "GPUs); the head's preflight runs this over ssh.")
     info.add_argument("--workdir", metavar="DIR", help="also say whether this folder exists here")
     info.add_argument("--script", metavar="PATH", help="also say whether this script exists here (relative: to --workdir)")
     info.add_argument("--json", action="store_true", help="one JSON object (what the head's preflight reads)")

@@ -20,10 +20,13 @@ from pathlib import Path
 from runner import paths
 from runner.cli.output import EXIT_INVALID, fail, print_spec_errors, spec_errors_json
 from runner.cli.spec_flags import profile_from_args
+from runner.exit_status import process_exit_code
 from runner.profile.files import ProfileError, write_spec_file
 from runner.profile.parse import SpecErrors
 from runner.profile.resolve import absolute_paths
 from runner.run import Run, prepare_launch
+from runner.slurm.script import render_by_hand
+from runner.state import RunStatus
 from runner.store.store import RunStore
 from runner.view.terminal import TerminalView, render_summary
 
@@ -51,6 +54,9 @@ def command_main(args: argparse.Namespace) -> int:
         prepared = prepare_launch(profile, probe_interpreter=False)
     except SpecErrors as errors:
         return print_spec_errors(errors, source_label(args))
+    if prepared.launch.spec.slurm is not None:  # the sbatch script, to submit the same job by hand
+        print(render_by_hand(prepared.launch), end="")
+        return 0
     commands = prepared.user_commands()
     for command in commands:
         if len(commands) > 1:
@@ -79,7 +85,8 @@ def run_main(args: argparse.Namespace) -> int:
         return _run_detached_child(prepared, args.ready_fd)
     view = None if args.no_view else TerminalView(live=False if args.plain else None,
                                                    multi_node=prepared.launch.spec.is_multi_node,
-                                                   status_every=args.status_every)
+                                                   status_every=args.status_every,
+                                                   interrupt_kills=True)
     run = Run(prepared, view=view.handle if view else None)
     if view:
         view.start()
@@ -88,10 +95,18 @@ def run_main(args: argparse.Namespace) -> int:
     finally:
         if view:
             view.stop()
-    if run.run_id is not None:
-        with RunStore(readonly=True) as store:
-            render_summary(store.run(run.run_id), sys.stderr)
-    return exit_code
+    if run.run_id is None:
+        return exit_code
+    with RunStore(readonly=True) as store:
+        final = store.run(run.run_id)
+    render_summary(final, sys.stderr)
+    return _process_exit_code(run, final)
+
+
+def _process_exit_code(run: Run, final: dict) -> int:
+    """This process's exit code: the run's, or 128 + N when signal N to this process stopped it."""
+    return process_exit_code(final.get("exit_code") or 0, run.received_signal,
+                             stopped=final.get("status") == RunStatus.STOPPED.value)
 
 
 def _detach(profile, as_json: bool) -> int:
@@ -127,7 +142,7 @@ def _detach(profile, as_json: bool) -> int:
         print(json.dumps(info))
     else:
         print(f"run {info['run_id']} started in the background (runner pid {info['pid']}); "
-              f"follow it with: rankwatch attach {info['run_id']}")
+              f"follow it with `rankwatch attach {info['run_id']}`, stop it with `rankwatch stop {info['run_id']}`")
     return 0
 
 
@@ -144,4 +159,8 @@ def _run_detached_child(prepared, ready_fd: int) -> int:
         os.close(log)
 
     run = Run(prepared, view=None, on_ready=on_ready)
-    return asyncio.run(run.execute())
+    exit_code = asyncio.run(run.execute())
+    if run.run_id is None:
+        return exit_code
+    with RunStore(readonly=True) as store:
+        return _process_exit_code(run, store.run(run.run_id))

@@ -9,42 +9,60 @@ import json
 import sys
 from pathlib import Path
 
+from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
+from runner.exit_status import describe_exit_code
 from runner.hub.client import HubClient
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
+from runner.view.format import MISSING, format_amount, format_number, format_percent
+from runner.view.rank_stats import BUILT_IN_METRICS, LoggedKey, RankStats, run_statistics
 from runner.view.terminal import TerminalView, format_prefix, render_summary
 
 
 def add_parsers(commands) -> None:
-    runs = commands.add_parser("runs", help="past and live runs from the run store")
+    runs = commands.add_parser("runs", help="past and live runs from the run store",
+                               description="Runs recorded in the run store. RUN is a run id, 'last' or 'last-N'.")
     actions = runs.add_subparsers(dest="action", metavar="ACTION")
-    listing = actions.add_parser("list", help="recent runs")
+    listing = actions.add_parser("list", help="recent runs", description="Recent runs, newest first.")
     listing.add_argument("--live", action="store_true", help="only runs still going")
-    listing.add_argument("--limit", type=int, default=20)
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs (default 20)")
+    listing.add_argument("--json", action="store_true", help="a JSON list of the runs' records")
     listing.set_defaults(handler=list_main)
-    show = actions.add_parser("show", help="one run: status, ranks, outcome")
-    show.add_argument("run", metavar="RUN", help="a run id or 'last'")
-    show.add_argument("--json", action="store_true")
+    show = actions.add_parser("show", help="one run: status, ranks and their statistics, outcome",
+                              description="One run: status, command, every rank's steps, last loss, median step "
+                                          "time, data wait, samples/s and last sighting, the keys the script logged, "
+                                          "and the outcome.")
+    show.add_argument("run", metavar="RUN", help="a run id, 'last' or 'last-N'")
+    show.add_argument("--json", action="store_true", help="everything as one JSON object")
     show.set_defaults(handler=show_main)
-    logs = actions.add_parser("logs", help="a run's captured output, prefixed with the rank")
-    logs.add_argument("run", metavar="RUN")
-    logs.add_argument("--rank", type=int)
+    logs = actions.add_parser("logs", help="a run's captured output, prefixed with the rank",
+                              description="A run's captured output (every rank's stdout and stderr, and the "
+                                          "launcher's own lines), prefixed with where it came from.")
+    logs.add_argument("run", metavar="RUN", help="a run id, 'last' or 'last-N'")
+    logs.add_argument("--rank", type=int, metavar="N", help="only rank N's lines")
+    logs.add_argument("--launcher", action="store_true", help="only the launcher's (torchrun's) own lines")
     logs.add_argument("--grep", metavar="TEXT", help="only lines containing TEXT")
-    logs.add_argument("--tail", type=int, metavar="N")
+    logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
     logs.set_defaults(handler=logs_main)
     export = actions.add_parser("export", help="write a run's tables as CSV files")
-    export.add_argument("run", metavar="RUN")
+    export.add_argument("run", metavar="RUN", help="a run id, 'last' or 'last-N'")
     export.add_argument("--csv", required=True, metavar="DIR", help="folder for one CSV per table")
     export.set_defaults(handler=export_main)
     runs.set_defaults(handler=lambda args: (runs.print_help(), 2)[1])
 
-    attach = commands.add_parser("attach", help="watch a run started elsewhere (live view from its runner)")
-    attach.add_argument("run", metavar="RUN", nargs="?", default="last")
-    attach.add_argument("--plain", action="store_true")
-    attach.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS")
+    attach = commands.add_parser(
+        "attach", help="watch a run started elsewhere (live view from its runner)",
+        description="Watch a running job started elsewhere (the GUI, `run --detach`, another terminal): its "
+                    "history, then live. Ctrl-C detaches and leaves the run going (`rankwatch stop RUN` stops it). "
+                    "A run that has ended is shown as stored.")
+    attach.add_argument("run", metavar="RUN", nargs="?", default="last",
+                        help="a run id, 'last' (the default) or 'last-N'")
+    attach.add_argument("--plain", action="store_true",
+                        help="plain prefixed lines, no live table (the default when stdout is not a terminal)")
+    attach.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS",
+                        help="in plain mode, a status line per rank this often (0: never; default 30)")
     attach.set_defaults(handler=attach_main)
 
 
@@ -53,18 +71,20 @@ def _open_store() -> RunStore:
 
 
 def _when(t: float | None) -> str:
-    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else MISSING
 
 
 def _duration(run: dict) -> str:
     start, end = run.get("started") or run.get("created"), run.get("ended")
     if not start:
-        return "-"
+        return MISSING
     seconds = (end or datetime.datetime.now().timestamp()) - start
     return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.1f}m"
 
 
 def list_main(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        return fail("--limit: must be 1 or more")
     try:
         with _open_store() as store:
             runs = store.runs(limit=args.limit, live_only=args.live)
@@ -80,32 +100,44 @@ def list_main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(runs, default=str))
         return 0
+    if not runs:
+        print("no live runs" if args.live else "no runs recorded yet", file=sys.stderr)
+        return 0
     print(f"{'id':>5}  {'status':<10} {'exit':>4}  {'started':<19}  {'time':>6}  {'ranks':>5}  profile")
     for run in runs:
-        exit_code = "-" if run["exit_code"] is None else str(run["exit_code"])
+        exit_code = MISSING if run["exit_code"] is None else str(run["exit_code"])
         print(f"{run['id']:>5}  {run['status']:<10} {exit_code:>4}  {_when(run['started'] or run['created']):<19}  "
-              f"{_duration(run):>6}  {run['world_size'] or '-':>5}  {run['profile'] or '-'}")
+              f"{_duration(run):>6}  {run['world_size'] or MISSING:>5}  {run['profile'] or MISSING}")
     return 0
+
+
+SOURCE_NAMES = {protocol.SOURCE_AUTO: "measured", protocol.SOURCE_LOG: "rankwatch.log",
+                protocol.SOURCE_PARSED: "--parse-stdout"}
 
 
 def show_main(args: argparse.Namespace) -> int:
     try:
         with _open_store() as store:
             run = store.run(store.resolve_run_id(args.run))
-            ranks = store.ranks(run["id"])
+            rows = {row["rank"]: row for row in store.ranks(run["id"])}
             nodes = store.nodes(run["id"])
             metric_names = store.metric_names(run["id"])
+            stats, logged = run_statistics(store, run["id"])
     except RunNotFound as error:
-        return fail(str(error), code=EXIT_FAILED)
+        return fail(str(error), code=EXIT_FAILED, as_json=args.json)
     run["status"] = effective_status(run)
     if args.json:
-        print(json.dumps({"run": run, "ranks": ranks, "nodes": nodes, "metrics": metric_names}, default=str))
+        ranks = [{**rows.get(entry.rank, {}), **entry.to_json()} for entry in stats]
+        print(json.dumps({"run": run, "ranks": ranks, "nodes": nodes, "metrics": metric_names,
+                          "logged": [key.to_json() for key in logged]}, default=str))
         return 0
-    print(f"run {run['id']}  {run['status']}  exit code {run['exit_code'] if run['exit_code'] is not None else '-'}")
-    print(f"  profile:  {run['profile'] or '-'}")
+    print(f"run {run['id']}  {run['status']}  exit code {MISSING if run['exit_code'] is None else run['exit_code']}")
+    print(f"  profile:  {run['profile'] or MISSING}")
     print(f"  started:  {_when(run['started'] or run['created'])}  ({_duration(run)})")
     print(f"  host:     {run['host']}   workdir: {run['workdir']}")
-    print(f"  metrics:  {', '.join(metric_names) or 'none'}")
+    built_in = [name for name in metric_names if name in BUILT_IN_METRICS]
+    print(f"  metrics:  {', '.join(built_in) or 'none measured'}"
+          f"{'; logged: ' + ', '.join(key.name for key in logged) if logged else ''}")
     print("  command:")
     for line in (run["command"] or "").splitlines():
         print(f"    {line}")
@@ -114,26 +146,118 @@ def show_main(args: argparse.Namespace) -> int:
         for node in nodes:
             print(f"    node {node['node_rank']}  {node['host']:<20} {node['state']:<9} {node['detail'] or ''}")
     print("  ranks:")
-    for rank in ranks:
-        code = "-" if rank["exit_code"] is None else rank["exit_code"]
-        print(f"    rank {rank['rank']:<3} {rank['state']:<8} host {rank['host'] or '-':<16} pid {rank['pid'] or '-':<8} "
-              f"exit {code}")
+    for line in format_rank_table(stats):
+        print(f"    {line}")
+    if logged:
+        print("  logged by the script (newest value per rank):")
+        for line in format_logged_keys(logged):
+            print(f"    {line}")
     if run.get("summary"):
         render_summary(run, sys.stdout)
     return 0
 
 
+RANK_TABLE_COLUMNS = ("rank", "state", "host", "pid", "exit", "steps", "last loss", "median step", "data wait",
+                      "samples/s", "last seen", "dropped")
+LEFT_ALIGNED = {"state", "host", "exit"}
+
+
+def format_rank_table(stats: list[RankStats]) -> list[str]:
+    """The per-rank lines of `runs show` (a header, then one line per rank; "–" for what was not measured)."""
+    show_dropped = any(entry.dropped is not None for entry in stats)
+    columns = [c for c in RANK_TABLE_COLUMNS if c != "dropped" or show_dropped]
+    rows = []
+    for entry in stats:
+        cells = {
+            "rank": str(entry.rank), "state": entry.state or MISSING, "host": entry.host or MISSING,
+            "pid": MISSING if entry.pid is None else str(entry.pid), "exit": describe_exit_code(entry.exit_code),
+            "steps": MISSING if entry.steps is None else str(entry.steps),
+            "last loss": format_number(entry.last_loss),
+            "median step": MISSING if entry.median_step_time is None else
+            f"{format_amount(entry.median_step_time, 1000)} ms",
+            "data wait": format_percent(entry.data_wait_share), "samples/s": format_amount(entry.samples_per_s),
+            "last seen": _clock(entry.last_seen),
+            "dropped": MISSING if entry.dropped is None else str(entry.dropped),
+        }
+        rows.append([cells[c] for c in columns])
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(cell.ljust(width) if column in LEFT_ALIGNED else cell.rjust(width)
+                         for column, cell, width in zip(columns, cells, widths, strict=True)).rstrip()
+
+    if not rows:
+        return ["no rank reported yet"]
+    return [line(list(columns)), *(line(r) for r in rows)]
+
+
+def format_logged_keys(keys: list[LoggedKey], max_ranks: int = 8) -> list[str]:
+    """One line per logged key: where it came from and the newest value of each rank (the first
+    ``max_ranks``, then how many more)."""
+    width = max(len(key.name) for key in keys)
+    lines = []
+    for key in keys:
+        sources = ", ".join(SOURCE_NAMES.get(source, source) for source in key.sources)
+        values = [f"r{rank} {format_number(value)}" for rank, value in list(key.last_by_rank.items())[:max_ranks]]
+        more = len(key.last_by_rank) - max_ranks
+        lines.append(f"{key.name.ljust(width)}  ({sources})  {' · '.join(values)}"
+                     f"{f' … and {more} more ranks' if more > 0 else ''}")
+    return lines
+
+
+def _clock(t: float | None) -> str:
+    return MISSING if t is None else datetime.datetime.fromtimestamp(t).strftime("%H:%M:%S")
+
+
+def describe_ranks(ranks: list[int]) -> str:
+    """``0-3``, or ``0, 2, 5`` when there are gaps."""
+    if not ranks:
+        return "no ranks"
+    ranks = sorted(ranks)
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1:
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
 def logs_main(args: argparse.Namespace) -> int:
+    if args.tail is not None and args.tail < 1:
+        return fail("--tail: must be 1 or more")
+    if args.rank is not None and args.launcher:
+        return fail("give either --rank N or --launcher, not both")
     try:
         with _open_store() as store:
             run_id = store.resolve_run_id(args.run)
+            run = store.run(run_id)
             multi_node = len(store.nodes(run_id)) > 1
-            rows = store.logs(run_id, rank=args.rank, limit=args.tail, contains=args.grep)
+            if args.rank is not None:
+                known = _known_ranks(store, run)
+                if args.rank not in known:
+                    return fail(f"run {run_id} has {describe_ranks(known)}; there is no rank {args.rank}")
+            if args.launcher:  # the launcher's lines have no rank; the store filters by rank only
+                rows = [row for row in store.logs(run_id, contains=args.grep) if row["rank"] is None]
+                rows = rows[-args.tail:] if args.tail else rows
+            else:
+                rows = store.logs(run_id, rank=args.rank, limit=args.tail, contains=args.grep)
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED)
     for row in rows:
         print(f"{format_prefix(row['rank'], row['node'], multi_node)} {row['line']}")
+    if not rows:
+        whose = ("rank " + str(args.rank) if args.rank is not None else "the launcher" if args.launcher
+                 else f"run {run_id}")
+        if args.grep:
+            print(f"rankwatch: no line of {whose} contains {args.grep!r}", file=sys.stderr)
+            return EXIT_FAILED  # as grep: nothing selected
+        print(f"rankwatch: {whose} printed nothing{'' if run.get('ended') else ' yet'}", file=sys.stderr)
     return 0
+
+
+def _known_ranks(store: RunStore, run: dict) -> list[int]:
+    """Ranks the run had: those the store knows, else 0..world_size-1 from the plan."""
+    ranks = {row["rank"] for row in store.ranks(run["id"])}
+    if not ranks and run.get("world_size"):
+        ranks = set(range(int(run["world_size"])))
+    return sorted(ranks)
 
 
 def export_main(args: argparse.Namespace) -> int:
@@ -162,10 +286,11 @@ def attach_main(args: argparse.Namespace) -> int:
         return show_main(show)
     view = TerminalView(live=False if args.plain else None, status_every=args.status_every)
     view.start()
+    detached = False
     try:
         asyncio.run(_follow(run["socket"], view))
     except KeyboardInterrupt:
-        pass  # detaching leaves the job running
+        detached = True  # detaching leaves the run going
     except (ConnectionError, FileNotFoundError) as error:
         view.stop()
         return fail(f"cannot reach the runner of run {run['id']} ({error}); is it still running?", code=EXIT_FAILED)
@@ -176,7 +301,13 @@ def attach_main(args: argparse.Namespace) -> int:
     if final.get("ended"):
         render_summary(final, sys.stderr)
         return int(final.get("exit_code") or 0)
+    if detached:
+        print(detach_message(run["id"]), file=sys.stderr)
     return 0
+
+
+def detach_message(run_id: int) -> str:
+    return f"run {run_id} still running — `rankwatch attach {run_id}` to watch, `rankwatch stop {run_id}` to stop"
 
 
 async def _follow(socket_path: str, view: TerminalView) -> None:

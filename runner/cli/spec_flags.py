@@ -21,7 +21,7 @@ from runner.profile.parse import (
     spec_from_dict,
     spec_to_dict,
 )
-from runner.profile.spec import AUTO, LaunchSpec, NodeSpec, RendezvousSpec
+from runner.profile.spec import AUTO, LaunchSpec, NodeSpec, RendezvousSpec, SlurmSpec
 
 
 def add_spec_flags(parser: argparse.ArgumentParser) -> None:
@@ -35,22 +35,24 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--env", metavar="KEY=VALUE", action="append", default=[], help="extra environment (repeatable)")
     group.add_argument("--nnodes-hosts", "--hosts", dest="hosts", metavar="HOST[:N],...",
                        help="nodes, first one is the head (e.g. localhost,node2:4)")
-    group.add_argument("--max-restarts", type=int, metavar="N")
-    group.add_argument("--omp-num-threads", metavar="N|auto")
+    group.add_argument("--max-restarts", type=int, metavar="N", help="restart the workers up to N times after a failure")
+    group.add_argument("--omp-num-threads", metavar="N|auto",
+                       help="OMP_NUM_THREADS for each worker (auto: cores / processes per node)")
     group.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous endpoint")
     group.add_argument("--rdzv-id", metavar="ID", help="c10d rendezvous job id")
     group.add_argument("--master-addr", metavar="HOST", help="static rendezvous master address")
-    group.add_argument("--master-port", type=int, metavar="PORT", help="static rendezvous master port")
+    group.add_argument("--master-port", type=int, metavar="PORT", help="static rendezvous master port (0: a free one)")
     group.add_argument("--legacy-local-rank", action="store_true", default=None,
                        help="pass --local_rank=N to the script (torch.distributed.launch style)")
     group.add_argument("--no-instrument", action="store_true", default=None,
                        help="no zero-code instrumentation (logs, exits and rankwatch.log only)")
-    group.add_argument("--parse-stdout", action="store_true", default=None, help="also read loss values from printed lines")
+    group.add_argument("--parse-stdout", action="store_true", default=None, help="also read metrics from printed lines (loss, val_loss, lr, ...; HF Trainer and nanoGPT formats); each key is its own curve")
     group.add_argument("--stall-timeout", type=float, metavar="SECONDS",
                        help="flag a rank stalled after this long without progress (default: from its step times)")
     group.add_argument("--hash-every", type=int, metavar="N",
                        help="every N steps check that parameters are identical on all ranks (DDP consistency)")
     group.add_argument("--module", "-m", dest="module", metavar="MODULE", help="run a module (python -m style) instead of a script")
+    add_slurm_flags(parser)
     parser.add_argument("--example", action="store_true", help="the bundled example (2 processes, CPU or GPU)")
     parser.add_argument("target", nargs="?", metavar="PROFILE|FILE.toml|SCRIPT", help="what to run")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="arguments for the script")
@@ -135,9 +137,9 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
             raise SpecErrors([SpecError("rendezvous.endpoint", f'{args.rdzv_endpoint!r} is not "host:port"')])
         rendezvous = replace(rendezvous, mode="c10d", endpoint=args.rdzv_endpoint or rendezvous.endpoint,
                              job_id=args.rdzv_id or rendezvous.job_id)
-    if args.master_addr or args.master_port:
+    if args.master_addr or args.master_port is not None:  # --master-port 0: a free port (as in a profile)
         rendezvous = replace(rendezvous, mode="static", master_addr=args.master_addr or rendezvous.master_addr,
-                             master_port=args.master_port or rendezvous.master_port)
+                             master_port=rendezvous.master_port if args.master_port is None else args.master_port)
     if args.hosts and len(changes["nodes"]) > 1 and rendezvous.mode == "standalone":
         rendezvous = replace(rendezvous, mode="c10d")
     if rendezvous is not spec.rendezvous:
@@ -153,8 +155,67 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
         telemetry = replace(telemetry, hash_every=args.hash_every)
     if telemetry is not spec.telemetry:
         changes["telemetry"] = telemetry
-    spec = replace(spec, **changes)
+    spec = apply_slurm_flags(replace(spec, **changes), args)
     return spec_from_dict(spec_to_dict(spec))  # the same validation as a profile file
+
+
+# ---- Slurm (runner.slurm): the [slurm] table from flags -------------------------------------
+
+SLURM_FLAGS = {
+    "nodes": "--nodes", "partition": "--partition", "time_limit": "--time", "account": "--account", "qos": "--qos",
+    "gpus_per_node": "--gpus-per-node", "cpus_per_node": "--cpus-per-node", "job_name": "--job-name",
+    "login_host": "--login-host", "telemetry_route": "--telemetry-route",
+}
+"""``SlurmSpec`` field -> its flag (``sbatch_options`` is the repeatable ``--sbatch-option``)."""
+
+
+def add_slurm_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "Slurm (submit with sbatch and watch it; `rankwatch command --slurm ...` prints the sbatch script)")
+    group.add_argument("--slurm", action="store_true", default=None,
+                       help="run on a Slurm cluster: sbatch allocates the nodes (the [slurm] table of a profile)")
+    group.add_argument("--nodes", type=int, metavar="N", help="nodes to allocate (default 1)")
+    group.add_argument("--partition", metavar="NAME", help="Slurm partition (default: the cluster's)")
+    group.add_argument("--time", dest="time_limit", metavar="LIMIT",
+                       help="time limit in Slurm's format: minutes, HH:MM:SS or D-HH:MM:SS")
+    group.add_argument("--account", metavar="NAME", help="Slurm account to charge")
+    group.add_argument("--qos", metavar="NAME", help="Slurm quality of service")
+    group.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs per node (default 0: CPU mode)")
+    group.add_argument("--cpus-per-node", type=int, metavar="N", help="CPUs per node (default: one per process)")
+    group.add_argument("--job-name", metavar="NAME", help="Slurm job name (default: rankwatch-<script>)")
+    group.add_argument("--sbatch-option", dest="sbatch_options", action="append", default=[], metavar="OPTION",
+                       help="one more #SBATCH option, e.g. --sbatch-option=--mem=64G (repeatable)")
+    group.add_argument("--login-host", metavar="[USER@]HOST",
+                       help="submit over ssh on this login host (default: this machine is a login node)")
+    group.add_argument("--telemetry-route", choices=("auto", "direct", "login"),
+                       help="how compute nodes reach this runner: TCP directly, or through the login host's ssh")
+
+
+def apply_slurm_flags(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
+    """``spec`` with the Slurm flags that were given (``--slurm`` adds a default ``[slurm]``).
+
+    Raises:
+        SpecErrors: a Slurm flag without ``--slurm`` (or a profile with ``[slurm]``), or
+            ``--hosts`` for a Slurm job.
+    """
+    given = {field: getattr(args, field) for field in SLURM_FLAGS if getattr(args, field, None) is not None}
+    if args.sbatch_options:
+        given["sbatch_options"] = tuple(args.sbatch_options)
+    if spec.slurm is None and not args.slurm:
+        if given:
+            flag = SLURM_FLAGS.get(next(iter(given)), "--sbatch-option")
+            raise SpecErrors([SpecError("slurm", f"{flag} is a Slurm setting; add --slurm (or use a profile "
+                                                 "with a [slurm] table)")])
+        return spec
+    if args.hosts:
+        raise SpecErrors([SpecError("nodes", "--hosts lists nodes, but Slurm allocates a Slurm job's nodes; "
+                                             "use --nodes N")])
+    login = given.get("login_host")
+    if login and "@" in login:
+        given["login_user"], _, given["login_host"] = login.rpartition("@")
+    if "sbatch_options" in given and spec.slurm is not None:
+        given["sbatch_options"] = spec.slurm.sbatch_options + given["sbatch_options"]
+    return replace(spec, slurm=replace(spec.slurm or SlurmSpec(), **given))
 
 
 def profile_from_args(args: argparse.Namespace) -> Profile:

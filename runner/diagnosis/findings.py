@@ -26,7 +26,9 @@ class Findings:
     consistency_checks: int = 0
     """Steps whose parameter fingerprints were compared on every rank."""
     stacks: dict[str, Any] | None = None
-    """The last stack capture: {reason, t, outlier, reference, groups (ranks and differs_at only), path}."""
+    """The last stack capture, short: {reason, t, ranks, verdict, places, missing, path, json_path}."""
+    launcher: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """key -> a launcher mismatch: {key, level, ranks, cause, advice} (``runner.diagnosis.launcher``)."""
 
     def add_stall(self, record: dict[str, Any]) -> None:
         self.stalls.append(record)
@@ -39,13 +41,15 @@ class Findings:
     def set_stacks(self, result: dict[str, Any]) -> None:
         self.stacks = {
             "reason": result.get("reason"), "t": result.get("t"), "ranks": result.get("ranks") or [],
-            "outlier": result.get("outlier"),
-            "reference": result.get("reference"), "identical": result.get("identical"),
-            "groups": [{"ranks": g["ranks"], "differs_at": g.get("differs_at"),
-                        "innermost": g["frames"][-1] if g.get("frames") else None}
-                       for g in result.get("groups") or []],
-            "missing": result.get("missing") or [], "path": result.get("text_path") or result.get("path"),
+            "verdict": result.get("verdict"),
+            "places": [{key: place.get(key) for key in ("rank", "kind", "op", "what", "frame")}
+                       for place in result.get("places") or []],
+            "missing": result.get("missing") or [],
+            "path": result.get("text_path") or result.get("path"), "json_path": result.get("path"),
         }
+
+    def set_launcher(self, key: str, record: dict[str, Any]) -> None:
+        self.launcher[key] = record
 
     def to_json(self) -> dict[str, Any] | None:
         """The ``diagnostics`` block of the summary, or None when nothing was found or checked."""
@@ -54,6 +58,8 @@ class Findings:
             data["stalls"] = list(self.stalls)
         if self.stacks is not None:
             data["stacks"] = self.stacks
+        if self.launcher:
+            data["launcher"] = list(self.launcher.values())
         if self.stragglers:
             data["stragglers"] = [self.stragglers[r] for r in sorted(self.stragglers)]
         if self.divergences:

@@ -50,6 +50,13 @@ class Evidence:
     """port -> the process listening on it now, when known."""
     first_is_remote: bool = False
     """The first failure ran on another machine (its kernel log is there)."""
+    launcher: list[dict[str, Any]] = field(default_factory=list)
+    """Launcher mismatches seen while the run went on: {key, level, ranks, cause, advice} (``launcher``)."""
+    script_args: list[str] = field(default_factory=list)
+    """The script's arguments (torchrun passes the same ones to every rank)."""
+    port_holders: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """port -> {pid, command, rank}: its holder while the run went on (rank: of this run, or None)."""
+    world_size: int | None = None
 
     def first_text(self) -> str:
         """Everything known about the first failure, as one searchable text."""
@@ -80,6 +87,14 @@ def rule(function: Rule) -> Rule:
     return function
 
 
+def launcher_hint(launcher: list[dict[str, Any]], key: str) -> Hint | None:
+    """The hint for a launcher mismatch seen while the run went on (worded by ``runner.diagnosis.launcher``)."""
+    for record in launcher:
+        if record.get("key") == key:
+            return Hint(key, str(record.get("cause") or key), str(record.get("advice") or ""))
+    return None
+
+
 def find_hints(evidence: Evidence) -> list[Hint]:
     hints = []
     for check in RULES:
@@ -90,18 +105,94 @@ def find_hints(evidence: Evidence) -> list[Hint]:
 
 
 @rule
+def self_spawn(evidence: Evidence) -> Hint | None:
+    return launcher_hint(evidence.launcher, "self_spawn")
+
+
+ADDRESS_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use|address is already in use")
+TAKEN_PORT = re.compile(r"port[:= ]+(\d{2,5})|:(\d{2,5})\b.*in use")
+RANK_ARGUMENT = re.compile(r"^--rank(?:=(?P<value>-?\d+))?$")
+WORLD_SIZE_ARGUMENT = re.compile(r"^--world[_-]size(?:=(?P<value>\d+))?$")
+INIT_METHOD_ARGUMENT = re.compile(r"^--(?:init[_-]method|dist[_-]url)(?:=(?P<value>.+))?$")
+
+
+def _taken_port(text: str) -> int | None:
+    found = TAKEN_PORT.search(text)
+    which = next((group for group in found.groups() if group), None) if found else None
+    return int(which) if which else None
+
+
+def _argument(args: list[str], pattern: re.Pattern[str]) -> str | None:
+    """The value of an option in ``args`` (``--opt V`` or ``--opt=V``), or None when absent."""
+    for index, token in enumerate(args):
+        found = pattern.match(token)
+        if found:
+            value = found.group("value")
+            if value is None and index + 1 < len(args):
+                value = args[index + 1]
+            return value
+    return None
+
+
+def _holder_rank(evidence: Evidence, port: int | None) -> tuple[int | None, str]:
+    """The rank of this run holding ``port`` and how we know it, or (None, "")."""
+    held = evidence.port_holders.get(port) if port is not None else None
+    if held and held.get("rank") is not None:
+        return int(held["rank"]), f"pid {held.get('pid')}"
+    if evidence.world_size and evidence.first is not None:
+        could_not_listen = {evidence.first.rank} | {
+            other.rank for other in evidence.others if ADDRESS_IN_USE.search(other.exception_line or "")}
+        candidates = [rank for rank in range(evidence.world_size) if rank not in could_not_listen]
+        if len(candidates) == 1:
+            return candidates[0], "the only rank that did not fail to listen"
+    return None, ""
+
+
+@rule
+def duplicate_rank_argument(evidence: Evidence) -> Hint | None:
+    """Every process got the same ``--rank R``: the second to claim rank 0 cannot host the store."""
+    claimed = _argument(evidence.script_args, RANK_ARGUMENT)
+    if claimed is None or not ADDRESS_IN_USE.search(evidence.all_text()):
+        return None
+    port = _taken_port(evidence.all_text())
+    failed = evidence.first.rank if evidence.first is not None else None
+    holder, how = _holder_rank(evidence, port)
+    pair = sorted(r for r in {failed, holder} if r is not None)
+    who = (f"ranks {pair[0]} and {pair[1]}" if len(pair) == 2 else
+           f"rank {pair[0]} and another rank" if pair else "every rank")
+    world = _argument(evidence.script_args, WORLD_SIZE_ARGUMENT)
+    init = _argument(evidence.script_args, INIT_METHOD_ARGUMENT)
+    given = f"--rank {claimed}" + (f" --world_size {world}" if world else "")
+    where = f"port {port}" if port is not None else "the store's port"
+    held = (f"; {where} is held by rank {holder} of this very run ({how}), not by a leftover of an earlier run"
+            if holder is not None else f"; {where} is held by another rank of this very run")
+    cause = (f"{who} both claimed rank {claimed}: torchrun passes the same arguments to every process, so each got "
+             f"{given}{' --init_method ' + init if init else ''}; the first hosted the store, the next could not "
+             f"listen on {where} (EADDRINUSE){held}")
+    advice = ("under torchrun, take the rank from the environment: dist.init_process_group(backend) without rank, "
+              "world_size and init_method (env:// reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or pass "
+              "rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE']); to keep the script's "
+              "arguments, start one process per rank yourself, each with its own --rank, not through torchrun")
+    return Hint("duplicate_rank", cause, advice)
+
+
+@rule
 def address_in_use(evidence: Evidence) -> Hint | None:
     text = evidence.all_text()
-    if re.search(r"EADDRINUSE|[Aa]ddress already in use|address is already in use", text):
-        port = re.search(r"port[:= ]+(\d{2,5})|:(\d{2,5})\b.*in use", text)
-        which = next((g for g in port.groups() if g), None) if port else None
-        where = f"port {which}" if which else "the rendezvous port"
-        holder = evidence.port_holder(int(which)) if which and evidence.port_holder is not None else None
-        by = f" by {holder}" if holder else ""
-        return Hint("address_in_use", f"{where} is already in use{by} (often a leftover of an earlier run)",
-                    "pick another master/rendezvous port, use the standalone rendezvous (a free port is picked), "
-                    "or stop the process holding it (`ss -ltnp` shows it)")
-    return None
+    if not ADDRESS_IN_USE.search(text) or duplicate_rank_argument(evidence) is not None:
+        return None
+    which = _taken_port(text)
+    where = f"port {which}" if which else "the rendezvous port"
+    held = evidence.port_holders.get(which) if which is not None else None
+    if held and held.get("rank") is not None:
+        return Hint("address_in_use", f"{where} is held by rank {held['rank']} of this very run (pid {held.get('pid')})",
+                    "two ranks tried to host the same store: give every rank its own RANK (torchrun does) and let "
+                    "only rank 0 host it (dist.init_process_group with init_method env://)")
+    holder = evidence.port_holder(int(which)) if which and evidence.port_holder is not None else None
+    by = f" by {holder}" if holder else ""
+    return Hint("address_in_use", f"{where} is already in use{by} (often a leftover of an earlier run)",
+                "pick another master/rendezvous port, use the standalone rendezvous (a free port is picked), "
+                "or stop the process holding it (`ss -ltnp` shows it)")
 
 
 NO_DRIVER = re.compile(
@@ -233,24 +324,57 @@ def rendezvous_timeout(evidence: Evidence) -> Hint | None:
                 "and that no rank failed before it could join (see its log)")
 
 
+REQUIRED_LOCAL_RANK = re.compile(r"the following arguments are required: .*?(?P<option>--local[_-]rank)")
+UNRECOGNIZED_LOCAL_RANK = re.compile(r"unrecognized arguments: .*?(?P<option>--local[_-]rank)")
+USAGE_LINE = re.compile(r"^usage: .*$", re.MULTILINE)
+
+
+def declared_local_rank(text: str) -> str | None:
+    """The local-rank spelling the script's argparse usage lists (``--local-rank`` or ``--local_rank``)."""
+    for usage in USAGE_LINE.findall(text):
+        found = re.search(r"\[?(--local[_-]rank)\b", usage)
+        if found:
+            return found.group(1)
+    return None
+
+
 @rule
 def legacy_local_rank(evidence: Evidence) -> Hint | None:
+    if evidence.legacy_local_rank:
+        return None
     text = evidence.all_text()
-    if not evidence.legacy_local_rank and re.search(
-            r"the following arguments are required: --local[_-]rank|KeyError: 'LOCAL_RANK'|"
-            r"unrecognized arguments: --local[-_]rank", text):
-        return Hint("legacy_local_rank", "the script expects --local_rank (written for torch.distributed.launch)",
-                    "turn on the legacy --local_rank option (--legacy-local-rank; profile: legacy_local_rank = true), "
-                    "or read int(os.environ['LOCAL_RANK']) in the script")
-    return None
+    required = REQUIRED_LOCAL_RANK.search(text)
+    if required is None and not re.search(r"KeyError: 'LOCAL_RANK'|unrecognized arguments: --local[-_]rank", text):
+        return None
+    option = required.group("option") if required else "--local_rank"
+    return Hint("legacy_local_rank", f"the script expects {option} (written for torch.distributed.launch)",
+                f"turn on the legacy option (--legacy-local-rank; profile: legacy_local_rank = true): each rank then "
+                f"gets {option}=<its LOCAL_RANK>; or read int(os.environ['LOCAL_RANK']) in the script")
 
 
 @rule
 def unexpected_local_rank(evidence: Evidence) -> Hint | None:
-    if evidence.legacy_local_rank and re.search(r"unrecognized arguments: --local[_-]rank", evidence.all_text()):
-        return Hint("unexpected_local_rank", "the script does not take --local_rank, but the legacy option passes it",
-                    "turn the legacy --local_rank option off (profile: legacy_local_rank = false)")
-    return None
+    if not evidence.legacy_local_rank:
+        return None
+    text = evidence.all_text()
+    unrecognized = UNRECOGNIZED_LOCAL_RANK.search(text)
+    if unrecognized is None:
+        return None
+    passed = unrecognized.group("option")
+    declared = declared_local_rank(text)
+    if declared is not None and declared != passed:
+        return Hint("local_rank_spelling", f"the script takes {declared}, but the legacy option passed {passed} "
+                                           "(its argument parser could not be seen to pass the right spelling)",
+                    f"accept both spellings in the script: parser.add_argument('{declared}', '{passed}', type=int); "
+                    "or turn the legacy option off and read int(os.environ['LOCAL_RANK'])")
+    return Hint("unexpected_local_rank", "the script does not take --local_rank (its usage lists no local rank "
+                                         "option), but the legacy option passes it",
+                "turn the legacy --local_rank option off (profile: legacy_local_rank = false)")
+
+
+@rule
+def local_rank_unpassed(evidence: Evidence) -> Hint | None:
+    return launcher_hint(evidence.launcher, "local_rank_unpassed")
 
 
 @rule

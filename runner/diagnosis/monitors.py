@@ -5,6 +5,9 @@
 * ``StackCapture``: every rank's stacks on demand (``Run.dump_stacks``, the
   GUI's button, ``rankwatch stacks``) and on a stall;
 * ``StallMonitor``: hang detection (needs the step telemetry of instrumentation);
+  it also tells each capture which ranks progress (``progress_of``);
+* ``LaunchChecks``: scripts that do not fit torchrun (``notice`` messages, the
+  holder of a port a rank could not listen on);
 * ``StragglerMonitor``: the rank that slows every step, and why;
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.diagnosis.consistency import ConsistencyMonitor
+from runner.diagnosis.launcher import LaunchChecks
 from runner.diagnosis.stack_capture import StackCapture
 from runner.diagnosis.stalls import StallMonitor
 from runner.diagnosis.stragglers import StragglerMonitor
@@ -45,6 +49,9 @@ class RankFacts:
                 data.local_ranks[row.rank] = row.local_rank
             if row.gpu_index is not None:
                 data.rank_gpus[row.rank] = (row.host, row.gpu_index)
+        sizes = [row.world_size for row in self.hub.model.ranks.values() if row.world_size]
+        if sizes:
+            data.world_size = max(sizes)
 
 
 def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_key: str | None = None) -> list:
@@ -54,6 +61,7 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
     local_node_ranks = {node.node_rank for node in launch.nodes if node.is_local}
     triage_input.log_dir = str(run_dir / "torchrun")
     triage_input.single_node = len(launch.nodes) == 1
+    triage_input.script_args = list(launch.spec.args)
     findings = triage_input.findings
 
     def is_local(row) -> bool:
@@ -63,9 +71,13 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
     is_ours = (lambda pid: carries_marker(pid, run_key)) if run_key else None
     capture = StackCapture(hub, run_dir / "stacks", is_local=is_local, on_result=findings.set_stacks,
                            is_ours=is_ours)
-    monitors: list = [facts, capture]
+    launch_checks = LaunchChecks(hub, findings, triage_input, is_local=is_local)
+    hub.add_observer(launch_checks)
+    monitors: list = [facts, capture, launch_checks]
     if telemetry.instrument:
-        monitors.append(StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings))
+        stalls = StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings)
+        capture.progress_of = stalls.progress_of
+        monitors.append(stalls)
         stragglers = StragglerMonitor(hub, findings)
         hub.add_observer(stragglers)
         monitors.append(stragglers)

@@ -68,21 +68,22 @@ def _stall_groups(stalls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return groups
 
 
+MAX_STACK_DETAILS = 4
+
+
 def _stacks_lines(stacks: dict[str, Any], run_id: int | None) -> list[str]:
-    groups = stacks.get("groups") or []
-    outlier = stacks.get("outlier")
+    """The verdict of the last capture, where the culprit is (file:line and the line's text), where to see all."""
+    verdict = stacks.get("verdict")
     texts = []
-    if not groups:
-        texts.append(f"none could be read ({stacks.get('reason')})")
-    elif stacks.get("identical"):
-        texts.append(f"all ranks at {_frame(groups[0].get('innermost'))} ({stacks.get('reason')})")
-    else:
-        if outlier and outlier.get("frame"):
-            texts.append(f"{_ranks(outlier['ranks'])} differs at {_frame(outlier['frame'], full=True)}")
-        for group in groups:
-            if outlier and group["ranks"] == outlier["ranks"]:
-                continue
-            texts.append(f"{_ranks(group['ranks'])} at {_frame(group.get('differs_at') or group.get('innermost'))}")
+    if isinstance(verdict, dict):
+        when = {"stalled": "taken when ranks stalled", "requested": "taken on request"}.get(
+            str(stacks.get("reason")), f"reason: {stacks.get('reason')}")
+        texts.append(f"{verdict.get('message')} ({when})")
+        texts += list(verdict.get("details") or [])[:MAX_STACK_DETAILS]
+    else:  # a summary written by an earlier version
+        outlier = stacks.get("outlier") or {}
+        texts.append(f"{_ranks(outlier['ranks'])} differs at {_frame(outlier.get('frame'), full=True)}"
+                     if outlier.get("ranks") else f"captured ({stacks.get('reason')})")
     for item in stacks.get("missing") or []:
         texts.append(f"rank {item.get('rank')}: no stack ({item.get('why')})")
     if stacks.get("path"):

@@ -8,7 +8,9 @@ Each worker registered faulthandler on ``STACK_SIGNAL`` before its ``hello``
    answers even when the main thread is blocked inside gloo or NCCL);
 2. poll the files every ``POLL_SECONDS`` until every signalled rank wrote
    something and the sizes stopped changing, or ``WAIT_SECONDS`` passed;
-3. parse the new part of each file, analyse (``runner.diagnosis.stacks``), write
+3. parse the new part of each file, analyse (``runner.diagnosis.stacks``: where each
+   rank is, and -- with each rank's progress as the stall monitor saw it when the
+   signal was sent -- who holds up the others), write
    ``capture-<n>.json`` (the analysis plus every thread of every rank) and
    ``capture-<n>.txt`` (the side-by-side view, then the raw dumps) next to the
    rank files, and add the ``stacks`` event (the analysis, see
@@ -43,15 +45,8 @@ from typing import Any
 
 from rankwatch._protocol import EventKind
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
-from runner.diagnosis.stacks import (
-    analyse,
-    describe,
-    format_stacks,
-    last_dump,
-    main_thread,
-    parse_dump,
-    user_frames,
-)
+from runner.diagnosis.stack_dumps import last_dump, main_thread, parse_dump, user_frames
+from runner.diagnosis.stacks import analyse, describe, format_stacks
 from runner.state import RankState
 
 POLL_SECONDS = 0.2
@@ -67,6 +62,7 @@ class _Pending:
     started: float
     offsets: dict[int, int]
     missing: list[dict[str, Any]]
+    progress: dict[int, dict[str, Any]] = field(default_factory=dict)
     sizes: dict[int, int] = field(default_factory=dict)
     remote: set[int] = field(default_factory=set)
     remote_texts: dict[int, str] = field(default_factory=dict)
@@ -78,8 +74,12 @@ class StackCapture:
     def __init__(self, hub, stacks_dir: Path, is_local: Callable[[Any], bool] | None = None,
                  on_result: Callable[[dict[str, Any]], None] | None = None,
                  remote_capture: Callable[[list[Any]], list[int]] | None = None,
-                 wait_seconds: float = WAIT_SECONDS, is_ours: Callable[[int], bool] | None = None):
+                 wait_seconds: float = WAIT_SECONDS,
+                 progress_of: Callable[[Any, float], dict[str, Any]] | None = None,
+                 is_ours: Callable[[int], bool] | None = None):
         self.hub = hub
+        self.progress_of = progress_of
+        """row, now -> {step, idle_seconds, stalled, progressing} (``StallMonitor.progress_of``); None: unknown."""
         self.stacks_dir = Path(stacks_dir)
         self.is_local = is_local or _same_host
         self.on_result = on_result
@@ -141,8 +141,9 @@ class StackCapture:
                 missing.append({"rank": row.rank, "why": f"on another host ({row.host}): this build does not "
                                                          "collect stacks from other hosts"})
         now = time.time()
+        progress = ({row.rank: self.progress_of(row, now) for row in rows} if self.progress_of is not None else {})
         self._pending = _Pending(reason=reason, t=now, started=time.monotonic(), offsets=offsets, missing=missing,
-                                 remote=asked)
+                                 remote=asked, progress=progress)
         try:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -196,7 +197,8 @@ class StackCapture:
             stacks[rank] = user_frames(main.frames)
             threads[rank] = [t.to_json() for t in parsed]
             raw[rank] = text
-        result = analyse(stacks, pending.reason, pending.t, sorted(missing, key=lambda m: m["rank"]))
+        result = analyse(stacks, pending.reason, pending.t, sorted(missing, key=lambda m: m["rank"]),
+                         progress={rank: pending.progress[rank] for rank in stacks if rank in pending.progress})
         self.count += 1
         result.update(self._write_files(result, threads, raw))
         self.latest = result

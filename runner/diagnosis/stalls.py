@@ -16,6 +16,16 @@ said hello). A rank is stalled when ``now - last_progress`` reaches its threshol
 
 Without instrumentation there are no steps, so there is no stall detection.
 
+Progress is judged over the time the runner could watch. When the runner itself
+was not running -- stopped (SIGSTOP, Ctrl-Z), a suspended machine, an event loop
+blocked for seconds -- its ranks went on without it and their messages wait in
+the socket; when it runs again, the time it was away must not count as time
+without progress. Each tick reads the runner's own clocks (monotonic and wall):
+a gap of more than ``BLIND_GAP_SECONDS`` since the previous tick is a *blind*
+interval, subtracted from every rank's time without progress, and no rank is
+newly flagged for ``REARM_SECONDS`` of watched time after it, while the queued
+messages are read.
+
 On a stall: the rank's state becomes ``STALLED``, a ``stalled`` event names the
 rank, the seconds without progress and the last step, and -- once per stall
 episode (from the first rank stalling until none is) -- every rank's stacks are
@@ -31,6 +41,7 @@ Events (``EVENT`` in ``rankwatch._protocol``; ``rank`` is the stalled rank)::
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +54,22 @@ AUTO_STEP_FACTOR = 10.0
 STARTUP_ALLOWANCE_SECONDS = 180.0
 HEARTBEAT_SILENT_SECONDS = 5.0
 """Workers send a heartbeat every second; this much silence means the process itself is stuck."""
+BLIND_GAP_SECONDS = 3.0
+"""Ticks come every 0.5 s; a longer gap between two means the runner could not watch in between."""
+REARM_SECONDS = 3.0
+"""After a blind gap, time for the messages the ranks sent meanwhile to be read before judging again."""
+MAX_BLIND_INTERVALS = 100
+PROGRESS_WINDOW_SECONDS = 5.0
+PROGRESS_STEP_FACTOR = 3.0
+"""A rank whose step moved within max(5 s, 3 step times) -- and within its stall threshold -- is progressing."""
+
+
+class RunnerClock:
+    """The runner's own clocks, read at each tick to see whether it could watch since the last one."""
+
+    def read(self) -> tuple[float, float]:
+        """(monotonic, wall) seconds."""
+        return time.monotonic(), time.time()
 
 
 def stall_threshold(setting: float | None, recent_step_times: list[float], has_stepped: bool) -> tuple[float, str]:
@@ -68,16 +95,60 @@ class _Stall:
 
 class StallMonitor:
     def __init__(self, hub, stall_timeout: float | None, capture=None, findings: Findings | None = None,
-                 enabled: bool = True):
+                 enabled: bool = True, clock: RunnerClock | None = None):
         self.hub = hub
         self.stall_timeout = stall_timeout
         self.capture = capture
         self.findings = findings if findings is not None else Findings()
         self.enabled = enabled
+        self.clock = clock or RunnerClock()
         self._stalled: dict[int, _Stall] = {}
         self._episode_captured = False
+        self._previous: tuple[float, float, float] | None = None
+        """(now, monotonic, wall) of the previous tick."""
+        self._blind: list[tuple[float, float]] = []
+        """Intervals (in ``now``'s time) when the runner could not watch, oldest first."""
+        self._judge_after: float = 0.0
+        """``now`` before which no rank is newly flagged (after a blind gap)."""
+
+    def idle_seconds(self, row, now: float) -> float | None:
+        """Seconds the runner watched ``row`` make no progress (blind intervals left out)."""
+        if row.last_progress is None:
+            return None
+        since = row.last_progress
+        blind = sum(max(0.0, min(end, now) - max(start, since)) for start, end in self._blind)
+        return max(0.0, now - since - blind)
+
+    def progress_of(self, row, now: float) -> dict[str, Any]:
+        """{step, idle_seconds, stalled, progressing} for a stack capture (``progressing`` None: no step yet)."""
+        stalled = row.rank in self._stalled or row.state == RankState.STALLED.value
+        idle = self.idle_seconds(row, now)
+        progressing: bool | None
+        if stalled:
+            progressing = False
+        elif row.step is None or idle is None:
+            progressing = None
+        else:
+            median = statistics.median(row.recent_step_times) if row.recent_step_times else 0.0
+            threshold, _source = stall_threshold(self.stall_timeout, row.recent_step_times, True)
+            progressing = idle < min(threshold, max(PROGRESS_WINDOW_SECONDS, PROGRESS_STEP_FACTOR * median))
+        return {"step": row.step, "idle_seconds": None if idle is None else round(idle, 1), "stalled": stalled,
+                "progressing": progressing}
+
+    def _note_gap(self, now: float) -> bool:
+        """Record a blind interval when the runner's clocks jumped since the last tick; True while re-arming."""
+        monotonic, wall = self.clock.read()
+        if self._previous is not None:
+            previous_now, previous_monotonic, previous_wall = self._previous
+            if monotonic - previous_monotonic > BLIND_GAP_SECONDS or wall - previous_wall > BLIND_GAP_SECONDS:
+                self._blind.append((previous_now, now))
+                del self._blind[:-MAX_BLIND_INTERVALS]
+                self._judge_after = now + REARM_SECONDS
+        self._previous = (now, monotonic, wall)
+        return now < self._judge_after
 
     def tick(self, now: float) -> None:
+        rearming = self._note_gap(now)
         if not self.enabled or not self._run_is_running():
             return
         newly_stalled = False
@@ -91,10 +162,10 @@ class StallMonitor:
                 if row.last_progress is not None and row.last_progress > stall.since:
                     self._resume(row, stall, now)
                 continue
-            if row.last_progress is None:
+            idle = self.idle_seconds(row, now)
+            if idle is None or rearming:
                 continue
             threshold, source = stall_threshold(self.stall_timeout, row.recent_step_times, row.step is not None)
-            idle = now - row.last_progress
             if idle >= threshold:
                 self._flag(row, idle, threshold, source, now)
                 newly_stalled = True

@@ -38,9 +38,8 @@ from typing import Any
 from rankwatch._protocol import RankFailure, describe_end
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
-from runner.diagnosis.hints import Evidence, find_hints
+from runner.diagnosis.hints import Evidence, find_hints, launcher_hint
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
-from runner.diagnosis.stacks import describe as describe_stacks
 from runner.diagnosis.torchrun_report import TorchrunReport
 from runner.launch.ports import port_holder
 
@@ -131,6 +130,13 @@ class TriageInput:
     kernel_log_reader: Callable[[], list[str] | None] = read_kernel_log
     port_holder_lookup: Callable[[int], str | None] | None = listening_process
     """port -> who holds it now ("pid 12 (python x.py)"), for the address-in-use hint."""
+    port_holders: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """port -> {pid, command, rank (of this run, or None)}: its holder while the run went on, looked up
+    when a rank failed with EADDRINUSE (``runner.diagnosis.launcher``); after the run it is gone."""
+    script_args: list[str] = field(default_factory=list)
+    """The script's arguments: torchrun passes the same ones to every rank."""
+    world_size: int | None = None
+    """From the ranks' hellos."""
 
     def add_launcher_line(self, node: str, line: str) -> None:
         lines = self.launcher_lines.get(node)
@@ -273,8 +279,15 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         summary = ({"outcome": "stopped", "headline": "stopped on request", "exit_code": exit_code} if stopped
                    else {"outcome": "succeeded", "headline": "all ranks finished", "exit_code": 0})
         hang = hang_headline(data.findings)
+        launcher = [hint for hint in (launcher_hint(list(data.findings.launcher.values()), key)
+                                      for key in data.findings.launcher) if hint is not None]
+        warnings = [hint for hint in launcher if data.findings.launcher[hint.key].get("level") != "info"]
         if stopped and hang:
             summary["headline"] = f"stopped on request; {hang}"
+        elif stopped and warnings:
+            summary["headline"] = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
+        if launcher:
+            summary["hints"] = [hint.to_json() for hint in launcher]
         if diagnostics:
             summary["diagnostics"] = diagnostics
         return summary
@@ -289,7 +302,9 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         stderr_tails={r: list(t) for r, t in data.stderr_tails.items()},
         legacy_local_rank=data.legacy_local_rank, backend=data.backend, cpu_mode=data.cpu_mode,
         interpreter=data.interpreter, kernel_log=kernel_log, rank_gpus=dict(data.rank_gpus),
-        port_holder=data.port_holder_lookup, first_is_remote=first is not None and first.rank in data.remote_ranks)
+        port_holder=data.port_holder_lookup, first_is_remote=first is not None and first.rank in data.remote_ranks,
+        launcher=list(data.findings.launcher.values()), script_args=list(data.script_args),
+        port_holders=dict(data.port_holders), world_size=data.world_size)
     hints = find_hints(evidence)
     if first is None:
         headline = f"the job failed (exit code {exit_code}) before any rank reported"
@@ -328,6 +343,7 @@ def hang_headline(findings: Findings) -> str | None:
     steps = sorted({s["step"] for s in open_stalls if s.get("step") is not None})
     at = f" at step {steps[0]}" if len(steps) == 1 else ""
     text = f"{who} stalled{at} (no progress for at least {min(s['seconds'] for s in open_stalls):.0f} s)"
-    if findings.stacks is not None and (findings.stacks.get("outlier") or not findings.stacks.get("identical")):
-        text += f"; stacks: {describe_stacks(findings.stacks)}"
+    verdict = (findings.stacks or {}).get("verdict")
+    if isinstance(verdict, dict) and verdict.get("message") and verdict.get("kind") != "progressing":
+        text += f"; stacks: {verdict['message']}"
     return text

@@ -5,9 +5,10 @@ One builder serves two readers:
 * ``for_user`` commands are what ``rankwatch command`` prints and the GUI previews:
   plain torchrun, runnable by hand on each node without Rankwatch.
 * ``for_runner`` commands are what the runner actually starts: the same flags, plus
-  torchrun's tee into per-rank log files, the worker bootstrap (``-m
-  rankwatch._bootstrap``) in front of the script, and the job's environment contract
-  (socket, token, marker).
+  torchrun's ``--log-dir`` in the run's folder (for its error files; workers' output
+  does not go there but to the runner's output socket, see
+  ``runner.launch.worker_output``), the worker bootstrap (``-m rankwatch._bootstrap``)
+  in front of the script, and the job's environment contract (socket, token, marker).
 
 Keeping both in one function is what makes "the preview is what runs" true.
 """
@@ -21,8 +22,6 @@ from runner.profile.resolve import ResolvedLaunch, ResolvedNode
 
 TORCHRUN_MODULE = "torch.distributed.run"
 BOOTSTRAP_MODULE = "rankwatch._bootstrap"
-LOG_PREFIX_TEMPLATE = "[rw:${rank}]:"
-"""torchrun prefixes every tee'd worker line with this; ``runner.launch.output`` parses it."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +116,6 @@ def base_environment(launch: ResolvedLaunch) -> dict[str, str]:
 def runner_environment(launch: ResolvedLaunch, node: ResolvedNode, context: RunnerContext) -> dict[str, str]:
     env = {
         "PYTHONUNBUFFERED": "1",
-        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": LOG_PREFIX_TEMPLATE,
         "RANKWATCH_SOCKET": context.socket,
         "RANKWATCH_TOKEN": context.token,
         "RANKWATCH_RUN_KEY": context.run_key,
@@ -148,7 +146,7 @@ def build_node_command(
         argv.append(f"--max-restarts={launch.spec.max_restarts}")
     env = base_environment(launch)
     if context is not None:
-        argv += ["--tee=3", f"--log-dir={context.log_dir}"]
+        argv.append(f"--log-dir={context.log_dir}")
         env.update(runner_environment(launch, node, context))
     argv += script_part(launch, node, bootstrap=context is not None)
     return NodeCommand(node=node, argv=tuple(argv), env=env, cwd=node.workdir)

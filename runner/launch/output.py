@@ -1,9 +1,12 @@
-"""Split torchrun's combined output back into per-rank lines.
+"""Split torchrun's own output into lines, attributed to ranks where torchrun says whose.
 
-The runner starts torchrun with ``--tee 3`` and a log-line prefix template of
-``[rw:${rank}]:`` (global rank), so each worker line reaches torchrun's stdout or
-stderr as ``[rw:3]:text``. Older torch ignores the template and writes
-``[default3]:`` (local rank). Lines without a prefix are torchrun's own.
+Workers' output does not come this way under Rankwatch (it reaches the runner on the
+node's output socket, ``runner.launch.worker_output``). What torchrun's stdout and
+stderr carry is torchrun's own log lines and whatever a worker wrote before its
+bootstrap took over its descriptors. A line that torchrun tees for a worker starts
+with a rank prefix: ``[rw:3]:`` (the template ``[rw:${rank}]:``, global rank) or, in
+older torch, ``[default3]:`` (local rank); such lines are attributed to that rank,
+anything else is torchrun's own (rank ``None``).
 
 torchrun tails each rank's log file and writes whatever it read, so a line printed
 without a newline (a progress bar, ``print(..., end="")``) arrives in pieces, each

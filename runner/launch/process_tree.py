@@ -13,6 +13,7 @@ interpreter that must start fast.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import time
@@ -81,17 +82,22 @@ def signal_pids(pids: Iterable[int], sig: int) -> None:
 
 
 def end_job(run_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: float = 0.1) -> list[int]:
-    """SIGTERM every process of the job, then SIGKILL what is left after ``grace`` seconds.
+    """Give the job ``grace`` seconds to end, then SIGKILL every process still carrying its marker.
 
-    ``also`` adds pids that might not carry the marker (e.g. torchrun when it was
-    started with a clean environment). Returns the pids that needed SIGKILL.
+    Nothing here sends SIGTERM: the job has been asked to stop already, through torchrun
+    (the runner's SIGTERM, or torchrun's parent-death signal when the runner died), and
+    torchrun passes it on to each worker's process group exactly once, as on a Ctrl-C.
+    A second SIGTERM to torchrun would abort its orderly shutdown halfway (its handler
+    raises again inside the first one's clean-up) and leave behind what it had not ended
+    yet; a second one to a worker would run a user's SIGTERM handler twice.
+
+    ``also`` adds pids that might not carry the marker (e.g. torchrun when it was started
+    with a clean environment). Returns the pids that needed SIGKILL.
     """
-    targets = set(find_job_pids(run_key)) | set(also)
-    signal_pids(targets, signal.SIGTERM)
+    also = list(also)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        alive = [p for p in find_job_pids(run_key) if p not in (os.getpid(),)]
-        alive += [p for p in also if pid_alive(p)]
+        alive = find_job_pids(run_key) + [p for p in also if pid_alive(p)]
         if not alive:
             return []
         time.sleep(poll)
@@ -114,14 +120,33 @@ def pid_alive(pid: int) -> bool:
     return not _is_zombie(pid)
 
 
-def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
+def set_parent_death_signal(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only).
 
     Used as ``preexec_fn`` for torchrun: if the runner is SIGKILLed, torchrun gets
-    SIGTERM and stops its workers the way it does on Ctrl-C.
+    SIGTERM and stops its workers the way it does on Ctrl-C. ``parent`` is the pid the
+    parent had before it forked: if the parent died in the moment between the fork and
+    the ``prctl`` (no signal will ever come), the process sends ``sig`` to itself at once.
     """
+    if _prctl is None:
+        return
+    _prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
+def _find_prctl():
+    """libc's ``prctl``, looked up once in the parent: a ``preexec_fn`` runs between fork and
+    exec, where loading a library could deadlock on a lock another thread held at the fork."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+_prctl = _find_prctl()
+
+
+def parent_death_signal_for(parent: int, sig: int = signal.SIGTERM):
+    """A ``preexec_fn`` that sets ``sig`` as the parent-death signal of a child of ``parent``."""
+    return functools.partial(set_parent_death_signal, sig, parent)

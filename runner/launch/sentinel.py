@@ -3,8 +3,15 @@
 The runner starts this tiny process (its own session, no job marker) with a pipe
 on its stdin and keeps the write end open for its whole life. A clean runner
 writes ``done`` before it exits. If the pipe closes without ``done``, the runner
-was killed (SIGKILL, OOM killer, a crash): the sentinel ends every process that
-carries the job's marker and records in the run store that the run was lost.
+was killed (SIGKILL, OOM killer, a crash): torchrun got SIGTERM from its
+parent-death signal and stops its workers; the sentinel gives it ``GRACE_SECONDS``,
+SIGKILLs every process still carrying the job's marker, and records in the run
+store that the run was lost.
+
+If the sentinel dies with the runner, torchrun alone ends the job: it SIGKILLs its
+workers' process groups after its own bounded grace period (the runner starts it
+with ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``), and readers see the run as lost because
+its runner is gone (``runner.store.liveness``).
 
 Usage: ``python -m runner.launch.sentinel JOB_KEY [STORE_PATH RUN_ID]``
 Standard library only, so it starts in ~20 ms.
@@ -19,6 +26,8 @@ import sys
 import time
 
 from runner.launch.process_tree import end_job
+
+GRACE_SECONDS = 3.0
 
 
 def _record_lost(store_path: str, run_id: int) -> None:
@@ -50,7 +59,7 @@ def main(argv: list[str]) -> int:
         received += chunk
     if b"done" in received:
         return 0
-    end_job(run_key, grace=3.0)
+    end_job(run_key, grace=GRACE_SECONDS)
     if len(argv) >= 3:
         _record_lost(argv[1], int(argv[2]))
     return 0

@@ -1,39 +1,82 @@
 """Start torchrun for one node, follow its output, and stop it and all it started.
 
-torchrun runs in a session of its own (so a Ctrl-C in the runner's terminal reaches
-the runner, which then stops the job in order) with a parent-death signal (so a
-killed runner takes torchrun down with it). Its stdout and stderr are read in
-chunks, not lines, so a progress bar without newlines cannot stall the reader; the
-``RankLineSplitter``s turn chunks into lines attributed to ranks.
+torchrun runs under its keeper (``runner.launch.keeper``, a single-threaded parent that
+passes a stop on exactly once), in a session of its own (so a Ctrl-C in the runner's
+terminal reaches the runner, which then stops the job in order), with a parent-death
+signal on the keeper (so a killed runner takes the run down with it), and with the
+user's own umask (the runner's is 077; the workers, which inherit torchrun's, write the
+user's files).
+
+The workers' output arrives through pipes handed out on the node's ``WorkerOutput``
+socket, one per rank and stream, already attributed. torchrun's own stdout and stderr (its log
+lines, and a worker's output from before its bootstrap took over its descriptors)
+are read in chunks, not lines, so a progress bar without newlines cannot stall the
+reader; the ``RankLineSplitter``s turn chunks into lines.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
+import secrets
+import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable
 
-from runner import paths
+from runner import paths, privacy
 from runner.launch.command import NodeCommand
 from runner.launch.output import OutputLine, RankLineSplitter
-from runner.launch.process_tree import end_job, set_parent_death_signal
+from runner.launch.process_tree import end_job, parent_death_signal_for
+from runner.launch.worker_output import WorkerOutput
 
 READ_CHUNK = 64 * 1024
 STALE_PARTIAL_CHECK_SECONDS = 0.5
+TORCHRUN_SHUTDOWN_SECONDS = 5
+"""torchrun's grace period between SIGTERM and SIGKILL for its workers (its default is 30 s),
+unless the user set ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``. Should the runner, its sentinel and
+torchrun's keeper all be killed, torchrun (SIGTERMed once by the keeper's death) is the only
+one left to end the workers, and a worker that ignores SIGTERM (a user's handler, a
+checkpoint on preemption) must not outlive the run by half a minute. The runner's own stops
+wait as long (``STOP_GRACE_SECONDS``). torch older than 2.11 ignores the variable."""
+SHUTDOWN_TIMEOUT_VARIABLE = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+KEEPER_GRACE_SECONDS = TORCHRUN_SHUTDOWN_SECONDS + 1
+"""After a stop, torchrun's keeper SIGKILLs whatever of the run is left this much later: a
+second after torchrun's own deadline, whatever the torch version."""
+OUTPUT_DRAIN_SECONDS = 10.0
+"""After torchrun exits: how long its and the workers' output pipes may take to end (a process
+that inherited them, a worker's straggling child, can hold them open)."""
 
 
 def compose_environment(command: NodeCommand, worker_path: str | None = None) -> dict[str, str]:
-    """The inherited environment, minus any Rankwatch variables of an enclosing job,
-    plus the command's variables, with the worker modules first on PYTHONPATH."""
+    """The inherited environment, minus any Rankwatch variables of an enclosing job (and the
+    runner's own, such as the user's recorded umask), plus the command's variables, a
+    bounded torchrun shutdown unless the user chose one, with the worker modules first on
+    PYTHONPATH."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH_")}
     env.update(command.env)
+    env.setdefault(SHUTDOWN_TIMEOUT_VARIABLE, str(TORCHRUN_SHUTDOWN_SECONDS))
     worker_path = worker_path or str(paths.WORKER_PATH)
     existing = env.get("PYTHONPATH")
     env["PYTHONPATH"] = worker_path + (os.pathsep + existing if existing else "")
     return env
+
+
+def keeper_command(argv: tuple[str, ...] | list[str], env: dict[str, str]) -> list[str]:
+    """torchrun's command, started through its keeper (``runner.launch.keeper``: a
+    single-threaded parent that passes a stop on to torchrun exactly once)."""
+    return [sys.executable, "-m", "runner.launch.keeper", str(KEEPER_GRACE_SECONDS), env.get("PYTHONPATH", ""),
+            "--", *argv]
+
+
+def keeper_environment(env: dict[str, str]) -> dict[str, str]:
+    """torchrun's environment, with Rankwatch's own modules importable for the keeper
+    (which gives torchrun its own ``PYTHONPATH`` back)."""
+    existing = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": str(paths.REPO_ROOT) + (os.pathsep + existing if existing else "")}
 
 
 def exit_status(returncode: int) -> int:
@@ -50,6 +93,7 @@ class TorchrunSupervisor:
         self.returncode: int | None = None
         self._splitters = {"stdout": RankLineSplitter("stdout"), "stderr": RankLineSplitter("stderr")}
         self._readers: list[asyncio.Task] = []
+        self._output: WorkerOutput | None = None
         self._stopping = False
 
     @property
@@ -60,18 +104,33 @@ class TorchrunSupervisor:
         """Start torchrun; returns its pid.
 
         Raises:
-            OSError: the interpreter cannot be executed (missing, not executable).
+            OSError: the interpreter cannot be executed (missing, not executable), or the
+                workers' output socket cannot be made.
         """
-        self.process = await asyncio.create_subprocess_exec(
-            *self.command.argv,
-            cwd=self.command.cwd,
-            env=compose_environment(self.command),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            preexec_fn=set_parent_death_signal,
-        )
+        env = compose_environment(self.command)
+        interpreter = self.command.argv[0]
+        if os.sep in interpreter:  # a path: relative to torchrun's working directory, as exec takes it
+            interpreter = os.path.join(self.command.cwd, interpreter)
+        if shutil.which(interpreter, path=env.get("PATH")) is None:  # the keeper would only exit 127
+            raise FileNotFoundError(errno.ENOENT, "no such interpreter, or not executable", self.command.argv[0])
+        self._output = WorkerOutput(paths.socket_dir() / f"out-{secrets.token_hex(6)}.sock", self.on_lines)
+        await self._output.start()
+        env.update(self._output.environment)
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                *keeper_command(self.command.argv, env),
+                cwd=self.command.cwd,
+                env=keeper_environment(env),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=parent_death_signal_for(os.getpid()),
+                umask=privacy.user_umask(),
+            )
+        except BaseException:
+            await self._output.close()
+            raise
         self._readers = [
             asyncio.create_task(self._read(self.process.stdout, "stdout"), name="torchrun-stdout"),
             asyncio.create_task(self._read(self.process.stderr, "stderr"), name="torchrun-stderr"),
@@ -95,28 +154,35 @@ class TorchrunSupervisor:
     async def _flush_stale_partials(self) -> None:
         while True:
             await asyncio.sleep(STALE_PARTIAL_CHECK_SECONDS)
+            now = time.time()
             for splitter in self._splitters.values():
-                lines = splitter.flush_stale(time.time())
+                lines = splitter.flush_stale(now)
                 if lines:
                     self.on_lines(lines)
+            self._output.flush_stale(now)
 
     async def wait(self) -> int:
-        """Wait for torchrun to exit and its output to be read; returns the exit status."""
+        """Wait for torchrun to exit and its and its workers' output to be read; returns the
+        exit status."""
         returncode = await self.process.wait()
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*self._readers[:2]), timeout=10)
+            await asyncio.wait_for(asyncio.gather(*self._readers[:2], self._output.drained()),
+                                   timeout=OUTPUT_DRAIN_SECONDS)
         self._readers[2].cancel()
+        await self._output.close()
         self.returncode = exit_status(returncode)
         return self.returncode
 
     async def stop(self, grace: float = 5.0, force: bool = False) -> None:
-        """Stop the whole job: SIGTERM (torchrun forwards it to its workers), then SIGKILL
-        every process carrying the job marker after ``grace`` seconds (at once if ``force``)."""
+        """Stop the whole job: SIGTERM to torchrun (it forwards it to each worker's process
+        group, once), then SIGKILL every process carrying the job marker after ``grace``
+        seconds (at once if ``force``)."""
         if self.process is None:
             return
-        self._stopping = True
-        if self.process.returncode is None:
+        # torchrun gets one SIGTERM only: a second one aborts its shutdown halfway
+        if self.process.returncode is None and (force or not self._stopping):
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGKILL if force else signal.SIGTERM)
+        self._stopping = True
         await asyncio.get_running_loop().run_in_executor(
             None, lambda: end_job(self.run_key, grace=0.0 if force else grace, also=[self.process.pid]))

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
+from runner import paths, privacy
 from runner.profile.parse import SpecError
 from runner.profile.resolve import MachineFacts, ResolvedLaunch
 from runner.profile.spec import CPU
@@ -59,19 +62,50 @@ def check_gpus(launch: ResolvedLaunch, machine: MachineFacts) -> list[SpecError]
     return errors
 
 
-def interpreter_has_torch(python: str, timeout: float = 20.0) -> bool | None:
-    """Whether ``import torch`` would find torch in ``python`` (without importing it: fast).
+INTERPRETER_ANSWER = "rankwatch-interpreter"
+INTERPRETER_QUESTION = (
+    "import importlib.util, sys; "
+    f"print({INTERPRETER_ANSWER!r}, '%d.%d' % sys.version_info[:2], "
+    "'torch' if importlib.util.find_spec('torch') else 'no-torch')"
+)
+"""Answered only by a Python 3 that ran it: an exit status of 0 alone proves nothing
+(``/bin/true`` exits 0 for any arguments)."""
+MIN_PYTHON = (3, 8)
 
-    Returns ``None`` when the interpreter could not be run at all.
+
+@dataclass(frozen=True)
+class InterpreterAnswer:
+    """What a quick question to an interpreter found out (without importing torch: fast)."""
+
+    problem: str | None
+    """Why it cannot run the job as Python (``None`` when it answered as one)."""
+    has_torch: bool = False
+
+
+def ask_interpreter(python: str, timeout: float = 20.0) -> InterpreterAnswer:
+    """Run a one-line question in ``python`` and check the answer is Python's.
+
+    Never raises: every failure is a ``problem`` sentence.
     """
-    probe = "import importlib.util,sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)"
     try:
-        result = subprocess.run([python, "-c", probe], capture_output=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if result.returncode == 0:
-        return True
-    return False if result.returncode == 3 else None
+        result = subprocess.run([python, "-c", INTERPRETER_QUESTION], capture_output=True, timeout=timeout,
+                                umask=privacy.user_umask())
+    except subprocess.TimeoutExpired:
+        return InterpreterAnswer(f"{python} did not answer within {timeout:.0f} s")
+    except (OSError, ValueError) as error:
+        return InterpreterAnswer(f"{python} could not be run ({getattr(error, 'strerror', None) or error})")
+    answer = result.stdout.decode(errors="replace").split()
+    if result.returncode != 0 or len(answer) != 3 or answer[0] != INTERPRETER_ANSWER:
+        said = (result.stderr.decode(errors="replace").strip().splitlines() or ["no answer"])[-1][:200]
+        return InterpreterAnswer(f"{python} is not a working Python: it did not answer as one ({said})")
+    try:
+        version = tuple(int(part) for part in answer[1].split("."))
+    except ValueError:
+        return InterpreterAnswer(f"{python} is not a working Python: it did not answer as one")
+    if version < MIN_PYTHON:
+        return InterpreterAnswer(f"{python} is Python {answer[1]}; Rankwatch's workers need "
+                                 f"Python {'.'.join(map(str, MIN_PYTHON))} or newer")
+    return InterpreterAnswer(None, has_torch=answer[2] == "torch")
 
 
 def torch_missing(python: str) -> SpecError:
@@ -99,13 +133,54 @@ def check_launch(launch: ResolvedLaunch, machine: MachineFacts, *, probe_interpr
         if os.sep in python and not os.access(python, os.X_OK):
             errors.append(SpecError("interpreter", f"{python} does not exist or is not executable"))
         elif probe_interpreter:
-            has_torch = interpreter_has_torch(python)
-            if has_torch is None:
-                errors.append(SpecError("interpreter", f"{python} could not be run as Python"))
-            elif not has_torch:
+            answer = ask_interpreter(python)
+            if answer.problem is not None:
+                errors.append(SpecError("interpreter", f"{answer.problem}; give the path of a Python with torch"))
+            elif not answer.has_torch:
                 errors.append(torch_missing(python))
+    if probe_interpreter:  # about to launch (not for a preview): Rankwatch's own folders must be usable
+        errors.extend(check_own_folders())
     for key in spec.env_dict:
         if key in RESERVED_ENV:
             errors.append(SpecError(f"env.{key}", RESERVED_ENV[key] + "; remove it from env"))
     errors.extend(check_gpus(launch, machine))
     return errors
+
+
+def check_own_folders() -> list[SpecError]:
+    """Rankwatch's own folders must be usable before anything starts: the data folder (the
+    run store, run folders) writable, and the socket folder private.
+
+    A read-only data folder would otherwise fail the launch halfway, with a traceback.
+    """
+    errors: list[SpecError] = []
+    folders = [paths.data_dir()]
+    store = paths.store_path()
+    if store.parent != folders[0]:
+        folders.append(store.parent)
+    for folder in folders:
+        problem = _unwritable(folder, store)
+        if problem is not None:
+            errors.append(SpecError("data folder", f"cannot write to {folder} ({problem}); make it writable, "
+                                                   "or set RANKWATCH_HOME to a writable folder for Rankwatch's data"))
+    try:
+        paths.socket_dir()
+    except OSError as error:
+        errors.append(SpecError("socket folder", str(error)))
+    return errors
+
+
+def _unwritable(folder: Path, store: Path) -> str | None:
+    """Why nothing can be written to ``folder`` (created privately if missing), or ``None``."""
+    try:
+        if folder == paths.data_dir():
+            paths.private_data_dir()
+        else:
+            privacy.make_private_dir(folder)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        if store.parent == folder and store.exists() and not os.access(store, os.W_OK):
+            return f"{store.name} is read-only"
+    except OSError as error:
+        return error.strerror or str(error)
+    return None

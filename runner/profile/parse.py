@@ -20,15 +20,23 @@ from runner.profile.spec import (
     CPU,
     RENDEZVOUS_MODES,
     SCHEMA_VERSION,
+    SLURM_TELEMETRY_ROUTES,
     LaunchSpec,
     NodeSpec,
     RendezvousSpec,
+    SlurmSpec,
     TelemetrySpec,
 )
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-HOST_NAME = re.compile(r"^[A-Za-z0-9_.:\-\[\]%]+$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+HOST_NAME = re.compile(r"[A-Za-z0-9_.:\-\[\]%]+")
+"""A host name or address (IPv6 in brackets, with a zone); matched whole (``fullmatch``), so a
+trailing newline cannot slip through."""
+USER_NAME = re.compile(r"[^\s\x00-\x1f\x7f]+")
+"""An ssh login name: anything but whitespace and control characters."""
 MAX_PORT = 65535
+FREE_PORT = 0
+"""``master_port = 0`` (or ``--master-port 0``, or "auto" in the GUI): a free port, picked at launch."""
 
 
 class SpecError(ValueError):
@@ -75,6 +83,10 @@ class _Reader:
     def optional_str(self, key: str, default: str | None = None) -> str | None:
         value = self.table.get(key, default)
         if value is None or isinstance(value, str):
+            problem = text_problem(value or "")
+            if problem is not None:
+                self.fail(key, problem)
+                return default
             return value or default
         self.fail(key, f"expected a string, got {_type_name(value)} {value!r}")
         return default
@@ -129,10 +141,30 @@ class _Reader:
         return {}
 
 
+def text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be handed to a process (as an argument, a path or an environment
+    value), or ``None``: a NUL byte ends a C string, so no process could ever receive it."""
+    if "\x00" in text:
+        return "contains a NUL byte (\\x00), which no argument, path or environment value can hold; remove it"
+    return None
+
+
+def printable(text: str) -> str:
+    """``text`` as it can be shown in one line of an error (quoted when it holds control characters)."""
+    return text if text.isprintable() else repr(text)
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is not a host name or address, or ``None`` when it is one."""
+    if HOST_NAME.fullmatch(host) and not host.startswith("-"):
+        return None
+    return f"{host!r} is not a host name or address (letters, digits, '.', '-', ':', '[', ']' only)"
+
+
 def parse_host_port(text: str) -> tuple[str, int] | None:
     """``"host:port"`` or ``"[v6]:port"`` -> (host, port); ``None`` when malformed."""
     match = re.fullmatch(r"\[?([^\[\]]+?)\]?:(\d+)", text.strip())
-    if not match:
+    if not match or host_problem(match.group(1)) is not None:
         return None
     return match.group(1), int(match.group(2))
 
@@ -160,10 +192,14 @@ def _parse_env(reader: _Reader) -> tuple[tuple[str, str], ...]:
     table = reader.sub_table("env")
     pairs = []
     for key, value in table.items():
-        if not ENV_NAME.match(key):
-            reader.errors.append(SpecError(f"env.{key}", "not a valid environment variable name"))
+        field = f"env.{printable(key)}"
+        if not ENV_NAME.fullmatch(key):
+            reader.errors.append(SpecError(field, "not a valid environment variable name "
+                                                  "(letters, digits and '_', not starting with a digit)"))
         elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            reader.errors.append(SpecError(f"env.{key}", f"expected a string, got {value!r}"))
+            reader.errors.append(SpecError(field, f"expected a string, got {value!r}"))
+        elif text_problem(str(value)) is not None:
+            reader.errors.append(SpecError(field, text_problem(str(value))))
         else:
             pairs.append((key, str(value)))
     return tuple(pairs)
@@ -177,7 +213,12 @@ def _parse_args(reader: _Reader) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in value):
         reader.fail("args", f"expected a list of strings, got {value!r}")
         return ()
-    return tuple(str(a) for a in value)
+    args = tuple(str(a) for a in value)
+    for index, arg in enumerate(args):
+        problem = text_problem(arg)
+        if problem is not None:
+            reader.fail(f"args[{index}]", problem)
+    return args
 
 
 def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ...]:
@@ -192,12 +233,15 @@ def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ..
         node = _Reader(table, f"nodes[{index}].", errors)
         node.reject_unknown([f.name for f in fields(NodeSpec)])
         host = node.optional_str("host", "localhost")
-        if host and not HOST_NAME.match(host):
-            node.fail("host", f"{host!r} is not a host name or address")
+        if host and host_problem(host):
+            node.fail("host", host_problem(host))
+        user = node.optional_str("user")
+        if user and not USER_NAME.fullmatch(user):
+            node.fail("user", f"{user!r} is not a login name (no spaces or control characters)")
         nodes.append(NodeSpec(
             host=host or "localhost",
             processes=node.integer("processes", AUTO, low=1, high=1024, allow_auto=True),
-            user=node.optional_str("user"),
+            user=user,
             port=node.integer("port", None, low=1, high=MAX_PORT),
             python=node.optional_str("python"),
             workdir=node.optional_str("workdir"),
@@ -214,9 +258,11 @@ def _parse_rendezvous(reader: _Reader, errors: list[SpecError], node_count: int)
         endpoint=rdzv.optional_str("endpoint"),
         job_id=rdzv.optional_str("job_id"),
         master_addr=rdzv.optional_str("master_addr"),
-        master_port=rdzv.integer("master_port", None, low=1, high=MAX_PORT),
+        master_port=_master_port(rdzv),
         node_rank=rdzv.integer("node_rank", 0, low=0, high=node_count - 1),
     )
+    if spec.master_addr is not None and host_problem(spec.master_addr):
+        rdzv.fail("master_addr", host_problem(spec.master_addr))
     if spec.endpoint is not None:
         parsed = parse_host_port(spec.endpoint)
         if parsed is None:
@@ -230,6 +276,29 @@ def _parse_rendezvous(reader: _Reader, errors: list[SpecError], node_count: int)
     if spec.mode == "c10d" and node_count == 1 and spec.endpoint is None:
         rdzv.fail("endpoint", 'mode "c10d" needs an endpoint "host:port" (or use mode "standalone")')
     return spec
+
+
+def _master_port(rdzv: _Reader) -> int | None:
+    """The static master port; 0 means what leaving it out means: a free port, picked at launch."""
+    value = rdzv.table.get("master_port")
+    free = "or 0 (or leave it out) for a free port"
+    if isinstance(value, bool) or not isinstance(value, (int, type(None))):
+        rdzv.fail("master_port", f"expected a port number, got {value!r}; use 1 to {MAX_PORT}, {free}")
+        return None
+    if value is None or value == FREE_PORT:
+        return None
+    if not 1 <= value <= MAX_PORT:
+        rdzv.fail("master_port", f"{value} is out of range; must be between 1 and {MAX_PORT}, {free}")
+        return None
+    return value
+
+
+def _parse_module(reader: _Reader) -> str | None:
+    """``python -m`` style: a dotted module name."""
+    module = reader.optional_str("module")
+    if module and not all(part.isidentifier() for part in module.split(".")):
+        reader.fail("module", f"{module!r} is not a module name such as mypkg.train")
+    return module
 
 
 def _parse_telemetry(reader: _Reader, errors: list[SpecError]) -> TelemetrySpec:
@@ -254,10 +323,149 @@ def _parse_telemetry(reader: _Reader, errors: list[SpecError]) -> TelemetrySpec:
     )
 
 
+# ---- [slurm] ------------------------------------------------------------------------------
+
+SLURM_TIME_LIMIT = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+"""Slurm's formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (or UNLIMITED)."""
+SLURM_UNLIMITED = ("UNLIMITED", "INFINITE")
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_.+\-]{1,128}$")
+SLURM_PARTITIONS = re.compile(r"^[A-Za-z0-9_.+\-]{1,128}(,[A-Za-z0-9_.+\-]{1,128})*$")
+SLURM_MANAGED_OPTIONS = {
+    "--nodes": "slurm.nodes", "-N": "slurm.nodes", "--partition": "slurm.partition", "-p": "slurm.partition",
+    "--time": "slurm.time_limit", "-t": "slurm.time_limit", "--account": "slurm.account", "-A": "slurm.account",
+    "--qos": "slurm.qos", "-q": "slurm.qos", "--job-name": "slurm.job_name", "-J": "slurm.job_name",
+    "--gpus-per-node": "slurm.gpus_per_node", "--cpus-per-task": "slurm.cpus_per_node", "-c": "slurm.cpus_per_node",
+    "--ntasks-per-node": None, "--ntasks": None, "-n": None, "--output": None, "-o": None, "--error": None,
+    "-e": None, "--chdir": None, "-D": None, "--export": None, "--array": None, "-a": None, "--wrap": None,
+    "--parsable": None, "--requeue": None, "--no-requeue": None,
+}
+"""Options Rankwatch writes itself: a field to use instead, or ``None`` (not changeable)."""
+
+
+def _parse_slurm_time_limit(slurm: _Reader) -> str | None:
+    value = slurm.table.get("time_limit")
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # minutes, as sbatch --time=30
+    if not isinstance(value, str) or not value.strip():
+        slurm.fail("time_limit", f'expected a string such as "1:00:00" or "2-00:00:00", got {value!r}')
+        return None
+    text = value.strip()
+    if text.upper() in SLURM_UNLIMITED:
+        return text.upper()
+    if not SLURM_TIME_LIMIT.match(text):
+        slurm.fail("time_limit", f'{text!r} is not a Slurm time limit; use minutes ("30"), "HH:MM:SS" or "D-HH:MM:SS"')
+        return None
+    if not any(character not in "0:-" for character in text):
+        slurm.fail("time_limit", 'a zero time limit means no limit to Slurm; write "UNLIMITED" if that is meant')
+        return None
+    return text
+
+
+def _parse_slurm_name(slurm: _Reader, key: str, pattern: re.Pattern = SLURM_NAME) -> str | None:
+    value = slurm.optional_str(key)
+    if value is not None and not pattern.match(value):
+        slurm.fail(key, f"{value!r} is not a Slurm name (letters, digits, '.', '_', '+', '-'"
+                        + (", and ',' between partitions)" if pattern is SLURM_PARTITIONS else ")"))
+        return None
+    return value
+
+
+def _parse_sbatch_options(slurm: _Reader) -> tuple[str, ...]:
+    value = slurm.table.get("sbatch_options", [])
+    if not isinstance(value, list) or not all(isinstance(option, str) for option in value):
+        slurm.fail("sbatch_options", f'expected a list of strings such as ["--mem=64G"], got {value!r}')
+        return ()
+    options = []
+    for index, option in enumerate(value):
+        text = option.strip()
+        name = text.split("=", 1)[0].split(None, 1)[0] if text else ""
+        where = f"sbatch_options[{index}]"
+        if not text.startswith("-"):
+            slurm.fail(where, f"{option!r} is not an sbatch option; each entry is one option such as \"--mem=64G\"")
+        elif any(character in text for character in "\n\r\0"):
+            slurm.fail(where, "an option must be one line")
+        elif name in SLURM_MANAGED_OPTIONS:
+            field = SLURM_MANAGED_OPTIONS[name]
+            slurm.fail(where, f"{name} is set by Rankwatch" + (f"; use {field}" if field else
+                                                               " (one agent task per node, its output file, "
+                                                               "the working directory, the environment, "
+                                                               "one attempt without requeue)"))
+        else:
+            options.append(text)
+    return tuple(options)
+
+
+def _parse_slurm(reader: _Reader, errors: list[SpecError]) -> SlurmSpec | None:
+    """The ``[slurm]`` table; ``None`` when there is none (the job runs on this machine or over ssh)."""
+    if "slurm" not in reader.table:
+        return None
+    slurm = _Reader(reader.sub_table("slurm"), "slurm.", errors)
+    slurm.reject_unknown([f.name for f in fields(SlurmSpec)])
+    login_host = slurm.optional_str("login_host")
+    if login_host is not None and not HOST_NAME.match(login_host):
+        slurm.fail("login_host", f"{login_host!r} is not a host name or address")
+    return SlurmSpec(
+        nodes=slurm.integer("nodes", 1, low=1, high=100_000),
+        gpus_per_node=slurm.integer("gpus_per_node", 0, low=0, high=1024),
+        cpus_per_node=slurm.integer("cpus_per_node", None, low=1, high=100_000),
+        partition=_parse_slurm_name(slurm, "partition", SLURM_PARTITIONS),
+        time_limit=_parse_slurm_time_limit(slurm),
+        account=_parse_slurm_name(slurm, "account"),
+        qos=_parse_slurm_name(slurm, "qos"),
+        job_name=_parse_slurm_name(slurm, "job_name"),
+        sbatch_options=_parse_sbatch_options(slurm),
+        login_host=login_host,
+        login_user=slurm.optional_str("login_user"),
+        login_port=slurm.integer("login_port", None, low=1, high=MAX_PORT),
+        telemetry_route=slurm.choice("telemetry_route", "auto", SLURM_TELEMETRY_ROUTES),
+    )
+
+
+def _check_slurm_fields(table: Mapping[str, Any], spec: LaunchSpec, errors: list[SpecError]) -> None:
+    """Fields Slurm decides when a ``[slurm]`` table is given: they must not be set too."""
+    if "nodes" in table:
+        errors.append(SpecError("nodes", "Slurm allocates the nodes of a [slurm] job; remove [[nodes]] "
+                                         "(slurm.nodes says how many)"))
+    if "rendezvous" in table and table["rendezvous"] not in ({}, {"mode": "standalone"}):
+        errors.append(SpecError("rendezvous", "a [slurm] job uses c10d rendezvous on its first node, chosen when "
+                                              "the job starts; remove [rendezvous]"))
+    if isinstance(spec.gpus, tuple):
+        errors.append(SpecError("gpus", "Slurm picks the GPUs of a [slurm] job; set slurm.gpus_per_node instead "
+                                        "(0: CPU mode)"))
+    elif spec.gpus == CPU and spec.slurm.gpus_per_node:
+        errors.append(SpecError("gpus", f'"cpu" but slurm.gpus_per_node is {spec.slurm.gpus_per_node}; '
+                                        "set one of them"))
+
+
+def _slurm_table(slurm: SlurmSpec) -> dict[str, Any]:
+    return _drop_none({
+        "nodes": slurm.nodes, "gpus_per_node": slurm.gpus_per_node, "cpus_per_node": slurm.cpus_per_node,
+        "partition": slurm.partition, "time_limit": slurm.time_limit, "account": slurm.account, "qos": slurm.qos,
+        "job_name": slurm.job_name, "sbatch_options": list(slurm.sbatch_options) or None,
+        "login_host": slurm.login_host, "login_user": slurm.login_user, "login_port": slurm.login_port,
+        "telemetry_route": slurm.telemetry_route,
+    })
+
+
+def _check_entry_point(reader: _Reader, script: str | None, module: str | None) -> None:
+    """Exactly one of ``script`` and ``module``; quiet when one was refused already (a NUL
+    byte, not a module name): "missing" would only mislead."""
+    if any(error.field in ("script", "module") for error in reader.errors):
+        return
+    if script and module:
+        reader.fail("script", 'give either "script" or "module", not both')
+    elif not script and not module and "script" not in reader.table:
+        reader.fail("script", "missing: the training script to run (or \"module\" for python -m style)")
+    elif not script and not module:
+        reader.fail("script", "is empty: give the path of the training script")
+
+
 TOP_LEVEL_KEYS = [
     "version", "script", "module", "args", "interpreter", "workdir", "env", "nproc_per_node",
     "gpus", "backend", "nodes", "rendezvous", "max_restarts", "omp_num_threads",
-    "legacy_local_rank", "telemetry", "description",
+    "legacy_local_rank", "telemetry", "slurm", "description",
 ]
 
 
@@ -274,13 +482,8 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
     if isinstance(version, int) and version > SCHEMA_VERSION:
         reader.fail("version", f"{version} is newer than this Rankwatch understands ({SCHEMA_VERSION}); upgrade rankwatch")
     script = reader.optional_str("script")
-    module = reader.optional_str("module")
-    if script and module:
-        reader.fail("script", 'give either "script" or "module", not both')
-    elif not script and not module and "script" not in table:
-        reader.fail("script", "missing: the training script to run (or \"module\" for python -m style)")
-    elif not script and not module:
-        reader.fail("script", "is empty: give the path of the training script")
+    module = _parse_module(reader)
+    _check_entry_point(reader, script, module)
     nodes = _parse_nodes(reader, errors)
     spec = LaunchSpec(
         script=script,
@@ -298,9 +501,12 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
         omp_num_threads=reader.integer("omp_num_threads", AUTO, low=1, high=1024, allow_auto=True),
         legacy_local_rank=reader.boolean("legacy_local_rank", False),
         telemetry=_parse_telemetry(reader, errors),
+        slurm=_parse_slurm(reader, errors),
         description=reader.optional_str("description"),
         version=SCHEMA_VERSION,
     )
+    if spec.slurm is not None:
+        _check_slurm_fields(table, spec, errors)
     if errors:
         raise SpecErrors(errors)
     return spec
@@ -347,4 +553,11 @@ def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
                     "python": n.python, "workdir": n.workdir})
         for n in spec.nodes
     ]
+    if spec.slurm is not None:
+        # Slurm decides nodes and rendezvous: written only when set, so parsing names the conflict.
+        if spec.nodes == (NodeSpec(),):
+            del table["nodes"]
+        if spec.rendezvous == RendezvousSpec():
+            del table["rendezvous"]
+        table["slurm"] = _slurm_table(spec.slurm)
     return table

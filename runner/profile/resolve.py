@@ -17,6 +17,8 @@ from runner.profile.spec import ALL, AUTO, CPU, LaunchSpec, NodeSpec
 from runner.sampling.gpu_report import GpuReport
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", ""})
+SLURM_NODE_LABEL = "slurm node {}"
+"""How a Slurm job's node is named until Slurm has allocated it (then: its node name)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,8 @@ def resolve(spec: LaunchSpec, machine: MachineFacts, base_dir: Path | None = Non
         script_path = Path(os.path.expanduser(spec.script))
         script = str(script_path if script_path.is_absolute() else Path(os.path.normpath(workdir / script_path)))
 
+    if spec.slurm is not None:
+        return _resolve_slurm(spec, str(workdir), script)
     if spec.gpus == CPU or (spec.gpus == ALL and not machine.gpus.available):
         gpus: tuple[int, ...] = ()
     elif spec.gpus == ALL:
@@ -164,3 +168,29 @@ def _resolve_node(node_rank: int, node: NodeSpec, nproc: int, interpreter: str |
         user=node.user,
         ssh_port=node.port,
     )
+
+
+def _resolve_slurm(spec: LaunchSpec, workdir: str, script: str | None) -> ResolvedLaunch:
+    """A Slurm job: ``slurm.nodes`` nodes, not known by name until allocated, each with
+    ``slurm.gpus_per_node`` GPUs that Slurm picks (CPU mode with none).
+
+    ``nproc_per_node = "auto"`` is one process per GPU, or in CPU mode one per CPU of
+    ``slurm.cpus_per_node`` (1 when unset); ``omp_num_threads = "auto"`` shares the
+    node's CPUs among its processes. The interpreter is the spec's (the same path on
+    every node, as on a cluster), else this one when submitting from here, else
+    ``python3`` on the nodes' PATH.
+    """
+    slurm = spec.slurm
+    gpus = tuple(range(slurm.gpus_per_node))
+    if spec.nproc_per_node == AUTO:
+        processes = slurm.gpus_per_node or slurm.cpus_per_node or 1
+    else:
+        processes = int(spec.nproc_per_node)
+    cpus = slurm.cpus_per_node or processes
+    omp = max(1, cpus // processes) if spec.omp_num_threads == AUTO else int(spec.omp_num_threads)
+    backend = spec.backend if spec.backend != AUTO else ("nccl" if gpus else "gloo")
+    python = spec.interpreter or (default_interpreter() if slurm.login_host is None else "python3")
+    nodes = tuple(ResolvedNode(node_rank=rank, host=SLURM_NODE_LABEL.format(rank), processes=processes,
+                               python=python, workdir=workdir, user=None, ssh_port=None)
+                  for rank in range(slurm.nodes))
+    return ResolvedLaunch(spec=spec, nodes=nodes, gpus=gpus, backend=backend, omp_num_threads=omp, script=script)

@@ -15,6 +15,7 @@ from typing import Union
 SCHEMA_VERSION = 1
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
 RENDEZVOUS_MODES = ("standalone", "c10d", "static")
+SLURM_TELEMETRY_ROUTES = ("auto", "direct", "login")
 AUTO = "auto"
 CPU = "cpu"
 ALL = "all"
@@ -74,6 +75,38 @@ class TelemetrySpec:
 
 
 @dataclass(frozen=True)
+class SlurmSpec:
+    """Run on a Slurm cluster: ``sbatch`` allocates the nodes (a profile's ``[slurm]`` table).
+
+    One task per allocated node starts Rankwatch's node agent, which starts torchrun
+    with c10d rendezvous on the allocation's first node (``runner.slurm``).
+    """
+
+    nodes: int = 1
+    gpus_per_node: int = 0
+    """GPUs Slurm gives each node (``--gpus-per-node``); 0 is CPU mode (gloo)."""
+    cpus_per_node: int | None = None
+    """CPUs for each node's one task (``--cpus-per-task``); ``None``: one per process."""
+    partition: str | None = None
+    time_limit: str | None = None
+    """Slurm's own format: ``MM``, ``HH:MM:SS``, ``D-HH:MM`` ...; ``None``: the partition's default."""
+    account: str | None = None
+    qos: str | None = None
+    job_name: str | None = None
+    """``None``: ``rankwatch-<script or module>``."""
+    sbatch_options: tuple[str, ...] = ()
+    """More ``#SBATCH`` lines, one option each (``--mem=64G``, ``--constraint=a100``)."""
+    login_host: str | None = None
+    """Submit over ssh on this login host; ``None``: this machine is a login node."""
+    login_user: str | None = None
+    login_port: int | None = None
+    telemetry_route: str = "auto"
+    """How the compute nodes' agents reach the runner: ``direct`` (TCP to this machine),
+    ``login`` (through the login host's ssh connection), ``auto`` (direct when submitting
+    from this machine, else through the login host)."""
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """Everything torchrun needs, plus what Rankwatch adds around it.
 
@@ -101,6 +134,8 @@ class LaunchSpec:
     legacy_local_rank: bool = False
     """Pass ``--local_rank=N`` to scripts written for ``torch.distributed.launch``."""
     telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
+    slurm: SlurmSpec | None = None
+    """Set: the job runs on a Slurm cluster, and ``nodes``/``rendezvous``/``gpus`` are Slurm's."""
     description: str | None = None
     version: int = SCHEMA_VERSION
 

@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rankwatch import _protocol as protocol
 from rankwatch._protocol import MAX_LINE_BYTES, LogLine
@@ -154,6 +155,10 @@ class Agent:
 
     # ---- forwarding --------------------------------------------------------------------
 
+    async def _forward(self, message: protocol.Message | dict[str, Any]) -> None:
+        """A worker's message on its way to the head (the relay's ``forward``)."""
+        await self.link.send(message)
+
     def _on_lines(self, lines: list[OutputLine]) -> None:
         for line in lines:
             rank = line.rank
@@ -186,7 +191,7 @@ class Agent:
                 "this node must reach the head machine on that address")
             return EXIT_NO_HEAD
         local_token = secrets.token_urlsafe(32)
-        self.relay = WorkerRelay(local_token, self.link.send)
+        self.relay = WorkerRelay(local_token, self._forward)
         try:
             socket_path = paths.socket_dir() / f"agent-{launch.run_key[:12]}-{launch.node_rank}.sock"
             workspace = paths.private_dir(workspace_of(launch.run_key, launch.node_rank))

@@ -9,7 +9,9 @@ so every thread opens its own ``RunStore``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, MetricRow, ProcessSample
-from runner import paths
+from runner import paths, privacy
 from runner.store.schema import TABLES, migrate
 
 BUSY_TIMEOUT_MS = 10_000
@@ -89,7 +91,7 @@ def connect(path: Path | None = None, *, readonly: bool = False) -> sqlite3.Conn
         connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
                                      check_same_thread=False)
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_private_file(path)
         connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=NORMAL")
@@ -98,6 +100,27 @@ def connect(path: Path | None = None, *, readonly: bool = False) -> sqlite3.Conn
     connection.row_factory = sqlite3.Row
     connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     return connection
+
+
+def _prepare_private_file(path: Path) -> None:
+    """Create the store 0600 in a 0700 folder before SQLite opens it (an empty file is an empty
+    database). SQLite gives its ``-wal`` and ``-shm`` files the database file's mode, so they
+    are private from the start too; files an older version left readable are tightened.
+
+    Raises:
+        OSError: the folder or the file cannot be created (read-only file system...).
+    """
+    if path.parent == paths.data_dir():
+        paths.private_data_dir()
+    else:
+        privacy.make_private_dir(path.parent)
+    if not path.exists():
+        # O_EXCL: only a file nobody has open yet. Closing a descriptor of a database that a
+        # connection of this process has open would drop that connection's POSIX locks.
+        with contextlib.suppress(FileExistsError):
+            os.close(privacy.create_private_file(path, os.O_WRONLY | os.O_EXCL))
+    for suffix in ("-wal", "-shm", "-journal", ""):
+        privacy.tighten(f"{path}{suffix}")
 
 
 class RunStore:

@@ -9,12 +9,26 @@ stdout is not a terminal (CI, a pipe, a file) it prints plain prefixed lines onl
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any, TextIO
 
 from rankwatch._protocol import describe_losses
 from runner.diagnosis.report import format_diagnostics
-from runner.state import RankState
+from runner.exit_status import describe_exit_code, describe_stop_reason
+from runner.state import RankState, RunStatus
+from runner.view.format import (
+    MISSING,
+    format_amount,
+    format_bytes,
+    format_fixed,
+    format_number,
+    format_percent,
+)
+from runner.view.progress import PROGRESS_METRICS, ProgressTracker, compute_progress, progress_texts
+from runner.view.rank_stats import BUILT_IN_METRICS
+
+__all__ = ["TerminalView", "format_bytes", "format_prefix", "render_summary", "without_torch_prefix"]
 
 STATE_STYLE = {
     RankState.WAITING.value: "dim", RankState.RUNNING.value: "green", RankState.STALLED.value: "bold yellow",
@@ -23,7 +37,15 @@ STATE_STYLE = {
 }
 PLAIN_STATUS_SECONDS = 30.0
 NOTABLE_EVENTS = {"rank_failed", "stalled", "resumed", "straggler", "divergence", "node_lost", "warning", "refused",
-                  "stopping", "connection_lost", "stacks", "records_rejected", "store_incomplete"}
+                  "stopping", "connection_lost", "stacks", "launch_mismatch", "slurm", "slurm_submitted",
+                  "records_rejected", "store_incomplete"}
+EXPECTED_WHILE_STOPPING = {"connection_lost"}
+"""Events a stop causes by design (the ranks it ends disconnect): not news while stopping."""
+LOGGED_COLUMN_MIN_WIDTH = 12
+DEFAULT_WIDTH = 120
+PROGRESS_SAMPLES_PER_BATCH = 64
+REFRESH_PER_SECOND = 4
+"""The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
 
 
 def format_prefix(rank: int | None, node: str | None, multi_node: bool) -> str:
@@ -41,30 +63,60 @@ def without_torch_prefix(line: str, rank: int | None) -> str:
     return line
 
 
-def _fmt(value: Any, pattern: str, scale: float = 1.0, empty: str = "-") -> str:
-    if value is None:
-        return empty
-    try:
-        return pattern.format(value * scale)
-    except (TypeError, ValueError):
-        return empty
+class LoggedValues:
+    """The newest value of every key a script logged (``rankwatch.log``, ``--parse-stdout``), per rank,
+    in the order the keys first appeared."""
 
+    def __init__(self) -> None:
+        self.newest: dict[str, dict[int, tuple[float, float | None]]] = {}
 
-def format_bytes(value: int | None) -> str:
-    if value is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return "-"
+    def add_rows(self, rows: list) -> None:
+        """Protocol metric rows ``[rank, t, step, name, value, source]``.
+
+        This runs in the runner's event loop for `rankwatch run` (100k+ rows a second), so the
+        per-row work is done by comprehensions: the last row of each (key, rank) in the batch (a
+        worker sends its points in order), then one comparison of times per key and rank."""
+        built_in = BUILT_IN_METRICS
+        last_in_batch = {(row[3], row[0]): row for row in rows if row[3] not in built_in}
+        newest = self.newest
+        for (name, rank), row in last_in_batch.items():
+            by_rank = newest.get(name)
+            if by_rank is None:
+                by_rank = newest[name] = {}
+            previous = by_rank.get(rank)
+            if previous is None or row[1] >= previous[0]:
+                by_rank[rank] = (row[1], row[4])
+
+    def names(self) -> list[str]:
+        """Keys to show per rank (progress keys such as ``epoch`` go to the header instead)."""
+        return [name for name in self.newest if name not in PROGRESS_METRICS]
+
+    def value(self, name: str, rank: int) -> float | None:
+        found = self.newest.get(name, {}).get(rank)
+        return None if found is None else found[1]
+
+    def last_value(self, names) -> float | None:
+        """The newest value of the first of ``names`` any rank logged (for the progress header)."""
+        for name in names:
+            by_rank = self.newest.get(name)
+            if by_rank:
+                _t, value = max(by_rank.values(), key=lambda item: item[0])
+                if value is not None:
+                    return value
+        return None
 
 
 class TerminalView:
-    """Render hub messages. ``live=None`` picks a live table when stdout is a terminal."""
+    """Render hub messages. ``live=None`` picks a live table when stdout is a terminal.
+
+    While a run is stopping, torchrun's own lines (its SIGTERM notices and the
+    traceback of its SignalException) and the ranks' expected disconnections are kept
+    in the store but not printed: the stop is reported as "stopping…" and "stopped".
+    """
 
     def __init__(self, live: bool | None = None, out: TextIO | None = None, err: TextIO | None = None,
-                 multi_node: bool = False, status_every: float = PLAIN_STATUS_SECONDS):
+                 multi_node: bool = False, status_every: float = PLAIN_STATUS_SECONDS,
+                 interrupt_kills: bool = False):
         self.status_every = status_every
         """Plain mode: print one status line per rank this often (0: never)."""
         self._last_status = time.monotonic()
@@ -72,12 +124,21 @@ class TerminalView:
         self.err = err or sys.stderr
         self.live_mode = self.out.isatty() if live is None else live
         self.multi_node = multi_node
+        self.interrupt_kills = interrupt_kills
+        """``rankwatch run``: Ctrl-C during a stop kills at once (say so when the stop begins)."""
         self.ranks: dict[int, dict[str, Any]] = {}
         self.run: dict[str, Any] | None = None
+        self.spec_args: list = []
+        self.logged = LoggedValues()
+        self.progress = ProgressTracker()
         self.cpu_mode = True
         self.ended = False
+        self.stopping_since: float | None = None
+        self.hidden_launcher_lines = 0
         self._live = None
         self._console = None
+        self._lock = threading.Lock()
+        self._outbox: list[tuple[str, str, str, str | None]] = []
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -87,68 +148,145 @@ class TerminalView:
             from rich.live import Live
 
             self._console = Console(file=self.out)
-            self._live = Live(self._table(), console=self._console, refresh_per_second=4, transient=False,
-                              redirect_stdout=False, redirect_stderr=False)
+            # The Live's thread asks for the table at each refresh, so elapsed time and heartbeat
+            # ages move even when no message arrives; the lock keeps it from reading half an update.
+            self._live = Live(console=self._console, refresh_per_second=REFRESH_PER_SECOND, transient=False,
+                              redirect_stdout=False, redirect_stderr=False, get_renderable=self._render)
             self._live.start()
 
     def stop(self) -> None:
         if self._live is not None:
-            self._live.update(self._table())
+            self._live.refresh()
             self._live.stop()
             self._live = None
+
+    def _render(self):
+        with self._lock:
+            return self._table()
 
     # ---- messages --------------------------------------------------------------------
 
     def handle(self, message: dict[str, Any]) -> None:
+        with self._lock:
+            self._handle(message)
+        self._flush_lines()
+
+    def _handle(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind == "snapshot":
             self.run = message.get("run")
+            self.spec_args = list((message.get("spec") or {}).get("args") or [])
             for row in message.get("ranks") or []:
                 self.ranks[row["rank"]] = row
             if len(message.get("nodes") or []) > 1:
                 self.multi_node = True
+            if (self.run or {}).get("status") == RunStatus.STOPPING.value:
+                self.stopping_since = time.monotonic()
         elif kind == "update":
             self._on_update(message)
         elif kind == "bye":
             self.ended = True
+            if self.stopping_since is not None:
+                self._say_stopped()
             if self._live is None and self.status_every:
-                self.print_status(final=True)  # plain mode: every rank's last state, once
-        if self._live is not None:
-            self._live.update(self._table())
-        elif self.status_every and time.monotonic() - self._last_status >= self.status_every and not self.ended:
+                self._print_status(final=True)  # plain mode: every rank's last state, once
+        if (self._live is None and self.status_every and not self.ended
+                and time.monotonic() - self._last_status >= self.status_every):
             self._last_status = time.monotonic()
-            self.print_status()
-
-    def print_status(self, final: bool = False) -> None:
-        """Plain mode's stand-in for the live table: one line per running rank (``final``:
-        every rank that made progress, whatever its state)."""
-        for rank in sorted(self.ranks):
-            row = self.ranks[rank]
-            if row.get("step") is None or (not final and RankState(row.get("state", "waiting")).finished):
-                continue
-            usage = (f"cpu {_fmt(row.get('cpu_percent'), '{:.0f}')}%, rss {format_bytes(row.get('rss_bytes'))}"
-                     if self.cpu_mode else
-                     f"gpu {_fmt(row.get('gpu_index'), '{}')} {_fmt(row.get('gpu_util'), '{:.0f}')}%, "
-                     f"mem {format_bytes(row.get('gpu_mem_used'))}")
-            self._print_line("[rankwatch]", f"rank {rank} {row.get('state')}: step {row.get('step')}, "
-                             f"loss {_fmt(row.get('loss'), '{:.4f}')}, {_fmt(row.get('step_time'), '{:.1f}', 1000)} ms/step, "
-                             f"data wait {_fmt(row.get('data_wait_share'), '{:.0f}', 100)}%, "
-                             f"{_fmt(row.get('samples_per_s'), '{:.0f}')} samples/s, {usage}", "stdout")
+            self._print_status()
 
     def _on_update(self, message: dict[str, Any]) -> None:
+        if message.get("run"):
+            self.run = message["run"]
+        events = message.get("events") or []
+        # A stop is known before the lines it causes are printed (they may share this update).
+        if self.stopping_since is None and (
+                (self.run or {}).get("status") == RunStatus.STOPPING.value
+                or any(event.get("kind") == "stopping" for event in events)):
+            self.stopping_since = time.monotonic()
+        metrics = message.get("metrics")
+        if metrics:
+            self.logged.add_rows(metrics)
+            # Rows come in the order they were stored; the rate needs a mark every half second,
+            # not every row: a sample of the batch and its newest row.
+            sample = metrics[::max(1, len(metrics) // PROGRESS_SAMPLES_PER_BATCH)]
+            sample.append(metrics[-1])
+            self.progress.note_steps([row[2] for row in sample], [row[1] for row in sample])
         for rank, _t, stream, line, node in message.get("logs") or []:
+            self.progress.note_line(line)
+            if rank is None and self.stopping_since is not None:
+                self.hidden_launcher_lines += 1
+                continue
             self._print_line(format_prefix(rank, node, self.multi_node), without_torch_prefix(line, rank), stream)
-        for event in message.get("events") or []:
-            if event.get("kind") in NOTABLE_EVENTS:
+        for event in events:
+            kind = event.get("kind")
+            if kind == "stopping":
+                self._say_stopping(event)
+            elif kind in NOTABLE_EVENTS and not (
+                    self.stopping_since is not None and kind in EXPECTED_WHILE_STOPPING):
                 self._print_line("[rankwatch]", event.get("message", ""), "stderr", style="yellow")
         for row in message.get("ranks") or []:
             self.ranks[row["rank"]] = row
             if row.get("gpu_index") is not None:
                 self.cpu_mode = False
-        if message.get("run"):
-            self.run = message["run"]
+
+    def _say_stopping(self, event: dict[str, Any]) -> None:
+        why = event.get("stopped_by")
+        hint = None
+        if self.interrupt_kills:
+            hint = "Ctrl-C again kills at once" if why == describe_stop_reason("SIGINT") else "Ctrl-C kills at once"
+        details = "; ".join(part for part in (why, hint) if part)
+        self._print_line("[rankwatch]", f"stopping…{f' ({details})' if details else ''}", "stderr", style="yellow")
+
+    def _say_stopped(self) -> None:
+        seconds = time.monotonic() - self.stopping_since
+        run_id = (self.run or {}).get("id")
+        note = ""
+        if self.hidden_launcher_lines and run_id is not None:
+            note = (f"; torchrun's {self.hidden_launcher_lines} line(s) about it: "
+                    f"rankwatch runs logs {run_id} --launcher")
+        self._print_line("[rankwatch]", f"stopped ({seconds:.1f} s{note})", "stderr", style="yellow")
+
+    def print_status(self, final: bool = False) -> None:
+        """Plain mode's stand-in for the live table: the header, then one line per running rank
+        (``final``: every rank that made progress, whatever its state)."""
+        with self._lock:
+            self._print_status(final)
+        self._flush_lines()
+
+    def _print_status(self, final: bool = False) -> None:
+        lines = []
+        for rank in sorted(self.ranks):
+            row = self.ranks[rank]
+            if row.get("step") is None or (not final and RankState(row.get("state", "waiting")).finished):
+                continue
+            usage = (f"cpu {format_fixed(row.get('cpu_percent'), '{:.0f}%')}, rss {format_bytes(row.get('rss_bytes'))}"
+                     if self.cpu_mode else
+                     f"gpu {row.get('gpu_index', MISSING)} {format_fixed(row.get('gpu_util'), '{:.0f}%')}, "
+                     f"mem {format_bytes(row.get('gpu_mem_used'))}")
+            logged = "".join(f", {name} {format_number(self.logged.value(name, rank))}"
+                             for name in self.logged.names())
+            lines.append(f"rank {rank} {row.get('state')}: step {row.get('step')}, "
+                         f"loss {format_number(row.get('loss'))}, "
+                         f"{format_amount(row.get('step_time'), 1000)} ms/step, "
+                         f"data wait {format_percent(row.get('data_wait_share'))}, "
+                         f"{format_amount(row.get('samples_per_s'))} samples/s, {usage}{logged}")
+        if lines:
+            self._print_line("[rankwatch]", self.header(), "stdout")
+        for line in lines:
+            self._print_line("[rankwatch]", line, "stdout")
 
     def _print_line(self, prefix: str, text: str, stream: str, style: str | None = None) -> None:
+        """Queue a line; it is written once the view's lock is released (printing above the live
+        table takes the Live's lock, which its refresh thread holds while asking for the table)."""
+        self._outbox.append((prefix, text, stream, style))
+
+    def _flush_lines(self) -> None:
+        lines, self._outbox = self._outbox, []
+        for line in lines:
+            self._write_line(*line)
+
+    def _write_line(self, prefix: str, text: str, stream: str, style: str | None) -> None:
         if self._console is not None:
             from rich.text import Text
 
@@ -160,35 +298,107 @@ class TerminalView:
             target.write(f"{prefix} {text}\n")
             target.flush()
 
-    # ---- the table -------------------------------------------------------------------
+    # ---- the header and the table ----------------------------------------------------
 
-    def _table(self):
-        from rich.table import Table
+    def current_step(self) -> int | None:
+        steps = [row["step"] for row in self.ranks.values() if row.get("step") is not None]
+        if steps:
+            return int(max(steps))
+        return None if self.progress.last_step is None else int(self.progress.last_step)
 
+    def header(self, now: float | None = None) -> str:
+        """``run 3 · example · running · epoch 2/10 · step 120/640 (19%) · elapsed 1:05 · ETA 4:31``."""
         run = self.run or {}
-        title = f"run {run.get('id', '?')} · {run.get('profile') or ''} · {run.get('status', 'starting')}"
-        table = Table(title=title, title_justify="left", expand=False, header_style="bold")
-        columns = ["rank", *(["host"] if self.multi_node else []), "state", "step", "loss", "step ms",
+        status = run.get("status", RunStatus.STARTING.value)
+        try:
+            finished = RunStatus(status).finished
+        except ValueError:
+            finished = False
+        progress = compute_progress(step=self.current_step(), last_value=self.logged.last_value,
+                                    args=self.spec_args, tracker=self.progress, run=run, finished=finished,
+                                    now=time.time() if now is None else now)
+        position, timing = progress_texts(progress, status)
+        if progress.fraction is not None:
+            position += f" ({100 * progress.fraction:.0f}%)"
+        parts = [f"run {run.get('id', '?')}", run.get("profile") or "", status, position, timing]
+        return " · ".join(part for part in parts if part)
+
+    def _table(self, width: int | None = None):
+        """The header line (as wide as the terminal) over the rank table."""
+        from rich.console import Group
+        from rich.text import Text
+
+        return Group(Text(self.header(), style="bold", overflow="fold"), self._rank_table(width))
+
+    def _rank_table(self, width: int | None = None):
+        """The rank table. Every key the script logged is shown: a column each when they fit,
+        else one "logged" column with the width the others leave (cut with "…"), else a caption
+        naming them. The built-in columns are never squeezed for them."""
+        from rich.console import Console
+        from rich.measure import Measurement
+
+        width = width or (self._console.width if self._console is not None else DEFAULT_WIDTH)
+        if not self.logged.names():
+            return self._build_table()
+        console = self._console or Console(width=width)
+
+        def natural_width(table) -> int:
+            return Measurement.get(console, console.options.update_width(10_000), table).maximum
+
+        separate = self._build_table(logged_columns=True)
+        if natural_width(separate) <= width:
+            return separate
+        room = width - natural_width(self._build_table()) - 3  # the column's padding and separator
+        if room < LOGGED_COLUMN_MIN_WIDTH:
+            return self._build_table(caption=True)
+        return self._build_table(logged_width=room)
+
+    def _build_table(self, logged_columns: bool = False, logged_width: int | None = None, caption: bool = False):
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        logged_names = self.logged.names()
+        table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), caption_justify="left",
+                      caption=f"logged: {', '.join(logged_names)} (too narrow to show values)" if caption else None)
+        columns = ["rank", *(["host"] if self.multi_node else []), "state", "step", "loss", "ms/step",
                    "data wait", "samples/s"]
         columns += ["CPU %", "RSS"] if self.cpu_mode else ["GPU", "GPU %", "GPU mem"]
-        columns += ["heartbeat"]
+        columns += ["seen"]
+        show_exit = any(row.get("exit_code") is not None for row in self.ranks.values())
+        if show_exit:  # once a rank has ended: its exit code as the diagnosis states it
+            columns += ["exit"]
         for name in columns:
-            table.add_column(name, justify="left" if name in ("host", "state") else "right")
+            table.add_column(name, justify="left" if name in ("host", "state", "exit") else "right", no_wrap=True)
+        if logged_columns:
+            for name in logged_names:
+                table.add_column(name, justify="right", no_wrap=True)
+        if logged_width is not None:
+            table.add_column("logged", justify="left", no_wrap=True, overflow="ellipsis", width=logged_width)
         now = time.time()
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
             age = now - row["last_seen"] if row.get("last_seen") else None
-            cells = [str(rank), *([row.get("host") or "-"] if self.multi_node else []),
-                     f"[{STATE_STYLE.get(row.get('state'), '')}]{row.get('state')}[/]",
-                     _fmt(row.get("step"), "{:.0f}"), _fmt(row.get("loss"), "{:.4f}"),
-                     _fmt(row.get("step_time"), "{:.1f}", 1000), _fmt(row.get("data_wait_share"), "{:.0f}%", 100),
-                     _fmt(row.get("samples_per_s"), "{:.0f}")]
+            state = str(row.get("state"))
+            cells = [str(rank), *([row.get("host") or MISSING] if self.multi_node else []),
+                     Text(state, style=STATE_STYLE.get(state, "")),
+                     MISSING if row.get("step") is None else str(row["step"]), format_number(row.get("loss")),
+                     format_amount(row.get("step_time"), 1000), format_percent(row.get("data_wait_share")),
+                     format_amount(row.get("samples_per_s"))]
             if self.cpu_mode:
-                cells += [_fmt(row.get("cpu_percent"), "{:.0f}"), format_bytes(row.get("rss_bytes"))]
+                cells += [format_fixed(row.get("cpu_percent"), "{:.0f}"), format_bytes(row.get("rss_bytes"))]
             else:
-                cells += [_fmt(row.get("gpu_index"), "{}"), _fmt(row.get("gpu_util"), "{:.0f}"),
-                          format_bytes(row.get("gpu_mem_used"))]
-            cells.append(_fmt(age, "{:.0f} s") if not RankState(row.get("state", "waiting")).finished else "-")
+                cells += [str(row["gpu_index"]) if row.get("gpu_index") is not None else MISSING,
+                          format_fixed(row.get("gpu_util"), "{:.0f}"), format_bytes(row.get("gpu_mem_used"))]
+            finished = RankState(row.get("state", "waiting")).finished
+            cells.append(MISSING if finished or age is None else f"{max(0.0, age):.0f} s")
+            if show_exit:
+                cells.append(describe_exit_code(row.get("exit_code")))
+            if logged_columns:
+                cells += [format_number(self.logged.value(name, rank)) for name in logged_names]
+            if logged_width is not None:
+                cells.append("  ".join(f"{name} {format_number(self.logged.value(name, rank))}"
+                                       for name in logged_names))
             table.add_row(*cells)
         return table
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.diagnosis.stack_capture import WAIT_SECONDS
 from runner.store.store import RunStore
 from tests.jobs import SCRIPTS, latest_run, rankwatch, start_rankwatch, wait_for
 
@@ -73,11 +74,14 @@ def test_a_rank_killed_by_sigkill_is_named_with_the_signal_and_the_oom_killer_hi
         assert "not readable here" in hint["cause"] or f"no OOM record for pid {first['pid']}" in hint["cause"]
 
 
-def test_a_hang_is_flagged_in_time_and_the_rank_in_the_barrier_is_shown_with_its_line(tmp_path):
+def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_time(tmp_path):
+    """Two ranks: rank 0 waits in dist.barrier(), rank 1 sleeps in a helper. About 25 s."""
     script = SCRIPTS / "diag_hang.py"
     barrier_line = marked_line(script, "HANG")
+    helper_line = marked_line(script, "WAIT")
+    helper_text = script.read_text().splitlines()[helper_line - 1].strip()
     env = {**os.environ, "DIAG_DIR": str(tmp_path)}
-    runner = start_rankwatch("run", "--plain", "--nproc-per-node", "3", "--stall-timeout", str(STALL_TIMEOUT),
+    runner = start_rankwatch("run", "--plain", "--nproc-per-node", "2", "--stall-timeout", str(STALL_TIMEOUT),
                              str(script), env=env)
     try:
         run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
@@ -88,34 +92,77 @@ def test_a_hang_is_flagged_in_time_and_the_rank_in_the_barrier_is_shown_with_its
         _run, events = stored(run["id"])
         with RunStore(readonly=True) as store:
             last_steps = {rank: max(row.t for row in store.metrics(run["id"], name="step_time", rank=rank))
-                          for rank in range(3)}
+                          for rank in range(2)}
         stalled = {e["rank"]: e for e in events if e["kind"] == "stalled"}
-        assert sorted(stalled) == [0, 1, 2]
+        assert sorted(stalled) == [0, 1]
         for rank, event in stalled.items():
             late = event["t"] - last_steps[rank]
             assert STALL_TIMEOUT <= late <= STALL_TIMEOUT + FLAG_SLACK_SECONDS, f"rank {rank} flagged after {late:.1f} s"
             assert event["data"]["step"] == 7
+        # The culprit is named within the stall timeout + 5 s of the last step: the signal goes out when the
+        # stall is flagged, and the capture is read within WAIT_SECONDS (2 s) of it.
+        assert capture["t"] - max(last_steps.values()) <= STALL_TIMEOUT + 5 - WAIT_SECONDS
         data = capture["data"]
-        assert data["reason"] == "stalled" and data["ranks"] == [0, 1, 2] and data["missing"] == []
-        assert data["outlier"]["rank"] == 0 and data["reference"] == [1, 2]
-        frame = data["outlier"]["frame"]
-        assert (frame["file"], frame["line"], frame["function"]) == (str(script), barrier_line, "<module>")
-        assert data["groups"][1]["frames"][-1]["function"] == "barrier"
+        assert data["reason"] == "stalled" and data["ranks"] == [0, 1] and data["missing"] == []
+        verdict = data["verdict"]
+        assert verdict["kind"] == "culprit" and verdict["culprits"] == [1] and verdict["collective"] == "barrier"
+        assert capture["data"]["message"].startswith("stacks (stalled): rank 1 is the culprit: rank 0 waits in "
+                                                     "barrier, rank 1 is in no collective")
+        assert (f"rank 1 is at {script}:{helper_line} in wait_for_checkpoint (<module> → wait_for_checkpoint): "
+                f"{helper_text}") in verdict["details"]
         assert Path(data["text_path"]).exists()
 
         live = rankwatch("stacks", str(run["id"]), timeout=60)
         assert live.returncode == 0, live.stderr
-        assert "(reason: requested)" in live.stdout and "rank 0  <- differs" in live.stdout
-        assert f"rank 0 differs at {script}:{barrier_line} in <module>" in live.stdout
-        assert f"diag_hang.py:{barrier_line} in <module> <<" in live.stdout
+        assert "(reason: requested)" in live.stdout and "rank 1  <- culprit" in live.stdout
+        assert "rank 0  (waits in barrier)" in live.stdout
+        assert "rank 1 is the culprit: rank 0 waits in barrier" in live.stdout
+        assert f"diag_hang.py:{helper_line} in wait_for_checkpoint <<" in live.stdout
+        assert f"{script}:{helper_line} in wait_for_checkpoint" in live.stdout and helper_text in live.stdout
+        assert f"rank 0 waits in barrier, called at {script}:{barrier_line} in <module>" in live.stdout
     finally:
         runner.send_signal(signal.SIGINT)
         _out, err = runner.communicate(timeout=60)
     block = summary_block(err)
-    assert "stopped on request; ranks 0, 1, 2 were stalled at step 7" in block
-    assert f"stacks:        rank 0 differs at {script}:{barrier_line} in <module>" in block
+    assert "stopped on request; ranks 0, 1 were stalled at step 7" in block
+    assert "stacks:        rank 1 is the culprit: rank 0 waits in barrier, rank 1 is in no collective" in block
+    assert f"{script}:{helper_line} in wait_for_checkpoint" in block
     finished = rankwatch("stacks", str(run["id"]), timeout=60)
-    assert finished.returncode == 0 and f"{script}:{barrier_line} in <module>" in finished.stdout
+    assert finished.returncode == 0 and "rank 1 is the culprit" in finished.stdout
+
+
+def test_a_healthy_run_dumped_is_a_snapshot_and_pausing_the_runner_is_no_stall():
+    """Two ranks stepping for ~20 s: Dump stacks (no disagreement), then the runner is stopped (SIGSTOP) for
+    three stall timeouts and continued: no stall is reported, the run succeeds. About 30 s."""
+    stall_timeout = 3.0
+    runner = start_rankwatch("run", "--plain", "--nproc-per-node", "2", "--stall-timeout", str(stall_timeout),
+                             str(SCRIPTS / "quiet_steps.py"), "20")
+    try:
+        run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
+
+        def stepping():
+            with RunStore(readonly=True) as store:
+                return len(store.metrics(run["id"], name="step_time")) > 20
+        wait_for(stepping, 90, interval=0.5, what="both ranks stepping")
+        snapshot = rankwatch("stacks", str(run["id"]), timeout=60)
+        assert snapshot.returncode == 0, snapshot.stderr
+        assert "all 2 ranks are progressing (none stalled)" in snapshot.stdout
+        for word in ("disagree", "differ", "culprit", "<<"):
+            assert word not in snapshot.stdout
+        runner.send_signal(signal.SIGSTOP)
+        time.sleep(3 * stall_timeout)
+        runner.send_signal(signal.SIGCONT)
+        _out, err = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.send_signal(signal.SIGCONT)
+            runner.kill()
+            runner.communicate()
+    assert runner.returncode == 0, err[-3000:]
+    _run, events = stored(run["id"])
+    assert [e for e in events if e["kind"] in ("stalled", "resumed")] == []
+    assert [e["data"]["reason"] for e in events if e["kind"] == "stacks"] == ["requested"]
+    assert "stalled:" not in summary_block(err)
 
 
 def test_a_rank_sleeping_in_its_data_loader_is_a_straggler_waiting_for_data_and_divergence_is_caught(tmp_path):

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 from runner.diagnosis.doctor import cudnn_text, judge
 from tests.jobs import rankwatch
 
 
-def test_doctor_on_this_machine_is_fast_says_no_driver_and_which_backends_work():
-    started = time.monotonic()
+def test_doctor_on_this_machine_says_no_driver_and_which_backends_work():
+    # How long doctor takes is a benchmark figure (tests/bench/PERFORMANCE.md), not asserted here.
     result = rankwatch("doctor", timeout=60)
-    elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
-    assert elapsed < 10, f"doctor took {elapsed:.1f} s"
     out = result.stdout
     assert "no NVIDIA driver" in out
     assert "usable backends: gloo; not usable: nccl: CUDA is not available" in out

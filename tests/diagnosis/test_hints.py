@@ -135,6 +135,57 @@ def test_the_toggle_on_a_script_that_does_not_take_local_rank():
     assert keys(rank_evidence(output, legacy_local_rank=False)) == ["legacy_local_rank"]
 
 
+def test_the_toggle_on_a_script_that_takes_the_other_spelling_names_the_spelling_from_its_usage():
+    [hint] = find_hints(rank_evidence(text("python_local_rank_dash.txt"), legacy_local_rank=True))
+    assert hint.key == "local_rank_spelling"
+    assert hint.cause.startswith("the script takes --local-rank, but the legacy option passed --local_rank")
+    assert "turn the legacy" not in hint.advice.split(";")[0]  # not "turn it off": pass both spellings
+
+
+def test_a_required_local_rank_in_the_dash_spelling_is_named_as_it_is_written():
+    output = "usage: t.py [-h] --local-rank LOCAL_RANK\nt.py: error: the following arguments are required: --local-rank"
+    [hint] = find_hints(rank_evidence(output))
+    assert hint.key == "legacy_local_rank" and "expects --local-rank" in hint.cause
+    assert "--local-rank=<its LOCAL_RANK>" in hint.advice
+
+
+DUPLICATE_ARGS = ["--rank", "0", "--world_size", "2", "--init_method", "tcp://127.0.0.1:29544"]
+
+
+def test_duplicate_rank_arguments_name_both_ranks_and_the_holder_in_this_run():
+    evidence = rank_evidence(text("python_duplicate_rank.txt"), rank=1, script_args=DUPLICATE_ARGS,
+                             port_holders={29544: {"pid": 18683, "command": "python", "rank": 0}}, world_size=2,
+                             port_holder=lambda port: None)
+    [hint] = find_hints(evidence)
+    assert hint.key == "duplicate_rank"
+    assert hint.cause.startswith("ranks 0 and 1 both claimed rank 0: torchrun passes the same arguments to every "
+                                 "process, so each got --rank 0 --world_size 2 --init_method tcp://127.0.0.1:29544")
+    assert "port 29544 is held by rank 0 of this very run (pid 18683), not by a leftover" in hint.cause
+    assert "int(os.environ['RANK'])" in hint.advice
+
+
+def test_duplicate_rank_arguments_find_the_holder_by_elimination_when_it_was_not_seen():
+    evidence = rank_evidence(text("python_duplicate_rank.txt"), rank=1, script_args=["--rank=0", "--world_size=2"],
+                             world_size=2, others=[RankFailure(rank=0, signal="SIGTERM")])
+    [hint] = find_hints(evidence)
+    assert "ranks 0 and 1 both claimed rank 0" in hint.cause
+    assert "held by rank 0 of this very run (the only rank that did not fail to listen)" in hint.cause
+
+
+def test_a_port_held_by_a_rank_of_this_run_is_not_blamed_on_a_leftover():
+    evidence = rank_evidence(text("python_duplicate_rank.txt"), rank=1,
+                             port_holders={29544: {"pid": 18683, "command": "python", "rank": 0}})
+    [hint] = find_hints(evidence)  # no --rank argument: the script hard-codes something; still, name the holder
+    assert hint.key == "address_in_use" and hint.cause == "port 29544 is held by rank 0 of this very run (pid 18683)"
+
+
+def test_launcher_mismatches_seen_while_running_become_hints_first():
+    spawn = {"key": "self_spawn", "level": "warning", "ranks": [0], "cause": "rank 0 starts its own processes",
+             "advice": "run it directly"}
+    evidence = rank_evidence(text("torchrun_gloo_timeout.txt"), launcher=[spawn])
+    assert keys(evidence)[0] == "self_spawn"
+
+
 def test_a_module_missing_from_the_chosen_interpreter():
     [hint] = find_hints(rank_evidence(text("python_missing_module.txt"), interpreter="/opt/envs/a/bin/python"))
     assert hint.key == "missing_module"

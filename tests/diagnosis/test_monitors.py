@@ -11,7 +11,9 @@ from runner.diagnosis.consistency import ConsistencyMonitor, compare_digests
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.stalls import (
     AUTO_FLOOR_SECONDS,
+    REARM_SECONDS,
     STARTUP_ALLOWANCE_SECONDS,
+    RunnerClock,
     StallMonitor,
     stall_threshold,
 )
@@ -140,6 +142,70 @@ def test_a_rank_that_never_stepped_gets_the_startup_allowance():
     monitor.tick(now)
     [event] = hub.of_kind("stalled")
     assert event["threshold_source"] == "startup" and "before its first step" in event["message"]
+
+
+class PausableClock(RunnerClock):
+    """The runner's clocks, with a pause added: what SIGSTOP/SIGCONT (or a suspended laptop) looks like."""
+
+    def __init__(self):
+        self.paused = 0.0
+
+    def read(self) -> tuple[float, float]:
+        monotonic, wall = super().read()
+        return monotonic + self.paused, wall + self.paused
+
+    def pause(self, seconds: float) -> None:
+        self.paused += seconds
+
+
+def test_time_the_runner_was_paused_is_not_time_without_progress():
+    hub, clock = stepping_hub(2), PausableClock()
+    monitor = StallMonitor(hub, 5.0, clock=clock)
+    now = time.time()
+    for rank in range(2):
+        step(hub, rank, 3, when=now - 1.0)
+    monitor.tick(now)
+    clock.pause(30.0)  # the runner was stopped for 30 s; the ranks went on, their messages are not read yet
+    monitor.tick(now + 30.5)
+    assert hub.of_kind("stalled") == []
+    assert monitor.idle_seconds(hub.model.ranks[0], now + 30.5) == pytest.approx(1.0)  # the gap is left out
+    step(hub, 0, 40, when=now + 30.8)  # the queued messages are read: rank 0 progressed, rank 1 did not
+    monitor.tick(now + 31.0)
+    assert now + 30.5 + REARM_SECONDS < now + 35.0
+    monitor.tick(now + 35.0)
+    flagged = hub.of_kind("stalled")
+    assert [event["rank"] for event in flagged] == [1]  # watched: 1 s before the pause, 4.5 s after
+    assert flagged[0]["seconds"] == pytest.approx(5.5)
+
+
+def test_a_rank_stuck_before_the_pause_is_still_flagged_once_the_runner_watches_again():
+    hub, clock = stepping_hub(1), PausableClock()
+    monitor = StallMonitor(hub, 5.0, clock=clock)
+    now = time.time()
+    step(hub, 0, 3, when=now - 4.0)
+    monitor.tick(now)
+    clock.pause(60.0)
+    monitor.tick(now + 60.0)
+    monitor.tick(now + 60.5)  # re-arming: the messages sent meanwhile are being read
+    assert hub.of_kind("stalled") == []
+    monitor.tick(now + 60.0 + REARM_SECONDS + 0.5)
+    [event] = hub.of_kind("stalled")
+    assert event["rank"] == 0 and event["seconds"] >= 5.0
+
+
+def test_progress_of_a_rank_for_a_stack_capture():
+    hub = stepping_hub(2)
+    monitor = StallMonitor(hub, 5.0)
+    now = time.time()
+    step(hub, 0, 9, when=now - 0.2)
+    step(hub, 1, 9, when=now - 8.0)
+    monitor.tick(now)
+    moving, stuck = (monitor.progress_of(hub.model.ranks[rank], now) for rank in (0, 1))
+    assert moving == {"step": 9, "idle_seconds": 0.2, "stalled": False, "progressing": True}
+    assert stuck["stalled"] and stuck["progressing"] is False
+    fresh = FakeHub()
+    fresh.hello(0, pid=5)
+    assert StallMonitor(fresh, 5.0).progress_of(fresh.model.ranks[0], now)["progressing"] is None  # no step yet
 
 
 # ---- stragglers -------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""Stack dumps: parsing real faulthandler output, grouping ranks, naming the one that differs.
+"""Stack dumps: parsing real faulthandler output, where each rank is, who holds up the others.
 
-The dumps in ``data/`` are real: ranks of ``tests/scripts/diag_hang.py`` (rank 0 in
-``dist.barrier()``, the others waiting for its checkpoint) dumped by the bootstrap's
-handler on ``STACK_SIGNAL``.
+The dumps in ``data/`` are real: the two ranks of ``tests/scripts/diag_hang.py``
+(rank 0 in ``dist.barrier()``, rank 1 sleeping in ``wait_for_checkpoint`` until
+rank 0's checkpoint appears) dumped by the bootstrap's handler on ``STACK_SIGNAL``.
+They were recorded in a checkout at ``RECORDED_ROOT``; the tests point them at this
+checkout, so the source lines are read from this repository's script.
 """
 
 from __future__ import annotations
@@ -15,30 +17,41 @@ import time
 from pathlib import Path
 
 from runner.diagnosis.stack_capture import StackCapture
-from runner.diagnosis.stacks import (
-    Frame,
-    analyse,
-    describe,
-    format_stacks,
-    last_dump,
-    main_thread,
-    parse_dump,
-    user_frames,
-)
+from runner.diagnosis.stack_dumps import Frame, last_dump, main_thread, parse_dump, user_frames
+from runner.diagnosis.stacks import analyse, describe, ensure_verdict, format_stacks
 from runner.paths import WORKER_PATH
 from tests.diagnosis.fakes import FakeHub
+from tests.jobs import REPO, SCRIPTS
 
 DATA = Path(__file__).parent / "data"
 BARRIER = DATA / "faulthandler_rank0_barrier.txt"
-WAITING = DATA / "faulthandler_rank1_waiting.txt"
+HELPER = DATA / "faulthandler_rank1_helper.txt"
+RECORDED_ROOT = "/work/wt/diag/"
+SCRIPT = SCRIPTS / "diag_hang.py"
+
+
+def dump(path: Path) -> str:
+    return path.read_text().replace(RECORDED_ROOT, f"{REPO}/")
 
 
 def main_frames(path: Path) -> list[Frame]:
-    return user_frames(main_thread(parse_dump(path.read_text())).frames)
+    return user_frames(main_thread(parse_dump(dump(path))).frames)
+
+
+def marked(marker: str) -> tuple[int, str]:
+    """(line number, stripped text) of the line of ``diag_hang.py`` tagged ``# MARKER``."""
+    for number, line in enumerate(SCRIPT.read_text().splitlines(), start=1):
+        if f"# {marker}" in line:
+            return number, line.strip()
+    raise AssertionError(marker)
+
+
+STALLED = {"step": 7, "idle_seconds": 6.0, "stalled": True, "progressing": False}
+MOVING = {"step": 40, "idle_seconds": 0.1, "stalled": False, "progressing": True}
 
 
 def test_a_real_dump_parses_into_threads_with_the_main_thread_found():
-    threads = parse_dump(BARRIER.read_text())
+    threads = parse_dump(dump(BARRIER))
     assert len(threads) == 2
     reporter, main = threads
     assert not reporter.current and reporter.frames[0].function == "_bootstrap"  # oldest call first
@@ -48,9 +61,9 @@ def test_a_real_dump_parses_into_threads_with_the_main_thread_found():
 
 
 def test_the_bootstrap_frames_are_dropped_so_the_stack_starts_at_the_script():
-    frames = main_frames(BARRIER)
-    assert [f.short() for f in frames] == ["diag_hang.py:28 in <module>", "c10d_logger.py:83 in wrapper",
-                                           "distributed_c10d.py:6371 in barrier"]
+    line, _text = marked("HANG")
+    assert [f.short() for f in main_frames(BARRIER)] == [
+        f"diag_hang.py:{line} in <module>", "c10d_logger.py:83 in wrapper", "distributed_c10d.py:6371 in barrier"]
 
 
 def test_only_the_last_dump_of_an_appended_file_is_used():
@@ -60,55 +73,103 @@ def test_only_the_last_dump_of_an_appended_file_is_used():
     assert text.endswith(last) and len(last) < len(text)
 
 
-def test_the_rank_in_the_barrier_is_the_outlier_with_its_file_and_line():
-    stacks = {0: main_frames(BARRIER), 1: main_frames(WAITING), 2: main_frames(WAITING)}
-    result = analyse(stacks, "stalled", 100.0)
-    assert result["ranks"] == [0, 1, 2] and result["reference"] == [1, 2] and not result["identical"]
-    assert [g["ranks"] for g in result["groups"]] == [[1, 2], [0]]
-    assert result["groups"][0]["differs_at"] is None
-    frame = result["outlier"]["frame"]
-    assert result["outlier"]["rank"] == 0
-    assert (Path(frame["file"]).name, frame["line"], frame["function"], frame["index"]) == \
-        ("diag_hang.py", 28, "<module>", 0)
-    assert describe(result).startswith("rank 0 differs at ") and "diag_hang.py:28 in <module>" in describe(result)
+def test_two_ranks_the_one_in_no_collective_is_the_culprit_with_its_line_and_the_other_waits_in_barrier():
+    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "stalled", 100.0,
+                     progress={0: STALLED, 1: STALLED})
+    verdict = result["verdict"]
+    assert verdict["kind"] == "culprit" and verdict["level"] == "error"
+    assert verdict["culprits"] == [1] and verdict["waiting"] == [0] and verdict["collective"] == "barrier"
+    helper_line, helper_text = marked("WAIT")
+    barrier_line, barrier_text = marked("HANG")
+    assert verdict["message"] == ("rank 1 is the culprit: rank 0 waits in barrier, rank 1 is in no collective "
+                                  f"(at diag_hang.py:{helper_line} in wait_for_checkpoint)")
+    assert verdict["details"][0] == (f"rank 1 is at {SCRIPT}:{helper_line} in wait_for_checkpoint "
+                                     f"(<module> → wait_for_checkpoint): {helper_text}")
+    assert verdict["details"][1] == f"rank 0 waits in barrier, called at {SCRIPT}:{barrier_line} in <module>: " \
+                                    f"{barrier_text}"
+    places = {place["rank"]: place for place in result["places"]}
+    assert places[0]["kind"] == "collective" and places[0]["op"] == "barrier"
+    assert places[1]["kind"] == "user" and places[1]["frame"]["code"] == helper_text
+    assert places[1]["chain"] == ["<module>", "wait_for_checkpoint"]
+    culprit, waiting = result["groups"]
+    assert (culprit["ranks"], culprit["role"], waiting["ranks"], waiting["role"]) == ([1], "culprit", [0], "waiting")
+    assert culprit["frames"][culprit["mark"]]["line"] == helper_line
+    assert "disagree" not in describe(result)
 
 
-def test_identical_stacks_collapse_into_one_group_without_outlier():
-    result = analyse({rank: main_frames(WAITING) for rank in range(4)}, "requested", 1.0)
-    assert len(result["groups"]) == 1 and result["identical"] and result["outlier"] is None
-    assert describe(result) == "all 4 ranks have the same stack"
+def test_any_number_of_ranks_every_rank_outside_the_collective_is_named():
+    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER), 2: main_frames(HELPER),
+                      3: main_frames(BARRIER)}, "stalled", 1.0, progress={r: STALLED for r in range(4)})
+    verdict = result["verdict"]
+    assert verdict["culprits"] == [1, 2] and verdict["waiting"] == [0, 3]
+    assert verdict["message"].startswith("ranks 1, 2 are the culprits: ranks 0, 3 wait in barrier, ranks 1, 2 are "
+                                         "in no collective")
+    assert [g["ranks"] for g in result["groups"]] == [[1, 2], [0, 3]]
 
 
-def test_a_tie_has_no_majority_and_no_outlier_but_each_side_shows_where_it_differs():
-    result = analyse({0: main_frames(BARRIER), 1: main_frames(WAITING)}, "stalled", 1.0)
-    assert result["reference"] is None and result["outlier"] is None
-    assert {g["differs_at"]["line"] for g in result["groups"]} == {28, 32}
-    assert describe(result).startswith("ranks disagree with no majority")
+def test_progressing_ranks_are_a_snapshot_never_a_disagreement():
+    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "requested", 1.0,
+                     progress={0: MOVING, 1: MOVING})
+    verdict = result["verdict"]
+    assert verdict["kind"] == "progressing" and verdict["level"] == "info" and verdict["culprits"] == []
+    assert verdict["message"] == "all 2 ranks are progressing (none stalled); a snapshot of where each was"
+    text = format_stacks(result)
+    assert "disagree" not in text and "culprit" not in text and "<<" not in text
+    assert "ranks are progressing" in text
 
 
-def test_a_rank_that_returned_from_a_call_differs_at_its_innermost_frame():
-    deep = [Frame("t.py", 10, "<module>"), Frame("t.py", 3, "loader"), Frame("t.py", 5, "fetch")]
-    shallow = deep[:2]
-    result = analyse({0: deep, 1: deep, 2: shallow}, "stalled", 1.0)
-    assert result["outlier"]["rank"] == 2
-    assert result["outlier"]["frame"] == {"file": "t.py", "line": 3, "function": "loader", "index": 1}
+def test_a_progressing_rank_is_not_blamed_while_others_are_stuck():
+    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER), 2: main_frames(HELPER)}, "stalled", 1.0,
+                     progress={0: STALLED, 1: STALLED, 2: MOVING})
+    verdict = result["verdict"]
+    assert verdict["culprits"] == [1] and verdict["progressing"] == [2]
+    assert "rank 2 is progressing, not held up" in verdict["details"]
 
 
-def test_the_side_by_side_view_marks_the_differing_frame():
-    stacks = {0: main_frames(BARRIER), 1: main_frames(WAITING), 2: main_frames(WAITING)}
-    text = format_stacks(analyse(stacks, "stalled", 1.0), width=120)
+def test_all_ranks_in_the_same_collective_name_none_and_point_at_missing_ranks():
+    result = analyse({0: main_frames(BARRIER), 1: main_frames(BARRIER)}, "stalled", 1.0,
+                     [{"rank": 2, "why": "on another host (node-b)"}], progress={0: STALLED, 1: STALLED})
+    verdict = result["verdict"]
+    assert verdict["kind"] == "all_waiting" and verdict["culprits"] == [] and verdict["level"] == "warning"
+    assert verdict["message"] == "every stalled rank waits in barrier: rank 2 gave no stack and may be the one missing"
+    assert result["identical"]
+
+
+def test_without_step_telemetry_the_verdict_says_it_judged_from_the_stacks_alone():
+    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "requested", 1.0)
+    verdict = result["verdict"]
+    assert verdict["culprits"] == [1] and verdict["level"] == "warning" and not verdict["progress_known"]
+    assert verdict["message"].startswith("if the ranks are stuck (no step telemetry to tell), rank 1 is the culprit")
+
+
+def test_the_side_by_side_view_names_the_culprit_and_marks_its_line():
+    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "stalled", 1.0,
+                     progress={0: STALLED, 1: STALLED})
+    helper_line, helper_text = marked("WAIT")
+    text = format_stacks(result, width=120)
     header = text.splitlines()[1]
-    assert "ranks 1, 2" in header and "rank 0  <- differs" in header and " | " in header
-    assert "diag_hang.py:28 in <module> <<" in text
-    assert "first different frame " in text and "diag_hang.py:28 in <module>" in text
-    narrow = format_stacks(analyse(stacks, "stalled", 1.0), width=40)
-    assert " | " not in narrow and "diag_hang.py:28 in <module> <<" in narrow
+    assert "rank 1  <- culprit" in header and "rank 0  (waits in barrier)" in header and " | " in header
+    assert f"diag_hang.py:{helper_line} in wait_for_checkpoint <<" in text
+    assert f"  rank 1 is at {SCRIPT}:{helper_line} in wait_for_checkpoint" in text and helper_text in text
+    narrow = format_stacks(result, width=40)
+    assert " | " not in narrow and f"diag_hang.py:{helper_line} in wait_for_checkpoint <<" in narrow
 
 
 def test_missing_ranks_are_listed_with_the_reason():
-    result = analyse({0: main_frames(WAITING)}, "requested", 1.0, [{"rank": 1, "why": "process 9 is gone"}])
+    result = analyse({0: main_frames(HELPER)}, "requested", 1.0, [{"rank": 1, "why": "process 9 is gone"}])
     assert result["missing"] == [{"rank": 1, "why": "process 9 is gone"}]
     assert "rank 1: no stack (process 9 is gone)" in format_stacks(result)
+
+
+def test_a_capture_stored_by_an_earlier_version_is_judged_from_its_frames():
+    frames = [frame.to_json() for frame in main_frames(BARRIER)]
+    helper = [frame.to_json() for frame in main_frames(HELPER)]
+    old = {"reason": "stalled", "t": 5.0, "ranks": [0, 1], "missing": [], "reference": None, "outlier": None,
+           "identical": False, "groups": [{"ranks": [0], "frames": frames, "differs_at": None},
+                                          {"ranks": [1], "frames": helper, "differs_at": None}]}
+    judged = ensure_verdict(old)
+    assert judged["t"] == 5.0 and judged["verdict"]["culprits"] == [1]
+    assert "rank 1 is the culprit" in format_stacks(old)
 
 
 # ---- capturing from real processes ------------------------------------------------------
@@ -128,7 +189,9 @@ SLEEPER = textwrap.dedent("""
 
 
 def start_sleeper(stacks_dir: Path, rank: int) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, "-c", SLEEPER, str(WORKER_PATH), str(stacks_dir), str(rank)],
+    script = stacks_dir.parent / "sleeper.py"
+    script.write_text(SLEEPER)
+    process = subprocess.Popen([sys.executable, str(script), str(WORKER_PATH), str(stacks_dir), str(rank)],
                                stdout=subprocess.PIPE, text=True)
     assert process.stdout.readline().strip() == "ready"
     return process
@@ -136,6 +199,7 @@ def start_sleeper(stacks_dir: Path, rank: int) -> subprocess.Popen:
 
 def test_capture_signals_each_rank_and_reads_its_new_dump(tmp_path):
     """Real processes with the worker's handler: each dumps on the signal, the capture reads it."""
+    tmp_path = tmp_path / "stacks"
     processes = [start_sleeper(tmp_path, rank) for rank in (0, 1)]
     unprotected = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
                                    stdout=subprocess.PIPE, text=True)
@@ -155,6 +219,8 @@ def test_capture_signals_each_rank_and_reads_its_new_dump(tmp_path):
         [result] = results
         assert result["ranks"] == [0, 1] and result["identical"]
         assert [f["function"] for f in result["groups"][0]["frames"]][-1] == "wait_for_data"
+        [place] = {(p["kind"], p["frame"]["function"], p["frame"]["code"]) for p in result["places"]}
+        assert place == ("user", "wait_for_data", "time.sleep(60)")
         # rank 2 never installed a handler: it must not be signalled (the signal would kill it)
         assert result["missing"] == [{"rank": 2, "why": "no stack handler (its stack file does not exist)"}]
         assert unprotected.poll() is None
@@ -192,7 +258,7 @@ def test_the_remote_hook_feeds_dumps_from_other_hosts_into_the_same_capture(tmp_
     capture = StackCapture(hub, tmp_path, is_local=lambda row: False,
                            remote_capture=lambda rows: asked.extend(row.rank for row in rows) or [0])
     assert capture.capture_stacks(reason="requested") and asked == [0]
-    capture.add_remote_dump(0, BARRIER.read_text())  # as node-b's agent would forward it
+    capture.add_remote_dump(0, dump(BARRIER))  # as node-b's agent would forward it
     capture.tick(time.time())
     capture.tick(time.time())
     [event] = hub.of_kind("stacks")

@@ -11,9 +11,11 @@ from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
 from runner.diagnosis.report import format_diagnostics
+from runner.diagnosis.stacks import analyse
 from runner.diagnosis.torchrun_report import parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage, usage_error_from_tail
 from runner.view.terminal import render_summary
+from tests.diagnosis.test_stacks import BARRIER, HELPER, SCRIPT, main_frames, marked
 
 DATA = Path(__file__).parent / "data"
 
@@ -155,31 +157,34 @@ def test_an_argparse_error_is_the_exception_line_of_an_exit_code_2():
 
 
 def hang_findings() -> Findings:
+    """Both ranks of diag_hang stalled at step 7; the stall's capture of their real dumps."""
     findings = Findings()
-    for rank in range(3):
+    for rank in range(2):
         findings.add_stall({"rank": rank, "step": 7, "since": 1.0, "seconds": 5.2, "threshold": 5.0,
                             "resumed_after": None})
-    frame = {"file": "/w/diag_hang.py", "line": 28, "function": "<module>", "index": 0}
-    findings.set_stacks({
-        "reason": "stalled", "t": 2.0, "ranks": [0, 1, 2], "missing": [], "identical": False, "reference": [1, 2],
-        "outlier": {"rank": 0, "ranks": [0], "frame": frame},
-        "groups": [{"ranks": [1, 2], "frames": [{"file": "/w/diag_hang.py", "line": 32, "function": "<module>"}],
-                    "differs_at": None},
-                   {"ranks": [0], "frames": [frame], "differs_at": frame}],
-        "text_path": "/runs/3/stacks/capture-1.txt"})
+    stalled = {"step": 7, "idle_seconds": 5.2, "stalled": True, "progressing": False}
+    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "stalled", 2.0,
+                     progress={0: stalled, 1: stalled})
+    findings.set_stacks({**result, "text_path": "/runs/3/stacks/capture-1.txt"})
     return findings
 
 
-def test_a_stopped_hang_says_who_stalled_and_where_in_the_headline_and_the_block():
+def test_a_stopped_hang_says_who_stalled_and_who_holds_them_up_in_the_headline_and_the_block():
     summary = triage(TriageInput(findings=hang_findings()), 130, stopped=True)
+    helper_line, helper_text = marked("WAIT")
     assert summary["outcome"] == "stopped"
-    assert summary["headline"].startswith("stopped on request; ranks 0, 1, 2 were stalled at step 7")
-    assert "rank 0 differs at /w/diag_hang.py:28 in <module>" in summary["headline"]
+    assert summary["headline"] == (
+        "stopped on request; ranks 0, 1 were stalled at step 7 (no progress for at least 5 s); stacks: rank 1 is the "
+        "culprit: rank 0 waits in barrier, rank 1 is in no collective "
+        f"(at diag_hang.py:{helper_line} in wait_for_checkpoint)")
     lines = format_diagnostics(summary["diagnostics"], 3)
-    assert lines[0] == "  stalled:       ranks 0, 1, 2 at step 7 (no progress for 5 s, threshold 5 s; never resumed)"
-    assert lines[1] == "  stacks:        rank 0 differs at /w/diag_hang.py:28 in <module>"
-    assert lines[2].strip() == "ranks 1, 2 at diag_hang.py:32 in <module>"
-    assert "rankwatch stacks 3" in lines[3]
+    assert lines[0] == "  stalled:       ranks 0, 1 at step 7 (no progress for 5 s, threshold 5 s; never resumed)"
+    assert lines[1].startswith("  stacks:        rank 1 is the culprit: rank 0 waits in barrier")
+    assert lines[1].endswith("(taken when ranks stalled)")
+    assert lines[2].strip() == (f"rank 1 is at {SCRIPT}:{helper_line} in wait_for_checkpoint "
+                                f"(<module> → wait_for_checkpoint): {helper_text}")
+    assert lines[3].strip().startswith("rank 0 waits in barrier, called at ")
+    assert "rankwatch stacks 3" in lines[4]
 
 
 def test_a_successful_run_keeps_its_findings():

@@ -2,8 +2,9 @@
 
 The fixtures in ``data/`` were recorded from real torchrun jobs of the
 ``tests/scripts/diag_*.py`` scripts (``data/capture.py``): an exception in rank 1,
-rank 1 killed by SIGKILL, rank 0 in a barrier the others skip (a hang, 3 ranks,
-stall timeout 5 s), rank 1 sleeping in its data loader (a straggler, with a
+rank 1 killed by SIGKILL, rank 0 in a barrier while rank 1 sleeps in a helper (a
+hang, 2 ranks, stall timeout 5 s), a healthy 2-rank run dumped while it steps, rank
+1 sleeping in its data loader (a straggler, with a
 divergence), a rendezvous port already taken, a legacy ``--local_rank`` script
 run without the toggle. They are replayed through the fake runner's real socket
 (``replay_runner.py``) into the real monitor panel, or loaded from the run store
@@ -13,6 +14,7 @@ table and the stacks view show.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -26,7 +28,7 @@ from gui.models.monitor import MonitorModel
 from gui.models.stacks import layout_capture
 from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.rank_table import state_tint
-from gui.widgets.stacks_view import FIRST_DIFFERENCE_MARK
+from gui.widgets.stacks_view import CULPRIT_COLOR, CULPRIT_MARK, NO_CAPTURE_ENDED
 from rankwatch import _protocol
 
 pytestmark = pytest.mark.gui
@@ -81,8 +83,8 @@ SIX_KINDS = {
     "exception": (ERROR, 1, ["rank 1 on localhost failed first (exit code 1)",
                              "ValueError: batch 3 on rank 1 has 7 features, expected 8"]),
     "sigkill": (ERROR, 1, ["rank 1 on localhost failed first (signal SIGKILL)", "killed from outside"]),
-    "hang": (WARNING, None, ["ranks 0, 1, 2 were stalled at step 7",
-                             "rank 0 differs at ", "diag_hang.py:28 in <module>"]),
+    "hang": (WARNING, None, ["ranks 0, 1 were stalled at step 7", "rank 1 is the culprit: rank 0 waits in barrier",
+                             "diag_hang.py:19 in wait_for_checkpoint"]),
     "straggler": (WARNING, None, ["rank 1 is a straggler at step 6: waiting for data",
                                   "parameters diverged at step 14: rank 1 disagrees with rank 0"]),
     "port_taken": (ERROR, 0, ["rank 0 on localhost failed first (exit code 1)", "EADDRINUSE"]),
@@ -199,70 +201,127 @@ def test_a_failed_run_opened_from_history_shows_the_same_diagnosis(qtbot, panel)
 
 # ---- a hang: stalled ranks, the banner, the stacks view, Dump stacks --------------------------
 
-def test_a_hang_flags_the_stalled_ranks_and_the_stacks_view_marks_rank_0_in_its_barrier(qtbot, panel, replay):
+def test_a_hang_flags_the_stalled_ranks_and_the_stacks_view_names_the_sleeping_rank_as_the_culprit(
+        qtbot, panel, replay):
     script = SCRIPTS / "diag_hang.py"
-    barrier = marked_line(script, "HANG")
+    barrier, helper = marked_line(script, "HANG"), marked_line(script, "WAIT")
     runner = replay("hang")
     attached(qtbot, panel, runner)
     runner.send_events("rank_started")
-    runner.send_events("stalled", now=True, rank_states={0: "stalled", 1: "stalled", 2: "stalled"})
+    runner.send_events("stalled", now=True, rank_states={0: "stalled", 1: "stalled"})
 
     qtbot.waitUntil(lambda: panel.failure_banner.isVisible(), timeout=3000)
-    assert re.fullmatch(r"ranks 0, 1, 2 stalled at step 7 for \d+(\.\d)? s", panel.failure_banner.text())
+    assert re.fullmatch(r"ranks 0, 1 stalled at step 7 for \d+(\.\d)? s", panel.failure_banner.text())
     assert panel.failure_banner.banner.level == WARNING
     table = panel.rank_table
     qtbot.waitUntil(lambda: table.cell_text(0, "State") == "stalled", timeout=3000)
-    for rank in (0, 1, 2):
+    for rank in (0, 1):
         assert table.row_brush(rank).color() == state_tint("stalled")
         assert table.cell_text(rank, "Diagnosis").startswith("stalled at step 7 for ")
 
-    # The stall's capture: identical stacks collapsed, rank 0's frame in the barrier marked.
+    # The stall's capture: rank 1, in no collective, is the culprit; rank 0 waits in the barrier.
     runner.send_events("stacks", now=True, first=1)
     view = panel.stacks_view
     qtbot.waitUntil(lambda: view.layout_shown is not None, timeout=3000)
     assert panel.tabs.tabText(panel.tabs.indexOf(view)) == "Stacks •"  # new, not stolen focus
-    assert view.column_titles() == ["ranks 1, 2  (majority)", "rank 0  ← differs"]
-    # The others sleep in their wait loop, the line after the `while` marked WAIT.
-    assert view.column_frames(0) == [f"diag_hang.py:{marked_line(script, 'WAIT') + 1} in <module>"]
-    assert view.column_frames(1)[0] == f"diag_hang.py:{barrier} in <module>{FIRST_DIFFERENCE_MARK}"
+    assert view.column_titles() == ["rank 1  ← culprit", "rank 0 · waits in barrier"]
+    assert view.column_frames(0) == [f"diag_hang.py:{barrier + 3} in <module>",
+                                     f"diag_hang.py:{helper} in wait_for_checkpoint{CULPRIT_MARK}"]
+    assert view.column_frames(1)[0].startswith(f"diag_hang.py:{barrier} in <module>")
     assert view.column_frames(1)[-1].endswith(" in barrier")
-    assert view.marked_cells() == [(0, 1, f"diag_hang.py:{barrier} in <module>{FIRST_DIFFERENCE_MARK}")]
-    assert view.verdict.text().startswith(f"rank 0 differs at {view.layout_shown.outlier.first_difference.file}"
-                                          f":{barrier} in <module>")
+    assert view.marked_cells() == [(1, 0, f"diag_hang.py:{helper} in wait_for_checkpoint{CULPRIT_MARK}")]
+    assert view.verdict.text() == ("Rank 1 is the culprit: rank 0 waits in barrier, rank 1 is in no collective "
+                                   f"(at diag_hang.py:{helper} in wait_for_checkpoint)")
+    assert view.verdict_color() == CULPRIT_COLOR.name() and view.layout_shown.level == "error"
+    assert "time.sleep(0.2)  # WAIT: for rank 0's checkpoint" in view.details.text()
+    assert "rank 0 waits in barrier, called at " in view.details.text() and "dist.barrier()" in view.details.text()
     assert "taken at" in view.heading.text() and "when ranks stalled" in view.heading.text()
-    qtbot.waitUntil(lambda: f"rank 0 differs at diag_hang.py:{barrier} in <module>" in panel.failure_banner.text(),
+    qtbot.waitUntil(lambda: "rank 1 is the culprit" in panel.failure_banner.text().lower(), timeout=3000)
+    assert panel.failure_banner.banner.rank == 1
+    qtbot.waitUntil(lambda: table.cell_text(1, "Diagnosis").endswith(f"culprit: stuck at diag_hang.py:{helper}"),
                     timeout=3000)
-    qtbot.waitUntil(lambda: table.cell_text(0, "Diagnosis").endswith(f"stack differs at diag_hang.py:{barrier}"),
-                    timeout=3000)
+    assert "culprit" not in table.cell_text(0, "Diagnosis")
 
     # Dump stacks: the runner is asked, the view switches and shows the new capture.
     qtbot.mouseClick(panel.stacks_button, Qt.MouseButton.LeftButton)
     assert panel.tabs.currentWidget() is view
     qtbot.waitUntil(lambda: "on request" in view.heading.text(), timeout=3000)
     assert {"type": "dump_stacks", "v": _protocol.VERSION} in runner.received
-    assert view.marked_cells()[0][2].startswith(f"diag_hang.py:{barrier} in <module>")
+    assert view.marked_cells()[0][2].startswith(f"diag_hang.py:{helper} in wait_for_checkpoint")
 
-    # Stopped while hanging: the banner keeps saying who hung and where.
+    # Stopped while hanging: the banner keeps saying who hung, and who held them up.
     runner.end_as_recorded()
     qtbot.waitUntil(lambda: panel.model.finished, timeout=5000)
-    qtbot.waitUntil(lambda: panel.failure_banner.text().startswith("stopped on request; ranks 0, 1, 2 were stalled"
+    qtbot.waitUntil(lambda: panel.failure_banner.text().startswith("stopped on request; ranks 0, 1 were stalled"
                                                                    " at step 7"), timeout=3000)
-    assert f"diag_hang.py:{barrier} in <module>" in panel.failure_banner.text()
-    qtbot.waitUntil(lambda: table.cell_text(0, "Diagnosis") == f"stack differs at diag_hang.py:{barrier}",
+    assert "rank 1 is the culprit" in panel.failure_banner.text()
+    qtbot.waitUntil(lambda: table.cell_text(1, "Diagnosis") == f"culprit: stuck at diag_hang.py:{helper}",
                     timeout=3000)  # no longer "stalled for ..."
+    assert view.layout_shown is not None and view.marked_cells()  # the last capture stays shown
 
 
-def test_the_stacks_layout_lists_ranks_without_a_stack_and_says_when_all_are_identical():
-    capture = {"kind": "stacks", "reason": "requested", "t": 1.0, "ranks": [0, 1], "identical": True,
-               "reference": [0, 1], "outlier": None,
+def test_dump_stacks_on_a_healthy_run_is_a_snapshot_no_red_no_disagreement(qtbot, panel, replay):
+    runner = replay("healthy")
+    attached(qtbot, panel, runner)
+    runner.send_events("rank_started")
+    runner.send_events("stacks", now=True)
+    view = panel.stacks_view
+    qtbot.waitUntil(lambda: view.layout_shown is not None, timeout=3000)
+    assert view.verdict.text() == "All 2 ranks are progressing (none stalled); a snapshot of where each was"
+    assert view.verdict_color() is None and "color" not in view.verdict.styleSheet()
+    assert all(title.endswith(" · progressing") for title in view.column_titles())
+    assert view.marked_cells() == [] and "culprit" not in view.details.text()
+    text = " ".join([view.verdict.text(), view.details.text(), *view.column_titles()]).lower()
+    assert "disagree" not in text and "differ" not in text
+    assert not panel.failure_banner.isVisible() or "culprit" not in panel.failure_banner.text()
+    qtbot.waitUntil(lambda: panel.rank_table.table_model.rowCount() == 2, timeout=5000)  # redrawn on a timer
+    assert all("culprit" not in table_text for table_text in
+               (panel.rank_table.cell_text(rank, "Diagnosis") for rank in (0, 1)))
+
+
+def test_a_finished_run_shows_its_last_capture_or_says_why_there_is_none(qtbot, panel):
+    panel.attach(store_fixture(load_fixture("hang")))  # ended: loaded from the store
+    view = panel.stacks_view
+    qtbot.waitUntil(lambda: view.layout_shown is not None and panel.model.finished, timeout=5000)
+    assert view.layout_shown.reason == "requested" and view.marked_cells()
+    assert not panel.stacks_button.isEnabled()
+    panel.attach(store_fixture(load_fixture("exception")))  # ended without a capture
+    qtbot.waitUntil(lambda: panel.model.finished and panel.run_id is not None, timeout=5000)
+    qtbot.waitUntil(lambda: view.verdict.text() == NO_CAPTURE_ENDED, timeout=3000)
+    assert "Press Dump stacks" not in view.verdict.text() and not panel.stacks_button.isEnabled()
+
+
+def test_a_finished_run_whose_capture_events_are_gone_reads_its_capture_file(tmp_path):
+    fixture = load_fixture("hang")
+    [*_, last] = [event for event in fixture["events"] if event["kind"] == "stacks"]
+    capture_file = tmp_path / "capture-2.json"
+    capture_file.write_text(json.dumps({key: value for key, value in last.items() if key not in ("kind", "message")}))
+    summary = json.loads(json.dumps(fixture["run"]["summary"]))
+    summary["diagnostics"]["stacks"]["json_path"] = str(capture_file)
+    model = MonitorModel()
+    diagnosis = DiagnosisModel(model)
+    received = []
+    diagnosis.stacks_received.connect(received.append)
+    events = [event for event in fixture["events"] if event["kind"] != "stacks"]  # dropped from memory
+    run = {**{k: v for k, v in fixture["run"].items() if k != "spec_toml"}, "summary": summary}
+    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run, "ranks": fixture["ranks"],
+                 "nodes": fixture["nodes"], "spec": {}})
+    model.apply({"type": "update", "v": _protocol.VERSION, "events": events, "logs": []})
+    layout = diagnosis.stacks_layout()
+    assert received and received[-1] is diagnosis.capture and layout is not None and layout.culprits == (1,)
+    assert layout.verdict.startswith("rank 1 is the culprit")
+
+
+def test_the_stacks_layout_lists_ranks_without_a_stack():
+    frames = [{"file": "/w/train.py", "line": 40, "function": "<module>"},
+              {"file": "/w/site-packages/torch/distributed/distributed_c10d.py", "line": 12, "function": "barrier"}]
+    capture = {"kind": "stacks", "reason": "stalled", "t": 1.0, "ranks": [0, 1], "identical": True,
                "missing": [{"rank": 2, "why": "no dump within 2 s"}],
-               "groups": [{"ranks": [0, 1], "differs_at": None,
-                           "frames": [{"file": "/w/train.py", "line": 40, "function": "<module>"},
-                                      {"file": "/w/train.py", "line": 12, "function": "step"}]}]}
+               "groups": [{"ranks": [0, 1], "differs_at": None, "frames": frames}]}  # an earlier version's shape
     layout = layout_capture(capture)
-    assert [c.title for c in layout.columns] == ["ranks 0, 1  (all ranks)"]
-    assert layout.verdict == "All 2 ranks are at the same place: train.py:12 in step."
-    assert layout.missing == ((2, "no dump within 2 s"),) and layout.outlier is None
+    assert [c.title for c in layout.columns] == ["ranks 0, 1 · wait in barrier"]
+    assert layout.verdict == "every rank waits in barrier: rank 2 gave no stack and may be the one missing"
+    assert layout.missing == ((2, "no dump within 2 s"),) and layout.culprits == ()
 
 
 # ---- a straggler and a divergence -----------------------------------------------------------

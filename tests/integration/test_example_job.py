@@ -25,10 +25,11 @@ def example_run(tmp_path_factory):
             "store": home / "data" / "runs.db"}
 
 
-def test_example_exits_zero_within_a_minute(example_run):
+def test_example_exits_zero(example_run):
+    # Its duration (~12 s on a quiet machine) is a benchmark figure, not asserted here: the
+    # fixture's timeout only guards against a hang.
     result = example_run["result"]
     assert result.returncode == 0, result.stderr[-3000:]
-    assert example_run["seconds"] < 60
 
 
 def test_every_rank_line_is_attributed_to_its_rank(example_run):

@@ -35,6 +35,10 @@ def test_rank_one_raising_is_named_first_with_its_exit_code_and_exception():
     assert run["status"] == "failed" and run["summary"]["first_failure"]["rank"] == 1
     assert ranks[1]["state"] == "failed" and ranks[1]["exit_code"] == 1
     assert ranks[0]["state"] in ("stopped", "failed")
+    # one exit code per rank: the rank table says what the diagnosis says (runner.exit_status)
+    summary = run["summary"]
+    for failure in [summary["first_failure"], *summary.get("other_failures", [])]:
+        assert ranks[failure["rank"]]["exit_code"] == failure["exit_code"], failure
 
 
 def start_forever_job() -> tuple:
@@ -46,16 +50,38 @@ def start_forever_job() -> tuple:
     return runner, run, run_key
 
 
-def test_sigint_stops_the_job_within_15_seconds_and_leaves_no_process():
+def test_sigint_stops_the_job_within_15_seconds_quietly_and_leaves_no_process():
     runner, run, run_key = start_forever_job()
     stopped_at = time.monotonic()
     runner.send_signal(signal.SIGINT)
-    runner.wait(timeout=15)
+    _out, err = runner.communicate(timeout=15)
     assert time.monotonic() - stopped_at < 15
-    assert runner.returncode == 130
+    assert runner.returncode == 130  # the process got SIGINT
     assert processes_with_marker(run_key) == []
     with RunStore(readonly=True) as store:
-        assert store.run(run["id"])["status"] == "stopped"
+        recorded = store.run(run["id"])
+        launcher_lines = [row["line"] for row in store.logs(run["id"]) if row["rank"] is None]
+    # the run records what any stop records (runner.exit_status): stopped, 143, and who asked
+    assert (recorded["status"], recorded["exit_code"]) == ("stopped", 143)
+    assert recorded["summary"]["stopped_by"] == "Ctrl-C"
+    # "stopping… stopped" on the terminal; torchrun's reaction to SIGTERM only in the store
+    assert "[rankwatch] stopping… (Ctrl-C; Ctrl-C again kills at once)\n" in err
+    assert "[rankwatch] stopped (" in err
+    assert "SignalException" not in err and "disconnected without an exit message" not in err
+    assert any("SIGTERM" in line or "death signal" in line for line in launcher_lines)
+
+
+@pytest.mark.parametrize(("sent", "process_exit"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_and_sighup_stop_the_run_like_any_stop_and_exit_128_plus_the_signal(sent, process_exit):
+    runner, run, run_key = start_forever_job()
+    runner.send_signal(sent)
+    runner.communicate(timeout=15)
+    assert runner.returncode == process_exit
+    assert processes_with_marker(run_key) == []
+    with RunStore(readonly=True) as store:
+        recorded = store.run(run["id"])
+    assert (recorded["status"], recorded["exit_code"]) == ("stopped", 143)
+    assert recorded["summary"]["stopped_by"].startswith(sent.name)
 
 
 def test_sigkill_of_the_runner_takes_the_job_down_too():

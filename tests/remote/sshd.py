@@ -31,8 +31,10 @@ class SshdUnavailable(RuntimeError):
 
 
 class LocalSshd:
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, extra_env: dict[str, str] | None = None):
         self.folder = folder
+        self.extra_env = dict(extra_env or {})
+        """More variables the "remote" side gets (the Slurm tests pass ``SLURM_CONF``)."""
         self.port: int | None = None
         self.process: subprocess.Popen | None = None
         self.node_home = folder / "node-home"
@@ -83,7 +85,7 @@ class LocalSshd:
             "KbdInteractiveAuthentication no",
             "PermitRootLogin prohibit-password",
             "UsePAM no",
-            "AcceptEnv RANKWATCH_HOME RANKWATCH_SOCKET_DIR",
+            "AcceptEnv RANKWATCH_HOME RANKWATCH_SOCKET_DIR " + " ".join(self.extra_env),
             "LogLevel ERROR",
             "",
         ]))
@@ -97,7 +99,8 @@ class LocalSshd:
             "  GlobalKnownHostsFile /dev/null",
             f"  HostKeyAlias {HOST_KEY_ALIAS}",
             "  StrictHostKeyChecking yes",
-            f"  SetEnv RANKWATCH_HOME={self.node_home} RANKWATCH_SOCKET_DIR={self.node_sockets}",
+            f"  SetEnv RANKWATCH_HOME={self.node_home} RANKWATCH_SOCKET_DIR={self.node_sockets} "
+            + " ".join(f"{key}={value}" for key, value in self.extra_env.items()),
             "  LogLevel ERROR",
             "",
         ]))

@@ -1,10 +1,18 @@
-"""Bad input to the CLI: one line naming the field, exit code 2, and nothing launched."""
+"""Bad input to the CLI: one line naming what is wrong (and what was probably meant), exit code 2,
+nothing launched; filters that match nothing and runs that are not live say so."""
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
+import time
+
 import pytest
 
-from runner.store.store import RunNotFound, RunStore
+from rankwatch._protocol import LogLine
+from runner.cli.main import build_parser, main
+from runner.store.store import RecordBatch, RunNotFound, RunStore
 from tests.jobs import rankwatch
 
 GOOD = 'script = "{script}"\n'
@@ -63,3 +71,129 @@ def test_run_without_target_says_what_to_give():
 
 def test_runs_show_unknown_run():
     assert rankwatch("runs", "show", "last").returncode == 1
+
+
+# ---- parsing: abbreviations, typos, hidden commands, help texts (in-process, no job) -----------
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    """``rankwatch ARGV`` in this process: (exit code, stdout, stderr)."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:  # argparse errors and --help
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_an_abbreviation_of_a_flag_with_two_spellings_is_that_flag(capsys, script):
+    code, out, err = run_cli(capsys, "command", "--nproc", "3", str(script))
+    assert code == 0, err
+    assert "--nproc-per-node=3" in out and "ambiguous" not in err
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["rnu"], "'rnu' is not a command; did you mean 'run'?"),
+    (["stpo", "3"], "did you mean 'stop'?"),
+    (["runs", "shwo", "last"], "'shwo' is not a runs action; did you mean 'show'?"),
+])
+def test_a_mistyped_command_says_what_it_probably_meant(capsys, argv, expected):
+    code, _out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert expected in err
+    assert "agent" not in err and "node-info" not in err  # internal commands are not offered
+
+
+def test_a_mistyped_flag_names_the_flag_it_probably_meant(capsys, script):
+    code, _out, err = run_cli(capsys, "run", "--nprocs", "2", str(script))
+    assert code == 2
+    assert "unrecognized arguments: --nprocs" in err and "did you mean '--nproc-per-node'" in err
+    assert err.startswith("usage: rankwatch run ")  # the usage of the command, not the top level's
+
+
+def test_internal_commands_are_hidden_from_help_but_still_run(capsys):
+    _code, out, _err = run_cli(capsys, "--help")
+    listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ")}
+    assert {"run", "attach", "stop", "runs"} <= listed
+    assert not {"agent", "node-info"} & listed
+    code, out, _err = run_cli(capsys, "node-info", "--json")
+    assert code == 0 and '"hostname"' in out
+
+
+def _commands(parser: argparse.ArgumentParser, prefix: str = ""):
+    """Every (command path, parser) below ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield f"{prefix}{name}", sub
+                yield from _commands(sub, f"{prefix}{name} ")
+
+
+def test_every_option_and_argument_of_every_command_is_described():
+    undocumented = []
+    for path, parser in _commands(build_parser()):
+        for action in parser._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            if action.help is None:
+                undocumented.append(f"{path}: {'/'.join(action.option_strings) or action.dest}")
+    assert undocumented == []
+
+
+# ---- runs logs / list: filters that match nothing say so ----------------------------------------
+
+@pytest.fixture
+def two_rank_run():
+    """A finished 2-rank run with a few lines, written to a real store (no job needed)."""
+    with RunStore() as store:
+        run_id = store.create_run(run_key="k" * 24, profile="two", spec_toml="", command="torchrun ...",
+                                  host="h", workdir="/", runner_pid=1, socket=None, world_size=2, status="succeeded")
+        store.update_run(run_id, started=time.time() - 5, ended=time.time(), exit_code=0)
+        for rank in (0, 1):
+            store.upsert_rank(run_id, rank, state="exited", exit_code=0, host="h")
+        store.write_batch(run_id, RecordBatch(logs=[LogLine(0, 1.0, "stdout", "hello from 0", "h"),
+                                                    LogLine(1, 1.0, "stdout", "hello from 1", "h"),
+                                                    LogLine(None, 1.0, "stderr", "W torchrun warning", "h")]))
+    return run_id
+
+
+def test_logs_of_a_rank_the_run_did_not_have_is_an_error_naming_its_ranks(capsys, two_rank_run):
+    code, out, err = run_cli(capsys, "runs", "logs", "last", "--rank", "5")
+    assert code == 2 and out == ""
+    assert f"run {two_rank_run} has ranks 0-1; there is no rank 5" in err
+
+
+def test_logs_filters(capsys, two_rank_run):
+    assert run_cli(capsys, "runs", "logs", "last", "--rank", "1")[1] == "[rank 1] hello from 1\n"
+    assert run_cli(capsys, "runs", "logs", "last", "--launcher")[1] == "[torchrun] W torchrun warning\n"
+    code, out, err = run_cli(capsys, "runs", "logs", "last", "--grep", "nowhere")
+    assert (code, out) == (1, "") and "no line of run" in err and "'nowhere'" in err
+    code, _out, err = run_cli(capsys, "runs", "logs", "last", "--tail", "0")
+    assert code == 2 and "--tail: must be 1 or more" in err
+
+
+def test_runs_list_says_when_nothing_is_live(capsys, two_rank_run):
+    code, out, err = run_cli(capsys, "runs", "list", "--live")
+    assert code == 0 and out == "" and "no live runs" in err
+
+
+# ---- rankwatch stop, for runs that are not live ---------------------------------------------------
+
+def test_stop_of_an_unknown_run_exits_1(capsys, two_rank_run):
+    code, _out, err = run_cli(capsys, "stop", "99")
+    assert code == 1 and "no run 99" in err
+
+
+def test_stop_of_a_finished_run_says_there_is_nothing_to_stop(capsys, two_rank_run):
+    code, _out, err = run_cli(capsys, "stop", str(two_rank_run))
+    assert code == 3
+    assert f"run {two_rank_run} is not running (succeeded, exit code 0); nothing to stop" in err
+
+
+def test_stop_of_a_lost_run_says_so(capsys):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with RunStore() as store:
+        run_id = store.create_run(run_key="d" * 24, profile="lost", spec_toml="", command="", host="h",
+                                  workdir="/", runner_pid=dead.pid, socket=None, world_size=1, status="running")
+    code, _out, err = run_cli(capsys, "stop", str(run_id))
+    assert code == 3 and "lost: its runner died without recording an end" in err

@@ -61,14 +61,16 @@ def test_legacy_local_rank_wraps_the_script_in_the_pasted_command():
     assert command.argv[-2:] == ("--x", "1")
 
 
-def test_runner_form_adds_bootstrap_tee_and_contract_but_keeps_the_flags():
+def test_runner_form_adds_bootstrap_log_dir_and_contract_but_keeps_the_flags():
     spec = LaunchSpec(script="/w/t.py", args=("--a",), nproc_per_node=2, max_restarts=3)
     launch = resolve(spec, NO_GPU)
     plain = build_node_command(launch, launch.head, RendezvousPlan("standalone"))
     context = RunnerContext(socket="/s", token="tok", run_key="key", run_id=7, log_dir="/logs", stacks_dir="/st")
     runner = build_node_command(launch, launch.head, RendezvousPlan("standalone"), context)
     assert runner.argv[:7] == plain.argv[:7]
-    assert "--tee=3" in runner.argv and "--log-dir=/logs" in runner.argv
+    assert "--log-dir=/logs" in runner.argv
+    # no --tee: workers' output goes to the runner's socket, never through files on the data disk
+    assert not any(word.startswith(("--tee", "--redirects")) for word in runner.argv)
     tail = runner.argv[runner.argv.index("-m", 3):]
     assert tail == ("-m", "rankwatch._bootstrap", "/w/t.py", "--a")
     assert runner.env["RANKWATCH_RUN_KEY"] == "key" and runner.env["RANKWATCH_TOKEN"] == "tok"

@@ -2,8 +2,9 @@
 
 The ranks train a few steps of a tiny DDP model, then "save a checkpoint": rank 0
 enters dist.barrier() before writing it, while the others skip the barrier and
-wait for the checkpoint file. Nobody moves again (a classic deadlock). The tests
-find the barrier's line by the marker comment.
+wait in a helper, sleeping in a loop until the checkpoint file appears. Nobody
+moves again (a classic deadlock): the ranks in the helper are the culprits, not
+in any collective. The tests find the lines by their marker comments.
 """
 import os
 import sys
@@ -11,6 +12,12 @@ import time
 
 import torch
 import torch.distributed as dist
+
+
+def wait_for_checkpoint(path):
+    while not os.path.exists(path):
+        time.sleep(0.2)  # WAIT: for rank 0's checkpoint
+
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -28,6 +35,5 @@ if rank == 0:
     dist.barrier()  # HANG: the other ranks never get here
     open(checkpoint, "w").close()
 else:
-    while not os.path.exists(checkpoint):  # WAIT: for rank 0's checkpoint
-        time.sleep(0.2)
+    wait_for_checkpoint(checkpoint)  # SKIP: the barrier, straight to waiting
 dist.destroy_process_group()

@@ -15,7 +15,8 @@ from rankwatch._buffer import KIND_LOG, RecordBuffer
 from rankwatch._connection import parse_address
 from rankwatch._environment import WorkerEnvironment, legacy_local_rank_argument
 from rankwatch._instrument import batch_size
-from rankwatch._values import PendingCopy, PendingMean, capture
+from rankwatch._loss import StepLoss
+from rankwatch._values import PendingCopy, PendingSum, capture
 
 
 def test_buffer_never_grows_past_its_limit_and_counts_drops():
@@ -116,10 +117,36 @@ def test_cuda_values_are_copied_without_blocking_and_read_once_the_event_complet
     assert not captured.ready()
     events[0].done = True
     assert captured.ready() and captured.value() == 0.75
-    mean = PendingMean([captured, capture(_FakeCudaTensor(0.25))], host_sum=2.0, host_count=1)
-    assert not mean.ready()
+    total = PendingSum([captured, capture(_FakeCudaTensor(0.25))], host_sum=2.0)
+    assert not total.ready()
     events[1].done = True
-    assert mean.value() == pytest.approx(1.0)
+    assert total.value() == pytest.approx(3.0)
+
+
+def test_a_step_of_cuda_losses_is_a_sum_of_non_blocking_copies(monkeypatch):
+    events = []
+
+    def make_event():
+        events.append(_FakeEvent())
+        return events[-1]
+
+    fake_torch = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(Event=make_event, current_stream=lambda device: device)
+    )
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    loss = StepLoss(_FakeCudaTensor)
+    micro_batches = [_FakeCudaTensor(value / 4) for value in (1.0, 2.0, 3.0, 6.0)]
+
+    for tensor in micro_batches:
+        loss.on_backward(tensor, None)  # item() would raise: nothing is read on this thread
+    taken = loss.take()
+
+    assert [tensor.copies for tensor in micro_batches] == [[("cpu", True)]] * 4
+    assert isinstance(taken, PendingSum) and not taken.ready()
+    for event in events:
+        event.done = True
+    assert taken.value() == pytest.approx(3.0)  # the mean of the unscaled losses 1, 2, 3, 6
+    assert loss.take() is None  # the next step starts empty
 
 
 def test_capture_keeps_numbers_and_skips_what_is_not_a_scalar():

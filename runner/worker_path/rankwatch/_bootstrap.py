@@ -10,6 +10,9 @@ see ``_environment``), runs the script unmodified, and reports how it ended:
   without ``@record``), then ``exit``; the exception is re-raised so the
   printed traceback and the exit status are exactly those of a plain run.
 
+Before anything else it sends the process's stdout and stderr to the runner's
+output socket (``_output``), when the runner gave one.
+
 Without ``RANKWATCH_SOCKET`` it only runs the script (``rankwatch.log`` stays a
 no-op). It never imports torch: the instrumentation waits for the script's own
 ``import torch``.
@@ -20,7 +23,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from rankwatch import _failures, _script
+from rankwatch import _failures, _launch_checks, _output, _script
 from rankwatch._environment import WorkerEnvironment, error_file_path, legacy_local_rank_argument
 from rankwatch._session import WorkerSession
 
@@ -39,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     if legacy_argument is not None:
         args = [legacy_argument, *args]
     session = _start_session(["-m", name, *args] if is_module else [name, *args])
+    if session is not None or legacy_argument is not None:
+        _launch_checks.install(session.notice if session is not None else None, legacy_argument)
     try:
         if is_module:
             _script.run_module(name, args)
@@ -111,4 +116,5 @@ def _finish(session: WorkerSession | None, code: int) -> None:
 
 
 if __name__ == "__main__":
+    _output.attach_output()  # first: every line the process writes from here on is attributed to its rank
     sys.exit(main())

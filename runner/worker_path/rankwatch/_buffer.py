@@ -13,7 +13,8 @@ A record is a plain tuple whose first element is its kind:
     ``_values.Pending`` device read.
 ``(KIND_STEP, t, step, loss, step_time, data_wait, samples)``
     one optimizer step measured by the zero-code instrumentation; ``loss`` is a
-    number, a ``Pending`` or None, ``step_time`` None for the first step.
+    number, a ``Pending`` or None, ``step_time`` None for the first step,
+    ``data_wait`` None when no training DataLoader batch came in the step.
 
 The drop count is in records (one ``log`` call, or one step's auto metrics).
 """

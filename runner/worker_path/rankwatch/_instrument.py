@@ -6,27 +6,26 @@ torch: ``install`` receives the torch module.
 
 What is measured, per rank, and where:
 
-* step boundaries: torch's global optimizer step post-hook. The first optimizer
-  that steps is the step clock; other optimizers (a GAN's second one) are
-  ignored. ``steps`` counts the clock's steps, and a step's metrics carry the
-  number of steps completed *before* it (0 for the first), like a script that
+* step boundaries: torch's global optimizer step hooks. The first optimizer
+  that steps is the step clock; other optimizers (a GAN's second one) are not
+  step boundaries. ``steps`` counts the clock's steps, and a step's metrics carry
+  the number of steps completed *before* it (0 for the first), like a script that
   prints ``step {step}`` and increments its counter after ``optimizer.step()``.
   A step that ``GradScaler.step`` skipped (inf/NaN gradients) still counts.
-* ``loss``: the value of each one-element tensor passed to
-  ``torch.autograd.backward`` (``Tensor.backward`` goes through it; patching both
-  would count every loss twice), averaged over the backward calls of the step
-  (gradient accumulation). With ``GradScaler`` the tensor given to
-  ``scale()`` is reported, i.e. the unscaled loss. Backward calls nested in a
-  backward (reentrant checkpointing) are ignored.
-* ``data_wait``: time spent inside DataLoader iterators' ``__next__`` during the
-  step (an evaluation loop between two steps counts towards the next step).
+* ``loss``: the sum of the scalar values passed to ``torch.autograd.backward``
+  since the previous optimizer step (``Tensor.backward`` goes through it;
+  patching both would count every loss twice); ``_loss`` has the rule for every
+  shape (gradient accumulation, GradScaler, closures, several optimizers...).
+  Backward calls nested in a backward (reentrant checkpointing) are ignored.
+* ``data_wait`` and samples: time in DataLoader iterators' ``__next__`` during
+  the step and the batches' sizes, counting only iterators whose batches feed a
+  backward (``_data_wait``); None ("not measured") when no such batch came.
 * ``step_time``, ``steps_per_s``, and ``samples_per_s`` when a batch shows its
   size (first dimension of the first tensor in the batch).
 
 The hot path is a few microseconds per step and never synchronises a device:
 CPU losses are read with ``item()`` (no sync on CPU), CUDA losses are copied
-without blocking and read later by the reporter (``_values``). Losses on other
-devices are not read at all.
+without blocking and read later by the reporter (``_values``).
 """
 
 from __future__ import annotations
@@ -35,15 +34,16 @@ import functools
 import sys
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import rankwatch
 from rankwatch._buffer import KIND_STEP, RecordBuffer
+from rankwatch._data_wait import DataWait
 from rankwatch._fingerprint import optimizer_parameters, parameter_digest
+from rankwatch._loss import StepLoss
 from rankwatch._protocol import ParamHash
 from rankwatch._reporter import Reporter
-from rankwatch._values import PendingCopy, PendingMean, copy_to_host
 
 _perf_counter = time.perf_counter
 _now = time.time
@@ -57,89 +57,67 @@ class StepClock:
     """
 
     __slots__ = (
-        "steps", "data_wait", "samples", "in_backward",
-        "_buffer", "_reporter", "_hash_every", "_torch", "_tensor_type",
-        "_optimizer", "_last_step_at", "_loss_sum", "_loss_count", "_loss_copies",
-        "_scaled", "_unscaled",
+        "steps", "optimizer_steps", "in_backward", "loss", "data",
+        "_buffer", "_reporter", "_hash_every", "_torch", "_optimizer", "_last_step_at", "_undo",
     )  # fmt: skip
 
     def __init__(
         self, torch: Any, buffer: RecordBuffer, reporter: Reporter | None, hash_every: int
     ):
         self.steps = 0
-        self.data_wait = 0.0
-        self.samples = 0
+        """Steps of the clock optimizer completed so far."""
+        self.optimizer_steps = 0
+        """Steps of any optimizer completed so far (GradScaler's skip detection)."""
         self.in_backward = False
+        self.loss = StepLoss(torch.Tensor)
+        self.data = DataWait(torch.is_grad_enabled)
         self._buffer = buffer
         self._reporter = reporter
         self._hash_every = hash_every if reporter is not None else 0
         self._torch = torch
-        self._tensor_type = torch.Tensor
         self._optimizer: weakref.ref | None = None
         self._last_step_at: float | None = None
-        self._loss_sum = 0.0
-        self._loss_count = 0
-        self._loss_copies: list[PendingCopy] = []
-        self._scaled: Any = None
-        self._unscaled: Any = None
+        self._undo: list[Callable[[], None]] = []
 
-    def remember_scaled(self, scaled: Any, unscaled: Any) -> None:
-        """``GradScaler.scale(unscaled)`` returned ``scaled``: report ``unscaled`` at its backward."""
-        self._scaled = scaled
-        self._unscaled = unscaled
+    def uninstall(self) -> None:
+        """Take every hook and patch out again (in-process tests; a worker never needs it)."""
+        while self._undo:
+            self._undo.pop()()
+        if rankwatch._clock is self:
+            rankwatch._set_clock(None)
 
-    def record_loss(self, tensors: Any) -> None:
-        """After a successful backward of ``tensors``: keep its value if it is a scalar loss."""
-        if tensors is self._scaled:
-            tensors = self._unscaled
-            self._scaled = self._unscaled = None
-        if type(tensors) is not self._tensor_type:
-            return  # a list of tensors, or a tensor subclass whose item() may communicate
-        try:
-            if tensors.numel() != 1:
-                return
-            if tensors.is_cpu:
-                self._loss_sum += tensors.item()
-                self._loss_count += 1
-            elif tensors.is_cuda:
-                self._loss_copies.append(copy_to_host(tensors))
-        except Exception:
-            return
+    def on_optimizer_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """Global optimizer pre-hook: note whether this step evaluates a closure.
+
+        torch passes ``args`` with the optimizer itself first: ``step(closure)``
+        arrives as ``(optimizer, closure)``.
+        """
+        self.loss.on_step_start(
+            (len(args) > 1 and callable(args[1]))
+            or (kwargs is not None and kwargs.get("closure") is not None)
+        )
 
     def on_optimizer_step(self, optimizer: Any, args: Any = (), kwargs: Any = None) -> None:
         """Global optimizer post-hook: a step boundary if ``optimizer`` is the clock."""
+        self.optimizer_steps += 1
         reference = self._optimizer
         if reference is None or reference() is not optimizer:
             if reference is not None and reference() is not None:
+                self.loss.discard()  # another model's loss (a GAN's second optimizer)
                 return
             self._optimizer = weakref.ref(optimizer)
         now = _perf_counter()
         last = self._last_step_at
         self._last_step_at = now
         step = self.steps
+        data_wait, samples = self.data.take()
         self._buffer.put((
-            KIND_STEP, _now(), step, self._take_loss(),
-            None if last is None else now - last, self.data_wait, self.samples,
+            KIND_STEP, _now(), step, self.loss.take(),
+            None if last is None else now - last, data_wait, samples,
         ))  # fmt: skip
-        self.data_wait = 0.0
-        self.samples = 0
         self.steps = step + 1
         if self._hash_every and self.steps % self._hash_every == 0:
             self._send_digest(optimizer, step)
-
-    def _take_loss(self) -> Any:
-        count = self._loss_count
-        copies = self._loss_copies
-        if copies:
-            self._loss_copies = []
-            value: Any = PendingMean(copies, self._loss_sum, count)
-        elif count:
-            value = self._loss_sum / count
-        else:
-            value = None
-        self._loss_sum = 0.0
-        self._loss_count = 0
-        return value
 
     def _send_digest(self, optimizer: Any, step: int) -> None:
         try:
@@ -169,7 +147,7 @@ def install(
         ("GradScaler", _patch_grad_scaler),
     ):
         try:
-            patch(torch, clock)
+            clock._undo.append(patch(torch, clock))
         except Exception as exc:
             problems.append(f"{what} ({type(exc).__name__}: {exc})")
     if problems:
@@ -178,13 +156,29 @@ def install(
     return clock
 
 
-def _hook_optimizer_steps(torch: Any, clock: StepClock) -> None:
+# Each patch installs one hook and returns what undoes it.
+
+
+def _hook_optimizer_steps(torch: Any, clock: StepClock) -> Callable[[], None]:
     optimizer_module = sys.modules["torch.optim.optimizer"]
-    optimizer_module.register_optimizer_step_post_hook(clock.on_optimizer_step)
+    before = optimizer_module.register_optimizer_step_pre_hook(clock.on_optimizer_step_start)
+    try:
+        after = optimizer_module.register_optimizer_step_post_hook(clock.on_optimizer_step)
+    except Exception:
+        before.remove()
+        raise
+
+    def undo() -> None:
+        before.remove()
+        after.remove()
+
+    return undo
 
 
-def _patch_backward(torch: Any, clock: StepClock) -> None:
+def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
     original = torch.autograd.backward
+    loss = clock.loss
+    data = clock.data
 
     @functools.wraps(original)
     def backward(tensors, *args, **kwargs):
@@ -195,55 +189,122 @@ def _patch_backward(torch: Any, clock: StepClock) -> None:
             result = original(tensors, *args, **kwargs)
         finally:
             clock.in_backward = False
-        clock.record_loss(tensors)
+        try:
+            loss.on_backward(tensors, args[0] if args else kwargs.get("grad_tensors"))
+            data.on_backward()
+        except Exception:  # telemetry must never break the user's backward
+            pass
         return result
 
     torch.autograd.backward = backward
+    return functools.partial(setattr, torch.autograd, "backward", original)
 
 
-def _patch_data_loader(torch: Any, clock: StepClock) -> None:
+def _patch_data_loader(torch: Any, clock: StepClock) -> Callable[[], None]:
     iterator_class = sys.modules["torch.utils.data.dataloader"]._BaseDataLoaderIter
     original = iterator_class.__next__
     tensor_type = torch.Tensor
+    data = clock.data
 
     @functools.wraps(original)
     def __next__(self):
         started = _perf_counter()
         try:
             batch = original(self)
-        finally:
-            clock.data_wait += _perf_counter() - started
-        size = batch_size(batch, tensor_type)
-        if size:
-            clock.samples += size
+        except StopIteration:
+            try:
+                data.on_exhausted(self)
+            except Exception:
+                pass
+            raise
+        try:
+            data.on_batch(self, _perf_counter() - started, batch_size(batch, tensor_type))
+        except Exception:  # telemetry must never break the user's data loading
+            pass
         return batch
 
     iterator_class.__next__ = __next__
+    return functools.partial(setattr, iterator_class, "__next__", original)
 
 
-def _patch_grad_scaler(torch: Any, clock: StepClock) -> None:
+def _patch_grad_scaler(torch: Any, clock: StepClock) -> Callable[[], None]:
+    """Wrap ``scale`` and ``step`` of ``GradScaler`` and of every subclass that overrides them.
+
+    Subclasses such as FSDP's ``ShardedGradScaler`` override ``scale`` without calling
+    the base's: each override is wrapped too, those defined now and those defined
+    later (``__init_subclass__``), or their scaled loss would be read as the loss.
+    """
     scaler_class = sys.modules["torch.amp.grad_scaler"].GradScaler
-    original_scale = scaler_class.scale
-    original_step = scaler_class.step
     tensor_type = torch.Tensor
+    wrapped: list[tuple[type, str, Any]] = []
+    """(class, name, original) of every method replaced, for ``undo``."""
+    outermost_step = [True]
 
-    @functools.wraps(original_scale)
-    def scale(self, outputs):
-        scaled = original_scale(self, outputs)
-        if type(outputs) is tensor_type:
-            clock.remember_scaled(scaled, outputs)
-        return scaled
+    def wrap_scale(original):
+        @functools.wraps(original)
+        def scale(self, outputs):
+            scaled = original(self, outputs)
+            if type(outputs) is tensor_type:
+                clock.loss.remember_scaled(scaled, outputs)
+            return scaled
 
-    @functools.wraps(original_step)
-    def step(self, optimizer, *args, **kwargs):
-        steps_before = clock.steps
-        result = original_step(self, optimizer, *args, **kwargs)
-        if clock.steps == steps_before:  # skipped for inf/NaN gradients: still a step
-            clock.on_optimizer_step(optimizer, args, kwargs)
-        return result
+        return scale
 
-    scaler_class.scale = scale
-    scaler_class.step = step
+    def wrap_step(original):
+        @functools.wraps(original)
+        def step(self, optimizer, *args, **kwargs):
+            if not outermost_step[0]:  # a subclass's step calling the base's
+                return original(self, optimizer, *args, **kwargs)
+            outermost_step[0] = False
+            try:
+                steps_before = clock.optimizer_steps
+                result = original(self, optimizer, *args, **kwargs)
+            finally:
+                outermost_step[0] = True
+            if clock.optimizer_steps == steps_before:  # skipped for inf/NaN gradients: still a step
+                clock.on_optimizer_step(optimizer, args, kwargs)
+            return result
+
+        return step
+
+    def wrap_class(cls: type) -> None:
+        for name, wrap in (("scale", wrap_scale), ("step", wrap_step)):
+            original = cls.__dict__.get(name)
+            if original is not None and callable(original):
+                wrapped.append((cls, name, original))
+                setattr(cls, name, wrap(original))
+
+    def every_subclass(cls: type) -> list[type]:
+        found = []
+        for subclass in cls.__subclasses__():
+            found.append(subclass)
+            found.extend(every_subclass(subclass))
+        return found
+
+    for cls in [scaler_class, *every_subclass(scaler_class)]:
+        wrap_class(cls)
+    had_hook = "__init_subclass__" in scaler_class.__dict__
+    original_hook = scaler_class.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(cls, **kwargs):
+        super(scaler_class, cls).__init_subclass__(**kwargs)
+        try:
+            wrap_class(cls)
+        except Exception:
+            pass
+
+    if not had_hook:
+        scaler_class.__init_subclass__ = classmethod(__init_subclass__)
+
+    def undo() -> None:
+        for cls, name, original in reversed(wrapped):
+            setattr(cls, name, original)
+        if not had_hook:
+            del scaler_class.__init_subclass__
+        elif original_hook is not None:
+            scaler_class.__init_subclass__ = original_hook
+
+    return undo
 
 
 def batch_size(batch: Any, tensor_type: type) -> int | None:

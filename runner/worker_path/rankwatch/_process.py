@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+RUN_KEY_VARIABLE = "RANKWATCH_RUN_KEY"
 
 
 def die_with_parent() -> bool:
     """Ask Linux to SIGKILL this process when its parent (torchrun) dies.
 
     Without it, a SIGKILLed torchrun leaves its workers running, holding GPUs.
+    If torchrun died before this call (while the interpreter was starting), no signal
+    will ever come: the worker then ends itself at once, as the signal would have.
     Returns False where unsupported (not Linux, no libc): nothing else changes.
     """
     if not sys.platform.startswith("linux"):
@@ -20,6 +24,31 @@ def die_with_parent() -> bool:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            return False
     except (OSError, AttributeError, ImportError):
         return False
+    if parent_is_gone():
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
+
+
+def parent_is_gone(environ=None) -> bool:
+    """Whether the process that started this worker has already died.
+
+    Under Rankwatch every process of a run carries the run's marker variable, torchrun
+    included, so a torchrun worker (``TORCHELASTIC_RUN_ID`` set) whose parent lacks our
+    marker was re-parented (to init or a subreaper) because torchrun died. Without a
+    marker, or not started by torchrun, nothing can be told, and the answer is False.
+    """
+    environ = os.environ if environ is None else environ
+    marker = environ.get(RUN_KEY_VARIABLE)
+    if not marker or not environ.get("TORCHELASTIC_RUN_ID"):
+        return False
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/environ", "rb") as handle:
+            parent_environ = handle.read().split(b"\0")
+    except OSError:
+        return parent == 1  # init's environment is not readable to a user: re-parented to init
+    return f"{RUN_KEY_VARIABLE}={marker}".encode() not in parent_environ

@@ -41,6 +41,11 @@ Worker (or agent) -> hub
               parameter's float64 sum and sum of squares, after the update of
               optimizer step `step`; equal across replicas in sync)
   stacks      [StacksWritten] rank, t, path            (a faulthandler dump was written there)
+  notice      [Notice] rank, t, key, ...facts   (how the script was launched does not fit
+              torchrun; rankwatch._launch_checks; the runner words it, runner.diagnosis.launcher):
+              key "self_spawn": function, nprocs, file, line, function_name (the call site);
+              key "local_rank_unpassed": option, value (what the script parsed), local_rank;
+              key "local_rank_spelling": passed, instead_of (the legacy option was respelled)
 
 Agent (remote node) -> hub, in addition (over TCP; the first line must be agent_hello
 with the run's token, and the hub refuses any other TCP client)
@@ -135,7 +140,8 @@ MAX_TEXT_CHARS = 64 * 1024
 """Longest text field kept whole (a log line, a traceback is longer: ``MAX_LONG_TEXT_CHARS``)."""
 MAX_LONG_TEXT_CHARS = 1 << 20
 
-WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks"})
+WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks",
+                          "notice"})
 AGENT_TYPES = frozenset({"agent_hello", "log", "worker_lost", "process_samples", "node_exit"})
 AGENT_CONTROL_TYPES = frozenset({"launch", "stop"})
 """Head runner -> agent, on ssh's stdin (not hub messages: not in ``ALL_TYPES``)."""
@@ -613,6 +619,13 @@ class EventKind(str, Enum):
     """Something the user should know that is not one of the above."""
     HUB_STATS = "hub_stats"
     """The hub's counters at the end of the run (bad lines, refused clients, ...): counters."""
+    LAUNCH_MISMATCH = "launch_mismatch"
+    """How the script was launched does not fit torchrun (``runner.diagnosis.launcher``):
+    key, level, ranks, title, cause, advice."""
+    SLURM_SUBMITTED = "slurm_submitted"
+    """The run was submitted to Slurm (``runner.slurm``): job_id, ..."""
+    SLURM = "slurm"
+    """Slurm's record of the job changed (pending and why, running, ended): its fields."""
 
 
 class Event:
@@ -895,7 +908,7 @@ def describe_losses(summary: dict[str, Any]) -> list[str]:
             lines.append(f"rank {row.get('rank')}: " + "; ".join(parts))
     incomplete = summary.get("store_incomplete")
     if incomplete:
-        lines.append(f"the store stopped taking records ({incomplete}): what followed was shown but not stored")
+        lines.append(f"store incomplete: {incomplete}; what followed was shown live but not stored")
     return lines
 
 
@@ -1116,6 +1129,31 @@ class StacksWritten(Message):
     @classmethod
     def from_wire(cls, fields: dict[str, Any]) -> StacksWritten:
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_text(fields.get("path")))
+
+
+class Notice(Message):
+    """Something about how the script was launched (``rankwatch._launch_checks``): ``key`` names
+    it, ``facts`` (flat on the wire, beside ``key``) hold what the worker saw."""
+
+    __slots__ = ("rank", "t", "key", "facts")
+    TYPE = "notice"
+
+    def __init__(self, rank: int, t: float | None, key: str, facts: dict[str, Any] | None = None) -> None:
+        self.rank = rank
+        self.t = t
+        self.key = key
+        self.facts = facts or {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**self.facts, "rank": self.rank, "t": self.t, "key": self.key}
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Notice:
+        key = as_text(fields.get("key"), MAX_NAME_CHARS)
+        if not key:
+            raise ProtocolError("invalid", "notice: key must be text")
+        facts = {name: value for name, value in fields.items() if name not in ("type", "v", "rank", "t", "key")}
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")), key, facts)
 
 
 class AgentHello(Message):
@@ -1467,7 +1505,7 @@ def _objects(value: object) -> list[dict[str, Any]]:
 
 
 WORKER_MESSAGES: tuple[type[Message], ...] = (Hello, Metrics, Heartbeat, ExceptionReport, Exit, ParamHash,
-                                              StacksWritten)
+                                              StacksWritten, Notice)
 AGENT_MESSAGES: tuple[type[Message], ...] = (AgentHello, Log, WorkerLost, ProcessSamples, NodeExit)
 SUBSCRIBER_MESSAGES: tuple[type[Message], ...] = (Subscribe, StopRequest, DumpStacks, Ping)
 HUB_MESSAGES: tuple[type[Message], ...] = (Snapshot, Update, HistoryEnd, Bye, Pong, Error)

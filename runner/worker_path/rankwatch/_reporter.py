@@ -338,7 +338,8 @@ def _step_items(t: float, step: int, loss, step_time, data_wait, samples) -> lis
             items.append([t, step, protocol.STEPS_PER_SECOND, 1.0 / step_time, auto])
             if samples:
                 items.append([t, step, protocol.SAMPLES_PER_SECOND, samples / step_time, auto])
-    items.append([t, step, protocol.DATA_WAIT, data_wait, auto])
+    if data_wait is not None:  # None: no training DataLoader batch in the step ("not measured")
+        items.append([t, step, protocol.DATA_WAIT, data_wait, auto])
     return items
 
 

@@ -80,6 +80,10 @@ class WorkerSession:
             )
         )
 
+    def notice(self, key: str, **facts: Any) -> None:
+        """Send a ``notice``: something about how the script was launched (``_launch_checks``)."""
+        self.reporter.send(protocol.Notice(self.environment.rank, time.time(), key, facts))
+
     def finish(self, code: int) -> None:
         """Send ``exit`` and flush, waiting at most ``EXIT_FLUSH_TIMEOUT``; never raises."""
         if self._finished or os.getpid() != self._pid:

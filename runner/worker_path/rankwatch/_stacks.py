@@ -7,7 +7,10 @@ number and the file name; it only signals ranks that said ``hello``, and the
 handler is installed before ``hello`` is sent.
 
 Each rank appends to ``<RANKWATCH_STACKS_DIR>/rank-<RANK>.txt`` (restarts of
-the same rank append to the same file).
+the same rank append to the same file). The file is created 0600 (and the folder,
+if missing, 0700) with explicit modes: the worker runs with the user's own umask,
+which Rankwatch leaves alone so that checkpoints keep their usual permissions, but a
+stack dump is the run's private data.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ def install_stack_dumps(directory: str, rank: int) -> str | None:
     global _dump_file
     path = stacks_file_path(directory, rank)
     try:
-        os.makedirs(directory, exist_ok=True)
-        dump_file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (must stay open)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     except OSError:
         return None
+    dump_file = os.fdopen(descriptor, "a", encoding="utf-8")
     try:
         faulthandler.register(STACK_SIGNAL, file=dump_file, all_threads=True, chain=False)
     except (OSError, RuntimeError, ValueError):

@@ -57,26 +57,24 @@ class PendingCopy(Pending):
         return self._host.item()
 
 
-class PendingMean(Pending):
-    """The mean of values already read on the host and values still being copied.
+class PendingSum(Pending):
+    """The sum of values already read on the host and values still being copied.
 
-    Used for the loss of a step with gradient accumulation on a GPU: one copy per
-    micro-batch, averaged on the reporter thread.
+    The loss of a step on a GPU (``_loss``): one copy per backward call of the
+    step, added up on the reporter thread once every copy is done.
     """
 
-    __slots__ = ("_copies", "_host_sum", "_host_count")
+    __slots__ = ("_copies", "_host_sum")
 
-    def __init__(self, copies: list[PendingCopy], host_sum: float, host_count: int):
+    def __init__(self, copies: list[PendingCopy], host_sum: float = 0.0):
         self._copies = copies
         self._host_sum = host_sum
-        self._host_count = host_count
 
     def ready(self) -> bool:
         return all(copy.ready() for copy in self._copies)
 
     def value(self) -> float:
-        total = self._host_sum + sum(copy.value() for copy in self._copies)
-        return total / (self._host_count + len(self._copies))
+        return self._host_sum + sum(copy.value() for copy in self._copies)
 
 
 def capture(value: Any) -> Any:

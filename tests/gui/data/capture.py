@@ -117,10 +117,10 @@ def straggler() -> Path:
 
 
 def hang() -> Path:
-    """Three ranks, rank 0 in a barrier: the stall's capture, one requested capture, then Ctrl-C."""
+    """Two ranks, rank 0 in a barrier, rank 1 sleeping in a helper: the stall's capture, one requested, Ctrl-C."""
     home, env = _home()
     env["DIAG_DIR"] = tempfile.mkdtemp()
-    args = ["--nproc-per-node", "3", "--stall-timeout", "5", str(SCRIPTS / "diag_hang.py")]
+    args = ["--nproc-per-node", "2", "--stall-timeout", "5", str(SCRIPTS / "diag_hang.py")]
     process = _runner("run", "--plain", *args, env=env)
     try:
         run = wait_for(lambda: _latest(home), 60, what="the run")
@@ -135,6 +135,28 @@ def hang() -> Path:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=60)
     return _dump("hang", home, ["rankwatch", "run", "--plain", *args])
+
+
+def healthy() -> Path:
+    """Two ranks training normally; Dump stacks (``rankwatch stacks``) while they step, then they finish."""
+    home, env = _home()
+    args = ["--nproc-per-node", "2", str(SCRIPTS / "quiet_steps.py"), "12"]
+    process = _runner("run", "--plain", *args, env=env)
+    try:
+        run = wait_for(lambda: _latest(home), 60, what="the run")
+
+        def stepping():
+            with RunStore(home / "data" / "runs.db", readonly=True) as store:
+                return len(store.metrics(run["id"], name="step_time")) > 20
+        wait_for(stepping, 120, interval=0.5, what="steps")
+        subprocess.run([sys.executable, "-m", "runner", "stacks", str(run["id"])], env=env, cwd=str(REPO),
+                       capture_output=True, timeout=60)
+        process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return _dump("healthy", home, ["rankwatch", "run", "--plain", *args, "(Dump stacks while it steps)"])
 
 
 def doctor() -> Path:
@@ -180,7 +202,8 @@ def two_nodes_lost() -> Path:
         sshd.stop()
 
 
-SCENARIOS = {f.__name__: f for f in (exception, sigkill, hang, straggler, port_taken, legacy, doctor, two_nodes_lost)}
+SCENARIOS = {f.__name__: f for f in (exception, sigkill, hang, healthy, straggler, port_taken, legacy, doctor,
+                                     two_nodes_lost)}
 
 if __name__ == "__main__":
     for scenario in sys.argv[1:] or list(SCENARIOS):

@@ -3,7 +3,7 @@
 * ``assets/screenshots/live-run.png``: the bundled example launched from the window (a live run);
 * ``assets/screenshots/failure.png``: a real failing run (``tests/scripts/diag_exception.py``,
   2 ranks; rank 1 raises) opened in the window, its banner and the Diagnosis tab;
-* ``assets/screenshots/stacks.png``: a real hang (``tests/scripts/diag_hang.py``, 3 ranks,
+* ``assets/screenshots/stacks.png``: a real hang (``tests/scripts/diag_hang.py``, 2 ranks,
   stall timeout 5 s) watched live, with the Stacks tab showing the stall's capture.
 
 The jobs run in a throwaway ``RANKWATCH_HOME``; the window is a real one under Xvfb
@@ -125,7 +125,7 @@ def stacks() -> None:
     home = Path(tempfile.mkdtemp(prefix="rw-shot-"))
     env = _env(home)
     env["DIAG_DIR"] = tempfile.mkdtemp()
-    runner = subprocess.Popen([sys.executable, "-m", "runner", "run", "--plain", "--nproc-per-node", "3",
+    runner = subprocess.Popen([sys.executable, "-m", "runner", "run", "--plain", "--nproc-per-node", "2",
                                "--stall-timeout", "5", str(REPO / "tests" / "scripts" / "diag_hang.py"), "40"],
                               env=env, cwd=str(REPO), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -8,9 +8,9 @@ the two:
 * ``fork_loader [...]``: objects of a class defined here, pickled through a
   DataLoader with two forked workers;
 * ``step N loss L``: N counts optimizer steps completed before this one, L is
-  the mean of the losses given to backward in the step (gradient accumulation in
-  phase 1, GradScaler with the unscaled loss in phase 2, one step of which is
-  skipped for an infinite loss).
+  the loss as frameworks report it: the mean of the unscaled micro-batch losses
+  (gradient accumulation with ``backward(loss / K)`` in phase 1; GradScaler with
+  the unscaled loss in phase 2, one step of which is skipped for an infinite loss).
 
 It also logs with ``rankwatch.log`` (Python numbers and a CPU tensor), lets a
 helper thread die with an exception and, with ``--dump-stacks``, dumps its
@@ -110,7 +110,7 @@ def main():
         for _ in range(args.accumulate):
             x, y = next(batches)
             loss = F.mse_loss(model(x), y)
-            loss.backward()
+            (loss / args.accumulate).backward()  # the accumulation idiom of every framework
             total += loss.item()
         optimizer.step()
         optimizer.zero_grad()

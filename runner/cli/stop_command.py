@@ -1,0 +1,194 @@
+"""`rankwatch stop RUN`: stop a run from anywhere, however it was started.
+
+A run started from the GUI, with ``run --detach`` or in another terminal has a
+runner with a private socket; ``stop`` subscribes to it and sends ``stop``, exactly
+what the GUI's Stop button does, then waits for the runner to say ``bye`` (it has
+ended every process of the job and recorded the end). The runner then records the
+same thing whoever asked (``runner.exit_status``): ``stopped``, exit code 143, or
+137 when it had to kill.
+
+When the socket cannot be reached but the runner process is alive (it is still
+starting, or its socket was removed), ``stop`` sends SIGTERM to the runner instead
+(twice with ``--force``: a second signal means "kill now"), after checking that the
+pid is that run's runner and not a later process that reused the number.
+
+Exit codes: 0 the run has ended (stopped now, or it ended on its own meanwhile);
+1 no such run, or it did not end in time; 3 the run is not running (nothing to stop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import psutil
+
+from rankwatch import _protocol as protocol
+from runner.cli.output import EXIT_FAILED, fail
+from runner.launch.process_tree import end_job, find_job_pids
+from runner.state import RunStatus
+from runner.store.liveness import effective_status, runner_alive
+from runner.store.store import RunNotFound, RunStore
+
+EXIT_NOT_RUNNING = 3
+DEFAULT_TIMEOUT_SECONDS = 30.0
+POLL_SECONDS = 0.1
+START_TIME_SLACK_SECONDS = 0.5
+"""A runner process started later than its run was created (by more than this) is another process.
+A runner starts well before it records its run (imports, checks); the kernel's start time can read
+up to 1 s early (boot time in whole seconds), never late, so a small slack suffices."""
+
+
+def add_parser(commands) -> None:
+    stop = commands.add_parser(
+        "stop", help="stop a running job (graceful; --force kills at once)",
+        description="Stop a run, however it was started (the GUI, `run --detach`, another terminal): every process "
+                    "of the job gets SIGTERM, and SIGKILL after 5 s. Exit code 0 once the run has ended, "
+                    f"1 when there is no such run or it did not end in time, {EXIT_NOT_RUNNING} when it is not running.")
+    stop.add_argument("run", metavar="RUN", help="a run id (see `rankwatch runs list --live`), 'last' or 'last-N'")
+    stop.add_argument("--force", action="store_true", help="kill every process of the job at once (SIGKILL)")
+    stop.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
+                      help=f"how long to wait for the run to end (default {DEFAULT_TIMEOUT_SECONDS:.0f})")
+    stop.set_defaults(handler=stop_main)
+
+
+def stop_main(args: argparse.Namespace) -> int:
+    if args.timeout <= 0:
+        return fail("--timeout: must be more than 0 seconds")
+    try:
+        with RunStore(readonly=True) as store:
+            run = store.run(store.resolve_run_id(args.run))
+    except RunNotFound as error:
+        return fail(str(error), code=EXIT_FAILED)
+    run_id = run["id"]
+    if not runner_alive(run):
+        return _not_running(run)
+    started = time.monotonic()
+    print(f"stopping run {run_id}{' (kill at once)' if args.force else ''}…", file=sys.stderr, flush=True)
+    if not _ask_over_socket(run, args.force, args.timeout) and not _signal_runner(run, args.force):
+        return fail(f"cannot reach the runner of run {run_id} (pid {run['runner_pid']}) and it is not "
+                    "a Rankwatch runner any more; nothing was stopped", code=EXIT_FAILED)
+    final = _wait_until_ended(run_id, started + args.timeout)
+    seconds = time.monotonic() - started
+    if final is None:
+        advice = ("its processes may need `kill -KILL`" if args.force
+                  else f"try `rankwatch stop {run_id} --force`")
+        return fail(f"run {run_id} did not end within {args.timeout:.0f} s; {advice}", code=EXIT_FAILED)
+    status = final.get("status")
+    if status == RunStatus.LOST.value:
+        return _not_running(final) if find_job_pids(final["run_key"]) else fail(
+            f"the runner of run {run_id} died before recording the end (lost); no process of the job is left",
+            code=EXIT_FAILED)
+    if status == RunStatus.STOPPED.value:
+        print(f"run {run_id} stopped in {seconds:.1f} s (exit code {final.get('exit_code')})", file=sys.stderr)
+    else:
+        print(f"run {run_id} ended on its own before the stop took effect: {status} "
+              f"(exit code {final.get('exit_code')})", file=sys.stderr)
+    return 0
+
+
+def _not_running(run: dict[str, Any]) -> int:
+    """A run whose runner is gone: finished, or lost (then end any process it left behind)."""
+    status = effective_status(run)
+    if status == RunStatus.LOST.value:
+        leftovers = find_job_pids(run["run_key"]) if run.get("run_key") else []
+        if leftovers:
+            killed = end_job(run["run_key"], grace=2.0)
+            print(f"run {run['id']} was lost (its runner died); ended {len(leftovers)} process(es) it left behind"
+                  f"{f', {len(killed)} with SIGKILL' if killed else ''}", file=sys.stderr)
+            return 0
+        print(f"rankwatch: run {run['id']} is not running (lost: its runner died without recording an end); "
+              "nothing to stop", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    code = run.get("exit_code")
+    print(f"rankwatch: run {run['id']} is not running ({status}{'' if code is None else f', exit code {code}'}); "
+          "nothing to stop", file=sys.stderr)
+    return EXIT_NOT_RUNNING
+
+
+def _ask_over_socket(run: dict[str, Any], force: bool, timeout: float) -> bool:
+    """Send ``stop`` as a subscriber and wait for ``bye``; False when the socket cannot be reached."""
+    socket_path = run.get("socket")
+    if not socket_path:
+        return False
+    try:
+        asyncio.run(_send_stop(socket_path, force, timeout))
+    except (OSError, ConnectionError, asyncio.TimeoutError):
+        return False
+    return True
+
+
+async def _send_stop(socket_path: str, force: bool, timeout: float) -> None:
+    """Raises OSError when the socket cannot be opened (gone, refused)."""
+    reader, writer = await asyncio.wait_for(
+        asyncio.open_unix_connection(socket_path, limit=protocol.MAX_LINE_BYTES + 1), timeout=5.0)
+    try:
+        writer.write(protocol.encode("subscribe", history=False))
+        writer.write(protocol.encode("stop", force=force))
+        await writer.drain()
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                line = await asyncio.wait_for(reader.readline(), remaining)
+            except (asyncio.TimeoutError, ValueError):  # ValueError: a line over the limit, skipped
+                if time.monotonic() >= deadline:
+                    return
+                continue
+            if not line:
+                return  # the runner closed the connection: it has ended
+            try:
+                if protocol.decode(line)["type"] == "bye":
+                    return
+            except protocol.ProtocolError:
+                continue
+    finally:
+        writer.close()
+
+
+def is_runner_of(run: dict[str, Any]) -> bool:
+    """Whether the run's ``runner_pid`` is still the process that created the run (not a reused pid)."""
+    pid = run.get("runner_pid")
+    if not pid:
+        return False
+    try:
+        started = psutil.Process(int(pid)).create_time()
+    except (psutil.Error, ValueError):
+        return False
+    return started <= float(run["created"]) + START_TIME_SLACK_SECONDS
+
+
+def _signal_runner(run: dict[str, Any], force: bool) -> bool:
+    """SIGTERM to the run's runner (twice with ``force``); False when the pid is not its runner."""
+    if not is_runner_of(run):
+        return False
+    pid = int(run["runner_pid"])
+    try:
+        os.kill(pid, signal.SIGTERM)
+        if force:
+            time.sleep(0.2)  # the runner treats a second signal during a stop as "kill now"
+            os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True  # it ended meanwhile
+    except PermissionError:
+        return False
+    return True
+
+
+def _wait_until_ended(run_id: int, deadline: float) -> dict[str, Any] | None:
+    """The run's row once it has an end (or its runner is gone); None at the deadline."""
+    while True:
+        with RunStore(readonly=True) as store:
+            run = store.run(run_id)
+        if run.get("ended") is not None:
+            return run
+        if not runner_alive(run):
+            run["status"] = effective_status(run)
+            return run
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(POLL_SECONDS)

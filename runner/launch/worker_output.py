@@ -1,0 +1,224 @@
+"""Receive every worker's stdout and stderr through pipes of the runner, as lines of its rank.
+
+The runner does not use torchrun's ``--tee``: that writes each worker's output to a
+log file in the data directory and tails it, so a full data disk kills the ranks
+(ENOSPC on their next ``print``). Instead each worker's bootstrap connects to a
+private Unix socket once per stream (``rankwatch._output``) and announces its rank and
+stream in a header line; the runner answers with the write end of a fresh pipe
+(``SCM_RIGHTS``), which becomes the worker's file descriptor 1 or 2, and reads the
+other end. Output thus never touches a disk, and its rank comes from the worker's own
+``RANK``, with any torch version.
+
+One ``WorkerOutput`` serves one node's torchrun (the runner's local node, or an
+agent's node). Lines are cut at ``MAX_LINE_CHARS``; a partial line (a progress bar,
+``print(..., end="")``) is delivered when it has waited ``PARTIAL_FLUSH_SECONDS``
+for its newline, as torchrun's own output is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rankwatch._output import HEADER_VERSION, HEADER_WORD, OUTPUT_SOCKET, PIPE_ANSWER
+from runner.launch.output import MAX_LINE_CHARS, PARTIAL_FLUSH_SECONDS, OutputLine
+
+HEADER_TIMEOUT_SECONDS = 10.0
+STREAM_NAMES = ("stdout", "stderr")
+PIPE_BYTES = 256 * 1024
+"""Each pipe's buffer (Linux's default is 64 KiB): how far the runner may fall behind a
+stream before the worker's writes wait. Modest, because a user's pipe buffers count
+against a per-user limit past which every new pipe gets 4 KiB."""
+F_SETPIPE_SZ = 1031
+
+
+class LineAssembler:
+    """Bytes of one connection (one rank's one stream) in, complete lines out."""
+
+    def __init__(self, rank: int, stream: str):
+        self.rank = rank
+        self.stream = stream
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial = ""
+        self._started: float | None = None
+        """When the partial line's first piece arrived."""
+
+    def feed(self, data: bytes, now: float) -> list[OutputLine]:
+        text = self._partial + self._decoder.decode(data)
+        *complete, rest = text.split("\n")
+        started = self._started if self._started is not None else now
+        lines = []
+        for piece in complete:
+            lines.extend(self._lines(piece, started))
+            started = now
+        while len(rest) > MAX_LINE_CHARS:  # one line must not hold the hub: the rest follows as further lines
+            lines.append(self._line(rest[:MAX_LINE_CHARS], started))
+            rest, started = rest[MAX_LINE_CHARS:], now
+        self._partial = rest
+        self._started = started if rest else None
+        return lines
+
+    def flush_stale(self, now: float, older_than: float = PARTIAL_FLUSH_SECONDS) -> list[OutputLine]:
+        """The partial line, if it has waited ``older_than`` seconds for its newline."""
+        if self._started is None or now - self._started < older_than:
+            return []
+        return self.flush_all(now)
+
+    def flush_all(self, now: float) -> list[OutputLine]:
+        text = self._partial + self._decoder.decode(b"", final=True)
+        started = self._started if self._started is not None else now
+        self._partial, self._started = "", None
+        return [self._line(text, started)] if text else []
+
+    def _lines(self, text: str, t: float) -> list[OutputLine]:
+        return [self._line(text[start:start + MAX_LINE_CHARS], t)
+                for start in range(0, max(len(text), 1), MAX_LINE_CHARS)]
+
+    def _line(self, text: str, t: float) -> OutputLine:
+        return OutputLine(rank=self.rank, stream=self.stream, text=text.rstrip("\r"), t=t)
+
+
+class _PipeReader(asyncio.Protocol):
+    """Feeds one pipe's bytes to its assembler as they come; ``closed`` is done at its end."""
+
+    def __init__(self, assembler: LineAssembler, emit: Callable[[list[OutputLine]], None]):
+        self.assembler = assembler
+        self.emit = emit
+        self.transport: asyncio.ReadTransport | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.emit(self.assembler.feed(data, time.time()))
+
+    def connection_lost(self, exc) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+def _hand_over_pipe(writer: asyncio.StreamWriter) -> int:
+    """Make a pipe, pass its write end to the worker on the socket; returns the read end.
+
+    Raises:
+        OSError: no pipe could be made or passed (out of descriptors, the worker hung up).
+    """
+    read_end, write_end = os.pipe()
+    try:
+        with contextlib.suppress(OSError):  # best effort: the default buffer works too
+            fcntl.fcntl(write_end, F_SETPIPE_SZ, PIPE_BYTES)
+        connection = writer.get_extra_info("socket")
+        with socket.socket(fileno=os.dup(connection.fileno())) as raw:
+            socket.send_fds(raw, [PIPE_ANSWER], [write_end])
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
+
+
+def parse_header(line: bytes) -> tuple[int, str] | None:
+    """``(rank, stream)`` from a connection's first line; ``None`` when it is not one of ours."""
+    try:
+        word, version, rank, _local_rank, stream = line.decode("ascii").split()
+        if word != HEADER_WORD or int(version) != HEADER_VERSION or stream not in STREAM_NAMES:
+            return None
+        return int(rank), stream
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+class WorkerOutput:
+    """The output socket of one node's workers.
+
+    ``environment`` goes into torchrun's environment (workers inherit it); ``on_lines``
+    gets every line, on the event loop. ``drained`` waits until every worker's pipe
+    has ended (every process writing to it has exited); ``close`` delivers what is left,
+    ends pipes still open and removes the socket.
+    """
+
+    def __init__(self, path: Path, on_lines: Callable[[list[OutputLine]], None]):
+        self.path = Path(path)
+        self.on_lines = on_lines
+        self._server: asyncio.AbstractServer | None = None
+        self._assemblers: set[LineAssembler] = set()
+        self._connections: set[asyncio.Task] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {OUTPUT_SOCKET: str(self.path)}
+
+    async def start(self) -> None:
+        """Listen (the socket file is 0600 in the private socket folder).
+
+        Raises:
+            OSError: the socket cannot be made (its folder is gone, the path is too long).
+        """
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=1024)
+        self.path.chmod(0o600)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One stream of one worker: the header in, a pipe out, then the pipe read to its end."""
+        task = asyncio.current_task()
+        self._connections.add(task)
+        self._idle.clear()
+        assembler = pipe = pipe_file = None
+        try:
+            with contextlib.suppress(asyncio.TimeoutError, ValueError, OSError):
+                parsed = parse_header(await asyncio.wait_for(reader.readline(), HEADER_TIMEOUT_SECONDS))
+                if parsed is None:
+                    return
+                pipe_file = os.fdopen(_hand_over_pipe(writer), "rb", buffering=0)
+                writer.close()
+                assembler = LineAssembler(*parsed)
+                self._assemblers.add(assembler)
+                pipe = _PipeReader(assembler, self._emit)
+                await asyncio.get_running_loop().connect_read_pipe(lambda: pipe, pipe_file)
+                await pipe.closed
+        finally:
+            writer.close()
+            if pipe is not None and pipe.transport is not None:
+                pipe.transport.close()  # closes the pipe's read end too
+            elif pipe_file is not None:
+                pipe_file.close()
+            if assembler is not None:
+                self._assemblers.discard(assembler)
+                self._emit(assembler.flush_all(time.time()))
+            self._connections.discard(task)
+            if not self._connections:
+                self._idle.set()
+
+    def _emit(self, lines: list[OutputLine]) -> None:
+        if lines:
+            self.on_lines(lines)
+
+    def flush_stale(self, now: float) -> None:
+        """Deliver partial lines that have waited too long for their newline (progress bars)."""
+        for assembler in list(self._assemblers):
+            self._emit(assembler.flush_stale(now))
+
+    async def drained(self) -> None:
+        """Return once every pipe handed out has ended (every process writing to it has exited)."""
+        await self._idle.wait()
+
+    async def close(self) -> None:
+        """Stop listening, end connections still open (a straggler that outlived its rank),
+        deliver their last partial lines, and remove the socket."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        self.path.unlink(missing_ok=True)

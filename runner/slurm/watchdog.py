@@ -1,0 +1,50 @@
+"""The Slurm job's watchdog: cancels the job if the runner dies without ending it.
+
+The runner starts it right after ``sbatch`` (its own session, no job marker) with a
+pipe on its stdin that the runner holds open for its whole life, and writes
+``done`` once the job has ended or been cancelled. If the pipe closes without
+``done``, the runner was killed (SIGKILL, the OOM killer, a crash): the watchdog
+runs ``scancel`` for the job (here, or on the login host over ssh), so a job that
+is still queued does not start hours later for nobody. A job that is already
+running ends anyway: its agents stop their workers when their connection to the
+runner drops.
+
+Usage: ``python -m runner.slurm.watchdog SCANCEL_ARGV_JSON``. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+SCANCEL_TIMEOUT_SECONDS = 60
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m runner.slurm.watchdog SCANCEL_ARGV_JSON", file=sys.stderr)
+        return 2
+    command = json.loads(argv[0])
+    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)  # only the runner's pipe decides
+    received = b""
+    while True:
+        chunk = os.read(0, 64)
+        if not chunk:
+            break
+        received += chunk
+    if b"done" in received:
+        return 0
+    try:
+        subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       timeout=SCANCEL_TIMEOUT_SECONDS)
+    except (OSError, subprocess.TimeoutExpired):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,108 @@
+"""How numbers read in the terminal (and wherever plain text shows a value).
+
+A value that was not measured is ``None`` and reads "–"; a measured value keeps
+enough digits to be told apart from zero (a loss of 1e-9 is "1.000e-09", not
+"0.0000").
+"""
+
+from __future__ import annotations
+
+import math
+
+from runner.exit_status import describe_exit_code
+
+MISSING = "–"
+"""What a value that was not measured reads as (an en dash)."""
+
+__all__ = ["MISSING", "describe_exit_code", "format_amount", "format_bytes", "format_duration", "format_fixed",
+           "format_number", "format_percent"]
+
+
+def _finite(value: object) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def format_number(value: object, decimals: int = 4) -> str:
+    """``0.5012``; scientific below 0.01 or from 1e5 on (``1.000e-09``, ``2.500e+07``), so a value always
+    keeps at least three significant digits; "–" when missing.
+
+    NaN and infinities are shown as such (a diverged loss must not read as "–").
+    """
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    number = _finite(value)
+    if number is None:
+        return MISSING
+    magnitude = abs(number)
+    if magnitude != 0 and (magnitude < 1e-2 or magnitude >= 1e5):
+        return f"{number:.3e}"
+    return f"{number:.{decimals}f}"
+
+
+def format_fixed(value: object, pattern: str, scale: float = 1.0) -> str:
+    """``pattern.format(value * scale)``, or "–" when the value is missing or not a number."""
+    number = _finite(value)
+    if number is None:
+        return MISSING
+    return pattern.format(number * scale)
+
+
+def format_amount(value: object, scale: float = 1.0) -> str:
+    """A rate or a duration with about three significant digits: ``1234``, ``12.3``, ``1.23``,
+    ``0.0123``, ``4.0e-05``; "–" when missing."""
+    number = _finite(value)
+    if number is None:
+        return MISSING
+    number *= scale
+    magnitude = abs(number)
+    if magnitude >= 100 or magnitude == 0:
+        return f"{number:.0f}"
+    if magnitude >= 10:
+        return f"{number:.1f}"
+    if magnitude >= 1:
+        return f"{number:.2f}"
+    if magnitude >= 1e-4:
+        return f"{number:.3g}"
+    return f"{number:.1e}"
+
+
+def format_percent(share: object) -> str:
+    """A share 0..1 as ``40%`` (``<1%`` for a small share that is not zero); "–" when not measured."""
+    number = _finite(share)
+    if number is None:
+        return MISSING
+    if 0 < number < 0.005:
+        return "<1%"
+    return f"{100 * number:.0f}%"
+
+
+def format_duration(seconds: object) -> str:
+    """``1:02:03`` or ``2:03``; "–" when unknown."""
+    number = _finite(seconds)
+    if number is None:
+        return MISSING
+    total = int(max(0, round(number)))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def format_bytes(value: object) -> str:
+    number = _finite(value)
+    if number is None:
+        return MISSING
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(number) < 1024 or unit == "TiB":
+            if unit == "B" or abs(number) >= 100:
+                return f"{number:.0f} {unit}"
+            return f"{number:.1f} {unit}"
+        number /= 1024
+    return MISSING

@@ -1,0 +1,177 @@
+"""Per-rank statistics of a stored run, for `rankwatch runs show` (text and ``--json``).
+
+Everything is computed from the store's records, the record of truth, never from the
+live model: a value that was not measured is ``None`` (shown "–"), not 0.
+
+* ``steps``: optimizer steps the bootstrap counted (its step numbers start at 0, so
+  the newest measured step + 1); ``None`` without zero-code instrumentation.
+* ``last_step``: the newest step number of any record (``rankwatch.log`` keeps the
+  script's own numbering).
+* ``last_loss``: the newest loss, from the most deliberate source the rank reported
+  it from (the rule the live table uses: measured, then ``rankwatch.log``, then parsed).
+* ``median_step_time``: seconds, the median over every measured step.
+* ``data_wait_share``: the share of step time spent waiting for the DataLoader, over
+  the steps that measured both (total wait / total step time).
+* ``samples_per_s``: total samples / total step time over the steps that counted samples.
+* ``first_seen``, ``last_seen``: the hub's times for the rank (``None`` when unknown); without a
+  stored ``first_seen``, the time of the rank's hello (its ``rank_started`` event).
+* ``dropped``: records the rank's reporter dropped, when the store keeps that count.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rankwatch import _protocol as protocol
+
+BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_WAIT, protocol.SAMPLES_PER_SECOND,
+                              protocol.STEPS_PER_SECOND})
+"""What the bootstrap measures without code changes; every other key was logged by the script
+(``rankwatch.log``) or read from its output (``--parse-stdout``)."""
+
+LOSS_SOURCE_ORDER = {protocol.SOURCE_AUTO: 0, protocol.SOURCE_LOG: 1, protocol.SOURCE_PARSED: 2}
+
+
+@dataclass
+class RankStats:
+    rank: int
+    state: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    steps: int | None = None
+    last_step: int | None = None
+    last_loss: float | None = None
+    loss_source: str | None = None
+    median_step_time: float | None = None
+    data_wait_share: float | None = None
+    samples_per_s: float | None = None
+    first_seen: float | None = None
+    last_seen: float | None = None
+    dropped: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LoggedKey:
+    """A metric key the script logged: its sources and each rank's newest value."""
+
+    name: str
+    sources: tuple[str, ...]
+    last_by_rank: dict[int, float | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "sources": list(self.sources),
+                "last_by_rank": {str(rank): value for rank, value in sorted(self.last_by_rank.items())}}
+
+
+def custom_metric_names(names: list[str]) -> list[str]:
+    """The keys a script logged, in the order given (built-in metrics left out)."""
+    return [name for name in names if name not in BUILT_IN_METRICS]
+
+
+def _rows(store, sql: str, *params: Any) -> list[tuple]:
+    """Read-only SQL on the store's own connection. The queries below follow the metrics table's
+    index (run_id, name, rank, t), so a run of millions of records is read in a second or two,
+    in SQLite, with memory bounded by one rank's steps."""
+    return [tuple(row) for row in store.connection.execute(sql, params)]
+
+
+def _per_rank_max_step(store, run_id: int, auto_only: bool) -> dict[int, int]:
+    names = [protocol.STEP_TIME, protocol.DATA_WAIT, protocol.LOSS] if auto_only else store.metric_names(run_id)
+    newest: dict[int, int] = {}
+    for name in names:
+        source_clause = " AND source = ?" if auto_only else ""
+        params = (run_id, name, protocol.SOURCE_AUTO) if auto_only else (run_id, name)
+        for rank, step in _rows(store, "SELECT rank, MAX(step) FROM metrics WHERE run_id = ? AND name = ?"
+                                       f"{source_clause} AND step IS NOT NULL GROUP BY rank", *params):
+            newest[rank] = max(newest.get(rank, step), step)
+    return newest
+
+
+def _last_losses(store, run_id: int) -> dict[int, tuple[float, str]]:
+    """Each rank's newest loss from its most deliberate source (measured, then logged, then parsed)."""
+    best: dict[int, tuple[int, float, str]] = {}
+    for rank, source, value, _t in _rows(
+            store, "SELECT rank, source, value, MAX(t) FROM metrics WHERE run_id = ? AND name = ?"
+                   " AND value IS NOT NULL GROUP BY rank, source", run_id, protocol.LOSS):
+        order = LOSS_SOURCE_ORDER.get(source, 9)
+        if rank not in best or order < best[rank][0]:
+            best[rank] = (order, value, source)
+    return {rank: (value, source) for rank, (_order, value, source) in best.items()}
+
+
+def _measured(store, run_id: int, name: str, rank: int) -> dict[int, float]:
+    """step -> value of one measured series of one rank."""
+    return {step: value for step, value in _rows(
+        store, "SELECT step, value FROM metrics WHERE run_id = ? AND name = ? AND rank = ? AND source = ?"
+               " AND step IS NOT NULL AND value IS NOT NULL", run_id, name, rank, protocol.SOURCE_AUTO)}
+
+
+def _add_timing(store, run_id: int, stats: RankStats) -> None:
+    step_times = _measured(store, run_id, protocol.STEP_TIME, stats.rank)
+    if not step_times:
+        return
+    stats.median_step_time = statistics.median(step_times.values())
+    stats.data_wait_share = _share_of_step_time(_measured(store, run_id, protocol.DATA_WAIT, stats.rank), step_times)
+    rates = _measured(store, run_id, protocol.SAMPLES_PER_SECOND, stats.rank)
+    counted = [step for step in rates if step in step_times]
+    counted_time = sum(step_times[step] for step in counted)
+    if counted and counted_time > 0:
+        stats.samples_per_s = sum(rates[step] * step_times[step] for step in counted) / counted_time
+
+
+def _share_of_step_time(waits: dict[int, float], step_times: dict[int, float]) -> float | None:
+    both = [step for step in waits if step in step_times]
+    total_time = sum(step_times[step] for step in both)
+    if not both or total_time <= 0:
+        return None
+    return min(1.0, sum(waits[step] for step in both) / total_time)
+
+
+def _logged_keys(store, run_id: int, names: list[str]) -> list[LoggedKey]:
+    keys = []
+    for name in custom_metric_names(names):
+        sources = tuple(sorted(source for (source,) in _rows(
+            store, "SELECT DISTINCT source FROM metrics WHERE run_id = ? AND name = ?", run_id, name)))
+        newest = {rank: value for rank, value, _t in _rows(
+            store, "SELECT rank, value, MAX(t) FROM metrics WHERE run_id = ? AND name = ? GROUP BY rank", run_id, name)}
+        keys.append(LoggedKey(name, sources, dict(sorted(newest.items()))))
+    return keys
+
+
+def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]]:
+    """Per-rank statistics and the keys the script logged.
+
+    Every rank the store knows is listed, from the ranks table or from its records.
+
+    Raises:
+        runner.store.store.RunNotFound: no such run (from the store).
+    """
+    stats: dict[int, RankStats] = {}
+    for row in store.ranks(run_id):
+        stats[row["rank"]] = RankStats(
+            rank=row["rank"], state=row.get("state"), host=row.get("host"), pid=row.get("pid"),
+            exit_code=row.get("exit_code"), first_seen=row.get("first_seen"), last_seen=row.get("last_seen"),
+            dropped=row.get("dropped"))
+    for event in store.events(run_id, kind="rank_started"):  # the hello, when the store has no first_seen
+        entry = stats.get(event["rank"]) if event["rank"] is not None else None
+        if entry is not None and (entry.first_seen is None or event["t"] < entry.first_seen):
+            entry.first_seen = event["t"]
+    steps = _per_rank_max_step(store, run_id, auto_only=True)
+    last_steps = _per_rank_max_step(store, run_id, auto_only=False)
+    losses = _last_losses(store, run_id)
+    for rank in set(steps) | set(last_steps) | set(losses):
+        stats.setdefault(rank, RankStats(rank=rank))
+    ordered = [stats[rank] for rank in sorted(stats)]
+    for entry in ordered:
+        entry.steps = None if entry.rank not in steps else steps[entry.rank] + 1
+        entry.last_step = last_steps.get(entry.rank)
+        if entry.rank in losses:
+            entry.last_loss, entry.loss_source = losses[entry.rank]
+        _add_timing(store, run_id, entry)
+    return ordered, _logged_keys(store, run_id, store.metric_names(run_id))

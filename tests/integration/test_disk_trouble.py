@@ -1,0 +1,124 @@
+"""The data folder on a full disk, or read-only (issue 10).
+
+* A data disk that fills mid-run must not kill training: workers' output no longer goes
+  through files there (``runner.launch.worker_output``), so every rank prints on and ends.
+* A read-only data folder is one line, exit code 2, and nothing launched.
+
+Each test mounts a small tmpfs of its own (the tests run as root here and in CI); without
+the right to mount they are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.jobs import SCRIPTS, rankwatch
+
+pytestmark = pytest.mark.torchrun
+
+
+def mount_tmpfs(folder: Path, size: str, read_only: bool = False) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root (the tests run as root in CI)")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    (folder / "home" / "data").mkdir(parents=True)
+    if read_only:
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+
+
+def unmount(folder: Path) -> None:
+    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    folder = tmp_path / "ro"
+    mount_tmpfs(folder, "1m", read_only=True)
+    yield folder
+    unmount(folder)
+
+
+@pytest.mark.parametrize("home", ["home", "home/not-yet"])
+def test_a_read_only_data_folder_is_one_line_exit_2_and_nothing_launched(read_only_disk, home):
+    env = {**os.environ, "RANKWATCH_HOME": str(read_only_disk / home)}
+    result = rankwatch("run", "--plain", "--nproc-per-node", "1", str(SCRIPTS / "print_then_wait.py"), env=env,
+                       timeout=60)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"rankwatch: {SCRIPTS / 'print_then_wait.py'}: data folder: cannot write to ")
+    assert str(read_only_disk / home / "data") in line and "Read-only file system" in line
+    assert "set RANKWATCH_HOME to a writable folder" in line
+    assert result.stdout == ""  # no rank ever ran
+
+
+# ---- a data disk that fills mid-run ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def filled_run(tmp_path_factory):
+    """The same two-rank job twice: under Rankwatch with its data folder on a 4 MiB tmpfs that
+    rank 0 fills mid-run, and under plain torchrun (filling a bounded amount elsewhere)."""
+    root = tmp_path_factory.mktemp("full-disk")
+    disk = root / "disk"
+    mount_tmpfs(disk, "4m")
+    try:
+        notes = root / "notes"
+        notes.mkdir()
+        env = {**os.environ, "RANKWATCH_HOME": str(disk / "home")}
+        watched = rankwatch("run", "--plain", "--nproc-per-node", "2", str(SCRIPTS / "fill_data_disk.py"),
+                            str(disk / "home" / "data"), str(notes), env=env, timeout=240)
+        free = os.statvfs(disk).f_bavail
+        plain_notes = root / "plain-notes"
+        plain_notes.mkdir()
+        plain = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                str(SCRIPTS / "fill_data_disk.py"), str(root), str(plain_notes)],
+                               capture_output=True, text=True, timeout=240)
+        yield watched, plain, notes, free
+    finally:
+        unmount(disk)
+
+
+def test_a_full_data_disk_does_not_kill_training(filled_run):
+    watched, _, notes, _free = filled_run
+    # the disk really was full (measured then: afterwards the runner has given back the room it
+    # kept for the run's end, and SQLite's WAL file is gone)
+    assert (notes / "filled").read_text() == "ENOSPC" and (notes / "free-when-filled").read_text() == "0"
+    # every rank printed its 1000 lines after that and got to its end
+    assert {path.name for path in notes.glob("rank-*-done")} == {"rank-0-done", "rank-1-done"}, watched.stderr[-3000:]
+    assert "No space left on device" not in watched.stdout
+
+
+def rank_lines(text: str, prefixed: bool) -> collections.Counter:
+    """(rank, line) of every worker line; plain torchrun's carry the rank only in their text."""
+    found = collections.Counter()
+    for line in text.splitlines():
+        if prefixed:
+            match = re.fullmatch(r"\[rank (\d+)\] (rank \1 .*)", line)
+        else:
+            match = re.fullmatch(r"(?:rank (\d+) .*)", line)
+        if match:
+            found[(int(match.group(1)), match.group(2) if prefixed else match.group(0))] += 1
+    return found
+
+
+def test_a_full_data_disk_leaves_the_output_and_exit_code_of_plain_torchrun(filled_run):
+    watched, plain, _, _ = filled_run
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    assert watched.returncode == 0, watched.stderr[-3000:]
+    assert rank_lines(watched.stdout, prefixed=True) == rank_lines(plain.stdout, prefixed=False)
+    assert "Traceback" not in watched.stderr
+    assert "store incomplete: disk full" in watched.stderr  # how the run ended
+    told = [line for line in watched.stderr.splitlines()
+            if "disk full" in line.lower() and "store incomplete" not in line]
+    assert len(told) == 1, told  # the user is told once, while it happens (wording: core's)

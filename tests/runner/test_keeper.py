@@ -1,0 +1,97 @@
+"""torchrun's keeper passes a stop on exactly once, ends what is left after its grace period,
+and ends as torchrun ended. Real processes; a small script stands in for torchrun."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tests.jobs import REPO, wait_for
+
+CHILD = """
+import os, signal, sys, time
+log = sys.argv[1]
+def on_term(number, frame):
+    with open(log, "a") as out:
+        out.write("SIGTERM\\n")
+signal.signal(signal.SIGTERM, on_term)
+with open(log, "a") as out:
+    out.write(f"PYTHONPATH={os.environ.get('PYTHONPATH')}\\n")
+if sys.argv[2] == "exit":
+    sys.exit(3)
+if sys.argv[2] == "signal":
+    os.kill(os.getpid(), signal.SIGUSR1)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def start_keeper(tmp_path, behaviour: str, grace: float = 1.0) -> tuple[subprocess.Popen, object]:
+    child = tmp_path / "child.py"
+    child.write_text(CHILD)
+    log = tmp_path / "log.txt"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RANKWATCH_RUN_KEY": f"keeper-test-{os.getpid()}"}
+    keeper = subprocess.Popen([sys.executable, "-m", "runner.launch.keeper", str(grace), "/for/the/child", "--",
+                               sys.executable, str(child), str(log), behaviour], env=env)
+    wait_for(lambda: log.exists() and log.read_text(), 30, what="the child to start")
+    return keeper, log
+
+
+def test_torchrun_gets_one_sigterm_however_many_arrive_and_a_sigkill_after_the_grace_period(tmp_path):
+    keeper, log = start_keeper(tmp_path, "stay", grace=1.0)
+    sent = time.monotonic()
+    for _ in range(5):  # a dying multi-threaded runner sends its parent-death signal once per thread
+        keeper.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+    keeper.wait(timeout=10)
+    assert 0.9 < time.monotonic() - sent < 5
+    assert log.read_text().splitlines() == ["PYTHONPATH=/for/the/child", "SIGTERM"]
+    assert keeper.returncode == -signal.SIGKILL  # it ends as the child ended: SIGKILLed after the grace period
+
+
+def test_the_keeper_ends_with_torchruns_exit_code(tmp_path):
+    keeper, _ = start_keeper(tmp_path, "exit")
+    assert keeper.wait(timeout=10) == 3
+
+
+def test_the_keeper_dies_of_the_signal_torchrun_died_of(tmp_path):
+    keeper, _ = start_keeper(tmp_path, "signal")
+    assert keeper.wait(timeout=10) == -signal.SIGUSR1
+
+
+def test_an_interpreter_that_cannot_run_is_one_line_and_status_127(tmp_path):
+    completed = subprocess.run([sys.executable, "-m", "runner.launch.keeper", "1", "", "--", str(tmp_path / "nope")],
+                               capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=30)
+    assert completed.returncode == 127
+    assert completed.stderr.strip().startswith(f"rankwatch: cannot start {tmp_path / 'nope'}")
+
+
+# ---- parent-death signals that cannot be lost to a race ---------------------------------------------
+
+WORKER_PATH = REPO / "runner" / "worker_path"
+ASK_PARENT = f"import sys; sys.path.insert(0, {str(WORKER_PATH)!r}); from rankwatch._process import parent_is_gone; print(parent_is_gone())"
+
+
+def test_a_child_whose_parent_died_before_its_prctl_ends_itself():
+    """``parent`` is the pid the parent had before the fork; any other parent means it is gone."""
+    script = ("import signal, time; from runner.launch.process_tree import set_parent_death_signal; "
+              "set_parent_death_signal(signal.SIGTERM, parent=1); time.sleep(30)")
+    completed = subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=20)
+    assert completed.returncode == -signal.SIGTERM
+
+
+def test_a_worker_tells_its_torchrun_from_a_stranger_by_the_run_marker():
+    torchrun_like = {**os.environ, "RANKWATCH_RUN_KEY": "k1", "TORCHELASTIC_RUN_ID": "r"}
+    under_its_own = subprocess.run(["sh", "-c", f'{sys.executable} -c "$0"; true', ASK_PARENT], env=torchrun_like,
+                                   capture_output=True, text=True, timeout=20)
+    assert under_its_own.stdout.strip() == "False"  # sh carries the run's marker: our torchrun is alive
+    adopted = subprocess.run([sys.executable, "-c", ASK_PARENT], env=torchrun_like, capture_output=True, text=True,
+                             timeout=20)
+    assert adopted.stdout.strip() == "True"  # a parent without the marker: torchrun is gone
+    not_ours = {k: v for k, v in torchrun_like.items() if k != "TORCHELASTIC_RUN_ID"}
+    plain = subprocess.run([sys.executable, "-c", ASK_PARENT], env=not_ours, capture_output=True, text=True,
+                           timeout=20)
+    assert plain.stdout.strip() == "False"  # not started by torchrun: nothing can be told

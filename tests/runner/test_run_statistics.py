@@ -1,0 +1,117 @@
+"""Per-rank statistics of a stored run (`runs show`), from a real store, and the exit-code rule."""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+
+import pytest
+
+from rankwatch._protocol import Event, MetricRecord
+from runner.cli.main import main
+from runner.exit_status import (
+    EXIT_KILLED,
+    EXIT_STOPPED,
+    describe_exit_code,
+    describe_stop_reason,
+    process_exit_code,
+    stopped_run_exit_code,
+)
+from runner.store.store import RecordBatch, RunStore
+from runner.view.rank_stats import run_statistics
+
+STEP_TIMES = [0.10, 0.12, 0.50, 0.11]  # steps 1..4 (step 0 has no step time: nothing before it)
+DATA_WAITS = [0.02, 0.01, 0.01, 0.30, 0.01]  # steps 0..4
+SAMPLES = [None, 32 / 0.10, 32 / 0.12, 16 / 0.50, 32 / 0.11]
+
+
+@pytest.fixture
+def stored_run():
+    """Rank 0: five measured steps, a parsed loss that must not beat the measured one, rankwatch.log
+    keys. Rank 1: only rankwatch.log (no instrumentation). Rank 2: planned, never reported."""
+    metrics = []
+    for step in range(5):
+        t = 100.0 + step
+        metrics.append(MetricRecord(0, t, step, "loss", 1.0 / (step + 1), "auto"))
+        metrics.append(MetricRecord(0, t, step, "data_wait", DATA_WAITS[step], "auto"))
+        if step:
+            metrics.append(MetricRecord(0, t, step, "step_time", STEP_TIMES[step - 1], "auto"))
+            metrics.append(MetricRecord(0, t, step, "samples_per_s", SAMPLES[step], "auto"))
+        metrics.append(MetricRecord(0, t + 0.5, step, "loss", 99.0, "parsed"))
+        metrics.append(MetricRecord(0, t, step, "lr", 1e-3 / (step + 1), "log"))
+    metrics.append(MetricRecord(1, 105.0, 7, "lr", 5e-4, "log"))
+    metrics.append(MetricRecord(1, 105.0, 7, "loss", 2e-9, "log"))
+    metrics.append(MetricRecord(1, 104.0, 6, "loss", 3.0, "log"))
+    with RunStore() as store:
+        run_id = store.create_run(run_key="s" * 24, profile="stats", spec_toml="", command="", host="h",
+                                  workdir="/", runner_pid=1, socket=None, world_size=3, status="succeeded")
+        store.update_run(run_id, started=99.0, ended=110.0, exit_code=0)
+        store.upsert_rank(run_id, 0, state="exited", exit_code=0, host="h", pid=11, last_seen=105.0)
+        store.upsert_rank(run_id, 1, state="failed", exit_code=-15, host="h", pid=12, last_seen=105.5)
+        store.upsert_rank(run_id, 2, state="waiting")
+        store.write_batch(run_id, RecordBatch(metrics=metrics, events=[
+            Event(99.5, "rank_started", 0, "rank 0 started"), Event(99.7, "rank_started", 1, "rank 1 started")]))
+    return run_id
+
+
+def test_rank_statistics_come_from_the_records_and_say_none_when_not_measured(stored_run):
+    with RunStore(readonly=True) as store:
+        ranks, logged = run_statistics(store, stored_run)
+    first, second, third = ranks
+    assert (first.steps, first.last_step) == (5, 4)
+    assert (first.last_loss, first.loss_source) == (pytest.approx(0.2), "auto")  # measured beats parsed
+    assert first.median_step_time == pytest.approx(statistics.median(STEP_TIMES))
+    assert first.data_wait_share == pytest.approx(sum(DATA_WAITS[1:]) / sum(STEP_TIMES))  # steps with a step time
+    assert first.samples_per_s == pytest.approx((32 * 3 + 16) / sum(STEP_TIMES))  # total samples / total time
+    assert (first.first_seen, first.last_seen) == (99.5, 105.0)  # first seen: its hello
+    assert (second.steps, second.last_step, second.last_loss, second.loss_source) == (None, 7, 2e-9, "log")
+    assert second.median_step_time is second.data_wait_share is second.samples_per_s is None
+    assert (third.rank, third.steps, third.last_loss, third.state) == (2, None, None, "waiting")
+    [lr] = logged
+    assert (lr.name, lr.sources, lr.last_by_rank) == ("lr", ("log",), {0: pytest.approx(2e-4), 1: 5e-4})
+
+
+def test_runs_show_prints_every_rank_and_every_logged_key(stored_run, capsys):
+    assert main(["runs", "show", str(stored_run)]) == 0
+    out = capsys.readouterr().out
+    assert "metrics:  data_wait, loss, samples_per_s, step_time; logged: lr" in out
+    lines = out.splitlines()
+    header = next(line for line in lines if line.strip().startswith("rank  state"))
+    assert header.split() == ["rank", "state", "host", "pid", "exit", "steps", "last", "loss", "median", "step",
+                              "data", "wait", "samples/s", "last", "seen"]
+    row1 = next(line for line in lines if line.strip().startswith("1  failed"))
+    assert "SIGTERM (-15)" in row1 and "2.000e-09" in row1
+    row2 = next(line for line in lines if line.strip().startswith("2  waiting"))
+    assert row2.split()[2:] == ["–"] * 9  # host, pid, exit, steps, loss, step time, wait, samples/s, seen
+    assert any(line.strip().startswith("lr  (rankwatch.log)  r0 2.000e-04 · r1 5.000e-04") for line in lines)
+
+
+def test_runs_show_json_gives_the_same_per_rank_statistics(stored_run, capsys):
+    assert main(["runs", "show", str(stored_run), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    by_rank = {row["rank"]: row for row in shown["ranks"]}
+    assert by_rank[0]["steps"] == 5 and by_rank[0]["pid"] == 11  # statistics beside the stored fields
+    assert by_rank[0]["median_step_time"] == pytest.approx(statistics.median(STEP_TIMES))
+    assert by_rank[1]["data_wait_share"] is None and by_rank[1]["exit_code"] == -15
+    assert shown["logged"] == [{"name": "lr", "sources": ["log"], "last_by_rank": {"0": pytest.approx(2e-4),
+                                                                                    "1": 5e-4}}]
+
+
+def test_one_exit_code_for_a_stopped_run_whoever_asked():
+    assert stopped_run_exit_code(killed=False) == EXIT_STOPPED == 128 + signal.SIGTERM
+    assert stopped_run_exit_code(killed=True) == EXIT_KILLED == 128 + signal.SIGKILL
+    # the rankwatch run process itself exits as a shell job killed by the signal it received
+    assert process_exit_code(EXIT_STOPPED, signal.SIGINT, stopped=True) == 130
+    assert process_exit_code(EXIT_STOPPED, signal.SIGTERM, stopped=True) == 143
+    assert process_exit_code(EXIT_STOPPED, signal.SIGHUP, stopped=True) == 129
+    assert process_exit_code(EXIT_STOPPED, None, stopped=True) == 143  # stopped by the GUI or `rankwatch stop`
+    assert process_exit_code(1, signal.SIGINT, stopped=False) == 1  # it had failed before the signal counted
+    assert describe_stop_reason("SIGINT") == "Ctrl-C"
+    assert "rankwatch stop" in describe_stop_reason("stop requested by a subscriber")
+
+
+@pytest.mark.parametrize(("code", "text"), [(0, "0"), (1, "1"), (-15, "SIGTERM (-15)"), (-9, "SIGKILL (-9)"),
+                                            (None, "–"), (-99, "signal 99 (-99)")])
+def test_a_ranks_exit_code_reads_with_its_signal(code, text):
+    assert describe_exit_code(code) == text

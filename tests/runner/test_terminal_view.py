@@ -1,0 +1,219 @@
+"""The terminal view: a quiet stop, the progress header, numbers with their digits, every logged key."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from runner.view.terminal import TerminalView
+
+
+def snapshot(**run) -> dict:
+    return {"type": "snapshot", "run": {"id": 7, "profile": "p", "status": "running", "started": 1000.0, **run},
+            "ranks": [{"rank": r, "state": "running", "step": 10, "loss": 0.5, "last_seen": None} for r in (0, 1)],
+            "nodes": [], "spec": {"args": []}}
+
+
+def plain_view(**kwargs) -> tuple[TerminalView, io.StringIO, io.StringIO]:
+    out, err = io.StringIO(), io.StringIO()
+    return TerminalView(live=False, out=out, err=err, status_every=0, **kwargs), out, err
+
+
+def rendered(view: TerminalView, width: int = 120) -> str:
+    console = Console(file=io.StringIO(), width=width)
+    view._console = console  # measure and print at this width
+    console.print(view._table(width))
+    return console.file.getvalue()
+
+
+TORCHRUN_ON_SIGTERM = [
+    [None, 1.0, "stderr", "W1122 api.py:753] Received 15 death signal, shutting down workers", "h"],
+    [None, 1.0, "stderr", "W1122 api.py:1028] Sending process 16132 closing signal SIGTERM", "h"],
+    [None, 1.0, "stderr", "torch.distributed.elastic.multiprocessing.api.SignalException: Process 1 got signal: 15",
+     "h"],
+]
+
+
+def test_a_stop_prints_stopping_and_stopped_and_keeps_torchruns_lines_off_the_terminal():
+    view, out, err = plain_view(interrupt_kills=True)
+    view.handle(snapshot())
+    view.handle({"type": "update", "logs": [[None, 0.5, "stderr", "W torchrun start-up warning", "h"]]})
+    # the stop event and torchrun's reaction may arrive in one update: the stop is known first
+    view.handle({"type": "update", "events": [
+        {"kind": "stopping", "message": "stopping the job (Ctrl-C)", "stopped_by": "Ctrl-C", "t": 1.0, "rank": None},
+        {"kind": "connection_lost", "message": "rank 1 disconnected without an exit message", "t": 1.0, "rank": 1}],
+        "logs": [*TORCHRUN_ON_SIGTERM, [0, 1.0, "stdout", "rank 0 saving a checkpoint", "h"]],
+        "run": {"id": 7, "status": "stopping", "started": 1000.0}})
+    view.handle({"type": "update", "events": [
+        {"kind": "connection_lost", "message": "rank 0 disconnected without an exit message", "t": 1.1, "rank": 0}]})
+    view.handle({"type": "bye", "reason": "stopped"})
+    lines = err.getvalue().splitlines()
+    assert lines[0] == "[torchrun] W torchrun start-up warning"  # before the stop: shown as always
+    assert lines[1] == "[rankwatch] stopping… (Ctrl-C; Ctrl-C again kills at once)"
+    assert lines[2].startswith("[rankwatch] stopped (") and "torchrun's 3 line(s) about it: " \
+        "rankwatch runs logs 7 --launcher)" in lines[2]
+    assert len(lines) == 3  # no SIGTERM notice, no SignalException, no "disconnected"
+    assert out.getvalue() == "[rank 0] rank 0 saving a checkpoint\n"  # the ranks' own lines still show
+
+
+def test_a_stop_asked_elsewhere_says_who_and_that_ctrl_c_kills():
+    view, _out, err = plain_view(interrupt_kills=True)
+    view.handle(snapshot(status="stopping"))  # attached while it was already stopping
+    view.handle({"type": "update", "logs": TORCHRUN_ON_SIGTERM[:1], "events": [
+        {"kind": "stopping", "stopped_by": "the GUI's Stop or `rankwatch stop`", "message": "", "rank": None}]})
+    assert err.getvalue() == "[rankwatch] stopping… (the GUI's Stop or `rankwatch stop`; Ctrl-C kills at once)\n"
+
+
+def test_failures_still_show_torchruns_lines():
+    view, _out, err = plain_view()
+    view.handle(snapshot())
+    view.handle({"type": "update", "logs": TORCHRUN_ON_SIGTERM[:1],
+                 "events": [{"kind": "connection_lost", "message": "rank 1 disconnected without an exit message"}]})
+    assert err.getvalue().splitlines() == ["[torchrun] " + TORCHRUN_ON_SIGTERM[0][3],
+                                           "[rankwatch] rank 1 disconnected without an exit message"]
+
+
+def test_the_header_shows_elapsed_epoch_step_and_eta_as_the_gui_does():
+    view, _out, _err = plain_view()
+    view.handle({**snapshot(), "spec": {"args": ["--epochs", "2", "--lr", "0.1"]}})
+    view.handle({"type": "update", "logs": [[0, 1000.0, "stdout", "10 steps per epoch", "h"]]})
+    view.handle({"type": "update", "metrics": [[0, 1000.0 + 2 * step, step, "loss", 1.0, "auto"] for step in range(11)],
+                 "ranks": [{"rank": 0, "state": "running", "step": 10}]})
+    assert view.header(now=1020.0) == "run 7 · p · running · epoch 1/2 · step 10/20 (50%) · elapsed 0:20 · ETA 0:20"
+    assert "run 7 · p · running · epoch 1/2 · step 10/20 (50%)" in rendered(view)
+
+
+def test_the_header_of_a_finished_run_has_no_eta():
+    view, _out, _err = plain_view()
+    view.handle({**snapshot(status="succeeded", ended=1030.0), "spec": {"args": ["--max-steps", "20"]}})
+    assert view.header(now=5000.0) == "run 7 · p · succeeded · step 10/20 (50%) · elapsed 0:30"
+
+
+def test_small_values_keep_their_digits_and_missing_ones_read_as_a_dash():
+    view, _out, _err = plain_view()
+    view.handle({**snapshot(), "ranks": [
+        {"rank": 0, "state": "running", "step": 3, "loss": 1e-9, "step_time": 0.00004, "data_wait_share": 0.001,
+         "samples_per_s": 0.25, "last_seen": None},
+        {"rank": 1, "state": "running", "step": None, "loss": None, "step_time": None, "data_wait_share": None,
+         "samples_per_s": None, "last_seen": None}]})
+    table = rendered(view)
+    row0 = next(line for line in table.splitlines() if line.strip().startswith("0 "))
+    row1 = next(line for line in table.splitlines() if line.strip().startswith("1 "))
+    assert "1.000e-09" in row0 and "0.04" in row0 and "<1%" in row0 and "0.25" in row0
+    assert "0.0000" not in table
+    assert row1.split()[2:8] == ["–"] * 6  # step, loss, ms/step, data wait, samples/s, CPU %
+
+
+LOGGED = [[0, 5.0, 5, "lr", 3e-4, "log"], [1, 5.0, 5, "lr", 3e-4, "log"],
+          [0, 4.0, 4, "grad_norm", 7.0, "log"], [0, 5.0, 5, "grad_norm", 1.25, "log"],
+          [1, 5.0, 5, "grad_norm", 0.5, "log"], [0, 5.0, 5, "val_loss", 2e-9, "parsed"],
+          [0, 5.0, 5, "epoch", 3, "log"], [1, 5.0, 5, "loss", 0.75, "auto"]]
+LATE = [[0, 3.0, 3, "grad_norm", 9.0, "log"]]  # an older point arriving in a later batch does not win
+
+
+def test_every_logged_key_gets_a_column_when_they_fit():
+    view, _out, _err = plain_view()
+    view.handle(snapshot())
+    view.handle({"type": "update", "metrics": LOGGED})
+    view.handle({"type": "update", "metrics": LATE})
+    table = rendered(view, width=160)
+    header = next(line for line in table.splitlines() if "rank" in line and "state" in line)
+    assert header.split()[-3:] == ["lr", "grad_norm", "val_loss"]  # epoch goes to the header line
+    row0 = next(line for line in table.splitlines() if line.strip().startswith("0 "))
+    assert row0.split()[-3:] == ["3.000e-04", "1.2500", "2.000e-09"]
+    assert "epoch 3" in table.splitlines()[0]
+
+
+def test_logged_keys_share_one_column_on_a_narrower_terminal_and_a_caption_on_a_narrow_one():
+    view, _out, _err = plain_view()
+    view.handle(snapshot())
+    view.handle({"type": "update", "metrics": LOGGED})
+    view.handle({"type": "update", "metrics": LATE})
+    medium = rendered(view, width=100)
+    assert "logged" in medium and "lr 3.000e-04" in medium
+    assert all(len(line.rstrip()) <= 100 for line in medium.splitlines())
+    narrow = rendered(view, width=80)
+    assert "logged: lr, grad_norm, val_loss" in narrow
+
+
+def test_plain_status_lines_carry_the_header_and_the_logged_keys():
+    view, out, _err = plain_view()
+    view.handle(snapshot())
+    view.handle({"type": "update", "metrics": LOGGED})
+    view.handle({"type": "update", "metrics": LATE})
+    view.print_status()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[rankwatch] run 7 · p · running · epoch 3 · step 10")
+    assert lines[1].startswith("[rankwatch] rank 0 running: step 10, loss 0.5000, ")
+    assert lines[1].endswith(", lr 3.000e-04, grad_norm 1.2500, val_loss 2.000e-09")
+    assert lines[2].endswith(", lr 3.000e-04, grad_norm 0.5000, val_loss –")
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (1e-9, "1.000e-09"), (0.5, "0.5000"), (0.0, "0.0000"), (0.0012345, "1.234e-03"), (0.05, "0.0500"), (123456.0, "1.235e+05"), (-2e-5, "-2.000e-05"),
+    (None, "–"), (float("nan"), "nan"), (float("inf"), "inf"), (3, "3.0000"),
+])
+def test_format_number(value, text):
+    from runner.view.format import format_number
+
+    assert format_number(value) == text
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (1234.5, "1234"), (12.34, "12.3"), (1.234, "1.23"), (0.01234, "0.0123"), (0.00004, "4.0e-05"), (0, "0"),
+    (None, "–"),
+])
+def test_format_amount(value, text):
+    from runner.view.format import format_amount
+
+    assert format_amount(value) == text
+
+
+def test_once_a_rank_has_ended_the_table_shows_exit_codes_with_the_signal_name():
+    view, _out, _err = plain_view()
+    view.handle({**snapshot(status="failed"), "ranks": [
+        {"rank": 0, "state": "failed", "exit_code": -15, "last_seen": None},
+        {"rank": 1, "state": "failed", "exit_code": 1, "last_seen": None}]})
+    table = rendered(view)
+    assert "exit" in table
+    assert next(line for line in table.splitlines() if line.strip().startswith("0 ")).rstrip().endswith("SIGTERM (-15)")
+    assert next(line for line in table.splitlines() if line.strip().startswith("1 ")).rstrip().endswith(" 1")
+
+
+class FakeTerminal(io.StringIO):
+    """A StringIO that says it is a terminal, so rich's Live refreshes from its own thread."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_live_table_refreshes_on_its_thread_while_lines_print_without_deadlock(monkeypatch):
+    import threading
+    import time
+
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "160")
+    screen = FakeTerminal()
+    view = TerminalView(out=screen, err=screen)
+    assert view.live_mode
+    view.start()
+
+    def feed():
+        view.handle(snapshot())
+        deadline = time.monotonic() + 1.5  # several of the Live's refreshes (4 a second)
+        step = 0
+        while time.monotonic() < deadline:
+            step += 1
+            view.handle({"type": "update", "logs": [[0, 1.0, "stdout", f"line {step}", "h"]],
+                         "metrics": [[0, 1000.0 + step, step, "lr", 1e-3, "log"]],
+                         "ranks": [{"rank": 0, "state": "running", "step": step, "last_seen": None}]})
+        view.stop()
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    feeder.join(timeout=20)
+    assert not feeder.is_alive(), "printing lines and refreshing the table deadlocked"
+    text = screen.getvalue()
+    assert "line 1" in text and "run 7 · p · running" in text and "1.000e-03" in text  # the lr column

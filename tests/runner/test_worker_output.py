@@ -1,0 +1,180 @@
+"""Workers' stdout and stderr reach the runner over a private socket, attributed to their rank,
+without a file on the data disk in between (issue 10: a full disk killed the ranks).
+
+Real worker processes (``python -m rankwatch._bootstrap``, no torch) write to a real
+``WorkerOutput`` socket: from Python, straight to the file descriptor as C code does, and
+from a forked child and an exec'd subprocess, which inherit the descriptors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from rankwatch._output import attach_output, header
+from runner import paths
+from runner.launch.output import MAX_LINE_CHARS
+from runner.launch.worker_output import LineAssembler, WorkerOutput, parse_header
+from tests.jobs import REPO
+
+WORKER_PATH = REPO / "runner" / "worker_path"
+
+WORKER = textwrap.dedent("""
+    import os, subprocess, sys
+    print("from python")
+    print("to stderr", file=sys.stderr)
+    os.write(1, b"straight to fd 1\\n")
+    print("no newline yet", end="")
+    sys.stdout.flush()
+    if os.fork() == 0:
+        print("from a forked child", flush=True)
+        os._exit(0)
+    os.wait()
+    subprocess.run([sys.executable, "-c", "import sys; print('from a subprocess'); sys.stderr.write('sub err\\\\n')"])
+    print(" ... and its end")
+    print("naïve ünïcode ✓")
+""")
+
+
+def texts(lines) -> list[tuple[int | None, str, str]]:
+    return [(line.rank, line.stream, line.text) for line in lines]
+
+
+# ---- assembling lines ----------------------------------------------------------------------------
+
+
+def test_lines_are_split_and_a_partial_line_waits_for_its_newline():
+    assembler = LineAssembler(2, "stdout")
+    assert texts(assembler.feed(b"one\ntwo\r\nthr", 1.0)) == [(2, "stdout", "one"), (2, "stdout", "two")]
+    assert assembler.feed(b"ee", 1.2) == []
+    [line] = assembler.feed(b"\n", 1.4)
+    assert (line.text, line.t) == ("three", 1.0)  # timed when it started to arrive
+
+
+def test_a_character_cut_between_two_reads_is_not_mangled():
+    encoded = "ünï ✓\n".encode()
+    assembler = LineAssembler(0, "stdout")
+    assert assembler.feed(encoded[:2], 1.0) == [] and assembler.feed(encoded[2:6], 1.0) == []
+    assert texts(assembler.feed(encoded[6:], 1.0)) == [(0, "stdout", "ünï ✓")]
+
+
+def test_a_progress_bar_without_newline_is_delivered_when_stale():
+    assembler = LineAssembler(1, "stderr")
+    assembler.feed(b"50%|#####", 10.0)
+    assert assembler.flush_stale(10.5) == []
+    assert texts(assembler.flush_stale(11.0)) == [(1, "stderr", "50%|#####")]
+    assert assembler.flush_stale(20.0) == []
+
+
+def test_an_endless_line_is_cut_so_it_cannot_hold_the_hub():
+    assembler = LineAssembler(0, "stdout")
+    lines = assembler.feed(b"x" * (MAX_LINE_CHARS * 2 + 10), 1.0) + assembler.feed(b"\n", 1.0)
+    assert [len(line.text) for line in lines] == [MAX_LINE_CHARS, MAX_LINE_CHARS, 10]
+
+
+def test_only_our_header_opens_a_connection():
+    assert parse_header(header(5, 1, "stderr")) == (5, "stderr")
+    for bad in (b"GET / HTTP/1.1\r\n", b"rankwatch-output 2 5 1 stdout\n", b"rankwatch-output 1 x 1 stdout\n",
+                b"rankwatch-output 1 5 1 stdin\n", b"\xff\xfe\n", b""):
+        assert parse_header(bad) is None
+
+
+# ---- real workers --------------------------------------------------------------------------------
+
+
+async def _run_worker(socket_path, env_extra: dict[str, str], script: str):
+    received = []
+    output = WorkerOutput(socket_path, received.extend)
+    await output.start()
+    env = {**os.environ, "PYTHONPATH": str(WORKER_PATH), "PYTHONUNBUFFERED": "1", **output.environment, **env_extra}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rankwatch._bootstrap", script,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, stderr = await process.communicate()
+    await asyncio.wait_for(output.drained(), 10)
+    await output.close()
+    return received, stdout.decode(), stderr.decode(), process.returncode
+
+
+def test_every_line_of_a_worker_and_its_children_reaches_the_runner_with_its_rank(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    socket_path = paths.socket_dir() / "out-test.sock"
+
+    received, stdout, stderr, code = asyncio.run(
+        _run_worker(socket_path, {"RANK": "3", "LOCAL_RANK": "1"}, str(script)))
+
+    assert code == 0 and stdout == "" and stderr == ""  # nothing went around the socket
+    assert {line.rank for line in received} == {3}
+    out = [line.text for line in received if line.stream == "stdout"]
+    err = [line.text for line in received if line.stream == "stderr"]
+    # in order: the forked child writes on the same connection, after the parent's partial line
+    assert out == ["from python", "straight to fd 1", "no newline yetfrom a forked child", "from a subprocess",
+                   " ... and its end", "naïve ünïcode ✓"]
+    assert err == ["to stderr", "sub err"]
+    assert not socket_path.exists()
+
+
+def test_without_the_socket_a_worker_prints_as_usual(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text("print('plain')\n")
+    gone = paths.socket_dir() / "nobody-listens.sock"
+    env = {**os.environ, "PYTHONPATH": str(WORKER_PATH), "RANK": "0", "LOCAL_RANK": "0",
+           "RANKWATCH_OUTPUT_SOCKET": str(gone)}
+    completed = subprocess.run([sys.executable, "-m", "rankwatch._bootstrap", str(script)], env=env,
+                               capture_output=True, text=True, timeout=30)
+    assert completed.returncode == 0 and completed.stdout == "plain\n"
+    assert attach_output({"RANKWATCH_OUTPUT_SOCKET": str(gone), "RANK": "0", "LOCAL_RANK": "0"}) is False
+    assert attach_output({"RANK": "0", "LOCAL_RANK": "0"}) is False
+
+
+def test_a_connection_that_does_not_introduce_itself_is_dropped():
+    async def scenario():
+        received = []
+        output = WorkerOutput(paths.socket_dir() / "out-stranger.sock", received.extend)
+        await output.start()
+        reader, writer = await asyncio.open_unix_connection(str(output.path))
+        writer.write(b"hello there\nsome text\n")
+        await writer.drain()
+        closed = await asyncio.wait_for(reader.read(), 5)  # the runner hangs up
+        writer.close()
+        await output.close()
+        return received, closed
+
+    received, closed = asyncio.run(scenario())
+    assert received == [] and closed == b""
+
+
+def test_lines_arrive_while_the_worker_runs_not_when_it_ends(tmp_path):
+    script = tmp_path / "slow.py"
+    script.write_text("import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second')\n")
+
+    async def scenario():
+        arrivals = []
+        output = WorkerOutput(paths.socket_dir() / "out-slow.sock",
+                              lambda lines: arrivals.extend((line.text, time.monotonic()) for line in lines))
+        await output.start()
+        env = {**os.environ, "PYTHONPATH": str(WORKER_PATH), "PYTHONUNBUFFERED": "1", "RANK": "0",
+               "LOCAL_RANK": "0", **output.environment}
+        started = time.monotonic()
+        process = await asyncio.create_subprocess_exec(sys.executable, "-m", "rankwatch._bootstrap", str(script),
+                                                        env=env)
+        await process.wait()
+        await output.drained()
+        await output.close()
+        return started, arrivals
+
+    _started, arrivals = asyncio.run(scenario())
+    assert [text for text, _ in arrivals] == ["first", "second"]
+    assert arrivals[1][1] - arrivals[0][1] > 2.5  # the first line did not wait for the process to end
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_header_names_rank_and_stream(stream):
+    assert header(7, 3, stream) == f"rankwatch-output 1 7 3 {stream}\n".encode()

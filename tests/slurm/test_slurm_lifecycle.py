@@ -1,0 +1,200 @@
+"""A Slurm run's life on a busy cluster, and every way Slurm runs end, in one scenario.
+
+The test cluster has two nodes of 2 CPUs. Three runs fill it (their ranks log steps with
+``rankwatch.log`` and no torch, ``logging_steps.py``):
+
+* the *blocker*, 2 processes: it is stopped the way ``rankwatch stop`` and the GUI's Stop
+  do it (the runner's ``stop`` control): scancel, a verified end, nothing left on the node;
+* *limited*, 1 process, submitted with a time limit (``--time 1``). Waiting a minute for it
+  (Slurm checks limits every 30 s, so up to 90 s) would make it the slowest test of the
+  suite, so once it runs the test moves the job's end time to now (``scontrol update
+  EndTime=now``, what an administrator does to shorten a job): Slurm's own time-limit
+  enforcement ends it at its next check, exactly as at the limit, and records TIMEOUT;
+* the *outsider*, 1 process, cancelled with ``scancel`` from outside Rankwatch.
+
+Meanwhile the run under test, ``rankwatch run --slurm --nodes 1 --nproc-per-node 2`` with a
+real DDP training script, is started detached (as the GUI starts runs): Slurm keeps it
+pending (Resources, position 1); ``rankwatch attach`` follows it while it waits and
+detaches; once the three are gone it runs, and ``rankwatch attach`` follows it to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.jobs import SCRIPTS, processes_with_marker, rankwatch, start_rankwatch, wait_for
+from tests.slurm.helpers import (
+    StatusRecorder,
+    lines_until,
+    read_store,
+    runner_env,
+    send_stop,
+    slurm_flags,
+    slurm_job_id,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.torchrun]
+STEPS = 30
+LOGGING_STEPS = str(Path(__file__).parent / "logging_steps.py")
+FILLERS = {"blocker": ("--nproc-per-node", "2"), "limited": ("--time", "1"), "outsider": ()}
+"""Job name -> extra flags of the three runs that fill the cluster (4 CPUs)."""
+
+
+def submitted(home: Path, job_name: str) -> dict | None:
+    runs = read_store(home, lambda store: store.runs(limit=10)) or []
+    return next((run for run in runs if f"--job-name={job_name}\n" in (run["command"] or "")), None)
+
+
+def has_steps(home: Path, run_id: int) -> bool:
+    return bool(read_store(home, lambda store: store.metrics(run_id, name="loss")))
+
+
+def status_of(home: Path, run_id: int) -> str | None:
+    return read_store(home, lambda store: store.run(run_id)["status"])
+
+
+@pytest.fixture(scope="module")
+def lifecycle(slurm_cluster, tmp_path_factory):
+    started = time.monotonic()
+    home = tmp_path_factory.mktemp("slurm-lifecycle-home")
+    env = runner_env(home, slurm_cluster)
+    runners, runs = {}, {}
+    for name, extra in FILLERS.items():
+        command = ["run", "--plain", *slurm_flags(home, 1, 1), *extra, "--job-name", name, LOGGING_STEPS]
+        runners[name] = start_rankwatch(*command, env=env)
+        # One after the other: two runners creating a fresh run store at once race (see the report).
+        runs[name] = wait_for(lambda name=name: submitted(home, name), 60, what=f"the {name} run to be submitted")
+    for name, run in runs.items():
+        wait_for(lambda run=run: has_steps(home, run["id"]), 120, what=f"the {name} run's first steps")
+        runs[name] = read_store(home, lambda store, run=run: store.run(run["id"]))  # with its socket now
+    jobs = {name: slurm_job_id(home, run["id"]) for name, run in runs.items()}
+    filled = time.monotonic()
+
+    detached = rankwatch("run", "--detach", "--json", *slurm_flags(home, 1, 2), str(SCRIPTS / "remote_train.py"),
+                         "--steps", str(STEPS), "--sleep", "0.05", env=env, timeout=60)
+    assert detached.returncode == 0, detached.stderr
+    run_id = json.loads(detached.stdout)["run_id"]
+    statuses = StatusRecorder(home, run_id)
+    job = wait_for(lambda: slurm_job_id(home, run_id), 30, what="the run to be submitted")
+    wait_for(lambda: slurm_cluster.job(job).get("Reason") == "Resources", 30, what="Slurm to say Resources")
+    squeue_while_queued = slurm_cluster.run("squeue", "--noheader", "--jobs", job, "--format=%T %r").stdout.split()
+    wait_for(lambda: any(event["data"].get("reason") == "Resources" for event in
+                         read_store(home, lambda store: store.events(run_id, kind="slurm")) or []),
+             10, what="the run to show Slurm's reason")
+    attach = start_rankwatch("attach", str(run_id), "--plain", env=env)
+    saw_pending, attach_lines = lines_until(attach.stderr, "pending: Resources", 30)  # Rankwatch's own lines: stderr
+    attach.send_signal(signal.SIGINT)  # detach: the run goes on
+    _, attach_rest = attach.communicate(timeout=15)
+
+    slurm_cluster.run("scontrol", "update", f"JobId={jobs['limited']}", "EndTime=now")
+    slurm_cluster.run("scancel", jobs["outsider"])
+    send_stop(runs["blocker"]["socket"])
+    outputs = {name: runner.communicate(timeout=120) for name, runner in runners.items()}
+    survivors = {name: processes_with_marker(run["run_key"]) for name, run in runs.items()}
+    ended = time.monotonic()
+
+    wait_for(lambda: status_of(home, run_id) == "running", 60, what="the run to start once the cluster is free")
+    reattached = rankwatch("attach", str(run_id), "--plain", env=env, timeout=180)
+    wait_for(lambda: read_store(home, lambda store: store.run(run_id)["ended"]), 30, what="the run's end")
+    seen = statuses.stop()
+
+    def facts(store):
+        return {"run": store.run(run_id), "ranks": {row["rank"]: row for row in store.ranks(run_id)},
+                "metrics": store.metrics(run_id), "slurm_events": store.events(run_id, kind="slurm"),
+                "nodes": store.nodes(run_id),
+                "fillers": {name: {"run": store.run(run["id"]), "ranks": store.ranks(run["id"])}
+                            for name, run in runs.items()}}
+    return {"job": job, "jobs": jobs, "statuses": seen, "squeue_while_queued": squeue_while_queued,
+            "saw_pending": saw_pending, "attach_output": "".join(attach_lines) + attach_rest,
+            "attach_code": attach.returncode, "outputs": outputs, "survivors": survivors,
+            "codes": {name: runner.returncode for name, runner in runners.items()}, "reattached": reattached,
+            "slurm_job": slurm_cluster.job(job), "slurm_record": slurm_cluster.completion_record(job),
+            "slurm_jobs": {name: slurm_cluster.job(filler) for name, filler in jobs.items()},
+            "seconds": {"filling": filled - started, "ending": ended - filled, "total": time.monotonic() - started},
+            **read_store(home, facts)}
+
+
+# ---- the run under test ---------------------------------------------------------------------------
+
+def test_the_run_is_pending_with_slurms_reason_then_running_then_succeeds(lifecycle):
+    assert lifecycle["squeue_while_queued"] == ["PENDING", "Resources"]  # Slurm's own view at that moment
+    statuses = lifecycle["statuses"]
+    assert statuses.index("pending") < statuses.index("running") < statuses.index("succeeded"), statuses
+    pending = [event["data"] for event in lifecycle["slurm_events"] if event["data"]["phase"] == "pending"]
+    assert any(item["reason"] == "Resources" and item["position"] == 1 for item in pending), pending
+    assert "pending: Resources (waiting for resources to free up), position 1 of 1" in \
+        " ".join(event["data"]["message"] for event in lifecycle["slurm_events"])
+
+
+def test_every_rank_reported_its_loss_and_steps(lifecycle):
+    ranks = lifecycle["ranks"]
+    assert {rank: (row["state"], row["exit_code"]) for rank, row in ranks.items()} == {0: ("exited", 0),
+                                                                                      1: ("exited", 0)}
+    assert ranks[0]["host"] == ranks[1]["host"] == lifecycle["nodes"][0]["host"]  # the node Slurm named
+    for rank in (0, 1):
+        steps = {step for r, _t, step, name, _v, _s in lifecycle["metrics"] if r == rank and name == "loss"}
+        assert steps == set(range(STEPS)), f"rank {rank}: loss at steps {sorted(steps)}"
+
+
+def test_rankwatch_and_slurms_own_record_agree_on_the_end(lifecycle):
+    run = lifecycle["run"]
+    assert run["status"] == "succeeded" and run["exit_code"] == 0
+    assert run["summary"]["slurm"]["job_id"] == lifecycle["job"] and run["summary"]["slurm"]["state"] == "COMPLETED"
+    assert lifecycle["slurm_job"]["JobState"] == "COMPLETED" and lifecycle["slurm_job"]["ExitCode"] == "0:0"
+    assert lifecycle["slurm_record"]["JobState"] == "COMPLETED"  # Slurm's job completion file
+    [node] = lifecycle["nodes"]
+    assert node["state"] == "exited" and node["host"] == lifecycle["slurm_job"]["NodeList"]
+    assert run["command"].startswith("#!/bin/bash")  # the sbatch script, to submit it by hand
+
+
+def test_attach_follows_a_queued_run_detaches_and_reattaches_to_it_running(lifecycle):
+    assert lifecycle["saw_pending"], lifecycle["attach_output"]
+    assert f"Slurm job {lifecycle['job']}: pending: Resources" in lifecycle["attach_output"]
+    assert lifecycle["attach_code"] in (0, 130)
+    reattached = lifecycle["reattached"]
+    assert reattached.returncode == 0, reattached.stderr[-2000:]
+    assert f"rank 1/2 step {STEPS - 1}" in reattached.stdout
+    assert f"Slurm job {lifecycle['job']}: running on " in reattached.stderr
+
+
+# ---- the runs Slurm or Rankwatch ended ------------------------------------------------------------
+
+def test_stop_cancels_the_slurm_job_and_leaves_no_process_of_it(lifecycle):
+    blocker = lifecycle["fillers"]["blocker"]
+    assert blocker["run"]["status"] == "stopped", lifecycle["outputs"]["blocker"][1][-3000:]
+    assert blocker["run"]["summary"]["slurm"]["state"] == "CANCELLED"
+    assert f"Slurm job {lifecycle['jobs']['blocker']} cancelled" in blocker["run"]["summary"]["headline"]
+    assert lifecycle["slurm_jobs"]["blocker"]["JobState"] == "CANCELLED"
+    assert [rank["state"] for rank in blocker["ranks"]] == ["stopped", "stopped"]
+    assert lifecycle["survivors"]["blocker"] == []  # agent, torchrun, workers: none left on the node
+
+
+def test_a_run_past_its_time_limit_is_reported_as_timeout_with_its_ranks(lifecycle):
+    run, ranks = lifecycle["fillers"]["limited"]["run"], lifecycle["fillers"]["limited"]["ranks"]
+    assert "#SBATCH --time=1\n" in run["command"]
+    assert lifecycle["slurm_jobs"]["limited"]["JobState"] == "TIMEOUT"
+    assert run["status"] == "failed" and run["summary"]["outcome"] == "timeout"
+    assert [rank["state"] for rank in ranks] == ["stopped"]
+    headline = run["summary"]["headline"]
+    assert headline.startswith(f"Slurm job {lifecycle['jobs']['limited']} reached its time limit (00:01:00) after ")
+    assert "; rank 0 stopped at step " in headline
+    assert lifecycle["codes"]["limited"] == run["exit_code"] != 0
+    stderr = lifecycle["outputs"]["limited"][1]
+    assert "reached its time limit" in stderr[stderr.rindex("── Rankwatch"):]
+    assert lifecycle["survivors"]["limited"] == []
+
+
+def test_a_scancel_from_outside_is_reported_as_cancelled(lifecycle):
+    run, ranks = lifecycle["fillers"]["outsider"]["run"], lifecycle["fillers"]["outsider"]["ranks"]
+    assert lifecycle["slurm_jobs"]["outsider"]["JobState"] == "CANCELLED"
+    assert run["status"] == "stopped" and run["summary"]["outcome"] == "cancelled"
+    assert run["summary"]["headline"].startswith(
+        f"Slurm job {lifecycle['jobs']['outsider']} was cancelled outside Rankwatch")
+    assert [rank["state"] for rank in ranks] == ["stopped"]
+    assert lifecycle["codes"]["outsider"] == run["exit_code"] == 143  # as for SIGTERM
+    assert lifecycle["survivors"]["outsider"] == []

@@ -8,9 +8,14 @@ scaling: a label is always the number itself.
 
 from __future__ import annotations
 
+import math
+
 import pyqtgraph as pg
 
 from gui.charts import ticks
+
+NICE_SECONDS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+"""Tick spacings a clock reads well: 15 s, 1 min, 5 min, 1 h (not 50 s, 100 s)."""
 
 
 class ChartAxis(pg.AxisItem):
@@ -28,6 +33,10 @@ class ChartAxis(pg.AxisItem):
             self.update()
 
     def tickSpacing(self, minVal, maxVal, size):  # noqa: N802, N803 - pyqtgraph API
+        if self.kind == ticks.SECONDS and not self.logMode:
+            levels = seconds_spacing(abs(maxVal - minVal), size, self._tickDensity)
+            if levels:
+                return levels
         levels = super().tickSpacing(minVal, maxVal, size)
         if self.kind == ticks.STEP and not self.logMode:
             levels = [(spacing, offset) for spacing, offset in levels if spacing >= 1.0] or [(1.0, 0.0)]
@@ -42,3 +51,17 @@ class ChartAxis(pg.AxisItem):
         low, high = self.range if hasattr(self, "range") else (min(values, default=0), max(values, default=0))
         whole_decades = int(high // 1) - int(-(-low // 1)) + 1
         return ticks.log_labels(list(values), label_minor=whole_decades < 2)
+
+
+def seconds_spacing(span: float, size: float, density: float = 1.0) -> list[tuple[float, float]]:
+    """Major and minor tick spacing for a time axis in whole clock units; empty below 2 s a tick
+    (the decimal spacing serves fractions of a second)."""
+    if span <= 0:
+        return []
+    intervals = max(2.25, 2.25 * density * math.sqrt(max(size, 1.0) / 300.0))
+    widest = span / intervals
+    if widest < NICE_SECONDS[1]:
+        return []
+    major = max(nice for nice in NICE_SECONDS if nice <= widest)
+    minor = [nice for nice in NICE_SECONDS if nice < major and major % nice == 0 and span / nice <= size / 8]
+    return [(float(major), 0.0)] + ([(float(max(minor)), 0.0)] if minor else [])

@@ -153,6 +153,7 @@ class MetricChart(QWidget):
         self.plot_widget = pg.PlotWidget(axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
         self.plot_item = self.plot_widget.getPlotItem()
         self.plot_item.setMenuEnabled(False)
+        self.plot_item.layout.setContentsMargins(2, 2, 12, 2)  # room for the last x label
         self.left_axis.setWidth(LEFT_AXIS_WIDTH)
         self.view_box = self.plot_item.getViewBox()
         # Ranges are ours (see _fit): pyqtgraph's auto range asks every curve for its

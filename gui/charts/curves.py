@@ -13,11 +13,13 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QLineF, QRectF
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
 
 FAINT_ALPHA = 60
 """Opacity (of 255) of the raw curve behind a smoothed one."""
+DOT_WIDTH = 5
+"""Pixels across a point that has no neighbour to draw a line to (a run at its first step)."""
 
 
 def finite_bounds(values: np.ndarray) -> tuple[float, float] | None:
@@ -33,17 +35,22 @@ def finite_bounds(values: np.ndarray) -> tuple[float, float] | None:
     return float(finite.min()), float(finite.max())
 
 
-def polyline_pieces(x: np.ndarray, y: np.ndarray) -> list[QPolygonF]:
-    """The finite runs of (x, y) as polylines: a non-finite point is a gap."""
+def polyline_pieces(x: np.ndarray, y: np.ndarray) -> tuple[list[QPolygonF], list[QPointF]]:
+    """The finite runs of (x, y) as polylines (a non-finite point is a gap), and the points
+    that stand alone (a polyline of one point draws nothing: they are drawn as dots)."""
     finite = np.isfinite(x) & np.isfinite(y)
     if finite.all():
-        return [pg.functions.arrayToQPolygonF(x, y)] if len(x) else []
-    pieces = []
+        if len(x) == 1:
+            return [], [QPointF(float(x[0]), float(y[0]))]
+        return ([pg.functions.arrayToQPolygonF(x, y)] if len(x) else []), []
+    pieces, dots = [], []
     edges = np.flatnonzero(np.diff(np.concatenate(([0], finite.view(np.int8), [0]))))
     for first, stop in zip(edges[0::2], edges[1::2], strict=False):
-        if stop - first >= 1:
+        if stop - first == 1:
+            dots.append(QPointF(float(x[first]), float(y[first])))
+        elif stop - first > 1:
             pieces.append(pg.functions.arrayToQPolygonF(x[first:stop], y[first:stop]))
-    return pieces
+    return pieces, dots
 
 
 class CurveSetItem(pg.GraphicsObject):
@@ -62,6 +69,8 @@ class CurveSetItem(pg.GraphicsObject):
         self._faint_pens: dict[int, QPen] = {}
         self._pieces: dict[int, list[QPolygonF]] = {}
         self._faint_pieces: dict[int, list[QPolygonF]] = {}
+        self._dots: dict[int, list[QPointF]] = {}
+        self._dot_pens: dict[int, QPen] = {}
         self._data: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._bounds: dict[int, tuple[tuple[float, float] | None, tuple[float, float] | None]] = {}
         self._hidden: set[int] = set()
@@ -91,6 +100,10 @@ class CurveSetItem(pg.GraphicsObject):
         faint = QColor(pen.color())
         faint.setAlpha(FAINT_ALPHA)
         self._faint_pens[key] = pg.mkPen(faint, width=1)
+        dot = QPen(pen.color(), DOT_WIDTH)
+        dot.setCosmetic(True)
+        dot.setCapStyle(Qt.PenCapStyle.RoundCap)
+        self._dot_pens[key] = dot
         self._order = sorted(self._pens, reverse=True)
         self.update()
 
@@ -103,11 +116,11 @@ class CurveSetItem(pg.GraphicsObject):
         after the last curve of a frame)."""
         self._data[key] = (x, y)
         self._bounds[key] = (finite_bounds(x), finite_bounds(y))
-        self._pieces[key] = polyline_pieces(x, y)
+        self._pieces[key], self._dots[key] = polyline_pieces(x, y)
         if faint is None:
             self._faint_pieces.pop(key, None)
         else:
-            self._faint_pieces[key] = polyline_pieces(*faint)
+            self._faint_pieces[key] = polyline_pieces(*faint)[0]
 
     def has_faint(self, key: int) -> bool:
         return bool(self._faint_pieces.get(key))
@@ -117,7 +130,8 @@ class CurveSetItem(pg.GraphicsObject):
 
     def remove_all(self) -> None:
         self.prepareGeometryChange()
-        for store in (self._pens, self._faint_pens, self._pieces, self._faint_pieces, self._data, self._bounds):
+        for store in (self._pens, self._faint_pens, self._dot_pens, self._pieces, self._faint_pieces, self._dots,
+                      self._data, self._bounds):
             store.clear()
         self._hidden.clear()
         self._order = []
@@ -191,3 +205,7 @@ class CurveSetItem(pg.GraphicsObject):
             painter.setPen(self._pens[key])
             for piece in self._pieces.get(key, ()):
                 painter.drawPolyline(piece)
+            dots = self._dots.get(key)
+            if dots:
+                painter.setPen(self._dot_pens[key])
+                painter.drawPoints(dots)

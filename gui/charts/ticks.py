@@ -162,7 +162,7 @@ def padded_range(low: float, high: float, kind: str, at_zero: bool = True) -> tu
 
     A step axis spans at least ``MIN_STEP_SPAN`` steps and a time axis
     ``MIN_SECONDS_SPAN`` seconds; a value axis at least ``MIN_RELATIVE_SPAN`` of its
-    magnitude: a flat series gets ±5 % around its value, a flat zero 0..1. Data that
+    magnitude: a flat series gets ±5 % around its value, a flat zero -1..1. Data that
     is all >= 0 never gets a negative axis when ``at_zero``.
     """
     data_low = low
@@ -177,8 +177,8 @@ def padded_range(low: float, high: float, kind: str, at_zero: bool = True) -> tu
     else:
         magnitude = max(abs(low), abs(high))
         if magnitude == 0:
-            low, high = 0.0, 1.0
-        elif span <= MIN_RELATIVE_SPAN * magnitude:
+            return -1.0, 1.0  # a flat zero in the middle, not on the axis line
+        if span <= MIN_RELATIVE_SPAN * magnitude:
             low, high = low - 0.05 * magnitude, high + 0.05 * magnitude
         else:
             low, high = low - 0.05 * span, high + 0.05 * span

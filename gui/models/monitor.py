@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from gui.charts.decimation import Series
 from gui.models import Event
+from gui.models.exits import rank_ended_by
 from rankwatch import _protocol
 from runner.state import RankState, RunStatus
 
@@ -68,12 +69,26 @@ class LogEntry(NamedTuple):
     node: str | None
 
 
+_TORCH_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
+"""torch.distributed prints ``[rankN]:`` before each line of a distributed traceback."""
+
+
+def log_text(entry: LogEntry) -> str:
+    """The line without torch's own ``[rankN]:`` prefix when it names the line's rank (which the
+    view says already): no ``[localhost r1] [rank1]: ...``. The store keeps the line as printed."""
+    if entry.rank is not None and entry.line.startswith("[rank"):
+        found = _TORCH_RANK_PREFIX.match(entry.line)
+        if found and int(found.group(1)) == entry.rank:
+            return entry.line[found.end():]
+    return entry.line
+
+
 def format_log_entry(entry: LogEntry) -> str:
     """``[r3] text``, ``[host r3] text`` with a node name, ``[launcher] text`` without a rank."""
     who = "launcher" if entry.rank is None else f"r{entry.rank}"
     if entry.node:
         who = f"{entry.node} {who}"
-    return f"[{who}] {entry.line}"
+    return f"[{who}] {log_text(entry)}"
 
 
 class LogBuffer:
@@ -116,30 +131,44 @@ class LogBuffer:
 @dataclass(frozen=True)
 class Progress:
     step: int | None
+    """The newest step index any rank reported (0 is the first step, as the charts count)."""
     total_steps: int | None
     epoch: int | None
+    """The epoch under way, counted from 1 (or as the script logs it)."""
     total_epochs: int | None
     elapsed_s: float | None
     eta_s: float | None
     steps_per_s: float | None
 
     @property
-    def fraction(self) -> float | None:
-        if self.step is None or not self.total_steps:
+    def steps_done(self) -> int | None:
+        """Steps completed: one more than the newest step index (never more than the total)."""
+        if self.step is None:
             return None
-        return max(0.0, min(1.0, self.step / self.total_steps))
+        done = self.step + 1
+        return min(done, self.total_steps) if self.total_steps else done
+
+    @property
+    def fraction(self) -> float | None:
+        done = self.steps_done
+        if done is None or not self.total_steps:
+            return None
+        return max(0.0, min(1.0, done / self.total_steps))
 
 
 RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %",
-                "Heartbeat", "Exit", "Diagnosis")
-"""``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Diagnosis``
-holds the diagnosis model's note for the rank (failed first, stalled, straggler, diverged)."""
+                "Heartbeat", "Ended by", "Diagnosis")
+"""``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Ended by``
+says it as every panel does (``gui.models.exits``); ``Diagnosis`` holds the diagnosis model's
+note for the rank (failed first, stalled, straggler, diverged)."""
+NOT_MEASURED = "–"
+"""What a value that was not measured (``None``) reads as, everywhere."""
 STALE_HEARTBEAT_S = 10.0
 
 
 def _text(value: Any, fmt: str = "{}") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
+        return NOT_MEASURED
     return fmt.format(value)
 
 
@@ -168,7 +197,7 @@ def format_duration(seconds: float | None) -> str:
 
 def format_loss(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
+        return NOT_MEASURED
     magnitude = abs(value)
     if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e5):
         return f"{value:.3e}"
@@ -189,11 +218,14 @@ def _finished_rank(row: dict[str, Any]) -> bool:
         return False
 
 
-def rank_cells(row: dict[str, Any], now: float, note: str = "") -> tuple[str, ...]:
-    """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order."""
+def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order; ``summary`` is the
+    run's triage (how it says a rank ended wins over the row)."""
     share = row.get("data_wait_share")
     step_time = row.get("step_time")
     gpu = row.get("gpu_index")
+    finished = _finished_rank(row)
+    age = heartbeat_age(row, now)
     return (
         _text(row.get("node_rank")),
         _text(row.get("rank")),
@@ -203,10 +235,10 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "") -> tuple[str, ..
         _text(row.get("state")),
         _text(row.get("step")),
         format_loss(row.get("loss")),
-        "" if step_time is None else f"{1000.0 * step_time:.1f}",
-        "" if share is None else f"{100.0 * share:.0f}",
-        format_age(heartbeat_age(row, now)),
-        _text(row.get("exit_code")),
+        NOT_MEASURED if step_time is None else f"{1000.0 * step_time:.1f}",
+        NOT_MEASURED if share is None else f"{100.0 * share:.0f}",
+        "" if finished else NOT_MEASURED if age is None else format_age(age),
+        rank_ended_by(row, summary, finished),
         note,
     )
 
@@ -606,6 +638,9 @@ class MonitorModel:
     def progress(self, now: float | None = None) -> Progress:
         """Step, epoch, elapsed and, when the number of steps is known, an ETA.
 
+        Steps and epochs are counted the way a person reads them: after the last of 640
+        steps (index 639) of 10 epochs, "epoch 10/10 · 640/640 steps", at 100 %.
+
         The total comes from a metric the script logs (``total_steps``, or
         ``steps_per_epoch`` times ``epochs``), from the script's arguments
         (``--max-steps``, ``--epochs``) or from a printed "N steps per epoch" line.
@@ -619,7 +654,10 @@ class MonitorModel:
             total_steps = per_epoch * total_epochs
         epoch = _int_or_none(self.last_value(EPOCH_METRICS))
         if epoch is None and per_epoch and step is not None:
-            epoch = step // per_epoch
+            # The epoch of the newest step, from 1: the last step of epoch 10 is in epoch 10.
+            epoch = step // per_epoch + 1
+            if total_epochs:
+                epoch = min(epoch, total_epochs)
         elapsed = None
         if self.run and self.run.get("started"):
             end = self.run.get("ended") or now
@@ -632,7 +670,7 @@ class MonitorModel:
                 rate = (s_new - s_old) / (t_new - t_old)
         eta = None
         if total_steps and step is not None and not self.finished:
-            remaining = max(0, total_steps - step)
+            remaining = max(0, total_steps - (step + 1))
             if remaining == 0:
                 eta = 0.0
             elif rate:

@@ -93,7 +93,7 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
 
     runner.fail_rank(3, exit_code=1)
     qtbot.waitUntil(lambda: table.cell_text(3, "State") == "failed", timeout=3000)
-    assert table.cell_text(3, "Exit") == "1"
+    assert table.cell_text(3, "Ended by") == "exit code 1"
     assert table.row_brush(3).color() == state_tint("failed")
     assert table.row_brush(0).color() == state_tint("running")
     assert state_tint("failed") != state_tint("running")
@@ -102,7 +102,8 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
     assert "[launcher] fake torchrun: 8 ranks, 50 steps per epoch" in panel.log_view.shown_text()
     qtbot.waitUntil(lambda: "rank_failed: rank 3 failed" in panel.events_view.toPlainText(), timeout=3000)
     # 4 epochs (--epochs in the spec) x 50 steps per epoch (printed) = 200 steps.
-    assert re.search(r"epoch 0/4 · step \d+/200", panel.progress.position_label.text())
+    # The epoch as the script logs it (0 here), the steps counted as done.
+    assert re.search(r"epoch 0/4 · \d+/200 steps", panel.progress.position_label.text())
     qtbot.waitUntil(lambda: "ETA" in panel.progress.timing_label.text(), timeout=3000)
     assert panel.progress.bar.isVisible()
 
@@ -320,11 +321,13 @@ def test_progress_eta_from_epochs_argument_and_printed_steps_per_epoch():
                  "metrics": [[0, 1000.0 + 2 * step, step, "loss", 1.0, "auto"] for step in range(11)],
                  "ranks": [{"rank": 0, "step": 10}]})
     progress = model.progress(now=1020.0)
-    assert (progress.step, progress.total_steps, progress.epoch, progress.total_epochs) == (10, 20, 1, 2)
+    # Step index 10 is the 11th step, in the second epoch of 10 steps.
+    assert (progress.step, progress.steps_done, progress.total_steps) == (10, 11, 20)
+    assert (progress.epoch, progress.total_epochs) == (2, 2)
     assert progress.elapsed_s == 20.0
     assert progress.steps_per_s == pytest.approx(0.5)
-    assert progress.eta_s == pytest.approx(20.0)
-    assert progress.fraction == 0.5
+    assert progress.eta_s == pytest.approx(18.0)
+    assert progress.fraction == pytest.approx(0.55)
 
 
 def test_progress_has_no_eta_without_a_known_total():

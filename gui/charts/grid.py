@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSlider,
     QVBoxLayout,
     QWidget,
@@ -112,6 +113,8 @@ class ChartGrid(QWidget):
         self.reset_button.clicked.connect(self.reset_zoom)
         self.hint = QLabel("Wheel: zoom steps · drag: pan · hover: values · double-click: all")
         self.hint.setObjectName("hint")
+        self.hint.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # first to give way
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         controls = QHBoxLayout()
         controls.setContentsMargins(4, 0, 4, 0)
         controls.addWidget(QLabel("X axis"))
@@ -122,8 +125,7 @@ class ChartGrid(QWidget):
         controls.addWidget(self.smoothing_label)
         controls.addSpacing(12)
         controls.addWidget(self.reset_button)
-        controls.addStretch(1)
-        controls.addWidget(self.hint)
+        controls.addWidget(self.hint, 1)
         self.controls = controls
 
         self.rank_legend = LegendBar("Ranks")

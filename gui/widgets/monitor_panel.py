@@ -19,8 +19,9 @@ side by side (Dump stacks asks for one); the Nodes tab appears for multi-node ru
 
 Layout (``gui.models.layout``): the charts keep priority. The bottom panel has a
 remembered share of the height (clamped), can be collapsed to its tab bar or
-maximised, like VS Code's panel (the buttons at its top right, Ctrl+J); opening
-the Diagnosis tab never moves the divider. Ctrl+F searches the logs.
+maximised, like VS Code's panel (the buttons at its top right; Ctrl+J in the
+window); opening the Diagnosis tab never moves the divider. ``search_logs`` (Ctrl+F
+in the window) opens the Logs tab with its search field focused.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase, QKeySequence, QShortcut
+from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -206,9 +207,6 @@ class MonitorPanel(QWidget):
         self.splitter.splitterMoved.connect(self._on_splitter_moved)
         self.charts.setMinimumHeight(panel_layout.MIN_CHARTS_PX)
         self._update_panel_buttons()
-        self.search_shortcut = QShortcut(QKeySequence.StandardKey.Find, self)
-        self.search_shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-        self.search_shortcut.activated.connect(self.search_logs)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

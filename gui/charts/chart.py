@@ -130,7 +130,7 @@ class MetricChart(QWidget):
         """(x, y) of the cursor in view coordinates while it is over the plot."""
         self._hover_widget_point = QPoint()
 
-        self.title_label = QLabel(title)
+        self.title_label = QLabel(title + (" · vs time" if time_only else ""))
         title_font = QFont(self.title_label.font())
         title_font.setBold(True)
         self.title_label.setFont(title_font)
@@ -406,9 +406,9 @@ class MetricChart(QWidget):
             curve.drawn = None
 
     def _update_axis_label(self) -> None:
-        foreground = self.palette().color(QPalette.ColorRole.Text).name()
-        style = {"color": foreground, "font-size": "8pt"}
-        self.plot_item.setLabel("bottom", "step" if self._x_axis == STEP else "time since start", **style)
+        """No axis title (it costs every chart a line): the ticks say steps (``12k``) or time
+        (``1:05``), the title of a chart of samples says "vs time", the X axis control the rest."""
+        self.bottom_axis.setToolTip("step" if self._x_axis == STEP else "time since the run started")
 
     def _update_grid(self, *_args) -> None:
         (x_low, x_high), (y_low, y_high) = self.view_box.viewRange()

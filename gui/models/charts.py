@@ -112,7 +112,7 @@ HIDDEN_NOTE = "Every curve is hidden: click a rank in the legend to show it"
 
 MIN_CHART_HEIGHT = 150
 """Below this a chart stops shrinking and the chart area scrolls: a chart stays readable."""
-COLUMN_WIDTHS = ((1500, 3), (640, 2))
+COLUMN_WIDTHS = ((1150, 3), (600, 2))
 """(at least this many pixels wide, columns): three columns on a wide window, one on a narrow one."""
 
 

@@ -229,7 +229,7 @@ class MainWindow(QMainWindow):
         self.doctor_action = self._action("&Doctor…", None, self._on_doctor_triggered,
                                           "Check this machine and the form's interpreter for distributed jobs")
         self.tab_actions = [
-            self._action(f"&{name}", f"Ctrl+{index + 1}", lambda i=index: self.tabs.setCurrentIndex(i))
+            self._action(f"&{name} tab", f"Ctrl+{index + 1}", lambda i=index: self.tabs.setCurrentIndex(i))
             for index, name in enumerate(("Launch", "Monitor", "History"))
         ]
         self.search_logs_action = self._action("Search &logs", QKeySequence.StandardKey.Find,

@@ -71,6 +71,7 @@ DETACHED = "detached"
 DISCONNECTED = "disconnected"
 """``run_state_changed`` carries RunStatus values, plus these three about the link itself."""
 DETACHED_COLOR = STATE_COLORS[RankState.STOPPED.value]
+QWIDGETSIZE_MAX = (1 << 24) - 1
 
 STATUS_COLORS = {
     RunStatus.STARTING.value: STATE_COLORS[RankState.WAITING.value],
@@ -496,7 +497,9 @@ class MonitorPanel(QWidget):
         self.panel_mode = mode
         self.charts.setVisible(mode != panel_layout.MAXIMISED)
         self.charts.setMinimumHeight(panel_layout.MIN_CHARTS_PX if mode != panel_layout.MAXIMISED else 0)
-        self._panel_pages().setVisible(mode != panel_layout.COLLAPSED)
+        collapsed = mode == panel_layout.COLLAPSED
+        self._panel_pages().setVisible(not collapsed)
+        self.tabs.setMaximumHeight(self._tab_bar_height() if collapsed else QWIDGETSIZE_MAX)
         self._apply_split()
         self._update_panel_buttons()
 
@@ -508,6 +511,9 @@ class MonitorPanel(QWidget):
         maximised = self.panel_mode == panel_layout.MAXIMISED
         self.set_panel_mode(panel_layout.NORMAL if maximised else panel_layout.MAXIMISED)
 
+    def _tab_bar_height(self) -> int:
+        return self.tabs.tabBar().sizeHint().height() + 4
+
     def _panel_pages(self) -> QStackedWidget:
         return self.tabs.findChild(QStackedWidget)
 
@@ -515,8 +521,8 @@ class MonitorPanel(QWidget):
         total = sum(self.splitter.sizes()) or self.splitter.height()
         if total <= 0:
             return
-        bar = self.tabs.tabBar().sizeHint().height() + 4
-        parts = panel_layout.split(total, self.panel_share, self.panel_mode, collapsed_panel_px=bar)
+        parts = panel_layout.split(total, self.panel_share, self.panel_mode,
+                                   collapsed_panel_px=self._tab_bar_height())
         self.splitter.setSizes([parts.charts, parts.panel])
 
     def _on_splitter_moved(self, _position: int, _index: int) -> None:

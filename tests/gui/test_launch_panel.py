@@ -28,7 +28,7 @@ from gui.settings import AppSettings
 from gui.widgets.launch_panel import LaunchPanel
 from runner.launch.command import RendezvousPlan, build_commands
 from runner.profile.files import write_spec_file
-from runner.profile.resolve import MachineFacts, resolve
+from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec, RendezvousSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -298,6 +298,11 @@ def test_ctrl_r_launches_the_example_into_the_monitor_tab(qtbot, window, monkeyp
     assert base_dir == window.form.base_dir
     assert window.tabs.currentWidget() is window.monitors
 
+    # An edited, unsaved form is not recorded under the profile's name as if it were the profile.
+    window.form.update(args_text="--epochs 1")
+    qtbot.keyClick(window, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    assert launched[-1][1] == "example (edited)"
+
 
 def test_stop_asks_first_and_forces_when_asked_again(qtbot, window, monkeypatch):
     stops = []
@@ -345,3 +350,17 @@ def test_window_geometry_and_splitter_are_remembered(qtbot, tmp_path):
     assert (second.width(), second.height()) == (760, 540)
     assert second.launch_panel.splitter.sizes()[0] == 260
     assert os.path.exists(AppSettings()._settings.fileName())
+
+
+def test_more_processes_than_cores_in_cpu_mode_shows_a_warning_but_can_launch(qtbot, make_panel, script):
+    panel = make_panel()
+    qtbot.keyClicks(panel.entry.lineEdit(), str(script))
+    assert panel.gpu_picker.cpu_button.isChecked() and not panel.gpu_picker.all_button.isEnabled()
+    assert not panel.nproc_warning.isVisible()
+    cores = usable_cpus()
+    panel.nproc.setValue(cores + 2)
+    assert panel.nproc_warning.isVisible()
+    assert panel.nproc_warning.text().startswith(f"{cores + 2} processes on {cores} CPU core")
+    assert panel.launch_button.isEnabled()  # a warning, not an error
+    panel.nproc.setValue(cores)
+    assert not panel.nproc_warning.isVisible()

@@ -136,7 +136,7 @@ def test_help_lists_the_shortcuts_and_the_version(qtbot, window):
     qtbot.addWidget(dialog)
     table = dialog.layout().itemAt(0).widget()
     texts = [table.item(row, 0).text() for row in range(table.rowCount())]
-    assert "Search logs" in texts and any("Mouse wheel" == table.item(r, 1).text() for r in range(table.rowCount()))
+    assert "Search logs" in texts and any(table.item(r, 1).text() == "Mouse wheel" for r in range(table.rowCount()))
     assert app_version() != "unknown" and app_version() in window.about_text()
 
 

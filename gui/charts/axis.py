@@ -25,6 +25,9 @@ class ChartAxis(pg.AxisItem):
         super().__init__(orientation, **options)
         self.kind = kind
         self.enableAutoSIPrefix(False)
+        # Labels on major ticks only: pyqtgraph labels each tick level with its own decimals,
+        # which reads "2.5 2 1.5 1" on one axis.
+        self.setStyle(maxTextLevel=0)
 
     def set_kind(self, kind: str) -> None:
         if kind != self.kind:

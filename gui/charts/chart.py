@@ -192,6 +192,7 @@ class MetricChart(QWidget):
         self.readout.setTextFormat(Qt.TextFormat.RichText)
         self.readout.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
         self.readout.hide()
+        self.destroyed.connect(self.readout.deleteLater)  # it may live on the window (see _place_readout)
 
         self.legend: LegendBar | None = None
         layout = QVBoxLayout(self)
@@ -539,6 +540,7 @@ class MetricChart(QWidget):
         if left_out:
             lines.append(f"<i>+{left_out} more (nearest the cursor shown)</i>")
         self.readout.setText("".join(lines))
+        self._place_readout()
         self.readout.adjustSize()
         self._place_readout()
         self.readout.show()
@@ -549,15 +551,20 @@ class MetricChart(QWidget):
         return min(rows, key=lambda row: abs(row.x - x)).x
 
     def _place_readout(self) -> None:
-        point = self._hover_widget_point
+        """Next to the cursor, inside the window: a short chart's readout may overflow it, like a
+        tooltip (so it lives on the window, not on the plot)."""
+        host = self.window()
+        if self.readout.parentWidget() is not host:
+            self.readout.setParent(host)
+        anchor = self.plot_widget.viewport().mapTo(host, self._hover_widget_point)
         size = self.readout.size()
-        area = self.plot_widget.rect()
-        left = point.x() + READOUT_OFFSET
+        area = host.rect()
+        left = anchor.x() + READOUT_OFFSET
         if left + size.width() > area.right():
-            left = point.x() - READOUT_OFFSET - size.width()
-        top = point.y() + READOUT_OFFSET
+            left = anchor.x() - READOUT_OFFSET - size.width()
+        top = anchor.y() + READOUT_OFFSET
         if top + size.height() > area.bottom():
-            top = max(0, area.bottom() - size.height())
+            top = anchor.y() - READOUT_OFFSET - size.height()
         self.readout.move(max(0, left), max(0, top))
 
     # ---- drawing -----------------------------------------------------------------------

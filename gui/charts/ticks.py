@@ -65,9 +65,10 @@ def _clean(text: str) -> str:
 def value_labels(values: Sequence[float], spacing: float) -> list[str]:
     """Labels for ticks at ``values`` (multiples of ``spacing``) on a value axis.
 
-    Fixed decimals while the numbers are of everyday size, a short scientific form
-    below ``SCIENTIFIC_BELOW`` and from ``SCIENTIFIC_FROM`` on; as many digits as the
-    spacing needs, and more until neighbouring labels differ.
+    Fixed decimals while the numbers are of everyday size; below ``SCIENTIFIC_BELOW`` and
+    from ``SCIENTIFIC_FROM`` on, a short scientific form with one exponent for the whole
+    axis (``0.95e-9 1.00e-9``); as many digits as the spacing needs, and more until
+    neighbouring labels differ.
     """
     if not values:
         return []
@@ -162,8 +163,9 @@ def padded_range(low: float, high: float, kind: str, at_zero: bool = True) -> tu
 
     A step axis spans at least ``MIN_STEP_SPAN`` steps and a time axis
     ``MIN_SECONDS_SPAN`` seconds; a value axis at least ``MIN_RELATIVE_SPAN`` of its
-    magnitude: a flat series gets ±5 % around its value, a flat zero -1..1. Data that
-    is all >= 0 never gets a negative axis when ``at_zero``.
+    magnitude: a flat series gets ±5 % around its value. Data that is all >= 0 gets no
+    negative axis when ``at_zero``, but for a sliver under a flat zero (-0.1..1), so its
+    line clears the axis; a flat zero that may go negative gets -1..1.
     """
     data_low = low
     span = high - low
@@ -177,7 +179,8 @@ def padded_range(low: float, high: float, kind: str, at_zero: bool = True) -> tu
     else:
         magnitude = max(abs(low), abs(high))
         if magnitude == 0:
-            return -1.0, 1.0  # a flat zero in the middle, not on the axis line
+            # A flat zero just above the axis line (data wait 0 %), or mid-axis when it may go negative.
+            return (-0.1, 1.0) if at_zero else (-1.0, 1.0)
         if span <= MIN_RELATIVE_SPAN * magnitude:
             low, high = low - 0.05 * magnitude, high + 0.05 * magnitude
         else:

@@ -29,6 +29,8 @@ from runner.store.liveness import effective_status, is_live
 from runner.store.store import RunNotFound, RunStore
 
 HISTORY_COLUMNS = ("Run", "Profile", "Script", "Started", "Duration", "Status", "Exit", "Ranks", "Host")
+NOT_MEASURED = "–"
+"""A finished run whose exit status was never recorded (its runner died)."""
 POLL_INTERVAL_S = 2.0
 RUN_LIMIT = 500
 
@@ -111,7 +113,7 @@ def history_cells(row: RunRow, now: float | None = None) -> tuple[str, ...]:
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(start)) if start else ""
     status = f"{row.status} (live)" if row.live else row.status
     return (str(row.run_id), row.profile or "", row.script, started, _duration_text(row.duration(now)), status,
-            "" if row.exit_code is None else str(row.exit_code),
+            ("" if row.live else NOT_MEASURED) if row.exit_code is None else str(row.exit_code),
             "" if row.world_size is None else str(row.world_size), row.host or "")
 
 

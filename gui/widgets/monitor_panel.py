@@ -616,9 +616,12 @@ class MonitorPanel(QWidget):
             self.title_label.setText(" · ".join(parts))
             status = str(run.get("status") or "")
             color = STATUS_COLORS.get(status)
+            tip = ""
             if self._detached and not self.model.finished:
                 status, color = DETACHED, DETACHED_COLOR  # not "running": nobody is watching it now
+                tip = "The run goes on headless; attach again from History to see where it is"
             self.status_label.setText(status)
+            self.status_label.setToolTip(tip)
             if color is not None:
                 self.status_label.setStyleSheet(
                     f"QLabel {{ color: white; background: {color.name()}; border-radius: 3px; padding: 1px 6px; }}")

@@ -70,7 +70,8 @@ def test_a_loss_around_1e_9_gets_several_distinct_labels():
 
 
 def test_flat_series_get_a_range_of_sensible_size():
-    assert ticks.padded_range(0.0, 0.0, ticks.VALUE) == (-1.0, 1.0)  # not +-1e-9
+    assert ticks.padded_range(0.0, 0.0, ticks.VALUE) == (-0.1, 1.0)  # not +-1e-9; the line clear of the axis
+    assert ticks.padded_range(0.0, 0.0, ticks.VALUE, at_zero=False) == (-1.0, 1.0)
     low, high = ticks.padded_range(1e-9, 1e-9, ticks.VALUE)
     assert low == pytest.approx(0.95e-9) and high == pytest.approx(1.05e-9)
     assert ticks.padded_range(0.0, 10.0, ticks.VALUE) == (0.0, 10.5)  # no negative axis for >= 0 data

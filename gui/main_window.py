@@ -171,6 +171,7 @@ class MainWindow(QMainWindow):
         self.history.open_run_requested.connect(self._on_open_run_requested)
         self.monitors.panel_state_changed.connect(self._on_panel_state_changed)
         self.monitors.current_panel_changed.connect(self._on_current_panel_changed)
+        self.monitors.panel_closed.connect(self._on_panel_closed)
         self.tabs.currentChanged.connect(lambda _index: self._mark_seen())
         self.profiles.current_changed.connect(self._on_current_profile_changed)
         self.form.evaluated.connect(self._on_form_evaluated)
@@ -452,6 +453,12 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"{notice.title}. {notice.body}".strip(), 15000)
         self._update_title()
         self._update_run_controls()
+
+    def _on_panel_closed(self, panel: MonitorPanel) -> None:
+        self._last_states.pop(id(panel), None)
+        if self._unseen_end is panel:
+            self._unseen_end = None
+            self._update_title()
 
     def _on_current_panel_changed(self, _panel: MonitorPanel) -> None:
         self._mark_seen()

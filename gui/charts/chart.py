@@ -492,6 +492,7 @@ class MetricChart(QWidget):
 
     def hide_readout(self) -> None:
         self._hover = None
+        self._readout_shown = None
         self.readout.hide()
         self.hover_line.hide()
 
@@ -522,14 +523,22 @@ class MetricChart(QWidget):
         return format_position(nearest_x, self._x_axis == TIME), kept, left_out
 
     def update_readout(self) -> None:
-        """Recompute the readout at the hover position (the mouse moved, or new points arrived)."""
+        """Recompute the readout at the hover position (the mouse moved, or new points arrived).
+
+        Only what changed is touched: while points stream in, the values under a resting
+        cursor rarely change, and a readout moved or rewritten makes Qt repaint the curves
+        under it.
+        """
         position, rows, left_out = self.readout_rows()
         if not rows:
             self.readout.hide()
             self.hover_line.hide()
+            self._readout_shown = None
             return
-        self.hover_line.setPos(self._hover_x_snapped(rows))
-        self.hover_line.show()
+        line_x = self._hover_x_snapped(rows)
+        if self.hover_line.value() != line_x or not self.hover_line.isVisible():
+            self.hover_line.setPos(line_x)
+            self.hover_line.show()
         lines = [f"<b>{html.escape(self.title)}</b> · {html.escape(position)}", "<table cellspacing=0 cellpadding=0>"]
         for row in rows:
             color = self._curves[row.key].color.name()
@@ -539,12 +548,20 @@ class MetricChart(QWidget):
         lines.append("</table>")
         if left_out:
             lines.append(f"<i>+{left_out} more (nearest the cursor shown)</i>")
-        self.readout.setText("".join(lines))
-        self._place_readout()
-        self.readout.adjustSize()
+        text = "".join(lines)
+        shown = (text, self._hover_widget_point.x(), self._hover_widget_point.y())
+        if shown == self._readout_shown and not self.readout.isHidden():
+            return
+        self._readout_shown = shown
+        if text != self.readout.text():
+            self.readout.setText(text)
+            self._place_readout()
+            self.readout.adjustSize()
         self._place_readout()
         self.readout.show()
         self.readout.raise_()
+
+    _readout_shown: tuple | None = None
 
     def _hover_x_snapped(self, rows: list[ReadoutRow]) -> float:
         x = self._hover[0] if self._hover is not None else rows[0].x

@@ -41,10 +41,12 @@ class MonitorTabs(QTabWidget):
     Signals:
         panel_state_changed(MonitorPanel, str): a panel's run changed state (``run_state_changed``).
         current_panel_changed(MonitorPanel): another run's tab is in front.
+        panel_closed(MonitorPanel): a tab was closed (the panel is deleted later).
     """
 
     panel_state_changed = Signal(object, str)
     current_panel_changed = Signal(object)
+    panel_closed = Signal(object)
 
     def __init__(self, parent: QWidget | None = None, panel_factory: PanelFactory = MonitorPanel) -> None:
         super().__init__(parent)
@@ -149,6 +151,7 @@ class MonitorTabs(QTabWidget):
             self.setCurrentWidget(replacement)
         self.removeTab(self.indexOf(panel))
         panel.detach()
+        self.panel_closed.emit(panel)
         panel.deleteLater()
         return True
 

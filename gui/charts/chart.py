@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QPalette, QPen
+from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen, QPixmap, QTextDocument
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -175,9 +175,6 @@ class MetricChart(QWidget):
         self.view_box.sigRangeChanged.connect(self._update_grid)
         self.view_box.sigResized.connect(self._update_grid)
         self.view_box.sigResized.connect(self._place_note)
-        self.hover_line = pg.InfiniteLine(angle=90, movable=False)
-        self.hover_line.hide()
-        self.plot_item.addItem(self.hover_line, ignoreBounds=True)
         self.plot_widget.viewport().installEventFilter(self)  # Leave hides the readout
 
         # Overlays: plain widgets over the plot, so they repaint without the scene.
@@ -187,12 +184,16 @@ class MetricChart(QWidget):
         self.note_label.setWordWrap(True)
         self.note_label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
         self.note_label.hide()
-        self.readout = QLabel(self.plot_widget)
+        # The readout is a tooltip window showing a picture rendered once per change: a label
+        # over the plot would be repainted (and make the plot repaint under it) every frame
+        # the curves change, and could not reach past a short chart's edge.
+        self.readout = QLabel(None, Qt.WindowType.ToolTip)
         self.readout.setObjectName("chartReadout")
-        self.readout.setTextFormat(Qt.TextFormat.RichText)
         self.readout.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
+        self.readout.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating, True)
+        self._readout_text = ""
         self.readout.hide()
-        self.destroyed.connect(self.readout.deleteLater)  # it may live on the window (see _place_readout)
+        self.destroyed.connect(self.readout.deleteLater)
 
         self.legend: LegendBar | None = None
         layout = QVBoxLayout(self)
@@ -216,10 +217,9 @@ class MetricChart(QWidget):
         self.plot_widget.setBackground(background)
         grid = QColor(foreground)
         grid.setAlpha(38)
-        self.curve_set.set_grid_pen(pg.mkPen(grid, width=1))
         line = QColor(foreground)
         line.setAlpha(110)
-        self.hover_line.setPen(pg.mkPen(line, width=1))
+        self.curve_set.set_grid_pen(pg.mkPen(grid, width=1), pg.mkPen(line, width=1))
         axis_pen = pg.mkPen(foreground.lighter(80) if self._dark else foreground.darker(130))
         for axis in (self.left_axis, self.bottom_axis):
             axis.setPen(axis_pen)
@@ -228,11 +228,9 @@ class MetricChart(QWidget):
         muted.setAlpha(150)
         self.note_label.setStyleSheet(f"QLabel#chartNote {{ color: rgba({muted.red()},{muted.green()},"
                                       f"{muted.blue()},{muted.alpha()}); padding: 6px; }}")
-        box = palette.color(QPalette.ColorRole.ToolTipBase)
-        text = palette.color(QPalette.ColorRole.ToolTipText)
-        self.readout.setStyleSheet(
-            f"QLabel#chartReadout {{ background: rgba({box.red()},{box.green()},{box.blue()},235); "
-            f"color: {text.name()}; border: 1px solid {foreground.name()}; border-radius: 3px; padding: 3px 5px; }}")
+        self._readout_colors = (palette.color(QPalette.ColorRole.ToolTipBase),
+                                palette.color(QPalette.ColorRole.ToolTipText), QColor(foreground))
+        self._readout_text = ""  # drawn again in the new colours on the next update
         self._update_axis_label()
 
     def eventFilter(self, _watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
@@ -494,7 +492,7 @@ class MetricChart(QWidget):
         self._hover = None
         self._readout_shown = None
         self.readout.hide()
-        self.hover_line.hide()
+        self.curve_set.set_marker(None)
 
     def readout_rows(self) -> tuple[str, list[ReadoutRow], int]:
         """(position text, rows listed, rows left out) at the hover position."""
@@ -532,13 +530,10 @@ class MetricChart(QWidget):
         position, rows, left_out = self.readout_rows()
         if not rows:
             self.readout.hide()
-            self.hover_line.hide()
+            self.curve_set.set_marker(None)
             self._readout_shown = None
             return
-        line_x = self._hover_x_snapped(rows)
-        if self.hover_line.value() != line_x or not self.hover_line.isVisible():
-            self.hover_line.setPos(line_x)
-            self.hover_line.show()
+        self.curve_set.set_marker(self._hover_x_snapped(rows))
         lines = [f"<b>{html.escape(self.title)}</b> · {html.escape(position)}", "<table cellspacing=0 cellpadding=0>"]
         for row in rows:
             color = self._curves[row.key].color.name()
@@ -553,13 +548,35 @@ class MetricChart(QWidget):
         if shown == self._readout_shown and not self.readout.isHidden():
             return
         self._readout_shown = shown
-        if text != self.readout.text():
-            self.readout.setText(text)
-            self._place_readout()
+        if text != self._readout_text:
+            self._readout_text = text
+            self.readout.setPixmap(self._render_readout(text))
             self.readout.adjustSize()
         self._place_readout()
         self.readout.show()
-        self.readout.raise_()
+
+    def readout_text(self) -> str:
+        """The readout's content (rich text), as drawn in its picture."""
+        return self._readout_text if not self.readout.isHidden() else ""
+
+    def _render_readout(self, text: str) -> QPixmap:
+        background, foreground, border = self._readout_colors
+        document = QTextDocument()
+        document.setDefaultFont(self.font())
+        document.setDefaultStyleSheet(f"body {{ color: {foreground.name()}; }}")
+        document.setHtml(f"<body>{text}</body>")
+        document.setDocumentMargin(4)
+        size = document.size().toSize()
+        ratio = self.devicePixelRatioF()
+        pixmap = QPixmap(size * ratio)
+        pixmap.setDevicePixelRatio(ratio)
+        pixmap.fill(background)
+        painter = QPainter(pixmap)
+        document.drawContents(painter)
+        painter.setPen(border)
+        painter.drawRect(0, 0, size.width() - 1, size.height() - 1)
+        painter.end()
+        return pixmap
 
     _readout_shown: tuple | None = None
 
@@ -568,21 +585,22 @@ class MetricChart(QWidget):
         return min(rows, key=lambda row: abs(row.x - x)).x
 
     def _place_readout(self) -> None:
-        """Next to the cursor, inside the window: a short chart's readout may overflow it, like a
-        tooltip (so it lives on the window, not on the plot)."""
-        host = self.window()
-        if self.readout.parentWidget() is not host:
-            self.readout.setParent(host)
-        anchor = self.plot_widget.viewport().mapTo(host, self._hover_widget_point)
-        size = self.readout.size()
-        area = host.rect()
-        left = anchor.x() + READOUT_OFFSET
-        if left + size.width() > area.right():
-            left = anchor.x() - READOUT_OFFSET - size.width()
-        top = anchor.y() + READOUT_OFFSET
-        if top + size.height() > area.bottom():
-            top = anchor.y() - READOUT_OFFSET - size.height()
-        self.readout.move(max(0, left), max(0, top))
+        """Next to the cursor, on the screen: a short chart's readout may reach past its edge."""
+        anchor = self.plot_widget.viewport().mapToGlobal(self._hover_widget_point)
+        size = self.readout.sizeHint()
+        screen = self.screen().availableGeometry() if self.screen() is not None else None
+        left, top = anchor.x() + READOUT_OFFSET, anchor.y() + READOUT_OFFSET
+        if screen is not None:
+            if left + size.width() > screen.right():
+                left = anchor.x() - READOUT_OFFSET - size.width()
+            if top + size.height() > screen.bottom():
+                top = anchor.y() - READOUT_OFFSET - size.height()
+            left, top = max(screen.left(), left), max(screen.top(), top)
+        self.readout.move(left, top)
+
+    def hideEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().hideEvent(event)
+        self.hide_readout()  # another tab came to the front under the cursor
 
     # ---- drawing -----------------------------------------------------------------------
 

@@ -80,10 +80,24 @@ class CurveSetItem(pg.GraphicsObject):
         self._grid_pen = pg.mkPen((128, 128, 128, 40), width=1)
         self._grid_lines: list = []
         self._grid_rect = QRectF()
+        self._marker: float | None = None
+        self._marker_pen = pg.mkPen((128, 128, 128, 110), width=1)
 
-    def set_grid_pen(self, pen: QPen) -> None:
+    def set_grid_pen(self, pen: QPen, marker_pen: QPen | None = None) -> None:
         self._grid_pen = pen
+        if marker_pen is not None:
+            self._marker_pen = marker_pen
         self.update()
+
+    def set_marker(self, x: float | None) -> None:
+        """A vertical line at ``x`` (the hover readout's step), drawn with the grid: a line item of
+        its own would repaint the curves under it a second time each frame."""
+        if x != self._marker:
+            self._marker = x
+            self.update()
+
+    def marker(self) -> float | None:
+        return self._marker
 
     def set_grid(self, x_values, y_values, view: QRectF) -> None:
         """Grid lines at ``x_values`` and ``y_values`` across the visible rectangle ``view``."""
@@ -193,6 +207,9 @@ class CurveSetItem(pg.GraphicsObject):
         if self._grid_lines:
             painter.setPen(self._grid_pen)
             painter.drawLines(self._grid_lines)
+        if self._marker is not None and not self._grid_rect.isEmpty():
+            painter.setPen(self._marker_pen)
+            painter.drawLine(QLineF(self._marker, self._grid_rect.top(), self._marker, self._grid_rect.bottom()))
         for key in self._order:
             if key in self._hidden or key not in self._faint_pieces:
                 continue

@@ -322,15 +322,15 @@ def test_hovering_lists_every_ranks_value_at_the_step(qtbot, grid):
     assert position == f"step {step}" and left_out == 0
     assert [row.key for row in rows] == [3, 2, 1, 0]  # highest value first, as the curves lie
     assert [row.value for row in rows] == pytest.approx([2.0 - step / 100 + 0.01 * rank for rank in (3, 2, 1, 0)])
-    text = loss.readout.text()
+    text = loss.readout_text()
     assert f"step {step}" in text and "rank 3" in text and format_value(2.03 - step / 100) in text
-    assert loss.hover_line.isVisible() and loss.hover_line.value() == step
+    assert loss.curve_set.marker() == step  # a line at the step
     # New points keep it current (it says what is under the cursor); leaving the plot hides it.
     charts.model.apply({"type": "update", "v": 1, "metrics": [[0, T0 + 200, 100, "loss", 0.5, "auto"]]})
     charts.refresh()
     assert loss.readout.isVisible() and loss.readout_rows()[1]
     QApplication.sendEvent(viewport, QEvent(QEvent.Type.Leave))
-    assert not loss.readout.isVisible() and not loss.hover_line.isVisible()
+    assert not loss.readout.isVisible() and loss.curve_set.marker() is None
 
 
 def test_with_many_ranks_the_readout_lists_those_nearest_the_cursor(grid):
@@ -340,7 +340,7 @@ def test_with_many_ranks_the_readout_lists_those_nearest_the_cursor(grid):
     position, rows, left_out = loss.readout_rows()
     assert len(rows) == 10 and left_out == 54
     assert 30 in [row.key for row in rows]
-    assert "+54 more" in loss.readout.text()
+    assert "+54 more" in loss.readout_text()
 
 
 def test_the_wheel_zooms_steps_only_and_y_keeps_fitting_the_visible_part(qtbot, grid):

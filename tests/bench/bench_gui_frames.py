@@ -95,6 +95,7 @@ def run_case(app: QApplication, history: int, seconds: float, hover: bool = True
             loss_chart.show_readout_at(x_low + 0.7 * (x_high - x_low), (y_low + y_high) / 2)
         frame_ms: list[float] = []
         frame_cpu_ms: list[float] = []
+        readout_frames = [0]
         points: list[int] = []
         clock = QElapsedTimer()
         warmup_until = time.monotonic() + 2.0
@@ -120,6 +121,7 @@ def run_case(app: QApplication, history: int, seconds: float, hover: bool = True
             elapsed = clock.nsecsElapsed() / 1e6
             cpu = (time.thread_time_ns() - cpu_started) / 1e6
             if now >= warmup_until:
+                readout_frames[0] += hover and not loss_chart.readout.isHidden()
                 if not frame_ms:
                     messages_before[0] = panel.link.messages_received
                 frame_ms.append(elapsed)
@@ -134,7 +136,7 @@ def run_case(app: QApplication, history: int, seconds: float, hover: bool = True
         driver.stop()
         messages = panel.link.messages_received - messages_before[0]
         long_points = len(model.series(_protocol.LOSS)[0])
-        readout_shown = hover and not loss_chart.readout.isHidden()
+        readout_shown = f"{readout_frames[0]}/{len(frame_ms)} frames" if hover else "off"
         panel.detach()
         panel.close()
         panel.deleteLater()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import colorsys
 import html
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -129,6 +130,8 @@ class MetricChart(QWidget):
         self._hover: tuple[float, float] | None = None
         """(x, y) of the cursor in view coordinates while it is over the plot."""
         self._hover_widget_point = QPoint()
+        self._readout_seen: dict[int, tuple[int, int, float]] = {}
+        """key -> (series id, points, last x) when the readout was last brought up to date."""
 
         self.title_label = QLabel(title + (" · vs time" if time_only else ""))
         title_font = QFont(self.title_label.font())
@@ -477,12 +480,14 @@ class MetricChart(QWidget):
             self.hide_readout()
             return
         point = self.view_box.mapSceneToView(scene_point)
+        self._readout_seen = {}
         self._hover_widget_point = self.plot_widget.mapFromScene(scene_point)
         self._hover = (point.x(), point.y())
         self.update_readout()
 
     def show_readout_at(self, x: float, y: float) -> None:
         """Hover at (``x``, ``y``) in view coordinates, as the mouse does (tests, benchmarks)."""
+        self._readout_seen = {}
         scene_point = self.view_box.mapViewToScene(QPointF(x, y))
         self._hover_widget_point = self.plot_widget.mapFromScene(scene_point)
         self._hover = (x, y)
@@ -653,6 +658,23 @@ class MetricChart(QWidget):
             was_empty = self._empty
             self._show_empty(self.curve_set.visible_bounds()[1] is None)
             self._fit(force=was_empty and not self._empty)
-            if self._hover is not None:
+            if self._hover is not None and self._readout_stale():
                 self.update_readout()
         return drawn_points
+
+    def _readout_stale(self) -> bool:
+        """New points can change the readout only where they land on the cursor's side: points
+        appended beyond it (a cursor resting on history while the run goes on) cannot."""
+        x = self._hover[0] + (self._t0 if self._x_axis == TIME else 0.0)
+        seen = self._readout_seen
+        stale = False
+        for curve in self._curves.values():
+            series = curve.series
+            size = len(series)
+            before = seen.get(curve.key)
+            if before is None or before[0] != id(series) or (
+                    size != before[1] and not (series.sorted_by[self._x_axis] and before[2] >= x)):
+                stale = True
+            column = series.axis(self._x_axis)
+            seen[curve.key] = (id(series), size, float(column[-1]) if size else -math.inf)
+        return stale

@@ -276,3 +276,15 @@ def test_an_edited_profile_is_recorded_as_edited(tmp_path):
     assert model.run_profile_label == "mine (edited)"
     model.load(LaunchSpec(script="train.py"), profile_name=None, base_dir=tmp_path)
     assert model.run_profile_label is None
+
+
+def test_the_readout_finds_the_point_nearest_the_cursor():
+    from gui.charts.decimation import STEP, Series
+
+    series = Series()
+    series.append([0, 10, 20, 30], [0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0])
+    assert [series.nearest_index(STEP, x) for x in (-5, 4, 6, 14.9, 15.1, 99)] == [0, 0, 1, 1, 2, 3]
+    restarted = Series()  # a restarted job counts steps from 0 again: found by a scan
+    restarted.append([0, 10, 20, 0, 10], [0.0, 1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0, 5.0])
+    assert restarted.nearest_index(STEP, 19.0) == 2
+    assert Series().nearest_index(STEP, 1.0) is None

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gui.models import Event
+from gui.models.exits import ended_by
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
@@ -59,11 +60,9 @@ def clock(t: float | None) -> str:
 
 
 def how_text(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
-    """``exit code 1``, ``signal SIGKILL (exit code -9)``, or what is known without a status."""
-    if signal:
-        return f"signal {signal}" + (f" (exit code {exit_code})" if exit_code is not None else "")
-    if exit_code is not None:
-        return f"exit code {exit_code}"
+    """``exit code 1``, ``SIGKILL``, or what is known without a status (``gui.models.exits`` words it)."""
+    if signal or exit_code is not None:
+        return ended_by(exit_code, signal)
     if evidence == "connection lost":
         return "lost its connection, no exit status"
     if evidence == "exception":
@@ -134,7 +133,7 @@ class RankFate:
         return TRACEBACK_SOURCE_WORDS.get(self.traceback_source or "", self.traceback_source or "")
 
     def one_line(self) -> str:
-        """``rank 0 on node-a: signal SIGTERM (exit code -15): RuntimeError: ...``."""
+        """``rank 0 on node-a: SIGTERM: RuntimeError: ...``."""
         text = f"{self.who}: {self.how}"
         return text + (f": {self.exception_line}" if self.exception_line else "")
 

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 
 from runner.privacy import adopt_private_umask
 
+APP_ID = "rankwatch"
+"""The program name the desktop sees: X11 WM_CLASS instance, Wayland app id (the .desktop file's name)."""
 HEADLESS_PLATFORMS = frozenset({"offscreen", "minimal", "minimalegl", "vnc", "eglfs", "linuxfb", "vkkhrdisplay"})
 NO_DISPLAY_EXIT = 2
 
@@ -127,13 +129,23 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     # Qt is imported only now: a server without a display often lacks libGL too.
-    from gui.main_window import MainWindow, app_icon, apply_color_scheme, follow_system_color_scheme
+    from gui.main_window import (
+        MainWindow,
+        app_icon,
+        app_version,
+        apply_color_scheme,
+        follow_system_color_scheme,
+    )
     from runner.profile.files import EXAMPLE_PROFILE
 
-    app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "rankwatch"])
+    # argv[0] names the X11 window class's instance (WM_CLASS "rankwatch", "Rankwatch"): taskbars
+    # show it, so it is ours, whatever started the app (`python gui/app.py`, `python -m runner gui`).
+    app = QApplication.instance() or QApplication([APP_ID])
     app.setApplicationName("Rankwatch")
+    app.setApplicationDisplayName("Rankwatch")
+    app.setApplicationVersion(app_version())
     app.setOrganizationName("rankwatch")
-    app.setDesktopFileName("rankwatch")
+    app.setDesktopFileName(APP_ID)
     app.setWindowIcon(app_icon())
     apply_color_scheme(app, args.theme)
     if args.theme == "system":

@@ -2,11 +2,17 @@
 
 * **Launch** (``LaunchPanel``): profiles and the launch form; Launch hands the spec to
   the monitor and switches to it.
-* **Monitor** (``MonitorPanel``): the run being watched.
+* **Monitor** (``MonitorTabs``): the runs being watched, one tab per run; launching
+  while a run is live opens another tab, so several runs can go at once.
 * **History** (``HistoryPanel``): past runs and live ones to attach to again.
 * **Tools ▸ Doctor** (``DoctorDialog``): is this machine ready for the form's interpreter.
+* **Help**: the keyboard shortcuts and the version.
 
-Closing the window while a job runs asks whether to stop the job or leave it
+When a run ends while the window is in the background (or its tab is not in front),
+a desktop notification says so (``gui.notifier``), and the window title carries the
+outcome (``✗ Run 12 failed — ...``) until the run's tab is looked at.
+
+Closing the window while jobs run asks whether to stop them or leave them
 running: a job left running goes on headless (the runner is its own process) and
 the window can attach to it again later from History.
 """
@@ -15,36 +21,53 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QColor, QIcon, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QApplication,
+    QDialog,
+    QDialogButtonBox,
     QLabel,
     QMainWindow,
     QMessageBox,
     QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
     QTabWidget,
+    QVBoxLayout,
     QWidget,
 )
 
 from gui.models.launch_form import Evaluation, LaunchFormModel
+from gui.models.notices import APP_NAME, run_end_notice, window_title
 from gui.models.profiles import ProfileListModel
+from gui.notifier import Notifier
 from gui.runner_probe import RunnerProbe
 from gui.settings import AppSettings
 from gui.widgets.doctor_panel import DoctorDialog
 from gui.widgets.history_panel import HistoryPanel
 from gui.widgets.launch_panel import LaunchPanel
 from gui.widgets.monitor_panel import MonitorPanel
+from gui.widgets.monitor_tabs import CANCEL, LEAVE_RUNNING, STOP_RUN, MonitorTabs
 from runner import paths
 from runner.profile.files import EXAMPLE_PROFILE, ProfileError
 from runner.profile.parse import SpecErrors
 
-APP_TITLE = "Rankwatch"
+APP_TITLE = APP_NAME
 DEFAULT_SIZE = (1320, 840)
-LIVE_RUN_BLOCK = "A run is live: watch it in the Monitor tab, or stop it (Ctrl+.) before launching another"
 STOPPING = "stopping"
-STOP_RUN, LEAVE_RUNNING, CANCEL = "stop", "leave", "cancel"
 LIVE_RUNS_HINT_DELAY_MS = 3000
+__all__ = ["CANCEL", "LEAVE_RUNNING", "STOP_RUN", "MainWindow", "app_version"]
+
+
+def app_version() -> str:
+    """Rankwatch's version as installed (``unknown`` in a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rankwatch")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def _dark_palette() -> QPalette:
@@ -126,12 +149,16 @@ class MainWindow(QMainWindow):
         self.doctor_dialog: DoctorDialog | None = None
 
         self.launch_panel = LaunchPanel(self.form, self.profiles, self.probe, self.settings)
-        self.monitor = MonitorPanel()
+        self.monitors = MonitorTabs(panel_factory=self._new_monitor_panel)
         self.history = HistoryPanel()
+        self.notifier = Notifier(self)
+        self._unseen_end: MonitorPanel | None = None
+        """A panel whose run ended while nobody looked (the title says so until it is seen)."""
+        self._last_states: dict[int, str] = {}
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self.launch_panel, "Launch")
-        self.tabs.addTab(self.monitor, "Monitor")
+        self.tabs.addTab(self.monitors, "Monitor")
         self.tabs.addTab(self.history, "History")
         self.setCentralWidget(self.tabs)
         self.run_label = QLabel()
@@ -142,7 +169,10 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self.launch_panel.launch_requested.connect(self._on_launch_requested)
         self.history.open_run_requested.connect(self._on_open_run_requested)
-        self.monitor.run_state_changed.connect(self._on_run_state_changed)
+        self.monitors.panel_state_changed.connect(self._on_panel_state_changed)
+        self.monitors.current_panel_changed.connect(self._on_current_panel_changed)
+        self.monitors.panel_closed.connect(self._on_panel_closed)
+        self.tabs.currentChanged.connect(lambda _index: self._mark_seen())
         self.profiles.current_changed.connect(self._on_current_profile_changed)
         self.form.evaluated.connect(self._on_form_evaluated)
         self.probe.busy_changed.connect(self._on_probe_busy_changed)
@@ -153,6 +183,17 @@ class MainWindow(QMainWindow):
         # Jobs left running by an earlier session: say so once History has read the store.
         QTimer.singleShot(LIVE_RUNS_HINT_DELAY_MS, self, self._on_live_runs_hint_due)
 
+    @property
+    def monitor(self) -> MonitorPanel:
+        """The run tab in front (the Monitor tab holds one per watched run)."""
+        return self.monitors.current
+
+    def _new_monitor_panel(self) -> MonitorPanel:
+        panel = MonitorPanel()
+        panel.set_panel_share(self.settings.monitor_panel_share())
+        panel.panel_share_changed.connect(self._on_panel_share_changed)
+        return panel
+
     # Building.
 
     def _action(self, text: str, shortcut: QKeySequence | str | None, slot, tip: str = "") -> QAction:
@@ -162,35 +203,50 @@ class MainWindow(QMainWindow):
             action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
         if tip:
             action.setStatusTip(tip)
+            action.setToolTip(tip)
         action.triggered.connect(lambda _checked=False: slot())
         self.addAction(action)
         return action
 
     def _build_actions(self) -> None:
         profiles = self.launch_panel.profile_list
+        self.new_profile_action = self._action("&New profile…", QKeySequence.StandardKey.New, profiles.new_profile,
+                                               "Start a profile from an empty form")
         self.save_action = self._action("&Save profile", QKeySequence.StandardKey.Save, profiles.save_current,
                                         "Save the form over the current profile")
-        self.save_as_action = self._action("Save profile &as…", "Ctrl+Shift+S", profiles.save_as)
+        self.save_as_action = self._action("Save profile &as…", "Ctrl+Shift+S", profiles.save_as,
+                                           "Save the form as a new profile")
         self.import_action = self._action("&Import profile…", None, profiles.import_file)
         self.export_action = self._action("&Export profile…", None, profiles.export_file)
         self.quit_action = self._action("&Quit", QKeySequence.StandardKey.Quit, self.close)
         self.launch_action = self._action("&Launch", "Ctrl+R", self._on_launch_triggered,
-                                          "Launch the job described by the form")
+                                          "Launch the job described by the form (in a new tab if a run is live)")
         self.stop_action = self._action("&Stop", "Ctrl+.", self._on_stop_triggered,
-                                        "Stop the running job (asks first; again to force)")
+                                        "Stop the run in front (asks first; again to force)")
         self.attach_action = self._action("&Attach to a live run…", None, self._on_attach_triggered,
                                           "Pick a run that is still going (History tab)")
+        self.close_run_action = self._action("&Close run tab", "Ctrl+W", self._on_close_run_triggered,
+                                             "Stop watching the run in front (asks about a live run)")
         self.doctor_action = self._action("&Doctor…", None, self._on_doctor_triggered,
                                           "Check this machine and the form's interpreter for distributed jobs")
         self.tab_actions = [
-            self._action(f"&{name}", f"Ctrl+{index + 1}", lambda i=index: self.tabs.setCurrentIndex(i))
+            self._action(f"&{name} tab", f"Ctrl+{index + 1}", lambda i=index: self.tabs.setCurrentIndex(i))
             for index, name in enumerate(("Launch", "Monitor", "History"))
         ]
+        self.search_logs_action = self._action("Search &logs", QKeySequence.StandardKey.Find,
+                                               self._on_search_logs_triggered, "Search the logs of the run in front")
+        self.toggle_panel_action = self._action("Toggle bottom &panel", "Ctrl+J", self._on_toggle_panel_triggered,
+                                                "Collapse or restore the monitor's bottom panel")
+        self.maximise_panel_action = self._action("&Maximise bottom panel", "Ctrl+Shift+J",
+                                                  self._on_maximise_panel_triggered,
+                                                  "Give the bottom panel the charts' room, or give it back")
+        self.shortcuts_action = self._action("&Keyboard shortcuts", "F1", self.show_shortcuts)
+        self.about_action = self._action("&About Rankwatch", None, self.show_about)
         self.stop_action.setEnabled(False)
 
         menu = self.menuBar()
         file_menu = menu.addMenu("&File")
-        for action in (self.save_action, self.save_as_action):
+        for action in (self.new_profile_action, self.save_action, self.save_as_action):
             file_menu.addAction(action)
         file_menu.addSeparator()
         file_menu.addAction(self.import_action)
@@ -198,13 +254,62 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(self.quit_action)
         run_menu = menu.addMenu("&Run")
-        for action in (self.launch_action, self.stop_action, self.attach_action):
+        for action in (self.launch_action, self.stop_action, self.attach_action, self.close_run_action):
             run_menu.addAction(action)
         view_menu = menu.addMenu("&View")
         for action in self.tab_actions:
             view_menu.addAction(action)
+        view_menu.addSeparator()
+        for action in (self.search_logs_action, self.toggle_panel_action, self.maximise_panel_action):
+            view_menu.addAction(action)
         tools_menu = menu.addMenu("&Tools")
         tools_menu.addAction(self.doctor_action)
+        help_menu = menu.addMenu("&Help")
+        help_menu.addAction(self.shortcuts_action)
+        help_menu.addAction(self.about_action)
+
+    def shortcut_rows(self) -> list[tuple[str, str]]:
+        """(action, shortcut) of every menu action with a shortcut, in menu order."""
+        rows = []
+        for menu_action in self.menuBar().actions():
+            menu = menu_action.menu()
+            for action in menu.actions() if menu is not None else []:
+                if not action.shortcut().isEmpty():
+                    key = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+                    rows.append((action.text().replace("&", "").rstrip("…"), key))
+        return rows
+
+    def show_shortcuts(self) -> QDialog:
+        """Help ▸ Keyboard shortcuts: every shortcut of the menus, plus the charts' mouse gestures."""
+        dialog = QDialog(self)
+        dialog.setWindowTitle(f"Keyboard shortcuts — {APP_TITLE}")
+        rows = [*self.shortcut_rows(), ("Chart: zoom the steps (every chart follows)", "Mouse wheel"), ("Chart: show everything again", "Double-click"), ("Chart: values of every rank at a step", "Hover"), ("Legend: show only this rank (again: all)", "Double-click")]
+        table = QTableWidget(len(rows), 2)
+        table.setHorizontalHeaderLabels(["Action", "Shortcut"])
+        table.verticalHeader().setVisible(False)
+        table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        for row, (text, key) in enumerate(rows):
+            table.setItem(row, 0, QTableWidgetItem(text))
+            table.setItem(row, 1, QTableWidgetItem(key))
+        table.resizeColumnsToContents()
+        table.horizontalHeader().setStretchLastSection(True)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(dialog.reject)
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(table)
+        layout.addWidget(buttons)
+        dialog.resize(520, 480)
+        dialog.setObjectName("shortcutsDialog")
+        dialog.show()
+        return dialog
+
+    def about_text(self) -> str:
+        return (f"<b>{APP_TITLE} {app_version()}</b><br>A desktop launcher and live monitor for PyTorch "
+                "distributed training (torchrun).<br><br>Profiles: "
+                f"{paths.profiles_dir()}<br>Run store: {paths.data_dir()}")
+
+    def show_about(self) -> None:
+        QMessageBox.about(self, f"About {APP_TITLE}", self.about_text())
 
     # Settings.
 
@@ -224,10 +329,12 @@ class MainWindow(QMainWindow):
         self.settings.set_window(self.saveGeometry(), self.saveState())
         for splitter in self._named_splitters():
             self.settings.set_splitter_state(splitter.objectName(), splitter.saveState())
+        self.settings.set_monitor_panel_share(self.monitor.panel_share)
         self.settings.sync()
 
     def _named_splitters(self) -> list[QSplitter]:
-        """Every splitter with an object name (the monitor's too): their sizes are remembered."""
+        """Splitters with an object name (launch, history): their sizes are remembered as they are.
+        The monitor's divider is remembered as a clamped share instead (``gui.models.layout``)."""
         return [splitter for splitter in self.findChildren(QSplitter) if splitter.objectName()]
 
     def _restore_profile(self, requested: str | None) -> None:
@@ -256,12 +363,10 @@ class MainWindow(QMainWindow):
         self._update_title()
 
     def _update_title(self) -> None:
-        name = self.form.profile_name
-        if name is None:
-            self.setWindowTitle(APP_TITLE)
-            return
-        self.setWindowModified(self.form.dirty)
-        self.setWindowTitle(f"{name}[*] — {APP_TITLE}")
+        ended = self._unseen_end
+        self.setWindowTitle(window_title(self.form.profile_name, ended.run_id if ended else None,
+                                         ended.model.status if ended else None, ended is not None))
+        self.setWindowModified(self.form.profile_name is not None and self.form.dirty)
 
     def _on_probe_busy_changed(self, busy: bool) -> None:
         self.probe_label.setText("Probing the interpreter and GPUs…" if busy else "")
@@ -272,28 +377,26 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Cannot launch: {self.launch_panel.status.text()}", 8000)
 
     def _on_launch_requested(self, spec, profile_name: str | None, base_dir: Path) -> None:
+        """Launch into an idle run tab, or a new one when every tab watches a live run."""
+        panel = self.monitors.panel_for_launch()
         try:
-            self.monitor.launch(spec, profile_name, Path(base_dir))
+            panel.launch(spec, profile_name, Path(base_dir))
         except Exception as error:  # the monitor reports its own failures; this is the last resort
             QMessageBox.critical(self, "Launch failed", f"The job could not be started:\n\n{error}")
             return
-        self.tabs.setCurrentWidget(self.monitor)
+        self.tabs.setCurrentWidget(self.monitors)
         self._update_run_controls()
 
     def _on_open_run_requested(self, run_id: int) -> None:
-        if self.monitor.has_live_run():
-            answer = QMessageBox.question(
-                self, "Watch another run",
-                "The monitor is watching a live run. Leave it running (headless) and open this one?")
-            if answer != QMessageBox.StandardButton.Yes:
-                return
-            self.monitor.detach()
-        self.monitor.attach(run_id)
-        self.tabs.setCurrentWidget(self.monitor)
+        """Show run ``run_id``: its tab if open, else an idle tab or a new one (live runs keep theirs)."""
+        panel, already = self.monitors.panel_for_run(run_id)
+        if not already:
+            panel.attach(run_id)
+        self.tabs.setCurrentWidget(self.monitors)
         self._update_run_controls()
 
     def _on_live_runs_hint_due(self) -> None:
-        if self.monitor.has_live_run():
+        if self.monitors.live_panels():
             return
         live = [row for row in self.history.rows() if getattr(row, "live", False)]
         if live:
@@ -311,35 +414,96 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.history)
         self.statusBar().showMessage("Pick a live run in the list to attach to it", 6000)
 
-    def _on_run_state_changed(self, state: str) -> None:
-        self._run_state = state
+    def _on_close_run_triggered(self) -> None:
+        self.monitors.close_panel(self.monitor)
         self._update_run_controls()
 
+    def _on_search_logs_triggered(self) -> None:
+        self.tabs.setCurrentWidget(self.monitors)
+        self.monitor.search_logs()
+
+    def _on_toggle_panel_triggered(self) -> None:
+        self.tabs.setCurrentWidget(self.monitors)
+        self.monitor.toggle_panel_collapsed()
+
+    def _on_maximise_panel_triggered(self) -> None:
+        self.tabs.setCurrentWidget(self.monitors)
+        self.monitor.toggle_panel_maximised()
+
+    def _on_panel_share_changed(self, share: float) -> None:
+        self.settings.set_monitor_panel_share(share)
+        for panel in self.monitors.panels():
+            if panel is not self.sender():
+                panel.set_panel_share(share)
+
+    def _on_panel_state_changed(self, panel: MonitorPanel, state: str) -> None:
+        old = self._last_states.get(id(panel))
+        self._last_states[id(panel)] = state
+        notice = run_end_notice(old, state, panel.run_id, (panel.model.run or {}).get("profile"),
+                                panel.diagnosis.headline)
+        if notice is not None:
+            if not self._run_is_seen(panel):
+                self.notifier.notify(notice)
+                self._unseen_end = panel
+            self.statusBar().showMessage(f"{notice.title}. {notice.body}".strip(), 15000)
+        self._update_title()
+        self._update_run_controls()
+
+    def _on_panel_closed(self, panel: MonitorPanel) -> None:
+        self._last_states.pop(id(panel), None)
+        if self._unseen_end is panel:
+            self._unseen_end = None
+            self._update_title()
+
+    def _on_current_panel_changed(self, _panel: MonitorPanel) -> None:
+        self._mark_seen()
+        self._update_run_controls()
+
+    def _run_is_seen(self, panel: MonitorPanel) -> bool:
+        """The person can see ``panel`` now: the window is active, on the Monitor tab, with that run in front."""
+        return (self.isActiveWindow() and self.tabs.currentWidget() is self.monitors
+                and self.monitors.current is panel)
+
+    def _mark_seen(self) -> None:
+        if self._unseen_end is not None and self._run_is_seen(self._unseen_end):
+            self._unseen_end = None
+            self._update_title()
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.WindowActivate:
+            self._mark_seen()
+        return super().event(event)
+
     def _update_run_controls(self) -> None:
-        live = self.monitor.has_live_run()
-        self.stop_action.setEnabled(live)
-        self.launch_panel.set_launch_blocked(LIVE_RUN_BLOCK if live else None)
-        self.run_label.setText(f"Run: {self._run_state}" if self._run_state else "")
+        panel = self.monitor
+        self.stop_action.setEnabled(panel.has_live_run())
+        state = panel.model.status if panel.model.run is not None else None
+        live = len(self.monitors.live_panels())
+        text = f"Run {panel.run_id}: {state}" if panel.run_id is not None and state else ""
+        if live > 1:
+            text += f"  ·  {live} runs live"
+        self.run_label.setText(text)
 
     def _on_stop_triggered(self) -> None:
-        if not self.monitor.has_live_run():
-            self.statusBar().showMessage("No live run to stop", 4000)
+        panel = self.monitor
+        if not panel.has_live_run():
+            self.statusBar().showMessage("No live run to stop in this tab", 4000)
             return
-        if self._run_state == STOPPING:
+        if STOPPING in (panel.model.status, self._last_states.get(id(panel))):
             answer = QMessageBox.warning(
                 self, "Force stop",
-                "The job is still stopping. Kill it now? Every worker process is killed (SIGKILL); "
+                f"Run {panel.run_id} is still stopping. Kill it now? Every worker process is killed (SIGKILL); "
                 "anything not yet saved is lost.",
                 QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
             if answer == QMessageBox.StandardButton.Yes:
-                self.monitor.request_stop(force=True)
+                panel.request_stop(force=True)
             return
         answer = QMessageBox.question(
             self, "Stop the job",
-            "Stop the running job? Workers are asked to stop (SIGTERM); press Ctrl+. again to force.",
+            f"Stop run {panel.run_id}? Workers are asked to stop (SIGTERM); press Ctrl+. again to force.",
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.Yes)
         if answer == QMessageBox.StandardButton.Yes:
-            self.monitor.request_stop(force=False)
+            panel.request_stop(force=False)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         if not self._confirm_close():
@@ -353,12 +517,18 @@ class MainWindow(QMainWindow):
         event.accept()
 
     def _ask_live_run_choice(self) -> str:
-        """``STOP_RUN``, ``LEAVE_RUNNING`` or ``CANCEL``: what to do with the live run on close."""
-        box = QMessageBox(QMessageBox.Icon.Question, "A job is running",
-                          "A job is still running. Stop it, or leave it running without the window? "
-                          "You can attach to it again later from History.", parent=self)
-        stop = box.addButton("Stop the job", QMessageBox.ButtonRole.DestructiveRole)
-        leave = box.addButton("Leave it running", QMessageBox.ButtonRole.AcceptRole)
+        """``STOP_RUN``, ``LEAVE_RUNNING`` or ``CANCEL``: what to do with the live runs on close."""
+        live = self.monitors.live_panels()
+        runs = ", ".join(str(panel.run_id) for panel in live if panel.run_id is not None)
+        several = len(live) > 1
+        box = QMessageBox(QMessageBox.Icon.Question, "Jobs are running" if several else "A job is running",
+                          (f"{len(live)} jobs are still running (runs {runs}). Stop them, or leave them running "
+                           "without the window?" if several else
+                           "A job is still running. Stop it, or leave it running without the window?")
+                          + " You can attach again later from History.", parent=self)
+        stop = box.addButton("Stop them" if several else "Stop the job", QMessageBox.ButtonRole.DestructiveRole)
+        leave = box.addButton("Leave them running" if several else "Leave it running",
+                              QMessageBox.ButtonRole.AcceptRole)
         box.addButton(QMessageBox.StandardButton.Cancel)
         box.setDefaultButton(leave)
         box.exec()
@@ -366,15 +536,17 @@ class MainWindow(QMainWindow):
         return STOP_RUN if clicked is stop else LEAVE_RUNNING if clicked is leave else CANCEL
 
     def _confirm_close(self) -> bool:
-        """Settle a live run and unsaved profile edits; ``False`` keeps the window open."""
-        if self.monitor.has_live_run():
+        """Settle live runs and unsaved profile edits; ``False`` keeps the window open."""
+        live = self.monitors.live_panels()
+        if live:
             choice = self._ask_live_run_choice()
-            if choice == STOP_RUN:
-                self.monitor.request_stop(force=False)
-            elif choice == LEAVE_RUNNING:
-                self.monitor.detach()
-            else:
+            if choice == CANCEL:
                 return False
+            for panel in live:
+                if choice == STOP_RUN:
+                    panel.request_stop(force=False)
+                else:
+                    panel.detach()
         if self.form.dirty and self.form.profile_name is not None:
             answer = QMessageBox.question(
                 self, "Unsaved changes",

@@ -92,8 +92,9 @@ class RunnerProcess(QObject):
         launch_dir = paths.data_dir() / "launch"
         launch_dir.mkdir(parents=True, exist_ok=True)
         self._spec_dir = tempfile.TemporaryDirectory(prefix="spec-", dir=launch_dir)
-        # The file's stem is the profile name the run is recorded under.
-        name = profile_name if profile_name else "unsaved"
+        # The file's stem is the profile name the run is recorded under ("unsaved" for a form
+        # that is no profile; "NAME (edited)" for a profile with unsaved changes).
+        name = profile_name.replace("/", "-") if profile_name else "unsaved"
         spec_path = write_spec_file(Path(self._spec_dir.name) / f"{name}.toml", absolute_spec(spec, base_dir))
         command = list(self._command(spec_path))
         process = QProcess(self)

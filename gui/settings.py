@@ -1,4 +1,5 @@
-"""What the window remembers between sessions: geometry, splitters, last profile, recent scripts.
+"""What the window remembers between sessions: geometry, splitters, the monitor's panel share,
+last profile, recent scripts.
 
 Stored with ``QSettings`` in an INI file in Rankwatch's config folder (next to the
 profiles), so ``RANKWATCH_HOME`` isolates it like everything else and tests never
@@ -45,6 +46,17 @@ class AppSettings:
 
     def set_splitter_state(self, name: str, state: QByteArray) -> None:
         self._settings.setValue(f"splitters/{name}", state)
+
+    def monitor_panel_share(self) -> float | None:
+        """The monitor's bottom-panel share of the height (clamped by the monitor when applied)."""
+        value = self._settings.value("monitor/panel_share")
+        try:
+            return None if value is None else float(value)
+        except (TypeError, ValueError):
+            return None
+
+    def set_monitor_panel_share(self, share: float) -> None:
+        self._settings.setValue("monitor/panel_share", float(share))
 
     def last_profile(self) -> str | None:
         value = self._settings.value("profiles/last")

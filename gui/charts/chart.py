@@ -4,34 +4,55 @@
 column: on :meth:`MetricChart.refresh` each visible curve asks its
 :class:`~gui.charts.decimation.Series` for the min/max of the visible x range at
 the plot's width, and only when something changed (new points, another range or
-width, another smoothing). Callers refresh on a timer (``ChartGrid`` does, at
-15 Hz), never per message. Pens are 1 pixel wide (wider pens are far slower to
-rasterise). The legend's entries toggle their curve (a click), and hidden curves
-cost nothing.
+width, another smoothing, log scale). Callers refresh on a timer (``ChartGrid``
+does, at 15 Hz), never per message. All curves are one graphics item
+(``gui.charts.curves.CurveSetItem``).
 
-All curves of a chart are one graphics item (:class:`CurveSetItem`) that draws a
-polyline per curve: with 64 ranks, 64 pyqtgraph ``PlotCurveItem`` objects cost
-five times more per frame (each asks for bounds, paths and signals of its own).
+What a person can do, as in TensorBoard:
+
+* hover: a readout lists the step (or time) and each rank's value at the cursor;
+* the mouse wheel and a drag zoom and pan the x axis only (y keeps fitting what is
+  visible, so curves never leave the view); a double click shows everything again;
+* the ``log`` button switches the y axis to a log scale (values <= 0 become gaps);
+* with smoothing, the raw curve stays visible, faint, under the smoothed one
+  (only for training metrics: a memory sample is never smoothed into a ramp).
+
+An empty chart says why (``set_empty_note``) instead of showing a bare 0..1 box.
 """
 
 from __future__ import annotations
 
 import colorsys
+import html
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QLineF, QRectF, Signal
-from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QPolygonF
-from PySide6.QtWidgets import QApplication, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen, QPixmap, QTextDocument
+from PySide6.QtWidgets import (
+    QApplication,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
+from gui.charts import ticks
+from gui.charts.axis import ChartAxis
+from gui.charts.curves import CurveSetItem
 from gui.charts.decimation import STEP, TIME, Series
 from gui.charts.legend import LegendBar
+from gui.charts.readout import ReadoutRow, format_position, format_value, pick_rows
 from gui.charts.smoothing import SmoothedValues
 
 DEFAULT_PIXELS = 800
 """Width assumed before the plot has been laid out."""
+LEFT_AXIS_WIDTH = 54
+READOUT_OFFSET = 14
 
 # Tableau 10, readable on light and dark backgrounds alike.
 _CATEGORICAL = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
@@ -43,10 +64,10 @@ def series_color(index: int, count: int, dark: bool = False) -> QColor:
     if count <= len(_CATEGORICAL):
         color = QColor(_CATEGORICAL[index % len(_CATEGORICAL)])
         return color.lighter(115) if dark else color
-    # Many ranks: golden-ratio hues, two lightness bands so neighbours differ.
+    # Many ranks: golden-ratio hues, three lightness bands so neighbours differ.
     hue = (index * 0.618033988749895) % 1.0
-    lightness = (0.62 if dark else 0.45) + (0.08 if index % 2 else 0.0)
-    red, green, blue = colorsys.hls_to_rgb(hue, lightness, 0.75)
+    lightness = (0.60 if dark else 0.40) + 0.09 * (index % 3)
+    red, green, blue = colorsys.hls_to_rgb(hue, lightness, 0.78)
     return QColor.fromRgbF(red, green, blue)
 
 
@@ -55,146 +76,10 @@ def palette_is_dark(palette: QPalette | None = None) -> bool:
     return palette.color(QPalette.ColorRole.Base).lightness() < 128
 
 
-def _finite_bounds(values: np.ndarray) -> tuple[float, float] | None:
-    """(min, max) ignoring NaN and infinities; None when there is no finite value."""
-    if not len(values):
-        return None
-    low, high = float(np.fmin.reduce(values)), float(np.fmax.reduce(values))  # NaN-skipping
-    if math.isfinite(low) and math.isfinite(high):
-        return low, high
-    finite = values[np.isfinite(values)]
-    if not len(finite):
-        return None
-    return float(finite.min()), float(finite.max())
-
-
-class CurveSetItem(pg.GraphicsObject):
-    """Every curve of one chart in one graphics item: a polyline per curve, bounds kept.
-
-    Curves are drawn in descending key order, so rank 0 ends on top. Non-finite
-    points break a curve into pieces (a gap), as ``connect="finite"`` does.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._pens: dict[int, QPen] = {}
-        self._pieces: dict[int, list[QPolygonF]] = {}
-        self._data: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._bounds: dict[int, tuple[tuple[float, float] | None, tuple[float, float] | None]] = {}
-        self._hidden: set[int] = set()
-        self._padding = (0.0, 0.0)
-        self._rect: QRectF | None = None
-        self._order: list[int] = []
-        self._grid_pen = pg.mkPen((128, 128, 128, 40), width=1)
-        self._grid_lines: list = []
-        self._grid_rect = QRectF()
-
-    def set_grid_pen(self, pen: QPen) -> None:
-        self._grid_pen = pen
-        self.update()
-
-    def set_grid(self, x_values, y_values, view: QRectF) -> None:
-        """Grid lines at ``x_values`` and ``y_values`` across the visible rectangle ``view``."""
-        left, right, top, bottom = view.left(), view.right(), view.top(), view.bottom()
-        self._grid_lines = ([QLineF(x, top, x, bottom) for x in x_values]
-                            + [QLineF(left, y, right, y) for y in y_values])
-        self._grid_rect = QRectF(view)
-        self.prepareGeometryChange()
-        self._rect = None
-        self.update()
-
-    def set_pen(self, key: int, pen: QPen) -> None:
-        self._pens[key] = pen
-        self._order = sorted(self._pens, reverse=True)
-        self.update()
-
-    def pen(self, key: int) -> QPen:
-        return self._pens[key]
-
-    def set_points(self, key: int, x: np.ndarray, y: np.ndarray) -> None:
-        """The points of curve ``key`` (call :meth:`commit` after the last one of a frame)."""
-        self._data[key] = (x, y)
-        self._bounds[key] = (_finite_bounds(x), _finite_bounds(y))
-        finite = np.isfinite(x) & np.isfinite(y)
-        if finite.all():
-            self._pieces[key] = [pg.functions.arrayToQPolygonF(x, y)] if len(x) else []
-        else:
-            pieces = []
-            edges = np.flatnonzero(np.diff(np.concatenate(([0], finite.view(np.int8), [0]))))
-            for first, stop in zip(edges[0::2], edges[1::2], strict=False):
-                if stop - first >= 1:
-                    pieces.append(pg.functions.arrayToQPolygonF(x[first:stop], y[first:stop]))
-            self._pieces[key] = pieces
-
-    def data(self, key: int) -> tuple[np.ndarray, np.ndarray]:
-        return self._data.get(key, (np.empty(0), np.empty(0)))
-
-    def remove_all(self) -> None:
-        self.prepareGeometryChange()
-        for store in (self._pens, self._pieces, self._data, self._bounds):
-            store.clear()
-        self._hidden.clear()
-        self._order = []
-        self._rect = None
-        self.update()
-
-    def set_visible(self, key: int, visible: bool) -> None:
-        if visible:
-            self._hidden.discard(key)
-        else:
-            self._hidden.add(key)
-        self.commit()
-
-    def is_visible(self, key: int) -> bool:
-        return key not in self._hidden
-
-    def commit(self, padding: tuple[float, float] | None = None) -> None:
-        """Bounds changed: tell the scene, then repaint."""
-        if padding is not None:
-            self._padding = padding
-        self.prepareGeometryChange()
-        self._rect = None
-        self.update()
-
-    def visible_bounds(self) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
-        x_low = y_low = math.inf
-        x_high = y_high = -math.inf
-        for key, (x_bounds, y_bounds) in self._bounds.items():
-            if key in self._hidden:
-                continue
-            if x_bounds is not None:
-                x_low, x_high = min(x_low, x_bounds[0]), max(x_high, x_bounds[1])
-            if y_bounds is not None:
-                y_low, y_high = min(y_low, y_bounds[0]), max(y_high, y_bounds[1])
-        return ((x_low, x_high) if x_low <= x_high else None, (y_low, y_high) if y_low <= y_high else None)
-
-    def dataBounds(self, ax, frac=1.0, orthoRange=None):  # noqa: N802, N803 - pyqtgraph API
-        bounds = self.visible_bounds()[ax]
-        return (None, None) if bounds is None else bounds
-
-    def boundingRect(self) -> QRectF:  # noqa: N802 - Qt override
-        if self._rect is None:
-            x_bounds, y_bounds = self.visible_bounds()
-            rect = QRectF(self._grid_rect)
-            if x_bounds is not None and y_bounds is not None:
-                pad_x, pad_y = self._padding
-                rect = rect.united(QRectF(x_bounds[0] - pad_x, y_bounds[0] - pad_y,
-                                          x_bounds[1] - x_bounds[0] + 2 * pad_x,
-                                          y_bounds[1] - y_bounds[0] + 2 * pad_y))
-            self._rect = rect
-        return self._rect
-
-    def paint(self, painter: QPainter, *args) -> None:
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-        if self._grid_lines:
-            painter.setPen(self._grid_pen)
-            painter.drawLines(self._grid_lines)
-        for key in self._order:
-            if key in self._hidden:
-                continue
-            painter.setPen(self._pens[key])
-            for piece in self._pieces.get(key, ()):
-                painter.drawPolyline(piece)
+def log10_or_gap(values: np.ndarray) -> np.ndarray:
+    """``log10`` of positive values; NaN (a gap) for zero, negative and missing ones."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(values > 0, np.log10(np.where(values > 0, values, 1.0)), np.nan)
 
 
 @dataclass
@@ -213,60 +98,121 @@ class MetricChart(QWidget):
 
     ``scale`` multiplies values at draw time (seconds to ms, share to %, bytes to
     GiB); ``time_only`` charts (GPU and process samples, which have no step) stay
-    on the time axis when the others switch to steps.
+    on the time axis when the others switch to steps; ``smoothable`` charts take
+    the smoothing weight (default: charts with steps).
 
     Signals:
         curve_toggled(int, bool): a legend click showed or hid the curve of a key.
         follow_requested: a double click asked to show all data again (the chart did).
+        log_y_toggled(bool): the log button was switched.
     """
 
     curve_toggled = Signal(int, bool)
     follow_requested = Signal()
+    log_y_toggled = Signal(bool)
 
     def __init__(self, title: str, unit: str = "", scale: float = 1.0, time_only: bool = False,
-                 parent: QWidget | None = None, legend: bool = True) -> None:
+                 parent: QWidget | None = None, legend: bool = True, smoothable: bool | None = None) -> None:
         super().__init__(parent)
         self.title = title
         self.unit = unit
         self.scale = scale
         self.time_only = time_only
+        self.smoothable = (not time_only) if smoothable is None else smoothable
         self.smoothing = 0.0
+        self.log_y = False
         self._x_axis = TIME if time_only else STEP
         self._t0 = 0.0
         self._curves: dict[int, _Curve] = {}
         self._dark = palette_is_dark(self.palette())
-        self.plot_widget = pg.PlotWidget()
+        self._empty = False
+        self._note = ""
+        self._hover: tuple[float, float] | None = None
+        """(x, y) of the cursor in view coordinates while it is over the plot."""
+        self._hover_widget_point = QPoint()
+        self._readout_seen: dict[int, tuple[int, int, float]] = {}
+        """key -> (series id, points, last x) when the readout was last brought up to date."""
+
+        self.title_label = QLabel(title + (" · vs time" if time_only else ""))
+        title_font = QFont(self.title_label.font())
+        title_font.setBold(True)
+        self.title_label.setFont(title_font)
+        self.title_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.title_label.setToolTip(title)
+        self.log_button = QToolButton()
+        self.log_button.setText("log")
+        self.log_button.setCheckable(True)
+        self.log_button.setAutoRaise(True)
+        self.log_button.setToolTip("Logarithmic y axis (values <= 0 are left out)")
+        self.log_button.toggled.connect(self.set_log_y)
+        header = QHBoxLayout()
+        header.setContentsMargins(6, 0, 2, 0)
+        header.setSpacing(4)
+        header.addWidget(self.title_label, 1)
+        header.addWidget(self.log_button)
+
+        self.left_axis = ChartAxis("left", ticks.VALUE)
+        self.bottom_axis = ChartAxis("bottom", ticks.SECONDS if time_only else ticks.STEP)
+        self.plot_widget = pg.PlotWidget(axisItems={"left": self.left_axis, "bottom": self.bottom_axis})
         self.plot_item = self.plot_widget.getPlotItem()
         self.plot_item.setMenuEnabled(False)
-        self.plot_item.getAxis("left").setWidth(48)
+        self.plot_item.layout.setContentsMargins(2, 2, 12, 2)  # room for the last x label
+        self.left_axis.setWidth(LEFT_AXIS_WIDTH)
         self.view_box = self.plot_item.getViewBox()
-        # Ranges are ours (see _follow): pyqtgraph's auto range asks every curve for its
+        # Ranges are ours (see _fit): pyqtgraph's auto range asks every curve for its
         # bounds several times a frame, and moves the axes (a costly repaint) every frame.
         self.view_box.disableAutoRange()
+        # The wheel and drags act on x only; y keeps fitting what is visible.
+        self.view_box.setMouseEnabled(x=True, y=False)
         self.plot_item.hideButtons()
         self.follow_x = True
         self.follow_y = True
         self.view_box.sigRangeChangedManually.connect(self._on_zoomed_by_user)
-        self.plot_widget.scene().sigMouseClicked.connect(self._on_scene_clicked)
+        scene = self.plot_widget.scene()
+        scene.sigMouseClicked.connect(self._on_scene_clicked)
+        scene.sigMouseMoved.connect(self._on_mouse_moved)
         self.curve_set = CurveSetItem()
         self.plot_item.addItem(self.curve_set)
         # The grid is drawn by the curve item, not by the axes: an axis grid makes every
         # curve update repaint both axes, labels included, which cost more than the curves.
         self.view_box.sigRangeChanged.connect(self._update_grid)
         self.view_box.sigResized.connect(self._update_grid)
+        self.view_box.sigResized.connect(self._place_note)
+        self.plot_widget.viewport().installEventFilter(self)  # Leave hides the readout
+
+        # Overlays: plain widgets over the plot, so they repaint without the scene.
+        self.note_label = QLabel(self.plot_widget)
+        self.note_label.setObjectName("chartNote")
+        self.note_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.note_label.setWordWrap(True)
+        self.note_label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
+        self.note_label.hide()
+        # The readout is a tooltip window showing a picture rendered once per change: a label
+        # over the plot would be repainted (and make the plot repaint under it) every frame
+        # the curves change, and could not reach past a short chart's edge.
+        self.readout = QLabel(None, Qt.WindowType.ToolTip)
+        self.readout.setObjectName("chartReadout")
+        self.readout.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
+        self.readout.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating, True)
+        self._readout_text = ""
+        self.readout.hide()
+        self.destroyed.connect(self.readout.deleteLater)
+
         self.legend: LegendBar | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
+        layout.addLayout(header)
         if legend:  # charts in a ChartGrid share the grid's LegendBar instead
             self.legend = LegendBar()
             self.legend.visibility_changed.connect(self._on_legend_toggled)
             layout.addWidget(self.legend)
         layout.addWidget(self.plot_widget)
         self._apply_palette()
+        self._show_empty(True)
 
     def _apply_palette(self) -> None:
-        """Background, axes, title and legend from the widget's palette (light or dark)."""
+        """Background, axes, overlays and legend from the widget's palette (light or dark)."""
         palette = self.palette()
         self._dark = palette_is_dark(palette)
         background = palette.color(QPalette.ColorRole.Base)
@@ -274,14 +220,27 @@ class MetricChart(QWidget):
         self.plot_widget.setBackground(background)
         grid = QColor(foreground)
         grid.setAlpha(38)
-        self.curve_set.set_grid_pen(pg.mkPen(grid, width=1))
-        self.plot_item.setTitle(self.title, color=foreground.name(), size="10pt")
+        line = QColor(foreground)
+        line.setAlpha(110)
+        self.curve_set.set_grid_pen(pg.mkPen(grid, width=1), pg.mkPen(line, width=1))
         axis_pen = pg.mkPen(foreground.lighter(80) if self._dark else foreground.darker(130))
-        for name in ("left", "bottom"):
-            axis = self.plot_item.getAxis(name)
+        for axis in (self.left_axis, self.bottom_axis):
             axis.setPen(axis_pen)
             axis.setTextPen(pg.mkPen(foreground))
+        muted = QColor(foreground)
+        muted.setAlpha(150)
+        self.note_label.setStyleSheet(f"QLabel#chartNote {{ color: rgba({muted.red()},{muted.green()},"
+                                      f"{muted.blue()},{muted.alpha()}); padding: 6px; }}")
+        self._readout_colors = (palette.color(QPalette.ColorRole.ToolTipBase),
+                                palette.color(QPalette.ColorRole.ToolTipText), QColor(foreground))
+        self._readout_text = ""  # drawn again in the new colours on the next update
         self._update_axis_label()
+
+    def eventFilter(self, _watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        # Installed on the plot's viewport only.
+        if event.type() == QEvent.Type.Leave:
+            self.hide_readout()
+        return False
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().changeEvent(event)
@@ -298,30 +257,34 @@ class MetricChart(QWidget):
         curve = self._curves.get(key)
         return curve is not None and curve.series is series
 
+    def _smoothed(self, series: Series) -> SmoothedValues | None:
+        return SmoothedValues(series, self.smoothing) if self.smoothing and self.smoothable else None
+
     def set_series(self, key: int, label: str, series: Series, color: QColor | None = None,
                    count: int = 10) -> None:
         """Draw ``series`` as the curve of ``key`` (replacing the one it had)."""
         curve = self._curves.get(key)
         if curve is not None:
             curve.series = series
-            curve.smoothed = SmoothedValues(series, self.smoothing) if self.smoothing else None
+            curve.smoothed = self._smoothed(series)
             curve.drawn = None
             return
         color = QColor(color) if color is not None else series_color(key, count, self._dark)
-        curve = _Curve(key, label, series, color)
-        if self.smoothing:
-            curve.smoothed = SmoothedValues(series, self.smoothing)
+        curve = _Curve(key, label, series, color, self._smoothed(series))
         self._curves[key] = curve
         self.curve_set.set_pen(key, pg.mkPen(color, width=1))
         if self.legend is not None:
             self.legend.set_entry(key, label, color)
 
     def clear(self) -> None:
+        """Forget every curve and the view range (the next run starts from scratch)."""
         self._curves.clear()
         self.curve_set.remove_all()
         if self.legend is not None:
             self.legend.clear()
-        self.follow()
+        self.hide_readout()
+        self.follow_x = self.follow_y = True
+        self._show_empty(True)
 
     def set_curve_visible(self, key: int, visible: bool) -> None:
         curve = self._curves.get(key)
@@ -350,7 +313,51 @@ class MetricChart(QWidget):
     def _on_legend_toggled(self, key: int, visible: bool) -> None:
         self.set_curve_visible(key, visible)
 
-    # ---- axes and smoothing ------------------------------------------------------------
+    # ---- empty chart -------------------------------------------------------------------
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing finite is drawn (the note is shown instead)."""
+        return self._empty
+
+    def note(self) -> str:
+        return self._note if self._empty else ""
+
+    def has_data(self) -> bool:
+        """Some curve (shown or hidden) has a finite point to draw."""
+        return self.curve_set.has_data()
+
+    def set_empty_note(self, text: str) -> None:
+        """What the chart says while it has nothing to draw (``ChartGrid`` words it)."""
+        if text != self._note:
+            self._note = text
+            self.note_label.setText(text)
+            self._show_empty(self._empty)
+            self._place_note()
+
+    def _show_empty(self, empty: bool) -> None:
+        """An empty chart shows its note and no tick labels: no 0..1 box that looks like data."""
+        if empty != self._empty:
+            self._empty = empty
+            for axis in (self.left_axis, self.bottom_axis):
+                axis.setStyle(showValues=not empty)
+            if empty:
+                self.view_box.setRange(xRange=(0.0, 1.0), yRange=(0.0, 1.0), padding=0)
+        show_note = empty and bool(self._note)
+        if show_note == self.note_label.isHidden():
+            self.note_label.setVisible(show_note)
+            self._place_note()
+
+    def _place_note(self, *_args) -> None:
+        if not self.note_label.isVisible():
+            return
+        rect = self.view_box.sceneBoundingRect()
+        top_left = self.plot_widget.mapFromScene(rect.topLeft())
+        bottom_right = self.plot_widget.mapFromScene(rect.bottomRight())
+        area = QRectF(QPointF(top_left), QPointF(bottom_right)).toRect()
+        self.note_label.setGeometry(area if area.width() > 40 else self.plot_widget.rect())
+
+    # ---- axes, log scale and smoothing ---------------------------------------------------
 
     @property
     def x_axis(self) -> str:
@@ -362,8 +369,8 @@ class MetricChart(QWidget):
         if axis == self._x_axis and t0 == self._t0:
             return
         self._x_axis, self._t0 = axis, t0
-        for curve in self._curves.values():
-            curve.drawn = None
+        self.bottom_axis.set_kind(ticks.STEP if axis == STEP else ticks.SECONDS)
+        self._invalidate()
         self._update_axis_label()
         self.follow()
 
@@ -371,28 +378,46 @@ class MetricChart(QWidget):
         self.set_x_axis(self._x_axis, t0)
 
     def set_smoothing(self, weight: float) -> None:
-        """EMA weight in [0, 1): 0 draws raw values."""
-        if weight == self.smoothing:
+        """EMA weight in [0, 1): 0 draws raw values. Charts that are not ``smoothable`` ignore it."""
+        if weight == self.smoothing or not self.smoothable:
             return
         self.smoothing = weight
         for curve in self._curves.values():
-            curve.smoothed = SmoothedValues(curve.series, weight) if weight else None
+            curve.smoothed = self._smoothed(curve.series)
+            curve.drawn = None
+
+    def set_log_y(self, on: bool) -> None:
+        """Draw ``log10`` of the values (the axis labels say the values themselves)."""
+        on = bool(on)
+        if on != self.log_button.isChecked():
+            self.log_button.setChecked(on)  # toggled calls back here
+            return
+        if on == self.log_y:
+            return
+        self.log_y = on
+        self.left_axis.logMode = on
+        self.left_axis.picture = None
+        self.left_axis.update()
+        self._invalidate()
+        self.follow(x=False, y=True)
+        self.refresh()
+        self.log_y_toggled.emit(on)
+
+    def _invalidate(self) -> None:
+        for curve in self._curves.values():
             curve.drawn = None
 
     def _update_axis_label(self) -> None:
-        foreground = self.palette().color(QPalette.ColorRole.Text).name()
-        style = {"color": foreground, "font-size": "8pt"}
-        if self._x_axis == STEP:
-            self.plot_item.setLabel("bottom", "step", **style)
-        else:
-            self.plot_item.setLabel("bottom", "time since start", units="s", **style)
+        """No axis title (it costs every chart a line): the ticks say steps (``12k``) or time
+        (``1:05``), the title of a chart of samples says "vs time", the X axis control the rest."""
+        self.bottom_axis.setToolTip("step" if self._x_axis == STEP else "time since the run started")
 
     def _update_grid(self, *_args) -> None:
         (x_low, x_high), (y_low, y_high) = self.view_box.viewRange()
         width, height = max(1.0, self.view_box.width()), max(1.0, self.view_box.height())
         lines = []
-        for axis_name, low, high, size in (("bottom", x_low, x_high, width), ("left", y_low, y_high, height)):
-            levels = self.plot_item.getAxis(axis_name).tickValues(low, high, size)
+        for axis, low, high, size in ((self.bottom_axis, x_low, x_high, width), (self.left_axis, y_low, y_high, height)):
+            levels = axis.tickValues(low, high, size) if not self._empty else []
             lines.append(list(levels[0][1]) if levels else [])
         self.curve_set.set_grid(lines[0], lines[1], QRectF(x_low, y_low, x_high - x_low, y_high - y_low))
 
@@ -411,8 +436,8 @@ class MetricChart(QWidget):
             self.follow_y = False
 
     def _on_zoomed_by_user(self, mask) -> None:
-        # A wheel zoom or a drag: keep the range the user chose.
-        self.stop_following(x=bool(mask[0]), y=bool(mask[1]))
+        # A wheel zoom or a drag (x only): keep the x range the user chose; y keeps fitting.
+        self.stop_following(x=bool(mask[0]), y=False)
 
     def _on_scene_clicked(self, event) -> None:
         if event.double():
@@ -420,35 +445,167 @@ class MetricChart(QWidget):
             self.follow_requested.emit()
 
     def _fit(self, force: bool = False) -> None:
-        """Set the view to the visible curves' bounds, with hysteresis.
+        """Set the view to the visible curves' bounds (``ticks.padded_range``), with hysteresis.
 
         Growing data extends the x range by a little more than needed, and the y range
         changes only when the data leaves it or shrinks well inside it, so the axes
         (costly to repaint) stay still on most frames, and the eye does too.
         """
-        if not (self.follow_x or self.follow_y):
+        if self._empty or not (self.follow_x or self.follow_y):
             return
         x_bounds, y_bounds = self.curve_set.visible_bounds()
-        x_low, x_high = x_bounds if x_bounds is not None else (math.inf, -math.inf)
-        y_low, y_high = y_bounds if y_bounds is not None else (math.inf, -math.inf)
         (view_x_low, view_x_high), (view_y_low, view_y_high) = self.view_box.viewRange()
         x_range = y_range = None
-        if self.follow_x and x_low <= x_high:
-            span = max(x_high - x_low, 1e-9)
-            if (force or x_low < view_x_low or x_low > view_x_low + 0.03 * span or x_high > view_x_high
-                    or x_high < view_x_high - 0.2 * span):
-                x_range = (x_low - 0.01 * span, x_high + 0.05 * span)
-        if self.follow_y and y_low <= y_high:
-            span = y_high - y_low
-            # A flat series (all data wait 0, say) gets a unit-sized range, not one of 1e-9.
-            margin = 0.05 * span if span > 0 else (abs(y_high) * 0.05 or 1.0)
-            view_span = view_y_high - view_y_low
+        if self.follow_x and x_bounds is not None:
+            x_low, x_high = x_bounds
+            kind = ticks.STEP if self._x_axis == STEP else ticks.SECONDS
+            target = ticks.padded_range(x_low, x_high, kind)
+            span = target[1] - target[0]
+            if (force or x_low < view_x_low or x_high > view_x_high
+                    or (view_x_high - view_x_low) > 1.5 * span or x_low - view_x_low > 0.1 * span):
+                x_range = target
+        if self.follow_y and y_bounds is not None:
+            y_low, y_high = y_bounds
+            target = ticks.padded_range(y_low, y_high, ticks.VALUE, at_zero=not self.log_y)
             if (force or y_low < view_y_low or y_high > view_y_high
-                    or (span + 2 * margin) < 0.6 * view_span):
-                low = y_low - margin
-                y_range = (max(0.0, low) if y_low >= 0 else low, y_high + margin)  # no negative axis for >= 0 data
+                    or (target[1] - target[0]) < 0.6 * (view_y_high - view_y_low)):
+                y_range = target
         if x_range is not None or y_range is not None:
             self.view_box.setRange(xRange=x_range, yRange=y_range, padding=0, disableAutoRange=False)
+
+    # ---- hover readout -------------------------------------------------------------------
+
+    def _on_mouse_moved(self, scene_point: QPointF) -> None:
+        if self._empty or not self.view_box.sceneBoundingRect().contains(scene_point):
+            self.hide_readout()
+            return
+        point = self.view_box.mapSceneToView(scene_point)
+        self._readout_seen = {}
+        self._hover_widget_point = self.plot_widget.mapFromScene(scene_point)
+        self._hover = (point.x(), point.y())
+        self.update_readout()
+
+    def show_readout_at(self, x: float, y: float) -> None:
+        """Hover at (``x``, ``y``) in view coordinates, as the mouse does (tests, benchmarks)."""
+        self._readout_seen = {}
+        scene_point = self.view_box.mapViewToScene(QPointF(x, y))
+        self._hover_widget_point = self.plot_widget.mapFromScene(scene_point)
+        self._hover = (x, y)
+        self.update_readout()
+
+    def hide_readout(self) -> None:
+        self._hover = None
+        self._readout_shown = None
+        self.readout.hide()
+        self.curve_set.set_marker(None)
+
+    def readout_rows(self) -> tuple[str, list[ReadoutRow], int]:
+        """(position text, rows listed, rows left out) at the hover position."""
+        if self._hover is None:
+            return "", [], 0
+        x, y = self._hover
+        offset = self._t0 if self._x_axis == TIME else 0.0
+        rows = []
+        for curve in self._curves.values():
+            if not self.curve_set.is_visible(curve.key):
+                continue
+            index = curve.series.nearest_index(self._x_axis, x + offset)
+            if index is None:
+                continue
+            raw = float(curve.series.values.values[index]) * self.scale
+            value = raw
+            if curve.smoothed is not None:
+                smoothed = curve.smoothed.sync().values
+                value = float(smoothed[index]) * self.scale if index < len(smoothed) else raw
+            point_x = float(curve.series.axis(self._x_axis)[index]) - offset
+            rows.append(ReadoutRow(curve.key, curve.label, point_x, value, raw if curve.smoothed else None))
+        if not rows:
+            return "", [], 0
+        nearest_x = min(rows, key=lambda row: abs(row.x - x)).x
+        kept, left_out = pick_rows(rows, y, log=self.log_y)
+        return format_position(nearest_x, self._x_axis == TIME), kept, left_out
+
+    def update_readout(self) -> None:
+        """Recompute the readout at the hover position (the mouse moved, or new points arrived).
+
+        Only what changed is touched: while points stream in, the values under a resting
+        cursor rarely change, and a readout moved or rewritten makes Qt repaint the curves
+        under it.
+        """
+        position, rows, left_out = self.readout_rows()
+        if not rows:
+            self.readout.hide()
+            self.curve_set.set_marker(None)
+            self._readout_shown = None
+            return
+        self.curve_set.set_marker(self._hover_x_snapped(rows))
+        lines = [f"<b>{html.escape(self.title)}</b> · {html.escape(position)}", "<table cellspacing=0 cellpadding=0>"]
+        for row in rows:
+            color = self._curves[row.key].color.name()
+            raw = f" <span style='color:gray'>({format_value(row.raw)})</span>" if row.raw is not None else ""
+            lines.append(f"<tr><td><span style='color:{color}'>■</span> {html.escape(row.label)}&nbsp;&nbsp;</td>"
+                         f"<td align=right>{format_value(row.value)}{raw}</td></tr>")
+        lines.append("</table>")
+        if left_out:
+            lines.append(f"<i>+{left_out} more (nearest the cursor shown)</i>")
+        text = "".join(lines)
+        shown = (text, self._hover_widget_point.x(), self._hover_widget_point.y())
+        if shown == self._readout_shown and not self.readout.isHidden():
+            return
+        self._readout_shown = shown
+        if text != self._readout_text:
+            self._readout_text = text
+            self.readout.setPixmap(self._render_readout(text))
+            self.readout.adjustSize()
+        self._place_readout()
+        self.readout.show()
+
+    def readout_text(self) -> str:
+        """The readout's content (rich text), as drawn in its picture."""
+        return self._readout_text if not self.readout.isHidden() else ""
+
+    def _render_readout(self, text: str) -> QPixmap:
+        background, foreground, border = self._readout_colors
+        document = QTextDocument()
+        document.setDefaultFont(self.font())
+        document.setDefaultStyleSheet(f"body {{ color: {foreground.name()}; }}")
+        document.setHtml(f"<body>{text}</body>")
+        document.setDocumentMargin(4)
+        size = document.size().toSize()
+        ratio = self.devicePixelRatioF()
+        pixmap = QPixmap(size * ratio)
+        pixmap.setDevicePixelRatio(ratio)
+        pixmap.fill(background)
+        painter = QPainter(pixmap)
+        document.drawContents(painter)
+        painter.setPen(border)
+        painter.drawRect(0, 0, size.width() - 1, size.height() - 1)
+        painter.end()
+        return pixmap
+
+    _readout_shown: tuple | None = None
+
+    def _hover_x_snapped(self, rows: list[ReadoutRow]) -> float:
+        x = self._hover[0] if self._hover is not None else rows[0].x
+        return min(rows, key=lambda row: abs(row.x - x)).x
+
+    def _place_readout(self) -> None:
+        """Next to the cursor, on the screen: a short chart's readout may reach past its edge."""
+        anchor = self.plot_widget.viewport().mapToGlobal(self._hover_widget_point)
+        size = self.readout.sizeHint()
+        screen = self.screen().availableGeometry() if self.screen() is not None else None
+        left, top = anchor.x() + READOUT_OFFSET, anchor.y() + READOUT_OFFSET
+        if screen is not None:
+            if left + size.width() > screen.right():
+                left = anchor.x() - READOUT_OFFSET - size.width()
+            if top + size.height() > screen.bottom():
+                top = anchor.y() - READOUT_OFFSET - size.height()
+            left, top = max(screen.left(), left), max(screen.top(), top)
+        self.readout.move(left, top)
+
+    def hideEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().hideEvent(event)
+        self.hide_readout()  # another tab came to the front under the cursor
 
     # ---- drawing -----------------------------------------------------------------------
 
@@ -456,8 +613,13 @@ class MetricChart(QWidget):
         width = int(self.view_box.width())
         return width if width > 10 else DEFAULT_PIXELS
 
+    def _transform(self, y: np.ndarray) -> np.ndarray:
+        if self.scale != 1.0:
+            y *= self.scale
+        return log10_or_gap(y) if self.log_y else y
+
     def refresh(self, force: bool = False) -> int:
-        """Redraw curves whose data, range, width or smoothing changed; returns points handed over."""
+        """Redraw curves whose data, range, width, smoothing or scale changed; returns points handed over."""
         pixels = self.pixels()
         x_range = None
         if not self.follow_x:
@@ -468,27 +630,51 @@ class MetricChart(QWidget):
         changed = force
         pixel_x, pixel_y = self.view_box.viewPixelSize()
         padding = (2 * abs(pixel_x), 2 * abs(pixel_y))
+        low, high = (None, None) if x_range is None else x_range
         for curve in self._curves.values():
             if not self.curve_set.is_visible(curve.key):
                 continue
-            state = (len(curve.series), pixels, x_range, self._x_axis, self._t0, self.smoothing)
+            state = (len(curve.series), pixels, x_range, self._x_axis, self._t0, self.smoothing, self.log_y)
             if state == curve.drawn and not force:
                 continue
-            values = curve.smoothed.sync() if curve.smoothed is not None else None
-            if x_range is None:
-                x, y = curve.series.decimate(self._x_axis, None, None, pixels, values)
+            faint = None
+            if curve.smoothed is not None:
+                x, y = curve.series.decimate(self._x_axis, low, high, pixels, curve.smoothed.sync())
+                raw_x, raw_y = curve.series.decimate(self._x_axis, low, high, pixels)
+                if self._x_axis == TIME and self._t0:
+                    raw_x -= self._t0
+                faint = (raw_x, self._transform(raw_y))
             else:
-                x, y = curve.series.decimate(self._x_axis, x_range[0], x_range[1], pixels, values)
+                x, y = curve.series.decimate(self._x_axis, low, high, pixels)
             if self._x_axis == TIME and self._t0:
                 x -= self._t0
-            if self.scale != 1.0:
-                y *= self.scale
-            self.curve_set.set_points(curve.key, x, y)
+            self.curve_set.set_points(curve.key, x, self._transform(y), faint)
             curve.drawn = state
             curve.points = len(x)
             drawn_points += len(x)
             changed = True
         if changed:
             self.curve_set.commit(padding)
-            self._fit()
+            was_empty = self._empty
+            self._show_empty(self.curve_set.visible_bounds()[1] is None)
+            self._fit(force=was_empty and not self._empty)
+            if self._hover is not None and self._readout_stale():
+                self.update_readout()
         return drawn_points
+
+    def _readout_stale(self) -> bool:
+        """New points can change the readout only where they land on the cursor's side: points
+        appended beyond it (a cursor resting on history while the run goes on) cannot."""
+        x = self._hover[0] + (self._t0 if self._x_axis == TIME else 0.0)
+        seen = self._readout_seen
+        stale = False
+        for curve in self._curves.values():
+            series = curve.series
+            size = len(series)
+            before = seen.get(curve.key)
+            if before is None or before[0] != id(series) or (
+                    size != before[1] and not (series.sorted_by[self._x_axis] and before[2] >= x)):
+                stale = True
+            column = series.axis(self._x_axis)
+            seen[curve.key] = (id(series), size, float(column[-1]) if size else -math.inf)
+        return stale

@@ -206,6 +206,28 @@ class Series:
         stop = int(np.searchsorted(x, x_max, side="right")) + 1
         return max(0, first), min(size, stop)
 
+    def nearest_index(self, axis: str, x: float) -> int | None:
+        """The index of the point whose ``axis`` coordinate is nearest ``x`` (the hover readout).
+
+        ``O(log n)`` on a sorted axis (a bisection); a scan on an unsorted one.
+        ``None`` for an empty series or an axis without numbers.
+        """
+        column = self.axis(axis)
+        size = len(column)
+        if not size or math.isnan(x):
+            return None
+        if self.sorted_by[axis] and not math.isnan(column[0]):
+            right = int(np.searchsorted(column, x, side="left"))
+            if right >= size:
+                return size - 1
+            if right == 0:
+                return 0
+            return right if column[right] - x < x - column[right - 1] else right - 1
+        distance = np.abs(column - x)
+        if np.isnan(distance).all():
+            return None
+        return int(np.nanargmin(distance))
+
     def decimate(self, axis: str, x_min: float | None = None, x_max: float | None = None,
                  pixels: int = 1000, values: MinMaxColumn | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Points to draw the part of the curve inside ``[x_min, x_max]`` on ``pixels`` columns.

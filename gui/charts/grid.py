@@ -1,29 +1,37 @@
-"""The monitor's charts: loss, step time, data wait, throughput, GPU (or CPU) use, per rank.
+"""The monitor's charts: the built-in ones, then one per key the script logs, per rank.
 
 :class:`ChartGrid` takes a :class:`~gui.models.monitor.MonitorModel`, adds a curve
-whenever a new rank or GPU appears in it, and redraws on its own QTimer
-(``REFRESH_HZ``), never per message: messages only append to the model's series.
-Above the charts: x by step or by time, the smoothing weight, reset zoom.
+whenever a new rank or GPU appears in it and a chart whenever a new key does
+(``gui.models.charts``: loss, step time, data wait, throughput, GPU or CPU use,
+then ``lr``, ``grad_norm``, ... as ``rankwatch.log`` or ``--parse-stdout`` first
+report them), and redraws on its own QTimer (``REFRESH_HZ``), never per message:
+messages only append to the model's series. Above the charts: x by step or by
+time, the smoothing weight, reset zoom.
 
-Zooming or panning one chart zooms every chart on the same x axis (steps, or
-time). Charts start in auto range, following the newest data. One legend strip
-(``LegendBar``) serves all per-rank charts and one the GPU charts: a click hides
-or shows that rank's curves everywhere.
+Every chart gets the same legend, colours, min/max decimation and x axis: zooming
+or panning one chart zooms every chart on the same x axis (steps, or time). One
+legend strip (``LegendBar``) serves all per-rank charts and one the GPU charts: a
+click hides or shows that rank's curves everywhere. Charts fill the area in two
+or three columns and never shrink below ``MIN_CHART_HEIGHT``: past that the area
+scrolls, so no chart is squeezed unreadable.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
+    QFrame,
     QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QScrollArea,
+    QSizePolicy,
     QSlider,
     QVBoxLayout,
     QWidget,
@@ -32,41 +40,34 @@ from PySide6.QtWidgets import (
 from gui.charts.chart import MetricChart, palette_is_dark, series_color
 from gui.charts.decimation import STEP, TIME
 from gui.charts.legend import LegendBar
-from gui.models import monitor
+from gui.models.charts import (
+    BUILT_IN_CHARTS,
+    CPU,
+    GPU,
+    GPU_KEYS,
+    HIDDEN_NOTE,
+    METRICS,
+    MIN_CHART_HEIGHT,
+    RANK_KEYS,
+    ChartDef,
+    chart_columns,
+    empty_chart_note,
+    logged_chart,
+    logged_metric_names,
+)
 from gui.models.monitor import MonitorModel
-from rankwatch import _protocol
 
 REFRESH_HZ = 15
-GIB = float(1 << 30)
+NOTES_EVERY = 8
+"""Refreshes between two updates of the empty charts' notes (they follow the run's state)."""
+MANY_RANKS = 16
+"""With more ranks than this, legend entries are numbers only ("12", not "rank 12")."""
 
 
-@dataclass(frozen=True)
-class ChartDef:
-    series: str
-    title: str
-    scale: float = 1.0
-    time_only: bool = False
-    group: str = "metrics"
-    """``metrics`` always shown; ``gpu`` with GPU samples; ``cpu`` in CPU mode."""
-    key_label: str = "rank"
-
-
-CHART_DEFS = (
-    ChartDef(_protocol.LOSS, "Loss"),
-    ChartDef(_protocol.STEP_TIME, "Step time (ms)", scale=1000.0),
-    ChartDef(monitor.DATA_WAIT_SHARE, "Data wait (% of step)", scale=100.0),
-    ChartDef(_protocol.SAMPLES_PER_SECOND, "Samples/s"),
-    ChartDef(monitor.GPU_UTILIZATION, "GPU utilisation (%)", time_only=True, group="gpu", key_label="GPU"),
-    ChartDef(monitor.GPU_MEMORY, "GPU memory (GiB)", scale=1 / GIB, time_only=True, group="gpu",
-             key_label="GPU"),
-    ChartDef(monitor.CPU_PERCENT, "CPU per rank (%)", time_only=True, group="cpu"),
-    ChartDef(monitor.RSS_BYTES, "Memory per rank (RSS, GiB)", scale=1 / GIB, time_only=True, group="cpu"),
-)
-_COLUMNS = 2
-
-
-def key_label(kind: str, key: int) -> str:
-    return f"GPU {key}" if kind == "GPU" else f"rank {key}"
+def key_label(kind: str, key: int, count: int = 0) -> str:
+    if kind == GPU_KEYS:
+        return f"GPU {key}"
+    return str(key) if count > MANY_RANKS else f"rank {key}"
 
 
 class ChartGrid(QWidget):
@@ -74,18 +75,23 @@ class ChartGrid(QWidget):
 
     Signals:
         frame_drawn(float): milliseconds the last refresh took (decimate + hand over).
+        chart_added(str): a chart for a newly reported key was added.
     """
 
     frame_drawn = Signal(float)
+    chart_added = Signal(str)
 
     def __init__(self, model: MonitorModel, parent: QWidget | None = None, refresh_hz: float = REFRESH_HZ) -> None:
         super().__init__(parent)
         self.model = model
         self.x_axis = STEP
+        self.smoothing = 0.0
         self.charts: dict[str, MetricChart] = {}
         self._defs: dict[str, ChartDef] = {}
         self._series_dirty = True
         self._mode: str | None = None
+        self._columns = 0
+        self._placed: list[str] = []
         self.frames = 0
         self.last_frame_ms = 0.0
 
@@ -97,13 +103,18 @@ class ChartGrid(QWidget):
         self.smoothing_slider = QSlider(Qt.Orientation.Horizontal)
         self.smoothing_slider.setRange(0, 99)
         self.smoothing_slider.setFixedWidth(140)
-        self.smoothing_slider.setToolTip("Exponential moving average weight (0 = raw values)")
+        self.smoothing_slider.setToolTip("Exponential moving average weight (0 = raw values); the raw curve "
+                                         "stays visible, faint. Process and GPU samples are never smoothed")
         self.smoothing_slider.valueChanged.connect(self._on_smoothing_moved)
         self.smoothing_label = QLabel("0.00")
         self.smoothing_label.setMinimumWidth(32)
         self.reset_button = QPushButton("Reset zoom")
-        self.reset_button.setToolTip("Show all data and follow new points again")
+        self.reset_button.setToolTip("Show all data and follow new points again (or double-click a chart)")
         self.reset_button.clicked.connect(self.reset_zoom)
+        self.hint = QLabel("Wheel: zoom steps · drag: pan · hover: values · double-click: all")
+        self.hint.setObjectName("hint")
+        self.hint.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)  # first to give way
+        self.hint.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         controls = QHBoxLayout()
         controls.setContentsMargins(4, 0, 4, 0)
         controls.addWidget(QLabel("X axis"))
@@ -114,44 +125,93 @@ class ChartGrid(QWidget):
         controls.addWidget(self.smoothing_label)
         controls.addSpacing(12)
         controls.addWidget(self.reset_button)
-        controls.addStretch(1)
+        controls.addWidget(self.hint, 1)
         self.controls = controls
 
         self.rank_legend = LegendBar("Ranks")
-        self.rank_legend.visibility_changed.connect(lambda key, on: self._on_legend_toggled("rank", key, on))
+        self.rank_legend.visibility_changed.connect(lambda key, on: self._on_legend_toggled(RANK_KEYS, key, on))
         self.gpu_legend = LegendBar("GPUs")
-        self.gpu_legend.visibility_changed.connect(lambda key, on: self._on_legend_toggled("GPU", key, on))
+        self.gpu_legend.visibility_changed.connect(lambda key, on: self._on_legend_toggled(GPU_KEYS, key, on))
         self.gpu_legend.hide()
 
-        grid = QGridLayout()
-        grid.setContentsMargins(0, 0, 0, 0)
-        grid.setSpacing(4)
-        for position, definition in enumerate(CHART_DEFS):
-            chart = MetricChart(definition.title, scale=definition.scale, time_only=definition.time_only,
-                                legend=False)
-            self.charts[definition.series] = chart
-            self._defs[definition.series] = definition
-            if definition.group == "cpu":  # shares the GPU charts' places
-                index = 4 + (position - 6)
-            else:
-                index = position
-            grid.addWidget(chart, index // _COLUMNS, index % _COLUMNS)
-            chart.view_box.sigRangeChangedManually.connect(lambda _mask, c=chart: self._on_zoomed(c))
-            chart.follow_requested.connect(self.reset_zoom)
+        self.container = QWidget()
+        self.grid = QGridLayout(self.container)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.grid.setSpacing(4)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(self.container)
+        for definition in BUILT_IN_CHARTS:
+            self._add_chart(definition)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addLayout(controls)
         layout.addWidget(self.rank_legend)
         layout.addWidget(self.gpu_legend)
-        layout.addLayout(grid, 1)
-        self._set_mode("cpu")
+        layout.addWidget(self.scroll, 1)
+        self._set_mode(CPU)
 
         self._connect_model(model)
         self.timer = QTimer(self)
         self.timer.setInterval(int(1000 / refresh_hz))
         self.timer.timeout.connect(self.refresh)
         self.timer.start()
+
+    # ---- charts ----------------------------------------------------------------------
+
+    def _add_chart(self, definition: ChartDef) -> MetricChart:
+        chart = MetricChart(definition.title, scale=definition.scale, time_only=definition.time_only,
+                            legend=False, smoothable=definition.smoothable)
+        chart.setMinimumHeight(MIN_CHART_HEIGHT)
+        self.charts[definition.series] = chart
+        self._defs[definition.series] = definition
+        chart.view_box.sigRangeChangedManually.connect(lambda _mask, c=chart: self._on_zoomed(c))
+        chart.follow_requested.connect(self.reset_zoom)
+        chart.set_smoothing(self.smoothing)
+        chart.set_x_axis(self.x_axis, self.model.t0)
+        return chart
+
+    def _remove_logged_charts(self) -> None:
+        for name in [name for name, definition in self._defs.items() if definition.logged]:
+            chart = self.charts.pop(name)
+            del self._defs[name]
+            self.grid.removeWidget(chart)
+            chart.hide()
+            chart.deleteLater()
+        self._layout_charts(force=True)
+
+    def shown_chart_names(self) -> list[str]:
+        """The charts on show, in their order: built-in ones (of this mode), then logged keys."""
+        return [name for name, definition in self._defs.items()
+                if definition.group == METRICS or definition.group == self._mode]
+
+    def _layout_charts(self, force: bool = False) -> None:
+        """Place the shown charts in rows of ``chart_columns(width)``."""
+        names = self.shown_chart_names()
+        columns = chart_columns(self.scroll.viewport().width() or self.width())
+        if not force and columns == self._columns and names == self._placed:
+            return
+        self._columns, self._placed = columns, names
+        for chart in self.charts.values():
+            self.grid.removeWidget(chart)
+        for row in range(self.grid.rowCount()):
+            self.grid.setRowStretch(row, 0)
+        for position, name in enumerate(names):
+            self.grid.addWidget(self.charts[name], position // columns, position % columns)
+        rows = -(-len(names) // columns)
+        for row in range(rows):
+            self.grid.setRowStretch(row, 1)
+        for column in range(3):
+            self.grid.setColumnStretch(column, 1 if column < columns else 0)
+        for name, chart in self.charts.items():
+            chart.setVisible(name in names)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._layout_charts()
 
     # ---- model -----------------------------------------------------------------------
 
@@ -165,38 +225,57 @@ class ChartGrid(QWidget):
         model.series_added.connect(self._on_series_added)
 
     def _on_model_reset(self) -> None:
+        self._remove_logged_charts()
         for chart in self.charts.values():
             chart.clear()
         self.rank_legend.clear()
         self.gpu_legend.clear()
         self._series_dirty = True
+        self._update_notes()
 
     def _on_series_added(self, _name: str, _key: int) -> None:
         self._series_dirty = True
 
     def _sync_series(self) -> None:
         self._series_dirty = False
+        added = []
+        for name in logged_metric_names(self.model):
+            if name not in self.charts:
+                self._add_chart(logged_chart(name))
+                added.append(name)
         dark = palette_is_dark(self.palette())
         world = int((self.model.run or {}).get("world_size") or 0)
         for name, chart in self.charts.items():
             definition = self._defs[name]
             by_key = self.model.series(name)
-            count = max(world, max(by_key, default=-1) + 1) if definition.key_label == "rank" else len(by_key)
+            per_rank = definition.key_label == RANK_KEYS
+            count = max(world, max(by_key, default=-1) + 1) if per_rank else len(by_key)
             legend = self._legend(definition.key_label)
             for key, series in sorted(by_key.items()):
                 if not chart.has_series(key, series):
                     color = series_color(key, count, dark)
-                    label = key_label(definition.key_label, key)
+                    label = key_label(definition.key_label, key, count)
                     chart.set_series(key, label, series, color, count)
                     if key not in legend.keys:
                         legend.set_entry(key, label, color)
                     chart.set_curve_visible(key, legend.is_visible(key))
-        self._set_mode("gpu" if self.model.has_gpu_samples() else "cpu")
+        self._set_mode(GPU if self.model.has_gpu_samples() else CPU)
         for chart in self.charts.values():
             chart.set_x_axis(self.x_axis, self.model.t0)
+        self._layout_charts(force=bool(added))
+        for name in added:
+            self.chart_added.emit(name)
+
+    def _update_notes(self) -> None:
+        """What each empty chart says (waiting, not measured and why, every curve hidden)."""
+        for name, chart in self.charts.items():
+            if chart.has_data():
+                chart.set_empty_note(HIDDEN_NOTE)
+            else:
+                chart.set_empty_note(empty_chart_note(self._defs[name], self.model, False) or "")
 
     def _legend(self, key_label: str) -> LegendBar:
-        return self.gpu_legend if key_label == "GPU" else self.rank_legend
+        return self.gpu_legend if key_label == GPU_KEYS else self.rank_legend
 
     def _on_legend_toggled(self, key_label: str, key: int, visible: bool) -> None:
         for name, chart in self.charts.items():
@@ -207,15 +286,13 @@ class ChartGrid(QWidget):
         if mode == self._mode:
             return
         self._mode = mode
-        self.gpu_legend.setVisible(mode == "gpu")
-        for name, chart in self.charts.items():
-            group = self._defs[name].group
-            chart.setVisible(group == "metrics" or group == mode)
+        self.gpu_legend.setVisible(mode == GPU)
+        self._layout_charts(force=True)
 
     @property
     def mode(self) -> str:
         """``gpu`` when the run has GPU samples, else ``cpu``."""
-        return self._mode or "cpu"
+        return self._mode or CPU
 
     # ---- controls --------------------------------------------------------------------
 
@@ -234,10 +311,10 @@ class ChartGrid(QWidget):
         self.refresh()
 
     def _on_smoothing_moved(self, value: int) -> None:
-        weight = value / 100.0
-        self.smoothing_label.setText(f"{weight:.2f}")
+        self.smoothing = value / 100.0
+        self.smoothing_label.setText(f"{self.smoothing:.2f}")
         for chart in self.charts.values():
-            chart.set_smoothing(weight)
+            chart.set_smoothing(self.smoothing)
 
     def reset_zoom(self) -> None:
         """Every chart shows all its data again and follows new points."""
@@ -263,19 +340,31 @@ class ChartGrid(QWidget):
         for chart in self.charts.values():
             if force or chart.isVisible():
                 points += chart.refresh(force)
+        if force or self.frames % NOTES_EVERY == 0:
+            self._update_notes()
         self.frames += 1
         self.last_frame_ms = 1000.0 * (time.perf_counter() - started)
         self.frame_drawn.emit(self.last_frame_ms)
         return points
 
     def export_png(self, path: Path) -> Path:
-        """Save the charts as they look now (refreshing first).
+        """Save every chart as it looks now (refreshing first), the ones scrolled out of view too.
 
         Raises:
             OSError: the image could not be written.
         """
         self.refresh(force=True)
-        image = self.grab()
+        legends = [legend for legend in (self.rank_legend, self.gpu_legend) if not legend.isHidden()]
+        charts = self.container.grab()
+        image = QPixmap(charts.width(), charts.height() + sum(legend.height() for legend in legends))
+        image.fill(self.palette().color(QPalette.ColorRole.Window))
+        painter = QPainter(image)
+        top = 0
+        for legend in legends:
+            painter.drawPixmap(0, top, legend.grab())
+            top += legend.height()
+        painter.drawPixmap(0, top, charts)
+        painter.end()
         path = Path(path)
         if not image.save(str(path), "PNG"):
             raise OSError(f"could not write {path}")

@@ -101,7 +101,9 @@ class LegendBar(QWidget):
             self._height = self._place(self.width())
             self._layout_width = self.width()
 
-    def _place(self, width: int) -> int:
+    def _place(self, width: int, store: bool = True) -> int:
+        """The height the entries take at ``width``; with ``store``, where each one goes (the
+        layout asks ``heightForWidth`` of other widths too: those must not move the entries)."""
         metrics = self.fontMetrics()
         line = metrics.height() + _PAD
         self._title_width = metrics.horizontalAdvance(self.title) + _GAP if self.title else 0
@@ -110,7 +112,8 @@ class LegendBar(QWidget):
             entry_width = _SWATCH + _PAD + metrics.horizontalAdvance(entry.label) + _PAD
             if x + entry_width > width - _PAD and x > _PAD + self._title_width:
                 x, y = _PAD + self._title_width, y + line
-            entry.rect = QRect(x, y, entry_width, line)
+            if store:
+                entry.rect = QRect(x, y, entry_width, line)
             x += entry_width + _GAP
         return y + line + _PAD // 2
 
@@ -118,7 +121,7 @@ class LegendBar(QWidget):
         return True
 
     def heightForWidth(self, width: int) -> int:  # noqa: N802 - Qt override
-        return self._place(max(50, width))
+        return self._place(max(50, width), store=False)
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
         return QSize(400, self.heightForWidth(max(400, self.width())))

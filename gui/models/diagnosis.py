@@ -31,7 +31,7 @@ from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
 from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
-from rankwatch._protocol import EventKind, RankFailure, describe_end_of
+from rankwatch._protocol import EventKind, RankFailure, how_it_ended
 from rankwatch._protocol import as_float as _float
 from rankwatch._protocol import as_int as _int
 
@@ -56,8 +56,8 @@ def clock(t: float | None) -> str:
 
 
 def how_text(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
-    """``exit code 1``, ``signal SIGKILL (exit code -9)``, or what is known without a status."""
-    return describe_end_of(exit_code, signal, evidence, with_exit_code=True)
+    """``exit code 1``, ``SIGKILL``, or what is known without a status (``_protocol.how_it_ended``)."""
+    return how_it_ended(exit_code, signal, evidence)
 
 
 def _ms(seconds: Any) -> str:

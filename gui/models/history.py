@@ -12,12 +12,14 @@ thread), polls, and hands each changed list of :class:`RunRow` to a callback;
 
 from __future__ import annotations
 
+import functools
 import math
+import shlex
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -26,9 +28,35 @@ from rankwatch import _protocol
 from runner.store.liveness import effective_status, is_live
 from runner.store.store import RunNotFound, RunStore
 
-HISTORY_COLUMNS = ("Run", "Profile", "Started", "Duration", "Status", "Exit", "Ranks", "Host")
+HISTORY_COLUMNS = ("Run", "Profile", "Script", "Started", "Duration", "Status", "Exit", "Ranks", "Host")
+NOT_MEASURED = "–"
+"""A finished run whose exit status was never recorded (its runner died)."""
 POLL_INTERVAL_S = 2.0
 RUN_LIMIT = 500
+
+
+@functools.lru_cache(maxsize=2048)
+def entry_of(spec_toml: str | None) -> str:
+    """``train.py --epochs 3`` or ``-m pkg.train``, from a stored spec (empty when unreadable).
+
+    A spec is parsed once (the runs list is polled every few seconds)."""
+    if not spec_toml:
+        return ""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        table = tomllib.loads(spec_toml)
+    except (ValueError, TypeError):
+        return ""
+    if table.get("module"):
+        entry = ["-m", str(table["module"])]
+    elif table.get("script"):
+        entry = [PurePath(str(table["script"])).name]
+    else:
+        return ""
+    return shlex.join(entry + [str(arg) for arg in table.get("args") or []])
 
 
 @dataclass(frozen=True)
@@ -45,6 +73,8 @@ class RunRow:
     host: str | None
     live: bool
     socket: str | None
+    script: str = ""
+    """What ran: the script (or ``-m module``) and its arguments, from the stored spec."""
 
     @classmethod
     def from_store(cls, run: dict[str, Any]) -> RunRow:
@@ -53,7 +83,8 @@ class RunRow:
         return cls(run_id=int(run["id"]), profile=run.get("profile"), status=status,
                    created=float(run.get("created") or 0.0), started=run.get("started"), ended=run.get("ended"),
                    exit_code=run.get("exit_code"), world_size=run.get("world_size"), host=run.get("host"),
-                   live=live, socket=run.get("socket"))
+                   live=live, socket=run.get("socket"), script=entry_of(run.get("spec_toml")))
+
 
     def duration(self, now: float | None = None) -> float | None:
         start = self.started or self.created
@@ -81,14 +112,14 @@ def history_cells(row: RunRow, now: float | None = None) -> tuple[str, ...]:
     start = row.started or row.created
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(start)) if start else ""
     status = f"{row.status} (live)" if row.live else row.status
-    return (str(row.run_id), row.profile or "", started, _duration_text(row.duration(now)), status,
-            "" if row.exit_code is None else str(row.exit_code),
+    return (str(row.run_id), row.profile or "", row.script, started, _duration_text(row.duration(now)), status,
+            ("" if row.live else NOT_MEASURED) if row.exit_code is None else str(row.exit_code),
             "" if row.world_size is None else str(row.world_size), row.host or "")
 
 
 def history_sort_keys(row: RunRow, now: float | None = None) -> tuple[Any, ...]:
     duration = row.duration(now)
-    return (row.run_id, row.profile or "", row.started or row.created, -1.0 if duration is None else duration,
+    return (row.run_id, row.profile or "", row.script, row.started or row.created, -1.0 if duration is None else duration,
             row.status, -(10**9) if row.exit_code is None else row.exit_code, row.world_size or 0, row.host or "")
 
 

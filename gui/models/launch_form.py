@@ -39,7 +39,9 @@ from runner.profile.resolve import (
     resolve,
 )
 from runner.profile.spec import (
+    ALL,
     AUTO,
+    CPU,
     SCHEMA_VERSION,
     GpuSelection,
     LaunchSpec,
@@ -52,6 +54,7 @@ from runner.slurm.script import render_by_hand
 ENTRY_SCRIPT = "script"
 ENTRY_MODULE = "module"
 CHECKING_GPUS = "Checking GPUs…"
+EDITED_SUFFIX = " (edited)"
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,8 @@ class Evaluation:
     launch: ResolvedLaunch | None = None
     picked_at_launch: tuple[str, ...] = ()
     """Rendezvous values the runner picks anew at launch (the preview shows one such pick)."""
+    warnings: tuple[tuple[str, str], ...] = ()
+    """``(field, message)``: allowed, but probably not what was meant (more processes than cores)."""
 
     @property
     def can_launch(self) -> bool:
@@ -248,6 +253,9 @@ class Evaluation:
             more = len(self.errors) - 1
             return f"{field}: {message}" + (f"  (+{more} more)" if more else "")
         return self.notice
+
+    def warnings_for(self, field: str) -> list[str]:
+        return [message for name, message in self.warnings if name == field]
 
     def errors_for(self, *prefixes: str) -> list[str]:
         """Messages of the fields named by ``prefixes`` (``nodes`` matches ``nodes[1].host``)."""
@@ -288,6 +296,17 @@ def ssh_target(node: ResolvedNode) -> str | None:
 def pick_free_port() -> int:
     """A TCP port free right now on this machine (the free-port button)."""
     return free_port()
+
+
+def cores_warning(launch: ResolvedLaunch, cpu_count: int) -> tuple[str, str] | None:
+    """In CPU mode, more processes on the head node than it has cores: every rank gets less
+    than a core and steps crawl (torch's own threads compete too). Allowed, but said."""
+    processes = launch.head.processes
+    if not launch.cpu_mode or not launch.head.is_local or processes <= cpu_count:
+        return None
+    return ("nproc_per_node", f"{processes} processes on {cpu_count} CPU core{'s' if cpu_count != 1 else ''}: "
+                              f"each rank gets less than a core in CPU mode and steps will be slow; "
+                              f"use at most {cpu_count}")
 
 
 def interpreter_errors(info: InterpreterInfo, launch: ResolvedLaunch) -> list[tuple[str, str]]:
@@ -361,6 +380,14 @@ class LaunchFormModel:
         return self._evaluation.dirty
 
     @property
+    def run_profile_label(self) -> str | None:
+        """The name a launch of this form is recorded under in the history: the profile's name
+        when the form is what it saved, ``NAME (edited)`` when it differs, ``None`` without one."""
+        if self._profile_name is None:
+            return None
+        return f"{self._profile_name}{EDITED_SUFFIX}" if self.dirty else self._profile_name
+
+    @property
     def gpu_report(self) -> GpuReport | None:
         """``None`` until the first GPU probe answered."""
         return self._gpu_report
@@ -383,7 +410,7 @@ class LaunchFormModel:
 
     def load(self, spec: LaunchSpec, *, profile_name: str | None, base_dir: Path) -> None:
         """Show ``spec`` (a loaded profile) and take it as the saved baseline."""
-        self._state = FormState.from_spec(spec)
+        self._state = self._fit_machine(FormState.from_spec(spec))
         self._profile_name = profile_name
         self._base_dir = Path(base_dir)
         self._baseline = self._table_or_none(self._state)
@@ -421,8 +448,26 @@ class LaunchFormModel:
 
     def set_gpu_report(self, report: GpuReport) -> None:
         self._gpu_report = report
+        fitted = self._fit_machine(self._state)
+        if fitted != self._state:
+            self._state = fitted
+            if self._baseline is not None and self._baseline.get("gpus") == ALL:
+                self._baseline = {**self._baseline, "gpus": CPU}  # the machine's reading, not an edit
+            self.state_replaced.emit(self._state)
         self.machine_changed.emit(report)
         self._reevaluate()
+
+    @property
+    def has_gpus(self) -> bool | None:
+        """Whether this machine has a usable GPU; ``None`` until the probe answered."""
+        report = self._gpu_report
+        return None if report is None else bool(report.available and report.gpus)
+
+    def _fit_machine(self, state: FormState) -> FormState:
+        """Without a GPU, "all GPUs" is CPU mode: the form says so (and saves ``gpus = "cpu"``)."""
+        if state.gpus == ALL and self.has_gpus is False:
+            return replace(state, gpus=CPU)
+        return state
 
     def set_interpreter_info(self, info: InterpreterInfo) -> None:
         self._interpreters[info.python] = info
@@ -491,8 +536,10 @@ class LaunchFormModel:
         if spec.slurm is not None:  # the sbatch script, to submit the same job by hand
             commands = (CommandPreview(node_rank=0, host="sbatch script", text=render_by_hand(launch)),)
         notice = CHECKING_GPUS if self._gpu_report is None else None
+        warning = cores_warning(launch, machine.cpu_count)
         return Evaluation(spec=spec, errors=tuple(errors), commands=commands, dirty=dirty,
-                          notice=notice, launch=launch, picked_at_launch=picked_at_launch(spec))
+                          notice=notice, launch=launch, picked_at_launch=picked_at_launch(spec),
+                          warnings=(warning,) if warning else ())
 
     def _plan(self, launch: ResolvedLaunch) -> tuple[RendezvousPlan, list[tuple[str, str]]]:
         """The runner's own rendezvous plan (checks a requested port is free, names its holder).

@@ -15,6 +15,7 @@ the GUI thread once complete; after that only the GUI thread touches it.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -22,8 +23,8 @@ from typing import Any, NamedTuple
 
 from gui.charts.decimation import Series
 from gui.models import Event
+from gui.models.exits import rank_ended_by
 from rankwatch import _protocol
-from runner.exit_status import describe_exit_code
 from runner.state import RankState, RunStatus
 from runner.view.progress import Progress, ProgressTracker, compute_progress
 
@@ -57,12 +58,26 @@ class LogEntry(NamedTuple):
     node: str | None
 
 
+_TORCH_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
+"""torch.distributed prints ``[rankN]:`` before each line of a distributed traceback."""
+
+
+def log_text(entry: LogEntry) -> str:
+    """The line without torch's own ``[rankN]:`` prefix when it names the line's rank (which the
+    view says already): no ``[localhost r1] [rank1]: ...``. The store keeps the line as printed."""
+    if entry.rank is not None and entry.line.startswith("[rank"):
+        found = _TORCH_RANK_PREFIX.match(entry.line)
+        if found and int(found.group(1)) == entry.rank:
+            return entry.line[found.end():]
+    return entry.line
+
+
 def format_log_entry(entry: LogEntry) -> str:
     """``[r3] text``, ``[host r3] text`` with a node name, ``[launcher] text`` without a rank."""
     who = "launcher" if entry.rank is None else f"r{entry.rank}"
     if entry.node:
         who = f"{entry.node} {who}"
-    return f"[{who}] {entry.line}"
+    return f"[{who}] {log_text(entry)}"
 
 
 class LogBuffer:
@@ -103,15 +118,18 @@ class LogBuffer:
 
 
 RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %",
-                "Heartbeat", "Exit", "Diagnosis")
-"""``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Diagnosis``
-holds the diagnosis model's note for the rank (failed first, stalled, straggler, diverged)."""
+                "Heartbeat", "Ended by", "Diagnosis")
+"""``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Ended by``
+says it as every panel does (``gui.models.exits``); ``Diagnosis`` holds the diagnosis model's
+note for the rank (failed first, stalled, straggler, diverged)."""
+NOT_MEASURED = "–"
+"""What a value that was not measured (``None``) reads as, everywhere."""
 STALE_HEARTBEAT_S = 10.0
 
 
 def _text(value: Any, fmt: str = "{}") -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
+        return NOT_MEASURED
     return fmt.format(value)
 
 
@@ -140,7 +158,7 @@ def format_duration(seconds: float | None) -> str:
 
 def format_loss(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
+        return NOT_MEASURED
     magnitude = abs(value)
     if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e5):
         return f"{value:.3e}"
@@ -161,11 +179,14 @@ def _finished_rank(row: dict[str, Any]) -> bool:
         return False
 
 
-def rank_cells(row: dict[str, Any], now: float, note: str = "") -> tuple[str, ...]:
-    """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order."""
+def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order; ``summary`` is the
+    run's triage (how it says a rank ended wins over the row)."""
     share = row.get("data_wait_share")
     step_time = row.get("step_time")
     gpu = row.get("gpu_index")
+    finished = _finished_rank(row)
+    age = heartbeat_age(row, now)
     return (
         _text(row.get("node_rank")),
         _text(row.get("rank")),
@@ -175,10 +196,10 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "") -> tuple[str, ..
         _text(row.get("state")),
         _text(row.get("step")),
         format_loss(row.get("loss")),
-        "" if step_time is None else f"{1000.0 * step_time:.1f}",
-        "" if share is None else f"{100.0 * share:.0f}",
-        format_age(heartbeat_age(row, now)),
-        "" if row.get("exit_code") is None else describe_exit_code(row.get("exit_code")),
+        NOT_MEASURED if step_time is None else f"{1000.0 * step_time:.1f}",
+        NOT_MEASURED if share is None else f"{100.0 * share:.0f}",
+        "" if finished else NOT_MEASURED if age is None else format_age(age),
+        rank_ended_by(row, summary, finished),
         note,
     )
 

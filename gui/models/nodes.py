@@ -75,7 +75,7 @@ def node_cells(node: dict[str, Any], ranks: list[int]) -> tuple[str, ...]:
         str(node.get("node_rank", "")),
         str(node.get("host") or ""),
         str(node.get("state") or ""),
-        "" if processes is None else str(processes),
+        "–" if processes is None else str(processes),  # not known: not measured
         compact_ranks(ranks),
         since_text(node),
         str(node.get("detail") or ""),

@@ -89,6 +89,26 @@ class ProfileListModel:
     def is_bundled(self, name: str) -> bool:
         return name == EXAMPLE_PROFILE and not self.is_saved(name)
 
+    @staticmethod
+    def name_problem(name: str) -> str | None:
+        """Why ``name`` cannot name a profile (the message ``ProfileError`` would carry), or ``None``."""
+        try:
+            profile_path(name)
+        except ProfileError as error:
+            return str(error)
+        return None
+
+    def spec_for_save_as(self, spec: LaunchSpec, source: str | None) -> LaunchSpec:
+        """What "Save as" writes: the form's spec, without the bundled example's description
+        (a new profile is not "Bundled example: ..."; a copy of one's own profile keeps its own)."""
+        if source is not None and self.is_bundled(source):
+            return spec.with_changes(description=None)
+        return spec
+
+    def forget_current(self) -> None:
+        """No profile is current (a new, unnamed form)."""
+        self._set_current(None)
+
     def refresh(self) -> None:
         """Re-read the profiles folder (files may be added by ``rankwatch`` on the command line)."""
         names = self._scan()

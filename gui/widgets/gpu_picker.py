@@ -4,7 +4,8 @@ Three choices, as in the spec's ``gpus`` field: all GPUs, the ticked ones, or CP
 mode. Each row shows the GPU's name, memory, current utilisation and whether
 something already runs on it (with the processes), like nvitop, so a busy GPU is
 not picked by accident. Without a GPU (or a driver) the table gives way to the
-reason and CPU mode.
+reason, CPU mode is selected (the form turns "all" into "cpu") and the GPU choices
+are disabled.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class GpuPicker(QWidget):
         for mode, button in ((MODE_ALL, self.all_button), (MODE_PICK, self.pick_button), (MODE_CPU, self.cpu_button)):
             self.mode_group.addButton(button, mode)
         self.mode_group.idClicked.connect(self._on_mode_clicked)
+        for button in (self.all_button, self.pick_button):
+            button.setProperty("tip", button.toolTip())
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -146,7 +149,14 @@ class GpuPicker(QWidget):
         mode = MODE_CPU if gpus == CPU else MODE_ALL if gpus == ALL else MODE_PICK
         self._updating = True
         self.mode_group.button(mode).setChecked(True)
+        # Without a GPU only CPU mode is offered (a profile that picks GPU indices keeps its
+        # choice selectable, so its error shows).
+        no_gpu = report is not None and not has_gpus
+        self.all_button.setEnabled(not no_gpu or mode == MODE_ALL)
         self.pick_button.setEnabled(has_gpus or mode == MODE_PICK)
+        reason = f"No GPU here: {report.describe_unavailable()}" if no_gpu else ""
+        for button in (self.all_button, self.pick_button):
+            button.setToolTip(reason or button.property("tip") or button.toolTip())
         picked = set(gpus) if isinstance(gpus, tuple) else set()
         for row in range(self.table.rowCount()):
             item = self.table.item(row, 0)

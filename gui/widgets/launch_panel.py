@@ -70,6 +70,7 @@ BACKEND_TIPS = {
     "mpi": "only in torch builds with MPI",
 }
 ERROR_STYLE = "color: #d64545;"
+WARNING_STYLE = "color: #c27c0e;"
 READY_STYLE = "color: #2f9e5b;"
 
 
@@ -96,7 +97,8 @@ def _auto_spin(maximum: int, tip: str) -> QSpinBox:
 class LaunchPanel(QWidget):
     """Signals:
         launch_requested(LaunchSpec, str | None profile_name, Path base_dir): Launch was pressed
-            with a valid form.
+            with a valid form; the name is what the run is recorded under (``NAME (edited)``
+            for a form with unsaved changes, see ``LaunchFormModel.run_profile_label``).
     """
 
     launch_requested = Signal(object, object, object)
@@ -108,7 +110,6 @@ class LaunchPanel(QWidget):
         self._profiles = profiles
         self._probe = probe
         self._settings = settings
-        self._external_block: str | None = None
         self._interpreter_errors: dict[str, str] = {}
         self._field_errors: dict[tuple[str, ...], QLabel] = {}
         self._populating = False
@@ -341,6 +342,13 @@ class LaunchPanel(QWidget):
         self.nproc_hint.setObjectName("hint")
         form.addRow("Per node", self._row(self.nproc, self.nproc_hint, stretch_first=False))
         self._add_error_row(form, "nproc_per_node")
+        self.nproc_warning = QLabel()
+        self.nproc_warning.setObjectName("fieldWarning")
+        self.nproc_warning.setStyleSheet(WARNING_STYLE)
+        self.nproc_warning.setWordWrap(True)
+        form.addRow("", self.nproc_warning)
+        form.setRowVisible(self.nproc_warning, False)
+        self._processes_form = form
         self.nodes_table = NodesTable(self._form)
         form.addRow("Nodes", self.nodes_table)
         self._add_error_row(form, "nodes")
@@ -443,11 +451,6 @@ class LaunchPanel(QWidget):
         self._on_launch_clicked()
         return True
 
-    def set_launch_blocked(self, reason: str | None) -> None:
-        """Block launching for a reason outside the form (e.g. a run is live)."""
-        self._external_block = reason
-        self._update_launch_status(self._form.evaluation)
-
     def shutdown(self) -> None:
         self._gpu_refresh.stop()
         self._interpreter_scan.stop()
@@ -489,6 +492,9 @@ class LaunchPanel(QWidget):
                 form.setRowVisible(label, bool(messages))
             else:
                 label.setVisible(bool(messages))
+        warnings = evaluation.warnings_for("nproc_per_node")
+        self.nproc_warning.setText("\n".join(warnings))
+        self._processes_form.setRowVisible(self.nproc_warning, bool(warnings))
         launch = evaluation.launch
         if launch is not None:
             per_node = launch.head.processes
@@ -506,7 +512,7 @@ class LaunchPanel(QWidget):
         self._update_launch_status(evaluation)
 
     def _update_launch_status(self, evaluation: Evaluation) -> None:
-        blocker = self._external_block or evaluation.launch_blocker
+        blocker = evaluation.launch_blocker
         self.launch_button.setEnabled(blocker is None)
         if blocker is None and evaluation.launch is not None:
             launch = evaluation.launch
@@ -517,9 +523,8 @@ class LaunchPanel(QWidget):
             self.status.setStyleSheet(READY_STYLE)
             self.status.setToolTip("")
         else:
-            self.status.setText(f"Cannot launch: {blocker}" if evaluation.errors and not self._external_block
-                                else str(blocker))
-            self.status.setStyleSheet(ERROR_STYLE if evaluation.errors or self._external_block else "")
+            self.status.setText(f"Cannot launch: {blocker}" if evaluation.errors else str(blocker))
+            self.status.setStyleSheet(ERROR_STYLE if evaluation.errors else "")
             self.status.setToolTip("\n".join(f"{field}: {message}" for field, message in evaluation.errors))
 
     def _on_machine_changed(self, report) -> None:
@@ -711,13 +716,13 @@ class LaunchPanel(QWidget):
         self._probe.probe_gpus()
 
     def _on_launch_clicked(self) -> None:
-        if self._external_block is not None or not self._form.evaluation.can_launch:
+        if not self._form.evaluation.can_launch:
             return
         spec = self._form.spec_for_launch()
         if spec.script:
             self._settings.add_recent_script(spec.script)
             self._update_recent_scripts()
-        self.launch_requested.emit(spec, self._form.profile_name, self._form.base_dir)
+        self.launch_requested.emit(spec, self._form.run_profile_label, self._form.base_dir)
 
     def showEvent(self, event) -> None:
         super().showEvent(event)

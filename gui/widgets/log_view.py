@@ -6,13 +6,26 @@ many blocks. New lines are appended in one batch per refresh (a timer, not per
 message); changing the rank or the search text redraws from the model's buffer.
 
 Every line is tagged with its rank and, when the runner knows it, the host of its
-node (``[node2 r5] ...``); with lines from several hosts a node filter appears.
+node (``[node2 r5] ...``; torch's own ``[rankN]:`` prefix is dropped, it would say
+the rank twice); with lines from several hosts a node filter appears.
+
+Search (Ctrl+F in the monitor) keeps the lines that contain the text, highlights
+every occurrence and says how many lines match.
 """
 
 from __future__ import annotations
 
+import re
+
 from PySide6.QtCore import Signal
-from PySide6.QtGui import QFontDatabase, QTextCursor
+from PySide6.QtGui import (
+    QColor,
+    QFontDatabase,
+    QSyntaxHighlighter,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -24,9 +37,35 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
+from gui.models.monitor import LogEntry, MonitorModel, format_log_entry, log_text
 from gui.models.nodes import log_nodes
 from gui.widgets.throttled import RefreshThrottle
+
+MATCH_COLOR = QColor(255, 213, 79, 160)
+"""Amber, readable under dark and light text alike."""
+
+
+class SearchHighlighter(QSyntaxHighlighter):
+    """Marks every case-insensitive occurrence of the search text in the shown lines."""
+
+    def __init__(self, document: QTextDocument) -> None:
+        super().__init__(document)
+        self._pattern: re.Pattern[str] | None = None
+        self._format = QTextCharFormat()
+        self._format.setBackground(MATCH_COLOR)
+
+    def set_needle(self, needle: str) -> None:
+        pattern = re.compile(re.escape(needle), re.IGNORECASE) if needle else None
+        if (pattern and pattern.pattern) != (self._pattern and self._pattern.pattern):
+            self._pattern = pattern
+            self.rehighlight()
+
+    def highlightBlock(self, text: str) -> None:
+        if self._pattern is None:
+            return
+        for found in self._pattern.finditer(text):
+            self.setFormat(found.start(), found.end() - found.start(), self._format)
+
 
 ALL_RANKS = "all"
 LAUNCHER = "launcher"
@@ -57,7 +96,7 @@ class LogView(QWidget):
         self.node_choice.currentIndexChanged.connect(self._on_filter_changed)
         self.node_choice.hide()
         self.search = QLineEdit()
-        self.search.setPlaceholderText("Search (shows matching lines)")
+        self.search.setPlaceholderText("Search (Ctrl+F): shows and highlights matching lines")
         self.search.setClearButtonEnabled(True)
         self.search.textChanged.connect(self._on_filter_changed)
         self.follow = QCheckBox("Follow")
@@ -65,6 +104,8 @@ class LogView(QWidget):
         self.follow.setToolTip("Keep the newest line in view")
         self.follow.toggled.connect(self._on_follow_toggled)
         self.footer = QLabel()
+        self.match_count = QLabel()
+        self.match_count.setObjectName("hint")
         self.text = QPlainTextEdit()
         self.text.setReadOnly(True)
         self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
@@ -72,11 +113,13 @@ class LogView(QWidget):
         self.text.setMaximumBlockCount(max(1, model.logs.limit))
         self.text.setUndoRedoEnabled(False)
         self.text.verticalScrollBar().valueChanged.connect(self._on_scrolled)
+        self.highlighter = SearchHighlighter(self.text.document())
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
         bar.addWidget(self.node_choice)
         bar.addWidget(self.rank_choice)
         bar.addWidget(self.search, 1)
+        bar.addWidget(self.match_count)
         bar.addWidget(self.follow)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -136,6 +179,10 @@ class LogView(QWidget):
     def set_search(self, text: str) -> None:
         self.search.setText(text)
 
+    def focus_search(self) -> None:
+        self.search.setFocus()
+        self.search.selectAll()
+
     def _on_filter_changed(self, *_args) -> None:
         self._rebuild_needed = True
         self.refresh()
@@ -148,7 +195,7 @@ class LogView(QWidget):
                 return False
         elif rank != ALL_RANKS and entry.rank != rank:
             return False
-        return not needle or needle in entry.line.lower()
+        return not needle or needle in log_text(entry).lower()
 
     def _update_rank_choices(self) -> None:
         ranks = set(self.model.ranks) | {e.rank for e in list(self.model.logs.entries)[-2000:] if e.rank is not None}
@@ -207,6 +254,7 @@ class LogView(QWidget):
         rank = self.rank_choice.currentData()
         node = self.node_choice.currentData() or ALL_NODES
         needle = self.search.text().strip().lower()
+        self.highlighter.set_needle(needle)
         logs = self.model.logs
         if self._rebuild_needed:
             entries, complete = list(logs.entries), False
@@ -232,6 +280,14 @@ class LogView(QWidget):
         if self.follow.isChecked():
             self._scroll_to_end()
         self._update_footer()
+        self._update_match_count(needle)
+
+    def _update_match_count(self, needle: str) -> None:
+        if not needle:
+            self.match_count.clear()
+            return
+        count = self._shown_lines
+        self.match_count.setText("no match" if count == 0 else f"{count:,} matching line{'s' if count != 1 else ''}")
 
     def _update_footer(self) -> None:
         logs = self.model.logs

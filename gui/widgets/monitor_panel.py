@@ -16,11 +16,18 @@ why, or what is wrong while the run goes on (a stall, a straggler, a divergence,
 a lost node); its Details toggle opens the Diagnosis tab (first failure, traceback,
 hints, every rank's fate, findings). The Stacks tab shows the latest stack capture
 side by side (Dump stacks asks for one); the Nodes tab appears for multi-node runs.
+
+Layout (``gui.models.layout``): the charts keep priority. The bottom panel has a
+remembered share of the height (clamped), can be collapsed to its tab bar or
+maximised, like VS Code's panel (the buttons at its top right; Ctrl+J in the
+window); opening the Diagnosis tab never moves the divider. ``search_logs`` (Ctrl+F
+in the window) opens the Logs tab with its search field focused.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
@@ -33,12 +40,15 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
+    QStackedWidget,
     QTabWidget,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from gui.charts.grid import ChartGrid
+from gui.models import layout as panel_layout
 from gui.models.diagnosis import DiagnosisModel
 from gui.models.history import is_live
 from gui.models.monitor import EVENT_LIMIT, MonitorModel, format_event, summary_lines
@@ -60,6 +70,8 @@ LAUNCHING = "launching"
 DETACHED = "detached"
 DISCONNECTED = "disconnected"
 """``run_state_changed`` carries RunStatus values, plus these three about the link itself."""
+DETACHED_COLOR = STATE_COLORS[RankState.STOPPED.value]
+QWIDGETSIZE_MAX = (1 << 24) - 1
 
 STATUS_COLORS = {
     RunStatus.STARTING.value: STATE_COLORS[RankState.WAITING.value],
@@ -85,10 +97,12 @@ class MonitorPanel(QWidget):
         run_state_changed(str): the run's status (``runner.state.RunStatus`` values),
             or ``launching`` / ``detached`` / ``disconnected``.
         launch_failed(str): the launch was refused (invalid spec) or the runner did not start.
+        panel_share_changed(float): the person dragged the divider (the share to remember).
     """
 
     run_state_changed = Signal(str)
     launch_failed = Signal(str)
+    panel_share_changed = Signal(float)
 
     def __init__(self, parent: QWidget | None = None, *, command: CommandBuilder = runner_command) -> None:
         super().__init__(parent)
@@ -104,8 +118,10 @@ class MonitorPanel(QWidget):
         self._summary_shown: object = None
         self._stacks_requested = False
         self._diagnosis_dirty = True
-        self._sizes_before_details: list[int] | None = None
         self._tab_before_details: QWidget | None = None
+        self._detached = False
+        self.panel_mode = panel_layout.NORMAL
+        self.panel_share = panel_layout.DEFAULT_PANEL_SHARE
         self._relay = _Relay(self)
         self._relay.delivered.connect(self._on_run_loaded)
 
@@ -169,13 +185,29 @@ class MonitorPanel(QWidget):
         self.tabs.addTab(self.stacks_view, "Stacks")
         self.tabs.setTabVisible(self.tabs.indexOf(self.nodes_status), False)
         self.tabs.currentChanged.connect(self._on_tab_changed)
+        self.tabs.tabBarClicked.connect(self._on_tab_bar_clicked)
+        self.collapse_button = QToolButton()
+        self.collapse_button.setAutoRaise(True)
+        self.collapse_button.clicked.connect(self.toggle_panel_collapsed)
+        self.maximise_button = QToolButton()
+        self.maximise_button.setAutoRaise(True)
+        self.maximise_button.clicked.connect(self.toggle_panel_maximised)
+        corner = QWidget()
+        corner_layout = QHBoxLayout(corner)
+        corner_layout.setContentsMargins(0, 0, 2, 0)
+        corner_layout.setSpacing(0)
+        corner_layout.addWidget(self.maximise_button)
+        corner_layout.addWidget(self.collapse_button)
+        self.tabs.setCornerWidget(corner, Qt.Corner.TopRightCorner)
         self.splitter = QSplitter(Qt.Orientation.Vertical)
-        self.splitter.setObjectName("monitorSplitter")  # the window remembers its sizes
         self.splitter.addWidget(self.charts)
         self.splitter.addWidget(self.tabs)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 2)
         self.splitter.setChildrenCollapsible(False)
+        self.splitter.splitterMoved.connect(self._on_splitter_moved)
+        self.charts.setMinimumHeight(panel_layout.MIN_CHARTS_PX)
+        self._update_panel_buttons()
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -266,8 +298,11 @@ class MonitorPanel(QWidget):
         self.link.close()
         self._update_buttons()
         if was_live:
-            self._show_banner(f"Detached: run {self.run_id} keeps running headless. "
-                              "Attach to it again from History.", "info")
+            self._detached = True
+            self.progress.set_detached(time.time())
+            self._update_header()
+            self._show_banner(f"Detached: run {self.run_id} keeps running headless; what is shown is as of "
+                              "now. Attach to it again from History.", "info")
             self.run_state_changed.emit(DETACHED)
 
     def export_charts_png(self, path: Path) -> Path:
@@ -282,6 +317,8 @@ class MonitorPanel(QWidget):
 
     def _reset_for_new_run(self, run_id: int | None) -> None:
         self._load_generation += 1
+        self._detached = False
+        self.progress.set_detached(None)
         self.run_id = run_id
         self._stop_sent = None
         self._events_seen = 0
@@ -413,13 +450,13 @@ class MonitorPanel(QWidget):
             self._stacks_requested = True
             self._show_banner("Asked every rank for a stack dump; it appears in the Stacks tab.", "info")
             self.stacks_view.set_waiting(True)
-            self.tabs.setCurrentWidget(self.stacks_view)
+            self.show_tab(self.stacks_view)
 
     def _on_stacks_received(self, capture: dict) -> None:
         self.stacks_view.show_capture(capture)
         if self._stacks_requested:
             self._stacks_requested = False
-            self.tabs.setCurrentWidget(self.stacks_view)
+            self.show_tab(self.stacks_view)
             if self.banner.property("level") == "info":
                 self.banner.hide()
         elif self.tabs.currentWidget() is not self.stacks_view:
@@ -430,21 +467,95 @@ class MonitorPanel(QWidget):
         self.rank_table.mark_dirty()
 
     def _on_details_toggled(self, shown: bool) -> None:
+        """Details shows the Diagnosis tab where the panel is: the divider stays (charts keep
+        their room); a collapsed panel opens to its remembered size."""
         if shown:
             if self.tabs.currentWidget() is not self.diagnosis_panel:
                 self._tab_before_details = self.tabs.currentWidget()
-            self._sizes_before_details = self.splitter.sizes()
-            total = sum(self._sizes_before_details)
-            self.tabs.setCurrentWidget(self.diagnosis_panel)
-            if total > 0:
-                charts = min(self._sizes_before_details[0], total // 2)
-                self.splitter.setSizes([charts, total - charts])
-        else:
-            if self._sizes_before_details:
-                self.splitter.setSizes(self._sizes_before_details)
-            self._sizes_before_details = None
-            if self.tabs.currentWidget() is self.diagnosis_panel:
-                self.tabs.setCurrentWidget(self._tab_before_details or self.rank_table)
+            self.show_tab(self.diagnosis_panel)
+        elif self.tabs.currentWidget() is self.diagnosis_panel:
+            self.tabs.setCurrentWidget(self._tab_before_details or self.rank_table)
+
+    # ---- the bottom panel: share, collapsed, maximised --------------------------------
+
+    def show_tab(self, widget: QWidget) -> None:
+        """Bring a bottom tab to the front, opening a collapsed panel."""
+        self.tabs.setCurrentWidget(widget)
+        if self.panel_mode == panel_layout.COLLAPSED:
+            self.set_panel_mode(panel_layout.NORMAL)
+
+    def set_panel_share(self, share: float | None) -> None:
+        """The panel's share of the height (clamped; a remembered one from the settings)."""
+        self.panel_share = panel_layout.clamp_share(share)
+        if self.panel_mode == panel_layout.NORMAL:
+            self._apply_split()
+
+    def set_panel_mode(self, mode: str) -> None:
+        """``normal``, ``collapsed`` (only the tab bar) or ``maximised`` (the charts give way)."""
+        if mode not in panel_layout.PANEL_MODES:
+            raise ValueError(f"unknown panel mode {mode!r}")
+        self.panel_mode = mode
+        self.charts.setVisible(mode != panel_layout.MAXIMISED)
+        self.charts.setMinimumHeight(panel_layout.MIN_CHARTS_PX if mode != panel_layout.MAXIMISED else 0)
+        collapsed = mode == panel_layout.COLLAPSED
+        self._panel_pages().setVisible(not collapsed)
+        self.tabs.setMaximumHeight(self._tab_bar_height() if collapsed else QWIDGETSIZE_MAX)
+        self._apply_split()
+        self._update_panel_buttons()
+
+    def toggle_panel_collapsed(self) -> None:
+        collapsed = self.panel_mode == panel_layout.COLLAPSED
+        self.set_panel_mode(panel_layout.NORMAL if collapsed else panel_layout.COLLAPSED)
+
+    def toggle_panel_maximised(self) -> None:
+        maximised = self.panel_mode == panel_layout.MAXIMISED
+        self.set_panel_mode(panel_layout.NORMAL if maximised else panel_layout.MAXIMISED)
+
+    def _tab_bar_height(self) -> int:
+        return self.tabs.tabBar().sizeHint().height() + 4
+
+    def _panel_pages(self) -> QStackedWidget:
+        return self.tabs.findChild(QStackedWidget)
+
+    def _apply_split(self) -> None:
+        total = sum(self.splitter.sizes()) or self.splitter.height()
+        if total <= 0:
+            return
+        parts = panel_layout.split(total, self.panel_share, self.panel_mode,
+                                   collapsed_panel_px=self._tab_bar_height())
+        self.splitter.setSizes([parts.charts, parts.panel])
+
+    def _on_splitter_moved(self, _position: int, _index: int) -> None:
+        if self.panel_mode != panel_layout.NORMAL:
+            return
+        charts, panel = self.splitter.sizes()
+        self.panel_share = panel_layout.share_of(charts, panel)
+        self.panel_share_changed.emit(self.panel_share)
+
+    def _on_tab_bar_clicked(self, _index: int) -> None:
+        if self.panel_mode == panel_layout.COLLAPSED:
+            self.set_panel_mode(panel_layout.NORMAL)
+
+    def _update_panel_buttons(self) -> None:
+        collapsed = self.panel_mode == panel_layout.COLLAPSED
+        maximised = self.panel_mode == panel_layout.MAXIMISED
+        self.collapse_button.setText("▴" if collapsed else "▾")
+        self.collapse_button.setToolTip("Restore the panel (Ctrl+J)" if collapsed else "Collapse the panel (Ctrl+J)")
+        self.maximise_button.setText("▭" if maximised else "▲")
+        self.maximise_button.setToolTip("Restore the charts" if maximised else "Maximise the panel (the charts give way)")
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if not self._split_applied:
+            self._split_applied = True
+            self._apply_split()
+
+    _split_applied = False
+
+    def search_logs(self) -> None:
+        """Ctrl+F: the Logs tab, its search field focused with its text selected."""
+        self.show_tab(self.log_view)
+        self.log_view.focus_search()
 
     def _on_tab_changed(self, _index: int) -> None:
         current = self.tabs.currentWidget()
@@ -454,7 +565,7 @@ class MonitorPanel(QWidget):
 
     def _on_node_activated(self, host: str) -> None:
         self.log_view.show_node(host)
-        self.tabs.setCurrentWidget(self.log_view)
+        self.show_tab(self.log_view)
 
     def _on_save_clicked(self) -> None:
         name = f"run-{self.run_id}-charts.png" if self.run_id is not None else "charts.png"
@@ -467,7 +578,7 @@ class MonitorPanel(QWidget):
 
     def _on_rank_activated(self, rank: int) -> None:
         self.log_view.show_rank(rank)
-        self.tabs.setCurrentWidget(self.log_view)
+        self.show_tab(self.log_view)
 
     def _update_buttons(self) -> None:
         live = self._live and not self.model.finished
@@ -506,7 +617,12 @@ class MonitorPanel(QWidget):
             self.title_label.setText(" · ".join(parts))
             status = str(run.get("status") or "")
             color = STATUS_COLORS.get(status)
+            tip = ""
+            if self._detached and not self.model.finished:
+                status, color = DETACHED, DETACHED_COLOR  # not "running": nobody is watching it now
+                tip = "The run goes on headless; attach again from History to see where it is"
             self.status_label.setText(status)
+            self.status_label.setToolTip(tip)
             if color is not None:
                 self.status_label.setStyleSheet(
                     f"QLabel {{ color: white; background: {color.name()}; border-radius: 3px; padding: 1px 6px; }}")

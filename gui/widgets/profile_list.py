@@ -1,8 +1,10 @@
-"""The profile list: pick a profile to load it into the form; save, copy, import, export.
+"""The profile list: pick a profile to load it into the form; new, save, copy, import, export.
 
 Profiles are the TOML files ``rankwatch run PROFILE`` uses. The current profile is
 marked with a dot while the form holds unsaved changes; switching away from it
-asks whether to save them first.
+asks whether to save them first. New starts from an empty form (named when it is
+first saved); a name that is not allowed is said in the name dialog, which keeps
+what was typed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.profiles import ProfileListModel
 from runner.profile.files import ProfileError
 from runner.profile.parse import SpecErrors
+from runner.profile.spec import LaunchSpec
 
 DIRTY_MARK = " •"
 TOML_FILTER = "Profiles (*.toml);;All files (*)"
@@ -54,6 +57,7 @@ class ProfileList(QWidget):
         # without selecting it, and that must not load a profile.
         self.list.itemSelectionChanged.connect(self._on_selection_changed)
 
+        self.new_button = self._button("New", "Start a new profile from an empty form (Ctrl+N)", self.new_profile)
         self.save_button = self._button("Save", "Save the form over the current profile (Ctrl+S)", self.save_current)
         self.save_as_button = self._button("Save as…", "Save the form as a new profile", self.save_as)
         self.rename_button = self._button("Rename…", "Rename the current profile", self.rename_current)
@@ -67,9 +71,9 @@ class ProfileList(QWidget):
         buttons = QGridLayout()
         buttons.setContentsMargins(0, 0, 0, 0)
         buttons.setSpacing(4)
-        for position, button in enumerate((self.save_button, self.save_as_button, self.rename_button,
-                                           self.duplicate_button, self.delete_button, self.import_button,
-                                           self.export_button)):
+        for position, button in enumerate((self.new_button, self.save_button, self.save_as_button,
+                                           self.rename_button, self.duplicate_button, self.delete_button,
+                                           self.import_button, self.export_button)):
             buttons.addWidget(button, position // 2, position % 2)
 
         layout = QVBoxLayout(self)
@@ -138,9 +142,26 @@ class ProfileList(QWidget):
         return evaluation.spec
 
     def _ask_name(self, title: str, label: str, suggestion: str) -> str | None:
-        name, accepted = QInputDialog.getText(self, title, label, QLineEdit.EchoMode.Normal, suggestion)
-        name = name.strip() if accepted else ""
-        return name or None
+        """A profile name, asked again (with the reason, and what was typed) until it is allowed;
+        ``None`` when cancelled."""
+        text, problem = suggestion, None
+        while True:
+            prompt = f"{problem}\n\n{label}" if problem else label
+            name, accepted = QInputDialog.getText(self, title, prompt, QLineEdit.EchoMode.Normal, text)
+            if not accepted:
+                return None
+            text = name.strip()
+            problem = "A profile needs a name." if not text else self._profiles.name_problem(text)
+            if problem is None:
+                return text
+
+    def new_profile(self) -> bool:
+        """An empty form, not yet a profile (Save asks for its name); unsaved edits are asked about first."""
+        if not self._confirm_discard():
+            return False
+        self._profiles.forget_current()
+        self._form.load(LaunchSpec(), profile_name=None, base_dir=Path.cwd())
+        return True
 
     def _report(self, title: str, error: Exception) -> None:
         QMessageBox.warning(self, title, str(error))
@@ -165,10 +186,13 @@ class ProfileList(QWidget):
         spec = self._valid_spec("save")
         if spec is None:
             return False
-        suggestion = self._profiles.unique_name(self._form.profile_name or Path(spec.entry_label).stem or "profile")
+        source = self._form.profile_name
+        own = source if source is not None and not self._profiles.is_bundled(source) else None
+        suggestion = self._profiles.unique_name(own or Path(spec.entry_label).stem or "profile")
         name = self._ask_name("Save profile as", "Profile name:", suggestion)
         if name is None:
             return False
+        spec = self._profiles.spec_for_save_as(spec, source)
         overwrite = False
         if self._profiles.is_saved(name):
             answer = QMessageBox.question(self, "Replace profile", f"Profile {name!r} exists. Replace it?")
@@ -180,6 +204,7 @@ class ProfileList(QWidget):
         except ProfileError as error:
             self._report("Cannot save profile", error)
             return False
+        self._form.update(description=spec.description)
         self._form.mark_saved(profile_name=name, base_dir=self._profiles.base_dir(name))
         return True
 

@@ -137,7 +137,8 @@ class RankTableModel(ColumnTableModel):
         self._now = time.time() if now is None else now
         rows = self.model.rank_rows()
         self._notes = self.notes_provider(self._now) if self.notes_provider is not None else {}
-        cells = [rank_cells(row, self._now, self._notes.get(int(row["rank"]), "")) for row in rows]
+        summary = (self.model.run or {}).get("summary")
+        cells = [rank_cells(row, self._now, self._notes.get(int(row["rank"]), ""), summary) for row in rows]
         same_ranks = [r.get("rank") for r in rows] == [r.get("rank") for r in self.rows]
         if same_ranks:
             self.rows, self._cells = rows, cells

@@ -7,7 +7,6 @@ import time
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
 from gui.models.monitor import MonitorModel, Progress
-from runner.state import RunStatus
 from runner.view.progress import progress_texts
 
 
@@ -35,20 +34,31 @@ class RunProgress(QWidget):
         self.model = model
         self.refresh()
 
+    def set_detached(self, at: float | None) -> None:
+        """The window stopped watching at ``at`` (``None``: watching again): what is shown is
+        as of then, and says so; the run itself goes on headless."""
+        self.detached_at = at
+        self.refresh()
+
+    detached_at: float | None = None
+
     def refresh(self, now: float | None = None) -> Progress:
         if self.model.run is None:
             self.position_label.setText("no run")
             self.timing_label.clear()
             self.bar.hide()
             return self.model.progress(time.time() if now is None else now)
+        if self.detached_at is not None:
+            now = self.detached_at
         progress = self.model.progress(now)
         status = self.model.status
         position, timing = progress_texts(progress, status)
+        if self.detached_at is not None:
+            position += " when detached"
+            timing = timing.split(" · ETA")[0] + " · not watched since"
         self.position_label.setText(position)
         self.timing_label.setText(timing)
         fraction = progress.fraction
-        if status == RunStatus.SUCCEEDED.value and progress.total_steps:
-            fraction = 1.0
         if fraction is None:
             self.bar.hide()
         else:

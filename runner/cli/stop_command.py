@@ -30,7 +30,7 @@ import psutil
 
 from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
-from runner.launch.process_tree import end_job, find_job_pids
+from runner.launch.process_tree import end_job, find_job_pids, signal_pids
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
@@ -98,6 +98,9 @@ def _not_running(run: dict[str, Any]) -> int:
     if status == RunStatus.LOST.value:
         leftovers = find_job_pids(run["run_key"]) if run.get("run_key") else []
         if leftovers:
+            # Nobody asked these to stop yet (their runner is gone): one SIGTERM each, as a stop
+            # would have sent, then end_job's SIGKILL for what is still there after the grace.
+            signal_pids(leftovers, signal.SIGTERM)
             killed = end_job(run["run_key"], grace=2.0)
             print(f"run {run['id']} was lost (its runner died); ended {len(leftovers)} process(es) it left behind"
                   f"{f', {len(killed)} with SIGKILL' if killed else ''}", file=sys.stderr)

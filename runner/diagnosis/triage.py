@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch._protocol import RankFailure, describe_end
+from rankwatch._protocol import RankFailure, describe_end, signal_name
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import Evidence, find_hints, launcher_hint
@@ -44,16 +44,6 @@ from runner.diagnosis.torchrun_report import TorchrunReport
 from runner.launch.ports import port_holder
 
 TAIL_LINES = 200
-
-
-def signal_name(exit_code: int | None) -> str | None:
-    """torchrun reports death by signal N as exit code -N."""
-    if exit_code is None or exit_code >= 0:
-        return None
-    try:
-        return signals.Signals(-exit_code).name
-    except ValueError:
-        return f"signal {-exit_code}"
 
 
 def exception_line_from_tail(lines: list[str]) -> str | None:

@@ -38,18 +38,29 @@ LIVE_STATUSES = ("running", "starting")
 @dataclass(frozen=True)
 class Progress:
     step: int | None
+    """The newest step index any rank reported (0 is the first step, as the charts count)."""
     total_steps: int | None
     epoch: int | None
+    """The epoch under way, counted from 1 (or as the script logs it)."""
     total_epochs: int | None
     elapsed_s: float | None
     eta_s: float | None
     steps_per_s: float | None
 
     @property
-    def fraction(self) -> float | None:
-        if self.step is None or not self.total_steps:
+    def steps_done(self) -> int | None:
+        """Steps completed: one more than the newest step index (never more than the total)."""
+        if self.step is None:
             return None
-        return max(0.0, min(1.0, self.step / self.total_steps))
+        done = self.step + 1
+        return min(done, self.total_steps) if self.total_steps else done
+
+    @property
+    def fraction(self) -> float | None:
+        done = self.steps_done
+        if done is None or not self.total_steps:
+            return None
+        return max(0.0, min(1.0, done / self.total_steps))
 
 
 class ProgressTracker:
@@ -123,6 +134,8 @@ def compute_progress(*, step: int | None, last_value: Callable[[Sequence[str]], 
                      finished: bool, now: float) -> Progress:
     """Step, epoch, elapsed and, when the number of steps is known, an ETA.
 
+    Steps and epochs are counted the way a person reads them: after the last of 640
+    steps (index 639) of 10 epochs, "epoch 10/10 · 640/640 steps", at 100 %.
     ``last_value(names)`` gives the newest value of the first of ``names`` any rank logged.
     """
     total_steps = _int_or_none(last_value(TOTAL_STEP_METRICS)) or number_after_flag(args, STEP_ARGS)
@@ -132,7 +145,10 @@ def compute_progress(*, step: int | None, last_value: Callable[[Sequence[str]], 
         total_steps = per_epoch * total_epochs
     epoch = _int_or_none(last_value(EPOCH_METRICS))
     if epoch is None and per_epoch and step is not None:
-        epoch = step // per_epoch
+        # The epoch of the newest step, from 1: the last step of epoch 10 is in epoch 10.
+        epoch = step // per_epoch + 1
+        if total_epochs:
+            epoch = min(epoch, total_epochs)
     elapsed = None
     if run and run.get("started"):
         end = run.get("ended") or now
@@ -140,7 +156,7 @@ def compute_progress(*, step: int | None, last_value: Callable[[Sequence[str]], 
     rate = tracker.rate()
     eta = None
     if total_steps and step is not None and not finished:
-        remaining = max(0, total_steps - step)
+        remaining = max(0, total_steps - (step + 1))
         if remaining == 0:
             eta = 0.0
         elif rate:
@@ -149,12 +165,18 @@ def compute_progress(*, step: int | None, last_value: Callable[[Sequence[str]], 
 
 
 def progress_texts(progress: Progress, status: str | None) -> tuple[str, str]:
-    """(position, timing) texts, e.g. ``("epoch 2/10 · step 120/640", "elapsed 1:05 · ETA 4:31")``."""
+    """(position, timing) texts, e.g. ``("epoch 2/10 · 121/640 steps", "elapsed 1:05 · ETA 4:31")``.
+
+    Steps are counted as done (the newest step index + 1), so a finished run reads
+    "epoch 10/10 · 640/640 steps", not "step 639/640".
+    """
     parts = []
     if progress.epoch is not None:
         parts.append(f"epoch {progress.epoch}" + (f"/{progress.total_epochs}" if progress.total_epochs else ""))
-    if progress.step is not None:
-        parts.append(f"step {progress.step:,}" + (f"/{progress.total_steps:,}" if progress.total_steps else ""))
+    done = progress.steps_done
+    if done is not None:
+        total = f"/{progress.total_steps:,}" if progress.total_steps else ""
+        parts.append(f"{done:,}{total} step{'s' if (progress.total_steps or done) != 1 else ''}")
     timing = []
     if progress.elapsed_s is not None:
         timing.append(f"elapsed {format_duration(progress.elapsed_s)}")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from gui.charts.chart import MetricChart
 from gui.charts.decimation import STEP, TIME, Series
 from gui.charts.grid import REFRESH_HZ, ChartGrid
+from gui.charts.readout import format_value
 from gui.charts.smoothing import ema
 from gui.models import monitor
 from gui.models.monitor import MonitorModel
@@ -255,3 +256,170 @@ def test_missing_values_leave_a_gap_instead_of_a_line(qtbot):
     pieces = chart.curve_set._pieces[0]
     assert [piece.size() for piece in pieces] == [3, 5]
     assert chart.curve_set.visible_bounds() == ((0.0, 9.0), (1.0, 8.0))
+
+
+def logged_run(ranks: int = 8, steps: int = 50) -> MonitorModel:
+    """What a script calling ``rankwatch.log(step=s, lr=..., grad_norm=...)`` on every rank sends."""
+    model = model_with_loss(ranks=ranks, steps=steps)
+    rows = []
+    for step in range(steps):
+        for rank in range(ranks):
+            rows.append([rank, T0 + 0.5 * step, step, "lr", 0.1 * (1 - step / steps), "log"])
+            rows.append([rank, T0 + 0.5 * step, step, "grad_norm", 1.0 + rank + 0.01 * step, "log"])
+    model.apply({"type": "update", "v": 1, "metrics": rows})
+    return model
+
+
+def test_every_logged_key_gets_a_chart_with_a_curve_per_rank_after_the_built_in_ones(qtbot, grid):
+    model = model_with_loss(ranks=8, steps=30)
+    charts = grid(model)
+    added = []
+    charts.chart_added.connect(added.append)
+    assert "lr" not in charts.charts
+    rows = [[rank, T0 + 0.5 * step, step, name, 1.0 + rank, "log"]
+            for step in range(30) for rank in range(8) for name in ("lr", "grad_norm")]
+    model.apply({"type": "update", "v": 1, "metrics": rows})
+    qtbot.waitUntil(lambda: "grad_norm" in charts.charts, timeout=2000)  # created as the key appears
+    assert added == ["lr", "grad_norm"]
+    names = charts.shown_chart_names()
+    assert names[-2:] == ["lr", "grad_norm"] and names.index("loss") == 0
+    lr = charts.charts["lr"]
+    charts.refresh()
+    assert lr.title == "lr" and lr.keys == list(range(8))
+    assert all(lr.curve_points(rank) == 30 for rank in range(8))
+    # Same colours as the built-in charts, one legend for all.
+    assert lr.curve_pen(5).color() == charts.charts["loss"].curve_pen(5).color()
+    qtbot.mouseClick(charts.rank_legend, Qt.MouseButton.LeftButton, pos=charts.rank_legend.entry_rect(5).center())
+    assert not lr.is_curve_visible(5) and not charts.charts["loss"].is_curve_visible(5)
+    # Same linked x axis: zooming the loss zooms lr.
+    wheel(charts.charts["loss"], 3)
+    assert lr.view_box.viewRange()[0] == pytest.approx(charts.charts["loss"].view_box.viewRange()[0])
+    # A new run: its own keys only.
+    model.apply({"type": "snapshot", "v": 1, "run": {"id": 8, "status": "running", "started": T0},
+                 "ranks": [], "nodes": [], "spec": {}})
+    charts.refresh()
+    assert "lr" not in charts.charts and "loss" in charts.charts
+
+
+def test_a_run_loaded_from_history_gets_its_logged_charts_at_once(grid):
+    charts = grid(logged_run(ranks=8, steps=20))
+    assert {"lr", "grad_norm"} <= set(charts.charts)
+    assert charts.charts["grad_norm"].curve_data(7)[1][0] == pytest.approx(8.0)
+
+
+def test_hovering_lists_every_ranks_value_at_the_step(qtbot, grid):
+    charts = grid(model_with_loss(ranks=4, steps=100))
+    loss = charts.charts["loss"]
+    qtbot.wait(50)  # the grid settles its layout
+    (_x_low, _x_high), (y_low, y_high) = loss.view_box.viewRange()
+    viewport = loss.plot_widget.viewport()
+    point = loss.plot_widget.mapFromScene(loss.view_box.mapViewToScene(QPointF(40.2, (y_low + y_high) / 2)))
+    qtbot.mouseMove(viewport, point)
+    qtbot.waitUntil(loss.readout.isVisible, timeout=2000)
+    step = round(loss._hover[0])
+    assert abs(step - 40) <= 2  # where the mouse is (to a pixel)
+    position, rows, left_out = loss.readout_rows()
+    assert position == f"step {step}" and left_out == 0
+    assert [row.key for row in rows] == [3, 2, 1, 0]  # highest value first, as the curves lie
+    assert [row.value for row in rows] == pytest.approx([2.0 - step / 100 + 0.01 * rank for rank in (3, 2, 1, 0)])
+    text = loss.readout_text()
+    assert f"step {step}" in text and "rank 3" in text and format_value(2.03 - step / 100) in text
+    assert loss.curve_set.marker() == step  # a line at the step
+    # New points keep it current (it says what is under the cursor); leaving the plot hides it.
+    charts.model.apply({"type": "update", "v": 1, "metrics": [[0, T0 + 200, 100, "loss", 0.5, "auto"]]})
+    charts.refresh()
+    assert loss.readout.isVisible() and loss.readout_rows()[1]
+    QApplication.sendEvent(viewport, QEvent(QEvent.Type.Leave))
+    assert not loss.readout.isVisible() and loss.curve_set.marker() is None
+
+
+def test_with_many_ranks_the_readout_lists_those_nearest_the_cursor(grid):
+    charts = grid(model_with_loss(ranks=64, steps=20))
+    loss = charts.charts["loss"]
+    loss.show_readout_at(10.0, 2.0 - 10 / 20 + 0.01 * 30)
+    _position, rows, left_out = loss.readout_rows()
+    assert len(rows) == 10 and left_out == 54
+    assert 30 in [row.key for row in rows]
+    assert "+54 more" in loss.readout_text()
+
+
+def test_the_wheel_zooms_steps_only_and_y_keeps_fitting_the_visible_part(qtbot, grid):
+    model = MonitorModel()
+    model.apply({"type": "update", "v": 1,
+                 "metrics": [[0, T0 + s, s, "loss", 10.0 if s < 100 else 1.0 + 0.001 * s, "auto"]
+                             for s in range(400)]})
+    charts = grid(model)
+    loss = charts.charts["loss"]
+    assert loss.view_box.viewRange()[1][1] >= 10.0
+    assert not loss.view_box.state["mouseEnabled"][1]  # y is not the wheel's
+    loss.view_box.setXRange(200, 399, padding=0)
+    loss.stop_following(x=True, y=False)
+    charts.refresh()
+    low, high = loss.view_box.viewRange()[1]
+    assert high < 2.0 and low > 1.0  # fits steps 200..399 (1.2..1.4), not the early 10.0
+
+
+def test_log_scale_draws_log10_and_leaves_non_positive_values_out(qtbot):
+    chart = MetricChart("Loss")
+    qtbot.addWidget(chart)
+    chart.resize(600, 300)
+    chart.show()
+    series = Series()
+    series.append([0, 1, 2, 3], [0.0, 1.0, 2.0, 3.0], [100.0, 10.0, 0.0, 0.01])
+    chart.set_series(0, "r0", series)
+    chart.refresh()
+    qtbot.mouseClick(chart.log_button, Qt.MouseButton.LeftButton)
+    assert chart.log_y and chart.left_axis.logMode
+    _, y = chart.curve_data(0)
+    assert y[[0, 1, 3]] == pytest.approx([2.0, 1.0, -2.0]) and np.isnan(y[2])
+    low, high = chart.view_box.viewRange()[1]
+    assert low <= -2.0 and high >= 2.0
+    chart.set_log_y(False)
+    assert chart.curve_data(0)[1] == pytest.approx([100.0, 10.0, 0.0, 0.01])
+
+
+def test_smoothing_keeps_the_raw_curve_faint_and_leaves_samples_alone(grid):
+    model = model_with_loss(ranks=2, steps=200)
+    model.apply({"type": "update", "v": 1, "procs": [[T0 + i, 0, 100, 50.0, (1 if i < 50 else 2) << 30, 4]
+                                                    for i in range(100)]})
+    charts = grid(model)
+    charts.set_smoothing(0.9)
+    charts.refresh()
+    loss, memory = charts.charts["loss"], charts.charts["process/rss_bytes"]
+    assert loss.curve_set.has_faint(0)  # the raw curve, under the smoothed one
+    assert not memory.smoothable and memory.smoothing == 0.0 and not memory.curve_set.has_faint(0)
+    _, gib = memory.curve_data(0)
+    assert set(np.round(gib, 6)) == {1.0, 2.0}  # a memory step stays a step, not a ramp
+
+
+def test_an_empty_chart_says_why_and_forgets_the_last_runs_range(grid):
+    model = model_with_loss(ranks=2, steps=300)
+    charts = grid(model)
+    loss, data_wait = charts.charts["loss"], charts.charts["data_wait_share"]
+    assert not loss.is_empty and loss.view_box.viewRange()[0][1] >= 299
+    model.apply({"type": "snapshot", "v": 1, "run": {"id": 9, "status": "running", "started": T0, "world_size": 2},
+                 "ranks": [], "nodes": [], "spec": {}})
+    model.apply({"type": "update", "v": 1, "metrics": [[0, T0 + s, s, name, 0.1, "auto"]
+                                                       for s in range(3) for name in ("loss", "step_time")]})
+    charts.refresh(force=True)
+    assert data_wait.is_empty and data_wait.note() == "Not measured: no PyTorch DataLoader was seen"
+    assert data_wait.note_label.isVisible()
+    assert data_wait.view_box.viewRange()[0] == pytest.approx([0.0, 1.0])  # not the last run's 0..300
+    assert not data_wait.left_axis.style["showValues"]  # no numbers that look like data
+    assert loss.view_box.viewRange()[0][1] < 10  # the new run's 3 steps, not 300
+
+
+def test_a_single_step_is_drawn_as_a_dot_on_a_readable_axis(qtbot):
+    chart = MetricChart("Loss")
+    qtbot.addWidget(chart)
+    chart.resize(600, 300)
+    chart.show()
+    series = Series()
+    series.append([1], [T0 + 3.0011], [1e-9])
+    chart.set_series(0, "r0", series)
+    chart.refresh()
+    (x_low, x_high), (y_low, y_high) = chart.view_box.viewRange()
+    assert x_high - x_low >= 2 and y_high - y_low >= 1e-10
+    assert chart.curve_set._dots[0] and not chart.curve_set._pieces[0]
+    labels = chart.bottom_axis.tickStrings([0.0, 1.0, 2.0], 1.0, 1.0)
+    assert labels == ["0", "1", "2"]

@@ -43,7 +43,7 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     monitor.run_state_changed.connect(states.append)
 
     qtbot.mouseClick(launch.launch_button, Qt.MouseButton.LeftButton)
-    assert window.tabs.currentWidget() is monitor
+    assert window.tabs.currentWidget() is window.monitors and window.monitor is monitor
     qtbot.waitUntil(lambda: "running" in states, timeout=60_000)
     assert monitor.has_live_run()
     # Leave it running headless for a moment, then attach again: the runner replays
@@ -69,8 +69,11 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
         _, values = loss.curve_data(rank)
         assert np.mean(values[-20:]) < np.mean(values[:20])  # it learned
     qtbot.waitUntil(lambda: monitor.rank_table.cell_text(1, "State") == "exited", timeout=3000)
-    assert monitor.rank_table.cell_text(0, "Exit") == "0"
-    assert "step" in monitor.progress.position_label.text()
+    assert monitor.rank_table.cell_text(0, "Ended by") == "exit code 0"
+    # A finished run reads every step and epoch done (not "epoch 2/3 · step 191/192").
+    monitor.progress.refresh()
+    assert monitor.progress.position_label.text() == "epoch 3/3 · 192/192 steps"
+    assert monitor.progress.bar.text() == "100%"
     qtbot.waitUntil(lambda: "done:" in monitor.log_view.shown_text(), timeout=3000)
     with RunStore(readonly=True) as store:
         run = store.run(monitor.run_id)

@@ -90,6 +90,7 @@ def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, panel)
         assert cell(panel, finished, "Status") == "succeeded"
         assert cell(panel, finished, "Duration") == "1:05"
         assert cell(panel, finished, "Profile") == "alpha"
+        assert cell(panel, finished, "Script") == "train.py --epochs 1"  # what ran, not only the profile
         assert cell(panel, failed, "Status") == "failed"
         assert cell(panel, failed, "Exit") == "1"
         assert cell(panel, lost, "Status") == "lost"

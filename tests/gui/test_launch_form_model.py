@@ -87,7 +87,8 @@ def test_example_profile_loads_clean_and_previews_what_rankwatch_command_prints(
     model.update(args_text="--epochs 10")  # unchanged value: still clean
 
     evaluation = model.evaluation
-    assert evaluation.spec == profile.spec
+    # Without a GPU "all GPUs" is CPU mode, and the form says so (not an edit: still clean).
+    assert evaluation.spec == profile.spec.with_changes(gpus="cpu")
     assert not evaluation.dirty
     # The CLI's `rankwatch command --example` on this machine (no GPU here either).
     printed = subprocess.run([sys.executable, "-m", "runner", "command", "--example"], cwd=REPO_ROOT,

@@ -19,7 +19,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
-from gui.main_window import LEAVE_RUNNING, LIVE_RUN_BLOCK, MainWindow
+from gui.main_window import LEAVE_RUNNING, MainWindow
 from gui.models.launch_form import LaunchFormModel
 from gui.models.probe import parse_probe_output
 from gui.models.profiles import ProfileListModel
@@ -28,7 +28,7 @@ from gui.settings import AppSettings
 from gui.widgets.launch_panel import LaunchPanel
 from runner.launch.command import RendezvousPlan, build_commands
 from runner.profile.files import write_spec_file
-from runner.profile.resolve import MachineFacts, resolve
+from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec, RendezvousSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -228,9 +228,6 @@ def test_launch_is_disabled_with_the_cli_reason_until_the_form_is_fixed(qtbot, m
     assert spec.script == str(script) and profile_name is None and base_dir == tmp_path
     assert AppSettings().recent_scripts()[0] == str(script)
 
-    panel.set_launch_blocked(LIVE_RUN_BLOCK)
-    assert not panel.launch_button.isEnabled() and panel.status.text() == LIVE_RUN_BLOCK
-
 
 def test_an_interpreter_without_torch_blocks_launch_with_the_check_message(qtbot, make_panel, script, tmp_path,
                                                                            monkeypatch):
@@ -299,7 +296,12 @@ def test_ctrl_r_launches_the_example_into_the_monitor_tab(qtbot, window, monkeyp
     spec, profile_name, base_dir = launched[0]
     assert profile_name == "example" and spec == window.form.evaluation.spec
     assert base_dir == window.form.base_dir
-    assert window.tabs.currentWidget() is window.monitor
+    assert window.tabs.currentWidget() is window.monitors
+
+    # An edited, unsaved form is not recorded under the profile's name as if it were the profile.
+    window.form.update(args_text="--epochs 1")
+    qtbot.keyClick(window, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)
+    assert launched[-1][1] == "example (edited)"
 
 
 def test_stop_asks_first_and_forces_when_asked_again(qtbot, window, monkeypatch):
@@ -310,7 +312,7 @@ def test_stop_asks_first_and_forces_when_asked_again(qtbot, window, monkeypatch)
     monkeypatch.setattr(QMessageBox, "warning", lambda *args, **kwargs: QMessageBox.StandardButton.Yes)
     window.monitor.run_state_changed.emit("running")
     assert window.stop_action.isEnabled()
-    assert window.launch_panel.status.text() == LIVE_RUN_BLOCK  # one live run at a time
+    assert window.launch_panel.launch_button.isEnabled()  # several runs may go at once
     assert window.stop_action.shortcut() == QKeySequence("Ctrl+.")
 
     window.stop_action.trigger()
@@ -348,3 +350,17 @@ def test_window_geometry_and_splitter_are_remembered(qtbot, tmp_path):
     assert (second.width(), second.height()) == (760, 540)
     assert second.launch_panel.splitter.sizes()[0] == 260
     assert os.path.exists(AppSettings()._settings.fileName())
+
+
+def test_more_processes_than_cores_in_cpu_mode_shows_a_warning_but_can_launch(qtbot, make_panel, script):
+    panel = make_panel()
+    qtbot.keyClicks(panel.entry.lineEdit(), str(script))
+    assert panel.gpu_picker.cpu_button.isChecked() and not panel.gpu_picker.all_button.isEnabled()
+    assert not panel.nproc_warning.isVisible()
+    cores = usable_cpus()
+    panel.nproc.setValue(cores + 2)
+    assert panel.nproc_warning.isVisible()
+    assert panel.nproc_warning.text().startswith(f"{cores + 2} processes on {cores} CPU core")
+    assert panel.launch_button.isEnabled()  # a warning, not an error
+    panel.nproc.setValue(cores)
+    assert not panel.nproc_warning.isVisible()

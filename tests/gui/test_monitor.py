@@ -93,7 +93,7 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
 
     runner.fail_rank(3, exit_code=1)
     qtbot.waitUntil(lambda: table.cell_text(3, "State") == "failed", timeout=3000)
-    assert table.cell_text(3, "Exit") == "1"
+    assert table.cell_text(3, "Ended by") == "exit code 1"
     assert table.row_brush(3).color() == state_tint("failed")
     assert table.row_brush(0).color() == state_tint("running")
     assert state_tint("failed") != state_tint("running")
@@ -102,7 +102,8 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
     assert "[launcher] fake torchrun: 8 ranks, 50 steps per epoch" in panel.log_view.shown_text()
     qtbot.waitUntil(lambda: "rank_failed: rank 3 failed" in panel.events_view.toPlainText(), timeout=3000)
     # 4 epochs (--epochs in the spec) x 50 steps per epoch (printed) = 200 steps.
-    assert re.search(r"epoch 0/4 · step \d+/200", panel.progress.position_label.text())
+    # The epoch as the script logs it (0 here), the steps counted as done.
+    assert re.search(r"epoch 0/4 · \d+/200 steps", panel.progress.position_label.text())
     qtbot.waitUntil(lambda: "ETA" in panel.progress.timing_label.text(), timeout=3000)
     assert panel.progress.bar.isVisible()
 
@@ -186,6 +187,11 @@ def test_detach_leaves_the_job_running_and_attach_replays_its_whole_history(qtbo
     assert states == [DETACHED]
     assert not panel.has_live_run()
     assert "keeps running headless" in panel.banner.text()
+    # Not a green "running" badge with a frozen clock: it says nobody watches any more.
+    assert panel.status_label.text() == "detached"
+    panel.progress.refresh()
+    assert panel.progress.position_label.text().endswith("when detached")
+    assert "not watched since" in panel.progress.timing_label.text()
     qtbot.waitUntil(lambda: runner.subscriber_count() == 0, timeout=3000)
     steps_at_detach = runner.step
     qtbot.wait(400)
@@ -320,11 +326,13 @@ def test_progress_eta_from_epochs_argument_and_printed_steps_per_epoch():
                  "metrics": [[0, 1000.0 + 2 * step, step, "loss", 1.0, "auto"] for step in range(11)],
                  "ranks": [{"rank": 0, "step": 10}]})
     progress = model.progress(now=1020.0)
-    assert (progress.step, progress.total_steps, progress.epoch, progress.total_epochs) == (10, 20, 1, 2)
+    # Step index 10 is the 11th step, in the second epoch of 10 steps.
+    assert (progress.step, progress.steps_done, progress.total_steps) == (10, 11, 20)
+    assert (progress.epoch, progress.total_epochs) == (2, 2)
     assert progress.elapsed_s == 20.0
     assert progress.steps_per_s == pytest.approx(0.5)
-    assert progress.eta_s == pytest.approx(20.0)
-    assert progress.fraction == 0.5
+    assert progress.eta_s == pytest.approx(18.0)
+    assert progress.fraction == pytest.approx(0.55)
 
 
 def test_progress_has_no_eta_without_a_known_total():
@@ -334,3 +342,62 @@ def test_progress_has_no_eta_without_a_known_total():
     progress = model.progress(now=10.0)
     assert progress.total_steps is None and progress.eta_s is None and progress.fraction is None
     assert progress.step == 4
+
+
+def test_the_diagnosis_tab_never_moves_the_divider_and_the_panel_collapses_and_maximises(qtbot, panel):
+    panel.set_panel_share(0.3)
+    charts_before, tabs_before = panel.splitter.sizes()
+    assert tabs_before == pytest.approx(0.3 * (charts_before + tabs_before), abs=2)
+    panel._on_details_toggled(True)  # the failure banner's Details
+    assert panel.tabs.currentWidget() is panel.diagnosis_panel
+    assert panel.splitter.sizes() == [charts_before, tabs_before]  # charts keep their room
+    panel._on_details_toggled(False)
+    assert panel.splitter.sizes() == [charts_before, tabs_before]
+
+    panel.collapse_button.click()
+    _charts, tabs = panel.splitter.sizes()
+    assert tabs < 60 and panel.tabs.tabBar().isVisible()  # only the tab bar is left
+    assert panel.panel_share == pytest.approx(0.3)  # remembered
+    panel.search_logs()  # opening a tab opens the panel again
+    assert panel.panel_mode == "normal" and panel.tabs.currentWidget() is panel.log_view
+    assert panel.splitter.sizes()[1] == pytest.approx(tabs_before, abs=2)
+
+    panel.maximise_button.click()
+    assert not panel.charts.isVisible() and panel.splitter.sizes()[1] > 0.9 * sum(panel.splitter.sizes())
+    panel.maximise_button.click()
+    assert panel.charts.isVisible() and panel.splitter.sizes()[1] == pytest.approx(tabs_before, abs=2)
+
+
+def test_a_saved_share_that_squashed_the_charts_is_clamped(qtbot, panel):
+    shares = []
+    panel.panel_share_changed.connect(shares.append)
+    panel.set_panel_share(0.97)  # a layout saved before the rule
+    charts, tabs = panel.splitter.sizes()
+    assert charts >= 0.4 * (charts + tabs) and charts >= 230
+    panel.splitter.moveSplitter(40, 1)  # a drag to the very top: the charts' minimum holds
+    qtbot.wait(10)
+    assert panel.splitter.sizes()[0] >= 230
+    assert shares and shares[-1] <= 0.55
+
+
+def test_ctrl_f_searches_the_logs_highlights_and_counts(qtbot, panel):
+    panel.model.add_log_rows([[rank, 1000.0 + i, "stdout", f"step {i} loss: {i / 10}", None]
+                              for i in range(40) for rank in (0, 1)])
+    panel.model.add_log_rows([[1, 2000.0, "stderr", "[rank1]: RuntimeError: NCCL timeout", None]])
+    panel.search_logs()
+    view = panel.log_view
+    assert panel.tabs.currentWidget() is view and view.search.hasFocus()
+    qtbot.keyClicks(view.search, "runtimeerror")
+    view.refresh()
+    assert view.shown_text() == "[r1] RuntimeError: NCCL timeout"  # torch's [rank1]: not repeated
+    assert view.match_count.text() == "1 matching line"
+    formats = view.text.document().firstBlock().layout().formats()
+    highlighted = [(f.start, f.length) for f in formats if f.format.background().color().alpha() > 0]
+    assert highlighted == [(5, len("RuntimeError"))]
+    view.search.clear()
+    qtbot.keyClicks(view.search, "step 1")
+    view.refresh()
+    assert view.match_count.text() == "22 matching lines"  # step 1, 10..19, on two ranks
+    view.search.clear()
+    view.refresh()
+    assert view.match_count.text() == ""

@@ -110,11 +110,12 @@ def test_save_as_writes_the_profile_file_and_edits_show_unsaved(qtbot, make_wind
 
     asked = answer(monkeypatch, QInputDialog, "getText", ("mine", True))
     qtbot.mouseClick(profiles.save_as_button, Qt.MouseButton.LeftButton)
-    assert asked and asked[0][4] == "example-2"  # a free name is suggested
+    assert asked and asked[0][4] == "train"  # named after the script, not "example-2"
 
     saved = read_spec_file(profile_path("mine"))
     assert saved == window.form.evaluation.spec
     assert saved.script == str(script)
+    assert saved.description is None  # not "Bundled example: ..." in every new profile
     assert list_texts(window) == ["example (bundled)", "mine"]
     assert window.form.profile_name == "mine" and not window.form.dirty
     assert profiles.list.selectedItems()[0].text() == "mine"
@@ -126,6 +127,54 @@ def test_save_as_writes_the_profile_file_and_edits_show_unsaved(qtbot, make_wind
     window.save_action.trigger()  # Ctrl+S
     assert read_spec_file(profile_path("mine")).args == ("--epochs", "10", "--lr", "0.5")
     assert list_texts(window) == ["example (bundled)", "mine"]
+
+
+def test_save_as_with_a_bad_name_asks_again_with_the_reason_and_the_typed_name(qtbot, make_window, script,
+                                                                              monkeypatch):
+    window = make_window("example")
+    panel = window.launch_panel
+    panel.entry.lineEdit().selectAll()
+    qtbot.keyClicks(panel.entry.lineEdit(), str(script))
+    answers = iter([("my run!", True), ("my-run", True)])
+    asked = []
+
+    def get_text(*args, **kwargs):
+        asked.append(args)
+        return next(answers)
+    monkeypatch.setattr(QInputDialog, "getText", get_text)
+    assert panel.profile_list.save_as()
+    assert len(asked) == 2
+    label, typed = asked[1][2], asked[1][4]
+    assert typed == "my run!"  # what was typed is kept
+    assert "profile name 'my run!' is not allowed" in label and "letters, digits" in label
+    assert profile_path("my-run").exists() and window.form.profile_name == "my-run"
+
+    # Cancelling after a bad name saves nothing.
+    answers = iter([("../x", True), ("", False)])
+    asked.clear()
+    assert not panel.profile_list.save_as()
+    assert len(asked) == 2
+
+
+def test_new_profile_starts_from_an_empty_form_in_cpu_mode_without_a_gpu(qtbot, make_window, script, monkeypatch):
+    window = make_window("example")
+    profiles = window.launch_panel.profile_list
+    assert window.new_profile_action.shortcut() == QKeySequence(QKeySequence.StandardKey.New)
+    window.new_profile_action.trigger()
+    state = window.form.state
+    assert window.form.profile_name is None and state.entry == "" and state.description is None
+    assert state.gpus == "cpu"  # no GPU here: CPU mode, not "all"
+    picker = window.launch_panel.gpu_picker
+    assert picker.cpu_button.isChecked()
+    assert not picker.all_button.isEnabled() and not picker.pick_button.isEnabled()
+    assert "No GPU here" in picker.all_button.toolTip()
+    assert profiles.list.selectedItems() == []
+
+    qtbot.keyClicks(window.launch_panel.entry.lineEdit(), str(script))
+    answer(monkeypatch, QInputDialog, "getText", ("fresh", True))
+    window.save_action.trigger()  # Save on a new form asks for a name
+    saved = read_spec_file(profile_path("fresh"))
+    assert saved.gpus == "cpu" and saved.script == str(script) and saved.description is None
 
 
 def test_rename_duplicate_and_delete_change_the_files(qtbot, make_window, script, monkeypatch):

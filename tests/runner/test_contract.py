@@ -129,12 +129,14 @@ def test_the_data_wait_share_pairs_each_step_in_either_order():
 
 def test_a_ranks_fate_has_one_wording_for_the_headline_and_the_gui():
     killed = RankFailure(rank=1, host="node-a", exit_code=-9, signal="SIGKILL")
-    assert killed.end_words == "signal SIGKILL"
-    assert killed.how == "signal SIGKILL (exit code -9)"
+    assert killed.end_words == "signal SIGKILL"  # in a headline: "failed first (signal SIGKILL)"
+    assert killed.how == "SIGKILL"  # in a table or a panel
     assert killed.who == "rank 1 on node-a"
     assert RankFailure.from_wire(killed.to_wire()) == killed
     lost = RankFailure(rank=2, evidence=protocol.Evidence.CONNECTION_LOST)
     assert lost.how == lost.end_words == "its connection dropped without an exit: killed, or its node went away"
+    assert [protocol.ended_by(code) for code in (0, 1, -15, None)] == ["exit code 0", "exit code 1", "SIGTERM", "–"]
+    assert protocol.signal_name(-9) == "SIGKILL" and protocol.signal_name(3) is None
 
 
 def test_losses_are_worded_per_rank():

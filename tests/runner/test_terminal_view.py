@@ -81,14 +81,14 @@ def test_the_header_shows_elapsed_epoch_step_and_eta_as_the_gui_does():
     view.handle({"type": "update", "logs": [[0, 1000.0, "stdout", "10 steps per epoch", "h"]]})
     view.handle({"type": "update", "metrics": [[0, 1000.0 + 2 * step, step, "loss", 1.0, "auto"] for step in range(11)],
                  "ranks": [{"rank": 0, "state": "running", "step": 10}]})
-    assert view.header(now=1020.0) == "run 7 · p · running · epoch 1/2 · step 10/20 (50%) · elapsed 0:20 · ETA 0:20"
-    assert "run 7 · p · running · epoch 1/2 · step 10/20 (50%)" in rendered(view)
+    assert view.header(now=1020.0) == "run 7 · p · running · epoch 2/2 · 11/20 steps (55%) · elapsed 0:20 · ETA 0:18"
+    assert "run 7 · p · running · epoch 2/2 · 11/20 steps (55%)" in rendered(view)
 
 
 def test_the_header_of_a_finished_run_has_no_eta():
     view, _out, _err = plain_view()
     view.handle({**snapshot(status="succeeded", ended=1030.0), "spec": {"args": ["--max-steps", "20"]}})
-    assert view.header(now=5000.0) == "run 7 · p · succeeded · step 10/20 (50%) · elapsed 0:30"
+    assert view.header(now=5000.0) == "run 7 · p · succeeded · 11/20 steps (55%) · elapsed 0:30"
 
 
 def test_small_values_keep_their_digits_and_missing_ones_read_as_a_dash():
@@ -145,7 +145,7 @@ def test_plain_status_lines_carry_the_header_and_the_logged_keys():
     view.handle({"type": "update", "metrics": LATE})
     view.print_status()
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("[rankwatch] run 7 · p · running · epoch 3 · step 10")
+    assert lines[0].startswith("[rankwatch] run 7 · p · running · epoch 3 · 11 steps")
     assert lines[1].startswith("[rankwatch] rank 0 running: step 10, loss 0.5000, ")
     assert lines[1].endswith(", lr 3.000e-04, grad_norm 1.2500, val_loss 2.000e-09")
     assert lines[2].endswith(", lr 3.000e-04, grad_norm 0.5000, val_loss –")

@@ -114,6 +114,7 @@ and how a rank ended, in words (``RankFailure``).
 from __future__ import annotations
 
 import json
+import signal as signals
 import time
 from enum import Enum
 
@@ -778,17 +779,52 @@ TRACEBACK_SOURCE_WORDS = {"bootstrap": "reported by the worker", "error file": "
                           "torchrun report": "from torchrun's report"}
 
 
-def describe_end_of(exit_code: int | None, signal: str | None, evidence: str | None = None,
-                    with_exit_code: bool = False) -> str:
-    """How a rank ended, in words, from the strongest evidence there is.
+UNKNOWN_END = "\u2013"
+"""A rank that ended without a known status: not measured ("–")."""
 
-    ``signal SIGKILL`` (``with_exit_code``: ``signal SIGKILL (exit code -9)``), ``exit code 1``,
-    or what is known without an exit status.
+
+def signal_name(exit_code: int | None) -> str | None:
+    """``-15`` -> ``SIGTERM``: the signal a negative exit status names (torchrun's and Python's
+    convention for death by signal N); None for an ordinary exit."""
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signals.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+def ended_by(exit_code: int | None, signal: str | None = None) -> str:
+    """``exit code 0``, ``exit code 1``, ``SIGTERM``, ``SIGKILL``; ``–`` when nothing is known.
+
+    ``signal`` is a name already given (``SIGKILL``); else a negative ``exit_code`` names it.
     """
     if signal:
-        return f"signal {signal}" + (f" (exit code {exit_code})" if with_exit_code and exit_code is not None else "")
+        return signal if signal.startswith(("SIG", "signal ")) else f"SIG{signal}"
+    if exit_code is None:
+        return UNKNOWN_END
+    return signal_name(exit_code) or f"exit code {exit_code}"
+
+
+def describe_end_of(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
+    """How a rank ended, as a failure's headline says it: ``signal SIGKILL``, ``exit code 1``,
+    or what is known without an exit status (from the evidence)."""
+    if signal:
+        return f"signal {signal}"
     if exit_code is not None:
         return f"exit code {exit_code}"
+    return _end_without_status(evidence)
+
+
+def how_it_ended(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
+    """How a rank ended, as a table or a panel says it: ``SIGKILL``, ``exit code 1`` (``ended_by``),
+    or what is known without an exit status."""
+    if signal or exit_code is not None:
+        return ended_by(exit_code, signal)
+    return _end_without_status(evidence)
+
+
+def _end_without_status(evidence: str | None) -> str:
     if evidence == Evidence.CONNECTION_LOST:
         return "its connection dropped without an exit: killed, or its node went away"
     if evidence == Evidence.EXCEPTION:
@@ -855,8 +891,8 @@ class RankFailure:
 
     @property
     def how(self) -> str:
-        """``signal SIGKILL (exit code -9)``, ``exit code 1``, ... (with the exit code behind a signal)."""
-        return describe_end_of(self.exit_code, self.signal, self.evidence, with_exit_code=True)
+        """``SIGKILL``, ``exit code 1``, ... (as a table or a panel says it)."""
+        return how_it_ended(self.exit_code, self.signal, self.evidence)
 
     @property
     def evidence_text(self) -> str:
@@ -867,7 +903,7 @@ class RankFailure:
         return TRACEBACK_SOURCE_WORDS.get(self.traceback_source or "", self.traceback_source or "")
 
     def one_line(self) -> str:
-        """``rank 0 on node-a: signal SIGTERM (exit code -15): RuntimeError: ...``."""
+        """``rank 0 on node-a: SIGTERM: RuntimeError: ...``."""
         text = f"{self.who}: {self.how}"
         return text + (f": {self.exception_line}" if self.exception_line else "")
 

@@ -72,7 +72,7 @@ def test_attach_shows_the_logged_keys_and_says_how_to_come_back_when_detached(de
     assert attach.returncode == 0, err
     assert err.rstrip().splitlines()[-1] == (
         f"run {run_id} still running — `rankwatch attach {run_id}` to watch, `rankwatch stop {run_id}` to stop")
-    assert f"[rankwatch] run {run_id} · logged_metrics · running · epoch 0 · step " in out
+    assert f"[rankwatch] run {run_id} · logged_metrics · running · epoch 1 · " in out
     status = [line for line in out.splitlines() if line.startswith("[rankwatch] rank ")]
     assert any(line.startswith("[rankwatch] rank 0 running") and "tiny 1.000e-09" in line for line in status)
     assert any(line.startswith("[rankwatch] rank 1 running") and "tiny 2.000e-09" in line for line in status)

@@ -464,8 +464,9 @@ class LaunchFormModel:
         return None if report is None else bool(report.available and report.gpus)
 
     def _fit_machine(self, state: FormState) -> FormState:
-        """Without a GPU, "all GPUs" is CPU mode: the form says so (and saves ``gpus = "cpu"``)."""
-        if state.gpus == ALL and self.has_gpus is False:
+        """Without a GPU, "all GPUs" is CPU mode: the form says so (and saves ``gpus = "cpu"``).
+        Not for a Slurm run: its GPUs are the cluster's (``slurm.gpus_per_node``), not this machine's."""
+        if state.gpus == ALL and self.has_gpus is False and not state.slurm.enabled:
             return replace(state, gpus=CPU)
         return state
 

@@ -28,12 +28,14 @@ its submission on.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.jobs import SCRIPTS, processes_with_marker, rankwatch, start_rankwatch, wait_for
@@ -63,6 +65,14 @@ def has_steps(home: Path, run_id: int) -> bool:
     return bool(read_store(home, lambda store: store.metrics(run_id, name="loss")))
 
 
+def command_lines(processes) -> list[str]:
+    lines = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            lines.append(" ".join(process.cmdline()))
+    return lines
+
+
 @pytest.fixture(scope="module")
 def lifecycle(slurm_cluster, tmp_path_factory):
     started = time.monotonic()
@@ -78,6 +88,7 @@ def lifecycle(slurm_cluster, tmp_path_factory):
         wait_for(lambda run=run: has_steps(home, run["id"]), 120, what=f"the {name} run's first steps")
         runs[name] = read_store(home, lambda store, run=run: store.run(run["id"]))  # with its socket now
     jobs = {name: slurm_job_id(home, run["id"]) for name, run in runs.items()}
+    marked = {name: command_lines(processes_with_marker(run["run_key"])) for name, run in runs.items()}
     filled = time.monotonic()
 
     detached = rankwatch("run", "--detach", "--json", *slurm_flags(home, 1, 2), str(SCRIPTS / "remote_train.py"),
@@ -118,7 +129,7 @@ def lifecycle(slurm_cluster, tmp_path_factory):
                 "fillers": {name: {"run": store.run(run["id"]), "ranks": store.ranks(run["id"]),
                                    "nodes": store.nodes(run["id"]), "warnings": store.events(run["id"], kind="warning")}
                             for name, run in runs.items()}}
-    return {"job": job, "jobs": jobs, "statuses": seen, "squeue_while_queued": squeue_while_queued,
+    return {"job": job, "jobs": jobs, "marked": marked, "statuses": seen, "squeue_while_queued": squeue_while_queued,
             "saw_pending": saw_pending, "attach_output": "".join(attach_lines) + attach_rest,
             "attach_code": attach.returncode, "outputs": outputs, "survivors": survivors,
             "codes": {name: runner.returncode for name, runner in runners.items()}, "reattached": reattached,
@@ -189,6 +200,16 @@ def torchrun_status_reported_by_the_agent(filler: dict) -> int:
     [node] = filler["nodes"]
     assert node["detail"].startswith("torchrun exit status "), node
     return int(node["detail"].removeprefix("torchrun exit status "))
+
+
+def test_the_run_marker_is_on_what_the_agent_started_and_not_on_slurms_own_processes(lifecycle):
+    """Rankwatch's clean-up on a node ends what carries the run's marker: never srun or the batch
+    script, which wait for the agent and which Slurm ends."""
+    for name, commands in lifecycle["marked"].items():
+        assert any(" -m runner.launch.keeper " in line for line in commands), (name, commands)
+        assert any(" -m rankwatch._bootstrap " in line for line in commands), (name, commands)
+        assert not any(line.startswith("srun ") or "slurm_script" in line or "runner.slurm.agent" in line
+                       for line in commands), (name, commands)
 
 
 def test_stop_cancels_the_slurm_job_and_leaves_no_process_of_it(lifecycle):

@@ -10,21 +10,28 @@ and their children (DataLoader workers, a user's subprocesses) are left running,
 torchrun never exits at all. That is how a runner and its sentinel killed together left
 a run behind.
 
-So the runner starts ``python -m runner.launch.keeper`` (in a session of its own) and
-the keeper starts torchrun. The keeper:
+So the runner (or a node's agent) starts ``python -m runner.launch.keeper`` (in a session
+of its own) and the keeper starts torchrun. The keeper:
 
 * gives torchrun a parent-death signal (SIGTERM) of its own, which a single-threaded
   parent sends once;
-* on its first SIGTERM, SIGINT or SIGHUP (the runner's stop, or the runner's death,
-  however many times it arrives) sends torchrun one SIGTERM and, ``grace`` seconds
-  later, SIGKILLs every process still carrying the run's marker (torchrun older than
-  2.11 waits 30 s before its own SIGKILL);
+* on its first SIGTERM, SIGINT or SIGHUP, however many arrive after it, arms its
+  deadline: ``grace`` seconds later it SIGKILLs every process still carrying the run's
+  marker (torchrun older than 2.11 waits 30 s before its own SIGKILL), except the
+  process that started it;
+* passes that first stop on to torchrun (one SIGTERM) only when it came from the process
+  that started it: the runner's or agent's stop, or their death (a parent-death signal
+  carries the dead parent's pid). A stop sent by anyone else was sent to torchrun too:
+  Slurm signals every process of a job step at once, as ``rankwatch stop`` of a lost run
+  does, so a SIGTERM of the keeper's own would be torchrun's second;
 * ends with torchrun's exit status, or dies of the signal torchrun died of, so the
   runner reads torchrun's status through it.
 
-It never starts a thread. Its stdin, stdout, stderr, working directory and umask are
-torchrun's; so is its environment, except ``PYTHONPATH`` (the keeper needs Rankwatch's
-modules, torchrun's workers only the ``rankwatch`` folder).
+It tells who sent a signal by waiting for its signals (``sigwaitinfo``: they are blocked,
+so none is lost or handled halfway) instead of handling them. It never starts a thread.
+torchrun gets the signal mask the keeper started with. Its stdin, stdout, stderr,
+working directory and umask are torchrun's; so is its environment, except ``PYTHONPATH``
+(the keeper needs Rankwatch's modules, torchrun's workers only the ``rankwatch`` folder).
 
 Usage: ``python -m runner.launch.keeper GRACE PYTHONPATH -- TORCHRUN ARGV...``
 Standard library only.
@@ -37,75 +44,92 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from runner.launch.process_tree import (
     MARKER_VARIABLE,
     find_job_pids,
-    parent_death_signal_for,
+    set_parent_death_signal,
     signal_pids,
 )
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+AWAITED_SIGNALS = STOP_SIGNALS | {signal.SIGCHLD}
 
 
 class Keeper:
-    """The keeper's state: torchrun's process and whether a stop has been passed on."""
+    """The keeper's state: torchrun's process, who started the keeper, and its deadline."""
 
-    def __init__(self, grace: float):
+    def __init__(self, grace: float, parent: int):
         self.grace = grace
+        self.parent = parent
+        """The pid of the runner or agent that started the keeper: the one whose stop it passes on."""
         self.child: subprocess.Popen | None = None
-        self.stopping = False
+        self.deadline: float | None = None
+        """When whatever is left of the run gets SIGKILL (``time.monotonic``); ``None`` until a stop."""
+        self.swept = False
+        """Whether the deadline passed and what was left got SIGKILL."""
 
-    def on_stop(self, signum, frame) -> None:
-        """A stop: torchrun gets one SIGTERM, whatever arrives after."""
-        if self.stopping:
+    def on_stop(self, sender: int) -> None:
+        """A stop from ``sender`` (a pid): only the first one counts."""
+        if self.deadline is not None:
             return
-        self.stopping = True
-        self._pass_on_stop()
+        self.deadline = time.monotonic() + self.grace
+        if sender == self.parent:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.child.pid, signal.SIGTERM)
 
-    def _pass_on_stop(self) -> None:
-        if self.child is None:
-            return  # not started yet: ``run`` passes it on right after the start
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.child.pid, signal.SIGTERM)
-        signal.setitimer(signal.ITIMER_REAL, self.grace)
-
-    def on_deadline(self, signum, frame) -> None:
-        """The grace period is over: SIGKILL whatever of the run is left."""
+    def end_what_is_left(self) -> None:
+        """The grace period is over: SIGKILL whatever of the run is left (never the keeper's parent,
+        an agent carries the marker too)."""
         run_key = os.environ.get(MARKER_VARIABLE)
         stubborn = set(find_job_pids(run_key)) if run_key else set()
-        if self.child is not None:
-            stubborn.add(self.child.pid)
+        stubborn.discard(self.parent)
+        stubborn.add(self.child.pid)
         signal_pids(stubborn, signal.SIGKILL)
 
     def run(self, argv: list[str], child_pythonpath: str) -> int:
-        """Start torchrun, wait for it; returns its raw wait status."""
-        for number in STOP_SIGNALS:
-            signal.signal(number, self.on_stop)
-        signal.signal(signal.SIGALRM, self.on_deadline)
+        """Start torchrun, wait for it; returns its raw wait status.
+
+        Raises:
+            OSError: torchrun's interpreter cannot be executed.
+        """
+        original_mask = signal.pthread_sigmask(signal.SIG_BLOCK, AWAITED_SIGNALS)
         env = dict(os.environ)
         if child_pythonpath:
             env["PYTHONPATH"] = child_pythonpath
         else:
             env.pop("PYTHONPATH", None)
-        self.child = subprocess.Popen(argv, env=env, preexec_fn=parent_death_signal_for(os.getpid()))
-        if self.stopping:  # a stop came while torchrun was being started
-            self._pass_on_stop()
+        keeper_pid = os.getpid()
+
+        def prepare_torchrun() -> None:  # between fork and exec, in torchrun's process
+            signal.pthread_sigmask(signal.SIG_SETMASK, original_mask)
+            set_parent_death_signal(signal.SIGTERM, keeper_pid)
+
+        self.child = subprocess.Popen(argv, env=env, preexec_fn=prepare_torchrun)
         while True:
-            try:
-                _, status = os.waitpid(self.child.pid, 0)
+            pid, status = os.waitpid(self.child.pid, os.WNOHANG)
+            if pid:
                 return status
-            except ChildProcessError:
-                return 0
+            if self.deadline is None or self.swept:
+                received = signal.sigwaitinfo(AWAITED_SIGNALS)
+            else:
+                received = signal.sigtimedwait(AWAITED_SIGNALS, max(0.0, self.deadline - time.monotonic()))
+            if received is None:  # the deadline passed
+                self.end_what_is_left()
+                self.swept = True
+            elif received.si_signo in STOP_SIGNALS:
+                self.on_stop(received.si_pid)
 
 
 def mirror(status: int) -> int:
     """End as torchrun ended: its exit code, or death by its signal."""
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
-        signal.setitimer(signal.ITIMER_REAL, 0)
         with contextlib.suppress(OSError, ValueError):
             signal.signal(number, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
         os.kill(os.getpid(), number)
         return 128 + number
     return os.WEXITSTATUS(status)
@@ -115,7 +139,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
         print("usage: python -m runner.launch.keeper GRACE PYTHONPATH -- ARGV...", file=sys.stderr)
         return 2
-    keeper = Keeper(float(argv[0]))
+    keeper = Keeper(float(argv[0]), os.getppid())
     try:
         status = keeper.run(argv[3:], argv[1])
     except OSError as error:  # torchrun's interpreter cannot be executed

@@ -173,14 +173,18 @@ class TorchrunSupervisor:
         self.returncode = exit_status(returncode)
         return self.returncode
 
-    async def stop(self, grace: float = 5.0, force: bool = False) -> None:
-        """Stop the whole job: SIGTERM to torchrun (it forwards it to each worker's process
-        group, once), then SIGKILL every process carrying the job marker after ``grace``
-        seconds (at once if ``force``)."""
+    async def stop(self, grace: float = 5.0, force: bool = False, reached_torchrun: bool = False) -> None:
+        """Stop the whole job: SIGTERM to torchrun (through its keeper; torchrun forwards it to
+        each worker's process group, once), then SIGKILL every process carrying the job marker
+        after ``grace`` seconds (at once if ``force``).
+
+        ``reached_torchrun``: the stop was sent to every process of the job already (Slurm
+        signals a whole job step), the keeper and torchrun included; one more SIGTERM from here
+        would be torchrun's second, so only the SIGKILL after ``grace`` is left to do."""
         if self.process is None:
             return
         # torchrun gets one SIGTERM only: a second one aborts its shutdown halfway
-        if self.process.returncode is None and (force or not self._stopping):
+        if self.process.returncode is None and (force or not (self._stopping or reached_torchrun)):
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGKILL if force else signal.SIGTERM)
         self._stopping = True

@@ -112,6 +112,8 @@ class Agent:
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._signals = 0
+        self._stop_reached_torchrun = False
+        """The stop was sent to torchrun directly too (a Slurm job step's signal): add no SIGTERM."""
 
     # ---- stopping ----------------------------------------------------------------------
 
@@ -243,7 +245,8 @@ class Agent:
         if not exited.done():
             self._launcher_line(f"stopping the workers on {self.launch.host}: {self.stop_reason}")
             escalate = asyncio.create_task(self._kill_on_force())
-            await self.supervisor.stop(self.launch.grace, force=self._force.is_set())
+            await self.supervisor.stop(self.launch.grace, force=self._force.is_set(),
+                                       reached_torchrun=self._stop_reached_torchrun)
             escalate.cancel()
         else:
             stop.cancel()

@@ -13,10 +13,20 @@ with two differences that come from Slurm:
   (``SLURM_NODEID``) and name (``SLURMD_NODENAME``), the job id, and the rendezvous
   endpoint the batch script found (``RANKWATCH_SLURM_RENDEZVOUS``).
 
-There is no control channel: the runner stops a Slurm run with ``scancel``, which
-reaches the agent as SIGTERM (then SIGKILL after Slurm's KillWait), and the agent
-stops its workers as for any other stop. It also stops them when its connection to
-the runner drops (the runner is gone).
+There is no control channel: the runner stops a Slurm run with ``scancel``. Slurm ends
+a job step (a cancel, a time limit, a preemption) by signalling every process of it at
+once: the agent, torchrun's keeper, torchrun and the workers all get SIGTERM (twice on a
+time limit), then SIGKILL after Slurm's KillWait. torchrun thus has its stop from Slurm,
+and the agent adds no signal of its own (torchrun's shutdown breaks off on a second
+SIGTERM, see ``runner.launch.keeper``, which does not pass on a stop that did not come
+from the agent either): it waits for its node's processes to end and SIGKILLs what is
+left after the grace period, well before KillWait. When its connection to the runner
+drops (the runner is gone) it stops its workers as over ssh, through the keeper.
+
+The run's marker (``RANKWATCH_RUN_KEY``) is not in the job's environment: it starts at
+torchrun's keeper, so Rankwatch's clean-up on a node reaches what the agent started and
+never Slurm's own processes of the job (the batch script, ``srun``), which wait for the
+agent and which Slurm ends.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
 from collections.abc import Mapping
@@ -83,6 +94,14 @@ class SlurmAgent(Agent):
         if message.get("type") == "hello":
             message["node_rank"] = self.launch.node_rank
         await super()._forward(message)
+
+    def _on_signal(self, number: int) -> None:
+        """Slurm ending the job step: the same signal reached torchrun and its workers (more than
+        once on a time limit, which is no reason to skip the grace period). A signal sent to the
+        agent alone (a ``kill`` of its pid) thus ends the node's run with SIGKILL after the grace
+        period, without a SIGTERM first."""
+        self._stop_reached_torchrun = True
+        self.request_stop(False, f"Slurm ended the job step ({signal.Signals(number).name})")
 
     def _read_controls(self) -> None:
         """No control lines under srun (its stdin is not the runner's): the runner stops a

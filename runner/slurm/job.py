@@ -38,11 +38,12 @@ RUNNING_POLL_SECONDS = 10.0
 ENDING_POLL_SECONDS = 0.5
 FAILED_POLLS_BEFORE_WARNING = 3
 SUBMIT_SHELL = ("IFS= read -r RANKWATCH_SLURM_TOKEN && IFS= read -r RANKWATCH_SLURM_LAUNCH && "
-                "IFS= read -r RANKWATCH_RUN_KEY && "
-                "export RANKWATCH_SLURM_TOKEN RANKWATCH_SLURM_LAUNCH RANKWATCH_RUN_KEY && exec sbatch --parsable")
-"""Reads the three secret-or-private lines from stdin into the environment sbatch passes
+                "export RANKWATCH_SLURM_TOKEN RANKWATCH_SLURM_LAUNCH && exec sbatch --parsable")
+"""Reads the two secret-or-private lines from stdin into the environment sbatch passes
 on to the job (sbatch's default ``--export=ALL``), then sbatch reads the script from
-the rest of stdin."""
+the rest of stdin. Not the run's marker (``RANKWATCH_RUN_KEY``): the batch script and
+``srun`` would carry it, and a node's clean-up would wait for them and kill them
+(``runner.slurm.agent``); the agent has the run key in its launch."""
 ALREADY_ENDED = ("already completing or completed", "Invalid job id")
 SACCT_FIELDS = "JobID,State,Reason,NodeList,Partition,Start,End,Timelimit,Elapsed,ExitCode"
 VANISHED = "UNKNOWN"
@@ -66,14 +67,14 @@ class SlurmJob:
 
     # ---- submission --------------------------------------------------------------------
 
-    async def submit(self, script: str, token: str, launch_json: str, run_key: str) -> str:
+    async def submit(self, script: str, token: str, launch_json: str) -> str:
         """Submit the job; returns Slurm's job id.
 
         Raises:
             SlurmToolError: sbatch is not there, ssh failed, or Slurm refused the job
                 (its own message, e.g. an invalid partition or account).
         """
-        stdin = "\n".join([token, launch_json, run_key, script]).encode()
+        stdin = "\n".join([token, launch_json, script]).encode()
         result = await self.client.run(["sh", "-c", SUBMIT_SHELL], stdin=stdin)
         if not result.ok:
             raise SlurmToolError(f"sbatch refused the job {self.client.where}: {_sbatch_error(result.stderr)}")

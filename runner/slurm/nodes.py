@@ -162,7 +162,7 @@ class SlurmNodes(RemoteNodes):
         run_dir = paths.run_dir(self.hub.run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "sbatch.sh").write_text(script)
-        job_id = await self.job.submit(script, self.token, self._launch_json, self.run_key)
+        job_id = await self.job.submit(script, self.token, self._launch_json)
         self._start_watchdog()
         by_hand = render_by_hand(self.launch)
         await self.hub.update_run(status=RunStatus.PENDING.value, command=by_hand)

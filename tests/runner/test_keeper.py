@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from tests.jobs import REPO, wait_for
 
 CHILD = """
@@ -50,6 +52,41 @@ def test_torchrun_gets_one_sigterm_however_many_arrive_and_a_sigkill_after_the_g
     assert 0.9 < time.monotonic() - sent < 5
     assert log.read_text().splitlines() == ["PYTHONPATH=/for/the/child", "SIGTERM"]
     assert keeper.returncode == -signal.SIGKILL  # it ends as the child ended: SIGKILLed after the grace period
+
+
+def test_a_stop_sent_to_every_process_at_once_is_not_passed_on_and_what_is_left_is_killed(tmp_path):
+    """As Slurm ends a job step (time limit, scancel): the same SIGTERM to the keeper and torchrun, by
+    someone other than the keeper's parent, twice. torchrun must not get a third from the keeper."""
+    keeper, log = start_keeper(tmp_path, "stay", grace=1.0)
+    [child] = psutil.Process(keeper.pid).children()
+    sent = time.monotonic()
+    for round_ in (1, 2):  # each after the last one arrived: two signals pending at once would be one
+        subprocess.run(["kill", "-TERM", str(keeper.pid), str(child.pid)], check=True)
+        wait_for(lambda round_=round_: log.read_text().count("SIGTERM") >= round_, 5, what=f"SIGTERM {round_}")
+    keeper.wait(timeout=10)
+    assert 0.9 < time.monotonic() - sent < 5
+    assert log.read_text().splitlines() == ["PYTHONPATH=/for/the/child", "SIGTERM", "SIGTERM"]  # the stranger's two
+    assert keeper.returncode == -signal.SIGKILL
+
+
+def test_the_keeper_never_kills_its_parent_even_when_it_carries_the_run_marker(tmp_path):
+    """A node's agent carries the marker too, and waits for the keeper to report the node's end."""
+    child = tmp_path / "child.py"
+    child.write_text(CHILD)
+    log = str(tmp_path / "log.txt")
+    parent = f"""
+import os, signal, subprocess, sys, time
+keeper = subprocess.Popen([sys.executable, "-m", "runner.launch.keeper", "1", "", "--",
+                           sys.executable, {str(child)!r}, {log!r}, "stay"])
+while not (os.path.exists({log!r}) and os.path.getsize({log!r})):
+    time.sleep(0.05)
+keeper.send_signal(signal.SIGTERM)
+print("keeper", keeper.wait(), flush=True)
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RANKWATCH_RUN_KEY": f"keeper-test-parent-{os.getpid()}"}
+    completed = subprocess.run([sys.executable, "-c", parent], env=env, capture_output=True, text=True, timeout=30)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == f"keeper {-signal.SIGKILL}"  # the child was SIGKILLed, the parent lived on
 
 
 def test_the_keeper_ends_with_torchruns_exit_code(tmp_path):

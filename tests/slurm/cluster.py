@@ -11,7 +11,10 @@ never read or touched.
 Two nodes from one host: the packaged build runs several ``slurmd`` on one machine
 (``NodeName=n1/n2``, one ``Port`` each, ``slurmd -N NAME``), each with the
 machine's 2 CPUs, so a job can span two "nodes" and jobs can queue behind each
-other. ``KillWait`` is short so that cancelled and timed-out jobs end quickly.
+other. ``KillWait`` is short so that cancelled and timed-out jobs end quickly. Job ids
+start at a random number: a job's rendezvous port is derived from its id
+(``runner.slurm.script``), and two test clusters on one machine (two checkouts tested at
+once) counting from 1 put their jobs' torchruns into each other's rendezvous.
 
 ``stop`` cancels every job left, waits until Slurm has ended them, and stops the
 daemons it started; nothing is left running.
@@ -20,6 +23,7 @@ daemons it started; nothing is left running.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -122,6 +126,7 @@ class LocalSlurm:
             "ReturnToService=2",
             f"KillWait={KILL_WAIT_SECONDS}",
             "MinJobAge=3600",
+            f"FirstJobId={random.randrange(1000, 19000)}",
             *node_lines,
             f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
             "",
@@ -136,6 +141,21 @@ class LocalSlurm:
         """``scontrol show job``: Slurm's view of the job, as key -> value."""
         from runner.slurm.states import key_values
         return key_values(self.run("scontrol", "-o", "show", "job", job_id).stdout.strip())
+
+    def processes_of(self, job_id: str) -> list[psutil.Process]:
+        """Live processes of the job on this machine: every process of a job step (the batch script,
+        srun, the tasks and all they started) has the job's id in its environment, and Slurm's own
+        step daemons do not. Only this cluster's job (another test cluster's may have the same id)."""
+        found = []
+        for process in psutil.process_iter():
+            try:
+                environ = process.environ()
+                if environ.get("SLURM_JOB_ID") == job_id and environ.get("SLURM_CONF") == str(self.conf) \
+                        and process.status() != psutil.STATUS_ZOMBIE:
+                    found.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
 
     def completion_record(self, job_id: str) -> dict[str, str] | None:
         """The job's line in Slurm's job completion file (written when the job ended)."""

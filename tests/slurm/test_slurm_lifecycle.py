@@ -12,19 +12,30 @@ The test cluster has two nodes of 2 CPUs. Three runs fill it (their ranks log st
   enforcement ends it at its next check, exactly as at the limit, and records TIMEOUT;
 * the *outsider*, 1 process, cancelled with ``scancel`` from outside Rankwatch.
 
+Slurm ends each of the three by signalling every process of its job step at once; each
+node's agent must then see its processes end by themselves (torchrun stopped by Slurm's
+SIGTERM, no second one from Rankwatch) and report the node's end, well before Slurm's
+SIGKILL (its KillWait), and nothing of the job may be left on the node.
+
 Meanwhile the run under test, ``rankwatch run --slurm --nodes 1 --nproc-per-node 2`` with a
 real DDP training script, is started detached (as the GUI starts runs): Slurm keeps it
 pending (Resources, position 1); ``rankwatch attach`` follows it while it waits and
-detaches; once the three are gone it runs, and ``rankwatch attach`` follows it to its end.
+detaches; once a node is free it runs (the blocker's node is free at once, while *limited*
+waits for Slurm's next time-limit check), and ``rankwatch attach``, started as soon as the
+run shows "running", follows it to its end. Its statuses are recorded as they change, from
+its submission on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.jobs import SCRIPTS, processes_with_marker, rankwatch, start_rankwatch, wait_for
@@ -54,8 +65,12 @@ def has_steps(home: Path, run_id: int) -> bool:
     return bool(read_store(home, lambda store: store.metrics(run_id, name="loss")))
 
 
-def status_of(home: Path, run_id: int) -> str | None:
-    return read_store(home, lambda store: store.run(run_id)["status"])
+def command_lines(processes) -> list[str]:
+    lines = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            lines.append(" ".join(process.cmdline()))
+    return lines
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +88,7 @@ def lifecycle(slurm_cluster, tmp_path_factory):
         wait_for(lambda run=run: has_steps(home, run["id"]), 120, what=f"the {name} run's first steps")
         runs[name] = read_store(home, lambda store, run=run: store.run(run["id"]))  # with its socket now
     jobs = {name: slurm_job_id(home, run["id"]) for name, run in runs.items()}
+    marked = {name: command_lines(processes_with_marker(run["run_key"])) for name, run in runs.items()}
     filled = time.monotonic()
 
     detached = rankwatch("run", "--detach", "--json", *slurm_flags(home, 1, 2), str(SCRIPTS / "remote_train.py"),
@@ -94,22 +110,26 @@ def lifecycle(slurm_cluster, tmp_path_factory):
     slurm_cluster.run("scontrol", "update", f"JobId={jobs['limited']}", "EndTime=now")
     slurm_cluster.run("scancel", jobs["outsider"])
     send_stop(runs["blocker"]["socket"])
+    wait_for(lambda: "running" in statuses.seen, 150, what="the run to start once a node is free")
+    reattach = start_rankwatch("attach", str(run_id), "--plain", env=env)
     outputs = {name: runner.communicate(timeout=120) for name, runner in runners.items()}
-    survivors = {name: processes_with_marker(run["run_key"]) for name, run in runs.items()}
+    survivors = {name: processes_with_marker(run["run_key"]) + slurm_cluster.processes_of(jobs[name])
+                 for name, run in runs.items()}
     ended = time.monotonic()
 
-    wait_for(lambda: status_of(home, run_id) == "running", 60, what="the run to start once the cluster is free")
-    reattached = rankwatch("attach", str(run_id), "--plain", env=env, timeout=180)
+    stdout, stderr = reattach.communicate(timeout=180)
+    reattached = subprocess.CompletedProcess(reattach.args, reattach.returncode, stdout, stderr)
     wait_for(lambda: read_store(home, lambda store: store.run(run_id)["ended"]), 30, what="the run's end")
     seen = statuses.stop()
 
     def facts(store):
         return {"run": store.run(run_id), "ranks": {row["rank"]: row for row in store.ranks(run_id)},
                 "metrics": store.metrics(run_id), "slurm_events": store.events(run_id, kind="slurm"),
-                "nodes": store.nodes(run_id),
-                "fillers": {name: {"run": store.run(run["id"]), "ranks": store.ranks(run["id"])}
+                "nodes": store.nodes(run_id), "logs": store.logs(run_id),
+                "fillers": {name: {"run": store.run(run["id"]), "ranks": store.ranks(run["id"]),
+                                   "nodes": store.nodes(run["id"]), "warnings": store.events(run["id"], kind="warning")}
                             for name, run in runs.items()}}
-    return {"job": job, "jobs": jobs, "statuses": seen, "squeue_while_queued": squeue_while_queued,
+    return {"job": job, "jobs": jobs, "marked": marked, "statuses": seen, "squeue_while_queued": squeue_while_queued,
             "saw_pending": saw_pending, "attach_output": "".join(attach_lines) + attach_rest,
             "attach_code": attach.returncode, "outputs": outputs, "survivors": survivors,
             "codes": {name: runner.returncode for name, runner in runners.items()}, "reattached": reattached,
@@ -141,6 +161,16 @@ def test_every_rank_reported_its_loss_and_steps(lifecycle):
         assert steps == set(range(STEPS)), f"rank {rank}: loss at steps {sorted(steps)}"
 
 
+def test_every_line_a_rank_printed_on_its_slurm_node_is_stored_under_that_rank(lifecycle):
+    """Worker output on a Slurm node: the agent's output socket hands each worker its pipes, and the
+    agent forwards each line with the rank and the node Slurm named."""
+    printed = [row for row in lifecycle["logs"] if row["stream"] == "stdout" and " step " in row["line"]]
+    by_text = {row["line"].split(" loss ")[0]: (row["rank"], row["node"]) for row in printed}
+    host = lifecycle["nodes"][0]["host"]
+    assert len(printed) == 2 * STEPS  # each line once
+    assert by_text == {f"rank {rank}/2 step {step}": (rank, host) for rank in (0, 1) for step in range(STEPS)}
+
+
 def test_rankwatch_and_slurms_own_record_agree_on_the_end(lifecycle):
     run = lifecycle["run"]
     assert run["status"] == "succeeded" and run["exit_code"] == 0
@@ -164,6 +194,24 @@ def test_attach_follows_a_queued_run_detaches_and_reattaches_to_it_running(lifec
 
 # ---- the runs Slurm or Rankwatch ended ------------------------------------------------------------
 
+def torchrun_status_reported_by_the_agent(filler: dict) -> int:
+    """torchrun's exit status on the filler's node, as its agent reported it: the agent outlived its
+    workers and torchrun, so Slurm never had to SIGKILL the step after its KillWait."""
+    [node] = filler["nodes"]
+    assert node["detail"].startswith("torchrun exit status "), node
+    return int(node["detail"].removeprefix("torchrun exit status "))
+
+
+def test_the_run_marker_is_on_what_the_agent_started_and_not_on_slurms_own_processes(lifecycle):
+    """Rankwatch's clean-up on a node ends what carries the run's marker: never srun or the batch
+    script, which wait for the agent and which Slurm ends."""
+    for name, commands in lifecycle["marked"].items():
+        assert any(" -m runner.launch.keeper " in line for line in commands), (name, commands)
+        assert any(" -m rankwatch._bootstrap " in line for line in commands), (name, commands)
+        assert not any(line.startswith("srun ") or "slurm_script" in line or "runner.slurm.agent" in line
+                       for line in commands), (name, commands)
+
+
 def test_stop_cancels_the_slurm_job_and_leaves_no_process_of_it(lifecycle):
     blocker = lifecycle["fillers"]["blocker"]
     assert blocker["run"]["status"] == "stopped", lifecycle["outputs"]["blocker"][1][-3000:]
@@ -171,7 +219,9 @@ def test_stop_cancels_the_slurm_job_and_leaves_no_process_of_it(lifecycle):
     assert f"Slurm job {lifecycle['jobs']['blocker']} cancelled" in blocker["run"]["summary"]["headline"]
     assert lifecycle["slurm_jobs"]["blocker"]["JobState"] == "CANCELLED"
     assert [rank["state"] for rank in blocker["ranks"]] == ["stopped", "stopped"]
-    assert lifecycle["survivors"]["blocker"] == []  # agent, torchrun, workers: none left on the node
+    # torchrun ended on Slurm's one SIGTERM (a second one would have broken off its shutdown)
+    assert torchrun_status_reported_by_the_agent(blocker) != 128 + signal.SIGKILL
+    assert lifecycle["survivors"]["blocker"] == []  # batch script, srun, agent, torchrun, workers: none left
 
 
 def test_a_run_past_its_time_limit_is_reported_as_timeout_with_its_ranks(lifecycle):
@@ -186,6 +236,9 @@ def test_a_run_past_its_time_limit_is_reported_as_timeout_with_its_ranks(lifecyc
     assert lifecycle["codes"]["limited"] == run["exit_code"] != 0
     stderr = lifecycle["outputs"]["limited"][1]
     assert "reached its time limit" in stderr[stderr.rindex("── Rankwatch"):]
+    torchrun_status_reported_by_the_agent(lifecycle["fillers"]["limited"])  # Slurm sends SIGTERM twice here
+    assert any(event["data"]["message"].endswith("its agent stopped the workers: Slurm ended the job step (SIGTERM)")
+               for event in lifecycle["fillers"]["limited"]["warnings"]), lifecycle["fillers"]["limited"]["warnings"]
     assert lifecycle["survivors"]["limited"] == []
 
 
@@ -197,4 +250,7 @@ def test_a_scancel_from_outside_is_reported_as_cancelled(lifecycle):
         f"Slurm job {lifecycle['jobs']['outsider']} was cancelled outside Rankwatch")
     assert [rank["state"] for rank in ranks] == ["stopped"]
     assert lifecycle["codes"]["outsider"] == run["exit_code"] == 143  # as for SIGTERM
+    assert torchrun_status_reported_by_the_agent(lifecycle["fillers"]["outsider"]) != 128 + signal.SIGKILL
+    assert any(event["data"]["message"].endswith("its agent stopped the workers: Slurm ended the job step (SIGTERM)")
+               for event in lifecycle["fillers"]["outsider"]["warnings"]), lifecycle["fillers"]["outsider"]["warnings"]
     assert lifecycle["survivors"]["outsider"] == []

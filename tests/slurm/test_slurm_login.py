@@ -6,7 +6,8 @@ The "login host" is 127.0.0.1 through the tests' own sshd (``tests/remote/sshd.p
 gives its sessions the test cluster's ``SLURM_CONF``. Every Slurm command then runs over
 ssh, the runner listens on loopback only, and the agents reach it through the relay that
 the runner's ssh connection runs on the login host. The run spans both nodes and its rank 1
-raises: it is named as the first failure, on its node, as on one machine.
+raises: it is named as the first failure, on its node, as on one machine, and each rank's
+output is stored under its rank and node.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ def test_a_run_submitted_over_ssh_reports_through_the_login_host(slurm_cluster, 
     hosts = {row["rank"]: row["host"] for row in read_store(tmp_path, lambda store: store.ranks(run["id"]))}
     assert sorted(hosts.values()) == ["n1", "n2"]  # c10d decides which node gets which rank
     assert f"rank 1 on {hosts[1]} failed first (exit code 1): ValueError: bad batch shape on rank 1" in summary
+    logs = read_store(tmp_path, lambda store: store.logs(run["id"]))
+    joined = {row["line"]: (row["rank"], row["node"]) for row in logs if row["line"].endswith(" joined")}
+    assert joined == {"rank 0 joined": (0, hosts[0]), "rank 1 joined": (1, hosts[1])}  # each line, its rank and node
+    raised = [row for row in logs if row["line"].endswith("ValueError: bad batch shape on rank 1")
+              and row["rank"] is not None]  # torchrun's own report of it has no rank
+    assert [(row["rank"], row["node"], row["stream"]) for row in raised] == [(1, hosts[1], "stderr")]
     finished = run_by_profile(tmp_path, "fail_rank1.py")
     assert finished["summary"]["first_failure"]["rank"] == 1 and finished["summary"]["slurm"]["state"] == "FAILED"
     assert slurm_cluster.job(finished["summary"]["slurm"]["job_id"])["JobState"] == "FAILED"

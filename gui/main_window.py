@@ -283,12 +283,7 @@ class MainWindow(QMainWindow):
         """Help ▸ Keyboard shortcuts: every shortcut of the menus, plus the charts' mouse gestures."""
         dialog = QDialog(self)
         dialog.setWindowTitle(f"Keyboard shortcuts — {APP_TITLE}")
-        rows = self.shortcut_rows() + [
-            ("Chart: zoom the steps (every chart follows)", "Mouse wheel"),
-            ("Chart: show everything again", "Double-click"),
-            ("Chart: values of every rank at a step", "Hover"),
-            ("Legend: show only this rank (again: all)", "Double-click"),
-        ]
+        rows = [*self.shortcut_rows(), ("Chart: zoom the steps (every chart follows)", "Mouse wheel"), ("Chart: show everything again", "Double-click"), ("Chart: values of every rank at a step", "Hover"), ("Legend: show only this rank (again: all)", "Double-click")]
         table = QTableWidget(len(rows), 2)
         table.setHorizontalHeaderLabels(["Action", "Shortcut"])
         table.verticalHeader().setVisible(False)
@@ -474,7 +469,7 @@ class MainWindow(QMainWindow):
             self._unseen_end = None
             self._update_title()
 
-    def event(self, event: QEvent) -> bool:  # noqa: N802 - Qt override
+    def event(self, event: QEvent) -> bool:
         if event.type() == QEvent.Type.WindowActivate:
             self._mark_seen()
         return super().event(event)

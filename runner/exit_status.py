@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import signal
 
+from rankwatch._protocol import UNKNOWN_END, signal_name
+
 SIGNAL_BASE = 128
 EXIT_STOPPED = SIGNAL_BASE + int(signal.SIGTERM)
 """143: a run ended on request with SIGTERM, within the grace period."""
@@ -63,19 +65,9 @@ def describe_stop_reason(reason: str | None) -> str:
     return STOP_REASONS.get(reason, SUBSCRIBER_STOP if "subscriber" in reason else reason)
 
 
-def signal_name(exit_code: int | None) -> str | None:
-    """``-15`` -> ``"SIGTERM"`` (a rank's death by signal); None for an ordinary exit."""
-    if exit_code is None or exit_code >= 0:
-        return None
-    try:
-        return signal.Signals(-exit_code).name
-    except ValueError:
-        return f"signal {-exit_code}"
-
-
 def describe_exit_code(exit_code: int | None) -> str:
     """A rank's exit code as people read it: ``0``, ``1``, ``SIGTERM (-15)``, "–" when unknown."""
     if exit_code is None:
-        return "–"
+        return UNKNOWN_END
     name = signal_name(exit_code)
     return f"{name} ({exit_code})" if name else str(exit_code)

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rankwatch._protocol import EventKind, LogLine, MetricRecord, ProcessSample
 from runner import paths
+from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.monitors import start_monitors
-from runner.diagnosis.torchrun_report import merge_reports, parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage
 from runner.exit_status import (
     EXIT_KILLED,
@@ -41,6 +42,7 @@ from runner.exit_status import (
     stopped_run_exit_code,
 )
 from runner.hub.hub import Hub
+from runner.hub.observer import HubObserver
 from runner.launch.command import (
     NodeCommand,
     RendezvousPlan,
@@ -115,7 +117,12 @@ def start_sentinel(run_key: str, store_path: Path, run_id: int) -> subprocess.Po
         start_new_session=True, env=env, close_fds=True)
 
 
-class Run:
+class Run(HubObserver):
+    """One run. It orchestrates: the hub takes the telemetry, ``TriageEvidence`` collects what
+    failure triage needs, the monitors watch for hangs and stragglers; the run starts and stops
+    the nodes and records the end. As a hub observer it only answers subscribers (stop, stacks)
+    and reads printed losses (``--parse-stdout``)."""
+
     def __init__(self, prepared: PreparedLaunch, view: Callable[[dict[str, Any]], None] | None = None,
                  on_ready: Callable[[dict[str, Any]], None] | None = None):
         self.prepared = prepared
@@ -131,9 +138,9 @@ class Run:
         self.run_dir: Path | None = None
         self.socket_path: Path | None = None
         self.nodes: list[NodeHandle] = []
-        self.triage_input = TriageInput(legacy_local_rank=self.spec.legacy_local_rank,
-                                        backend=self.launch.backend, cpu_mode=self.launch.cpu_mode,
-                                        interpreter=self.launch.head.python)
+        self.evidence = TriageEvidence(TriageInput(
+            legacy_local_rank=self.spec.legacy_local_rank, backend=self.launch.backend,
+            cpu_mode=self.launch.cpu_mode, interpreter=self.launch.head.python))
         self.stdout_metrics = StdoutMetrics(self.spec.telemetry.loss_pattern) if self.spec.telemetry.parse_stdout else None
         self.monitors: list = []
         """Diagnosis monitors: objects with ``tick(now)``, called every ``MONITOR_INTERVAL_SECONDS``."""
@@ -147,7 +154,7 @@ class Run:
         """Jobs with remote nodes: the agents' TCP listener and those nodes (``runner.remote``)."""
         self.slurm: SlurmNodes | None = None
         """Slurm runs: the job and its nodes (``runner.slurm``), also ``remote``."""
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop  # set first thing in ``execute``
         self.exit_code: int | None = None
 
     # ---- control -------------------------------------------------------------------------
@@ -176,25 +183,37 @@ class Run:
             if capture is not None:
                 capture(reason="requested")
 
+    @property
+    def triage_input(self) -> TriageInput:
+        return self.evidence.data
+
+    # ---- what the hub tells the run (HubObserver) ----------------------------------------
+
+    def on_stop_requested(self, force: bool) -> None:
+        self.request_stop(force, reason="stop requested by a subscriber")
+
+    def on_dump_stacks(self) -> None:
+        self.dump_stacks()
+
+    def on_log(self, line: LogLine) -> None:
+        self._on_log(*line)
+
     # ---- output and telemetry ------------------------------------------------------------
 
     def _on_node_lines(self, node: ResolvedNode, lines: list[OutputLine]) -> None:
         for line in lines:
             rank = line.rank
             if rank is not None and line.local_rank_only:
-                rank = self._global_rank(node.node_rank, line.rank)
+                rank = self._global_rank(node.node_rank, rank)
             self.hub.add_log(rank, line.stream, line.text, line.t, node=node.host)
 
     def _on_log(self, rank: int | None, t: float, stream: str, line: str, node: str | None) -> None:
-        """Every captured line, local or forwarded by an agent: triage evidence, parsed metrics."""
+        """Every captured line, local or forwarded by an agent: printed metrics (``--parse-stdout``)."""
         if rank is None:
-            self.triage_input.add_launcher_line(node or "", line)
             return
-        if stream == "stderr":
-            self.triage_input.add_stderr(rank, line)
         if self.stdout_metrics is not None:
             for step, name, value in self.stdout_metrics.points(rank, line, self.hub.model.row(rank).step):
-                self.hub.add_metric(rank, step, t, name, value, "parsed")
+                self.hub.add_metric(MetricRecord(rank, t, step, name, value, "parsed"))
 
     def _global_rank(self, node_rank: int, local_rank: int) -> int:
         """Older torch prefixes lines with the local rank; map it through the hellos."""
@@ -203,31 +222,13 @@ class Run:
                 return row.rank
         return local_rank
 
-    def _on_message(self, message: dict[str, Any]) -> None:
-        kind, rank = message["type"], message.get("rank")
-        if kind == "hello" and rank is not None and message.get("host"):
-            self.triage_input.hosts[rank] = str(message["host"])
-        elif (kind == "exception" and rank is not None and message.get("fatal") is not False
-              and rank not in self.triage_input.exceptions):
-            self.triage_input.exceptions[rank] = {
-                "t": message.get("t"), "exc_type": message.get("exc_type"),
-                "message": message.get("message"), "traceback": message.get("traceback")}
-        elif kind == "exit" and rank is not None:
-            code = message.get("code")
-            self.triage_input.exits[rank] = (code if isinstance(code, int) else None, message.get("t") or time.time())
-
-    def _on_worker_lost(self, rank: int, t: float) -> None:
-        self.triage_input.lost.setdefault(rank, t)
-
-    def _on_process_rows(self, rows: list[tuple]) -> None:
+    def _on_process_rows(self, rows: list[ProcessSample]) -> None:
         self.hub.add_process_samples(rows)
-        for _t, rank, _pid, cpu, rss, _threads in rows:
-            self.hub.model.on_process_sample(rank, cpu, rss)
 
     def _on_gpu_report(self, report: GpuReport) -> None:
         if not report.available:
             if not self.launch.cpu_mode:
-                self.hub.add_event("warning", None, f"GPU sampling off: {report.describe_unavailable()}")
+                self.hub.add_event(EventKind.WARNING, None, f"GPU sampling off: {report.describe_unavailable()}")
             return
         self.hub.add_gpu_samples(gpu_rows(report, time.time()))
         for rank, (index, util, memory) in rank_gpu_usage(report, self._local_pids()).items():
@@ -259,25 +260,29 @@ class Run:
             # A lost node fails the run: the others are stopped (their collectives could only
             # hang), but the run is not "stopped on request".
             nodes_class = SlurmNodes if self.spec.slurm else RemoteNodes
-            self.remote = nodes_class(self.hub, self.run_key, self.token,
-                                      on_lost=lambda reason: self._loop.create_task(self._stop_nodes(force=False)))
+            self.remote = nodes_class(self.hub, self.run_key, self.token, on_lost=self._on_node_lost)
             self.slurm = self.remote if isinstance(self.remote, SlurmNodes) else None
             await self.remote.listen(self.launch, self.prepared.plan)
-        self.hub.on_stop_requested = lambda force: self.request_stop(force, reason="stop requested by a subscriber")
-        self.hub.on_dump_stacks = self.dump_stacks
-        self.hub.message_hooks.append(self._on_message)
-        self.hub.on_hello = self._on_message  # each rank's host for triage (a remote rank's is its node's)
-        self.hub.log_hooks.append(self._on_log)
-        self.hub.on_worker_lost = self._on_worker_lost
+        self.hub.add_observer(self)
+        self.hub.add_observer(self.evidence)
         self.hub.start()
         await self.hub.update_run(socket=str(self.socket_path))
         for node in self.launch.nodes:
             await self.hub.update_node(node.node_rank, node.host, NodeState.STARTING.value, node.processes)
 
+    def _on_node_lost(self, reason: str) -> None:
+        self._loop.create_task(self._stop_nodes(force=False))
+
+    def _opened(self) -> tuple[int, Path, Path]:
+        """The run's id, folder and socket (``_open`` sets them before anything needs them)."""
+        assert self.run_id is not None and self.run_dir is not None and self.socket_path is not None
+        return self.run_id, self.run_dir, self.socket_path
+
     def runner_context(self) -> RunnerContext:
+        run_id, run_dir, socket_path = self._opened()
         return RunnerContext(
-            socket=str(self.socket_path), token=self.token, run_key=self.run_key, run_id=self.run_id,
-            log_dir=str(self.run_dir / "torchrun"), stacks_dir=str(self.run_dir / "stacks"),
+            socket=str(socket_path), token=self.token, run_key=self.run_key, run_id=run_id,
+            log_dir=str(run_dir / "torchrun"), stacks_dir=str(run_dir / "stacks"),
             instrument=self.spec.telemetry.instrument, hash_every=self.spec.telemetry.hash_every)
 
     def _create_nodes(self) -> list[NodeHandle]:
@@ -292,6 +297,7 @@ class Run:
 
     def _create_remote_node(self, node: ResolvedNode) -> NodeHandle:
         """Raises OSError when the head cannot listen for the node's agent."""
+        assert self.remote is not None  # _open creates it for a run with remote nodes
         return self.remote.create(self.launch, node, self.prepared.plan, self.runner_context(),
                                   on_lines=self._on_node_lines, grace=STOP_GRACE_SECONDS)
 
@@ -321,7 +327,7 @@ class Run:
 
     def _start_monitors(self) -> None:
         """Diagnosis monitors that watch the live model (hangs, stragglers, consistency)."""
-        self.monitors = start_monitors(self.hub, self.launch, self.run_dir, self.triage_input)
+        self.monitors = start_monitors(self.hub, self.launch, self._opened()[1], self.triage_input, self.run_key)
 
     async def _watch(self) -> None:
         while True:
@@ -331,20 +337,21 @@ class Run:
                 try:
                     monitor.tick(now)
                 except Exception as error:  # a broken monitor must not end the run
-                    self.hub.add_event("warning", None, f"monitor {type(monitor).__name__} failed: {error}")
+                    self.hub.add_event(EventKind.WARNING, None, f"monitor {type(monitor).__name__} failed: {error}")
 
     # ---- the run -------------------------------------------------------------------------
 
     async def execute(self) -> int:
         self._loop = asyncio.get_running_loop()
         await self._open()
-        sentinel = start_sentinel(self.run_key, self.store_path, self.run_id)
+        sentinel = start_sentinel(self.run_key, self.store_path, self._opened()[0])
         try:
             return await self._run_opened()
         finally:
             with contextlib.suppress(OSError):
-                sentinel.stdin.write(b"done")
-                sentinel.stdin.close()
+                if sentinel.stdin is not None:
+                    sentinel.stdin.write(b"done")
+                    sentinel.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 sentinel.wait(timeout=5)
             if self.socket_path is not None:
@@ -354,8 +361,9 @@ class Run:
         if self.view is not None:
             self.hub.add_local_subscriber(self.view)
         if self.on_ready is not None:
-            self.on_ready({"run_id": self.run_id, "socket": str(self.socket_path), "pid": os.getpid(),
-                           "log": str(self.run_dir / "runner.log")})
+            run_id, run_dir, socket_path = self._opened()
+            self.on_ready({"run_id": run_id, "socket": str(socket_path), "pid": os.getpid(),
+                           "log": str(run_dir / "runner.log")})
         self._install_signal_handlers()
         try:
             self.nodes = self._create_nodes()
@@ -374,11 +382,13 @@ class Run:
         node_waits = [asyncio.create_task(self._wait_node(handle)) for handle in self.nodes]
         all_done = asyncio.gather(*node_waits)
         stop_task = asyncio.create_task(self._stop_requested.wait())
-        await asyncio.wait({all_done, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {all_done, stop_task}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         stopped = stop_task.done() and not all_done.done()
         if stopped:
             await self.hub.update_run(status=RunStatus.STOPPING.value)
-            self.hub.add_event("stopping", None, f"stopping the job ({describe_stop_reason(self._stop_reason)})",
+            self.hub.add_event(EventKind.STOPPING, None,
+                               f"stopping the job ({describe_stop_reason(self._stop_reason)})",
                                stopped_by=describe_stop_reason(self._stop_reason))
             forced = asyncio.create_task(self._escalate_on_force())
             await self._stop_nodes(force=self._force_requested.is_set())
@@ -401,7 +411,7 @@ class Run:
         try:
             code = await handle.wait()
         except Exception as error:
-            self.hub.add_event("warning", None, f"lost track of node {handle.node.host}'s torchrun: {error}")
+            self.hub.add_event(EventKind.WARNING, None, f"lost track of node {handle.node.host}'s torchrun: {error}")
             code = EXIT_NOT_STARTED
         if getattr(handle, "lost_at", None) is not None:
             return code  # a remote node that dropped out: already recorded LOST, with the time
@@ -412,7 +422,7 @@ class Run:
             await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
                                        detail=f"torchrun exit status {code}")
         except Exception as error:
-            self.hub.add_event("warning", None, f"could not record the end of node {handle.node.host}: {error}")
+            self.hub.add_event(EventKind.WARNING, None, f"could not record the end of node {handle.node.host}: {error}")
         return code
 
     async def _stop_nodes(self, force: bool) -> None:
@@ -461,12 +471,16 @@ class Run:
                 new_state = RankState.EXITED
             self.hub.model.on_exit(row.rank, row.exit_code, new_state)
 
+    def _note_losses(self, summary: dict[str, Any]) -> None:
+        """What the store lacks (records dropped, refused, a full disk), in the summary and its headline."""
+        summary.update(self.hub.losses())
+        if summary.get("store_incomplete"):
+            summary["headline"] += f" (store incomplete: {summary['store_incomplete']})"
+
     async def _finish(self, exit_code: int, stopped: bool) -> int:
-        self.triage_input.report = merge_reports(
-            [parse_torchrun_report(list(lines)) for lines in self.triage_input.launcher_lines.values()])
         # Slurm ending the job (time limit, preemption, a scancel from outside) stopped the ranks.
         ranks_stopped = stopped or (self.slurm is not None and self.slurm.ended_from_outside)
-        summary = triage(self.triage_input, exit_code, ranks_stopped)
+        summary = triage(self.evidence.conclude(), exit_code, ranks_stopped)
         if stopped:
             who = describe_stop_reason(self._stop_reason)
             how = "killed (SIGKILL)" if exit_code == stopped_run_exit_code(killed=True) else "ended with SIGTERM"
@@ -474,11 +488,12 @@ class Run:
             if summary.get("headline") == "stopped on request":  # no finding to lead with: say who and how
                 summary["headline"] = f"stopped on request ({who}): the job was {how}"
         self._final_rank_states(summary, ranks_stopped)
+        self._note_losses(summary)
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
         if self.slurm is not None:  # Slurm's own record of the end, in the summary
             status, exit_code = await self.slurm.conclude(summary, status, exit_code)
-        self.hub.add_event("run_finished", None, summary["headline"], status=status.value, exit_code=exit_code,
-                           summary=summary)
+        self.hub.add_event(EventKind.RUN_FINISHED, None, summary["headline"], status=status.value,
+                           exit_code=exit_code, summary=summary)
         await self.hub.update_run(ended=time.time(), status=status.value, exit_code=exit_code, summary=summary)
         await self.hub.close(reason=status.value)
         self.exit_code = exit_code
@@ -486,7 +501,7 @@ class Run:
 
     async def _finish_unstarted(self, message: str) -> int:
         summary = {"outcome": "failed", "headline": message, "exit_code": EXIT_NOT_STARTED}
-        self.hub.add_event("run_finished", None, message, status=RunStatus.FAILED.value,
+        self.hub.add_event(EventKind.RUN_FINISHED, None, message, status=RunStatus.FAILED.value,
                            exit_code=EXIT_NOT_STARTED, summary=summary)
         await self.hub.update_run(ended=time.time(), status=RunStatus.FAILED.value, exit_code=EXIT_NOT_STARTED,
                                   summary=summary)

@@ -123,7 +123,7 @@ def test_missing_steps_take_the_previous_step():
 
 
 def test_append_rejects_columns_of_different_lengths():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="same length"):
         Series().append([1, 2], [1.0], [1.0, 2.0])
 
 
@@ -142,7 +142,7 @@ def test_ema_continues_from_a_start_value_and_keeps_leading_nan():
 
 
 def test_ema_rejects_a_weight_outside_zero_to_one():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="smoothing weight"):
         ema(np.ones(3), 1.0)
 
 
@@ -159,5 +159,5 @@ def test_smoothed_values_follow_appends_and_weight_changes():
         np.testing.assert_allclose(column.values, reference_ema(np.concatenate(all_values), 0.9), atol=1e-12)
     smoothed.set_weight(0.5)
     np.testing.assert_allclose(smoothed.sync().values, reference_ema(np.concatenate(all_values), 0.5), atol=1e-12)
-    x, y = series.decimate(STEP, pixels=1000, values=smoothed.column)
+    _x, y = series.decimate(STEP, pixels=1000, values=smoothed.column)
     assert len(y) == len(series)

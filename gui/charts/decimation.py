@@ -126,7 +126,7 @@ class MinMaxColumn(Column):
         """
         count = stop - first
         per_bucket = max(1.0, count / max(1, buckets))
-        level = min(self.levels, int(math.floor(math.log(per_bucket, FACTOR) + 1e-9)))
+        level = min(self.levels, math.floor(math.log(per_bucket, FACTOR) + 1e-9))
         block = FACTOR**level
         mins, maxs = self.level(level)
         block_first = first // block

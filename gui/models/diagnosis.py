@@ -27,31 +27,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from gui.models import Event
-from gui.models.exits import ended_by
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
 from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
+from rankwatch._protocol import EventKind, RankFailure, how_it_ended
+from rankwatch._protocol import as_float as _float
+from rankwatch._protocol import as_int as _int
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 """Banner levels."""
 
 STALLED, RESUMED, STRAGGLER, DIVERGENCE, STACKS, NODE_LOST, RANK_FAILED, RUN_FINISHED, LAUNCH_MISMATCH = (
-    "stalled", "resumed", "straggler", "divergence", "stacks", "node_lost", "rank_failed", "run_finished",
-    "launch_mismatch")
-EXCEPTION, CONNECTION_LOST, STOPPING = "exception", "connection_lost", "stopping"
+    EventKind.STALLED.value, EventKind.RESUMED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value,
+    EventKind.STACKS.value, EventKind.NODE_LOST.value, EventKind.RANK_FAILED.value, EventKind.RUN_FINISHED.value,
+    EventKind.LAUNCH_MISMATCH.value)
+EXCEPTION, CONNECTION_LOST, STOPPING = (EventKind.EXCEPTION.value, EventKind.CONNECTION_LOST.value,
+                                        EventKind.STOPPING.value)
+"""Event kinds, as the contract defines them (``rankwatch._protocol.EventKind``)."""
 
 CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
 """A straggler's cause, as the banner and the rank table say it."""
-
-EVIDENCE_WORDS = {
-    "exception": "its uncaught exception (reported by the worker)",
-    "connection lost": "its connection to the runner dropped without an exit message",
-    "exit code": "its exit status",
-    "torchrun report": "torchrun's failure report",
-}
-TRACEBACK_SOURCE_WORDS = {"bootstrap": "reported by the worker", "error file": "from torchrun's error file",
-                          "torchrun report": "from torchrun's report"}
 
 
 def clock(t: float | None) -> str:
@@ -60,82 +56,13 @@ def clock(t: float | None) -> str:
 
 
 def how_text(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
-    """``exit code 1``, ``SIGKILL``, or what is known without a status (``gui.models.exits`` words it)."""
-    if signal or exit_code is not None:
-        return ended_by(exit_code, signal)
-    if evidence == "connection lost":
-        return "lost its connection, no exit status"
-    if evidence == "exception":
-        return "an uncaught exception"
-    return "no exit status known"
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return None if value is None or isinstance(value, bool) else int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return None if value is None or isinstance(value, bool) else float(value)
-    except (TypeError, ValueError):
-        return None
+    """``exit code 1``, ``SIGKILL``, or what is known without a status (``_protocol.how_it_ended``)."""
+    return how_it_ended(exit_code, signal, evidence)
 
 
 def _ms(seconds: Any) -> str:
     value = _float(seconds)
     return "?" if value is None else f"{1000.0 * value:.0f} ms"
-
-
-@dataclass(frozen=True)
-class RankFate:
-    """How one rank ended, as triage found it (``RankFailure.to_json``)."""
-
-    rank: int | None
-    host: str | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    evidence: str = ""
-    exception_line: str | None = None
-    traceback: str | None = None
-    traceback_source: str | None = None
-    when: float | None = None
-    pid: int | None = None
-    kernel_log: str | None = None
-    error_file: str | None = None
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RankFate:
-        return cls(rank=_int(data.get("rank")), host=data.get("host"), exit_code=_int(data.get("exit_code")),
-                   signal=data.get("signal"), evidence=str(data.get("evidence") or ""),
-                   exception_line=data.get("exception_line"), traceback=data.get("traceback"),
-                   traceback_source=data.get("traceback_source"), when=_float(data.get("when")),
-                   pid=_int(data.get("pid")), kernel_log=data.get("kernel_log"), error_file=data.get("error_file"))
-
-    @property
-    def who(self) -> str:
-        """``rank 1 on node-a``."""
-        rank = "an unknown rank" if self.rank is None else f"rank {self.rank}"
-        return rank + (f" on {self.host}" if self.host else "")
-
-    @property
-    def how(self) -> str:
-        return how_text(self.exit_code, self.signal, self.evidence)
-
-    @property
-    def evidence_text(self) -> str:
-        return EVIDENCE_WORDS.get(self.evidence, self.evidence or "unknown")
-
-    @property
-    def traceback_source_text(self) -> str:
-        return TRACEBACK_SOURCE_WORDS.get(self.traceback_source or "", self.traceback_source or "")
-
-    def one_line(self) -> str:
-        """``rank 0 on node-a: SIGTERM: RuntimeError: ...``."""
-        text = f"{self.who}: {self.how}"
-        return text + (f": {self.exception_line}" if self.exception_line else "")
 
 
 @dataclass(frozen=True)
@@ -429,13 +356,14 @@ class DiagnosisModel:
         return str(summary.get("headline") or "")
 
     @property
-    def first_failure(self) -> RankFate | None:
+    def first_failure(self) -> RankFailure | None:
         first = (self.summary or {}).get("first_failure")
-        return RankFate.from_json(first) if isinstance(first, dict) else None
+        return RankFailure.from_wire(first) if isinstance(first, dict) else None
 
     @property
-    def other_failures(self) -> list[RankFate]:
-        return [RankFate.from_json(o) for o in (self.summary or {}).get("other_failures") or [] if isinstance(o, dict)]
+    def other_failures(self) -> list[RankFailure]:
+        return [RankFailure.from_wire(o) for o in (self.summary or {}).get("other_failures") or []
+                if isinstance(o, dict)]
 
     @property
     def hints(self) -> list[Hint]:

@@ -1,7 +1,8 @@
 """How a rank (or a run) ended, in one wording for every panel (Qt-free).
 
 The rank table, the Diagnosis panel and the history all say it through
-:func:`ended_by`: ``exit code 1``, ``SIGTERM``, ``SIGKILL`` -- never "Exit 1" in one
+:func:`ended_by` (defined in the contract, ``rankwatch._protocol``, with the rest of
+how a rank ended): ``exit code 1``, ``SIGTERM``, ``SIGKILL`` -- never "Exit 1" in one
 place and "signal SIGTERM (exit code -15)" in another. A negative exit status is
 how Python's ``subprocess`` and torchrun report a process killed by a signal, so
 it is named by its signal.
@@ -14,49 +15,23 @@ recorded it.
 
 from __future__ import annotations
 
-import signal as signals
 from typing import Any
+
+from rankwatch._protocol import UNKNOWN_END as UNKNOWN
+from rankwatch._protocol import as_int as _int
+from rankwatch._protocol import ended_by
+
+__all__ = ["NOT_ENDED", "UNKNOWN", "ended_by", "rank_ended_by", "rank_exits"]
 
 NOT_ENDED = ""
 """A rank that is still running has no end to tell."""
-UNKNOWN = "–"
-"""A rank that ended without a known status (not measured)."""
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signals.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def ended_by(exit_code: int | None, signal: str | None = None) -> str:
-    """``exit code 0``, ``exit code 1``, ``SIGTERM``, ``SIGKILL``; ``–`` when nothing is known.
-
-    ``signal`` is a name the runner already gave (``SIGKILL``); else a negative
-    ``exit_code`` names its signal.
-    """
-    if signal:
-        return signal if signal.startswith(("SIG", "signal ")) else f"SIG{signal}"
-    if exit_code is None:
-        return UNKNOWN
-    if exit_code < 0:
-        return signal_name(-exit_code)
-    return f"exit code {exit_code}"
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return None if value is None or isinstance(value, bool) else int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 def rank_exits(summary: dict[str, Any] | None) -> dict[int, tuple[int | None, str | None]]:
     """rank -> (exit code, signal name) as the run's triage found them (first failure and others)."""
     if not isinstance(summary, dict):
         return {}
-    fates = [summary.get("first_failure")] + list(summary.get("other_failures") or [])
+    fates = [summary.get("first_failure"), *list(summary.get("other_failures") or [])]
     found: dict[int, tuple[int | None, str | None]] = {}
     for fate in reversed(fates):  # the first failure wins over a repeat in "others"
         if isinstance(fate, dict) and _int(fate.get("rank")) is not None:

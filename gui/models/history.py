@@ -101,7 +101,7 @@ def load_runs(store: RunStore, limit: int = RUN_LIMIT) -> list[RunRow]:
 def _duration_text(seconds: float | None) -> str:
     if seconds is None:
         return ""
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
@@ -208,15 +208,15 @@ def loss_overlay(store: RunStore, run_id: int, name: str = _protocol.LOSS) -> Lo
     if not rows:
         empty = np.empty(0)
         return LossCurve(run_id, label, empty, empty, empty)
-    # Rows are (rank, step, t, name, value, source); keep one source per rank (the hub's priority).
-    priority = {_protocol.SOURCE_AUTO: 0, _protocol.SOURCE_LOG: 1, _protocol.SOURCE_PARSED: 2}
+    # Keep one source per rank (the hub's priority).
+    priority = _protocol.SOURCE_PRIORITY
     best: dict[int, int] = {}
-    for rank, _step, _t, _name, _value, source in rows:
+    for rank, _t, _step, _name, _value, source in rows:
         level = priority.get(source, 9)
         if level < best.get(rank, 99):
             best[rank] = level
     steps, times, values = [], [], []
-    for rank, step, t, _name, value, source in rows:
+    for rank, t, step, _name, value, source in rows:
         if step is None or value is None or priority.get(source, 9) != best[rank]:
             continue
         steps.append(step)

@@ -122,10 +122,10 @@ class FormState:
     omp_num_threads: int | str = AUTO
     env: tuple[tuple[str, str], ...] = ()
     legacy_local_rank: bool = False
-    slurm: SlurmForm = SlurmForm()
+    slurm: SlurmForm = SlurmForm()  # noqa: RUF009 (frozen: one shared default is safe)
     """The Slurm section (``gui.widgets.slurm_section``); off by default."""
     # Not on the form: carried from the loaded profile.
-    telemetry: TelemetrySpec = TelemetrySpec()
+    telemetry: TelemetrySpec = TelemetrySpec()  # noqa: RUF009 (frozen: one shared default is safe)
     description: str | None = None
 
     @classmethod

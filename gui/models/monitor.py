@@ -41,13 +41,12 @@ CPU_PERCENT = "process/cpu_percent"
 """Percent of one core, per rank."""
 RSS_BYTES = "process/rss_bytes"
 """Resident memory in bytes, per rank."""
-DATA_WAIT_SHARE = "data_wait_share"
-"""Share (0..1) of each step spent waiting for data: data_wait / step_time of the same step."""
+DATA_WAIT_SHARE = _protocol.DATA_WAIT_SHARE
+"""Share (0..1) of each step spent waiting for data (``_protocol.StepPairs``: paired as the hub pairs them)."""
 
-SOURCE_PRIORITY = {_protocol.SOURCE_AUTO: 0, _protocol.SOURCE_LOG: 1, _protocol.SOURCE_PARSED: 2}
+SOURCE_PRIORITY = _protocol.SOURCE_PRIORITY
 """When a rank reports one metric from several sources, charts show one (the hub ranks them alike)."""
 
-_PENDING_PAIRS = 256
 
 
 class LogEntry(NamedTuple):
@@ -250,7 +249,7 @@ class MonitorModel:
         self.events: deque[dict[str, Any]] = deque(maxlen=self._event_limit)
         self.events_total = 0
         self._series: dict[str, dict[int, dict[str, Series]]] = {}
-        self._pending_pairs: dict[int, dict[Any, list[float | None]]] = {}
+        self._step_pairs: dict[int, _protocol.StepPairs] = {}
         self._progress = ProgressTracker()
         self.gpu_memory_total: dict[int, float] = {}
         self.history_done = False
@@ -395,18 +394,15 @@ class MonitorModel:
         return count
 
     def _pair_data_wait(self, rank: int, step: Any, t: float, name: str, value: Any, groups: dict) -> None:
-        pending = self._pending_pairs.setdefault(rank, {})
-        pair = pending.setdefault(step, [None, None, t])
-        pair[0 if name == _protocol.STEP_TIME else 1] = value
-        if pair[0] is not None and pair[1] is not None:
-            del pending[step]
-            share = min(1.0, max(0.0, pair[1] / pair[0])) if pair[0] > 0 else None
+        pairs = self._step_pairs.get(rank)
+        if pairs is None:
+            pairs = self._step_pairs[rank] = _protocol.StepPairs()
+        paired = pairs.add(step, t, name, value)
+        if paired is not None:
             group = groups.setdefault((DATA_WAIT_SHARE, rank, _protocol.SOURCE_AUTO), ([], [], []))
-            group[0].append(step)
-            group[1].append(max(t, pair[2]))
-            group[2].append(share)
-        elif len(pending) > _PENDING_PAIRS:
-            pending.pop(next(iter(pending)))
+            group[0].append(paired[0])
+            group[1].append(paired[1])
+            group[2].append(paired[2])
 
     def add_gpu_rows(self, rows: Iterable[list | tuple]) -> int:
         """Protocol GPU samples ``[t, index, util, mem_used, mem_total, power_w, temp_c, sm_mhz]``."""
@@ -581,8 +577,7 @@ class MonitorModel:
         model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": public_run,
                      "ranks": store.ranks(run_id), "nodes": store.nodes(run_id), "spec": spec})
         for chunk in store.iter_metrics(run_id):
-            model.add_metric_rows([(rank, t, step, name, value, source)
-                                   for rank, step, t, name, value, source in chunk])
+            model.add_metric_rows(chunk)
         model.add_gpu_rows(store.gpu_samples(run_id))
         model.add_process_rows(store.process_samples(run_id))
         model.add_log_rows([(row["rank"], row["t"], row["stream"], row["line"], row["node"])

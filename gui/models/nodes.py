@@ -25,7 +25,7 @@ def compact_ranks(ranks: list[int]) -> str:
     ranks = sorted(set(ranks))
     parts: list[str] = []
     start = previous = None
-    for rank in ranks + [None]:
+    for rank in [*ranks, None]:
         if rank is not None and previous is not None and rank == previous + 1:
             previous = rank
             continue

@@ -149,7 +149,7 @@ class DiagnosisPanel(QWidget):
         self._throttle.watch(diagnosis.changed, diagnosis.monitor.ranks_changed)
         self.refresh()
 
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
+    def showEvent(self, event) -> None:
         super().showEvent(event)  # changes made while hidden are drawn already (RefreshThrottle)
         if not self._sized and self.splitter.width() > 0:
             self._sized = True  # 3:2, whatever the texts' natural widths; the user may drag it later
@@ -231,7 +231,7 @@ class DiagnosisPanel(QWidget):
         table = self.findings_table
         table.setRowCount(len(findings))
         for row, finding in enumerate(findings):
-            rank = finding.ranks and ", ".join(map(str, finding.ranks)) or ("" if finding.rank is None
+            rank = (finding.ranks and ", ".join(map(str, finding.ranks))) or ("" if finding.rank is None
                                                                            else str(finding.rank))
             texts = (clock(finding.t), FINDING_NAMES.get(finding.kind, finding.kind), rank, finding.text)
             color = level_color(ERROR if finding.kind == "node_lost" else "warning")

@@ -99,7 +99,7 @@ class FailureBanner(QFrame):
         self.details_button.setChecked(shown)
         self.details_button.blockSignals(False)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         self._elide()
 

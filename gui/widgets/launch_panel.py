@@ -724,6 +724,6 @@ class LaunchPanel(QWidget):
             self._update_recent_scripts()
         self.launch_requested.emit(spec, self._form.run_profile_label, self._form.base_dir)
 
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
+    def showEvent(self, event) -> None:
         super().showEvent(event)
         self._on_machine_changed(self._form.gpu_report)

@@ -60,7 +60,7 @@ class SearchHighlighter(QSyntaxHighlighter):
             self._pattern = pattern
             self.rehighlight()
 
-    def highlightBlock(self, text: str) -> None:  # noqa: N802 - Qt override
+    def highlightBlock(self, text: str) -> None:
         if self._pattern is None:
             return
         for found in self._pattern.finditer(text):

@@ -544,7 +544,7 @@ class MonitorPanel(QWidget):
         self.maximise_button.setText("▭" if maximised else "▲")
         self.maximise_button.setToolTip("Restore the charts" if maximised else "Maximise the panel (the charts give way)")
 
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
+    def showEvent(self, event) -> None:
         super().showEvent(event)
         if not self._split_applied:
             self._split_applied = True

@@ -46,7 +46,7 @@ ERROR_ROLE = Qt.ItemDataRole.UserRole + 7
 class PlaceholderDelegate(QStyledItemDelegate):
     """Greyed default text in empty cells (a QLineEdit's placeholder, for table cells)."""
 
-    def initStyleOption(self, option, index) -> None:  # noqa: N802 - Qt override
+    def initStyleOption(self, option, index) -> None:
         super().initStyleOption(option, index)
         placeholder = PLACEHOLDERS.get(index.column())
         if index.row() == 0 and index.column() in (USER_COLUMN, PORT_COLUMN):

@@ -62,7 +62,7 @@ class RunProgress(QWidget):
         if fraction is None:
             self.bar.hide()
         else:
-            self.bar.setValue(int(round(1000 * fraction)))
+            self.bar.setValue(round(1000 * fraction))
             self.bar.setFormat(f"{100 * fraction:.0f}%")
             self.bar.show()
         return progress

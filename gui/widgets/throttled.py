@@ -58,7 +58,7 @@ class RefreshThrottle(QObject):
         if due and (not self._only_when_visible or self._panel.isVisible()):
             self._refresh()
 
-    def eventFilter(self, _watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+    def eventFilter(self, _watched: QObject, event: QEvent) -> bool:
         # Installed on the panel only: its Show event, before the panel's own showEvent.
         if event.type() == QEvent.Type.Show and self.dirty:
             self._refresh()

@@ -13,6 +13,7 @@ from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.diagnosis.doctor import TORCHRUN_DEFAULT_PORT, format_report, run_doctor
 from runner.diagnosis.stacks import format_stacks
+from runner.hub.client import HubClient
 from runner.profile.resolve import default_interpreter
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
@@ -103,35 +104,26 @@ async def request_stacks(socket_path: str, timeout: float) -> dict | None:
     Raises:
         OSError: the socket cannot be reached.
     """
-    reader, writer = await asyncio.open_unix_connection(socket_path, limit=protocol.MAX_LINE_BYTES + 1)
+    client = await HubClient.subscribe(socket_path, history=False, logs=False)
     try:
-        writer.write(protocol.encode("subscribe", history=False, logs=False))
-        writer.write(protocol.encode("dump_stacks"))
-        await writer.drain()
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            try:
-                line = await asyncio.wait_for(reader.readline(), remaining)
-            except asyncio.TimeoutError:
-                return None
-            if not line:
-                return None
-            try:
-                message = protocol.decode(line)
-            except protocol.ProtocolError:
-                continue
-            if message["type"] == "bye":
-                return None
-            if message["type"] != "update":
-                continue
-            for event in message.get("events") or []:
-                if event.get("kind") == "stacks":
-                    return event
+        await client.send(protocol.DumpStacks())
+        return await asyncio.wait_for(_first_capture(client), timeout)
+    except asyncio.TimeoutError:
+        return None
     finally:
-        writer.close()
+        client.close()
+
+
+async def _first_capture(client: HubClient) -> dict | None:
+    async for message in client.messages():
+        if message["type"] == protocol.Bye.TYPE:
+            return None
+        if message["type"] != protocol.Update.TYPE:
+            continue
+        for event in message.get("events") or []:
+            if event.get("kind") == protocol.EventKind.STACKS.value:
+                return event
+    return None
 
 
 def last_stored_capture(run_id: int) -> dict | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.exit_status import describe_exit_code
+from runner.hub.client import HubClient
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
@@ -310,17 +311,11 @@ def detach_message(run_id: int) -> str:
 
 
 async def _follow(socket_path: str, view: TerminalView) -> None:
-    reader, writer = await asyncio.open_unix_connection(socket_path, limit=protocol.MAX_LINE_BYTES + 1)
-    writer.write(protocol.encode("subscribe", history=True))
-    await writer.drain()
-    while True:
-        line = await reader.readline()
-        if not line:
-            return
-        try:
-            message = protocol.decode(line)
-        except protocol.ProtocolError:
-            continue
-        view.handle(message)
-        if message["type"] == "bye":
-            return
+    client = await HubClient.subscribe(socket_path, history=True)
+    try:
+        async for message in client.messages():
+            view.handle(message)
+            if message["type"] == "bye":
+                return
+    finally:
+        client.close()

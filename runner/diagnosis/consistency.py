@@ -26,9 +26,10 @@ would otherwise repeat every N steps).
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from rankwatch._protocol import EventKind, Message, ParamHash
 from runner.diagnosis.findings import Findings
+from runner.hub.observer import HubObserver
 from runner.state import RankState
 
 SETTLE_SECONDS = 5.0
@@ -46,7 +47,7 @@ def compare_digests(digests: dict[int, str]) -> tuple[list[int], list[int]]:
     return reference, diverged
 
 
-class ConsistencyMonitor:
+class ConsistencyMonitor(HubObserver):
     def __init__(self, hub, findings: Findings | None = None, clock=time.monotonic):
         self.hub = hub
         self.findings = findings if findings is not None else Findings()
@@ -55,12 +56,12 @@ class ConsistencyMonitor:
         self.first_seen: dict[int, float] = {}
         self.last_diverged: list[int] = []
 
-    def on_message(self, message: dict[str, Any]) -> None:
-        """Hub message hook: collect ``param_hash`` fingerprints by step."""
-        if message.get("type") != "param_hash":
+    def on_message(self, message: Message) -> None:
+        """Hub observer: collect ``param_hash`` fingerprints by step."""
+        if not isinstance(message, ParamHash):
             return
-        rank, step, digest = message.get("rank"), message.get("step"), message.get("digest")
-        if not isinstance(rank, int) or not isinstance(step, int) or not isinstance(digest, str):
+        rank, step, digest = message.rank, message.step, message.digest
+        if step is None or digest is None:
             return
         self.pending.setdefault(step, {})[rank] = digest
         self.first_seen.setdefault(step, self.clock())
@@ -96,5 +97,5 @@ class ConsistencyMonitor:
         message = (f"parameters differ after step {step}: {who} disagree{'s' if len(diverged) == 1 else ''} "
                    f"with rank{'s' if len(reference) > 1 else ''} {agree} (DDP replicas should be identical)")
         self.findings.add_divergence({"step": step, "ranks": diverged, "reference": reference, "message": message})
-        self.hub.add_event("divergence", diverged[0], message, step=step, ranks=diverged, reference=reference,
+        self.hub.add_event(EventKind.DIVERGENCE, diverged[0], message, step=step, ranks=diverged, reference=reference,
                            digests={str(rank): digest for rank, digest in sorted(digests.items())})

@@ -32,8 +32,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from rankwatch._protocol import EventKind, ExceptionReport, Message, Notice
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.triage import TriageInput
+from runner.hub.observer import HubObserver
 from runner.launch.ports import PortHolder, port_holder
 
 SELF_SPAWN, LOCAL_RANK_UNPASSED, LOCAL_RANK_SPELLING = "self_spawn", "local_rank_unpassed", "local_rank_spelling"
@@ -118,8 +120,8 @@ DESCRIBE: dict[str, tuple[str, Callable[[dict[int, dict[str, Any]]], tuple[str, 
 }
 
 
-class LaunchChecks:
-    """Collects launcher-mismatch evidence from worker messages. Monitor-shaped (``tick``, ``on_message``)."""
+class LaunchChecks(HubObserver):
+    """Collects launcher-mismatch evidence from worker messages. Monitor-shaped (``tick``) and a hub observer."""
 
     def __init__(self, hub, findings: Findings, triage_input: TriageInput,
                  is_local: Callable[[Any], bool] = lambda row: True,
@@ -134,29 +136,25 @@ class LaunchChecks:
     def tick(self, now: float) -> None:
         pass
 
-    def on_message(self, message: dict[str, Any]) -> None:
-        kind = message.get("type")
-        rank = message.get("rank")
-        if not isinstance(rank, int):
-            return
-        if kind == "notice":
-            self._on_notice(rank, message)
-        elif kind == "exception" and ADDRESS_IN_USE.search(str(message.get("message") or "")):
-            self._note_port_holder(str(message.get("message")))
+    def on_message(self, message: Message) -> None:
+        if isinstance(message, Notice):
+            self._on_notice(message.rank, message)
+        elif isinstance(message, ExceptionReport) and ADDRESS_IN_USE.search(message.message or ""):
+            self._note_port_holder(message.message or "")
 
-    def _on_notice(self, rank: int, message: dict[str, Any]) -> None:
-        key = message.get("key")
+    def _on_notice(self, rank: int, message: Notice) -> None:
+        key = message.key
         if key not in DESCRIBE:
             return
         reports = self._reports.setdefault(key, {})
         first_time = not reports
-        reports[rank] = {name: value for name, value in message.items() if name not in ("type", "v", "rank", "key")}
+        reports[rank] = {"t": message.t, **message.facts}
         level, describe = DESCRIBE[key]
         title, cause, advice = describe(reports)
         self.findings.set_launcher(key, {"key": key, "level": level, "ranks": sorted(reports), "title": title,
                                          "cause": cause, "advice": advice})
         if first_time:
-            self.hub.add_event("launch_mismatch", rank, f"{cause}. What to do: {advice}", key=key, level=level,
+            self.hub.add_event(EventKind.LAUNCH_MISMATCH, rank, f"{cause}. What to do: {advice}", key=key, level=level,
                                ranks=[rank], title=title, cause=cause, advice=advice)
 
     def _note_port_holder(self, text: str) -> None:

@@ -11,8 +11,8 @@
 * ``StragglerMonitor``: the rank that slows every step, and why;
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
 
-Each has ``tick(now)``, called by the job every ``MONITOR_INTERVAL_SECONDS`` on the
-event loop; the ones that read worker messages also sit in ``hub.message_hooks``.
+Each has ``tick(now)``, called by the run every ``MONITOR_INTERVAL_SECONDS`` on the
+event loop; the ones that read worker messages are also hub observers.
 Everything they find is kept in ``triage_input.findings`` for the summary.
 """
 
@@ -26,6 +26,7 @@ from runner.diagnosis.stack_capture import StackCapture
 from runner.diagnosis.stalls import StallMonitor
 from runner.diagnosis.stragglers import StragglerMonitor
 from runner.diagnosis.triage import TriageInput
+from runner.launch.process_tree import carries_marker
 
 
 class RankFacts:
@@ -53,8 +54,9 @@ class RankFacts:
             data.world_size = max(sizes)
 
 
-def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput) -> list:
-    """Create and hook up the monitors for a job (see the module docstring)."""
+def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_key: str | None = None) -> list:
+    """Create and hook up the monitors for a run (see the module docstring); ``run_key``: only
+    processes carrying the run's marker are ever signalled for their stacks."""
     telemetry = launch.spec.telemetry
     local_node_ranks = {node.node_rank for node in launch.nodes if node.is_local}
     triage_input.log_dir = str(run_dir / "torchrun")
@@ -66,20 +68,22 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput) -> lis
         return (row.node_rank or 0) in local_node_ranks
 
     facts = RankFacts(hub, triage_input, local_node_ranks)
-    capture = StackCapture(hub, run_dir / "stacks", is_local=is_local, on_result=findings.set_stacks)
+    is_ours = (lambda pid: carries_marker(pid, run_key)) if run_key else None
+    capture = StackCapture(hub, run_dir / "stacks", is_local=is_local, on_result=findings.set_stacks,
+                           is_ours=is_ours)
     launch_checks = LaunchChecks(hub, findings, triage_input, is_local=is_local)
-    hub.message_hooks.append(launch_checks.on_message)
+    hub.add_observer(launch_checks)
     monitors: list = [facts, capture, launch_checks]
     if telemetry.instrument:
         stalls = StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings)
         capture.progress_of = stalls.progress_of
         monitors.append(stalls)
         stragglers = StragglerMonitor(hub, findings)
-        hub.message_hooks.append(stragglers.on_message)
+        hub.add_observer(stragglers)
         monitors.append(stragglers)
     if telemetry.hash_every > 0:
         consistency = ConsistencyMonitor(hub, findings)
-        hub.message_hooks.append(consistency.on_message)
+        hub.add_observer(consistency)
         monitors.append(consistency)
     facts.tick(0.0)
     return monitors

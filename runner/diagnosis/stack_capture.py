@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rankwatch._protocol import EventKind
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
 from runner.diagnosis.stack_dumps import last_dump, main_thread, parse_dump, user_frames
 from runner.diagnosis.stacks import analyse, describe, format_stacks
@@ -74,7 +75,8 @@ class StackCapture:
                  on_result: Callable[[dict[str, Any]], None] | None = None,
                  remote_capture: Callable[[list[Any]], list[int]] | None = None,
                  wait_seconds: float = WAIT_SECONDS,
-                 progress_of: Callable[[Any, float], dict[str, Any]] | None = None):
+                 progress_of: Callable[[Any, float], dict[str, Any]] | None = None,
+                 is_ours: Callable[[int], bool] | None = None):
         self.hub = hub
         self.progress_of = progress_of
         """row, now -> {step, idle_seconds, stalled, progressing} (``StallMonitor.progress_of``); None: unknown."""
@@ -83,6 +85,9 @@ class StackCapture:
         self.on_result = on_result
         self.remote_capture = remote_capture
         self.wait_seconds = wait_seconds
+        self.is_ours = is_ours
+        """pid -> whether the run started that process: a hello's pid is the worker's word, and a
+        signal to a pid that is not the run's could reach any process of the user."""
         self.count = 0
         self.latest: dict[str, Any] | None = None
         self._pending: _Pending | None = None
@@ -110,6 +115,10 @@ class StackCapture:
         for row in sorted(rows, key=lambda r: r.rank):
             if not self.is_local(row):
                 remote.append(row)
+                continue
+            if self.is_ours is not None and not self.is_ours(row.pid):
+                missing.append({"rank": row.rank, "why": f"refused to signal pid {row.pid}: it is not a process "
+                                                         "of this run (its hello named a pid the run did not start)"})
                 continue
             path = Path(stacks_file_path(str(self.stacks_dir), row.rank))
             try:
@@ -194,7 +203,7 @@ class StackCapture:
         result.update(self._write_files(result, threads, raw))
         self.latest = result
         fields = {key: value for key, value in result.items() if key != "t"}
-        self.hub.add_event("stacks", None, f"stacks ({pending.reason}): {describe(result)}", t=pending.t, **fields)
+        self.hub.add_event(EventKind.STACKS, None, f"stacks ({pending.reason}): {describe(result)}", t=pending.t, **fields)
         if self.on_result is not None:
             self.on_result(result)
 
@@ -218,7 +227,7 @@ class StackCapture:
                 f"\n==== rank {rank}: every thread, as faulthandler wrote it ====\n{raw[rank]}" for rank in sorted(raw))
             text_path.write_text(text)
         except OSError as error:
-            self.hub.add_event("warning", None, f"cannot write the stack capture to {self.stacks_dir}: {error}")
+            self.hub.add_event(EventKind.WARNING, None, f"cannot write the stack capture to {self.stacks_dir}: {error}")
             return {"path": None, "text_path": None}
         return {"path": str(json_path), "text_path": str(text_path)}
 

@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rankwatch._protocol import EventKind
 from runner.diagnosis.findings import Findings
 from runner.state import RankState, RunStatus
 
@@ -187,7 +188,7 @@ class StallMonitor:
         if heartbeat_age is not None and heartbeat_age >= HEARTBEAT_SILENT_SECONDS:
             message += f"; no heartbeat for {heartbeat_age:.0f} s either (the process itself is stuck)"
         self.hub.model.set_state(row.rank, RankState.STALLED)
-        self.hub.add_event("stalled", row.rank, message, step=row.step, seconds=round(idle, 2),
+        self.hub.add_event(EventKind.STALLED, row.rank, message, step=row.step, seconds=round(idle, 2),
                            threshold=threshold, threshold_source=source, last_progress=row.last_progress,
                            heartbeat_age=None if heartbeat_age is None else round(heartbeat_age, 2))
         record = {"rank": row.rank, "step": row.step, "since": row.last_progress, "seconds": round(idle, 2),
@@ -201,7 +202,7 @@ class StallMonitor:
         if row.state == RankState.STALLED.value:
             self.hub.model.set_state(row.rank, RankState.RUNNING)
         stall.record["resumed_after"] = round(stalled_for, 2)
-        self.hub.add_event("resumed", row.rank, f"rank {row.rank} resumed at step {row.step} after {stalled_for:.0f} s",
+        self.hub.add_event(EventKind.RESUMED, row.rank, f"rank {row.rank} resumed at step {row.step} after {stalled_for:.0f} s",
                            step=row.step, stalled_seconds=round(stalled_for, 2))
 
     @property

@@ -33,7 +33,9 @@ from collections import deque
 from typing import Any
 
 from rankwatch import _protocol as protocol
+from rankwatch._protocol import EventKind, Message, Metrics
 from runner.diagnosis.findings import Findings
+from runner.hub.observer import HubObserver
 from runner.state import RankState
 
 WINDOW_STEPS = 10
@@ -74,7 +76,7 @@ def below_half_margin(mine: tuple[float, float], others: list[tuple[float, float
     return mine[1] - others_wait < half and mine[0] - others_step < half
 
 
-class StragglerMonitor:
+class StragglerMonitor(HubObserver):
     """Collects per-step (step_time, data_wait) from the workers' metrics; judges on ``tick``."""
 
     def __init__(self, hub, findings: Findings | None = None):
@@ -85,20 +87,17 @@ class StragglerMonitor:
         self.flagged: dict[int, dict[str, Any]] = {}
         self._new_data = False
 
-    def on_message(self, message: dict[str, Any]) -> None:
-        """Hub message hook: pairs each step's step_time and data_wait (both measured by the bootstrap)."""
-        if message.get("type") != "metrics" or message.get("rank") is None:
+    def on_message(self, message: Message) -> None:
+        """Hub observer: pairs each step's step_time and data_wait (both measured by the bootstrap)."""
+        if not isinstance(message, Metrics):
             return
         steps: dict[int, dict[str, float]] = {}
-        for item in message.get("items") or []:
-            if not isinstance(item, list) or len(item) != 5:
-                continue
-            _t, step, name, value, source = item
+        for _rank, _t, step, name, value, source in message.records:
             if source != protocol.SOURCE_AUTO or name not in (protocol.STEP_TIME, protocol.DATA_WAIT):
                 continue
-            if isinstance(step, int) and isinstance(value, (int, float)) and not isinstance(value, bool):
+            if step is not None and value is not None:
                 steps.setdefault(step, {})[name] = float(value)
-        rank = message["rank"]
+        rank = message.rank
         for step in sorted(steps):
             values = steps[step]
             if protocol.STEP_TIME in values and protocol.DATA_WAIT in values:
@@ -152,11 +151,11 @@ class StragglerMonitor:
         worst = self.findings.stragglers.get(rank)
         if worst is None or record["excess"] > worst["excess"]:
             self.findings.stragglers[rank] = {**record, "message": message}
-        self.hub.add_event("straggler", rank, message, active=True, **{k: v for k, v in record.items() if k != "rank"})
+        self.hub.add_event(EventKind.STRAGGLER, rank, message, active=True, **{k: v for k, v in record.items() if k != "rank"})
 
     def _clear(self, rank: int) -> None:
         self.flagged.pop(rank, None)
-        self.hub.add_event("straggler", rank, f"rank {rank} is no longer a straggler", active=False,
+        self.hub.add_event(EventKind.STRAGGLER, rank, f"rank {rank} is no longer a straggler", active=False,
                            step=self.last_step.get(rank))
 
 

@@ -32,9 +32,10 @@ import re
 import signal as signals
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from rankwatch._protocol import RankFailure, describe_end, signal_name
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import Evidence, find_hints, launcher_hint
@@ -43,16 +44,6 @@ from runner.diagnosis.torchrun_report import TorchrunReport
 from runner.launch.ports import port_holder
 
 TAIL_LINES = 200
-
-
-def signal_name(exit_code: int | None) -> str | None:
-    """torchrun reports death by signal N as exit code -N."""
-    if exit_code is None or exit_code >= 0:
-        return None
-    try:
-        return signals.Signals(-exit_code).name
-    except ValueError:
-        return f"signal {-exit_code}"
 
 
 def exception_line_from_tail(lines: list[str]) -> str | None:
@@ -87,30 +78,6 @@ def _strip_torch_rank_prefix(line: str) -> str:
     if line.startswith("[rank") and "]: " in line[:12]:
         return line.split("]: ", 1)[1]
     return line
-
-
-@dataclass
-class RankFailure:
-    rank: int
-    host: str | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    exc_type: str | None = None
-    exc_message: str | None = None
-    exception_line: str | None = None
-    traceback: str | None = None
-    when: float | None = None
-    evidence: str = ""
-    """How we know: "exception", "connection lost", "exit code", "torchrun report"."""
-    pid: int | None = None
-    traceback_source: str | None = None
-    """Where the traceback came from: "bootstrap", "error file", "torchrun report"."""
-    error_file: str | None = None
-    kernel_log: str | None = None
-    """The kernel's OOM-killer line for this rank's pid (SIGKILL only), when found."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def listening_process(port: int) -> str | None:
@@ -207,7 +174,7 @@ def _candidates(data: TriageInput) -> list[RankFailure]:
             if reported.rank is None:
                 continue
             failure = get(reported.rank)
-            if failure.exit_code is None or reported.exit_code is not None and reported.exit_code < 0:
+            if failure.exit_code is None or (reported.exit_code is not None and reported.exit_code < 0):
                 failure.exit_code = reported.exit_code
             failure.host = failure.host or reported.host
             if not failure.evidence:
@@ -295,19 +262,6 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
     return first, others
 
 
-def describe_end(failure: RankFailure) -> str:
-    """How a rank ended, in words, from the strongest evidence there is."""
-    if failure.signal:
-        return f"signal {failure.signal}"
-    if failure.exit_code is not None:
-        return f"exit code {failure.exit_code}"
-    if failure.evidence == "connection lost":
-        return "its connection dropped without an exit: killed, or its node went away"
-    if failure.evidence == "exception":
-        return "an uncaught exception"
-    return "no exit code known"
-
-
 def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
     """The summary stored with the run and printed at the end of ``rankwatch run``."""
     diagnostics = data.findings.to_json()
@@ -360,8 +314,8 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         "outcome": "failed",
         "headline": headline,
         "exit_code": exit_code,
-        "first_failure": first.to_json() if first else None,
-        "other_failures": [o.to_json() for o in others],
+        "first_failure": first.to_wire() if first else None,
+        "other_failures": [o.to_wire() for o in others],
         "hints": [h.to_json() for h in hints],
     }
     if diagnostics:

@@ -1,93 +1,69 @@
 """The hub's live picture of a run: one row per rank, kept current as records arrive.
 
-It is what the terminal view and the GUI's rank table show (the RANK shape in
-``rankwatch._protocol``), derived from the records; the store keeps the records
-themselves. Plain Python, no I/O, so it is cheap to test.
+It is what the terminal view and the GUI's rank table show (the RANK shape,
+``rankwatch._protocol.RankRow``), derived from the records; the store keeps the
+records themselves. Plain Python, no I/O, so it is cheap to test.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rankwatch import _protocol as protocol
+from rankwatch._protocol import MetricRow, RankRow, StepPairs
 from runner.state import RankState
 
-DATA_WAIT_SMOOTHING = 0.3
-"""Weight of the newest step in the data-wait share (an EMA: one slow step is not a trend)."""
-
-
-@dataclass
-class RankRow:
-    rank: int
-    local_rank: int | None = None
-    node_rank: int | None = None
-    host: str | None = None
-    pid: int | None = None
-    gpu_index: int | None = None
-    state: str = RankState.WAITING.value
-    exit_code: int | None = None
-    step: int | None = None
-    loss: float | None = None
-    loss_source: str | None = None
-    step_time: float | None = None
-    data_wait_share: float | None = None
-    samples_per_s: float | None = None
-    steps_per_s: float | None = None
-    last_seen: float | None = None
-    cpu_percent: float | None = None
-    rss_bytes: int | None = None
-    gpu_util: float | None = None
-    gpu_mem_used: int | None = None
-    dropped: int = 0
-    world_size: int | None = None
-    python: str | None = None
-    torch: str | None = None
-    restart: int | None = None
-    last_progress: float | None = None
-    """When ``step`` last changed (monotonic wall clock), for stall detection."""
-    recent_step_times: list[float] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("recent_step_times")
-        return data
-
-
-LOSS_SOURCE_PRIORITY = {protocol.SOURCE_AUTO: 0, protocol.SOURCE_LOG: 1, protocol.SOURCE_PARSED: 2}
 RECENT_STEPS = 50
+
+
+class LiveRank(RankRow):
+    """A RANK row plus what only the hub needs to keep it current."""
+
+    __slots__ = ("last_progress", "recent_step_times", "pairs", "received")
+
+    def __init__(self, rank: int) -> None:
+        super().__init__(rank)
+        self.received = 0
+        """Metric items of this rank the hub decoded (stored or rejected): compared with ``sent``."""
+        self.last_progress: float | None = None
+        """When ``step`` last changed (wall clock), for stall detection."""
+        self.recent_step_times: list[float] = []
+        self.pairs = StepPairs()
+        """This rank's step_time and data_wait records, paired into the data-wait share."""
 
 
 class LiveModel:
     def __init__(self) -> None:
-        self.ranks: dict[int, RankRow] = {}
+        self.ranks: dict[int, LiveRank] = {}
         self.changed: set[int] = set()
 
-    def row(self, rank: int) -> RankRow:
+    def row(self, rank: int) -> LiveRank:
         row = self.ranks.get(rank)
         if row is None:
-            row = self.ranks[rank] = RankRow(rank=rank)
+            row = self.ranks[rank] = LiveRank(rank)
+            row.first_seen = time.time()
             self.changed.add(rank)
         return row
 
-    def take_changed(self) -> list[dict[str, Any]]:
-        rows = [self.ranks[r].to_json() for r in sorted(self.changed) if r in self.ranks]
+    def take_changed(self) -> list[LiveRank]:
+        rows = [self.ranks[rank] for rank in sorted(self.changed) if rank in self.ranks]
         self.changed.clear()
         return rows
 
     def all_rows(self) -> list[dict[str, Any]]:
-        return [self.ranks[r].to_json() for r in sorted(self.ranks)]
+        return [self.ranks[rank].to_wire() for rank in sorted(self.ranks)]
 
-    def _touch(self, row: RankRow, t: float | None = None) -> None:
+    def _touch(self, row: LiveRank, t: float | None = None) -> None:
         row.last_seen = t if t is not None else time.time()
         self.changed.add(row.rank)
 
-    def on_hello(self, message: dict[str, Any]) -> RankRow:
-        row = self.row(int(message["rank"]))
+    def on_hello(self, hello: protocol.Hello) -> LiveRank:
+        row = self.row(hello.rank)
         for key in ("local_rank", "node_rank", "host", "pid", "world_size", "python", "torch", "restart"):
-            if message.get(key) is not None:
-                setattr(row, key, message[key])
+            value = getattr(hello, key)
+            if value is not None:
+                setattr(row, key, value)
         if row.state in (RankState.WAITING.value, RankState.STOPPED.value, RankState.FAILED.value):
             row.state = RankState.RUNNING.value
             row.exit_code = None
@@ -103,46 +79,60 @@ class LiveModel:
             if row.state == RankState.STALLED.value:
                 row.state = RankState.RUNNING.value
         if name == protocol.LOSS and value is not None:
-            current = LOSS_SOURCE_PRIORITY.get(row.loss_source, 9)
-            if LOSS_SOURCE_PRIORITY.get(source, 9) <= current or row.loss_source is None:
+            current = protocol.SOURCE_PRIORITY.get(row.loss_source or "", 9)
+            if protocol.SOURCE_PRIORITY.get(source, 9) <= current or row.loss_source is None:
                 row.loss, row.loss_source = value, source
         elif name == protocol.STEP_TIME and value is not None:
             row.step_time = value
             row.recent_step_times.append(value)
             del row.recent_step_times[:-RECENT_STEPS]
-        elif name == protocol.DATA_WAIT and value is not None and row.step_time:
-            share = min(1.0, max(0.0, value / row.step_time))
-            previous = row.data_wait_share
-            row.data_wait_share = share if previous is None else (
-                DATA_WAIT_SMOOTHING * share + (1 - DATA_WAIT_SMOOTHING) * previous)
         elif name == protocol.SAMPLES_PER_SECOND:
             row.samples_per_s = value
         elif name == protocol.STEPS_PER_SECOND:
             row.steps_per_s = value
+        if name == protocol.STEP_TIME or name == protocol.DATA_WAIT:
+            paired = row.pairs.add(step, t, name, value)
+            if paired is not None:
+                row.data_wait_share = paired[2]
         self._touch(row, t)
 
-    def on_metric_batch(self, rank: int, newest: dict[str, tuple], step_times: list[float]) -> None:
-        """One worker batch: ``newest`` maps each metric name to its last (t, step, value, source);
-        every step time goes into the recent history (stall and straggler detection use it)."""
-        if not newest:
+    def on_metric_batch(self, rank: int, records: list[MetricRow], rejected: int = 0) -> None:
+        """One worker batch: each series' newest record updates the row; every step time goes
+        into the recent history (stall and straggler detection use it)."""
+        if rejected:
+            self.row(rank).received += rejected
+        if not records:
             return
+        newest = {record[3]: record for record in records}
+        step_time = protocol.STEP_TIME
+        step_times = [record[4] for record in records if record[3] == step_time and record[4] is not None]
         row = self.row(rank)
+        row.received += len(records)
         if step_times:
             row.recent_step_times.extend(step_times[:-1])  # the last one is added by on_metric below
             del row.recent_step_times[:-RECENT_STEPS]
-        # step_time before data_wait: the data-wait share divides by the step time of the same step
-        for name in sorted(newest, key=lambda n: n != protocol.STEP_TIME):
-            t, step, value, source = newest[name]
+        # step_time before data_wait: the share pairs them by step, in either order, but the
+        # row's step time should be the one of the step the share belongs to
+        for name in sorted(newest, key=lambda name: name != protocol.STEP_TIME):
+            _rank, t, step, _name, value, source = newest[name]
             self.on_metric(rank, t, step, name, value, source)
 
-    def on_heartbeat(self, rank: int, t: float, step: int | None, dropped: int | None) -> None:
-        row = self.row(rank)
+    def on_heartbeat(self, heartbeat: protocol.Heartbeat) -> None:
+        row = self.row(heartbeat.rank)
+        step = heartbeat.step
         if step is not None and (row.step is None or step > row.step):
             row.step = step
             row.last_progress = time.time()
-        if dropped is not None:
-            row.dropped = int(dropped)
-        self._touch(row, t)
+        if heartbeat.dropped is not None:
+            row.dropped = heartbeat.dropped
+        if heartbeat.sent is not None:
+            row.sent = heartbeat.sent
+        self._touch(row, heartbeat.t)
+
+    def on_rejected(self, rank: int, count: int) -> None:
+        row = self.row(rank)
+        row.rejected += count
+        self.changed.add(rank)
 
     def on_exit(self, rank: int, code: int | None, state: RankState) -> None:
         row = self.row(rank)
@@ -168,5 +158,5 @@ class LiveModel:
 
     def pids(self) -> dict[int, int]:
         """rank -> pid for ranks that said hello and have not finished."""
-        return {r.rank: r.pid for r in self.ranks.values()
-                if r.pid and not RankState(r.state).finished}
+        return {row.rank: row.pid for row in self.ranks.values()
+                if row.pid and not RankState(row.state).finished}

@@ -1,32 +1,62 @@
-"""Subscribers of a run, and how each receives batched updates.
+"""The publisher: what subscribers (the GUI, ``rankwatch attach``, the terminal view) receive.
 
-The hub commits a batch to the store, then hands every subscriber one ``update``
-message for it (so at most one per flush: ~20 per second). A subscriber that falls
-behind (its socket buffer grows) gets the metrics of an update thinned: the last
-point of every series is always kept, so tables stay exact and charts stay
-faithful in shape; the message says ``decimated`` and the store has everything.
-A subscriber hopelessly behind is disconnected rather than letting the hub's
-memory grow.
+A subscriber gets a ``snapshot`` (the run, its ranks and nodes now), then, when it
+asked for history, the stored history as a series of ``update`` lines and
+``history_end``, then live updates: the hub commits a batch to the store, then
+hands every subscriber one ``update`` for it (so at most one per flush, ~20 a
+second). A record is in the store before any subscriber sees it.
+
+History is streamed, not loaded: the writer thread reads a few thousand rows at a
+time (up to the rows committed when the replay began, so replay and live never
+overlap or leave a gap), each chunk goes out as lines of at most
+``HISTORY_LINE_BYTES``, and the next chunk is read only once the subscriber's
+socket has taken the last (``drain``: back-pressure). The hub holds one chunk per
+replaying subscriber, whatever the size of the run.
+
+Memory policy for subscribers that read slowly or never (what they have not read
+sits in the hub's memory):
+
+* above ``DECIMATE_ABOVE_BYTES`` of backlog, a subscriber gets the metrics of an
+  update thinned (the last point of every series always kept: tables stay exact,
+  charts keep their shape); the update says ``decimated``; the store has them all;
+* above ``DISCONNECT_ABOVE_BYTES`` it is disconnected;
+* when all subscribers together hold more than ``TOTAL_BACKLOG_BYTES``, the ones
+  furthest behind are disconnected until they do not.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rankwatch import _protocol as protocol
+from rankwatch._protocol import Event, Update
+from runner.hub.live_model import LiveModel
+from runner.hub.writer import StoreWriter
+from runner.store.store import RecordBatch, RunStore
 
 DECIMATE_ABOVE_BYTES = 4 << 20
-DISCONNECT_ABOVE_BYTES = 256 << 20
+DISCONNECT_ABOVE_BYTES = 16 << 20
+TOTAL_BACKLOG_BYTES = 64 << 20
 DECIMATED_POINTS_PER_SERIES = 8
+HISTORY_ROWS_PER_READ = 5_000
+LINE_BYTES = protocol.HISTORY_LINE_BYTES
+"""Every update line (replay and live) is cut to about this size."""
+RECORDS_PER_LINE = 3_000
+"""Metric records (or samples) per update line: ~60-100 bytes each."""
+
+Message = dict[str, Any]
 
 
-def decimate_metrics(rows: list[list], keep_per_series: int = DECIMATED_POINTS_PER_SERIES) -> list[list]:
+def decimate_metrics(rows: list[Any], keep_per_series: int = DECIMATED_POINTS_PER_SERIES) -> list[Any]:
     """Thin ``[[rank, t, step, name, value, source], ...]`` to ~``keep_per_series`` per series,
     always keeping each series' last row."""
-    by_series: dict[tuple, list[int]] = {}
+    by_series: dict[tuple[Any, ...], list[int]] = {}
     for index, row in enumerate(rows):
         by_series.setdefault((row[0], row[3], row[5]), []).append(index)
     keep: set[int] = set()
@@ -34,7 +64,7 @@ def decimate_metrics(rows: list[list], keep_per_series: int = DECIMATED_POINTS_P
         stride = max(1, len(indices) // keep_per_series)
         keep.update(indices[::stride])
         keep.add(indices[-1])
-    return [rows[i] for i in sorted(keep)]
+    return [rows[index] for index in sorted(keep)]
 
 
 class Subscriber(abc.ABC):
@@ -45,40 +75,56 @@ class Subscriber(abc.ABC):
     def __init__(self) -> None:
         self.live = False
         """False while a history replay is being sent; live updates queue until then."""
-        self.queued: list[tuple[int, dict[str, Any]]] = []
+        self.queued: list[tuple[int, Message, list[bytes] | None]] = []
         self.closed = False
 
     def backlog_bytes(self) -> int:
         return 0
 
     @abc.abstractmethod
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         """Deliver one message now (it has passed queueing and decimation)."""
+
+    def send_lines(self, message: Message, lines: list[bytes]) -> None:
+        """Deliver ``message``, already encoded as ``lines`` (for a socket: written as they are)."""
+        self.send(message)
+
+    async def drain(self) -> None:  # noqa: B027 (optional: only a socket has something to wait for)
+        """Wait until what was sent has left this process (back-pressure for replays)."""
 
     def close(self) -> None:
         self.closed = True
 
-    def deliver_update(self, seq: int, message: dict[str, Any]) -> None:
+    def abandon(self) -> None:
+        """Disconnect at once, dropping what it has not read (it is hopelessly behind)."""
+        self.close()
+
+    def deliver_update(self, seq: int, message: Message, lines: list[bytes] | None = None) -> None:
+        """Send a live update (``lines``: the same, encoded once for every subscriber), or queue it
+        while a replay is going on; thinned or refused when this subscriber is far behind."""
         if self.closed:
             return
         if not self.live:
-            self.queued.append((seq, message))
+            self.queued.append((seq, message, lines))
             return
         backlog = self.backlog_bytes()
         if backlog > DISCONNECT_ABOVE_BYTES:
-            self.close()
+            self.abandon()
             return
         if backlog > DECIMATE_ABOVE_BYTES and message.get("metrics"):
-            message = dict(message, metrics=decimate_metrics(message["metrics"]), decimated=True)
-        self.send(message)
+            self.send(dict(message, metrics=decimate_metrics(message["metrics"]), decimated=True))
+        elif lines is not None:
+            self.send_lines(message, lines)
+        else:
+            self.send(message)
 
     def go_live(self, replayed_through: int) -> None:
         """Send what queued during the replay, skipping batches the replay already held."""
         self.live = True
         queued, self.queued = self.queued, []
-        for seq, message in queued:
+        for seq, message, lines in queued:
             if seq > replayed_through:
-                self.deliver_update(seq, message)
+                self.deliver_update(seq, message, lines)
 
 
 class LocalSubscriber(Subscriber):
@@ -86,12 +132,12 @@ class LocalSubscriber(Subscriber):
 
     name = "local"
 
-    def __init__(self, callback: Callable[[dict[str, Any]], None]):
+    def __init__(self, callback: Callable[[Message], None]):
         super().__init__()
         self.callback = callback
         self.live = True
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         self.callback(message)
 
 
@@ -108,7 +154,7 @@ class SocketSubscriber(Subscriber):
         transport = self.writer.transport
         return transport.get_write_buffer_size() if transport is not None else 0
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Message) -> None:
         if self.closed or self.writer.is_closing():
             self.closed = True
             return
@@ -117,7 +163,220 @@ class SocketSubscriber(Subscriber):
         body.pop("v", None)
         self.writer.write(protocol.encode(message_type, **body))
 
+    def send_lines(self, message: Message, lines: list[bytes]) -> None:
+        if self.closed or self.writer.is_closing():
+            self.closed = True
+            return
+        self.writer.writelines(lines)
+
+    async def drain(self) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.writer.drain()
+
     def close(self) -> None:
         super().close()
         if not self.writer.is_closing():
             self.writer.close()
+
+    def abandon(self) -> None:
+        super().close()
+        transport = self.writer.transport
+        if transport is not None:
+            transport.abort()  # close() would keep the unread backlog until it was read: never
+
+
+# ---- cutting updates into lines of bounded size --------------------------------------------------
+
+
+def _size_of_log(line: Sequence[Any]) -> int:
+    text = line[3]
+    # JSON doubles a quote or backslash, and writes a control or non-ASCII character as \uXXXX
+    factor = 2 if text.isascii() and text.isprintable() else 6
+    return 48 + factor * len(text) + len(line[4] or "")
+
+
+def _size_of_event(event: Event) -> int:
+    return 64 + len(event.message) + len(event.data_json())
+
+
+def cut_by_size(rows: Sequence[Any], size_of: Callable[[Any], int], limit: int = LINE_BYTES) -> Iterator[list[Any]]:
+    """``rows`` in consecutive groups of about ``limit`` bytes each (at least one row per group)."""
+    group: list[Any] = []
+    size = 0
+    for row in rows:
+        row_size = size_of(row)
+        if group and size + row_size > limit:
+            yield group
+            group, size = [], 0
+        group.append(row)
+        size += row_size
+    if group:
+        yield group
+
+
+def _in_runs(rows: list[Any], count: int) -> Iterator[list[Any]]:
+    for start in range(0, len(rows), count):
+        yield rows[start:start + count]
+
+
+def update_lines(t: float, batch: RecordBatch) -> Iterator[Update]:
+    """A batch of records as updates of about ``LINE_BYTES`` each (``encode_update`` makes sure)."""
+    for metrics in _in_runs(batch.metrics, RECORDS_PER_LINE):
+        yield Update(t, metrics=metrics)
+    for logs in cut_by_size(batch.logs, _size_of_log):
+        yield Update(t, logs=logs)
+    for events in cut_by_size(batch.events, _size_of_event):
+        yield Update(t, events=events)
+    for gpus in _in_runs(batch.gpu_samples, RECORDS_PER_LINE):
+        yield Update(t, gpus=gpus)
+    for procs in _in_runs(batch.process_samples, RECORDS_PER_LINE):
+        yield Update(t, procs=procs)
+
+
+def update_message(update: Update) -> Message:
+    return {"type": Update.TYPE, **update.to_wire()}
+
+
+def encode_update(update: Update, stats: Counter[str] | None = None) -> list[bytes]:
+    """``update`` as lines under ``MAX_LINE_BYTES``: cut in halves until each fits. A single
+    record that cannot fit (a gigantic event) is left out and counted (``lines_too_long``)."""
+    line = update.encode()
+    if len(line) < protocol.MAX_LINE_BYTES:
+        return [line]
+    tables = ("metrics", "logs", "events", "gpus", "procs")
+    name = max(tables, key=lambda table: len(getattr(update, table)))
+    rows = getattr(update, name)
+    if len(rows) <= 1:
+        if stats is not None:
+            stats["lines_too_long"] += 1
+        return []
+    middle = len(rows) // 2
+    first, second = Update(update.t, **{name: rows[:middle]}), Update(update.t, **{name: rows[middle:]})
+    return encode_update(first, stats) + encode_update(second, stats)
+
+
+class Publisher:
+    """Subscribers of one run: snapshot, history replay, live updates, bye."""
+
+    def __init__(self, writer: StoreWriter, model: LiveModel, stats: Counter[str],
+                 run_id: Callable[[], int | None], run_row: Callable[[], dict[str, Any] | None],
+                 commit_seq: Callable[[], int]) -> None:
+        self.writer = writer
+        self.model = model
+        self.stats = stats
+        self._run_id = run_id
+        self._run_row = run_row
+        self._commit_seq = commit_seq
+        """The sequence number of the last committed batch (read on the writer thread)."""
+        self.subscribers: list[Subscriber] = []
+        self.spec_table: dict[str, Any] = {}
+
+    def snapshot(self, nodes: list[dict[str, Any]] | None = None) -> Message:
+        return {"type": protocol.Snapshot.TYPE, "run": self._run_row(), "ranks": self.model.all_rows(),
+                "nodes": nodes or [], "spec": self.spec_table}
+
+    async def add(self, subscriber: Subscriber, history: bool = True) -> None:
+        """Snapshot, the stored history (``history``), then live updates."""
+        subscriber.live = False
+        self.subscribers.append(subscriber)
+        run_id = self._run_id()
+        nodes = await self.writer.call(RunStore.nodes, run_id) if run_id is not None else []
+        subscriber.send(self.snapshot(nodes))
+        replayed_through = 0  # without a replay, every queued live batch is new to it
+        if history and run_id is not None:
+            replayed_through = await self._replay(subscriber, run_id)
+            subscriber.send({"type": protocol.HistoryEnd.TYPE})
+        subscriber.go_live(replayed_through)
+
+    def add_local(self, callback: Callable[[Message], None]) -> LocalSubscriber:
+        subscriber = LocalSubscriber(callback)
+        callback(self.snapshot())
+        self.subscribers.append(subscriber)
+        return subscriber
+
+    def remove(self, subscriber: Subscriber) -> None:
+        subscriber.close()
+        if subscriber in self.subscribers:
+            self.subscribers.remove(subscriber)
+
+    async def _replay(self, subscriber: Subscriber, run_id: int) -> int:
+        """Stream the stored history; returns the last batch sequence number it includes."""
+        def bounds(store: RunStore) -> tuple[int, dict[str, int]]:
+            return self._commit_seq(), store.last_rowids(run_id)
+
+        through, last = await self.writer.call(bounds)
+        readers: list[tuple[str, Callable[[RunStore, int, int], tuple[list[Any], int]]]] = [
+            ("logs", lambda store, after, upto: store.read_chunk("logs", run_id, after, upto, HISTORY_ROWS_PER_READ)),
+            ("events", lambda store, after, upto: store.read_chunk("events", run_id, after, upto, 1000)),
+            ("metrics", lambda store, after, upto: store.read_chunk("metrics", run_id, after, upto,
+                                                                     HISTORY_ROWS_PER_READ)),
+            ("gpu_samples", lambda store, after, upto: store.read_chunk("gpu_samples", run_id, after, upto,
+                                                                         HISTORY_ROWS_PER_READ)),
+            ("process_samples", lambda store, after, upto: store.read_chunk("process_samples", run_id, after, upto,
+                                                                             HISTORY_ROWS_PER_READ)),
+        ]
+        for table, read in readers:
+            after = 0
+            while after < last[table] and not subscriber.closed:
+                rows, after = await self.writer.call(read, after, last[table])
+                if not rows:
+                    break
+                batch = RecordBatch()
+                getattr(batch, table).extend(rows)
+                for update in update_lines(time.time(), batch):
+                    subscriber.send_lines(update_message(update), encode_update(update, self.stats))
+                    await subscriber.drain()
+        return through
+
+    def publish(self, seq: int, batch: RecordBatch, rank_rows: list[dict[str, Any]],
+                run: dict[str, Any] | None, nodes: list[dict[str, Any]]) -> None:
+        """Hand every subscriber the update(s) for committed batch ``seq``."""
+        if not self.subscribers:
+            return
+        now = time.time()
+        updates = list(update_lines(now, batch)) or [Update(now)]
+        first = updates[0]
+        first.ranks, first.run, first.nodes = rank_rows, run, nodes
+        encoded: list[tuple[Message, list[bytes] | None]] = []
+        sockets = any(isinstance(subscriber, SocketSubscriber) for subscriber in self.subscribers)
+        for update in updates:
+            encoded.append((update_message(update), encode_update(update, self.stats) if sockets else None))
+        for subscriber in list(self.subscribers):
+            for message, lines in encoded:
+                subscriber.deliver_update(seq, message, lines)
+            if subscriber.closed:
+                self.subscribers.remove(subscriber)
+                self.stats["subscribers_dropped"] += 1
+        self._enforce_budget()
+
+    def send_now(self, message: Message) -> None:
+        """A message for every live subscriber at once, outside the batches (the store may be full)."""
+        for subscriber in list(self.subscribers):
+            if subscriber.live and not subscriber.closed:
+                subscriber.send(message)
+
+    def _enforce_budget(self) -> None:
+        backlogs = sorted(((subscriber.backlog_bytes(), index, subscriber)
+                           for index, subscriber in enumerate(self.subscribers)), reverse=True)
+        total = sum(backlog for backlog, _, _ in backlogs)
+        for backlog, _, subscriber in backlogs:
+            if total <= TOTAL_BACKLOG_BYTES or backlog == 0:
+                break
+            subscriber.abandon()
+            self.remove(subscriber)
+            total -= backlog
+            self.stats["subscribers_dropped"] += 1
+
+    def say_bye(self, reason: str) -> None:
+        for subscriber in list(self.subscribers):
+            subscriber.send({"type": protocol.Bye.TYPE, "reason": reason})
+
+    def close_all(self) -> None:
+        for subscriber in list(self.subscribers):
+            subscriber.close()
+
+
+def event_message(event: Event) -> Message:
+    """A single event as an update, for ``Publisher.send_now``."""
+    return {"type": Update.TYPE, "t": time.time(), "events": [event.to_wire()]}
+

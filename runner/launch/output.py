@@ -74,7 +74,7 @@ class RankLineSplitter:
         for index, (key, text) in enumerate(segments):
             joined, started = self._pending.pop(key, ("", now))
             joined += text
-            if index == len(segments) - 1 and complete or len(joined) > MAX_LINE_CHARS:
+            if (index == len(segments) - 1 and complete) or len(joined) > MAX_LINE_CHARS:
                 lines.append(self._line(key, joined, started))
             else:
                 self._pending[key] = (joined, started)

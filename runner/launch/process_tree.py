@@ -52,6 +52,17 @@ def find_job_pids(run_key: str) -> list[int]:
     return found
 
 
+def carries_marker(pid: int, run_key: str) -> bool:
+    """Whether process ``pid`` (of this user) carries the run's marker: the run started it."""
+    needle = marker_bytes(run_key)
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read()
+    except OSError:
+        return False
+    return (needle + b"\0" in environ or environ.endswith(needle)) and not _is_zombie(pid)
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:

@@ -5,6 +5,12 @@ from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_
 from runner.profile.spec import LaunchSpec, NodeSpec, RendezvousSpec, TelemetrySpec
 
 __all__ = [
-    "LaunchSpec", "NodeSpec", "RendezvousSpec", "TelemetrySpec",
-    "SpecError", "SpecErrors", "spec_from_dict", "spec_to_dict",
+    "LaunchSpec",
+    "NodeSpec",
+    "RendezvousSpec",
+    "SpecError",
+    "SpecErrors",
+    "TelemetrySpec",
+    "spec_from_dict",
+    "spec_to_dict",
 ]

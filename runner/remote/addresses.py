@@ -59,7 +59,7 @@ def _only_loopback(name: str) -> bool:
         infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
     except socket.gaierror:
         return False
-    return all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+    return all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
 
 
 def agent_addresses(launch: ResolvedLaunch) -> dict[int, str]:

@@ -34,8 +34,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from rankwatch._protocol import MAX_LINE_BYTES
+from rankwatch import _protocol as protocol
+from rankwatch._protocol import MAX_LINE_BYTES, LogLine
 from runner import paths
 from runner.launch.output import OutputLine
 from runner.launch.supervisor import TorchrunSupervisor
@@ -101,16 +103,17 @@ class Agent:
     def __init__(self, launch: LaunchMessage, stdin: StdinLines):
         self.launch = launch
         self.stdin = stdin
-        self.link: HeadLink | None = None
-        self.relay: WorkerRelay | None = None
-        self.supervisor: TorchrunSupervisor | None = None
+        # Set by ``run``, in this order, before anything uses them:
+        self.link: HeadLink
+        self.relay: WorkerRelay
+        self.supervisor: TorchrunSupervisor
+        self._loop: asyncio.AbstractEventLoop
         self.stop_reason: str | None = None
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._signals = 0
         self._stop_reached_torchrun = False
         """The stop was sent to torchrun directly too (a Slurm job step's signal): add no SIGTERM."""
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- stopping ----------------------------------------------------------------------
 
@@ -154,7 +157,7 @@ class Agent:
 
     # ---- forwarding --------------------------------------------------------------------
 
-    async def _forward(self, message: dict) -> None:
+    async def _forward(self, message: protocol.Message | dict[str, Any]) -> None:
         """A worker's message on its way to the head (the relay's ``forward``)."""
         await self.link.send(message)
 
@@ -163,26 +166,25 @@ class Agent:
             rank = line.rank
             if rank is not None and line.local_rank_only:
                 rank = self.relay.local_ranks.get(rank, rank)
-            self.link.post({"type": "log", "node_rank": self.launch.node_rank, "rank": rank, "t": line.t,
-                            "stream": line.stream, "line": line.text, "node": self.launch.host})
+            self.link.post(protocol.Log(self.launch.node_rank,
+                                        LogLine(rank, line.t, line.stream, line.text, self.launch.host)))
 
-    def _on_process_rows(self, rows: list[tuple]) -> None:
-        self.link.post({"type": "process_samples", "node_rank": self.launch.node_rank,
-                        "rows": [list(row) for row in rows]})
+    def _on_process_rows(self, rows: list[protocol.ProcessSample]) -> None:
+        self.link.post(protocol.ProcessSamples(self.launch.node_rank, rows))
 
     def _launcher_line(self, text: str) -> None:
         """A line of the agent's own, shown with torchrun's lines for this node."""
-        self.link.post({"type": "log", "node_rank": self.launch.node_rank, "rank": None, "t": time.time(),
-                        "stream": "stderr", "line": f"rankwatch agent: {text}", "node": self.launch.host})
+        self.link.post(protocol.Log(self.launch.node_rank, LogLine(None, time.time(), "stderr",
+                                                                   f"rankwatch agent: {text}", self.launch.host)))
 
     # ---- the run -----------------------------------------------------------------------
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         launch = self.launch
-        hello = {"token": launch.token, "run_key": launch.run_key, "node_rank": launch.node_rank, "host": launch.host,
-                 "pid": os.getpid(), "version": installed_version(DISTRIBUTION),
-                 "torch": installed_version("torch")}
+        hello = protocol.AgentHello(launch.node_rank, token=launch.token, run_key=launch.run_key, host=launch.host,
+                                    pid=os.getpid(), version=installed_version(DISTRIBUTION),
+                                    torch=installed_version("torch"))
         try:
             self.link = await HeadLink.open(launch.head_host, launch.head_port, hello, HEAD_CONNECT_TIMEOUT_SECONDS)
         except (OSError, asyncio.TimeoutError) as error:
@@ -221,9 +223,8 @@ class Agent:
 
     async def _report_end(self, code: int) -> int:
         """``node_exit`` (the last message: everything before it has been forwarded), then close."""
-        await self.link.send({"type": "node_exit", "node_rank": self.launch.node_rank, "t": time.time(),
-                              "code": code, "reason": self.stop_reason,
-                              "dropped": self.link.dropped + self.relay.dropped_lines})
+        await self.link.send(protocol.NodeExit(self.launch.node_rank, time.time(), code, self.stop_reason,
+                                               self.link.dropped + self.relay.dropped_lines))
         await self.link.close()
         return code
 

@@ -16,9 +16,10 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
 
+from rankwatch._protocol import AgentHello, EventKind, Message, NodeExit
 from runner.hub.hub import Hub
+from runner.hub.observer import HubObserver
 from runner.launch.command import RendezvousPlan, RunnerContext, build_node_command
 from runner.launch.output import OutputLine
 from runner.profile.parse import parse_host_port
@@ -30,7 +31,7 @@ from runner.remote.ssh import SshOptionsError
 from runner.state import NodeState, RankState
 
 
-class RemoteNodes:
+class RemoteNodes(HubObserver):
     def __init__(self, hub: Hub, run_key: str, token: str, on_lost: Callable[[str], None]):
         self.hub = hub
         self.run_key = run_key
@@ -46,14 +47,14 @@ class RemoteNodes:
 
     async def listen(self, launch: ResolvedLaunch, plan: RendezvousPlan) -> None:
         """Open the hub's TCP listener for the agents; never raises (see ``error``)."""
-        self.hub.agent_hooks.append(self._on_agent)
-        self.hub.message_hooks.append(self._on_message)
+        self.hub.add_observer(self)
         try:
             self.addresses = agent_addresses(launch)
         except HeadAddressError as error:
             self.error = str(error)
             return
-        avoid = parse_host_port(plan.endpoint)[1] if plan.endpoint else plan.master_port
+        endpoint = parse_host_port(plan.endpoint) if plan.endpoint else None
+        avoid = endpoint[1] if endpoint is not None else plan.master_port
         distinct = list(dict.fromkeys(self.addresses.values()))
         try:
             for address in distinct:
@@ -62,7 +63,7 @@ class RemoteNodes:
             self.error = f"cannot listen for the nodes' agents on {address}: {error.strerror or error}"
             return
         where = ", ".join(f"{_bracketed(address)}:{self.port}" for address in distinct)
-        self.hub.add_event("agents_listening", None, f"listening for node agents on {where} (token required)",
+        self.hub.add_event(EventKind.AGENTS_LISTENING, None, f"listening for node agents on {where} (token required)",
                            addresses=distinct, port=self.port)
 
     def create(self, launch: ResolvedLaunch, node: ResolvedNode, plan: RendezvousPlan, context: RunnerContext,
@@ -88,26 +89,27 @@ class RemoteNodes:
 
     # ---- hub events ------------------------------------------------------------------------
 
-    def _on_agent(self, event: str, node_rank: int | None) -> None:
-        handle = self.nodes.get(node_rank) if node_rank is not None else None
-        if handle is None:
-            return
-        if event == "connected":
+    def on_agent_connected(self, hello: AgentHello) -> None:
+        handle = self.nodes.get(hello.node_rank) if hello.node_rank is not None else None
+        if handle is not None:
             handle.on_agent_connected()
-        elif event == "closed":
+
+    def on_agent_closed(self, node_rank: int | None) -> None:
+        handle = self.nodes.get(node_rank) if node_rank is not None else None
+        if handle is not None:
             handle.on_agent_closed()
 
-    def _on_message(self, message: dict[str, Any]) -> None:
-        if message.get("type") != "node_exit":
+    def on_message(self, message: Message) -> None:
+        if not isinstance(message, NodeExit) or message.node_rank is None:
             return
-        handle = self.nodes.get(message.get("node_rank"))
+        handle = self.nodes.get(message.node_rank)
         if handle is None:
             return
         handle.on_node_exit(message)
-        reason = message.get("reason")
+        reason = message.reason
         if reason and not handle.stopping:  # the agent stopped its workers on its own: say why
-            self.hub.add_event("warning", None, f"node {handle.node.node_rank} ({handle.node.host}): "
-                                                f"its agent stopped the workers: {reason}")
+            self.hub.add_event(EventKind.WARNING, None, f"node {handle.node.node_rank} ({handle.node.host}): "
+                                                        f"its agent stopped the workers: {reason}")
 
     def _node_lost(self, handle: RemoteNode) -> None:
         node = handle.node
@@ -115,13 +117,12 @@ class RemoteNodes:
         message = f"node {node.node_rank} ({node.host}) was lost at {when}: {handle.lost_reason}"
         asyncio.get_running_loop().create_task(
             self.hub.update_node(node.node_rank, node.host, NodeState.LOST.value, detail=message))
-        self.hub.add_event("node_lost", None, message, t=handle.lost_at, node_rank=node.node_rank, host=node.host,
+        self.hub.add_event(EventKind.NODE_LOST, None, message, t=handle.lost_at, node_rank=node.node_rank, host=node.host,
                            reason=handle.lost_reason)
         for row in list(self.hub.model.ranks.values()):
             if row.node_rank == node.node_rank and not RankState(row.state).finished:
                 self.hub.model.on_exit(row.rank, row.exit_code, RankState.LOST)
-                if self.hub.on_worker_lost is not None:  # failure triage: these ranks ended then
-                    self.hub.on_worker_lost(row.rank, handle.lost_at)
+                self.hub.rank_lost(row.rank, handle.lost_at or time.time())  # failure triage: these ranks ended then
         self.on_lost(message)
 
 

@@ -37,8 +37,8 @@ class HeadLink:
         self._drain_lock = asyncio.Lock()
 
     @classmethod
-    async def open(cls, host: str, port: int, hello: dict[str, Any], timeout: float) -> HeadLink:
-        """Connect and send ``agent_hello`` (``hello`` holds its fields, token included).
+    async def open(cls, host: str, port: int, hello: protocol.AgentHello, timeout: float) -> HeadLink:
+        """Connect and send ``agent_hello`` (token included).
 
         Raises:
             OSError: the head is not reachable on that address.
@@ -47,21 +47,25 @@ class HeadLink:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=STREAM_LIMIT), timeout)
         _enable_keepalive(writer.get_extra_info("socket"))
         link = cls(reader, writer)
-        await link.send({"type": "agent_hello", **hello})
+        await link.send(hello)
         return link
 
-    def post(self, message: dict[str, Any]) -> None:
-        """Queue ``message`` without waiting (for callbacks that cannot await)."""
+    def post(self, message: protocol.Message | dict[str, Any]) -> None:
+        """Queue ``message`` (the agent's own, or a worker's as decoded: its fields, ``type`` included)
+        without waiting (for callbacks that cannot await)."""
         if self.closed or self.writer.is_closing():
             self.dropped += 1
             return
         if self.writer.transport.get_write_buffer_size() > MAX_BUFFERED_BYTES:
             self.dropped += 1
             return
+        if isinstance(message, protocol.Message):
+            self.writer.write(message.encode())
+            return
         fields = {k: v for k, v in message.items() if k not in ("type", "v")}
         self.writer.write(protocol.encode(message["type"], **fields))
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: protocol.Message | dict[str, Any]) -> None:
         """Send ``message`` and wait while the head is slow to read (back-pressure).
         Never raises: once the head is gone, messages are dropped and counted."""
         self.post(message)

@@ -22,14 +22,14 @@ torchrun's log files and stack dumps. The agent fills those in (``localise``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from rankwatch import _protocol as protocol
 from runner.launch.command import BOOTSTRAP_MODULE, NodeCommand, RunnerContext
 
-LAUNCH = "launch"
-STOP = "stop"
+LAUNCH = protocol.Launch.TYPE
+STOP = protocol.AgentStop.TYPE
 CONTROL_TYPES = protocol.AGENT_CONTROL_TYPES
 LOG_DIR_FLAG = "--log-dir="
 NODE_LOCAL_VARIABLES = ("RANKWATCH_SOCKET", "RANKWATCH_TOKEN", "RANKWATCH_STACKS_DIR")
@@ -40,30 +40,10 @@ class LaunchMessageError(ValueError):
     """The agent's stdin did not start with a valid launch message (the message says why)."""
 
 
-@dataclass(frozen=True)
-class LaunchMessage:
-    token: str
-    """The job's token: the agent presents it to the head (never sent to workers)."""
-    head_host: str
-    head_port: int
-    run_key: str
-    """The run key, also the marker every process of the run carries."""
-    run: int | None
-    node_rank: int
-    host: str
-    """How logs name this node (the host as the spec gives it)."""
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    cwd: str
-    grace: float = 5.0
-    """Seconds between SIGTERM and SIGKILL when stopping."""
-    sample_interval: float = 1.0
-    """Seconds between samples of the workers' CPU and memory."""
+class LaunchMessage(protocol.Launch):
+    """The contract's ``launch`` message (fields: ``rankwatch._protocol.Launch``), as the agent reads it."""
 
-    def encode(self) -> bytes:
-        fields = asdict(self)
-        fields["argv"] = list(self.argv)
-        return protocol.encode(LAUNCH, **fields)
+    __slots__ = ()
 
     @classmethod
     def decode(cls, line: bytes) -> LaunchMessage:
@@ -75,31 +55,21 @@ class LaunchMessage:
         if not line.strip():
             raise LaunchMessageError("no launch message on stdin (run by the head runner over ssh, not by hand)")
         try:
-            message = protocol.decode(line, allowed=CONTROL_TYPES)
+            fields = protocol.decode(line, allowed=CONTROL_TYPES)
         except protocol.ProtocolError as error:
             raise LaunchMessageError(f"the launch message is not valid ({error})") from None
-        if message["type"] != LAUNCH:
-            raise LaunchMessageError(f"expected a launch message first, got {message['type']!r}")
-        expected: dict[str, Any] = {
-            "token": str, "head_host": str, "head_port": int, "run_key": str, "node_rank": int, "host": str,
-            "argv": list, "env": dict, "cwd": str}
-        for name, kind in expected.items():
-            if not isinstance(message.get(name), kind) or isinstance(message.get(name), bool):
-                raise LaunchMessageError(f"the launch message has no valid {name!r}")
-        if not message["argv"] or not all(isinstance(word, str) for word in message["argv"]):
-            raise LaunchMessageError("the launch message has an empty or non-text argv")
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in message["env"].items()):
-            raise LaunchMessageError("the launch message's env must map text to text")
-        return cls(token=message["token"], head_host=message["head_host"], head_port=message["head_port"],
-                   run_key=message["run_key"], run=message.get("run") if isinstance(message.get("run"), int) else None,
-                   node_rank=message["node_rank"], host=message["host"], argv=tuple(message["argv"]),
-                   env=dict(message["env"]), cwd=message["cwd"],
-                   grace=_positive(message.get("grace"), 5.0),
-                   sample_interval=_positive(message.get("sample_interval"), 1.0))
+        if fields["type"] != LAUNCH:
+            raise LaunchMessageError(f"expected a launch message first, got {fields['type']!r}")
+        try:
+            message = cls.from_wire(fields)
+        except protocol.ProtocolError as error:
+            raise LaunchMessageError(str(error).removeprefix("invalid: ")) from None
+        assert isinstance(message, LaunchMessage)
+        return message
 
 
 def stop_line(force: bool) -> bytes:
-    return protocol.encode(STOP, force=bool(force))
+    return protocol.AgentStop(bool(force)).encode()
 
 
 def decode_control(line: bytes) -> dict[str, Any] | None:
@@ -132,7 +102,8 @@ def localise(message: LaunchMessage, socket: str, token: str, log_dir: str, stac
     env = dict(message.env)
     env.update({"RANKWATCH_SOCKET": socket, "RANKWATCH_TOKEN": token, "RANKWATCH_STACKS_DIR": stacks_dir,
                 "RANKWATCH_RUN_KEY": message.run_key})
-    return NodeCommand(node=None, argv=tuple(argv), env=env, cwd=message.cwd)  # no ResolvedNode on the node
+    # no ResolvedNode on the node: nothing there reads it
+    return NodeCommand(node=None, argv=tuple(argv), env=env, cwd=message.cwd)  # type: ignore[arg-type]
 
 
 def _index_of_bootstrap(argv: list[str]) -> int:
@@ -141,8 +112,3 @@ def _index_of_bootstrap(argv: list[str]) -> int:
             return index
     return len(argv)
 
-
-def _positive(value: Any, default: float) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-        return float(value)
-    return default

@@ -25,7 +25,8 @@ from typing import Any
 from rankwatch import _protocol as protocol
 from runner.hub.lines import OVERSIZED, STREAM_LIMIT, read_bounded_line
 
-Forward = Callable[[dict[str, Any]], Awaitable[None]]
+Forward = Callable[[protocol.Message | dict[str, Any]], Awaitable[None]]
+"""Sends a worker's message on to the head: as decoded (its fields), or typed."""
 
 
 class WorkerRelay:
@@ -66,6 +67,7 @@ class WorkerRelay:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None
         self._connections.add(task)
         rank: int | None = None
         exited = False
@@ -80,8 +82,8 @@ class WorkerRelay:
                 message = self._decode(line)
                 if message is None:
                     continue
-                if message["type"] == "hello":
-                    self._remember(message)
+                if message["type"] == protocol.Hello.TYPE:
+                    self._remember(protocol.Hello.from_wire(dict(message, rank=rank)))
                     message.pop("token", None)
                 message["rank"] = rank  # the rank this connection said hello as
                 exited = exited or message["type"] == "exit"
@@ -94,7 +96,7 @@ class WorkerRelay:
                 self.pids = {r: pid for r, pid in self.pids.items() if r != rank}
                 if not exited:
                     with contextlib.suppress(Exception):
-                        await self.forward({"type": "worker_lost", "rank": rank, "t": time.time()})
+                        await self.forward(protocol.WorkerLost(rank, time.time()))
             writer.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int | None:
@@ -106,31 +108,32 @@ class WorkerRelay:
             message = self._decode(line)
             if message is None:
                 continue
-            if message["type"] == "ping":
-                writer.write(protocol.encode("pong"))
+            if message["type"] == protocol.Ping.TYPE:
+                writer.write(protocol.Pong().encode())
                 continue
             token = str(message.get("token", "")).encode()
-            rank = message.get("rank")
-            if (message["type"] != "hello" or not hmac.compare_digest(token, self.token.encode())
-                    or not isinstance(rank, int) or isinstance(rank, bool)):
-                writer.write(protocol.encode("error", message="wrong or missing token"))
+            try:
+                hello = protocol.Hello.from_wire(message) if message["type"] == protocol.Hello.TYPE else None
+            except protocol.ProtocolError:
+                hello = None
+            if hello is None or not hmac.compare_digest(token, self.token.encode()):
+                writer.write(protocol.Error("wrong or missing token").encode())
                 with contextlib.suppress(ConnectionError):
                     await writer.drain()
                 return None
-            self._remember(message)
+            self._remember(hello)
             message.pop("token", None)
             await self.forward(message)
-            return rank
+            return hello.rank
 
-    def _remember(self, hello: dict[str, Any]) -> None:
-        rank, pid, local_rank = hello.get("rank"), hello.get("pid"), hello.get("local_rank")
-        if isinstance(rank, int) and isinstance(pid, int):
-            self.pids = {**self.pids, rank: pid}  # replaced, not changed: the sampler thread reads it
-        if isinstance(rank, int) and isinstance(local_rank, int):
-            self.local_ranks[local_rank] = rank
+    def _remember(self, hello: protocol.Hello) -> None:
+        if hello.pid is not None:
+            self.pids = {**self.pids, hello.rank: hello.pid}  # replaced, not changed: the sampler thread reads it
+        if hello.local_rank is not None:
+            self.local_ranks[hello.local_rank] = hello.rank
 
     def _decode(self, line: bytes | object) -> dict[str, Any] | None:
-        if line is OVERSIZED:
+        if line is OVERSIZED or not isinstance(line, bytes):
             self.dropped_lines += 1
             return None
         try:

@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from rankwatch._protocol import NodeExit
 from runner.launch.nodes import NodeHandle
 from runner.launch.output import OutputLine
 from runner.launch.process_tree import set_parent_death_signal
@@ -63,7 +64,7 @@ class RemoteNode(NodeHandle):
         self.on_lines = on_lines
         self.on_lost = on_lost
         self.process: asyncio.subprocess.Process | None = None
-        self.exit_message: dict | None = None
+        self.exit_message: NodeExit | None = None
         self.lost_at: float | None = None
         self.lost_reason: str | None = None
         self._connected = asyncio.Event()
@@ -86,7 +87,7 @@ class RemoteNode(NodeHandle):
     def on_agent_connected(self) -> None:
         self._connected.set()
 
-    def on_node_exit(self, message: dict) -> None:
+    def on_node_exit(self, message: NodeExit) -> None:
         self.exit_message = message
 
     def on_agent_closed(self) -> None:
@@ -112,17 +113,18 @@ class RemoteNode(NodeHandle):
         """
         env = {key: value for key, value in os.environ.items() if not key.startswith("RANKWATCH_RUN_KEY")}
         try:
-            self.process = await asyncio.create_subprocess_exec(
+            process = self.process = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=set_parent_death_signal,
                 env=env)
         except FileNotFoundError:
             raise OSError(f"node {self.node.node_rank} ({self.node.host}): ssh is not installed here; "
                           "install the OpenSSH client (e.g. apt-get install openssh-client)") from None
-        self._readers = [asyncio.create_task(self._read(self.process.stdout, "stdout")),
-                         asyncio.create_task(self._read(self.process.stderr, "stderr"))]
+        assert process.stdout is not None and process.stderr is not None
+        self._readers = [asyncio.create_task(self._read(process.stdout, "stdout")),
+                         asyncio.create_task(self._read(process.stderr, "stderr"))]
         await self._send(self.launch.encode())
-        exited = asyncio.create_task(self.process.wait())
+        exited = asyncio.create_task(process.wait())
         connected = asyncio.create_task(self._connected.wait())
         done, _ = await asyncio.wait({exited, connected}, timeout=AGENT_CONNECT_SECONDS,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -137,7 +139,7 @@ class RemoteNode(NodeHandle):
                           f"{self.head_address} within {AGENT_CONNECT_SECONDS:.0f} s; can that node reach this "
                           "machine on that address (firewall)? RANKWATCH_HEAD_ADDRESS picks another address")
         await self._finish_readers()
-        raise OSError(self._start_failure(self.process.returncode))
+        raise OSError(self._start_failure(process.returncode if process.returncode is not None else SSH_FAILED))
 
     def _start_failure(self, returncode: int) -> str:
         where = f"node {self.node.node_rank} ({self.node.host})"
@@ -152,13 +154,13 @@ class RemoteNode(NodeHandle):
 
     async def wait(self) -> int:
         """The node's torchrun exit status, as its agent reported it (ssh's status otherwise)."""
-        returncode = await self.process.wait()
+        returncode = await self._ssh.wait()
         await self._finish_readers()
         if self.exit_message is None and not self._agent_closed.is_set():
             with contextlib.suppress(asyncio.TimeoutError):  # node_exit may still be on its way over TCP
                 await asyncio.wait_for(self._agent_closed.wait(), FINAL_MESSAGE_SECONDS)
-        if self.exit_message is not None and isinstance(self.exit_message.get("code"), int):
-            return self.exit_message["code"]
+        if self.exit_message is not None and self.exit_message.code is not None:
+            return self.exit_message.code
         status = exit_status(returncode)
         if not self._stopping:
             detail = last_error_line("\n".join(self._output_tail))
@@ -181,8 +183,13 @@ class RemoteNode(NodeHandle):
 
     # ---- ssh's pipes ---------------------------------------------------------------------
 
+    @property
+    def _ssh(self) -> asyncio.subprocess.Process:
+        assert self.process is not None, "start() first"
+        return self.process
+
     async def _send(self, line: bytes) -> None:
-        stdin = self.process.stdin
+        stdin = self._ssh.stdin
         if stdin is None or stdin.is_closing():
             return
         with contextlib.suppress(ConnectionError, OSError):
@@ -191,14 +198,15 @@ class RemoteNode(NodeHandle):
 
     async def _end_ssh(self) -> None:
         """Close ssh's stdin (the agent sees the end and stops), then end ssh itself."""
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        for action in (None, self.process.terminate, self.process.kill):
-            if action is not None and self.process.returncode is None:
+        process = self._ssh
+        if process.stdin is not None:
+            process.stdin.close()
+        for action in (None, process.terminate, process.kill):
+            if action is not None and process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     action()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.process.wait(), 5.0)
+                await asyncio.wait_for(process.wait(), 5.0)
                 return
 
     async def _read(self, stream: asyncio.StreamReader, name: str) -> None:

@@ -25,7 +25,7 @@ from runner.sampling.gpu_report import GpuProcess, GpuReport, GpuSnapshot
 
 def _import_pynvml() -> ModuleType | None:
     try:
-        import pynvml  # noqa: PLC0415 - the one place NVML is imported
+        import pynvml
     except Exception:  # pragma: no cover - nvidia-ml-py is a dependency
         return None
     return pynvml
@@ -112,7 +112,7 @@ class Nvml:
         clock = self._call("nvmlDeviceGetClockInfo", handle, getattr(module, "NVML_CLOCK_SM", 1))
         processes: tuple[GpuProcess, ...] = ()
         if with_processes:
-            found = {}
+            found: dict[int, GpuProcess] = {}
             for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
                 for proc in self._call(getter, handle) or ():
                     used = getattr(proc, "usedGpuMemory", None)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import psutil
 
+from rankwatch._protocol import GpuSample, ProcessSample
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import Nvml, shared_nvml
 
@@ -59,7 +60,7 @@ class ProcessSampler(PeriodicSampler):
     thread_name = "rankwatch-process-sampler"
 
     def __init__(self, interval: float, pids: Callable[[], dict[int, int]],
-                 emit: Callable[[list[tuple]], None]):
+                 emit: Callable[[list[ProcessSample]], None]):
         super().__init__(interval)
         self._pids = pids
         self._emit = emit
@@ -97,7 +98,7 @@ class ProcessSampler(PeriodicSampler):
                         threads += process.num_threads()
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     self._processes.pop(process.pid, None)
-            rows.append((now, rank, pid, round(cpu, 1), int(rss), int(threads)))
+            rows.append(ProcessSample(now, rank, pid, round(cpu, 1), int(rss), int(threads)))
         if rows:
             self._emit(rows)
 
@@ -120,9 +121,9 @@ class GpuSampler(PeriodicSampler):
             self._stop.set()  # no driver now means no driver for this run: stop polling
 
 
-def gpu_rows(report: GpuReport, t: float) -> list[tuple]:
-    """Store rows for ``gpu_samples`` from one report."""
-    return [(t, g.index, g.utilization, g.memory_used, g.memory_total, g.power_watts, g.temperature_c,
+def gpu_rows(report: GpuReport, t: float) -> list[GpuSample]:
+    """The GPU samples of one report."""
+    return [GpuSample(t, g.index, g.utilization, g.memory_used, g.memory_total, g.power_watts, g.temperature_c,
              g.sm_clock_mhz) for g in report.gpus]
 
 

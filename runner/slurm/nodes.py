@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from rankwatch._protocol import AgentHello, NodeExit
 from runner import paths
 from runner.hub.hub import Hub
 from runner.launch.command import RendezvousPlan, RunnerContext
@@ -82,8 +83,7 @@ class SlurmNodes(RemoteNodes):
         """Open the listener for the agents (never raises: see ``error``)."""
         self.launch = launch
         self.client = SlurmClient(login_node(launch.spec.slurm, launch.head.python, launch.head.workdir))
-        self.hub.agent_hooks.append(self._on_agent)
-        self.hub.message_hooks.append(self._on_message)
+        self.hub.add_observer(self)
         route = address.route_of(launch.spec.slurm)
         try:
             if route == address.LOGIN:
@@ -253,10 +253,10 @@ class SlurmNodes(RemoteNodes):
                 "RANKWATCH_HEAD_ADDRESS), or Rankwatch could not start there (see the job's output file "
                 f"{self.launch.head.workdir}/{OUTPUT_FILE.replace('%j', self.job.job_id)})")
 
-    def _on_agent(self, event: str, node_rank: int | None) -> None:
-        if event == "connected" and node_rank is not None:
-            self._connected.add(node_rank)
-        super()._on_agent(event, node_rank)
+    def on_agent_connected(self, hello: AgentHello) -> None:
+        if hello.node_rank is not None:
+            self._connected.add(hello.node_rank)
+        super().on_agent_connected(hello)
 
     # ---- stopping and the end --------------------------------------------------------
 
@@ -320,7 +320,7 @@ class SlurmNodes(RemoteNodes):
         rank = (summary.get("first_failure") or {}).get("rank")
         row = self.hub.model.ranks.get(rank) if rank is not None else None
         handle = self.nodes.get(row.node_rank) if row is not None and row.node_rank is not None else None
-        code = (handle.exit_message or {}).get("code") if handle is not None else None
+        code = handle.exit_message.code if handle is not None and handle.exit_message is not None else None
         return code if isinstance(code, int) and code > 0 else None
 
     async def close(self) -> None:
@@ -341,7 +341,7 @@ class SlurmNode(NodeHandle):
         self.node = node
         self.owner = owner
         self.on_lost = on_lost
-        self.exit_message: dict | None = None
+        self.exit_message: NodeExit | None = None
         self.lost_at: float | None = None
         self.lost_reason: str | None = None
         self._stopping = False
@@ -358,7 +358,7 @@ class SlurmNode(NodeHandle):
     def on_agent_connected(self) -> None:
         self._connected = True
 
-    def on_node_exit(self, message: dict) -> None:
+    def on_node_exit(self, message: NodeExit) -> None:
         self.exit_message = message
         self._done.set()
         if all(handle.exit_message is not None or handle.lost_at is not None
@@ -398,8 +398,8 @@ class SlurmNode(NodeHandle):
         done.cancel()
         ended.cancel()
         await self.owner.confirm_end()
-        if self.exit_message is not None and isinstance(self.exit_message.get("code"), int):
-            code = self.exit_message["code"]
+        if self.exit_message is not None and self.exit_message.code is not None:
+            code = self.exit_message.code
             detail = f"torchrun exit status {code}"
         else:
             code = (job.record.exit_status if job.record is not None else None) or outcome.EXIT_ENDED_BY_SLURM

@@ -18,13 +18,13 @@ from runner.state import RunStatus
 def runner_alive(run: dict[str, Any]) -> bool:
     """No end recorded and the runner's pid exists (on this host)."""
     pid = run.get("runner_pid")
-    return run.get("ended") is None and bool(pid) and pid_alive(int(pid))
+    return run.get("ended") is None and isinstance(pid, int) and pid > 0 and pid_alive(pid)
 
 
 def is_live(run: dict[str, Any]) -> bool:
     """Live and reachable: the runner is alive and its socket is there to subscribe to."""
     socket = run.get("socket")
-    return runner_alive(run) and bool(socket) and Path(socket).exists()
+    return runner_alive(run) and isinstance(socket, str) and bool(socket) and Path(socket).exists()
 
 
 def effective_status(run: dict[str, Any]) -> str:

@@ -114,6 +114,14 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs RENAME COLUMN job_key TO run_key;
     """,
+    # 2 -> 3: what was lost on the way, per rank: records the worker could not send
+    # (dropped), records the hub could not store (rejected), and the worker's own count
+    # of metric items it sent (so "sent but not stored" can be told).
+    """
+    ALTER TABLE ranks ADD COLUMN dropped INTEGER;
+    ALTER TABLE ranks ADD COLUMN rejected INTEGER;
+    ALTER TABLE ranks ADD COLUMN sent INTEGER;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -17,12 +17,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, MetricRow, ProcessSample
 from runner import paths, privacy
 from runner.store.schema import TABLES, migrate
 
 BUSY_TIMEOUT_MS = 10_000
+RECORD_CLASSES: dict[str, type[tuple[Any, ...]]] = {
+    "metrics": MetricRecord, "logs": LogLine, "gpu_samples": GpuSample, "process_samples": ProcessSample}
+"""The contract's record for each record table (events are ``Event``)."""
+STORE_FULL_CODES = frozenset({13, 10, 8, 14, 3})
+"""SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PERM: the store cannot take rows."""
 
 
 class RunNotFound(LookupError):
@@ -31,18 +37,14 @@ class RunNotFound(LookupError):
 
 @dataclass
 class RecordBatch:
-    """Rows for one write transaction. Tuples match the table columns after ``run_id``."""
+    """Records for one write transaction, in the contract's shapes (``rankwatch._protocol``)."""
 
-    metrics: list[tuple] = field(default_factory=list)
-    """(rank, step, t, name, value, source)"""
-    logs: list[tuple] = field(default_factory=list)
-    """(rank, node, stream, t, line)"""
-    events: list[tuple] = field(default_factory=list)
-    """(t, kind, rank, data_json)"""
-    gpu_samples: list[tuple] = field(default_factory=list)
-    """(t, gpu_index, utilization, memory_used, memory_total, power_watts, temperature_c, sm_clock_mhz)"""
-    process_samples: list[tuple] = field(default_factory=list)
-    """(t, rank, pid, cpu_percent, rss_bytes, threads)"""
+    metrics: list[MetricRow] = field(default_factory=list)
+    """Plain rows or ``MetricRecord`` (the same tuple, named)."""
+    logs: list[LogLine] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    gpu_samples: list[GpuSample] = field(default_factory=list)
+    process_samples: list[ProcessSample] = field(default_factory=list)
 
     def __len__(self) -> int:
         return (len(self.metrics) + len(self.logs) + len(self.events)
@@ -54,6 +56,30 @@ class RecordBatch:
         self.events += other.events
         self.gpu_samples += other.gpu_samples
         self.process_samples += other.process_samples
+
+    def halves(self) -> tuple[RecordBatch, RecordBatch]:
+        """This batch cut in two of (nearly) equal row counts, to find the row a write refused."""
+        tables = (self.metrics, self.logs, self.events, self.gpu_samples, self.process_samples)
+        left = len(self) // 2
+        first: list[list[Any]] = []
+        second: list[list[Any]] = []
+        for rows in tables:
+            taken = min(left, len(rows))
+            first.append(rows[:taken])
+            second.append(rows[taken:])
+            left -= taken
+        return RecordBatch(*first), RecordBatch(*second)
+
+
+def is_store_full(error: BaseException) -> bool:
+    """Whether SQLite refused for want of room or of write access (not because of one row)."""
+    if not isinstance(error, sqlite3.Error):
+        return isinstance(error, OSError)
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in STORE_FULL_CODES
+    text = str(error).lower()
+    return any(word in text for word in ("disk is full", "disk i/o error", "readonly", "unable to open"))
 
 
 def connect(path: Path | None = None, *, readonly: bool = False) -> sqlite3.Connection:
@@ -122,6 +148,7 @@ class RunStore:
                 " runner_pid, socket, world_size) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (run_key, profile, spec_toml, command, host, workdir, time.time(), status, runner_pid,
                  socket, world_size))
+        assert cursor.lastrowid is not None
         return int(cursor.lastrowid)
 
     RUN_COLUMNS = frozenset({"started", "ended", "status", "exit_code", "socket", "summary", "command", "world_size"})
@@ -137,19 +164,22 @@ class RunStore:
             self.connection.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*values.values(), run_id))
 
     RANK_COLUMNS = ("local_rank", "node_rank", "host", "pid", "world_size", "python", "torch",
-                    "gpu_index", "state", "exit_code", "first_seen", "last_seen")
+                    "gpu_index", "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent")
 
     def upsert_rank(self, run_id: int, rank: int, **values: Any) -> None:
+        with self.connection:
+            self._upsert_rank(run_id, rank, values)
+
+    def _upsert_rank(self, run_id: int, rank: int, values: dict[str, Any]) -> None:
         unknown = set(values) - set(self.RANK_COLUMNS)
         if unknown:
             raise ValueError(f"not rank columns: {sorted(unknown)}")
         columns = ", ".join(["run_id", "rank", *values])
         marks = ", ".join("?" * (2 + len(values)))
         updates = ", ".join(f"{k} = excluded.{k}" for k in values) or "rank = rank"
-        with self.connection:
-            self.connection.execute(
-                f"INSERT INTO ranks ({columns}) VALUES ({marks}) ON CONFLICT (run_id, rank) DO UPDATE SET {updates}",
-                (run_id, rank, *values.values()))
+        self.connection.execute(
+            f"INSERT INTO ranks ({columns}) VALUES ({marks}) ON CONFLICT (run_id, rank) DO UPDATE SET {updates}",
+            (run_id, rank, *values.values()))
 
     def upsert_node(self, run_id: int, node_rank: int, host: str, state: str, processes: int | None = None,
                     detail: str | None = None) -> None:
@@ -161,32 +191,41 @@ class RunStore:
                 " detail = excluded.detail",
                 (run_id, node_rank, host, state, processes, time.time(), detail))
 
-    def write_batch(self, run_id: int, batch: RecordBatch) -> None:
-        """All rows of ``batch`` in one transaction (that is what makes 100k rows/s cheap)."""
+    def write_batch(self, run_id: int, batch: RecordBatch,
+                    rank_rows: list[tuple[int, dict[str, Any]]] | None = None) -> None:
+        """All rows of ``batch`` (and ``rank_rows``: (rank, columns) upserts) in one transaction.
+
+        One transaction is what makes 100k rows/s cheap. The run id goes into the
+        statement itself (an int), so each record is handed to SQLite as it is.
+
+        Raises:
+            sqlite3.Error: the transaction was rolled back (nothing of it is stored).
+        """
         connection = self.connection
+        run = int(run_id)
         with connection:
             if batch.metrics:
                 connection.executemany(
-                    "INSERT INTO metrics (run_id, rank, step, t, name, value, source) VALUES (?,?,?,?,?,?,?)",
-                    [(run_id, *row) for row in batch.metrics])
+                    f"INSERT INTO metrics (run_id, rank, t, step, name, value, source) VALUES ({run},?,?,?,?,?,?)",
+                    batch.metrics)
             if batch.logs:
                 connection.executemany(
-                    "INSERT INTO logs (run_id, rank, node, stream, t, line) VALUES (?,?,?,?,?,?)",
-                    [(run_id, *row) for row in batch.logs])
+                    f"INSERT INTO logs (run_id, rank, t, stream, line, node) VALUES ({run},?,?,?,?,?)", batch.logs)
             if batch.events:
                 connection.executemany(
-                    "INSERT INTO events (run_id, t, kind, rank, data) VALUES (?,?,?,?,?)",
-                    [(run_id, *row) for row in batch.events])
+                    f"INSERT INTO events (run_id, t, kind, rank, data) VALUES ({run},?,?,?,?)",
+                    [event.to_row() for event in batch.events])
             if batch.gpu_samples:
                 connection.executemany(
-                    "INSERT INTO gpu_samples (run_id, t, gpu_index, utilization, memory_used, memory_total,"
-                    " power_watts, temperature_c, sm_clock_mhz) VALUES (?,?,?,?,?,?,?,?,?)",
-                    [(run_id, *row) for row in batch.gpu_samples])
+                    f"INSERT INTO gpu_samples (run_id, t, gpu_index, utilization, memory_used, memory_total,"
+                    f" power_watts, temperature_c, sm_clock_mhz) VALUES ({run},?,?,?,?,?,?,?,?)",
+                    batch.gpu_samples)
             if batch.process_samples:
                 connection.executemany(
-                    "INSERT INTO process_samples (run_id, t, rank, pid, cpu_percent, rss_bytes, threads)"
-                    " VALUES (?,?,?,?,?,?,?)",
-                    [(run_id, *row) for row in batch.process_samples])
+                    f"INSERT INTO process_samples (run_id, t, rank, pid, cpu_percent, rss_bytes, threads)"
+                    f" VALUES ({run},?,?,?,?,?,?)", batch.process_samples)
+            for rank, values in rank_rows or ():
+                self._upsert_rank(run, rank, values)
 
     # ---- reading -------------------------------------------------------------------
 
@@ -240,31 +279,66 @@ class RunStore:
         return [row[0] for row in rows]
 
     def metrics(self, run_id: int, name: str | None = None, rank: int | None = None,
-                source: str | None = None) -> list[tuple]:
-        """Rows ``(rank, step, t, name, value, source)`` in time order."""
-        clauses, params = ["run_id = ?"], [run_id]
-        for column, value in (("name", name), ("rank", rank), ("source", source)):
+                source: str | None = None) -> list[MetricRecord]:
+        """Records ``(rank, t, step, name, value, source)`` in time order."""
+        clauses, params = ["run_id = ?"], list[object]([run_id])
+        filters: tuple[tuple[str, str | int | None], ...] = (("name", name), ("rank", rank), ("source", source))
+        for column, value in filters:
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
-        sql = f"SELECT rank, step, t, name, value, source FROM metrics WHERE {' AND '.join(clauses)} ORDER BY t, rowid"
-        return [tuple(row) for row in self.connection.execute(sql, params)]
+        sql = f"SELECT rank, t, step, name, value, source FROM metrics WHERE {' AND '.join(clauses)} ORDER BY t, rowid"
+        new = tuple.__new__
+        return [new(MetricRecord, row) for row in self.connection.execute(sql, params)]
 
-    def iter_metrics(self, run_id: int, chunk: int = 20_000) -> Iterator[list[tuple]]:
-        """All metric rows of a run in insertion order, ``chunk`` at a time (history replay)."""
-        last = 0
+    def iter_metrics(self, run_id: int, chunk: int = 20_000) -> Iterator[list[MetricRecord]]:
+        """All metric records of a run in insertion order, ``chunk`` at a time."""
+        after = 0
         while True:
-            rows = self.connection.execute(
-                "SELECT rowid, rank, step, t, name, value, source FROM metrics WHERE run_id = ? AND rowid > ?"
-                " ORDER BY rowid LIMIT ?", (run_id, last, chunk)).fetchall()
-            if not rows:
+            records, after = self.read_chunk("metrics", run_id, after, None, chunk)
+            if not records:
                 return
-            last = rows[-1][0]
-            yield [tuple(row)[1:] for row in rows]
+            yield records
+
+    RECORD_TABLES: ClassVar[dict[str, tuple[str, str]]] = {
+        "metrics": ("rowid", "rank, t, step, name, value, source"),
+        "logs": ("id", "rank, t, stream, line, node"),
+        "events": ("id", "t, kind, rank, data"),
+        "gpu_samples": ("rowid", "t, gpu_index, utilization, memory_used, memory_total, power_watts,"
+                                 " temperature_c, sm_clock_mhz"),
+        "process_samples": ("rowid", "t, rank, pid, cpu_percent, rss_bytes, threads"),
+    }
+    """Record tables: the key rows are read in, and the record's columns in the contract's order."""
+
+    def read_chunk(self, table: str, run_id: int, after: int, through: int | None,
+                   limit: int) -> tuple[list[Any], int]:
+        """Up to ``limit`` records of ``table`` with key in (``after``, ``through``], in key order,
+        as the contract's values; and the last key read (``after`` when none)."""
+        key, columns = self.RECORD_TABLES[table]
+        bound = "" if through is None else f" AND {key} <= {int(through)}"
+        # "+run_id": walk the rows in key order; an index on run_id would sort the whole run each time
+        rows = self.connection.execute(
+            f"SELECT {key}, {columns} FROM {table} WHERE +run_id = ? AND {key} > ?{bound} ORDER BY {key} LIMIT ?",
+            (run_id, after, limit)).fetchall()
+        if not rows:
+            return [], after
+        last = int(rows[-1][0])
+        new = tuple.__new__
+        if table == "events":
+            return [Event.from_store(row[1], row[2], row[3], json.loads(row[4]) if row[4] else None)
+                    for row in rows], last
+        record_class = RECORD_CLASSES[table]
+        return [new(record_class, tuple(row)[1:]) for row in rows], last
+
+    def last_rowids(self, run_id: int) -> dict[str, int]:
+        """The newest key of each record table (a history replay of ``run_id`` stops there: every
+        row of the run committed so far is at or below it). Constant time: no scan of the run."""
+        return {table: int(self.connection.execute(f"SELECT COALESCE(MAX({key}), 0) FROM {table}").fetchone()[0])
+                for table, (key, _columns) in self.RECORD_TABLES.items()}
 
     def logs(self, run_id: int, rank: int | None = None, limit: int | None = None, after_id: int = 0,
              contains: str | None = None) -> list[dict[str, Any]]:
-        clauses, params = ["run_id = ?", "id > ?"], [run_id, after_id]
+        clauses, params = ["run_id = ?", "id > ?"], list[object]([run_id, after_id])
         if rank is not None:
             clauses.append("rank = ?")
             params.append(rank)
@@ -277,7 +351,7 @@ class RunStore:
         return [dict(row) for row in self.connection.execute(sql, params)]
 
     def events(self, run_id: int, kind: str | None = None) -> list[dict[str, Any]]:
-        sql, params = "SELECT * FROM events WHERE run_id = ?", [run_id]
+        sql, params = "SELECT * FROM events WHERE run_id = ?", list[object]([run_id])
         if kind is not None:
             sql += " AND kind = ?"
             params.append(kind)
@@ -288,13 +362,13 @@ class RunStore:
             result.append(item)
         return result
 
-    def gpu_samples(self, run_id: int) -> list[tuple]:
-        return [tuple(r) for r in self.connection.execute(
+    def gpu_samples(self, run_id: int) -> list[GpuSample]:
+        return [tuple.__new__(GpuSample, row) for row in self.connection.execute(
             "SELECT t, gpu_index, utilization, memory_used, memory_total, power_watts, temperature_c, sm_clock_mhz"
             " FROM gpu_samples WHERE run_id = ? ORDER BY t", (run_id,))]
 
-    def process_samples(self, run_id: int) -> list[tuple]:
-        return [tuple(r) for r in self.connection.execute(
+    def process_samples(self, run_id: int) -> list[ProcessSample]:
+        return [tuple.__new__(ProcessSample, row) for row in self.connection.execute(
             "SELECT t, rank, pid, cpu_percent, rss_bytes, threads FROM process_samples WHERE run_id = ? ORDER BY t",
             (run_id,))]
 

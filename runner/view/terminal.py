@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any, TextIO
 
+from rankwatch._protocol import describe_losses
 from runner.diagnosis.report import format_diagnostics
 from runner.exit_status import describe_exit_code, describe_stop_reason
 from runner.state import RankState, RunStatus
@@ -36,7 +37,8 @@ STATE_STYLE = {
 }
 PLAIN_STATUS_SECONDS = 30.0
 NOTABLE_EVENTS = {"rank_failed", "stalled", "resumed", "straggler", "divergence", "node_lost", "warning", "refused",
-                  "stopping", "connection_lost", "stacks", "launch_mismatch", "slurm", "slurm_submitted"}
+                  "stopping", "connection_lost", "stacks", "launch_mismatch", "slurm", "slurm_submitted",
+                  "records_rejected", "store_incomplete"}
 EXPECTED_WHILE_STOPPING = {"connection_lost"}
 """Events a stop causes by design (the ranks it ends disconnect): not news while stopping."""
 LOGGED_COLUMN_MIN_WIDTH = 12
@@ -438,6 +440,8 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
         out.write(f"  then:          {', '.join(described)}{' ...' if len(others) > 8 else ''}\n")
     for line in format_diagnostics(summary.get("diagnostics"), run.get("id")):
         out.write(line + "\n")
+    for line in describe_losses(summary):
+        out.write(f"  not stored:    {line}\n")
     for hint in summary.get("hints") or []:
         out.write(f"  hint: {hint['cause']}\n        -> {hint['advice']}\n")
     if run.get("id") is not None:

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "runner" / "worker_path"))
 
-from runner.view.terminal import TerminalView  # noqa: E402
+from runner.view.terminal import TerminalView
 
 NAMES = ("loss", "step_time", "data_wait", "samples_per_s", "steps_per_s", "lr", "grad_norm")
 BATCH = 5000

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rankwatch._protocol import Hello
 from runner.hub.live_model import LiveModel
 
 
@@ -13,7 +14,10 @@ class FakeHub:
         self.model = LiveModel()
         self.events: list[dict[str, Any]] = []
         self.run_row: dict[str, Any] = {"status": "running"}
-        self.message_hooks: list = []
+        self.observers: list = []
+
+    def add_observer(self, observer) -> None:
+        self.observers.append(observer)
 
     def add_event(self, kind: str, rank: int | None, message: str, t: float | None = None, **fields: Any) -> None:
         self.events.append({"kind": kind, "rank": rank, "message": message, "t": t or time.time(), **fields})
@@ -22,5 +26,5 @@ class FakeHub:
         return [event for event in self.events if event["kind"] == kind]
 
     def hello(self, rank: int, pid: int = 0, host: str = "localhost", **fields: Any) -> None:
-        self.model.on_hello({"rank": rank, "pid": pid or None, "host": host, "local_rank": rank, "node_rank": 0,
-                             **fields})
+        self.model.on_hello(Hello.from_wire({"rank": rank, "pid": pid or None, "host": host, "local_rank": rank,
+                                             "node_rank": 0, **fields}))

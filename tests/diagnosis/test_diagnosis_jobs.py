@@ -91,8 +91,8 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
         [capture] = wait_for(stacks_captured, 120, interval=0.5, what="the stall's stack capture")
         _run, events = stored(run["id"])
         with RunStore(readonly=True) as store:
-            last_steps = {rank: max(row[2] for row in store.metrics(run["id"], name="step_time", rank=rank))
-                          for rank in range(2)}  # rows: (rank, step, t, name, value, source)
+            last_steps = {rank: max(row.t for row in store.metrics(run["id"], name="step_time", rank=rank))
+                          for rank in range(2)}
         stalled = {e["rank"]: e for e in events if e["kind"] == "stalled"}
         assert sorted(stalled) == [0, 1]
         for rank, event in stalled.items():

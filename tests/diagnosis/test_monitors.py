@@ -229,13 +229,13 @@ def test_small_differences_are_noise():
     assert straggler_verdict((0.105, 0.005), [(0.100, 0.001)]) is None
 
 
-def metrics_message(rank: int, number: int, step_time: float, data_wait: float) -> dict:
+def metrics_message(rank: int, number: int, step_time: float, data_wait: float) -> protocol.Metrics:
     t = time.time()
-    return {"type": "metrics", "rank": rank, "items": [
+    return protocol.Metrics.from_wire({"type": "metrics", "rank": rank, "items": [
         [t, number, protocol.LOSS, 0.5, protocol.SOURCE_AUTO],
         [t, number, protocol.STEP_TIME, step_time, protocol.SOURCE_AUTO],
         [t, number, protocol.DATA_WAIT, data_wait, protocol.SOURCE_AUTO],
-    ]}
+    ]})
 
 
 def test_the_straggler_monitor_flags_once_and_clears_when_the_rank_recovers():
@@ -276,8 +276,8 @@ def test_the_majority_is_the_reference_and_rank_zero_breaks_ties():
     assert compare_digests({0: "a", 1: "a"}) == ([0, 1], [])
 
 
-def param_hash(rank: int, number: int, digest: str) -> dict:
-    return {"type": "param_hash", "rank": rank, "step": number, "digest": digest}
+def param_hash(rank: int, number: int, digest: str) -> protocol.ParamHash:
+    return protocol.ParamHash.from_wire({"type": "param_hash", "rank": rank, "step": number, "digest": digest})
 
 
 def test_a_divergence_is_flagged_with_step_and_rank_once_per_change():

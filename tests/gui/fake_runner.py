@@ -311,7 +311,8 @@ class FakeRunner:
                             [rank, now, step, _protocol.SAMPLES_PER_SECOND, samples, "auto"]]
                 if step % self.steps_per_epoch == 0:
                     metrics.append([rank, now, step, "epoch", step // self.steps_per_epoch, "log"])
-                row.update(step=step, loss=loss, step_time=step_time, data_wait_share=data_wait / step_time,
+                row.update(step=step, loss=loss, step_time=step_time,
+                           data_wait_share=_protocol.data_wait_share(step_time, data_wait),
                            samples_per_s=samples, steps_per_s=1 / step_time, last_seen=now)
                 if not self.gpus and step % 5 == 0:
                     cpu = 95 + 5 * self._random.random()
@@ -346,12 +347,11 @@ class FakeRunner:
         from runner.store.store import RecordBatch
 
         batch = RecordBatch(
-            metrics=[(m[0], m[2], m[1], m[3], m[4], m[5]) for m in fields["metrics"]],
-            logs=[(lg[0], lg[4], lg[2], lg[1], lg[3]) for lg in fields["logs"]],
-            events=[(e["t"], e["kind"], e.get("rank"), json.dumps({"message": e.get("message", "")}))
-                    for e in fields["events"]],
-            gpu_samples=[tuple(g) for g in fields["gpus"]],
-            process_samples=[tuple(p) for p in fields["procs"]])
+            metrics=[_protocol.MetricRecord(*m) for m in fields["metrics"]],
+            logs=[_protocol.LogLine(*lg) for lg in fields["logs"]],
+            events=[_protocol.Event(e["t"], e["kind"], e.get("rank"), e.get("message", "")) for e in fields["events"]],
+            gpu_samples=[_protocol.GpuSample(*g) for g in fields["gpus"]],
+            process_samples=[_protocol.ProcessSample(*p) for p in fields["procs"]])
         self._store.write_batch(self.run_id, batch)
 
     def _broadcast(self, data: bytes) -> None:

@@ -127,9 +127,9 @@ def store_fixture(fixture: dict[str, Any]) -> int:
             with store.connection:
                 store.connection.execute("UPDATE nodes SET changed = ? WHERE run_id = ? AND node_rank = ?",
                                          (node.get("changed"), run_id, node["node_rank"]))
-        events = [(e["t"], e["kind"], e.get("rank"),
-                   json.dumps({k: v for k, v in e.items() if k not in ("kind", "t", "rank")}))
+        events = [_protocol.Event.from_store(e["t"], e["kind"], e.get("rank"),
+                                             {k: v for k, v in e.items() if k not in ("kind", "t", "rank")})
                   for e in fixture["events"]]
-        logs = [(rank, node, stream, t, line) for rank, t, stream, line, node in fixture["logs"]]
+        logs = [_protocol.LogLine(*line) for line in fixture["logs"]]
         store.write_batch(run_id, RecordBatch(events=events, logs=logs))
     return run_id

@@ -311,7 +311,7 @@ def test_hovering_lists_every_ranks_value_at_the_step(qtbot, grid):
     charts = grid(model_with_loss(ranks=4, steps=100))
     loss = charts.charts["loss"]
     qtbot.wait(50)  # the grid settles its layout
-    (x_low, x_high), (y_low, y_high) = loss.view_box.viewRange()
+    (_x_low, _x_high), (y_low, y_high) = loss.view_box.viewRange()
     viewport = loss.plot_widget.viewport()
     point = loss.plot_widget.mapFromScene(loss.view_box.mapViewToScene(QPointF(40.2, (y_low + y_high) / 2)))
     qtbot.mouseMove(viewport, point)
@@ -337,7 +337,7 @@ def test_with_many_ranks_the_readout_lists_those_nearest_the_cursor(grid):
     charts = grid(model_with_loss(ranks=64, steps=20))
     loss = charts.charts["loss"]
     loss.show_readout_at(10.0, 2.0 - 10 / 20 + 0.01 * 30)
-    position, rows, left_out = loss.readout_rows()
+    _position, rows, left_out = loss.readout_rows()
     assert len(rows) == 10 and left_out == 54
     assert 30 in [row.key for row in rows]
     assert "+54 more" in loss.readout_text()

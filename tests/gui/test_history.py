@@ -18,6 +18,7 @@ from PySide6.QtCore import Qt
 
 from gui.models.history import HISTORY_COLUMNS, RunRow, loss_overlay
 from gui.widgets.history_panel import HistoryPanel
+from rankwatch._protocol import Event, LogLine, MetricRecord
 from runner.store.store import RecordBatch, RunStore
 
 pytestmark = pytest.mark.gui
@@ -41,11 +42,11 @@ def add_finished_run(store: RunStore, profile: str, status: str = "succeeded", e
     for step in range(steps):
         for rank in range(ranks):
             t = started + step
-            batch.metrics.append((rank, step, t, "loss", loss_offset + 10.0 - step + rank, "auto"))
-            batch.metrics.append((rank, step, t, "loss", 99.0, "parsed"))  # a printed line: not preferred
-            batch.metrics.append((rank, step, t, "step_time", 0.1, "auto"))
-        batch.logs.append((0, None, "stdout", started + step, f"step {step}"))
-    batch.events.append((started + steps, "run_finished", None, '{"message": "done"}'))
+            batch.metrics.append(MetricRecord(rank, t, step, "loss", loss_offset + 10.0 - step + rank, "auto"))
+            batch.metrics.append(MetricRecord(rank, t, step, "loss", 99.0, "parsed"))  # a printed line: not preferred
+            batch.metrics.append(MetricRecord(rank, t, step, "step_time", 0.1, "auto"))
+        batch.logs.append(LogLine(0, started + step, "stdout", f"step {step}", None))
+    batch.events.append(Event(started + steps, "run_finished", None, "done"))
     store.write_batch(run_id, batch)
     for rank in range(ranks):
         store.upsert_rank(run_id, rank, host="testhost", pid=1000 + rank, state="exited", exit_code=exit_code)

@@ -355,7 +355,7 @@ def test_the_diagnosis_tab_never_moves_the_divider_and_the_panel_collapses_and_m
     assert panel.splitter.sizes() == [charts_before, tabs_before]
 
     panel.collapse_button.click()
-    charts, tabs = panel.splitter.sizes()
+    _charts, tabs = panel.splitter.sizes()
     assert tabs < 60 and panel.tabs.tabBar().isVisible()  # only the tab bar is left
     assert panel.panel_share == pytest.approx(0.3)  # remembered
     panel.search_logs()  # opening a tab opens the panel again

@@ -61,7 +61,7 @@ def test_stored_loss_equals_what_rank_zero_printed(example_run):
                re.findall(r"^\[rank 0\] epoch \d+ step (\d+) loss: ([\d.]+)", example_run["result"].stdout, re.M)}
     assert len(printed) >= 10
     with RunStore(example_run["store"], readonly=True) as store:
-        stored = {step: value for _, step, _, _, value, _ in
+        stored = {record.step: record.value for record in
                   store.metrics(store.resolve_run_id("last"), name="loss", rank=0, source="auto")}
     for step, loss in printed.items():
         assert round(stored[step], 4) == loss, f"step {step}"

@@ -73,7 +73,7 @@ class FrameworkJob:
 
     def stored(self, name: str, rank: int, source: str = "auto") -> dict[int, float]:
         values = {}
-        for row_rank, step, _t, row_name, value, row_source in self.rows:
+        for row_rank, _t, step, row_name, value, row_source in self.rows:
             if (row_rank, row_name, row_source) == (rank, name, source):
                 assert step not in values, f"two {name} points at step {step} on rank {rank}"
                 values[step] = value
@@ -197,7 +197,7 @@ def test_hf_trainer_evaluation_batches_are_not_training_samples(hf_trainer):
 
 def test_hf_trainer_printed_logs_become_one_parsed_curve_per_key(hf_trainer):
     parsed = defaultdict(dict)
-    for rank, step, _t, name, value, source in hf_trainer.rows:
+    for rank, _t, step, name, value, source in hf_trainer.rows:
         if source == "parsed":
             assert rank == 0  # the Trainer prints on the main process only
             assert step not in parsed[name], f"two parsed {name} points at step {step}"

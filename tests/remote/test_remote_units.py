@@ -11,6 +11,7 @@ import pytest
 
 from rankwatch import _protocol as protocol
 from runner.hub.hub import Hub
+from runner.hub.observer import HubObserver
 from runner.launch.command import BOOTSTRAP_MODULE
 from runner.profile.resolve import ResolvedNode
 from runner.remote import addresses
@@ -128,9 +129,19 @@ def test_the_hub_over_tcp_takes_an_agents_messages_and_reports_its_connection(tm
         port = await hub.serve_tcp("127.0.0.1", 0)
         hub.start()
         agent_events, lost = [], []
-        hub.agent_hooks.append(lambda event, node_rank: agent_events.append((event, node_rank)))
-        hub.on_worker_lost = lambda rank, t: lost.append(rank)
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+        class Recorder(HubObserver):
+            def on_agent_connected(self, hello):
+                agent_events.append(("connected", hello.node_rank))
+
+            def on_agent_closed(self, node_rank):
+                agent_events.append(("closed", node_rank))
+
+            def on_worker_lost(self, rank, t):
+                lost.append(rank)
+
+        hub.add_observer(Recorder())
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         for message_type, fields in [
             ("agent_hello", {"token": "job-token", "run_key": "k", "node_rank": 1, "host": "node-b"}),
             ("hello", {"rank": 3, "local_rank": 1, "node_rank": 1, "world_size": 4, "host": "node-b", "pid": 42}),

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from rankwatch._protocol import LogLine
 from runner.cli.main import build_parser, main
 from runner.store.store import RecordBatch, RunNotFound, RunStore
 from tests.jobs import rankwatch
@@ -149,9 +150,9 @@ def two_rank_run():
         store.update_run(run_id, started=time.time() - 5, ended=time.time(), exit_code=0)
         for rank in (0, 1):
             store.upsert_rank(run_id, rank, state="exited", exit_code=0, host="h")
-        store.write_batch(run_id, RecordBatch(logs=[(0, "h", "stdout", 1.0, "hello from 0"),
-                                                    (1, "h", "stdout", 1.0, "hello from 1"),
-                                                    (None, "h", "stderr", 1.0, "W torchrun warning")]))
+        store.write_batch(run_id, RecordBatch(logs=[LogLine(0, 1.0, "stdout", "hello from 0", "h"),
+                                                    LogLine(1, 1.0, "stdout", "hello from 1", "h"),
+                                                    LogLine(None, 1.0, "stderr", "W torchrun warning", "h")]))
     return run_id
 
 

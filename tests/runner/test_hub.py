@@ -3,55 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import stat
 import time
 from pathlib import Path
 
 from rankwatch import _protocol as protocol
-from runner import paths
 from runner.hub.hub import Hub
 from runner.store.store import RunStore
-
-TOKEN = "secret-token"
-
-
-async def open_hub(tmp_path: Path) -> tuple[Hub, Path]:
-    hub = Hub(tmp_path / "runs.db", TOKEN)
-    await hub.create_run({}, run_key=f"k{random.random()}", profile="t", spec_toml="", command=None, host="h",
-                         workdir=None, runner_pid=os.getpid(), socket=None, world_size=8, status="running")
-    socket_path = paths.socket_dir() / f"hub-{os.getpid()}-{random.randrange(10**6)}.sock"
-    await hub.serve_unix(socket_path)
-    hub.start()
-    return hub, socket_path
-
-
-async def fake_worker(socket_path: Path, rank: int, records: int, token: str = TOKEN, batch: int = 250) -> int:
-    """Speak the real protocol: hello, metric batches, exit. Returns records sent."""
-    reader, writer = await asyncio.open_unix_connection(str(socket_path))
-    writer.write(protocol.encode("hello", token=token, run_key="k", rank=rank, local_rank=rank, node_rank=0,
-                                 world_size=8, local_world_size=8, host="h", pid=os.getpid(), python="py",
-                                 python_version="3", torch=None, restart=0, argv=[]))
-    sent = 0
-    step = 0
-    while sent < records:
-        count = min(batch, records - sent)
-        items = [[time.time(), step + i, "loss", float(i), "auto"] for i in range(count)]
-        writer.write(protocol.encode("metrics", rank=rank, items=items))
-        sent += count
-        step += count
-        await writer.drain()
-    writer.write(protocol.encode("exit", rank=rank, t=time.time(), code=0))
-    await writer.drain()
-    writer.close()
-    await writer.wait_closed()
-    return sent
+from tests.hubs import fake_worker, open_hub, stored_count
 
 
 def stored_metrics(tmp_path: Path, hub: Hub) -> int:
-    with RunStore(tmp_path / "runs.db", readonly=True) as store:
-        return store.count("metrics", hub.run_id)
+    return stored_count(tmp_path, hub)
 
 
 def test_socket_folder_is_private_and_socket_is_0600(tmp_path):
@@ -203,7 +167,7 @@ def test_subscribers_see_only_stored_records_and_a_late_one_gets_the_history(tmp
         await hub.close()
         return await early, await late, first + second, hub
 
-    early, late, sent, hub = asyncio.run(scenario())
+    early, late, sent, _hub = asyncio.run(scenario())
     assert not seen_before_stored
     for messages in (early, late):
         assert messages[0]["type"] == "snapshot"

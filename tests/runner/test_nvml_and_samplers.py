@@ -78,7 +78,7 @@ def test_process_sampler_sums_a_rank_and_its_children():
         sampler.start()
         wait_for(lambda: rows and rows[-1][4] > 64 << 20, 10, what="the child's memory to count")
         sampler.stop()
-        t, rank, pid, cpu, rss, threads = rows[-1]
+        t, rank, pid, cpu, _rss, threads = rows[-1]
         assert (rank, pid) == (3, parent.pid) and threads >= 2 and cpu >= 0 and abs(t - time.time()) < 5
     finally:
         for process in __import__("psutil").Process(parent.pid).children(recursive=True):

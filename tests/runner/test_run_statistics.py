@@ -8,6 +8,7 @@ import statistics
 
 import pytest
 
+from rankwatch._protocol import Event, MetricRecord
 from runner.cli.main import main
 from runner.exit_status import (
     EXIT_KILLED,
@@ -32,16 +33,16 @@ def stored_run():
     metrics = []
     for step in range(5):
         t = 100.0 + step
-        metrics.append((0, step, t, "loss", 1.0 / (step + 1), "auto"))
-        metrics.append((0, step, t, "data_wait", DATA_WAITS[step], "auto"))
+        metrics.append(MetricRecord(0, t, step, "loss", 1.0 / (step + 1), "auto"))
+        metrics.append(MetricRecord(0, t, step, "data_wait", DATA_WAITS[step], "auto"))
         if step:
-            metrics.append((0, step, t, "step_time", STEP_TIMES[step - 1], "auto"))
-            metrics.append((0, step, t, "samples_per_s", SAMPLES[step], "auto"))
-        metrics.append((0, step, t + 0.5, "loss", 99.0, "parsed"))
-        metrics.append((0, step, t, "lr", 1e-3 / (step + 1), "log"))
-    metrics.append((1, 7, 105.0, "lr", 5e-4, "log"))
-    metrics.append((1, 7, 105.0, "loss", 2e-9, "log"))
-    metrics.append((1, 6, 104.0, "loss", 3.0, "log"))
+            metrics.append(MetricRecord(0, t, step, "step_time", STEP_TIMES[step - 1], "auto"))
+            metrics.append(MetricRecord(0, t, step, "samples_per_s", SAMPLES[step], "auto"))
+        metrics.append(MetricRecord(0, t + 0.5, step, "loss", 99.0, "parsed"))
+        metrics.append(MetricRecord(0, t, step, "lr", 1e-3 / (step + 1), "log"))
+    metrics.append(MetricRecord(1, 105.0, 7, "lr", 5e-4, "log"))
+    metrics.append(MetricRecord(1, 105.0, 7, "loss", 2e-9, "log"))
+    metrics.append(MetricRecord(1, 104.0, 6, "loss", 3.0, "log"))
     with RunStore() as store:
         run_id = store.create_run(run_key="s" * 24, profile="stats", spec_toml="", command="", host="h",
                                   workdir="/", runner_pid=1, socket=None, world_size=3, status="succeeded")
@@ -50,8 +51,7 @@ def stored_run():
         store.upsert_rank(run_id, 1, state="failed", exit_code=-15, host="h", pid=12, last_seen=105.5)
         store.upsert_rank(run_id, 2, state="waiting")
         store.write_batch(run_id, RecordBatch(metrics=metrics, events=[
-            (99.5, "rank_started", 0, json.dumps({"message": "rank 0 started"})),
-            (99.7, "rank_started", 1, json.dumps({"message": "rank 1 started"}))]))
+            Event(99.5, "rank_started", 0, "rank 0 started"), Event(99.7, "rank_started", 1, "rank 1 started")]))
     return run_id
 
 

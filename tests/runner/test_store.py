@@ -7,6 +7,7 @@ import sqlite3
 
 import pytest
 
+from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, ProcessSample
 from runner.store import schema
 from runner.store.store import RecordBatch, RunNotFound, RunStore
 
@@ -61,14 +62,15 @@ def test_batches_and_export_one_csv_per_table(tmp_path):
         run_id = new_run(store)
         store.upsert_rank(run_id, 0, host="h", pid=10, state="running")
         store.write_batch(run_id, RecordBatch(
-            metrics=[(0, 0, 1.0, "loss", 2.5, "auto"), (0, 1, 2.0, "loss", 2.0, "auto")],
-            logs=[(0, "h", "stdout", 1.0, "hello")], events=[(1.0, "rank_started", 0, "{}")],
-            gpu_samples=[(1.0, 0, 50.0, 1, 2, 100.0, 60.0, 1400.0)], process_samples=[(1.0, 0, 10, 90.0, 1024, 4)]))
+            metrics=[MetricRecord(0, 1.0, 0, "loss", 2.5, "auto"), MetricRecord(0, 2.0, 1, "loss", 2.0, "auto")],
+            logs=[LogLine(0, 1.0, "stdout", "hello", "h")], events=[Event(1.0, "rank_started", 0, "")],
+            gpu_samples=[GpuSample(1.0, 0, 50.0, 1, 2, 100.0, 60.0, 1400.0)],
+            process_samples=[ProcessSample(1.0, 0, 10, 90.0, 1024, 4)]))
         files = store.export_csv(run_id, tmp_path / "csv")
     assert sorted(f.name for f in files) == sorted(f"{t}.csv" for t in schema.TABLES)
     rows = list(csv.DictReader((tmp_path / "csv" / "metrics.csv").open()))
     assert [(r["rank"], r["step"], r["name"], r["value"]) for r in rows] == [("0", "0", "loss", "2.5"), ("0", "1", "loss", "2.0")]
-    assert list(csv.DictReader((tmp_path / "csv" / "logs.csv").open()))[0]["line"] == "hello"
+    assert next(csv.DictReader((tmp_path / "csv" / "logs.csv").open()))["line"] == "hello"
 
 
 def test_last_and_unknown_runs(tmp_path):

@@ -170,7 +170,7 @@ def test_lines_arrive_while_the_worker_runs_not_when_it_ends(tmp_path):
         await output.close()
         return started, arrivals
 
-    started, arrivals = asyncio.run(scenario())
+    _started, arrivals = asyncio.run(scenario())
     assert [text for text, _ in arrivals] == ["first", "second"]
     assert arrivals[1][1] - arrivals[0][1] > 2.5  # the first line did not wait for the process to end
 

@@ -22,6 +22,8 @@ if rank == 0:
                 written += 65536
     except OSError as error:
         outcome = errno.errorcode.get(error.errno, str(error.errno))
+    with open(os.path.join(notes, "free-when-filled"), "w") as note:
+        note.write(str(os.statvfs(target).f_bavail))  # 0: the disk really was full then
     with open(os.path.join(notes, "filled"), "w") as note:
         note.write(outcome)
 while not os.path.exists(os.path.join(notes, "filled")):

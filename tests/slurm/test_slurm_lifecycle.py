@@ -157,7 +157,7 @@ def test_every_rank_reported_its_loss_and_steps(lifecycle):
                                                                                       1: ("exited", 0)}
     assert ranks[0]["host"] == ranks[1]["host"] == lifecycle["nodes"][0]["host"]  # the node Slurm named
     for rank in (0, 1):
-        steps = {step for r, step, _t, name, _v, _s in lifecycle["metrics"] if r == rank and name == "loss"}
+        steps = {step for r, _t, step, name, _v, _s in lifecycle["metrics"] if r == rank and name == "loss"}
         assert steps == set(range(STEPS)), f"rank {rank}: loss at steps {sorted(steps)}"
 
 

@@ -44,7 +44,7 @@ def test_a_run_submitted_over_ssh_reports_through_the_login_host(slurm_cluster, 
                          60, what="the runner to listen")
     listeners = {connection.laddr.ip for connection in psutil.Process(runner.pid).net_connections(kind="tcp")
                  if connection.status == psutil.CONN_LISTEN}
-    stdout, stderr = runner.communicate(timeout=240)
+    _stdout, stderr = runner.communicate(timeout=240)
     assert runner.returncode == 1, stderr[-3000:]
 
     [listening] = listening

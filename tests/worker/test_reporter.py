@@ -150,7 +150,7 @@ def test_device_values_are_held_back_until_their_copy_is_done():
     buffer = RecordBuffer(100)
     copy = _SlowCopy(2.5)
     with FakeHub() as hub:
-        reporter = Reporter(hub.address, {"rank": 0}, buffer, rank=0)
+        reporter = Reporter(hub.address, protocol.Hello(rank=0), buffer, rank=0)
         reporter.start()
         try:
             buffer.put((KIND_LOG, 1.0, 0, {"gpu_value": copy}))
@@ -168,7 +168,7 @@ def test_device_values_are_held_back_until_their_copy_is_done():
 @pytest.mark.parametrize("address", ["tcp://localhost", "tcp://host:port"])
 def test_malformed_tcp_address_only_disables_sending(address):
     buffer = RecordBuffer(10)
-    reporter = Reporter(address, {"rank": 0}, buffer, rank=0)
+    reporter = Reporter(address, protocol.Hello(rank=0), buffer, rank=0)
     reporter.start()
     buffer.put((KIND_LOG, 1.0, 0, {"value": 1.0}))
     started = time.monotonic()

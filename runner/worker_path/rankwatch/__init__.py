@@ -26,7 +26,7 @@ TYPE_CHECKING = False  # `typing` costs ~2 ms to import; annotations are strings
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["log", "is_active", "rank", "world_size"]
+__all__ = ["is_active", "log", "rank", "world_size"]
 
 _buffer: RecordBuffer | None = None
 """Set by the bootstrap when telemetry is on; None makes ``log`` a no-op."""

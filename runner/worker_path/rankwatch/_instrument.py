@@ -42,6 +42,7 @@ from rankwatch._buffer import KIND_STEP, RecordBuffer
 from rankwatch._data_wait import DataWait
 from rankwatch._fingerprint import optimizer_parameters, parameter_digest
 from rankwatch._loss import StepLoss
+from rankwatch._protocol import ParamHash
 from rankwatch._reporter import Reporter
 
 _perf_counter = time.perf_counter
@@ -125,7 +126,7 @@ class StepClock:
             self._hash_every = 0
             _warn(f"parameter fingerprints disabled ({type(exc).__name__}: {exc})")
             return
-        self._reporter.send("param_hash", t=_now(), step=step, digest=digest)
+        self._reporter.send(ParamHash(self._reporter.rank, _now(), step, digest))
 
 
 def install(

@@ -1,108 +1,145 @@
-"""The wire protocol between workers, the runner (hub), agents and subscribers.
+"""The contract between the parts of Rankwatch: every message, record and event kind.
 
-Standard library only: workers import it in the user's interpreter, the runner and
-the GUI import the very same module (as ``rankwatch._protocol``).
+Standard library only: workers import it in the user's interpreter, the runner,
+its agents, the CLI and the GUI import the very same module (as
+``rankwatch._protocol``). Each message and record is defined here once, as a small
+typed value with ``to_wire`` / ``from_wire``; nothing else decodes, reorders or
+words them again.
 
 Framing: newline-delimited JSON, one message per line, UTF-8, at most
 ``MAX_LINE_BYTES`` per line. Every message is an object with ``type`` and ``v``
 (the protocol version). A receiver drops (and counts) a line that is too long, is
-not JSON, is not an object, lacks ``type``/``v`` or has an unknown ``type``; one bad
-line never ends a connection by itself, but a client that keeps sending garbage
-is disconnected (``runner.hub``).
+not JSON, nests deeper than JSON needs here, is not an object, lacks ``type``/``v``
+or has an unknown ``type``; one bad line never ends a connection by itself, but a
+client that keeps sending garbage is disconnected (``runner.hub``).
 
-Messages, by direction (fields beyond ``type``/``v``):
+Messages, by direction (wire fields beyond ``type``/``v``; the class in brackets)
 
 Worker (or agent) -> hub
-  hello       token, run_key, rank, local_rank, node_rank, world_size, local_world_size,
+  hello       [Hello] token, run_key, rank, local_rank, node_rank, world_size, local_world_size,
               host, pid, python, python_version, torch, restart, argv
               (sent first on every connection, so again after a reconnect; argv is
               [script, *args], or ["-m", module, *args]; torch is null when not installed)
-  metrics     rank, items: [[t, step, name, value, source], ...]
+  metrics     [Metrics] rank, items: [[t, step, name, value, source], ...]
+              (a ``MetricRecord`` without its rank, which the message carries)
               source is "auto" (measured by the bootstrap), "log" (rankwatch.log)
               or "parsed" (read from printed lines); t is wall-clock time.time();
               "auto" step = optimizer steps completed before that step (0 first);
               value is null when not finite (NaN/inf loss)
-  heartbeat   rank, t, step, dropped (records lost because the queue was full or
-              the hub unreachable; cumulative; one record = one rankwatch.log call
-              or one step's auto metrics; step is null before the first record)
-  exception   rank, t, exc_type, message, traceback, thread, fatal
+  heartbeat   [Heartbeat] rank, t, step, dropped, sent
+              dropped: records lost because the queue was full or the hub unreachable;
+              sent: metric items handed to the socket; both cumulative (one dropped
+              record = one rankwatch.log call or one step's auto metrics); step is null
+              before the first record
+  exception   [ExceptionReport] rank, t, exc_type, message, traceback, thread, fatal
               thread: name of the thread that raised; fatal: true for the exception
               that ends the process (followed by exit), false for an exception
               that only ended another thread (an event, the worker goes on)
-  exit        rank, t, code  (the last message of a worker: exit status, 1 after an
+  exit        [Exit] rank, t, code  (the last message of a worker: exit status, 1 after an
               uncaught exception, -2 after an uncaught KeyboardInterrupt)
-  param_hash  rank, t, step, digest    (DDP consistency check: SHA-1 hex of each
+  param_hash  [ParamHash] rank, t, step, digest    (DDP consistency check: SHA-1 hex of each
               parameter's float64 sum and sum of squares, after the update of
               optimizer step `step`; equal across replicas in sync)
-  stacks      rank, t, path            (a faulthandler dump was written there)
-  notice      rank, t, key, ...facts   (how the script was launched does not fit torchrun;
-              rankwatch._launch_checks; the runner words it, runner.diagnosis.launcher):
+  stacks      [StacksWritten] rank, t, path            (a faulthandler dump was written there)
+  notice      [Notice] rank, t, key, ...facts   (how the script was launched does not fit
+              torchrun; rankwatch._launch_checks; the runner words it, runner.diagnosis.launcher):
               key "self_spawn": function, nprocs, file, line, function_name (the call site);
               key "local_rank_unpassed": option, value (what the script parsed), local_rank;
               key "local_rank_spelling": passed, instead_of (the legacy option was respelled)
 
 Agent (remote node) -> hub, in addition (over TCP; the first line must be agent_hello
-with the job's token, and the hub refuses any other TCP client)
-  agent_hello token, run_key, node_rank, host, pid, version, torch
+with the run's token, and the hub refuses any other TCP client)
+  agent_hello [AgentHello] token, run_key, node_rank, host, pid, version, torch
               (version: Rankwatch's on the node; torch: the node interpreter's, or null)
-  log         node_rank, rank, t, stream, line, node   (a worker's output line; rank is
+  log         [Log] node_rank, rank, t, stream, line, node   (a worker's output line; rank is
               null for torchrun's and the agent's own lines; node: the host label)
-  worker_lost rank, t     (a worker's connection to its agent ended without exit)
-  process_samples node_rank, rows: [[t, rank, pid, cpu_percent, rss_bytes, threads]]
+  worker_lost [WorkerLost] rank, t     (a worker's connection to its agent ended without exit)
+  process_samples [ProcessSamples] node_rank, rows: [PROCESS_SAMPLE]
               (the node's ranks, sampled there: the head cannot see remote processes)
-  node_exit   node_rank, t, code, reason, dropped   (the agent's last message: torchrun's
-              exit status; reason: why it stopped the workers, or null; dropped:
+  node_exit   [NodeExit] node_rank, t, code, reason, dropped   (the agent's last message:
+              torchrun's exit status; reason: why it stopped the workers, or null; dropped:
               messages it could not forward)
   Workers' messages (hello, metrics, ...) are forwarded as they are, each with its
   "rank"; a forwarded hello carries no token (the agent checked its own).
 
 Head runner -> agent (over ssh's stdin, never through the hub; runner.remote)
-  launch      token, head_host, head_port, run_key, run, node_rank, host, argv, env, cwd,
-              grace, sample_interval   (the first line)
-  stop        force: bool   (later lines; end of stdin: the head is gone, stop too)
+  launch      [Launch] token, head_host, head_port, run_key, run, node_rank, host, argv, env,
+              cwd, grace, sample_interval   (the first line)
+  stop        [AgentStop] force: bool   (later lines; end of stdin: the head is gone, stop too)
 
 Subscriber -> hub
-  subscribe   history: bool (replay the stored history first), logs: bool
-  stop        force: bool
-  dump_stacks
-  ping
+  subscribe   [Subscribe] history: bool (replay the stored history first), logs: bool
+  stop        [StopRequest] force: bool
+  dump_stacks [DumpStacks]
+  ping        [Ping]
 
 Hub -> subscriber
-  snapshot    run: RUN, ranks: [RANK], nodes: [NODE], spec: {...profile table...}
+  snapshot    [Snapshot] run: RUN, ranks: [RANK], nodes: [NODE], spec: {...profile table...}
               (the first message after subscribe)
-  update      t, metrics: [[rank, t, step, name, value, source]],
-              logs: [[rank, t, stream, line, node]]   (rank null: a launcher line),
-              events: [EVENT], gpus: [[t, index, util, mem_used, mem_total, power_w,
-              temp_c, sm_mhz]], procs: [[t, rank, pid, cpu_percent, rss_bytes, threads]],
-              ranks: [RANK] (only rows that changed), run: RUN or null (when changed),
-              nodes: [NODE] (changed), decimated: bool (metrics were thinned because
-              this subscriber fell behind; the store has them all)
-  history_end (after a history replay: what follows is live)
-  bye         reason                                        (the run ended)
-  pong / error  message
+  update      [Update] t, metrics: [METRIC], logs: [LOG_LINE], events: [EVENT],
+              gpus: [GPU_SAMPLE], procs: [PROCESS_SAMPLE], ranks: [RANK] (only rows that
+              changed), run: RUN or null (when changed), nodes: [NODE] (changed),
+              decimated: bool (metrics were thinned because this subscriber fell behind;
+              the store has them all). A history replay is a series of updates, each line
+              at most ``HISTORY_LINE_BYTES``.
+  history_end [HistoryEnd] (after a history replay: what follows is live)
+  bye         [Bye] reason                                  (the run ended)
+  pong / error  [Pong] / [Error] message
 
-  RUN   {id, run_key, profile, status, created, started, ended, exit_code, world_size,
-         host, command, workdir, summary}  (status: runner.state.RunStatus values;
-         summary: the failure triage once the run ended, else null)
-  RANK  {rank, local_rank, node_rank, host, pid, gpu_index, state (RankState values),
-         exit_code, step, loss, step_time, data_wait_share (0..1), samples_per_s,
-         steps_per_s, last_seen (t of the last message), cpu_percent, rss_bytes,
-         gpu_util, gpu_mem_used}  (null where unknown)
-  NODE  {node_rank, host, state (NodeState values), processes, changed, detail}
-  EVENT {kind, t, rank (or null), message, ...kind-specific fields}
-        kinds: rank_started, rank_exited, rank_failed, exception, stalled, resumed,
-        straggler, divergence, stacks, node_lost, run_finished, warning,
-        launch_mismatch {key, level, ranks, title, cause, advice} (runner.diagnosis.launcher)
+Records (the same order on the wire, in the hub's pending batch, in the store's reads
+and in the GUI; one definition each):
+
+  METRIC          [MetricRecord]  [rank, t, step, name, value, source]
+  LOG_LINE        [LogLine]       [rank, t, stream, line, node]   (rank null: a launcher line)
+  GPU_SAMPLE      [GpuSample]     [t, gpu_index, utilization, memory_used, memory_total,
+                                   power_watts, temperature_c, sm_clock_mhz]
+  PROCESS_SAMPLE  [ProcessSample] [t, rank, pid, cpu_percent, rss_bytes, threads]
+  EVENT           [Event]         {kind (EventKind), t, rank (or null), message, ...fields}
+  RANK            [RankRow]       {rank, local_rank, node_rank, host, pid, gpu_index, state,
+                   exit_code, step, loss, loss_source, step_time, data_wait_share (0..1),
+                   samples_per_s, steps_per_s, last_seen, first_seen, cpu_percent, rss_bytes,
+                   gpu_util, gpu_mem_used, dropped (worker), rejected (hub), sent (worker),
+                   world_size, python, torch, restart}   (null where unknown)
+  RUN             {id, run_key, profile, status, created, started, ended, exit_code,
+                   world_size, host, command, workdir, runner_pid, socket, spec_toml, summary}
+                   (the store's runs row; status: runner.state.RunStatus values;
+                   summary: the failure triage once the run ended, else null)
+  NODE            {node_rank, host, state, processes, changed, detail}
+
+Also here, once: lenient number parsing (``as_int``, ``as_float``), text the store
+can hold (``clean_text``), the data-wait share (``data_wait_share``, ``StepPairs``),
+and how a rank ended, in words (``RankFailure``).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import signal as signals
+import time
+from enum import Enum
+
+TYPE_CHECKING = False  # `typing` costs ~3 ms to import and workers import this module
+if TYPE_CHECKING:
+    from typing import Any, ClassVar, TypeVar
+
+    MessageT = TypeVar("MessageT", bound="Message")
 
 VERSION = 1
 MAX_LINE_BYTES = 1 << 20
 """A line longer than this is dropped: 1 MiB holds thousands of metric records."""
+HISTORY_LINE_BYTES = 256 << 10
+"""A history replay is cut into update lines of about this size (always under ``MAX_LINE_BYTES``)."""
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+"""SQLite's INTEGER range: an integer outside it cannot be stored."""
+LATEST_PLAUSIBLE_TIME = 1e11
+"""Timestamps are seconds since 1970; anything past the year 5000 is garbage."""
+MAX_NAME_CHARS = 128
+MAX_SOURCE_CHARS = 16
+MAX_TEXT_CHARS = 64 * 1024
+"""Longest text field kept whole (a log line, a traceback is longer: ``MAX_LONG_TEXT_CHARS``)."""
+MAX_LONG_TEXT_CHARS = 1 << 20
 
 WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks",
                           "notice"})
@@ -116,6 +153,8 @@ ALL_TYPES = WORKER_TYPES | AGENT_TYPES | SUBSCRIBER_TYPES | HUB_TYPES
 SOURCE_AUTO = "auto"
 SOURCE_LOG = "log"
 SOURCE_PARSED = "parsed"
+SOURCE_PRIORITY = {SOURCE_AUTO: 0, SOURCE_LOG: 1, SOURCE_PARSED: 2}
+"""When a rank reports one metric from several sources, the lowest number is shown."""
 
 # Metric names the bootstrap measures without code changes.
 LOSS = "loss"
@@ -125,6 +164,8 @@ DATA_WAIT = "data_wait"
 """Seconds of a step spent waiting for the DataLoader iterator."""
 SAMPLES_PER_SECOND = "samples_per_s"
 STEPS_PER_SECOND = "steps_per_s"
+DATA_WAIT_SHARE = "data_wait_share"
+"""Share (0..1) of a step spent waiting for data: ``data_wait_share`` of the same step's records."""
 
 
 class ProtocolError(ValueError):
@@ -135,6 +176,73 @@ class ProtocolError(ValueError):
         self.reason = reason
 
 
+# ---- lenient values: one definition of "a number", "an integer", "text" ---------------------
+
+
+def as_int(value: object) -> int | None:
+    """An integer SQLite can hold, from a JSON number (a float is truncated); else None.
+
+    Booleans are not numbers here, and neither are NaN, infinities or integers
+    outside the 64-bit range.
+    """
+    kind = type(value)
+    if kind is int:
+        return value if INT64_MIN <= value <= INT64_MAX else None  # type: ignore[return-value,operator]
+    if kind is float:
+        number: float = value  # type: ignore[assignment]
+        if number - number == 0 and INT64_MIN <= number <= INT64_MAX:
+            return int(number)
+    return None
+
+
+def as_float(value: object) -> float | None:
+    """A finite float from a JSON number; None for anything else (booleans included)."""
+    kind = type(value)
+    if kind is float:
+        number: float = value  # type: ignore[assignment]
+        return number if number - number == 0 else None
+    if kind is int:
+        try:
+            return float(value)  # type: ignore[arg-type]
+        except OverflowError:
+            return None
+    return None
+
+
+def as_time(value: object) -> float | None:
+    """A plausible wall-clock time (seconds since 1970), else None."""
+    number = as_float(value)
+    return number if number is not None and 0.0 < number < LATEST_PLAUSIBLE_TIME else None
+
+
+def is_storable_text(text: str) -> bool:
+    """Whether ``text`` encodes to UTF-8 (JSON lets lone surrogates through; SQLite refuses them)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def clean_text(text: str, limit: int = MAX_TEXT_CHARS) -> str:
+    """``text`` as the store can hold it: lone surrogates replaced by U+FFFD, at most ``limit`` chars."""
+    if len(text) > limit:
+        text = text[:limit]
+    if is_storable_text(text):
+        return text
+    return "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in text)
+
+
+def as_text(value: object, limit: int = MAX_TEXT_CHARS) -> str | None:
+    """``clean_text`` of a string; None for anything else."""
+    return clean_text(value, limit) if isinstance(value, str) else None
+
+
+# ---- framing -----------------------------------------------------------------------------------
+
+
 def encode(message_type: str, **fields: Any) -> bytes:
     """One framed message. ``allow_nan=False`` keeps the output strict JSON (NaN becomes null)."""
     body = {"type": message_type, "v": VERSION}
@@ -143,30 +251,33 @@ def encode(message_type: str, **fields: Any) -> bytes:
         text = json.dumps(body, separators=(",", ":"), allow_nan=False)
     except ValueError:
         text = json.dumps(_replace_non_finite(body), separators=(",", ":"))
-    return text.encode("utf-8") + b"\n"
+    return text.encode("utf-8", "surrogatepass") + b"\n"
 
 
 def _replace_non_finite(value: Any) -> Any:
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return None
     if isinstance(value, dict):
-        return {k: _replace_non_finite(v) for k, v in value.items()}
+        return {key: _replace_non_finite(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_replace_non_finite(v) for v in value]
+        return [_replace_non_finite(item) for item in value]
     return value
 
 
 def decode(line: bytes, allowed: frozenset[str] = ALL_TYPES) -> dict[str, Any]:
-    """Parse one line (with or without its newline).
+    """Parse one line (with or without its newline) into the message's fields.
 
     Raises:
-        ProtocolError: too long, not UTF-8 JSON, not an object, missing or unknown
-            ``type``, or a ``v`` this side does not speak.
+        ProtocolError: too long, not UTF-8 JSON, nested too deeply (``[`` x 5000
+            would exhaust the parser's recursion), not an object, missing or
+            unknown ``type``, or a ``v`` this side does not speak.
     """
     if len(line) > MAX_LINE_BYTES:
         raise ProtocolError("oversized", f"{len(line)} bytes")
     try:
         message = json.loads(line)
+    except RecursionError:
+        raise ProtocolError("too_deep") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError("malformed", str(exc)[:80]) from None
     if not isinstance(message, dict):
@@ -177,3 +288,1265 @@ def decode(line: bytes, allowed: frozenset[str] = ALL_TYPES) -> dict[str, Any]:
     if message.get("v") != VERSION:
         raise ProtocolError("bad_version", repr(message.get("v"))[:20])
     return message
+
+
+def decode_message(line: bytes, allowed: frozenset[str] = ALL_TYPES) -> Message:
+    """Parse one line into its typed message.
+
+    Raises:
+        ProtocolError: as ``decode``, or a required field is missing or of the wrong type.
+    """
+    fields = decode(line, allowed)
+    return MESSAGE_CLASSES[fields["type"]].from_wire(fields)
+
+
+def message_from_wire(fields: dict[str, Any]) -> Message:
+    """The typed message for fields already decoded (``fields["type"]`` names it).
+
+    Raises:
+        ProtocolError: an unknown type, or a required field is missing or of the wrong type.
+    """
+    message_class = MESSAGE_CLASSES.get(str(fields.get("type")))
+    if message_class is None:
+        raise ProtocolError("unknown_type", repr(fields.get("type"))[:40])
+    return message_class.from_wire(fields)
+
+
+# ---- records -------------------------------------------------------------------------------
+
+
+MetricRow = tuple[int, float, "int | None", str, "float | None", str]
+"""A metric record as a plain tuple ``(rank, t, step, name, value, source)``: what the hub's hot
+path keeps and hands to SQLite. ``MetricRecord`` is the same row with its fields named."""
+
+
+class MetricRecord(tuple[int, float, int | None, str, float | None, str]):
+    """One value of one named series of one rank: ``(rank, t, step, name, value, source)``.
+
+    The order is the same everywhere (wire, pending batch, store, replay, GUI). A tuple:
+    the hub makes 200k of these a second and hands them to SQLite as they are.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, rank: int, t: float, step: int | None, name: str, value: float | None,
+                source: str) -> MetricRecord:
+        return tuple.__new__(cls, (rank, t, step, name, value, source))
+
+    @property
+    def rank(self) -> int:
+        return self[0]
+
+    @property
+    def t(self) -> float:
+        return self[1]
+
+    @property
+    def step(self) -> int | None:
+        return self[2]
+
+    @property
+    def name(self) -> str:
+        return self[3]
+
+    @property
+    def value(self) -> float | None:
+        """None: reported but not finite (a NaN loss), shown as a gap."""
+        return self[4]
+
+    @property
+    def source(self) -> str:
+        """``SOURCE_AUTO``, ``SOURCE_LOG`` or ``SOURCE_PARSED``."""
+        return self[5]
+
+    def to_wire(self) -> list[Any]:
+        return list(self)
+
+    @classmethod
+    def from_wire(cls, item: object) -> MetricRecord | None:
+        """A published record ``[rank, t, step, name, value, source]``; None when malformed."""
+        if not isinstance(item, (list, tuple)) or len(item) != 6:
+            return None
+        rank, t, step, name, value, source = item
+        rank, t = as_int(rank), as_float(t)
+        if rank is None or t is None or type(name) is not str:
+            return None
+        return cls(rank, t, as_int(step), name, as_float(value), source if type(source) is str else SOURCE_AUTO)
+
+    def __repr__(self) -> str:
+        return "MetricRecord(rank={!r}, t={!r}, step={!r}, name={!r}, value={!r}, source={!r})".format(*self)
+
+
+class MetricRejection:
+    """Why metric items were dropped at ingest: counts by reason (``reasons``)."""
+
+    MALFORMED = "malformed item"
+    TIME = "time not a plausible timestamp"
+    STEP = "step out of range"
+    NAME = "name not text"
+    VALUE = "value out of range"
+    SOURCE = "source not text"
+
+
+KNOWN_SOURCES = frozenset({SOURCE_AUTO, SOURCE_LOG, SOURCE_PARSED})
+
+
+def metric_records(rank: int, items: object, rejected: dict[str, int]) -> list[MetricRow]:
+    """The records of one ``metrics`` message's items, as plain ``MetricRow`` tuples; what
+    cannot be stored is left out and counted in ``rejected`` by reason (``MetricRejection``).
+
+    The hot path of the hub (200k records/s): the usual item (a float time, an int step, a
+    short ASCII name, a float value, a known source) passes one combined check and becomes
+    a tuple; anything else goes through ``_unusual_metric``, which decides slowly.
+    """
+    records: list[MetricRow] = []
+    if type(items) is not list:
+        rejected[MetricRejection.MALFORMED] = rejected.get(MetricRejection.MALFORMED, 0) + 1
+        return records
+    append = records.append
+    latest, low, high, longest, sources = LATEST_PLAUSIBLE_TIME, INT64_MIN, INT64_MAX, MAX_NAME_CHARS, KNOWN_SOURCES
+    for item in items:
+        if type(item) is list and len(item) == 5:
+            t, step, name, value, source = item
+            if (type(t) is float and 0.0 < t < latest
+                    and (step is None or (type(step) is int and low <= step <= high))
+                    and type(name) is str and name.isascii() and 0 < len(name) <= longest
+                    and source in sources):
+                kind = type(value)
+                if kind is float:
+                    append((rank, t, step, name, value if value - value == 0 else None, source))
+                    continue
+                if kind is int and low <= value <= high:
+                    append((rank, t, step, name, value, source))
+                    continue
+        record = _unusual_metric(rank, item, rejected)
+        if record is not None:
+            append(record)
+    return records
+
+
+def _unusual_metric(rank: int, item: object, rejected: dict[str, int]) -> MetricRow | None:
+    """The record of an item that is not of the usual shape, or None (counted in ``rejected``)."""
+    reason = MetricRejection.MALFORMED
+    if type(item) is list and len(item) == 5:
+        t, step, name, value, source = item
+        time_value = as_time(t)
+        if time_value is None:
+            reason = MetricRejection.TIME
+        elif step is not None and (type(step) in (int, float)) and as_int(step) is None:
+            reason = MetricRejection.STEP
+        elif type(name) is not str or not name or not is_storable_text(name):
+            reason = MetricRejection.NAME
+        elif type(value) is int and not INT64_MIN <= value <= INT64_MAX:
+            reason = MetricRejection.VALUE
+        elif type(source) is not str or not source or not source.isascii():
+            reason = MetricRejection.SOURCE
+        else:
+            step_value = as_int(step) if type(step) in (int, float) else None  # other types: no step
+            return (rank, time_value, step_value, name[:MAX_NAME_CHARS], as_float(value), source[:MAX_SOURCE_CHARS])
+    rejected[reason] = rejected.get(reason, 0) + 1
+    return None
+
+
+class LogLine(tuple[int | None, float, str, str, str | None]):
+    """One line a rank (or the launcher, ``rank`` None) printed: ``(rank, t, stream, line, node)``."""
+
+    __slots__ = ()
+
+    def __new__(cls, rank: int | None, t: float, stream: str, line: str, node: str | None) -> LogLine:
+        return tuple.__new__(cls, (rank, t, stream, line, node))
+
+    @property
+    def rank(self) -> int | None:
+        return self[0]
+
+    @property
+    def t(self) -> float:
+        return self[1]
+
+    @property
+    def stream(self) -> str:
+        """``stdout`` or ``stderr``."""
+        return self[2]
+
+    @property
+    def line(self) -> str:
+        return self[3]
+
+    @property
+    def node(self) -> str | None:
+        """The host label of the node it came from."""
+        return self[4]
+
+    def to_wire(self) -> list[Any]:
+        return list(self)
+
+    @classmethod
+    def from_wire(cls, item: object) -> LogLine | None:
+        """A published line ``[rank, t, stream, line, node]``; None when malformed."""
+        if not isinstance(item, (list, tuple)) or len(item) < 4:
+            return None
+        rank, t, stream, line = item[:4]
+        node = item[4] if len(item) > 4 else None
+        text = as_text(line)
+        if text is None:
+            return None
+        return cls(as_int(rank), as_time(t) or 0.0, as_text(stream, MAX_SOURCE_CHARS) or "stdout", text,
+                   as_text(node, MAX_NAME_CHARS))
+
+    def __repr__(self) -> str:
+        return "LogLine(rank={!r}, t={!r}, stream={!r}, line={!r}, node={!r})".format(*self)
+
+
+class GpuSample(tuple[float, int, float | None, int | None, int | None, float | None, float | None,
+                      float | None]):
+    """One GPU sampled by NVML at ``t``: ``(t, gpu_index, utilization (%), memory_used (bytes),
+    memory_total, power_watts, temperature_c, sm_clock_mhz)``."""
+
+    __slots__ = ()
+
+    def __new__(cls, t: float, gpu_index: int, utilization: float | None, memory_used: int | None,
+                memory_total: int | None, power_watts: float | None, temperature_c: float | None,
+                sm_clock_mhz: float | None) -> GpuSample:
+        return tuple.__new__(cls, (t, gpu_index, utilization, memory_used, memory_total, power_watts,
+                                   temperature_c, sm_clock_mhz))
+
+    @property
+    def t(self) -> float:
+        return self[0]
+
+    @property
+    def gpu_index(self) -> int:
+        return self[1]
+
+    def to_wire(self) -> list[Any]:
+        return list(self)
+
+
+class ProcessSample(tuple[float, int, int | None, float | None, int | None, int | None]):
+    """One rank's process sampled by psutil on its node: ``(t, rank, pid, cpu_percent (% of one
+    core), rss_bytes, threads)``."""
+
+    __slots__ = ()
+
+    def __new__(cls, t: float, rank: int, pid: int | None, cpu_percent: float | None, rss_bytes: int | None,
+                threads: int | None) -> ProcessSample:
+        return tuple.__new__(cls, (t, rank, pid, cpu_percent, rss_bytes, threads))
+
+    @property
+    def t(self) -> float:
+        return self[0]
+
+    @property
+    def rank(self) -> int:
+        return self[1]
+
+    @property
+    def cpu_percent(self) -> float | None:
+        return self[3]
+
+    @property
+    def rss_bytes(self) -> int | None:
+        return self[4]
+
+    def to_wire(self) -> list[Any]:
+        return list(self)
+
+    @classmethod
+    def from_wire(cls, row: object) -> ProcessSample | None:
+        """``[t, rank, pid, cpu_percent, rss_bytes, threads]`` (all numbers); None when malformed."""
+        if not isinstance(row, (list, tuple)) or len(row) != 6:
+            return None
+        t, rank = as_time(row[0]), as_int(row[1])
+        numbers = [as_float(value) for value in row[2:]]
+        if t is None or rank is None or any(number is None for number in numbers):
+            return None
+        return cls(t, rank, as_int(row[2]), as_float(row[3]), as_int(row[4]), as_int(row[5]))
+
+
+class EventKind(str, Enum):
+    """Every kind of event the runner records and publishes; nothing else is emitted.
+
+    Fields beyond ``kind, t, rank, message`` are listed for each (``rank`` is the rank
+    concerned, or null for the run as a whole).
+    """
+
+    RANK_STARTED = "rank_started"
+    """A rank said hello: host, pid, local_rank, node_rank, restart."""
+    RANK_EXITED = "rank_exited"
+    """A rank ended with exit code 0: exit_code."""
+    RANK_FAILED = "rank_failed"
+    """A rank ended with a non-zero exit code: exit_code."""
+    EXCEPTION = "exception"
+    """The uncaught exception that ends a rank: exc_type, exc_message, traceback, thread."""
+    THREAD_EXCEPTION = "thread_exception"
+    """An exception that ended another thread of a rank (it goes on): as ``exception``."""
+    CONNECTION_LOST = "connection_lost"
+    """A rank's connection ended without an exit message (killed from outside?)."""
+    PARAM_HASH = "param_hash"
+    """A parameter fingerprint: step, digest."""
+    STACKS_WRITTEN = "stacks_written"
+    """A rank's faulthandler wrote a stack dump: path."""
+    STACKS = "stacks"
+    """A stack capture of every rank, analysed (``runner.diagnosis.stacks``): groups, outlier, path, ..."""
+    STALLED = "stalled"
+    """No step progress for too long (``runner.diagnosis.stalls``): step, seconds, threshold, ..."""
+    RESUMED = "resumed"
+    """A stalled rank made progress again: step, stalled_seconds."""
+    STRAGGLER = "straggler"
+    """A rank slows every step, or no longer does (``runner.diagnosis.stragglers``): active, cause, ..."""
+    DIVERGENCE = "divergence"
+    """DDP replicas' parameters differ (``runner.diagnosis.consistency``): step, ranks, reference, digests."""
+    NODE_LOST = "node_lost"
+    """A node's agent dropped out: node_rank, host, reason."""
+    AGENT_CONNECTED = "agent_connected"
+    """A node's agent connected over TCP: node_rank, host."""
+    AGENTS_LISTENING = "agents_listening"
+    """The hub listens on TCP for the agents: addresses, port."""
+    REFUSED = "refused"
+    """Clients refused (a wrong token, not an agent over TCP): count, reasons; one per run at most
+    every ``runner.hub`` interval, so refused clients cannot grow the store."""
+    RECORDS_REJECTED = "records_rejected"
+    """Records a rank sent that could not be stored (a value out of range, ...): count, reasons."""
+    STORE_INCOMPLETE = "store_incomplete"
+    """The store stopped taking records (disk full, unwritable): reason; the run goes on."""
+    STOP_REQUESTED = "stop_requested"
+    """A subscriber asked to stop the run: force."""
+    STOPPING = "stopping"
+    """The runner is stopping the run (on request, Ctrl-C, a lost node)."""
+    RUN_FINISHED = "run_finished"
+    """The run ended: status, exit_code, summary."""
+    WARNING = "warning"
+    """Something the user should know that is not one of the above."""
+    HUB_STATS = "hub_stats"
+    """The hub's counters at the end of the run (bad lines, refused clients, ...): counters."""
+    LAUNCH_MISMATCH = "launch_mismatch"
+    """How the script was launched does not fit torchrun (``runner.diagnosis.launcher``):
+    key, level, ranks, title, cause, advice."""
+    SLURM_SUBMITTED = "slurm_submitted"
+    """The run was submitted to Slurm (``runner.slurm``): job_id, ..."""
+    SLURM = "slurm"
+    """Slurm's record of the job changed (pending and why, running, ended): its fields."""
+
+
+class Event:
+    """Something that happened in a run, as stored and as published."""
+
+    __slots__ = ("t", "kind", "rank", "message", "fields")
+
+    def __init__(self, t: float, kind: EventKind | str, rank: int | None, message: str,
+                 fields: dict[str, Any] | None = None) -> None:
+        self.t = t
+        self.kind = EventKind(kind)
+        """Raises ValueError for a kind the contract does not define: no event is emitted unlisted."""
+        self.rank = rank
+        self.message = message
+        self.fields = fields or {}
+
+    def data_json(self) -> str:
+        """What the store keeps in ``events.data``: the message and the kind's fields."""
+        return json.dumps({"message": self.message, **self.fields}, default=str)
+
+    def to_row(self) -> tuple[float, str, int | None, str]:
+        """``(t, kind, rank, data)`` for the store's events table."""
+        return (self.t, self.kind.value, self.rank, self.data_json())
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**self.fields, "kind": self.kind.value, "t": self.t, "rank": self.rank, "message": self.message}
+
+    @classmethod
+    def from_store(cls, t: float, kind: str, rank: int | None, data: dict[str, Any] | None) -> Event:
+        """From the store's row (``data`` decoded). A kind from a newer Rankwatch becomes a warning."""
+        fields = dict(data or {})
+        message = str(fields.pop("message", "") or "")
+        try:
+            event_kind = EventKind(kind)
+        except ValueError:
+            event_kind, fields["unknown_kind"] = EventKind.WARNING, kind
+        return cls(t, event_kind, rank, message, fields)
+
+    def __repr__(self) -> str:
+        return f"Event({self.kind.value}, rank={self.rank}, {self.message!r})"
+
+
+class RankRow:
+    """One rank as the hub shows it (the RANK shape): identity, state, latest values, counts."""
+
+    __slots__ = ("rank", "local_rank", "node_rank", "host", "pid", "gpu_index", "state", "exit_code", "step",
+                 "loss", "loss_source", "step_time", "data_wait_share", "samples_per_s", "steps_per_s",
+                 "last_seen", "first_seen", "cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_used", "dropped",
+                 "rejected", "sent", "world_size", "python", "torch", "restart")
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.local_rank: int | None = None
+        self.node_rank: int | None = None
+        self.host: str | None = None
+        self.pid: int | None = None
+        self.gpu_index: int | None = None
+        self.state = "waiting"
+        """A ``runner.state.RankState`` value."""
+        self.exit_code: int | None = None
+        self.step: int | None = None
+        self.loss: float | None = None
+        self.loss_source: str | None = None
+        self.step_time: float | None = None
+        self.data_wait_share: float | None = None
+        self.samples_per_s: float | None = None
+        self.steps_per_s: float | None = None
+        self.last_seen: float | None = None
+        self.first_seen: float | None = None
+        """When the rank's first message (its hello, or its first line) arrived."""
+        self.cpu_percent: float | None = None
+        self.rss_bytes: int | None = None
+        self.gpu_util: float | None = None
+        self.gpu_mem_used: int | None = None
+        self.dropped = 0
+        """Records the worker could not send (its queue was full, the hub away): from its heartbeats."""
+        self.rejected = 0
+        """Records the hub received but could not store (out of range, ...)."""
+        self.sent: int | None = None
+        """Metric items the worker handed to its socket, as of its last heartbeat."""
+        self.world_size: int | None = None
+        self.python: str | None = None
+        self.torch: str | None = None
+        self.restart: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in RankRow.__slots__}
+
+
+# ---- the data-wait share: computed here, once -------------------------------------------------
+
+
+def data_wait_share(step_time: float | None, data_wait: float | None) -> float | None:
+    """The share (0..1) of a step spent waiting for data; None when it was not measured."""
+    if step_time is None or data_wait is None or not step_time > 0:
+        return None
+    return min(1.0, max(0.0, data_wait / step_time))
+
+
+class StepPairs:
+    """Pairs each step's ``step_time`` and ``data_wait`` records of one rank into the share.
+
+    The worker sends both for every step (usually in the same message); whichever
+    comes second completes the pair. At most ``limit`` incomplete steps are kept.
+    """
+
+    __slots__ = ("_pending", "_limit")
+
+    def __init__(self, limit: int = 256) -> None:
+        self._pending: dict[int, list[Any]] = {}
+        self._limit = limit
+
+    def add(self, step: int | None, t: float, name: str, value: float | None) -> tuple[int, float, float | None] | None:
+        """Feed one record; returns ``(step, t, share)`` when it completes a pair."""
+        if step is None or (name != STEP_TIME and name != DATA_WAIT):
+            return None
+        pair = self._pending.get(step)
+        if pair is None:
+            pair = self._pending[step] = [None, None, t, 0]
+        pair[0 if name == STEP_TIME else 1] = value
+        pair[2] = max(pair[2], t)
+        pair[3] += 1 << (0 if name == STEP_TIME else 1)
+        if pair[3] == 3:
+            del self._pending[step]
+            return step, pair[2], data_wait_share(pair[0], pair[1])
+        if len(self._pending) > self._limit:
+            self._pending.pop(next(iter(self._pending)))
+        return None
+
+
+# ---- how a rank ended, in words: one definition for the runner, the CLI and the GUI ------------
+
+
+class Evidence:
+    """How triage knows when and how a rank ended (``RankFailure.evidence``)."""
+
+    EXCEPTION = "exception"
+    CONNECTION_LOST = "connection lost"
+    EXIT_CODE = "exit code"
+    TORCHRUN_REPORT = "torchrun report"
+
+
+EVIDENCE_WORDS = {
+    Evidence.EXCEPTION: "its uncaught exception (reported by the worker)",
+    Evidence.CONNECTION_LOST: "its connection to the runner dropped without an exit message",
+    Evidence.EXIT_CODE: "its exit status",
+    Evidence.TORCHRUN_REPORT: "torchrun's failure report",
+}
+TRACEBACK_SOURCE_WORDS = {"bootstrap": "reported by the worker", "error file": "from torchrun's error file",
+                          "torchrun report": "from torchrun's report"}
+
+
+UNKNOWN_END = "\u2013"
+"""A rank that ended without a known status: not measured ("–")."""
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    """``-15`` -> ``SIGTERM``: the signal a negative exit status names (torchrun's and Python's
+    convention for death by signal N); None for an ordinary exit."""
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signals.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+def ended_by(exit_code: int | None, signal: str | None = None) -> str:
+    """``exit code 0``, ``exit code 1``, ``SIGTERM``, ``SIGKILL``; ``–`` when nothing is known.
+
+    ``signal`` is a name already given (``SIGKILL``); else a negative ``exit_code`` names it.
+    """
+    if signal:
+        return signal if signal.startswith(("SIG", "signal ")) else f"SIG{signal}"
+    if exit_code is None:
+        return UNKNOWN_END
+    return signal_name(exit_code) or f"exit code {exit_code}"
+
+
+def describe_end_of(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
+    """How a rank ended, as a failure's headline says it: ``signal SIGKILL``, ``exit code 1``,
+    or what is known without an exit status (from the evidence)."""
+    if signal:
+        return f"signal {signal}"
+    if exit_code is not None:
+        return f"exit code {exit_code}"
+    return _end_without_status(evidence)
+
+
+def how_it_ended(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
+    """How a rank ended, as a table or a panel says it: ``SIGKILL``, ``exit code 1`` (``ended_by``),
+    or what is known without an exit status."""
+    if signal or exit_code is not None:
+        return ended_by(exit_code, signal)
+    return _end_without_status(evidence)
+
+
+def _end_without_status(evidence: str | None) -> str:
+    if evidence == Evidence.CONNECTION_LOST:
+        return "its connection dropped without an exit: killed, or its node went away"
+    if evidence == Evidence.EXCEPTION:
+        return "an uncaught exception"
+    return "no exit code known"
+
+
+class RankFailure:
+    """How one rank ended, as failure triage found it (``runner.diagnosis.triage``), and its words."""
+
+    __slots__ = ("rank", "host", "exit_code", "signal", "exc_type", "exc_message", "exception_line", "traceback",
+                 "when", "evidence", "pid", "traceback_source", "error_file", "kernel_log")
+
+    def __init__(self, rank: int | None, host: str | None = None, exit_code: int | None = None,
+                 signal: str | None = None, exc_type: str | None = None, exc_message: str | None = None,
+                 exception_line: str | None = None, traceback: str | None = None, when: float | None = None,
+                 evidence: str = "", pid: int | None = None, traceback_source: str | None = None,
+                 error_file: str | None = None, kernel_log: str | None = None) -> None:
+        self.rank = rank
+        self.host = host
+        self.exit_code = exit_code
+        self.signal = signal
+        """The signal's name when it died of one (``SIGKILL``)."""
+        self.exc_type = exc_type
+        self.exc_message = exc_message
+        self.exception_line = exception_line
+        self.traceback = traceback
+        self.when = when
+        self.evidence = evidence
+        """How we know: an ``Evidence`` value."""
+        self.pid = pid
+        self.traceback_source = traceback_source
+        """Where the traceback came from: "bootstrap", "error file", "torchrun report"."""
+        self.error_file = error_file
+        self.kernel_log = kernel_log
+        """The kernel's OOM-killer line for this rank's pid (SIGKILL only), when found."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in RankFailure.__slots__}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> RankFailure:
+        """Lenient: a field that is missing or of the wrong type is unknown."""
+        def text(name: str) -> str | None:
+            return as_text(data.get(name), MAX_LONG_TEXT_CHARS)
+
+        return cls(rank=as_int(data.get("rank")), host=text("host"), exit_code=as_int(data.get("exit_code")),
+                   signal=text("signal"), exc_type=text("exc_type"), exc_message=text("exc_message"),
+                   exception_line=text("exception_line"), traceback=text("traceback"),
+                   when=as_float(data.get("when")), evidence=text("evidence") or "", pid=as_int(data.get("pid")),
+                   traceback_source=text("traceback_source"), error_file=text("error_file"),
+                   kernel_log=text("kernel_log"))
+
+    @property
+    def who(self) -> str:
+        """``rank 1 on node-a``."""
+        rank = "an unknown rank" if self.rank is None else f"rank {self.rank}"
+        return rank + (f" on {self.host}" if self.host else "")
+
+    @property
+    def end_words(self) -> str:
+        """``signal SIGKILL``, ``exit code 1``, ... (the short form, as in a headline)."""
+        return describe_end_of(self.exit_code, self.signal, self.evidence)
+
+    @property
+    def how(self) -> str:
+        """``SIGKILL``, ``exit code 1``, ... (as a table or a panel says it)."""
+        return how_it_ended(self.exit_code, self.signal, self.evidence)
+
+    @property
+    def evidence_text(self) -> str:
+        return EVIDENCE_WORDS.get(self.evidence, self.evidence or "unknown")
+
+    @property
+    def traceback_source_text(self) -> str:
+        return TRACEBACK_SOURCE_WORDS.get(self.traceback_source or "", self.traceback_source or "")
+
+    def one_line(self) -> str:
+        """``rank 0 on node-a: SIGTERM: RuntimeError: ...``."""
+        text = f"{self.who}: {self.how}"
+        return text + (f": {self.exception_line}" if self.exception_line else "")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RankFailure) and self.to_wire() == other.to_wire()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"RankFailure({self.one_line()!r})"
+
+
+def describe_end(failure: RankFailure) -> str:
+    """How a rank ended, in words (the short form of ``RankFailure.end_words``)."""
+    return failure.end_words
+
+
+def _records(count: int) -> str:
+    return f"{count} record{'s' if count != 1 else ''}"
+
+
+def describe_losses(summary: dict[str, Any]) -> list[str]:
+    """What a run's store lacks, one line per rank (``rank 3: 120 records dropped (...)``), from the
+    summary's ``losses`` and ``store_incomplete`` (``runner.hub.Hub.losses``)."""
+    lines = []
+    for row in summary.get("losses") or []:
+        if not isinstance(row, dict):
+            continue
+        parts = []
+        dropped, rejected, missing = (as_int(row.get(key)) or 0 for key in ("dropped", "rejected", "not_received"))
+        if dropped:
+            parts.append(f"{_records(dropped)} dropped by the worker (its queue was full or the runner unreachable)")
+        if rejected:
+            parts.append(f"{_records(rejected)} dropped by the runner (values the store cannot hold)")
+        if missing:
+            parts.append(f"{_records(missing)} sent but never received (a connection broke)")
+        if parts:
+            lines.append(f"rank {row.get('rank')}: " + "; ".join(parts))
+    incomplete = summary.get("store_incomplete")
+    if incomplete:
+        lines.append(f"store incomplete: {incomplete}; what followed was shown live but not stored")
+    return lines
+
+
+# ---- messages ---------------------------------------------------------------------------------
+
+class Message:
+    """Base of every message: ``TYPE`` names it on the wire, ``__slots__`` are its fields in order.
+
+    ``to_wire`` gives the fields (without ``type``/``v``); ``encode`` frames it;
+    ``from_wire`` (each class) validates decoded fields and raises ``ProtocolError``
+    for a required field that is missing or of the wrong type.
+    """
+
+    __slots__ = ()
+    TYPE: ClassVar[str] = ""
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The fields, in order: the ``__slots__`` of this class and the classes it extends."""
+        names = _FIELD_NAMES.get(cls)
+        if names is None:
+            names = _FIELD_NAMES[cls] = tuple(
+                name for klass in reversed(cls.__mro__) for name in klass.__dict__.get("__slots__", ()))
+        return names
+
+    def to_wire(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.field_names()}
+
+    def encode(self) -> bytes:
+        return encode(self.TYPE, **self.to_wire())
+
+    @classmethod
+    def from_wire(cls: type[MessageT], fields: dict[str, Any]) -> MessageT:
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Message) and type(other) is type(self) and self.to_wire() == other.to_wire()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.field_names())
+        return f"{type(self).__name__}({fields})"
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _required_int(fields: dict[str, Any], name: str) -> int:
+    value = as_int(fields.get(name))
+    if value is None:
+        raise ProtocolError("invalid", f"{fields.get('type')}: {name} must be an integer")
+    return value
+
+
+def _texts(value: object) -> list[str]:
+    return [clean_text(item) for item in value if type(item) is str] if isinstance(value, list) else []
+
+
+class Hello(Message):
+    """A worker introduces itself (first on every connection)."""
+
+    __slots__ = ("token", "run_key", "rank", "local_rank", "node_rank", "world_size", "local_world_size", "host",
+                 "pid", "python", "python_version", "torch", "restart", "argv")
+    TYPE = "hello"
+
+    def __init__(self, rank: int, token: str | None = None, run_key: str | None = None,
+                 local_rank: int | None = None, node_rank: int | None = None, world_size: int | None = None,
+                 local_world_size: int | None = None, host: str | None = None, pid: int | None = None,
+                 python: str | None = None, python_version: str | None = None, torch: str | None = None,
+                 restart: int | None = None, argv: list[str] | None = None) -> None:
+        self.token = token
+        """The run's token (a hello the agent forwards has none: the agent checked it)."""
+        self.run_key = run_key
+        self.rank = rank
+        self.local_rank = local_rank
+        self.node_rank = node_rank
+        self.world_size = world_size
+        self.local_world_size = local_world_size
+        self.host = host
+        self.pid = pid
+        self.python = python
+        self.python_version = python_version
+        self.torch = torch
+        self.restart = restart
+        self.argv = argv if argv is not None else []
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Hello:
+        return cls(rank=_required_int(fields, "rank"), token=as_text(fields.get("token")),
+                   run_key=as_text(fields.get("run_key")), local_rank=as_int(fields.get("local_rank")),
+                   node_rank=as_int(fields.get("node_rank")), world_size=as_int(fields.get("world_size")),
+                   local_world_size=as_int(fields.get("local_world_size")),
+                   host=as_text(fields.get("host"), MAX_NAME_CHARS * 2), pid=as_int(fields.get("pid")),
+                   python=as_text(fields.get("python")), python_version=as_text(fields.get("python_version")),
+                   torch=as_text(fields.get("torch")), restart=as_int(fields.get("restart")),
+                   argv=_texts(fields.get("argv")))
+
+
+class Metrics(Message):
+    """A batch of one rank's metric records. ``rejected`` (not on the wire) counts what
+    ``from_wire`` left out, by reason."""
+
+    __slots__ = ("rank", "records", "rejected")
+    TYPE = "metrics"
+
+    def __init__(self, rank: int, records: list[MetricRow], rejected: dict[str, int] | None = None) -> None:
+        self.rank = rank
+        self.records = records
+        self.rejected = rejected or {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"rank": self.rank, "items": [list(record[1:]) for record in self.records]}
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any], rank: int | None = None) -> Metrics:
+        """``rank``: the rank the connection said hello as (a worker's own batches), else the message's."""
+        if rank is None:
+            rank = _required_int(fields, "rank")
+        rejected: dict[str, int] = {}
+        return cls(rank, metric_records(rank, fields.get("items"), rejected), rejected)
+
+
+def encode_metric_items(rank: int, items: list[list[Any]]) -> bytes:
+    """A ``metrics`` line from wire items ``[t, step, name, value, source]`` (the reporter's hot path)."""
+    return encode(Metrics.TYPE, rank=rank, items=items)
+
+
+class Heartbeat(Message):
+    """A worker is alive: its newest step and its cumulative counts."""
+
+    __slots__ = ("rank", "t", "step", "dropped", "sent")
+    TYPE = "heartbeat"
+
+    def __init__(self, rank: int, t: float | None, step: int | None, dropped: int | None,
+                 sent: int | None = None) -> None:
+        self.rank = rank
+        self.t = t
+        self.step = step
+        self.dropped = dropped
+        self.sent = sent
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Heartbeat:
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_int(fields.get("step")),
+                   as_int(fields.get("dropped")), as_int(fields.get("sent")))
+
+
+class ExceptionReport(Message):
+    """An uncaught exception in a worker (``fatal``: the one that ends it)."""
+
+    __slots__ = ("rank", "t", "exc_type", "message", "traceback", "thread", "fatal")
+    TYPE = "exception"
+
+    def __init__(self, rank: int, t: float | None, exc_type: str | None, message: str | None,
+                 traceback: str | None, thread: str | None, fatal: bool = True) -> None:
+        self.rank = rank
+        self.t = t
+        self.exc_type = exc_type
+        self.message = message
+        self.traceback = traceback
+        self.thread = thread
+        self.fatal = fatal
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> ExceptionReport:
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_text(fields.get("exc_type")),
+                   as_text(fields.get("message"), MAX_LONG_TEXT_CHARS),
+                   as_text(fields.get("traceback"), MAX_LONG_TEXT_CHARS), as_text(fields.get("thread")),
+                   fields.get("fatal") is not False)
+
+
+class Exit(Message):
+    """A worker's last message: its exit status."""
+
+    __slots__ = ("rank", "t", "code")
+    TYPE = "exit"
+
+    def __init__(self, rank: int, t: float | None, code: int | None) -> None:
+        self.rank = rank
+        self.t = t
+        self.code = code
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Exit:
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_int(fields.get("code")))
+
+
+class ParamHash(Message):
+    """A fingerprint of a rank's parameters after optimizer step ``step``."""
+
+    __slots__ = ("rank", "t", "step", "digest")
+    TYPE = "param_hash"
+
+    def __init__(self, rank: int, t: float | None, step: int | None, digest: str | None) -> None:
+        self.rank = rank
+        self.t = t
+        self.step = step
+        self.digest = digest
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> ParamHash:
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_int(fields.get("step")),
+                   as_text(fields.get("digest"), MAX_NAME_CHARS))
+
+
+class StacksWritten(Message):
+    """A rank's faulthandler appended a stack dump to ``path``."""
+
+    __slots__ = ("rank", "t", "path")
+    TYPE = "stacks"
+
+    def __init__(self, rank: int, t: float | None, path: str | None) -> None:
+        self.rank = rank
+        self.t = t
+        self.path = path
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> StacksWritten:
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_text(fields.get("path")))
+
+
+class Notice(Message):
+    """Something about how the script was launched (``rankwatch._launch_checks``): ``key`` names
+    it, ``facts`` (flat on the wire, beside ``key``) hold what the worker saw."""
+
+    __slots__ = ("rank", "t", "key", "facts")
+    TYPE = "notice"
+
+    def __init__(self, rank: int, t: float | None, key: str, facts: dict[str, Any] | None = None) -> None:
+        self.rank = rank
+        self.t = t
+        self.key = key
+        self.facts = facts or {}
+
+    def to_wire(self) -> dict[str, Any]:
+        return {**self.facts, "rank": self.rank, "t": self.t, "key": self.key}
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Notice:
+        key = as_text(fields.get("key"), MAX_NAME_CHARS)
+        if not key:
+            raise ProtocolError("invalid", "notice: key must be text")
+        facts = {name: value for name, value in fields.items() if name not in ("type", "v", "rank", "t", "key")}
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")), key, facts)
+
+
+class AgentHello(Message):
+    """A remote node's agent introduces itself (first line over TCP)."""
+
+    __slots__ = ("token", "run_key", "node_rank", "host", "pid", "version", "torch")
+    TYPE = "agent_hello"
+
+    def __init__(self, node_rank: int | None, token: str | None = None, run_key: str | None = None,
+                 host: str | None = None, pid: int | None = None, version: str | None = None,
+                 torch: str | None = None) -> None:
+        self.token = token
+        self.run_key = run_key
+        self.node_rank = node_rank
+        self.host = host
+        self.pid = pid
+        self.version = version
+        self.torch = torch
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> AgentHello:
+        return cls(as_int(fields.get("node_rank")), token=as_text(fields.get("token")),
+                   run_key=as_text(fields.get("run_key")), host=as_text(fields.get("host"), MAX_NAME_CHARS * 2),
+                   pid=as_int(fields.get("pid")), version=as_text(fields.get("version")),
+                   torch=as_text(fields.get("torch")))
+
+
+class Log(Message):
+    """An output line forwarded by an agent."""
+
+    __slots__ = ("node_rank", "line")
+    TYPE = "log"
+
+    def __init__(self, node_rank: int | None, line: LogLine) -> None:
+        self.node_rank = node_rank
+        self.line = line
+
+    def to_wire(self) -> dict[str, Any]:
+        line = self.line
+        return {"node_rank": self.node_rank, "rank": line.rank, "t": line.t, "stream": line.stream,
+                "line": line.line, "node": line.node}
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Log:
+        stream = fields.get("stream")
+        return cls(as_int(fields.get("node_rank")), LogLine(
+            as_int(fields.get("rank")), as_time(fields.get("t")) or time.time(),
+            stream if stream in ("stdout", "stderr") else "stdout", as_text(fields.get("line")) or "",
+            as_text(fields.get("node"), MAX_NAME_CHARS * 2)))
+
+
+class WorkerLost(Message):
+    """A worker's connection to its agent ended without ``exit``."""
+
+    __slots__ = ("rank", "t")
+    TYPE = "worker_lost"
+
+    def __init__(self, rank: int, t: float) -> None:
+        self.rank = rank
+        self.t = t
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> WorkerLost:
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")) or time.time())
+
+
+class ProcessSamples(Message):
+    """A remote node's ranks' CPU and memory. ``rejected`` (not on the wire): malformed rows."""
+
+    __slots__ = ("node_rank", "rows", "rejected")
+    TYPE = "process_samples"
+
+    def __init__(self, node_rank: int | None, rows: list[ProcessSample], rejected: int = 0) -> None:
+        self.node_rank = node_rank
+        self.rows = rows
+        self.rejected = rejected
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"node_rank": self.node_rank, "rows": [list(row) for row in self.rows]}
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> ProcessSamples:
+        raw = fields.get("rows")
+        if not isinstance(raw, list):
+            return cls(as_int(fields.get("node_rank")), [], 1)
+        rows = [ProcessSample.from_wire(row) for row in raw]
+        good = [row for row in rows if row is not None]
+        return cls(as_int(fields.get("node_rank")), good, len(rows) - len(good))
+
+
+class NodeExit(Message):
+    """An agent's last message: its torchrun's exit status."""
+
+    __slots__ = ("node_rank", "t", "code", "reason", "dropped")
+    TYPE = "node_exit"
+
+    def __init__(self, node_rank: int | None, t: float | None, code: int | None, reason: str | None = None,
+                 dropped: int | None = None) -> None:
+        self.node_rank = node_rank
+        self.t = t
+        self.code = code
+        self.reason = reason
+        self.dropped = dropped
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> NodeExit:
+        return cls(as_int(fields.get("node_rank")), as_time(fields.get("t")), as_int(fields.get("code")),
+                   as_text(fields.get("reason")), as_int(fields.get("dropped")))
+
+
+class Launch(Message):
+    """What the head tells an agent first, over ssh's stdin (``runner.remote.launch_message``)."""
+
+    __slots__ = ("token", "head_host", "head_port", "run_key", "run", "node_rank", "host", "argv", "env", "cwd",
+                 "grace", "sample_interval")
+    TYPE = "launch"
+
+    def __init__(self, token: str, head_host: str, head_port: int, run_key: str, run: int | None, node_rank: int,
+                 host: str, argv: tuple[str, ...], env: dict[str, str], cwd: str, grace: float = 5.0,
+                 sample_interval: float = 1.0) -> None:
+        self.token = token
+        """The run's token: the agent presents it to the head (never sent to workers)."""
+        self.head_host = head_host
+        self.head_port = head_port
+        self.run_key = run_key
+        """The run key, also the marker every process of the run carries."""
+        self.run = run
+        self.node_rank = node_rank
+        self.host = host
+        """How logs name this node (the host as the spec gives it)."""
+        self.argv = argv
+        self.env = env
+        self.cwd = cwd
+        self.grace = grace
+        """Seconds between SIGTERM and SIGKILL when stopping."""
+        self.sample_interval = sample_interval
+        """Seconds between samples of the workers' CPU and memory."""
+
+    def to_wire(self) -> dict[str, Any]:
+        fields = super().to_wire()
+        fields["argv"] = list(self.argv)
+        return fields
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Launch:
+        """Raises ProtocolError naming the first field that is missing or of the wrong type."""
+        expected: dict[str, type] = {"token": str, "head_host": str, "head_port": int, "run_key": str,
+                                     "node_rank": int, "host": str, "argv": list, "env": dict, "cwd": str}
+        for name, kind in expected.items():
+            if not isinstance(fields.get(name), kind) or isinstance(fields.get(name), bool):
+                raise ProtocolError("invalid", f"the launch message has no valid {name!r}")
+        argv, env = fields["argv"], fields["env"]
+        if not argv or not all(isinstance(word, str) for word in argv):
+            raise ProtocolError("invalid", "the launch message has an empty or non-text argv")
+        if not all(isinstance(key, str) and isinstance(value, str) for key, value in env.items()):
+            raise ProtocolError("invalid", "the launch message's env must map text to text")
+
+        def positive(name: str, default: float) -> float:
+            number = as_float(fields.get(name))
+            return number if number is not None and number > 0 else default
+
+        return cls(token=fields["token"], head_host=fields["head_host"], head_port=fields["head_port"],
+                   run_key=fields["run_key"], run=as_int(fields.get("run")), node_rank=fields["node_rank"],
+                   host=fields["host"], argv=tuple(argv), env=dict(env), cwd=fields["cwd"],
+                   grace=positive("grace", 5.0), sample_interval=positive("sample_interval", 1.0))
+
+
+class AgentStop(Message):
+    """The head asks an agent to stop its node's workers."""
+
+    __slots__ = ("force",)
+    TYPE = "stop"
+
+    def __init__(self, force: bool = False) -> None:
+        self.force = force
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> AgentStop:
+        return cls(bool(fields.get("force")))
+
+
+class Subscribe(Message):
+    """A subscriber (GUI, ``rankwatch attach``) asks for the run's updates."""
+
+    __slots__ = ("history", "logs")
+    TYPE = "subscribe"
+
+    def __init__(self, history: bool = True, logs: bool = True) -> None:
+        self.history = history
+        self.logs = logs
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Subscribe:
+        return cls(bool(fields.get("history", True)), bool(fields.get("logs", True)))
+
+
+class StopRequest(AgentStop):
+    """A subscriber asks the runner to stop the run (same wire shape as the head's ``stop``)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> StopRequest:
+        return cls(bool(fields.get("force")))
+
+
+class _Empty(Message):
+    __slots__ = ()
+
+    @classmethod
+    def from_wire(cls: type[MessageT], fields: dict[str, Any]) -> MessageT:
+        return cls()
+
+
+class DumpStacks(_Empty):
+    """A subscriber asks for every rank's stacks (answered by a ``stacks`` event)."""
+
+    __slots__ = ()
+    TYPE = "dump_stacks"
+
+
+class Ping(_Empty):
+    __slots__ = ()
+    TYPE = "ping"
+
+
+class Pong(_Empty):
+    __slots__ = ()
+    TYPE = "pong"
+
+
+class HistoryEnd(_Empty):
+    """The history replay is complete: what follows is live."""
+
+    __slots__ = ()
+    TYPE = "history_end"
+
+
+class Bye(Message):
+    """The run ended (``reason``: its status); the hub closes the connection."""
+
+    __slots__ = ("reason",)
+    TYPE = "bye"
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Bye:
+        return cls(as_text(fields.get("reason")) or "ended")
+
+
+class Error(Message):
+    """The hub refuses something (a wrong token, ...)."""
+
+    __slots__ = ("message",)
+    TYPE = "error"
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Error:
+        return cls(as_text(fields.get("message")) or "")
+
+
+class Snapshot(Message):
+    """The run as it is now: the first message after ``subscribe``."""
+
+    __slots__ = ("run", "ranks", "nodes", "spec")
+    TYPE = "snapshot"
+
+    def __init__(self, run: dict[str, Any] | None, ranks: list[dict[str, Any]], nodes: list[dict[str, Any]],
+                 spec: dict[str, Any]) -> None:
+        self.run = run
+        """The RUN row."""
+        self.ranks = ranks
+        """RANK rows (``RankRow.to_wire``)."""
+        self.nodes = nodes
+        self.spec = spec
+        """The profile table the run was launched with."""
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Snapshot:
+        return cls(_object(fields.get("run")), _objects(fields.get("ranks")), _objects(fields.get("nodes")),
+                   _object(fields.get("spec")) or {})
+
+
+class Update(Message):
+    """What changed since the last update (or a chunk of a history replay)."""
+
+    __slots__ = ("t", "metrics", "logs", "events", "gpus", "procs", "ranks", "run", "nodes", "decimated")
+    TYPE = "update"
+
+    def __init__(self, t: float, metrics: list[MetricRow] | None = None, logs: list[LogLine] | None = None,
+                 events: list[Event] | None = None, gpus: list[GpuSample] | None = None,
+                 procs: list[ProcessSample] | None = None, ranks: list[dict[str, Any]] | None = None,
+                 run: dict[str, Any] | None = None, nodes: list[dict[str, Any]] | None = None,
+                 decimated: bool = False) -> None:
+        self.t = t
+        self.metrics = metrics if metrics is not None else []
+        self.logs = logs if logs is not None else []
+        self.events = events if events is not None else []
+        self.gpus = gpus if gpus is not None else []
+        self.procs = procs if procs is not None else []
+        self.ranks = ranks if ranks is not None else []
+        """RANK rows that changed."""
+        self.run = run
+        """The RUN row when it changed, else None."""
+        self.nodes = nodes if nodes is not None else []
+        self.decimated = decimated
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"t": self.t, "metrics": self.metrics, "logs": self.logs,
+                "events": [event.to_wire() for event in self.events], "gpus": self.gpus, "procs": self.procs,
+                "ranks": self.ranks, "run": self.run, "nodes": self.nodes, "decimated": self.decimated}
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Update:
+        metrics = [MetricRecord.from_wire(item) for item in _list(fields.get("metrics"))]
+        logs = [LogLine.from_wire(item) for item in _list(fields.get("logs"))]
+        events = []
+        for item in _objects(fields.get("events")):
+            data = {key: value for key, value in item.items() if key not in ("kind", "t", "rank")}
+            try:
+                events.append(Event.from_store(as_float(item.get("t")) or 0.0, str(item.get("kind")),
+                                               as_int(item.get("rank")), data))
+            except ValueError:
+                continue
+        return cls(as_float(fields.get("t")) or 0.0, [m for m in metrics if m is not None],
+                   [line for line in logs if line is not None], events,
+                   [GpuSample(*row) for row in _list(fields.get("gpus")) if isinstance(row, list) and len(row) == 8],
+                   [row for row in (ProcessSample.from_wire(item) for item in _list(fields.get("procs")))
+                    if row is not None],
+                   _objects(fields.get("ranks")), _object(fields.get("run")), _objects(fields.get("nodes")),
+                   bool(fields.get("decimated")))
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _object(value: object) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def _objects(value: object) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+WORKER_MESSAGES: tuple[type[Message], ...] = (Hello, Metrics, Heartbeat, ExceptionReport, Exit, ParamHash,
+                                              StacksWritten, Notice)
+AGENT_MESSAGES: tuple[type[Message], ...] = (AgentHello, Log, WorkerLost, ProcessSamples, NodeExit)
+SUBSCRIBER_MESSAGES: tuple[type[Message], ...] = (Subscribe, StopRequest, DumpStacks, Ping)
+HUB_MESSAGES: tuple[type[Message], ...] = (Snapshot, Update, HistoryEnd, Bye, Pong, Error)
+MESSAGE_CLASSES: dict[str, type[Message]] = {
+    message_class.TYPE: message_class
+    for message_class in (*WORKER_MESSAGES, *AGENT_MESSAGES, *SUBSCRIBER_MESSAGES, *HUB_MESSAGES)}
+"""Hub-side decoding: ``type`` -> class (``stop`` is a subscriber's ``StopRequest`` here; an
+agent reads the head's ``stop`` as ``AgentStop``, ``launch`` as ``Launch``)."""

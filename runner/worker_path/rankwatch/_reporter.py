@@ -61,7 +61,7 @@ class Reporter:
     def __init__(
         self,
         address: str,
-        hello: dict[str, Any],
+        hello: protocol.Hello,
         buffer: RecordBuffer,
         rank: int,
         stacks_path: str | None = None,
@@ -74,7 +74,10 @@ class Reporter:
         self._stacks_size = _file_size(stacks_path)
         self._control: deque[bytes] = deque()
         self._connection: Connection | None = None
-        self._unsent: deque[bytes] = deque()
+        self._unsent: deque[tuple[bytes, int]] = deque()
+        """Encoded ``metrics`` lines not yet sent, with their item counts."""
+        self._sent = 0
+        """Metric items handed to the socket so far (reported in heartbeats as ``sent``)."""
         self._deferred: list[tuple] = []
         self._lost = 0
         self._last_step: Any = None
@@ -95,13 +98,16 @@ class Reporter:
     def start(self) -> None:
         self._thread.start()
 
-    def send(self, message_type: str, **fields: Any) -> None:
-        """Queue a control message (``rank`` is added); sent in order, before ``close`` returns."""
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    def send(self, message: protocol.Message) -> None:
+        """Queue a control message; sent in order, before ``close`` returns."""
         if len(self._control) >= MAX_CONTROL:
             self._lost += 1
             return
-        fields.setdefault("rank", self._rank)
-        self._control.append(protocol.encode(message_type, **fields))
+        self._control.append(message.encode())
 
     @property
     def dropped(self) -> int:
@@ -212,11 +218,11 @@ class Reporter:
             self._backoff = min(self._backoff * 2, BACKOFF_MAX)
             return
         if not self._torch_version_known:
-            self._hello["torch"] = _torch_version()
+            self._hello.torch = _torch_version()
             self._torch_version_known = True
         self._connection = connection
         try:
-            connection.send(protocol.encode("hello", **self._hello), SEND_TIMEOUT)
+            connection.send(self._hello.encode(), SEND_TIMEOUT)
         except OSError:
             self._disconnect()
             self._next_connect = now + self._backoff
@@ -242,7 +248,7 @@ class Reporter:
         items = self._drain_items()
         for start in range(0, len(items), MAX_ITEMS_PER_MESSAGE):
             chunk = items[start : start + MAX_ITEMS_PER_MESSAGE]
-            self._unsent.append(protocol.encode("metrics", rank=self._rank, items=chunk))
+            self._unsent.append((protocol.encode_metric_items(self._rank, chunk), len(chunk)))
         if self._unsent and not self._send_unsent(deadline):
             return
         control = self._control
@@ -253,9 +259,11 @@ class Reporter:
 
     def _send_unsent(self, deadline: float) -> bool:
         while self._unsent:
-            if not self._send(self._unsent[0], deadline):
+            payload, count = self._unsent[0]
+            if not self._send(payload, deadline):
                 return False
             self._unsent.popleft()
+            self._sent += count
         return True
 
     def _send(self, payload: bytes, deadline: float) -> bool:
@@ -270,10 +278,8 @@ class Reporter:
         return True
 
     def _send_heartbeat(self, timeout: float) -> None:
-        payload = protocol.encode(
-            "heartbeat", rank=self._rank, t=time.time(), step=self._last_step, dropped=self.dropped
-        )
-        self._send(payload, time.monotonic() + timeout)
+        heartbeat = protocol.Heartbeat(self._rank, time.time(), self._last_step, self.dropped, self._sent)
+        self._send(heartbeat.encode(), time.monotonic() + timeout)
 
     def _note_stack_dump(self, timeout: float = SEND_TIMEOUT) -> None:
         """Tell the hub when the faulthandler file grew (a dump was written on ``STACK_SIGNAL``).
@@ -285,10 +291,8 @@ class Reporter:
         size = _file_size(self._stacks_path)
         if size is not None and size != self._stacks_size:
             self._stacks_size = size
-            payload = protocol.encode(
-                "stacks", rank=self._rank, t=time.time(), path=self._stacks_path
-            )
-            self._send(payload, time.monotonic() + timeout)
+            notice = protocol.StacksWritten(self._rank, time.time(), self._stacks_path)
+            self._send(notice.encode(), time.monotonic() + timeout)
 
     # -- records to protocol items ----------------------------------------------------
 

@@ -69,18 +69,20 @@ class WorkerSession:
     def report_exception(self, exc: BaseException, traceback_text: str, fatal: bool = True) -> None:
         """Send an ``exception`` message for ``exc`` (the one ending the process when ``fatal``)."""
         self.reporter.send(
-            "exception",
-            t=time.time(),
-            exc_type=type(exc).__name__,
-            message=str(exc),
-            traceback=traceback_text,
-            thread=threading.current_thread().name,
-            fatal=fatal,
+            protocol.ExceptionReport(
+                self.environment.rank,
+                time.time(),
+                type(exc).__name__,
+                str(exc),
+                traceback_text,
+                threading.current_thread().name,
+                fatal,
+            )
         )
 
     def notice(self, key: str, **facts: Any) -> None:
         """Send a ``notice``: something about how the script was launched (``_launch_checks``)."""
-        self.reporter.send("notice", t=time.time(), key=key, **facts)
+        self.reporter.send(protocol.Notice(self.environment.rank, time.time(), key, facts))
 
     def finish(self, code: int) -> None:
         """Send ``exit`` and flush, waiting at most ``EXIT_FLUSH_TIMEOUT``; never raises."""
@@ -88,8 +90,8 @@ class WorkerSession:
             return
         self._finished = True
         try:
-            farewell = protocol.encode("exit", rank=self.environment.rank, t=time.time(), code=code)
-            self.reporter.close(EXIT_FLUSH_TIMEOUT, last_message=farewell)
+            farewell = protocol.Exit(self.environment.rank, time.time(), code)
+            self.reporter.close(EXIT_FLUSH_TIMEOUT, last_message=farewell.encode())
         except Exception:
             pass
 
@@ -98,13 +100,15 @@ class WorkerSession:
             traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
         )
         self.reporter.send(
-            "exception",
-            t=time.time(),
-            exc_type=getattr(args.exc_type, "__name__", str(args.exc_type)),
-            message=str(args.exc_value),
-            traceback=text,
-            thread=args.thread.name if args.thread is not None else None,
-            fatal=False,
+            protocol.ExceptionReport(
+                self.environment.rank,
+                time.time(),
+                getattr(args.exc_type, "__name__", str(args.exc_type)),
+                str(args.exc_value),
+                text,
+                args.thread.name if args.thread is not None else None,
+                fatal=False,
+            )
         )
 
     def _instrument(self, torch: Any) -> None:
@@ -121,21 +125,21 @@ class WorkerSession:
         self.reporter.forget_in_child()
 
 
-def hello_fields(environment: WorkerEnvironment, argv: list[str]) -> dict[str, Any]:
-    """The ``hello`` message's fields; ``torch`` is filled in by the reporter thread (metadata lookup)."""
-    return {
-        "token": environment.token,
-        "run_key": environment.run_key,
-        "rank": environment.rank,
-        "local_rank": environment.local_rank,
-        "node_rank": environment.node_rank,
-        "world_size": environment.world_size,
-        "local_world_size": environment.local_world_size,
-        "host": environment.host,
-        "pid": os.getpid(),
-        "python": sys.executable,
-        "python_version": "{}.{}.{}".format(*sys.version_info[:3]),
-        "torch": None,
-        "restart": environment.restart,
-        "argv": list(argv),
-    }
+def hello_fields(environment: WorkerEnvironment, argv: list[str]) -> protocol.Hello:
+    """The ``hello`` message; ``torch`` is filled in by the reporter thread (metadata lookup)."""
+    return protocol.Hello(
+        rank=environment.rank,
+        token=environment.token,
+        run_key=environment.run_key,
+        local_rank=environment.local_rank,
+        node_rank=environment.node_rank,
+        world_size=environment.world_size,
+        local_world_size=environment.local_world_size,
+        host=environment.host,
+        pid=os.getpid(),
+        python=sys.executable,
+        python_version="{}.{}.{}".format(*sys.version_info[:3]),
+        torch=None,
+        restart=environment.restart,
+        argv=list(argv),
+    )

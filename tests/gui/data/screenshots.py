@@ -67,7 +67,7 @@ def _ready_after(app, milliseconds: int) -> None:
 
 
 def launch_window(size: tuple[int, int]) -> int:
-    app, main = _window(size)
+    app, _main = _window(size)
     _ready_after(app, 6000)  # the interpreter probe answers
     return app.exec()
 
@@ -256,7 +256,7 @@ def _size(text: str) -> tuple[int, int]:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["window"]:
-        extra = sys.argv[5:] + ["", ""]
+        extra = [*sys.argv[5:], "", ""]
         sys.exit(window(int(sys.argv[2]), sys.argv[3], _size(sys.argv[4]), extra[0] or None, extra[1] or None))
     if sys.argv[1:2] == ["launch-window"]:
         sys.exit(launch_window(_size(sys.argv[2])))

@@ -1,0 +1,58 @@
+"""Subscribing to a runner from another process: ``rankwatch attach``, ``rankwatch stacks``.
+
+``HubClient`` connects to a runner's Unix socket, sends ``subscribe`` and yields the
+hub's messages one by one. Every line the hub sends fits ``MAX_LINE_BYTES`` (a
+history replay is cut into lines of ``HISTORY_LINE_BYTES``); should one not, it is
+skipped and counted (``lines_dropped``), never a crash. The client holds one line
+at a time: its memory does not grow with the size of the run (the GUI's link,
+``gui/runner_link.py``, reads the same stream the same way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from rankwatch import _protocol as protocol
+from runner.hub.lines import OVERSIZED, STREAM_LIMIT, read_bounded_line
+
+
+class HubClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.lines_dropped = 0
+
+    @classmethod
+    async def subscribe(cls, socket_path: str, history: bool = True, logs: bool = True) -> HubClient:
+        """Connect and subscribe.
+
+        Raises:
+            OSError: the socket cannot be reached (the runner is gone).
+        """
+        reader, writer = await asyncio.open_unix_connection(socket_path, limit=STREAM_LIMIT)
+        client = cls(reader, writer)
+        await client.send(protocol.Subscribe(history=history, logs=logs))
+        return client
+
+    async def send(self, message: protocol.Message) -> None:
+        self.writer.write(message.encode())
+        await self.writer.drain()
+
+    async def messages(self) -> AsyncIterator[dict[str, Any]]:
+        """The hub's messages (decoded fields), until it hangs up."""
+        while True:
+            line = await read_bounded_line(self.reader)
+            if line is None:
+                return
+            if line is OVERSIZED or not isinstance(line, bytes):
+                self.lines_dropped += 1
+                continue
+            try:
+                yield protocol.decode(line, protocol.HUB_TYPES)
+            except protocol.ProtocolError:
+                self.lines_dropped += 1
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,176 @@
+"""Ingest: typed messages and the runner's own records in, pending records and the live model out.
+
+Everything arrives here on the event loop: worker and agent messages (already
+decoded and validated into ``rankwatch._protocol`` values by the connection
+server), and what the runner produces itself (captured output lines, GPU and
+process samples, events). Each record goes into the pending batch the writer
+commits next, the live model is updated, and the observers are told.
+
+Validation happens before a record can reach a batch: a value the store cannot
+hold (a time that is not a timestamp, an integer outside SQLite's range, a name
+that is not text) is left out by ``Metrics.from_wire`` and counted here per rank
+and reason. The rank's row carries the count (``rejected``), and the first time a
+rank sends such a record, and at the end of the run, a ``records_rejected`` event
+says which rank, how many and why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from rankwatch import _protocol as protocol
+from rankwatch._protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
+from runner.hub.live_model import LiveModel
+from runner.hub.observer import Observers
+from runner.state import RankState
+from runner.store.store import RecordBatch
+
+FLUSH_NOW_RECORDS = 50_000
+"""A pending batch this big is committed at once rather than at the next flush tick."""
+
+
+class Ingest:
+    def __init__(self, model: LiveModel, observers: Observers, stats: Counter[str],
+                 on_pending: Callable[[], None], on_full_batch: Callable[[], None]) -> None:
+        self.model = model
+        self.observers = observers
+        self.stats = stats
+        self.pending = RecordBatch()
+        self.rejected: dict[int, Counter[str]] = {}
+        """rank -> reason -> records left out at ingest (what the store could not hold)."""
+        self._rejected_reported: dict[int, int] = {}
+        self._exited_ranks: set[int] = set()
+        self._on_pending = on_pending
+        """Something is pending: the hub flushes soon."""
+        self._on_full_batch = on_full_batch
+        """The pending batch reached ``FLUSH_NOW_RECORDS``: the hub flushes now."""
+
+    def take_batch(self) -> RecordBatch:
+        batch, self.pending = self.pending, RecordBatch()
+        return batch
+
+    # ---- the runner's own records ------------------------------------------------------------
+
+    def add_log(self, line: LogLine) -> None:
+        self.pending.logs.append(line)
+        self._on_pending()
+        if line.rank is not None and line.rank not in self.model.ranks:
+            self.model.row(line.rank)
+        self.observers.on_log(line)
+
+    def add_metric(self, record: MetricRecord) -> None:
+        self.pending.metrics.append(record)
+        self.model.on_metric(*record)
+        self._on_pending()
+
+    def add_event(self, kind: EventKind | str, rank: int | None, message: str, t: float | None = None,
+                  **fields: Any) -> None:
+        """Record an event. Raises ValueError for a kind ``EventKind`` does not define."""
+        self.pending.events.append(Event(t if t is not None else time.time(), kind, rank, message, fields))
+        self._on_pending()
+
+    def add_gpu_samples(self, rows: list[GpuSample]) -> None:
+        self.pending.gpu_samples.extend(rows)
+        self._on_pending()
+
+    def add_process_samples(self, rows: list[ProcessSample]) -> None:
+        self.pending.process_samples.extend(rows)
+        for row in rows:
+            self.model.on_process_sample(row.rank, row.cpu_percent, row.rss_bytes)
+        self._on_pending()
+
+    # ---- worker and agent messages -----------------------------------------------------------
+
+    def hello(self, hello: protocol.Hello) -> None:
+        self._on_pending()
+        row = self.model.on_hello(hello)
+        self._exited_ranks.discard(row.rank)  # a restarted rank starts afresh
+        self.add_event(EventKind.RANK_STARTED, row.rank, f"rank {row.rank} started on {row.host} (pid {row.pid})",
+                       host=row.host, pid=row.pid, local_rank=row.local_rank, node_rank=row.node_rank,
+                       restart=row.restart)
+        self.observers.on_hello(hello)
+
+    def message(self, message: protocol.Message) -> None:
+        """A worker's or agent's message after its hello (the connection server decoded it)."""
+        self._on_pending()
+        if isinstance(message, protocol.Metrics):
+            self.metrics(message)
+        elif isinstance(message, protocol.Heartbeat):
+            self.model.on_heartbeat(message)
+        elif isinstance(message, protocol.ExceptionReport):
+            fatal = message.fatal  # a dying thread is worth an event, not a failure
+            self.add_event(EventKind.EXCEPTION if fatal else EventKind.THREAD_EXCEPTION, message.rank,
+                           f"{message.exc_type}: {message.message}", t=message.t, exc_type=message.exc_type,
+                           exc_message=message.message, traceback=message.traceback, thread=message.thread)
+        elif isinstance(message, protocol.Exit):
+            rank, code = message.rank, message.code
+            self._exited_ranks.add(rank)
+            self.model.on_exit(rank, code, RankState.EXITED if code == 0 else RankState.FAILED)
+            self.add_event(EventKind.RANK_EXITED if code == 0 else EventKind.RANK_FAILED, rank,
+                           f"rank {rank} exited with code {code}", t=message.t, exit_code=code)
+        elif isinstance(message, protocol.ParamHash):
+            self.add_event(EventKind.PARAM_HASH, message.rank, "parameter fingerprint", t=message.t,
+                           step=message.step, digest=message.digest)
+        elif isinstance(message, protocol.StacksWritten):
+            self.add_event(EventKind.STACKS_WRITTEN, message.rank, "stack dump written", path=message.path)
+        elif isinstance(message, protocol.Log):
+            self.add_log(message.line)
+        elif isinstance(message, protocol.WorkerLost):
+            self.worker_lost(message.rank, message.t)
+        elif isinstance(message, protocol.ProcessSamples):
+            if message.rejected:
+                self.stats["bad_process_samples"] += message.rejected
+            self.add_process_samples(message.rows)
+        self.observers.on_message(message)
+
+    def metrics(self, message: protocol.Metrics) -> None:
+        """The hot path (100k+ records/s): the records were validated while decoding."""
+        rejected = 0
+        if message.rejected:
+            rejected = self.reject(message.rank, message.rejected)
+        records = message.records
+        self.pending.metrics += records
+        self.model.on_metric_batch(message.rank, records, rejected)
+        if len(self.pending) >= FLUSH_NOW_RECORDS:
+            self._on_full_batch()
+
+    def reject(self, rank: int, reasons: dict[str, int]) -> int:
+        """Count records of ``rank`` that could not be stored (the first ones are told at once);
+        returns how many."""
+        counts = self.rejected.setdefault(rank, Counter())
+        counts.update(reasons)
+        total = sum(reasons.values())
+        self.stats["records_rejected"] += total
+        self.model.on_rejected(rank, total)
+        if rank not in self._rejected_reported:
+            self._report_rejected(rank)
+        return total
+
+    def report_rejected(self) -> None:
+        """One ``records_rejected`` event per rank that had any since it was last reported (the end of a run)."""
+        for rank in sorted(self.rejected):
+            if sum(self.rejected[rank].values()) > self._rejected_reported.get(rank, 0):
+                self._report_rejected(rank)
+
+    def _report_rejected(self, rank: int) -> None:
+        counts = self.rejected[rank]
+        total = sum(counts.values())
+        self._rejected_reported[rank] = total
+        why = ", ".join(f"{reason}: {count}" for reason, count in counts.most_common())
+        self.add_event(EventKind.RECORDS_REJECTED, rank,
+                       f"rank {rank}: {total} record{'s' if total != 1 else ''} dropped, the store cannot hold "
+                       f"them ({why})", count=total, reasons=dict(counts))
+
+    def worker_lost(self, rank: int, t: float) -> None:
+        """A worker's connection (to this hub, or to its node's agent) ended without ``exit``."""
+        if rank in self._exited_ranks:
+            return
+        self.add_event(EventKind.CONNECTION_LOST, rank, f"rank {rank} disconnected without an exit message", t=t)
+        self.observers.on_worker_lost(rank, t)
+
+    def exited(self, rank: int) -> bool:
+        return rank in self._exited_ranks
+

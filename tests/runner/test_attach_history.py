@@ -1,0 +1,117 @@
+"""Attaching to a big run: the whole history arrives, in lines a reader can take, with bounded memory.
+
+One run holds 1,000,000 metric records and 200,000 log lines (hours of a real job).
+``rankwatch attach`` (a real CLI process) and a second subscriber reading the same
+stream (``HubClient``, as the CLI does) attach to the real hub at once. Cost: ~30 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import psutil
+
+from rankwatch import _protocol as protocol
+from rankwatch._protocol import LogLine, MetricRecord
+from runner import paths
+from runner.hub.client import HubClient
+from runner.store.store import RecordBatch, RunStore
+from tests.hubs import open_hub, rss_bytes
+
+METRICS = 1_000_000
+LOGS = 200_000
+RANKS = 8
+CLI_MEMORY_BOUND = 200 << 20
+HUB_GROWTH_BOUND = 64 << 20
+
+
+def fill(store: RunStore, run_id: int) -> None:
+    """The history, as a long run of 8 ranks would have left it (written in 100k-row transactions)."""
+    t0 = 1_700_000_000.0
+    names = ("loss", "step_time", "data_wait", "samples_per_s", "steps_per_s")
+    for start in range(0, METRICS, 100_000):
+        batch = RecordBatch(metrics=[
+            MetricRecord(index % RANKS, t0 + index / 1000, index // (RANKS * 5), names[index // RANKS % 5],
+                         float(index), "auto") for index in range(start, start + 100_000)])
+        store.write_batch(run_id, batch)
+    for start in range(0, LOGS, 100_000):
+        store.write_batch(run_id, RecordBatch(logs=[
+            LogLine(index % RANKS, t0 + index / 100, "stdout", f"line {index} of the training log", "h")
+            for index in range(start, start + 100_000)]))
+
+
+async def count_replay(socket_path: str) -> dict:
+    client = await HubClient.subscribe(socket_path, history=True)
+    seen = {"metrics": 0, "logs": 0, "longest_line": 0, "dropped": 0}
+    try:
+        async for message in client.messages():
+            if message["type"] == "update":
+                seen["metrics"] += len(message.get("metrics") or [])
+                seen["logs"] += len(message.get("logs") or [])
+            elif message["type"] == "history_end":
+                break
+    finally:
+        seen["dropped"] = client.lines_dropped
+        client.close()
+    return seen
+
+
+async def watch_cli(process: asyncio.subprocess.Process, seen: dict) -> None:
+    """Count the CLI's log lines and sample its memory until it has printed the whole history."""
+    tracked = psutil.Process(process.pid)
+    while seen["lines"] < LOGS:
+        line = await asyncio.wait_for(process.stdout.readline(), 120)
+        if not line:
+            return
+        if line.startswith(b"[rank "):
+            seen["lines"] += 1
+            if seen["lines"] % 20_000 == 0:
+                seen["peak_rss"] = max(seen["peak_rss"], tracked.memory_info().rss)
+
+
+def test_attach_to_a_run_with_a_million_records_gets_it_all_with_bounded_memory(tmp_path):
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path, store_path=paths.store_path())  # where the CLI looks
+        await hub.writer.call(fill, hub.run_id)
+        await hub.update_run(socket=str(socket_path))
+        before = rss_bytes()
+        cli = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "runner", "attach", str(hub.run_id), "--plain", "--status-every", "0",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=1 << 20)
+        seen_by_cli = {"lines": 0, "peak_rss": 0}
+        started = time.monotonic()
+        replay, _ = await asyncio.gather(count_replay(str(socket_path)), watch_cli(cli, seen_by_cli))
+        seconds = time.monotonic() - started
+        hub_growth = rss_bytes() - before
+        await hub.close(reason="succeeded")
+        _, stderr = await cli.communicate()
+        return replay, seen_by_cli, hub_growth, seconds, cli.returncode, stderr.decode()
+
+    replay, cli, hub_growth, seconds, returncode, stderr = asyncio.run(scenario())
+    assert (replay["metrics"], replay["logs"], replay["dropped"]) == (METRICS, LOGS, 0), replay
+    assert cli["lines"] == LOGS, stderr[-2000:]
+    assert returncode == 0, stderr[-2000:]
+    assert "Traceback" not in stderr
+    assert 0 < cli["peak_rss"] < CLI_MEMORY_BOUND, f"attach used {cli['peak_rss'] >> 20} MB"
+    assert hub_growth < HUB_GROWTH_BOUND, f"the hub grew {hub_growth >> 20} MB replaying to two subscribers"
+    print(f"attach: {METRICS:,} metrics + {LOGS:,} lines in {seconds:.1f} s; CLI peak "
+          f"{cli['peak_rss'] >> 20} MB, hub +{hub_growth >> 20} MB", file=sys.stderr)
+
+
+def test_every_update_line_fits_a_readers_line_limit():
+    from collections import Counter
+
+    from runner.hub.publisher import encode_update, update_lines
+
+    batch = RecordBatch(metrics=[MetricRecord(0, 1.0, i, "é" * 128, 0.5, "auto") for i in range(50_000)],
+                        logs=[LogLine(0, 1.0, "stdout", "\x01" * 60_000, None) for _ in range(40)],
+                        events=[protocol.Event(1.0, "warning", None, "x" * (2 << 20))])
+    stats: Counter[str] = Counter()
+    lines = [line for update in update_lines(1.0, batch) for line in encode_update(update, stats)]
+    assert all(len(line) < protocol.MAX_LINE_BYTES for line in lines)
+    records = [json.loads(line) for line in lines]
+    assert sum(len(r["metrics"]) for r in records) == 50_000 and sum(len(r["logs"]) for r in records) == 40
+    assert stats["lines_too_long"] == 1  # the one event bigger than any line: left out and counted

@@ -1,0 +1,165 @@
+"""The contract (``rankwatch._protocol``): one definition per message, record, event kind and wording."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from rankwatch import _protocol as protocol
+from rankwatch._protocol import EventKind, MetricRecord, RankFailure
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def emitted_event_kinds() -> dict[str, list[str]]:
+    """Every event kind the code emits (``add_event(KIND, ...)``, ``Event(t, KIND, ...)``), with where."""
+    found: dict[str, list[str]] = {}
+
+    def note(node: ast.AST, where: str) -> None:
+        if isinstance(node, ast.IfExp):
+            note(node.body, where)
+            note(node.orelse, where)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.setdefault(node.value, []).append(where)
+        elif isinstance(node, ast.Attribute) and ast.unparse(node.value) in ("EventKind", "protocol.EventKind"):
+            found.setdefault(f"EventKind.{node.attr}", []).append(where)
+        else:
+            found.setdefault(f"<not a literal: {ast.unparse(node)}>", []).append(where)
+
+    for folder in ("runner", "gui"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for call in ast.walk(tree):
+                if not isinstance(call, ast.Call):
+                    continue
+                name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+                where = f"{path.relative_to(REPO)}:{call.lineno}"
+                if name == "add_event" and call.args:
+                    note(call.args[0], where)
+                elif name == "Event" and len(call.args) >= 2:
+                    note(call.args[1], where)
+    return found
+
+
+def test_every_event_kind_emitted_anywhere_is_defined_by_the_contract():
+    emitted = emitted_event_kinds()
+    assert len(emitted) >= 20  # the scan found the emitters
+    members = {f"EventKind.{kind.name}" for kind in EventKind} | {kind.value for kind in EventKind}
+    undefined = {kind: where for kind, where in emitted.items() if kind not in members}
+    # the hub's own add_event passes its argument on (it is checked where it is called, and by Event)
+    allowed_variables = {"<not a literal: kind>"}
+    assert set(undefined) <= allowed_variables, undefined
+
+
+def test_an_event_of_a_kind_the_contract_does_not_define_is_refused():
+    with pytest.raises(ValueError, match="made_up"):
+        protocol.Event(1.0, "made_up", None, "")
+    assert protocol.Event(1.0, "stalled", 0, "m").kind is EventKind.STALLED
+
+
+def test_the_gui_takes_its_event_kinds_from_the_contract():
+    from gui.models import diagnosis
+
+    assert {diagnosis.STALLED, diagnosis.STACKS, diagnosis.CONNECTION_LOST} <= {kind.value for kind in EventKind}
+
+
+def test_a_metric_record_has_one_column_order_from_wire_to_store_to_replay(tmp_path):
+    from runner.store.store import RecordBatch, RunStore
+
+    record = MetricRecord(3, 1_700_000_000.5, 7, "loss", 0.25, "auto")
+    metrics = protocol.Metrics.from_wire(json.loads(protocol.encode_metric_items(3, [list(record[1:])])))
+    assert metrics.records == [record]
+    with RunStore(tmp_path / "runs.db") as store:
+        run_id = store.create_run(run_key="k", profile=None, spec_toml="", command=None, host="h", workdir=None,
+                                  runner_pid=1, socket=None, world_size=1, status="running")
+        store.write_batch(run_id, RecordBatch(metrics=metrics.records))
+        assert store.metrics(run_id) == [record]
+        assert store.read_chunk("metrics", run_id, 0, None, 10)[0] == [record]
+    published = protocol.Update.from_wire(json.loads(protocol.Update(1.0, metrics=[record]).encode()))
+    assert published.metrics == [record] and (record.rank, record.t, record.step) == (3, 1_700_000_000.5, 7)
+
+
+@pytest.mark.parametrize("item, reason", [
+    ([float("nan"), 1, "x", 1.0, "log"], protocol.MetricRejection.TIME),
+    ([float("inf"), 1, "x", 1.0, "log"], protocol.MetricRejection.TIME),
+    ([1.7e9, 2**63, "x", 1.0, "log"], protocol.MetricRejection.STEP),
+    ([1.7e9, 1, "x\ud800y", 1.0, "log"], protocol.MetricRejection.NAME),
+    ([1.7e9, 1, "x", 2**64 - 1, "log"], protocol.MetricRejection.VALUE),
+    ([1.7e9, 1, "x", -(2**63) - 1, "log"], protocol.MetricRejection.VALUE),
+    ([1.7e9, 1, 7, 1.0, "log"], protocol.MetricRejection.NAME),
+    (["now", 1, "x", 1.0, "log"], protocol.MetricRejection.TIME),
+    ([1.7e9, 1, "x"], protocol.MetricRejection.MALFORMED),
+])
+def test_a_value_the_store_cannot_hold_is_rejected_with_its_reason(item, reason):
+    good = [1.7e9, 1, "loss", 0.5, "auto"]
+    rejected: dict[str, int] = {}
+    records = protocol.metric_records(0, [good, item, good], rejected)
+    assert records == [MetricRecord(0, 1.7e9, 1, "loss", 0.5, "auto")] * 2
+    assert rejected == {reason: 1}
+
+
+def test_values_that_are_not_finite_are_kept_as_gaps_not_rejected():
+    rejected: dict[str, int] = {}
+    records = protocol.metric_records(0, [[1.7e9, 1, "loss", float("nan"), "auto"], [1.7e9, 2, "loss", True, "auto"]],
+                                      rejected)
+    assert [record[4] for record in records] == [None, None] and rejected == {}
+
+
+def test_deeply_nested_json_is_a_bad_line_not_a_recursion_error():
+    with pytest.raises(protocol.ProtocolError) as error:
+        protocol.decode(b"[" * 5000 + b"\n")
+    assert error.value.reason == "too_deep"
+
+
+def test_lenient_numbers_are_defined_once():
+    assert protocol.as_int(3.9) == 3 and protocol.as_int(True) is None and protocol.as_int(2**63) is None
+    assert protocol.as_float(float("nan")) is None and protocol.as_float(2) == 2.0 and protocol.as_float("1") is None
+
+
+def test_the_data_wait_share_pairs_each_step_in_either_order():
+    pairs = protocol.StepPairs()
+    assert pairs.add(5, 1.0, protocol.DATA_WAIT, 0.05) is None
+    assert pairs.add(5, 1.1, protocol.STEP_TIME, 0.2) == (5, 1.1, 0.25)
+    assert pairs.add(6, 1.2, protocol.STEP_TIME, 0.0) is None
+    assert pairs.add(6, 1.2, protocol.DATA_WAIT, 0.1) == (6, 1.2, None)  # not measurable: shown as "-"
+
+
+def test_a_ranks_fate_has_one_wording_for_the_headline_and_the_gui():
+    killed = RankFailure(rank=1, host="node-a", exit_code=-9, signal="SIGKILL")
+    assert killed.end_words == "signal SIGKILL"  # in a headline: "failed first (signal SIGKILL)"
+    assert killed.how == "SIGKILL"  # in a table or a panel
+    assert killed.who == "rank 1 on node-a"
+    assert RankFailure.from_wire(killed.to_wire()) == killed
+    lost = RankFailure(rank=2, evidence=protocol.Evidence.CONNECTION_LOST)
+    assert lost.how == lost.end_words == "its connection dropped without an exit: killed, or its node went away"
+    assert [protocol.ended_by(code) for code in (0, 1, -15, None)] == ["exit code 0", "exit code 1", "SIGTERM", "–"]
+    assert protocol.signal_name(-9) == "SIGKILL" and protocol.signal_name(3) is None
+
+
+def test_losses_are_worded_per_rank():
+    lines = protocol.describe_losses({"losses": [{"rank": 3, "dropped": 0, "rejected": 120, "not_received": 0}],
+                                      "store_incomplete": "disk full"})
+    assert lines[0].startswith("rank 3: 120 records dropped by the runner")
+    assert "disk full" in lines[1]
+
+
+def test_every_message_survives_the_wire():
+    samples = [
+        protocol.Hello(rank=2, token="t", host="h", pid=7, argv=["train.py"]),
+        protocol.Heartbeat(2, 1_700_000_000.0, 9, 1, 40),
+        protocol.ExceptionReport(2, 1_700_000_000.0, "ValueError", "x", "tb", "MainThread", True),
+        protocol.Exit(2, 1_700_000_000.0, 1),
+        protocol.ParamHash(2, 1_700_000_000.0, 4, "abc"),
+        protocol.StacksWritten(2, 1_700_000_000.0, "/tmp/s"),
+        protocol.AgentHello(1, token="t", host="node-b"),
+        protocol.WorkerLost(2, 1_700_000_000.0),
+        protocol.NodeExit(1, 1_700_000_000.0, 0, None, 0),
+        protocol.Subscribe(history=False, logs=True),
+        protocol.Bye("succeeded"),
+        protocol.Error("no"),
+    ]
+    for message in samples:
+        assert protocol.decode_message(message.encode()) == message, message

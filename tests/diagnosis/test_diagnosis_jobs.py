@@ -183,6 +183,32 @@ def test_a_rank_sleeping_in_its_data_loader_is_a_straggler_waiting_for_data_and_
     assert divergence["rank"] == 1 and divergence["data"]["step"] == 14 and divergence["data"]["reference"] == [0]
 
 
+def test_a_rank_computing_three_times_longer_is_the_compute_straggler_and_a_balanced_job_has_none():
+    """DDP on gloo, 2 ranks, every step time equal: only the time apart from the all-reduce wait
+    tells rank 1 (3x the forward work on the same data) apart. Two jobs, about 40 s together."""
+    script = SCRIPTS / "diag_slow_compute.py"
+    slow = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script), "--steps", "40", "--width", "768")
+    assert slow.returncode == 0, slow.stderr[-3000:]
+    assert "straggler:     rank 1 is a straggler: it computes longer" in summary_block(slow.stderr)
+    assert "comm wait" in slow.stdout  # the per-rank status lines show the share in collectives
+    _run, events = stored()
+    stragglers = [e for e in events if e["kind"] == "straggler" and e["data"]["active"]]
+    assert {e["rank"] for e in stragglers} == {1}
+    first = stragglers[0]["data"]
+    assert first["cause"] == "compute" and first["step"] <= 30 and first["data_wait"] is None
+    assert first["compute_time"] > 1.5 * first["others_compute_time"]
+
+    balanced = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script), "--steps", "500",
+                         "--width", "384", "--slow-rank", "-1")
+    assert balanced.returncode == 0, balanced.stderr[-3000:]
+    _run, events = stored()
+    assert [e for e in events if e["kind"] == "straggler"] == []
+    with RunStore(readonly=True) as store:
+        measured = {name for (name,) in store.connection.execute(
+            "SELECT DISTINCT name FROM metrics WHERE run_id = ?", (_run["id"],))}
+    assert {"comm_wait", "compute_time"} <= measured
+
+
 def test_a_taken_rendezvous_port_names_rank_0_the_port_and_its_holder():
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))

@@ -97,7 +97,7 @@ and in the GUI; one definition each):
   EVENT           [Event]         {kind (EventKind), t, rank (or null), message, ...fields}
   RANK            [RankRow]       {rank, local_rank, node_rank, host, pid, gpu_index, state,
                    exit_code, step, loss, loss_source, step_time, data_wait_share (0..1),
-                   samples_per_s, steps_per_s, last_seen, first_seen, cpu_percent, rss_bytes,
+                   comm_wait_share (0..1), samples_per_s, steps_per_s, last_seen, first_seen, cpu_percent, rss_bytes,
                    gpu_util, gpu_mem_used, dropped (worker), rejected (hub), sent (worker),
                    world_size, python, torch, restart}   (null where unknown)
   RUN             {id, run_key, profile, status, created, started, ended, exit_code,
@@ -166,6 +166,14 @@ SAMPLES_PER_SECOND = "samples_per_s"
 STEPS_PER_SECOND = "steps_per_s"
 DATA_WAIT_SHARE = "data_wait_share"
 """Share (0..1) of a step spent waiting for data: ``data_wait_share`` of the same step's records."""
+COMM_WAIT = "comm_wait"
+"""Seconds of a step spent in collectives: the wait for the other ranks (DDP's all-reduce, ``dist.*``)."""
+CPU_WAIT = "cpu_wait"
+"""Seconds of a step the training thread was ready to run but waited for a CPU (Linux run queue)."""
+COMPUTE_TIME = "compute_time"
+"""Seconds of a step the rank worked on its own: step time minus ``comm_wait``, ``data_wait``, ``cpu_wait``."""
+COMM_WAIT_SHARE = "comm_wait_share"
+"""Share (0..1) of a step spent in collectives: ``comm_wait`` over the same step's ``step_time``."""
 
 
 class ProtocolError(ValueError):
@@ -673,7 +681,7 @@ class RankRow:
     """One rank as the hub shows it (the RANK shape): identity, state, latest values, counts."""
 
     __slots__ = ("rank", "local_rank", "node_rank", "host", "pid", "gpu_index", "state", "exit_code", "step",
-                 "loss", "loss_source", "step_time", "data_wait_share", "samples_per_s", "steps_per_s",
+                 "loss", "loss_source", "step_time", "data_wait_share", "comm_wait_share", "samples_per_s", "steps_per_s",
                  "last_seen", "first_seen", "cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_used", "dropped",
                  "rejected", "sent", "world_size", "python", "torch", "restart")
 
@@ -692,6 +700,8 @@ class RankRow:
         self.loss_source: str | None = None
         self.step_time: float | None = None
         self.data_wait_share: float | None = None
+        self.comm_wait_share: float | None = None
+        """Share (0..1) of the latest step spent in collectives (``COMM_WAIT``)."""
         self.samples_per_s: float | None = None
         self.steps_per_s: float | None = None
         self.last_seen: float | None = None
@@ -716,39 +726,54 @@ class RankRow:
         return {name: getattr(self, name) for name in RankRow.__slots__}
 
 
-# ---- the data-wait share: computed here, once -------------------------------------------------
+# ---- the data-wait share and the compute time: computed here, once ---------------------------
+
+
+def compute_time(step_time: float | None, comm_wait: float | None, data_wait: float | None,
+                 cpu_wait: float | None = None) -> float | None:
+    """Seconds of a step not spent waiting (collectives, the DataLoader, a CPU); None when not measured.
+
+    A data wait that was not measured (no DataLoader) counts as none: what the rank
+    did to get its batch is its own work; likewise a CPU wait that cannot be read.
+    """
+    if step_time is None or comm_wait is None:
+        return None
+    return max(0.0, step_time - comm_wait - (data_wait or 0.0) - (cpu_wait or 0.0))
 
 
 def data_wait_share(step_time: float | None, data_wait: float | None) -> float | None:
-    """The share (0..1) of a step spent waiting for data; None when it was not measured."""
+    """The share (0..1) of a step spent waiting (for data, or in collectives); None when not measured."""
     if step_time is None or data_wait is None or not step_time > 0:
         return None
     return min(1.0, max(0.0, data_wait / step_time))
 
 
 class StepPairs:
-    """Pairs each step's ``step_time`` and ``data_wait`` records of one rank into the share.
+    """Pairs each step's ``step_time`` and one other record of one rank into its share of the step.
 
-    The worker sends both for every step (usually in the same message); whichever
-    comes second completes the pair. At most ``limit`` incomplete steps are kept.
+    ``part`` is ``DATA_WAIT`` (the data-wait share) or ``COMM_WAIT`` (the share in
+    collectives). The worker sends both for every step (usually in the same
+    message); whichever comes second completes the pair. At most ``limit``
+    incomplete steps are kept.
     """
 
-    __slots__ = ("_pending", "_limit")
+    __slots__ = ("_pending", "_limit", "_part")
 
-    def __init__(self, limit: int = 256) -> None:
+    def __init__(self, limit: int = 256, part: str = DATA_WAIT) -> None:
         self._pending: dict[int, list[Any]] = {}
         self._limit = limit
+        self._part = part
 
     def add(self, step: int | None, t: float, name: str, value: float | None) -> tuple[int, float, float | None] | None:
         """Feed one record; returns ``(step, t, share)`` when it completes a pair."""
-        if step is None or (name != STEP_TIME and name != DATA_WAIT):
+        if step is None or (name != STEP_TIME and name != self._part):
             return None
         pair = self._pending.get(step)
         if pair is None:
             pair = self._pending[step] = [None, None, t, 0]
         pair[0 if name == STEP_TIME else 1] = value
         pair[2] = max(pair[2], t)
-        pair[3] += 1 << (0 if name == STEP_TIME else 1)
+        pair[3] |= 1 << (0 if name == STEP_TIME else 1)
         if pair[3] == 3:
             del self._pending[step]
             return step, pair[2], data_wait_share(pair[0], pair[1])

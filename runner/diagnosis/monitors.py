@@ -8,6 +8,8 @@
   it also tells each capture which ranks progress (``progress_of``);
 * ``LaunchChecks``: scripts that do not fit torchrun (``notice`` messages, the
   holder of a port a rank could not listen on);
+* ``FlightRecorderMonitor``: the ranks' Flight Recorders, read after each stack
+  capture, compared: the rank whose collectives are out of step;
 * ``StragglerMonitor``: the rank that slows every step, and why;
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from runner.diagnosis.consistency import ConsistencyMonitor
+from runner.diagnosis.flight_records import FlightRecorderMonitor
 from runner.diagnosis.launcher import LaunchChecks
 from runner.diagnosis.stack_capture import StackCapture
 from runner.diagnosis.stalls import StallMonitor
@@ -73,7 +76,9 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
                            is_ours=is_ours)
     launch_checks = LaunchChecks(hub, findings, triage_input, is_local=is_local)
     hub.add_observer(launch_checks)
-    monitors: list = [facts, capture, launch_checks]
+    flight_records = FlightRecorderMonitor(hub, run_dir / "stacks", findings)
+    hub.add_observer(flight_records)
+    monitors: list = [facts, capture, launch_checks, flight_records]
     if telemetry.instrument:
         stalls = StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings)
         capture.progress_of = stalls.progress_of

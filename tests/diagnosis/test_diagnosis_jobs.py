@@ -131,6 +131,31 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
     assert finished.returncode == 0 and "rank 1 is the culprit" in finished.stdout
 
 
+def test_a_rank_that_skipped_one_all_reduce_is_named_by_the_flight_recorder_with_the_collective_ids():
+    """Four ranks; rank 2 skipped step 5's all_reduce, then waits in the barrier after the loop. About 25 s."""
+    script = SCRIPTS / "diag_skip_collective.py"
+    runner = start_rankwatch("run", "--plain", "--nproc-per-node", "4", "--stall-timeout", str(STALL_TIMEOUT),
+                             str(script))
+    try:
+        run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
+
+        def compared():
+            return [e for e in stored(run["id"])[1] if e["kind"] == "flight_recorder"]
+        [event] = wait_for(compared, 120, interval=0.5, what="the Flight Recorders after the stall's capture")
+    finally:
+        runner.send_signal(signal.SIGINT)
+        _out, err = runner.communicate(timeout=60)
+    data = event["data"]
+    assert data["ranks"] == [0, 1, 2, 3] and data["culprits"] == [2] and data["errors"] == {}
+    seq = data["seq"]  # the barrier is rank 2's #seq; the others' is their 11th all_reduce
+    assert data["message"].startswith(f"rank 2 called a different collective #{seq} than ranks 0, 1, 3 "
+                                       "(gloo:all_reduce sizes [[4]]; rank 2: gloo:barrier no tensors)")
+    assert f"rank 2 [default group]: last entered #{seq} gloo:barrier (waiting), last completed #{seq - 1}" \
+        in data["lines"]
+    assert Path(data["path"]).exists() and Path(data["path"]).stat().st_mode & 0o077 == 0
+    assert f"collectives:   rank 2 called a different collective #{seq}" in summary_block(err)
+
+
 def test_a_healthy_run_dumped_is_a_snapshot_and_pausing_the_runner_is_no_stall():
     """Two ranks stepping for ~20 s: Dump stacks (no disagreement), then the runner is stopped (SIGSTOP) for
     three stall timeouts and continued: no stall is reported, the run succeeds. About 30 s."""

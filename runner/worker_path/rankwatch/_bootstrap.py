@@ -23,7 +23,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from rankwatch import _failures, _launch_checks, _output, _script
+from rankwatch import _failures, _flight_recorder, _launch_checks, _output, _script
 from rankwatch._environment import WorkerEnvironment, error_file_path, legacy_local_rank_argument
 from rankwatch._session import WorkerSession
 
@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     if legacy_argument is not None:
         args = [legacy_argument, *args]
     session = _start_session(["-m", name, *args] if is_module else [name, *args])
+    if session is not None:
+        _flight_recorder.enable()  # before the script creates its first process group
     if session is not None or legacy_argument is not None:
         _launch_checks.install(session.notice if session is not None else None, legacy_argument)
     try:

@@ -41,6 +41,7 @@ Worker (or agent) -> hub
               parameter's float64 sum and sum of squares, after the update of
               optimizer step `step`; equal across replicas in sync)
   stacks      [StacksWritten] rank, t, path            (a faulthandler dump was written there)
+  flight_record [FlightRecord] rank, t, record         (its Flight Recorder, read after a stack dump)
   notice      [Notice] rank, t, key, ...facts   (how the script was launched does not fit
               torchrun; rankwatch._launch_checks; the runner words it, runner.diagnosis.launcher):
               key "self_spawn": function, nprocs, file, line, function_name (the call site);
@@ -141,7 +142,7 @@ MAX_TEXT_CHARS = 64 * 1024
 """Longest text field kept whole (a log line, a traceback is longer: ``MAX_LONG_TEXT_CHARS``)."""
 MAX_LONG_TEXT_CHARS = 1 << 20
 
-WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks",
+WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks", "flight_record",
                           "notice"})
 AGENT_TYPES = frozenset({"agent_hello", "log", "worker_lost", "process_samples", "node_exit"})
 AGENT_CONTROL_TYPES = frozenset({"launch", "stop"})
@@ -602,6 +603,7 @@ class EventKind(str, Enum):
     RESUMED = "resumed"
     """A stalled rank made progress again: step, stalled_seconds."""
     STRAGGLER = "straggler"
+    FLIGHT_RECORDER = "flight_recorder"
     """A rank slows every step, or no longer does (``runner.diagnosis.stragglers``): active, cause, ..."""
     DIVERGENCE = "divergence"
     """DDP replicas' parameters differ (``runner.diagnosis.consistency``): step, ranks, reference, digests."""
@@ -1192,6 +1194,30 @@ class StacksWritten(Message):
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_text(fields.get("path")))
 
 
+class FlightRecord(Message):
+    """A rank's Flight Recorder (``rankwatch._flight_recorder.snapshot``), sent after a stack dump.
+
+    ``record`` holds ``pg_config``, ``pg_status``, ``entries`` (torch's fields, newest
+    last) or ``error`` (why it could not be read); ``runner.diagnosis.flight_recorder``
+    reads it.
+    """
+
+    __slots__ = ("rank", "t", "record")
+    TYPE = "flight_record"
+
+    def __init__(self, rank: int, t: float | None, record: dict[str, Any]) -> None:
+        self.rank = rank
+        self.t = t
+        self.record = record
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> FlightRecord:
+        record = fields.get("record")
+        if not isinstance(record, dict):
+            raise ProtocolError("invalid", "flight_record: record must be an object")
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")), record)
+
+
 class Notice(Message):
     """Something about how the script was launched (``rankwatch._launch_checks``): ``key`` names
     it, ``facts`` (flat on the wire, beside ``key``) hold what the worker saw."""
@@ -1566,7 +1592,7 @@ def _objects(value: object) -> list[dict[str, Any]]:
 
 
 WORKER_MESSAGES: tuple[type[Message], ...] = (Hello, Metrics, Heartbeat, ExceptionReport, Exit, ParamHash,
-                                              StacksWritten, Notice)
+                                              StacksWritten, FlightRecord, Notice)
 AGENT_MESSAGES: tuple[type[Message], ...] = (AgentHello, Log, WorkerLost, ProcessSamples, NodeExit)
 SUBSCRIBER_MESSAGES: tuple[type[Message], ...] = (Subscribe, StopRequest, DumpStacks, Ping)
 HUB_MESSAGES: tuple[type[Message], ...] = (Snapshot, Update, HistoryEnd, Bye, Pong, Error)

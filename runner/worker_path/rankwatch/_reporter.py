@@ -27,6 +27,7 @@ import time
 from collections import deque
 from typing import Any
 
+from rankwatch import _flight_recorder
 from rankwatch import _protocol as protocol
 from rankwatch._buffer import KIND_LOG, KIND_STEP, RecordBuffer
 from rankwatch._connection import Connection
@@ -293,6 +294,10 @@ class Reporter:
             self._stacks_size = size
             notice = protocol.StacksWritten(self._rank, time.time(), self._stacks_path)
             self._send(notice.encode(), time.monotonic() + timeout)
+            record = _flight_recorder.snapshot()  # the same request asks for the collectives' view
+            if record is not None:
+                self._send(protocol.FlightRecord(self._rank, time.time(), record).encode(),
+                           time.monotonic() + timeout)
 
     # -- records to protocol items ----------------------------------------------------
 

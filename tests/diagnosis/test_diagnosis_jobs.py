@@ -112,6 +112,14 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
                 f"{helper_text}") in verdict["details"]
         assert Path(data["text_path"]).exists()
 
+        def compared():
+            return [e for e in stored(run["id"])[1] if e["kind"] == "flight_recorder"]
+        flight = wait_for(compared, 30, interval=0.5, what="the Flight Recorders after the capture")[0]["data"]
+        seq = flight["seq"]
+        assert flight["culprits"] == [1] and flight["message"] == (
+            f"rank 1 never entered collective #{seq} (gloo:barrier) that rank 0 is waiting in; "
+            f"its last was #{seq - 1} gloo:all_reduce")
+
         live = rankwatch("stacks", str(run["id"]), timeout=60)
         assert live.returncode == 0, live.stderr
         assert "(reason: requested)" in live.stdout and "rank 1  <- culprit" in live.stdout

@@ -16,6 +16,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 from rankwatch._protocol import AgentHello, EventKind, Message, NodeExit
 from runner.hub.hub import Hub
@@ -86,6 +87,19 @@ class RemoteNodes(HubObserver):
             raise OSError(str(error)) from None
         self.nodes[node.node_rank] = handle
         return handle
+
+    def request_stacks(self, rows: list[Any]) -> list[int]:
+        """Ask each node's agent for its ranks' stacks (``StackCapture.remote_capture``); the ranks asked."""
+        by_node: dict[int, list[int]] = {}
+        for row in rows:
+            if row.node_rank is not None:
+                by_node.setdefault(row.node_rank, []).append(row.rank)
+        asked: list[int] = []
+        for node_rank, ranks in by_node.items():
+            handle = self.nodes.get(node_rank)
+            if handle is not None and handle.request_stacks(ranks):
+                asked += ranks
+        return asked
 
     # ---- hub events ------------------------------------------------------------------------
 

@@ -57,6 +57,8 @@ with the run's token, and the hub refuses any other TCP client)
   worker_lost [WorkerLost] rank, t     (a worker's connection to its agent ended without exit)
   process_samples [ProcessSamples] node_rank, rows: [PROCESS_SAMPLE]
               (the node's ranks, sampled there: the head cannot see remote processes)
+  remote_stacks [RemoteStacks] node_rank, rank, host, text   (a rank's stack dump, taken by
+              its agent on a stack_request; text: what faulthandler wrote, or "" with why)
   node_exit   [NodeExit] node_rank, t, code, reason, dropped   (the agent's last message:
               torchrun's exit status; reason: why it stopped the workers, or null; dropped:
               messages it could not forward)
@@ -67,6 +69,8 @@ Head runner -> agent (over ssh's stdin, never through the hub; runner.remote)
   launch      [Launch] token, head_host, head_port, run_key, run, node_rank, host, argv, env,
               cwd, grace, sample_interval   (the first line)
   stop        [AgentStop] force: bool   (later lines; end of stdin: the head is gone, stop too)
+  stack_request [StackRequest] ranks: [int]   (signal these ranks for their stacks; each
+              answers with remote_stacks, and its Flight Recorder through the relay)
 
 Subscriber -> hub
   subscribe   [Subscribe] history: bool (replay the stored history first), logs: bool
@@ -144,8 +148,8 @@ MAX_LONG_TEXT_CHARS = 1 << 20
 
 WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks", "flight_record",
                           "notice"})
-AGENT_TYPES = frozenset({"agent_hello", "log", "worker_lost", "process_samples", "node_exit"})
-AGENT_CONTROL_TYPES = frozenset({"launch", "stop"})
+AGENT_TYPES = frozenset({"agent_hello", "log", "worker_lost", "process_samples", "node_exit", "remote_stacks"})
+AGENT_CONTROL_TYPES = frozenset({"launch", "stop", "stack_request"})
 """Head runner -> agent, on ssh's stdin (not hub messages: not in ``ALL_TYPES``)."""
 SUBSCRIBER_TYPES = frozenset({"subscribe", "stop", "dump_stacks", "ping"})
 HUB_TYPES = frozenset({"snapshot", "update", "history_end", "bye", "pong", "error"})
@@ -1292,6 +1296,42 @@ class Log(Message):
             as_text(fields.get("node"), MAX_NAME_CHARS * 2)))
 
 
+class RemoteStacks(Message):
+    """A rank's stack dump taken on its own node by the agent (``stack_request``)."""
+
+    __slots__ = ("node_rank", "rank", "host", "text", "why")
+    TYPE = "remote_stacks"
+
+    def __init__(self, node_rank: int | None, rank: int, host: str | None, text: str, why: str | None = None) -> None:
+        self.node_rank = node_rank
+        self.rank = rank
+        self.host = host
+        self.text = text
+        self.why = why
+        """Why there is no dump (no stack handler, process gone), or None."""
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> RemoteStacks:
+        text = fields.get("text")
+        return cls(as_int(fields.get("node_rank")), _required_int(fields, "rank"), as_text(fields.get("host")),
+                   text if isinstance(text, str) else "", as_text(fields.get("why")))
+
+
+class StackRequest(Message):
+    """The head asks an agent for the stacks of some of its ranks (head -> agent, on stdin)."""
+
+    __slots__ = ("ranks",)
+    TYPE = "stack_request"
+
+    def __init__(self, ranks: list[int]) -> None:
+        self.ranks = ranks
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> StackRequest:
+        ranks = fields.get("ranks")
+        return cls([rank for rank in ranks if type(rank) is int] if isinstance(ranks, list) else [])
+
+
 class WorkerLost(Message):
     """A worker's connection to its agent ended without ``exit``."""
 
@@ -1593,7 +1633,7 @@ def _objects(value: object) -> list[dict[str, Any]]:
 
 WORKER_MESSAGES: tuple[type[Message], ...] = (Hello, Metrics, Heartbeat, ExceptionReport, Exit, ParamHash,
                                               StacksWritten, FlightRecord, Notice)
-AGENT_MESSAGES: tuple[type[Message], ...] = (AgentHello, Log, WorkerLost, ProcessSamples, NodeExit)
+AGENT_MESSAGES: tuple[type[Message], ...] = (AgentHello, Log, WorkerLost, ProcessSamples, NodeExit, RemoteStacks)
 SUBSCRIBER_MESSAGES: tuple[type[Message], ...] = (Subscribe, StopRequest, DumpStacks, Ping)
 HUB_MESSAGES: tuple[type[Message], ...] = (Snapshot, Update, HistoryEnd, Bye, Pong, Error)
 MESSAGE_CLASSES: dict[str, type[Message]] = {

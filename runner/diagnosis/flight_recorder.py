@@ -99,6 +99,15 @@ def read_dump_file(path: Path) -> dict[str, Any]:
     return record
 
 
+def format_flight_record(event: dict[str, Any]) -> str:
+    """The CLI's lines for a ``flight_recorder`` event (its fields, flat as subscribers get them)."""
+    lines = [f"collectives (Flight Recorder): {event.get('message') or 'no collective recorded'}"]
+    lines += [f"  {line}" for line in event.get("lines") or []]
+    if event.get("path"):
+        lines.append(f"every rank's Flight Recorder: {event['path']}")
+    return "\n".join(lines) + "\n"
+
+
 def describe_ranks(groups: dict[str, dict[int, dict[str, Any]]], errors: dict[int, str]) -> list[str]:
     lines = []
     for group, states in sorted(groups.items()):

@@ -128,6 +128,8 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
         assert f"diag_hang.py:{helper_line} in wait_for_checkpoint <<" in live.stdout
         assert f"{script}:{helper_line} in wait_for_checkpoint" in live.stdout and helper_text in live.stdout
         assert f"rank 0 waits in barrier, called at {script}:{barrier_line} in <module>" in live.stdout
+        assert "collectives (Flight Recorder): rank 1 never entered collective #" in live.stdout
+        assert "  rank 0 [default group]: last entered #" in live.stdout
     finally:
         runner.send_signal(signal.SIGINT)
         _out, err = runner.communicate(timeout=60)
@@ -137,6 +139,7 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
     assert f"{script}:{helper_line} in wait_for_checkpoint" in block
     finished = rankwatch("stacks", str(run["id"]), timeout=60)
     assert finished.returncode == 0 and "rank 1 is the culprit" in finished.stdout
+    assert "collectives (Flight Recorder): rank 1 never entered collective #" in finished.stdout
 
 
 def test_a_rank_that_skipped_one_all_reduce_is_named_by_the_flight_recorder_with_the_collective_ids():

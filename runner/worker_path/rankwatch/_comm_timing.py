@@ -31,10 +31,11 @@ Linux's ``/proc/thread-self/schedstat`` (``cpu_wait``; None elsewhere).
 The compute time the reporter derives from these is ``step_time - comm_wait -
 data_wait - cpu_wait`` (``_protocol.compute_time``).
 
-Hot path: about 15 µs per backward (one hook registration, one queued callback,
-two clock reads, two ``pread``s of a small /proc file), the same per Python
-collective, one ``pread`` per optimizer step. Nothing here raises into the user's
-backward or collective.
+Hot path, with a process group: about 15 µs per backward on a quiet machine (one
+hook registration, one queued callback, two clock reads, two ``pread``s of a small
+/proc file), the same per Python collective, one ``pread`` per optimizer step.
+Without one: one ``is_initialized`` check per backward and per step. Nothing here
+raises into the user's backward or collective.
 """
 
 from __future__ import annotations
@@ -90,6 +91,15 @@ class RunQueueWait:
             self._unavailable = True
             return None
 
+    def open(self) -> None:
+        """Open the file now, on the calling (training) thread, if not open yet."""
+        if self._descriptor is None and not self._unavailable:
+            self.read()
+
+    def forget(self) -> None:
+        """Start over: the next ``take`` only starts the count (steps without a process group)."""
+        self._last = None
+
     def take(self) -> float | None:
         """Seconds on the run queue since the previous call; None the first time or where unavailable."""
         waited = self.read()
@@ -121,9 +131,14 @@ class CollectiveWait:
         self._mark = self._on_graph_done
 
     def on_backward_start(self, tensors: Any) -> None:
-        """Before the outermost backward: have the engine tell us when the graph is done."""
+        """Before the outermost backward: have the engine tell us when the graph is done.
+
+        Without a process group there is nothing to wait for: nothing is timed.
+        """
         self._local_done = None
-        self.run_queue.read()  # opens the file on this, the training, thread
+        if not self._is_initialized():
+            return
+        self.run_queue.open()  # on this, the training, thread
         grad_fn = getattr(tensors, "grad_fn", None)
         if grad_fn is None and isinstance(tensors, (list, tuple)):
             for tensor in tensors:

@@ -25,7 +25,8 @@ What is measured, per rank, and where:
 * ``comm_wait``: time in collectives (DDP's gradient all-reduce at the end of
   a backward, synchronous ``torch.distributed`` calls), ``_comm_timing``; the
   reporter derives ``compute_time`` from it. None when no process group exists.
-* ``cpu_wait``: time the training thread waited for a CPU (Linux run queue).
+* ``cpu_wait``: time the training thread waited for a CPU (Linux run queue), with
+  a process group only.
 
 The hot path is a few microseconds per step and never synchronises a device:
 CPU losses are read with ``item()`` (no sync on CPU), CUDA losses are copied
@@ -118,9 +119,15 @@ class StepClock:
         self._last_step_at = now
         step = self.steps
         data_wait, samples = self.data.take()
+        comm_wait = self.comm.take()
+        if comm_wait is None:  # no process group: no compute time to derive, no run queue read
+            self.run_queue.forget()
+            cpu_wait = None
+        else:
+            cpu_wait = self.run_queue.take()
         self._buffer.put((
             KIND_STEP, _now(), step, self.loss.take(),
-            None if last is None else now - last, data_wait, samples, self.comm.take(), self.run_queue.take(),
+            None if last is None else now - last, data_wait, samples, comm_wait, cpu_wait,
         ))  # fmt: skip
         self.steps = step + 1
         if self._hash_every and self.steps % self._hash_every == 0:

@@ -129,6 +129,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE ranks ADD COLUMN rejected INTEGER;
     ALTER TABLE ranks ADD COLUMN sent INTEGER;
     """,
+    # 3 -> 4: the runner process's identity (boot id and start time, see
+    # runner.store.liveness.process_identity), so a pid the kernel gave to another process
+    # after the runner died does not make a lost run look alive.
+    """
+    ALTER TABLE runs ADD COLUMN runner_identity TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, MetricRow, ProcessSample
 from runner import paths, privacy
+from runner.store.liveness import process_identity
 from runner.store.schema import TABLES, migrate
 
 BUSY_TIMEOUT_MS = 10_000
@@ -197,12 +198,16 @@ class RunStore:
     def create_run(self, *, run_key: str, profile: str | None, spec_toml: str, command: str | None,
                    host: str, workdir: str | None, runner_pid: int, socket: str | None,
                    world_size: int | None, status: str) -> int:
+        """A new run row; returns its id. The runner's identity is read here, while ``runner_pid``
+        (the caller, or its parent) is surely the runner, to tell it from a later process given
+        the same pid."""
+        identity = process_identity(runner_pid)
         with self.connection:
             cursor = self.connection.execute(
                 "INSERT INTO runs (run_key, profile, spec_toml, command, host, workdir, created, status,"
-                " runner_pid, socket, world_size) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " runner_pid, runner_identity, socket, world_size) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_key, profile, spec_toml, command, host, workdir, time.time(), status, runner_pid,
-                 socket, world_size))
+                 identity, socket, world_size))
         assert cursor.lastrowid is not None
         return int(cursor.lastrowid)
 

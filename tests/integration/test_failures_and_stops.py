@@ -88,13 +88,25 @@ def test_sigterm_and_sighup_stop_the_run_like_any_stop_and_exit_128_plus_the_sig
 
 def test_sigkill_of_the_runner_takes_the_job_down_too():
     runner, run, run_key = start_forever_job()
+    with RunStore(readonly=True) as store:  # some records stored before the kill, to be counted
+        wait_for(lambda: store.count("logs", run["id"]) > 0 and store.count("metrics", run["id"]) > 0, 30,
+                 what="records in the store")
+    killed_at = time.time()
     os.kill(runner.pid, signal.SIGKILL)
     runner.wait(timeout=5)
     wait_for(lambda: processes_with_marker(run_key) == [], 15, what="the job's processes to end")
+    gone_at = time.time()
     with RunStore(readonly=True) as store:
         finished = wait_for(lambda: store.run(run["id"])["ended"] is not None and store.run(run["id"]), 10,
                             what="the sentinel to record the run")
-    assert finished["status"] == "lost"
+        ranks = store.ranks(run["id"])
+        stored = {"metrics": store.count("metrics", run["id"]), "logs": store.count("logs", run["id"])}
+    # lost, ended when the runner died (not when the watchdog got round to it), and how
+    assert finished["status"] == "lost" and killed_at <= finished["ended"] <= gone_at
+    assert f"the runner (pid {runner.pid}) died at" in finished["summary"]["headline"]
+    assert [row["state"] for row in ranks] == ["lost", "lost"]  # not "running" for ever
+    # the count of what the store holds agrees with the store
+    assert finished["summary"]["runner_lost"]["stored"] == stored
 
 
 def test_unflushed_prints_arrive_promptly_attributed_to_their_rank():

@@ -412,7 +412,9 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
     summary = run.get("summary") or {}
     status = run.get("status")
     width = 72
-    out.write("\n" + f"── Rankwatch · run {run.get('id')} {status} (exit code {run.get('exit_code')}) ".ljust(width, "─") + "\n")
+    exit_code = run.get("exit_code")
+    code = MISSING if exit_code is None else exit_code
+    out.write("\n" + f"── Rankwatch · run {run.get('id')} {status} (exit code {code}) ".ljust(width, "─") + "\n")
     if summary.get("headline"):
         out.write(f"{summary['headline']}\n")
     first = summary.get("first_failure")
@@ -446,6 +448,15 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
         out.write(line + "\n")
     for line in describe_losses(summary):
         out.write(f"  not stored:    {line}\n")
+    lost = summary.get("runner_lost")
+    if isinstance(lost, dict):  # the runner died: what the store holds of the run (runner.store.lost_run)
+        stored = lost.get("stored") or {}
+        newest = lost.get("newest_record_t")
+        until = f", the newest from {time.strftime('%H:%M:%S', time.localtime(newest))}" if newest else ""
+        out.write(f"  stored:        {stored.get('metrics', MISSING)} metric records, "
+                  f"{stored.get('logs', MISSING)} log lines{until}\n")
+        if lost.get("not_stored"):
+            out.write(f"  not stored:    {lost['not_stored']}\n")
     for hint in summary.get("hints") or []:
         out.write(f"  hint: {hint['cause']}\n        -> {hint['advice']}\n")
     if run.get("id") is not None:

@@ -4,9 +4,12 @@ A real store; the SIGKILL of a real runner is in tests/integration/test_failures
 
 from __future__ import annotations
 
+import io
+
 from rankwatch._protocol import LogLine, MetricRecord, describe_losses
 from runner.store.lost_run import record_lost_run
 from runner.store.store import RecordBatch, RunStore
+from runner.view.terminal import render_summary
 
 
 def test_a_lost_run_says_when_and_how_and_counts_what_was_stored(tmp_path):
@@ -35,6 +38,11 @@ def test_a_lost_run_says_when_and_how_and_counts_what_was_stored(tmp_path):
     assert describe_losses(summary) == [
         "rank 1: 2 records sent but never received (a connection broke)",
         "rank 2: 5 records dropped by the worker (its queue was full or the runner unreachable)"]
+    shown = io.StringIO()
+    render_summary(run, shown)  # the end-of-run block (runs show, attach)
+    assert "run 1 lost (exit code –)" in shown.getvalue()
+    assert "stored:        4 metric records, 1 log lines, the newest from" in shown.getvalue()
+    assert "cannot be counted" in shown.getvalue()
     # a run with an end is left as it is
     assert not record_lost_run(str(path), run_id, died=30.0, processes_killed=0)
     with RunStore(path, readonly=True) as store:

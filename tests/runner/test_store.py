@@ -118,7 +118,7 @@ def _schema_of(path) -> list[tuple[str, str]]:
 def test_runners_and_readers_racing_on_a_fresh_store_all_succeed(tmp_path):
     """Processes opening a store that does not exist yet, released together: every one succeeds
     (no "table already exists", no "database is locked"), each runner's run is stored, and the
-    schema is exactly the one a store created alone gets. Cost: ~4 s (4 rounds of 6 processes)."""
+    schema is exactly the one a store created alone gets. Cost: 4-9 s (4 rounds of 6 processes)."""
     with RunStore(tmp_path / "alone.db"):
         pass
     expected = _schema_of(tmp_path / "alone.db")

@@ -124,11 +124,13 @@ def _detach(profile, as_json: bool) -> int:
     spec_file.unlink(missing_ok=True)  # the runner has read it (and the store keeps the spec)
     with contextlib.suppress(OSError):
         folder.rmdir()
+    errors = child.stderr
+    assert errors is not None  # stderr=PIPE
     if not data:
-        error = child.stderr.read().decode(errors="replace").strip() if child.poll() is not None else ""
+        error = errors.read().decode(errors="replace").strip() if child.poll() is not None else ""
         return fail(f"the runner stopped before it was ready{': ' + error.splitlines()[-1] if error else ''}",
                     as_json=as_json)
-    child.stderr.close()
+    errors.close()
     info = json.loads(data)
     if "error" in info:
         if as_json:

@@ -12,6 +12,7 @@ import argparse
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from runner.profile.files import Profile, example_profile, load_profile, looks_like_path
 from runner.profile.parse import (
@@ -110,7 +111,7 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
     Raises:
         SpecErrors: a flag's value is invalid.
     """
-    changes = {}
+    changes: dict[str, Any] = {}  # LaunchSpec field -> new value, for dataclasses.replace
     if args.nproc_per_node is not None:
         changes["nproc_per_node"] = _auto_or_int("nproc_per_node", args.nproc_per_node)
     if args.gpus is not None:
@@ -123,8 +124,9 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
         changes["workdir"] = str(Path(args.workdir).expanduser().resolve())
     if args.env:
         changes["env"] = tuple({**dict(spec.env), **dict(_env(args.env))}.items())
+    nodes = _nodes(args.hosts) if args.hosts else spec.nodes
     if args.hosts:
-        changes["nodes"] = _nodes(args.hosts)
+        changes["nodes"] = nodes
     if args.max_restarts is not None:
         changes["max_restarts"] = args.max_restarts
     if args.omp_num_threads is not None:
@@ -140,7 +142,7 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
     if args.master_addr or args.master_port is not None:  # --master-port 0: a free port (as in a profile)
         rendezvous = replace(rendezvous, mode="static", master_addr=args.master_addr or rendezvous.master_addr,
                              master_port=rendezvous.master_port if args.master_port is None else args.master_port)
-    if args.hosts and len(changes["nodes"]) > 1 and rendezvous.mode == "standalone":
+    if args.hosts and len(nodes) > 1 and rendezvous.mode == "standalone":
         rendezvous = replace(rendezvous, mode="c10d")
     if rendezvous is not spec.rendezvous:
         changes["rendezvous"] = rendezvous

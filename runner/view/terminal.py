@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rankwatch._protocol import describe_losses
 from runner.diagnosis.report import format_diagnostics
@@ -27,6 +27,10 @@ from runner.view.format import (
 )
 from runner.view.progress import PROGRESS_METRICS, ProgressTracker, compute_progress, progress_texts
 from runner.view.rank_stats import BUILT_IN_METRICS
+
+if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
+    from rich.console import Console
+    from rich.live import Live
 
 __all__ = ["TerminalView", "format_bytes", "format_prefix", "render_summary", "without_torch_prefix"]
 
@@ -135,8 +139,8 @@ class TerminalView:
         self.ended = False
         self.stopping_since: float | None = None
         self.hidden_launcher_lines = 0
-        self._live = None
-        self._console = None
+        self._live: Live | None = None
+        self._console: Console | None = None
         self._lock = threading.Lock()
         self._outbox: list[tuple[str, str, str, str | None]] = []
 
@@ -147,12 +151,12 @@ class TerminalView:
             from rich.console import Console
             from rich.live import Live
 
-            self._console = Console(file=self.out)
+            console = self._console = Console(file=self.out)
             # The Live's thread asks for the table at each refresh, so elapsed time and heartbeat
             # ages move even when no message arrives; the lock keeps it from reading half an update.
-            self._live = Live(console=self._console, refresh_per_second=REFRESH_PER_SECOND, transient=False,
-                              redirect_stdout=False, redirect_stderr=False, get_renderable=self._render)
-            self._live.start()
+            live = self._live = Live(console=console, refresh_per_second=REFRESH_PER_SECOND, transient=False,
+                                     redirect_stdout=False, redirect_stderr=False, get_renderable=self._render)
+            live.start()
 
     def stop(self) -> None:
         if self._live is not None:
@@ -187,7 +191,7 @@ class TerminalView:
         elif kind == "bye":
             self.ended = True
             if self.stopping_since is not None:
-                self._say_stopped()
+                self._say_stopped(self.stopping_since)
             if self._live is None and self.status_every:
                 self._print_status(final=True)  # plain mode: every rank's last state, once
         if (self._live is None and self.status_every and not self.ended
@@ -238,8 +242,8 @@ class TerminalView:
         details = "; ".join(part for part in (why, hint) if part)
         self._print_line("[rankwatch]", f"stopping…{f' ({details})' if details else ''}", "stderr", style="yellow")
 
-    def _say_stopped(self) -> None:
-        seconds = time.monotonic() - self.stopping_since
+    def _say_stopped(self, stopping_since: float) -> None:
+        seconds = time.monotonic() - stopping_since
         run_id = (self.run or {}).get("id")
         note = ""
         if self.hidden_launcher_lines and run_id is not None:
@@ -408,7 +412,9 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
     summary = run.get("summary") or {}
     status = run.get("status")
     width = 72
-    out.write("\n" + f"── Rankwatch · run {run.get('id')} {status} (exit code {run.get('exit_code')}) ".ljust(width, "─") + "\n")
+    exit_code = run.get("exit_code")
+    code = MISSING if exit_code is None else exit_code
+    out.write("\n" + f"── Rankwatch · run {run.get('id')} {status} (exit code {code}) ".ljust(width, "─") + "\n")
     if summary.get("headline"):
         out.write(f"{summary['headline']}\n")
     first = summary.get("first_failure")
@@ -442,6 +448,15 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
         out.write(line + "\n")
     for line in describe_losses(summary):
         out.write(f"  not stored:    {line}\n")
+    lost = summary.get("runner_lost")
+    if isinstance(lost, dict):  # the runner died: what the store holds of the run (runner.store.lost_run)
+        stored = lost.get("stored") or {}
+        newest = lost.get("newest_record_t")
+        until = f", the newest from {time.strftime('%H:%M:%S', time.localtime(newest))}" if newest else ""
+        out.write(f"  stored:        {stored.get('metrics', MISSING)} metric records, "
+                  f"{stored.get('logs', MISSING)} log lines{until}\n")
+        if lost.get("not_stored"):
+            out.write(f"  not stored:    {lost['not_stored']}\n")
     for hint in summary.get("hints") or []:
         out.write(f"  hint: {hint['cause']}\n        -> {hint['advice']}\n")
     if run.get("id") is not None:

@@ -19,6 +19,7 @@ from PySide6.QtCore import Qt
 from gui.models.history import HISTORY_COLUMNS, RunRow, loss_overlay
 from gui.widgets.history_panel import HistoryPanel
 from rankwatch._protocol import Event, LogLine, MetricRecord
+from runner.store.liveness import process_identity
 from runner.store.store import RecordBatch, RunStore
 
 pytestmark = pytest.mark.gui
@@ -171,7 +172,8 @@ def test_run_rows_tell_live_from_lost(store, tmp_path):
     socket_file.touch()
     base = {"id": 1, "profile": None, "status": "running", "created": 10.0, "started": 11.0, "exit_code": None,
             "world_size": 2, "host": "h"}
-    live = RunRow.from_store({**base, "ended": None, "runner_pid": os.getpid(), "socket": str(socket_file)})
+    live = RunRow.from_store({**base, "ended": None, "runner_pid": os.getpid(), "socket": str(socket_file),
+                              "runner_identity": process_identity(os.getpid())})  # as the store records it
     lost = RunRow.from_store({**base, "ended": None, "runner_pid": dead_pid(), "socket": str(socket_file)})
     done = RunRow.from_store({**base, "ended": 20.0, "status": "failed", "runner_pid": os.getpid(),
                               "socket": str(socket_file)})

@@ -101,7 +101,8 @@ and in the GUI; one definition each):
                    gpu_util, gpu_mem_used, dropped (worker), rejected (hub), sent (worker),
                    world_size, python, torch, restart}   (null where unknown)
   RUN             {id, run_key, profile, status, created, started, ended, exit_code,
-                   world_size, host, command, workdir, runner_pid, socket, spec_toml, summary}
+                   world_size, host, command, workdir, runner_pid, runner_identity, socket,
+                   spec_toml, summary}
                    (the store's runs row; status: runner.state.RunStatus values;
                    summary: the failure triage once the run ended, else null)
   NODE            {node_rank, host, state, processes, changed, detail}

@@ -6,8 +6,8 @@ rank 1 killed by SIGKILL, rank 0 in a barrier while rank 1 sleeps in a helper (a
 hang, 2 ranks, stall timeout 5 s), a healthy 2-rank run dumped while it steps, rank
 1 sleeping in its data loader (a straggler, with a
 divergence), a rendezvous port already taken, a legacy ``--local_rank`` script
-run without the toggle. They are replayed through the fake runner's real socket
-(``replay_runner.py``) into the real monitor panel, or loaded from the run store
+run without the toggle. They are replayed through the real hub
+(``replay_run.py``) into the real monitor panel, or loaded from the run store
 as History does; the tests read what the banner, the diagnosis panel, the rank
 table and the stacks view show.
 """
@@ -15,13 +15,12 @@ table and the stacks view show.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from replay_runner import ReplayRunner, load_fixture, store_fixture
+from replay_run import ReplayRun, load_fixture, store_fixture
 
 from gui.models.diagnosis import ERROR, WARNING, DiagnosisModel
 from gui.models.monitor import MonitorModel
@@ -46,11 +45,10 @@ def marked_line(script: Path, marker: str) -> int:
 
 @pytest.fixture
 def replay():
-    runners: list[ReplayRunner] = []
+    runners: list[ReplayRun] = []
 
-    def start(name: str) -> ReplayRunner:
-        path = Path(os.environ["RANKWATCH_SOCKET_DIR"]) / f"replay-{len(runners)}.sock"
-        runner = ReplayRunner(path, load_fixture(name)).start()
+    def start(name: str) -> ReplayRun:
+        runner = ReplayRun(load_fixture(name)).start()
         runners.append(runner)
         return runner
 
@@ -70,7 +68,7 @@ def panel(qtbot):
     widget.detach()
 
 
-def attached(qtbot, panel: MonitorPanel, runner: ReplayRunner) -> MonitorPanel:
+def attached(qtbot, panel: MonitorPanel, runner: ReplayRun) -> MonitorPanel:
     panel.attach(runner.run_id)
     qtbot.waitUntil(lambda: panel.model.history_done and len(panel.model.ranks) == runner.world_size, timeout=5000)
     return panel

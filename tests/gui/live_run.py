@@ -19,11 +19,18 @@ A test drives the run: :meth:`LiveRun.fail_rank`, :meth:`LiveRun.finish` (every 
 exits), :meth:`LiveRun.vanish` (the runner dies without a word); a subscriber's stop
 and dump requests reach the real ``Run`` (and are recorded in ``received``).
 
-As a program (the frame benchmark, screenshots), in a process of its own; it prints
-one JSON line (``run_id``, ``socket``, ``pid``) once every rank has said hello, and
-runs until its ranks are done or it gets SIGTERM / SIGINT (a graceful stop)::
+As a program, in a process of its own. ``serve`` (the frame benchmark, screenshots)
+prints one JSON line (``run_id``, ``socket``, ``pid``) once every rank has said hello,
+and runs until its ranks are done or it gets SIGTERM / SIGINT (a graceful stop).
+``run --detach --json SPEC`` stands in for ``python -m runner run --detach --json
+SPEC`` (what the GUI's launch runs): the spec file is read and checked by the runner's
+own code (an invalid one gets the runner's JSON errors, exit 2), then a runner for it
+starts in a session of its own with fake ranks (``nproc_per_node`` of them, or
+``$LIVE_RUN_RANKS``), and its ready line (``run_id``, ``socket``, ``pid``, ``log``) is
+printed::
 
-    python tests/gui/live_run.py --ranks 64 --rate 10 [--start-step N] [--steps N]
+    python tests/gui/live_run.py serve --ranks 64 --rate 10 [--start-step N] [--steps N]
+    python tests/gui/live_run.py run --detach --json SPEC.toml
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import math
 import os
 import random
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -53,11 +61,13 @@ for _path in (str(REPO_ROOT), str(REPO_ROOT / "runner" / "worker_path"), str(Pat
 from loop_thread import LoopThread  # noqa: E402
 
 from rankwatch import _protocol as protocol  # noqa: E402
+from runner.cli.output import spec_errors_json  # noqa: E402
 from runner.hub.observer import HubObserver  # noqa: E402
 from runner.launch.command import RunnerContext  # noqa: E402
 from runner.launch.nodes import NodeHandle  # noqa: E402
 from runner.launch.output import OutputLine  # noqa: E402
-from runner.profile.files import Profile  # noqa: E402
+from runner.profile.files import Profile, read_spec_file  # noqa: E402
+from runner.profile.parse import SpecErrors  # noqa: E402
 from runner.profile.resolve import MachineFacts, ResolvedNode  # noqa: E402
 from runner.profile.spec import CPU, LaunchSpec, NodeSpec, RendezvousSpec  # noqa: E402
 from runner.run import PreparedLaunch, Run, prepare_launch  # noqa: E402
@@ -209,16 +219,15 @@ class FakeNode(NodeHandle):
         return await asyncio.shield(self._done)
 
     async def stop(self, grace: float, force: bool = False) -> None:
-        if force:
+        if force or self._done is None:
             self._end_all(KILLED)
             return
-        deadline = time.monotonic() + grace
-        await asyncio.sleep(min(self.training.stop_delay_s, grace))
-        if time.monotonic() < deadline and self.training.stop_delay_s <= grace:
-            self._end_all(TERMINATED)
-            return
-        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
-        self._end_all(KILLED)
+        # SIGTERM: the ranks end ``stop_delay_s`` later, or SIGKILL at ``grace``; returns
+        # as soon as they have ended (a forced stop meanwhile ends them at once).
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._done), min(self.training.stop_delay_s, grace))
+        if not self._done.done():
+            self._end_all(TERMINATED if self.training.stop_delay_s <= grace else KILLED)
 
     def fail_rank(self, rank: int, code: int) -> None:
         worker = self.workers.get(rank)
@@ -284,8 +293,9 @@ class FakeNode(NodeHandle):
 class FakeRun(Run):
     """The real ``Run``; only its nodes are fake (see the module)."""
 
-    def __init__(self, prepared: PreparedLaunch, training: Training, layout: list[int]) -> None:
-        super().__init__(prepared)
+    def __init__(self, prepared: PreparedLaunch, training: Training, layout: list[int],
+                 on_ready: Callable[[dict[str, Any]], None] | None = None) -> None:
+        super().__init__(prepared, on_ready=on_ready)
         self.training = training
         self.layout = layout
         """The node rank of each rank."""
@@ -330,12 +340,13 @@ class LiveRun:
     every rank has said hello and the run is running.
 
     ``hosts``: one node per host, ranks dealt round-robin over them (rank ``r`` on node
-    ``r % len(hosts)``); ``None``: one node, this machine.
+    ``r % len(hosts)``); ``None``: one node, this machine. ``spec``: the launch spec to run
+    (one node) instead of a CPU launch of a script made up here.
     """
 
     def __init__(self, ranks: int = 8, rate_hz: float = 10.0, total_steps: int | None = None, profile: str = "fake",
                  steps_per_epoch: int = 50, slow_rank: int | None = 5, stop_delay_s: float = 0.3, seed: int = 0,
-                 start_step: int = 0, hosts: tuple[str, ...] | None = None) -> None:
+                 start_step: int = 0, hosts: tuple[str, ...] | None = None, spec: LaunchSpec | None = None) -> None:
         self.training = Training(world_size=ranks, rate_hz=rate_hz, total_steps=total_steps,
                                  steps_per_epoch=steps_per_epoch, slow_rank=slow_rank, start_step=start_step,
                                  stop_delay_s=stop_delay_s, seed=seed)
@@ -343,6 +354,7 @@ class LiveRun:
         self.profile = profile
         self.hosts = hosts
         self.layout = [rank % len(hosts) if hosts else 0 for rank in range(ranks)]
+        self.spec = spec
         self.recorder = RequestRecorder()
         self.run: FakeRun | None = None
         self.exit_code: int | None = None
@@ -353,18 +365,26 @@ class LiveRun:
 
     # ---- life ------------------------------------------------------------------------
 
-    def prepare(self) -> FakeRun:
-        """The run, prepared as ``rankwatch run`` prepares one (no interpreter probe, no ports)."""
-        script = Path(self._script_dir.name) / "fake_train.py"
-        script.write_text('"""Never run: the fake node\'s workers stand in for it."""\n', encoding="utf-8")
-        spec = fake_spec(script, self.world_size, self.hosts)
-        machine = MachineFacts(cpu_count=max(2, self.world_size),
-                               gpus=GpuReport(available=False, reason="no NVIDIA driver"))
-        prepared = prepare_launch(Profile(self.profile, None, spec), machine, probe_interpreter=False,
-                                  check_ports=False)
-        run = FakeRun(prepared, self.training, self.layout)
+    def prepare(self, on_ready: Callable[[dict[str, Any]], None] | None = None) -> FakeRun:
+        """The run (see :meth:`launch_plan`); ``on_ready`` as ``Run``'s."""
+        run = FakeRun(self.launch_plan(), self.training, self.layout, on_ready)
         run.hub.add_observer(self.recorder)
         return run
+
+    def launch_plan(self) -> PreparedLaunch:
+        """The launch, prepared as ``rankwatch run`` prepares one (no interpreter probe, no ports).
+
+        Raises:
+            SpecErrors: the spec is invalid (in the words ``rankwatch run`` uses).
+        """
+        spec = self.spec
+        if spec is None:
+            script = Path(self._script_dir.name) / "fake_train.py"
+            script.write_text('"""Never run: the fake node\'s workers stand in for it."""\n', encoding="utf-8")
+            spec = fake_spec(script, self.world_size, self.hosts)
+        machine = MachineFacts(cpu_count=max(2, self.world_size),
+                               gpus=GpuReport(available=False, reason="no NVIDIA driver"))
+        return prepare_launch(Profile(self.profile, None, spec), machine, probe_interpreter=False, check_ports=False)
 
     def start(self) -> LiveRun:
         self._thread = LoopThread("live-run")
@@ -496,29 +516,81 @@ class LiveRun:
 # ---- as a program -------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--rate", type=float, default=10.0, help="steps per second")
-    parser.add_argument("--steps", type=int, default=None, help="end after this many steps (default: never)")
-    parser.add_argument("--start-step", type=int, default=0, help="first step (continue a history)")
-    parser.add_argument("--profile", default="fake")
-    args = parser.parse_args(argv)
-    live = LiveRun(ranks=args.ranks, rate_hz=args.rate, total_steps=args.steps, profile=args.profile,
-                   start_step=args.start_step)
+def _serve(live: LiveRun, ready: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """Run ``live`` on this thread's loop until it ends; print its JSON line once it runs
+    (``ready``: say so as the detached runner does, as soon as it listens, instead)."""
 
     async def serve() -> int:
-        run = live.run = live.prepare()
+        run = live.run = live.prepare(on_ready=ready)
         task = asyncio.create_task(run.execute())
         await LiveRun.until_running(run, task)
-        print(json.dumps({"run_id": run.run_id, "socket": str(run.socket_path), "pid": os.getpid(),
-                          "host": socket.gethostname()}), flush=True)
+        if ready is None:
+            print(json.dumps({"run_id": run.run_id, "socket": str(run.socket_path), "pid": os.getpid(),
+                              "host": socket.gethostname()}), flush=True)
         return await task
 
     try:
         return 0 if asyncio.run(serve()) == 0 else 1
     finally:
         live._script_dir.cleanup()
+
+
+def _detach(spec_path: Path) -> int:
+    """``rankwatch run --detach --json SPEC``, with fake ranks (see the module)."""
+    try:
+        spec = read_spec_file(spec_path)
+        live = LiveRun(ranks=_ranks(spec), profile=spec_path.stem, spec=spec)
+        live.launch_plan()  # checked as the real runner checks it, before anything starts
+    except SpecErrors as errors:
+        print(json.dumps(spec_errors_json(errors)), flush=True)
+        return 2
+    child = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "serve", "--spec", str(spec_path)],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    child.stdout.close()
+    if not line:
+        print(json.dumps({"error": "the runner stopped before it was ready", "errors": []}), flush=True)
+        return 1
+    print(line.decode().strip(), flush=True)
+    return 0
+
+
+def _ranks(spec: LaunchSpec) -> int:
+    forced = os.environ.get("LIVE_RUN_RANKS")
+    if forced:
+        return int(forced)
+    return spec.nproc_per_node if isinstance(spec.nproc_per_node, int) else 2
+
+
+def _ready_then_quiet(info: dict[str, Any]) -> None:
+    """Print the ready line, then nothing more on stdout (the launcher has gone)."""
+    print(json.dumps(info), flush=True)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run until the ranks are done (or SIGTERM / SIGINT)")
+    serve.add_argument("--ranks", type=int, default=8)
+    serve.add_argument("--rate", type=float, default=10.0, help="steps per second")
+    serve.add_argument("--steps", type=int, default=None, help="end after this many steps (default: never)")
+    serve.add_argument("--start-step", type=int, default=0, help="first step (continue a history)")
+    serve.add_argument("--profile", default="fake")
+    serve.add_argument("--spec", type=Path, default=None, help="run this spec file, as a detached runner")
+    run = commands.add_parser("run", help="stands in for `python -m runner run --detach --json SPEC`")
+    run.add_argument("spec", type=Path)
+    run.add_argument("--detach", action="store_true", required=True)
+    run.add_argument("--json", action="store_true", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return _detach(args.spec)
+    if args.spec is not None:
+        spec = read_spec_file(args.spec)
+        return _serve(LiveRun(ranks=_ranks(spec), profile=args.spec.stem, spec=spec), ready=_ready_then_quiet)
+    return _serve(LiveRun(ranks=args.ranks, rate_hz=args.rate, total_steps=args.steps, profile=args.profile,
+                          start_step=args.start_step))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_runner import FakeRunner
+from live_run import LiveRun
 from PySide6.QtCore import Qt
 
 from gui.models.history import HISTORY_COLUMNS, RunRow, loss_overlay
@@ -83,7 +83,7 @@ def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, panel)
     lost = store.create_run(run_key="lost-one", profile="gamma", spec_toml="", command=None, host="testhost",
                             workdir=None, runner_pid=dead_pid(), socket="/nonexistent.sock", world_size=2,
                             status="running")
-    live_runner = FakeRunner(Path(os.environ["RANKWATCH_SOCKET_DIR"]) / "live.sock", ranks=2, store=True).start()
+    live_runner = LiveRun(ranks=2).start()
     try:
         qtbot.waitUntil(lambda: len(panel.rows()) == 4, timeout=5000)
         assert any(t.name == "rankwatch-runs-poller" for t in threading.enumerate())  # reads off the GUI thread

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.state import RunStatus
+from gui.gateway.runner_rules import RunStatus
 
 APP_NAME = "Rankwatch"
 

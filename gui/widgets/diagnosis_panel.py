@@ -28,11 +28,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.runner_rules import RankState
 from gui.models.diagnosis import ERROR, DiagnosisModel, clock
 from gui.widgets.failure_banner import level_color
 from gui.widgets.rank_table import STATE_COLORS, state_tint
 from gui.widgets.throttled import RefreshThrottle
-from runner.state import RankState
 
 RANK_HEADERS = ("Rank", "Host", "State", "How it ended", "Detail")
 FINDING_HEADERS = ("Time", "Finding", "Rank", "What")

@@ -36,10 +36,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.runner_rules import RankState, paths
 from gui.models.doctor import DONE, FAIL, FAILED, INFO, OK, WARN, DoctorModel, doctor_arguments
 from gui.widgets.rank_table import STATE_COLORS
-from runner import paths
-from runner.state import RankState
 
 DOCTOR_TIMEOUT_MS = 90_000
 STATUS_COLORS = {

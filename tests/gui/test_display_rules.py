@@ -12,6 +12,7 @@ import pytest
 from gui.charts import ticks
 from gui.charts.axis import seconds_spacing
 from gui.charts.readout import ReadoutRow, format_value, pick_rows
+from gui.gateway.probe_output import unavailable_report
 from gui.models import layout
 from gui.models.charts import (
     BUILT_IN_CHARTS,
@@ -25,7 +26,6 @@ from gui.models.history import entry_of
 from gui.models.launch_form import LaunchFormModel, cores_warning
 from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
 from gui.models.notices import run_end_notice, window_title
-from gui.models.probe import unavailable_report
 from gui.widgets.run_progress import progress_texts
 from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec
@@ -279,7 +279,7 @@ def test_an_edited_profile_is_recorded_as_edited(tmp_path):
 
 
 def test_the_readout_finds_the_point_nearest_the_cursor():
-    from gui.charts.decimation import STEP, Series
+    from gui.models.series import STEP, Series
 
     series = Series()
     series.append([0, 10, 20, 30], [0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0])

@@ -10,8 +10,8 @@ from live_run import LiveRun
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from gui.gateway.probe import RunnerProbe
 from gui.main_window import LEAVE_RUNNING, MainWindow, app_version
-from gui.runner_probe import RunnerProbe
 from gui.widgets.monitor_panel import MonitorPanel
 
 pytestmark = pytest.mark.gui

@@ -173,6 +173,11 @@ class FakeWorker:
             self._last_heartbeat = now
             self.writer.write(protocol.Heartbeat(self.rank, now, step, dropped=0, sent=self.items_sent).encode())
 
+    def notice(self, key: str, facts: dict[str, Any]) -> None:
+        """What the worker side noticed about the launch (``rankwatch._launch_checks``)."""
+        if self.running and self.writer is not None:
+            self.writer.write(protocol.Notice(self.rank, time.time(), key, facts).encode())
+
     def exit(self, code: int) -> None:
         """The script ended with ``code``: its last message, then the connection closes."""
         if not self.running or self.writer is None:
@@ -466,6 +471,12 @@ class LiveRun:
         """``rank``'s script fails with ``exit_code`` (the others go on)."""
         assert self._thread is not None
         self._thread.call(lambda: [node.fail_rank(rank, exit_code) for node in self._nodes()])
+
+    def notice(self, rank: int, key: str, **facts: Any) -> None:
+        """``rank`` reports a launch notice ``key`` (with ``facts``), as the worker side does."""
+        assert self._thread is not None
+        self._thread.call(lambda: [node.workers[rank].notice(key, facts) for node in self._nodes()
+                                   if rank in node.workers])
 
     def finish(self, exit_code: int = 0) -> None:
         """Every rank still running ends with ``exit_code``; the runner then ends the run."""

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
+from live_run import LiveRun
 from PySide6.QtCore import Qt
 from replay_run import ReplayRun, load_fixture, store_fixture
 
@@ -68,7 +69,7 @@ def panel(qtbot):
     widget.detach()
 
 
-def attached(qtbot, panel: MonitorPanel, runner: ReplayRun) -> MonitorPanel:
+def attached(qtbot, panel: MonitorPanel, runner: ReplayRun | LiveRun) -> MonitorPanel:
     panel.attach(runner.run_id)
     qtbot.waitUntil(lambda: panel.model.history_done and len(panel.model.ranks) == runner.world_size, timeout=5000)
     return panel
@@ -351,3 +352,21 @@ def test_a_straggler_waiting_for_data_and_a_divergence_are_named_with_rank_cause
     qtbot.waitUntil(lambda: panel.model.finished and panel.failure_banner.text().startswith(
         "all ranks finished, but rank 1 is a straggler at step 6: waiting for data"), timeout=5000)
     assert "parameters diverged at step 14: rank 1 disagrees with rank 0" in panel.failure_banner.text()
+
+
+def test_a_launcher_mismatch_is_a_named_finding(qtbot, panel):
+    # A rank tells the real runner that its script never got --local-rank; the runner's
+    # launch checks turn it into a launch_mismatch event; the panel names the finding.
+    runner = LiveRun(ranks=2, slow_rank=None).start()
+    try:
+        attached(qtbot, panel, runner)
+        runner.notice(1, "local_rank_unpassed")
+        diagnosis = panel.diagnosis_panel
+        qtbot.waitUntil(lambda: (diagnosis.refresh() or True) and bool(diagnosis.table_texts(diagnosis.findings_table)),
+                        timeout=5000)
+        [(_time, name, rank, what)] = diagnosis.table_texts(diagnosis.findings_table)
+        assert (name, rank) == ("launcher mismatch", "1")
+        event = next(e for e in panel.model.events if e["kind"] == "launch_mismatch")
+        assert what == event["title"]
+    finally:
+        runner.close()

@@ -75,6 +75,7 @@ QWIDGETSIZE_MAX = (1 << 24) - 1
 
 STATUS_COLORS = {
     RunStatus.STARTING.value: STATE_COLORS[RankState.WAITING.value],
+    RunStatus.PENDING.value: STATE_COLORS[RankState.WAITING.value],  # queued by Slurm: waiting, not running
     RunStatus.RUNNING.value: STATE_COLORS[RankState.RUNNING.value],
     RunStatus.STOPPING.value: STATE_COLORS[RankState.STALLED.value],
     RunStatus.SUCCEEDED.value: STATE_COLORS[RankState.EXITED.value],

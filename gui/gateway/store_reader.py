@@ -183,7 +183,9 @@ class StoreReader(QObject):
         if poll is not None and poll.stopped:
             return
         if job.owner is not None and not shiboken6.isValid(job.owner):
-            return  # its panel was closed meanwhile
+            if poll is not None:
+                poll.stop()  # its panel was closed meanwhile: no more reads for it
+            return
         callback(value)
 
 

@@ -86,7 +86,9 @@ def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, panel)
                             status="running")
     live_runner = LiveRun(ranks=2).start()
     try:
-        qtbot.waitUntil(lambda: len(panel.rows()) == 4, timeout=5000)
+        # The real runner records its run as starting, then running: the list follows.
+        qtbot.waitUntil(lambda: len(panel.rows()) == 4
+                        and cell(panel, live_runner.run_id, "Status") == "running (live)", timeout=5000)
         assert any(t.name == "rankwatch-store-reader" for t in threading.enumerate())  # reads off the GUI thread
         assert cell(panel, finished, "Status") == "succeeded"
         assert cell(panel, finished, "Duration") == "1:05"

@@ -15,9 +15,12 @@ steps an epoch has. What each rank sent is kept (:meth:`LiveRun.sent`), so a tes
 compare it with what the GUI shows. A worker's pid is this process's (the fake ranks
 live here), so the real process sampler measures a real process.
 
-A test drives the run: :meth:`LiveRun.fail_rank`, :meth:`LiveRun.finish` (every rank
-exits), :meth:`LiveRun.vanish` (the runner dies without a word); a subscriber's stop
-and dump requests reach the real ``Run`` (and are recorded in ``received``).
+A test drives the run: :meth:`LiveRun.fail_rank`, :meth:`LiveRun.notice` (a rank's
+launch notice), :meth:`LiveRun.finish` (every rank exits), :meth:`LiveRun.vanish` (the
+runner dies without a word); a subscriber's stop and dump requests reach the real
+``Run`` (and are recorded in ``received``). :meth:`LiveRun.vanish` and ``FakeRun``
+reach into the runner's internals (``Run._create_nodes``, the hub's server and writer):
+the one place that must follow when those change.
 
 As a program, in a process of its own. ``serve`` (the frame benchmark, screenshots)
 prints one JSON line (``run_id``, ``socket``, ``pid``) once every rank has said hello,

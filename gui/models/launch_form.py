@@ -23,33 +23,36 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from gui.models import Event
-from gui.models.probe import InterpreterInfo
-from gui.models.slurm_form import SlurmForm
-from runner.launch.command import RendezvousPlan, build_commands
-from runner.launch.ports import free_port
-from runner.launch.rendezvous import plan_rendezvous
-from runner.profile.check import check_launch, torch_missing
-from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
-from runner.profile.resolve import (
-    MachineFacts,
-    ResolvedLaunch,
-    ResolvedNode,
-    default_interpreter,
-    resolve,
-)
-from runner.profile.spec import (
+from gui.gateway.launch_spec import (
     ALL,
     AUTO,
     CPU,
     SCHEMA_VERSION,
     GpuSelection,
     LaunchSpec,
+    MachineFacts,
     NodeSpec,
+    RendezvousPlan,
+    ResolvedLaunch,
+    ResolvedNode,
+    SpecError,
+    SpecErrors,
     TelemetrySpec,
+    build_commands,
+    check_launch,
+    default_interpreter,
+    free_port,
+    plan_rendezvous,
+    render_by_hand,
+    resolve,
+    spec_from_dict,
+    spec_to_dict,
+    torch_missing,
 )
-from runner.sampling.gpu_report import GpuReport
-from runner.slurm.script import render_by_hand
+from gui.gateway.probe_output import InterpreterInfo
+from gui.gateway.runner_rules import GpuReport
+from gui.models import Event
+from gui.models.slurm_form import SlurmForm
 
 ENTRY_SCRIPT = "script"
 ENTRY_MODULE = "module"

@@ -35,6 +35,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.launch_spec import AUTO, BACKENDS, RENDEZVOUS_MODES, discover_interpreters
+from gui.gateway.probe import GPUS, INTERPRETER, RunnerProbe
+from gui.gateway.probe_output import BACKEND_NAMES, InterpreterInfo, unavailable_report
 from gui.models.launch_form import (
     ENTRY_MODULE,
     ENTRY_SCRIPT,
@@ -43,9 +46,7 @@ from gui.models.launch_form import (
     LaunchFormModel,
     pick_free_port,
 )
-from gui.models.probe import BACKEND_NAMES, InterpreterInfo, unavailable_report
 from gui.models.profiles import ProfileListModel
-from gui.runner_probe import GPUS, INTERPRETER, RunnerProbe
 from gui.settings import AppSettings
 from gui.widgets.command_preview import CommandPreviewPanel
 from gui.widgets.env_table import EnvTable
@@ -53,8 +54,6 @@ from gui.widgets.gpu_picker import GpuPicker
 from gui.widgets.nodes_table import NodesTable
 from gui.widgets.profile_list import ProfileList
 from gui.widgets.slurm_section import SlurmSection
-from runner.interpreters import discover_interpreters
-from runner.profile.spec import AUTO, BACKENDS, RENDEZVOUS_MODES
 
 GPU_REFRESH_MS = 5000
 INTERPRETER_SCAN_DELAY_MS = 400

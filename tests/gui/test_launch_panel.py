@@ -19,11 +19,11 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from gui.gateway.probe import RunnerProbe
+from gui.gateway.probe_output import parse_probe_output
 from gui.main_window import LEAVE_RUNNING, MainWindow
 from gui.models.launch_form import LaunchFormModel
-from gui.models.probe import parse_probe_output
 from gui.models.profiles import ProfileListModel
-from gui.runner_probe import RunnerProbe
 from gui.settings import AppSettings
 from gui.widgets.launch_panel import LaunchPanel
 from runner.launch.command import RendezvousPlan, build_commands

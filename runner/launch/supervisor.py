@@ -138,6 +138,12 @@ class TorchrunSupervisor:
         ]
         return self.process.pid
 
+    def claim_output(self, pid: int, rank: int) -> None:
+        """Process ``pid`` said hello as ``rank``: its pending output is that rank's
+        (a self-spawning script's processes, ``runner.launch.worker_output``)."""
+        if self._output is not None:
+            self._output.claim(pid, rank)
+
     async def _read(self, stream: asyncio.StreamReader, name: str) -> None:
         splitter = self._splitters[name]
         while True:

@@ -79,9 +79,12 @@ def test_an_endless_line_is_cut_so_it_cannot_hold_the_hub():
 
 
 def test_only_our_header_opens_a_connection():
-    assert parse_header(header(5, 1, "stderr")) == (5, "stderr")
-    for bad in (b"GET / HTTP/1.1\r\n", b"rankwatch-output 2 5 1 stdout\n", b"rankwatch-output 1 x 1 stdout\n",
-                b"rankwatch-output 1 5 1 stdin\n", b"\xff\xfe\n", b""):
+    assert parse_header(header(5, 1, "stderr", pid=42)) == (5, "stderr", 42)
+    assert parse_header(header(None, None, "stdout", pid=42)) == (None, "stdout", 42)  # pending: rank not known yet
+    assert parse_header(header(None, None, "launcher", pid=42)) == (None, "launcher", 42)
+    for bad in (b"GET / HTTP/1.1\r\n", b"rankwatch-output 1 5 1 stdout\n", b"rankwatch-output 2 5 1 stdout\n",
+                b"rankwatch-output 2 x 1 stdout 42\n", b"rankwatch-output 2 5 1 stdin 42\n",
+                b"rankwatch-output 2 5 1 launcher 42\n", b"\xff\xfe\n", b""):
         assert parse_header(bad) is None
 
 
@@ -177,4 +180,5 @@ def test_lines_arrive_while_the_worker_runs_not_when_it_ends(tmp_path):
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_header_names_rank_and_stream(stream):
-    assert header(7, 3, stream) == f"rankwatch-output 1 7 3 {stream}\n".encode()
+    assert header(7, 3, stream, pid=99) == f"rankwatch-output 2 7 3 {stream} 99\n".encode()
+    assert header(None, None, stream, pid=99) == f"rankwatch-output 2 - - {stream} 99\n".encode()

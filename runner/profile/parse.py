@@ -13,13 +13,16 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
+from rankwatch import _templates as templates
 from runner.profile.spec import (
     ALL,
     AUTO,
     BACKENDS,
     CPU,
+    LAUNCH_MODES,
     RENDEZVOUS_MODES,
     SCHEMA_VERSION,
+    SELF_SPAWN,
     SLURM_TELEMETRY_ROUTES,
     LaunchSpec,
     NodeSpec,
@@ -218,7 +221,31 @@ def _parse_args(reader: _Reader) -> tuple[str, ...]:
         problem = text_problem(arg)
         if problem is not None:
             reader.fail(f"args[{index}]", problem)
+    _check_templates(reader, args)
     return args
+
+
+def _check_templates(reader: _Reader, args: tuple[str, ...]) -> None:
+    """Per-rank templates (``rankwatch._templates``): an unknown placeholder or a lone brace
+    is an error naming the argument, never an argument passed on altered."""
+    for error in templates.check(args):
+        reader.fail(f"args[{error.index}]", error.message)
+
+
+def _check_launch_mode(spec: LaunchSpec) -> list[SpecError]:
+    """A self-spawning script is started once, on this machine: no torchrun to give each
+    process its rank, so no per-rank templates, and no other node."""
+    if spec.launch_mode != SELF_SPAWN:
+        return []
+    errors = []
+    if spec.slurm is not None or spec.is_multi_node:
+        errors.append(SpecError("launch_mode", "self-spawn starts the script once on this machine; "
+                                               "several nodes need launch_mode = \"torchrun\""))
+    if templates.uses_templates(spec.args):
+        errors.append(SpecError("launch_mode", "self-spawn starts the script once, so per-rank placeholders such "
+                                               "as {rank} have no value; pass the values the script itself needs, "
+                                               "or use launch_mode = \"torchrun\""))
+    return errors
 
 
 def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ...]:
@@ -465,7 +492,7 @@ def _check_entry_point(reader: _Reader, script: str | None, module: str | None) 
 TOP_LEVEL_KEYS = [
     "version", "script", "module", "args", "interpreter", "workdir", "env", "nproc_per_node",
     "gpus", "backend", "nodes", "rendezvous", "max_restarts", "omp_num_threads",
-    "legacy_local_rank", "telemetry", "slurm", "description",
+    "legacy_local_rank", "launch_mode", "telemetry", "slurm", "description",
 ]
 
 
@@ -500,6 +527,7 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
         max_restarts=reader.integer("max_restarts", 0, low=0, high=1000),
         omp_num_threads=reader.integer("omp_num_threads", AUTO, low=1, high=1024, allow_auto=True),
         legacy_local_rank=reader.boolean("legacy_local_rank", False),
+        launch_mode=reader.choice("launch_mode", AUTO, LAUNCH_MODES),
         telemetry=_parse_telemetry(reader, errors),
         slurm=_parse_slurm(reader, errors),
         description=reader.optional_str("description"),
@@ -507,6 +535,7 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
     )
     if spec.slurm is not None:
         _check_slurm_fields(table, spec, errors)
+    errors.extend(_check_launch_mode(spec))
     if errors:
         raise SpecErrors(errors)
     return spec
@@ -532,6 +561,7 @@ def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
         "max_restarts": spec.max_restarts,
         "omp_num_threads": spec.omp_num_threads,
         "legacy_local_rank": spec.legacy_local_rank,
+        "launch_mode": spec.launch_mode if spec.launch_mode != AUTO else None,
     }))
     if spec.env:
         table["env"] = dict(spec.env)

@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.profile.spec import ALL, AUTO, CPU, LaunchSpec, NodeSpec
+from runner.profile.launch_mode import LaunchModeChoice, choose_launch_mode
+from runner.profile.spec import ALL, AUTO, CPU, SELF_SPAWN, LaunchSpec, NodeSpec
 from runner.sampling.gpu_report import GpuReport
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", ""})
@@ -74,6 +75,12 @@ class ResolvedLaunch:
     omp_num_threads: int
     script: str | None
     """Absolute path on the head (relative on remote nodes is kept relative to their workdir)."""
+    launch_mode: LaunchModeChoice
+    """torchrun, or the script started once to start its own ranks (``runner.profile.launch_mode``)."""
+
+    @property
+    def self_spawn(self) -> bool:
+        return self.launch_mode.mode == SELF_SPAWN
 
     @property
     def cpu_mode(self) -> bool:
@@ -149,7 +156,7 @@ def resolve(spec: LaunchSpec, machine: MachineFacts, base_dir: Path | None = Non
     else:
         omp = int(spec.omp_num_threads)
     return ResolvedLaunch(spec=spec, nodes=tuple(nodes), gpus=gpus, backend=backend,
-                          omp_num_threads=omp, script=script)
+                          omp_num_threads=omp, script=script, launch_mode=choose_launch_mode(spec, script))
 
 
 def _resolve_node(node_rank: int, node: NodeSpec, nproc: int, interpreter: str | None,
@@ -193,4 +200,5 @@ def _resolve_slurm(spec: LaunchSpec, workdir: str, script: str | None) -> Resolv
     nodes = tuple(ResolvedNode(node_rank=rank, host=SLURM_NODE_LABEL.format(rank), processes=processes,
                                python=python, workdir=workdir, user=None, ssh_port=None)
                   for rank in range(slurm.nodes))
-    return ResolvedLaunch(spec=spec, nodes=nodes, gpus=gpus, backend=backend, omp_num_threads=omp, script=script)
+    return ResolvedLaunch(spec=spec, nodes=nodes, gpus=gpus, backend=backend, omp_num_threads=omp, script=script,
+                          launch_mode=choose_launch_mode(spec, script))

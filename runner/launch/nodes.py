@@ -49,6 +49,7 @@ class NodeHandle(abc.ABC):
     def claim_output(self, pid: int, rank: int) -> None:
         """Process ``pid`` of this node said hello as ``rank`` (its pending output is that rank's);
         only a local node's processes can be pending (``runner.launch.worker_output``)."""
+        return  # a remote node's output is attributed by its agent
 
 
 class LocalNode(NodeHandle):

@@ -37,7 +37,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
-from rankwatch._output import HEADER_VERSION, HEADER_WORD, LAUNCHER_STREAM, OUTPUT_SOCKET, PIPE_ANSWER, UNKNOWN
+from rankwatch._output import (
+    HEADER_VERSION,
+    HEADER_WORD,
+    LAUNCHER_STREAM,
+    OUTPUT_SOCKET,
+    PIPE_ANSWER,
+    UNKNOWN,
+)
 from runner.launch.output import MAX_LINE_CHARS, PARTIAL_FLUSH_SECONDS, OutputLine
 
 HEADER_TIMEOUT_SECONDS = 10.0

@@ -2,8 +2,9 @@
 
 Five real runs (2 ranks each, gloo on CPU), each serving several assertions: a seed-tutorial
 script given ``--init_method {init_method} --rank {rank} --world_size {world_size}`` with a
-tcp:// and with a file:// init method; the DDP tutorial's ``mp.spawn`` script run to the end,
-with rank 1 failing, and detached then stopped with ``rankwatch stop``.
+tcp:// and with a file:// init method; the DDP tutorial's ``mp.spawn`` script run to the end
+(its spawn indices joining the group in reverse), with rank 1 failing, and without a process
+group, detached, then stopped with ``rankwatch stop``. About 40 s on an idle 2-core machine.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def file_run(home):
 
 @pytest.fixture(scope="module")
 def spawn_run(home):
-    return run_once(home, str(SCRIPTS / "spawn_tutorial.py"), "--steps", str(STEPS))
+    return run_once(home, str(SCRIPTS / "spawn_tutorial.py"), "--steps", str(STEPS), "--reverse-ranks")
 
 
 def test_a_seed_tutorial_script_gets_its_own_rank_and_a_tcp_init_method_per_process(tcp_run):
@@ -105,8 +106,9 @@ def test_a_script_that_spawns_its_ranks_runs_once_and_its_children_are_the_ranks
     assert "mp.spawn(...) on line" in mode["data"]["message"]
     assert {rank: row["state"] for rank, row in stored["ranks"].items()} == {0: "exited", 1: "exited"}
     assert stored["loss_steps"] == {0: set(range(STEPS)), 1: set(range(STEPS))}
-    for rank in (0, 1):  # their lines, from before they knew their rank too, are theirs
-        assert f"Running basic DDP example on rank {rank}." in lines_of(stored, rank)
+    for rank in (0, 1):  # ranks by their process group (index i joined as 1 - i), lines from before it too
+        assert f"Running basic DDP example: spawn index {1 - rank} is rank {rank}." in lines_of(stored, rank)
+        assert stored["ranks"][rank]["pid"] != stored["ranks"][1 - rank]["pid"]
     assert "torch.distributed.run" not in run["command"]
 
 
@@ -117,11 +119,14 @@ def test_a_failure_in_spawned_rank_1_is_named_as_rank_1(home):
     assert "RuntimeError: rank 1 gives up" in result.stderr[result.stderr.rindex("── Rankwatch"):]
     assert stored["ranks"][1]["state"] == "failed"
     assert len(stored["loss_steps"][1]) == 2  # it raised after its second step
+    # the script's own process started the ranks: its lines (torch's report of the failure) are the launcher's
+    assert any("ProcessRaisedException" in line for line in lines_of(stored, None))
+    assert not any("ProcessRaisedException" in line for rank in (0, 1) for line in lines_of(stored, rank))
 
 
-def test_stop_of_a_self_spawning_run_leaves_no_process(home):
+def test_stop_of_a_self_spawning_run_leaves_no_process_and_ranks_without_a_group_go_by_spawn_index(home):
     started = rankwatch("run", "--detach", "--json", str(SCRIPTS / "spawn_tutorial.py"), "--steps", "100000",
-                        "--sleep", "0.05", env=home)
+                        "--sleep", "0.05", "--no-process-group", env=home)
     assert started.returncode == 0, started.stderr
     info = json.loads(started.stdout)
     store_path = Path(home["RANKWATCH_HOME"]) / "data" / "runs.db"
@@ -131,7 +136,7 @@ def test_stop_of_a_self_spawning_run_leaves_no_process(home):
             return {rank for rank, *_ in store.metrics(info["run_id"], name="loss")} == {0, 1}
 
     try:
-        wait_for(both_stepping, 90, what="both spawned ranks to step")
+        wait_for(both_stepping, 90, what="both spawned ranks (by spawn index) to step")
         with RunStore(store_path, readonly=True) as store:
             run_key = store.run(info["run_id"])["run_key"]
         assert len(processes_with_marker(run_key)) >= 3  # the script's process and its two ranks

@@ -140,7 +140,7 @@ def script_part(launch: ResolvedLaunch, node: ResolvedNode, *, bootstrap: bool) 
         return ["--no-python", "sh", "-c", wrapper, "rankwatch-legacy", *spec.args]
     if spec.module:
         return ["-m", spec.module, *spec.args]
-    return [entry, *spec.args]
+    return [entry or "", *spec.args]
 
 
 def base_environment(launch: ResolvedLaunch) -> dict[str, str]:

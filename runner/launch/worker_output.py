@@ -29,6 +29,7 @@ import asyncio
 import codecs
 import contextlib
 import fcntl
+import functools
 import os
 import socket
 import time
@@ -218,6 +219,7 @@ class WorkerOutput:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One stream of one worker: the header in, a pipe out, then the pipe read to its end."""
         task = asyncio.current_task()
+        assert task is not None  # a server's connection runs in a task
         self._connections.add(task)
         self._idle.clear()
         assembler = pipe = pipe_file = None
@@ -234,7 +236,7 @@ class WorkerOutput:
                 assembler = LineAssembler(parsed.rank, parsed.stream, parsed.pid)
                 self._assemblers.add(assembler)
                 self._settle(assembler)
-                pipe = _PipeReader(assembler, lambda lines, assembler=assembler: self._route(assembler, lines))
+                pipe = _PipeReader(assembler, functools.partial(self._route, assembler))
                 await asyncio.get_running_loop().connect_read_pipe(lambda: pipe, pipe_file)
                 await pipe.closed
         finally:

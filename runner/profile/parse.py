@@ -201,8 +201,8 @@ def _parse_env(reader: _Reader) -> tuple[tuple[str, str], ...]:
                                                   "(letters, digits and '_', not starting with a digit)"))
         elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
             reader.errors.append(SpecError(field, f"expected a string, got {value!r}"))
-        elif text_problem(str(value)) is not None:
-            reader.errors.append(SpecError(field, text_problem(str(value))))
+        elif (problem := text_problem(str(value))) is not None:
+            reader.errors.append(SpecError(field, problem))
         else:
             pairs.append((key, str(value)))
     return tuple(pairs)
@@ -260,8 +260,9 @@ def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ..
         node = _Reader(table, f"nodes[{index}].", errors)
         node.reject_unknown([f.name for f in fields(NodeSpec)])
         host = node.optional_str("host", "localhost")
-        if host and host_problem(host):
-            node.fail("host", host_problem(host))
+        problem = host_problem(host) if host else None
+        if problem is not None:
+            node.fail("host", problem)
         user = node.optional_str("user")
         if user and not USER_NAME.fullmatch(user):
             node.fail("user", f"{user!r} is not a login name (no spaces or control characters)")
@@ -288,8 +289,9 @@ def _parse_rendezvous(reader: _Reader, errors: list[SpecError], node_count: int)
         master_port=_master_port(rdzv),
         node_rank=rdzv.integer("node_rank", 0, low=0, high=node_count - 1),
     )
-    if spec.master_addr is not None and host_problem(spec.master_addr):
-        rdzv.fail("master_addr", host_problem(spec.master_addr))
+    problem = host_problem(spec.master_addr) if spec.master_addr is not None else None
+    if problem is not None:
+        rdzv.fail("master_addr", problem)
     if spec.endpoint is not None:
         parsed = parse_host_port(spec.endpoint)
         if parsed is None:
@@ -461,7 +463,7 @@ def _check_slurm_fields(table: Mapping[str, Any], spec: LaunchSpec, errors: list
     if isinstance(spec.gpus, tuple):
         errors.append(SpecError("gpus", "Slurm picks the GPUs of a [slurm] job; set slurm.gpus_per_node instead "
                                         "(0: CPU mode)"))
-    elif spec.gpus == CPU and spec.slurm.gpus_per_node:
+    elif spec.gpus == CPU and spec.slurm is not None and spec.slurm.gpus_per_node:
         errors.append(SpecError("gpus", f'"cpu" but slurm.gpus_per_node is {spec.slurm.gpus_per_node}; '
                                         "set one of them"))
 

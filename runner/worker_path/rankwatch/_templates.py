@@ -124,7 +124,7 @@ def placeholders(arguments: Sequence[str]) -> list[tuple[int, str, str | None]]:
     Raises:
         TemplateError: for the first argument that is not a valid template.
     """
-    found = []
+    found: list[tuple[int, str, str | None]] = []
     for index, argument in enumerate(arguments):
         if is_template(argument):
             found.extend((index, *piece) for piece in parse(argument, index) if isinstance(piece, tuple))

@@ -4,7 +4,7 @@ Five real runs (2 ranks each, gloo on CPU), each serving several assertions: a s
 script given ``--init_method {init_method} --rank {rank} --world_size {world_size}`` with a
 tcp:// and with a file:// init method; the DDP tutorial's ``mp.spawn`` script run to the end
 (its spawn indices joining the group in reverse), with rank 1 failing, and without a process
-group, detached, then stopped with ``rankwatch stop``. About 40 s on an idle 2-core machine.
+group, detached, its stacks dumped, then stopped with ``rankwatch stop``. About 40 s on an idle 2-core machine.
 """
 
 from __future__ import annotations
@@ -140,6 +140,11 @@ def test_stop_of_a_self_spawning_run_leaves_no_process_and_ranks_without_a_group
         with RunStore(store_path, readonly=True) as store:
             run_key = store.run(info["run_id"])["run_key"]
         assert len(processes_with_marker(run_key)) >= 3  # the script's process and its two ranks
+        stacks = rankwatch("stacks", str(info["run_id"]), "--json", env=home, timeout=60)
+        assert stacks.returncode == 0, stacks.stderr
+        capture = json.loads(stacks.stdout)  # the stacks event: its fields at the top
+        assert capture["ranks"] == [0, 1] and capture["missing"] == []
+        assert "spawn_tutorial.py" in Path(capture["text_path"]).read_text()  # each spawned rank's own stack
         asked = time.monotonic()
         stopped = rankwatch("stop", str(info["run_id"]), env=home)
         assert stopped.returncode == 0, stopped.stderr

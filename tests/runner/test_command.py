@@ -136,3 +136,19 @@ def test_auto_launch_mode_starts_a_spawning_script_once_with_the_interpreter(tmp
     assert resolve(LaunchSpec(script=str(script)), NO_GPU).launch_mode.mode == "torchrun"
     chosen = resolve(LaunchSpec(script=str(script), launch_mode="self-spawn"), NO_GPU).launch_mode
     assert (chosen.mode, chosen.chosen_by) == ("self-spawn", "profile")
+
+
+def test_torchruns_own_settings_are_refused_for_a_self_spawning_script_not_ignored(tmp_path):
+    from runner.profile.check import check_launch
+
+    script = tmp_path / "tutorial.py"
+    script.write_text("import torch.multiprocessing as mp\nmp.spawn(demo, nprocs=2)\n")
+    spec = LaunchSpec(script=str(script), workdir=str(tmp_path), nproc_per_node=4, max_restarts=1)
+    errors = {error.field: error.message for error in check_launch(resolve(spec, NO_GPU), NO_GPU,
+                                                                    probe_interpreter=False)}
+    assert set(errors) == {"nproc_per_node", "max_restarts"}
+    assert errors["nproc_per_node"] == ("launch mode self-spawn (the script starts its own ranks: mp.spawn(...) on "
+                                        "line 2): its spawn call decides how many; leave nproc_per_node auto, or "
+                                        'choose launch_mode "torchrun"')
+    assert check_launch(resolve(spec.with_changes(launch_mode="torchrun"), NO_GPU), NO_GPU,
+                        probe_interpreter=False) == []

@@ -10,8 +10,8 @@ PR_SET_PDEATHSIG = 1
 RUN_KEY_VARIABLE = "RANKWATCH_RUN_KEY"
 
 
-def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> bool:
-    """Ask Linux to send ``sig`` (SIGKILL) to this process when its parent (torchrun) dies.
+def die_with_parent(signal_number: int = signal.SIGKILL, parent: int | None = None) -> bool:
+    """Ask Linux to send ``signal_number`` (SIGKILL) to this process when its parent (torchrun) dies.
 
     Without it, a SIGKILLed torchrun leaves its workers running, holding GPUs.
     If the parent died before this call (while the interpreter was starting), no signal
@@ -26,12 +26,12 @@ def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> boo
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal_number), 0, 0, 0) != 0:
             return False
     except (OSError, AttributeError, ImportError):
         return False
     if (os.getppid() != parent) if parent is not None else parent_is_gone():
-        os.kill(os.getpid(), sig)
+        os.kill(os.getpid(), signal_number)
     return True
 
 

@@ -59,6 +59,7 @@ from runner.profile.check import check_launch
 from runner.profile.files import Profile, dumps_spec
 from runner.profile.parse import SpecErrors, spec_to_dict
 from runner.profile.resolve import MachineFacts, ResolvedLaunch, ResolvedNode, resolve
+from runner.profile.spec import SELF_SPAWN
 from runner.remote.addresses import remote_nodes
 from runner.remote.head import RemoteNodes
 from runner.remote.preflight import preflight_nodes
@@ -255,16 +256,15 @@ class Run(HubObserver):
     async def _open(self) -> None:
         profile = self.prepared.profile
         commands = self.prepared.user_commands()
+        # a self-spawning script is recorded as such (run again, it runs the same way; views label its lines)
+        ran = self.spec.with_changes(launch_mode=SELF_SPAWN) if self.launch.self_spawn else self.spec
         self.run_id = await self.hub.create_run(
-            spec_to_dict(self.spec),
-            run_key=self.run_key, profile=profile.name, spec_toml=dumps_spec(self.spec),
+            spec_to_dict(ran),
+            run_key=self.run_key, profile=profile.name, spec_toml=dumps_spec(ran),
             command="\n".join(c.shell_text() for c in commands), host=socket.gethostname(),
             workdir=self.launch.head.workdir, runner_pid=os.getpid(), socket=None,
             world_size=None if self.launch.self_spawn else self.launch.world_size, status=RunStatus.STARTING.value)
         self.run_dir = paths.make_run_dir(self.run_id)  # 0700, with its stacks and torchrun folders
-        choice = self.launch.launch_mode
-        self.hub.add_event(EventKind.LAUNCH_MODE, None, choice.describe(), mode=choice.mode, reason=choice.reason,
-                           chosen_by=choice.chosen_by)
         self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
         await self.hub.serve_unix(self.socket_path)
         if remote_nodes(self.launch):
@@ -381,6 +381,9 @@ class Run(HubObserver):
     async def _run_opened(self) -> int:
         if self.view is not None:
             self.hub.add_local_subscriber(self.view)
+        choice = self.launch.launch_mode
+        self.hub.add_event(EventKind.LAUNCH_MODE, None, choice.describe(), mode=choice.mode, reason=choice.reason,
+                           chosen_by=choice.chosen_by)
         if self.on_ready is not None:
             run_id, run_dir, socket_path = self._opened()
             self.on_ready({"run_id": run_id, "socket": str(socket_path), "pid": os.getpid(),

@@ -104,6 +104,7 @@ def test_a_script_that_spawns_its_ranks_runs_once_and_its_children_are_the_ranks
     [mode] = [event for event in stored["events"] if event["kind"] == "launch_mode"]
     assert mode["data"]["mode"] == "self-spawn" and mode["data"]["chosen_by"] == "auto"
     assert "mp.spawn(...) on line" in mode["data"]["message"]
+    assert "[rankwatch] launch mode: self-spawn (the script starts its own ranks: mp.spawn(...) on line" in result.stderr
     assert {rank: row["state"] for rank, row in stored["ranks"].items()} == {0: "exited", 1: "exited"}
     assert stored["loss_steps"] == {0: set(range(STEPS)), 1: set(range(STEPS))}
     for rank in (0, 1):  # ranks by their process group (index i joined as 1 - i), lines from before it too
@@ -122,6 +123,7 @@ def test_a_failure_in_spawned_rank_1_is_named_as_rank_1(home):
     # the script's own process started the ranks: its lines (torch's report of the failure) are the launcher's
     assert any("ProcessRaisedException" in line for line in lines_of(stored, None))
     assert not any("ProcessRaisedException" in line for rank in (0, 1) for line in lines_of(stored, rank))
+    assert "[script] torch.multiprocessing.spawn.ProcessRaisedException" in result.stdout + result.stderr
 
 
 def test_stop_of_a_self_spawning_run_leaves_no_process_and_ranks_without_a_group_go_by_spawn_index(home):

@@ -543,8 +543,9 @@ class LaunchPanel(QWidget):
             launch = evaluation.launch
             where = "CPU" if launch.cpu_mode else f"GPUs {','.join(str(i) for i in launch.gpus)}"
             nodes = len(launch.nodes)
-            self.status.setText(f"Ready: {launch.world_size} processes on {nodes} node{'s' if nodes != 1 else ''}"
-                                f" · {where} · {launch.backend}")
+            processes = (f"{launch.world_size} processes on {nodes} node{'s' if nodes != 1 else ''}"
+                         if not launch.self_spawn else "the script, which starts its own ranks (self-spawn)")
+            self.status.setText(f"Ready: {processes} · {where} · {launch.backend}")
             self.status.setStyleSheet(READY_STYLE)
             self.status.setToolTip("")
         else:

@@ -376,6 +376,7 @@ def test_launch_mode_is_a_choice_that_says_what_auto_picked_and_templates_previe
     assert panel.launch_mode.currentData() == "auto"
     assert panel.launch_mode_hint.text() == "= self-spawn: the script starts its own ranks: mp.spawn(...) on line 3"
     assert panel.preview.command_text().endswith(f"-u {script}")  # no torchrun: the script, started once
+    assert panel.status.text() == "Ready: the script, which starts its own ranks (self-spawn) · CPU · gloo"
 
     panel.launch_mode.setCurrentIndex(panel.launch_mode.findData("torchrun"))
     assert form.evaluation.spec.launch_mode == "torchrun" and panel.launch_mode_hint.text() == ""

@@ -232,6 +232,20 @@ def _check_templates(reader: _Reader, args: tuple[str, ...]) -> None:
         reader.fail(f"args[{error.index}]", error.message)
 
 
+def _check_init_file(spec: LaunchSpec) -> list[SpecError]:
+    """``{init_method:file}`` is a file in the run's folder on this machine: one machine only."""
+    if not (spec.is_multi_node or spec.slurm is not None):
+        return []
+    try:
+        found = [index for index, name, spelling in templates.placeholders(spec.args)
+                 if templates.key(name, spelling) == "init_method:file"]
+    except templates.TemplateError:
+        return []  # said already (_check_templates)
+    return [SpecError(f"args[{index}]", "{init_method:file} is a file on this machine, which the other nodes "
+                                        "cannot open; use {init_method} (tcp://) with several nodes")
+            for index in found[:1]]
+
+
 def _check_launch_mode(spec: LaunchSpec) -> list[SpecError]:
     """A self-spawning script is started once, on this machine: no torchrun to give each
     process its rank, so no per-rank templates, and no other node."""
@@ -538,6 +552,7 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
     if spec.slurm is not None:
         _check_slurm_fields(table, spec, errors)
     errors.extend(_check_launch_mode(spec))
+    errors.extend(_check_init_file(spec))
     if errors:
         raise SpecErrors(errors)
     return spec

@@ -101,4 +101,7 @@ def test_argument_templates_and_launch_mode_are_checked_when_parsed():
         "script": "a.py", "launch_mode": "self-spawn", "args": ["{rank}"],
         "nodes": [{"host": "localhost"}, {"host": "b"}], "rendezvous": {"mode": "c10d"}}) if field == "launch_mode"]
     assert "several nodes need launch_mode" in errors[0] and "{rank} have no value" in errors[1]
+    errors = dict(errors_of({"script": "a.py", "args": ["--im", "{init_method:file}"],
+                             "nodes": [{"host": "localhost"}, {"host": "b"}], "rendezvous": {"mode": "c10d"}}))
+    assert errors["args[1]"].startswith("{init_method:file} is a file on this machine")
     assert dict(errors_of({"script": "a.py", "launch_mode": "mpirun"}))["launch_mode"] == "'mpirun' is not one of auto, torchrun, self-spawn"

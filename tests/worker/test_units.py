@@ -264,13 +264,21 @@ def test_templates_expand_from_torchruns_variables_and_keep_everything_else():
     assert caught.value.index == 1 and "RANKWATCH_INIT_FILE is not set" in caught.value.message
 
 
-def test_a_self_spawning_scripts_main_process_is_a_launcher_only_when_its_text_spawns(tmp_path):
-    from rankwatch._spawn import rank_environ, script_spawns
+def test_a_self_spawning_scripts_main_process_is_a_launcher_only_when_its_text_spawns(tmp_path, monkeypatch):
+    from rankwatch._spawn import rank_environ, script_spawns, target_spawns
 
     spawning, alone = tmp_path / "spawning.py", tmp_path / "alone.py"
     spawning.write_text("import torch.multiprocessing as mp\nmp.spawn(main, nprocs=2)\n")
     alone.write_text("model = torch.nn.DataParallel(net)\n")
     assert script_spawns(str(spawning)) and not script_spawns(str(alone))
     assert script_spawns(None) and script_spawns(str(tmp_path / "missing.py"))  # not read: assume it does
+    package = tmp_path / "spawnpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text("import torch.multiprocessing as mp\nmp.spawn(main, nprocs=2)\n")
+    (package / "alone.py").write_text("print('one process')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert target_spawns(True, "spawnpkg") and not target_spawns(True, "spawnpkg.alone")
+    assert target_spawns(True, "no_such_module_here")
     environ = rank_environ(1, 2, {"RANKWATCH_SOCKET": "/s"})
     assert WorkerEnvironment.from_environ(environ).rank == 1 and environ["WORLD_SIZE"] == "2"

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         args = [legacy_argument, *args]
     command = ["-m", name, *args] if is_module else [name, *args]
     launcher: _spawn.Launcher | None = None
-    if is_self_spawn() and _spawn.script_spawns(None if is_module else name):
+    if is_self_spawn() and _spawn.target_spawns(is_module, name):
         launcher = _spawn.Launcher(lambda environment: _start_session(command, environment))
         launcher.install()
         session = None
@@ -163,7 +163,7 @@ def _attach_output() -> None:
         _output.attach_output()
         return
     target = parse_target(sys.argv[1:])
-    if target is not None and not _spawn.script_spawns(None if target[0] else target[1]):
+    if target is not None and not _spawn.target_spawns(*target[:2]):
         _output.attach_output(_spawn.rank_environ(0, 1))
     else:
         _output.attach_output(pending=True)

@@ -23,6 +23,7 @@ Standard library only; torch is reached through the modules the script imported.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -53,9 +54,28 @@ def rank_environ(rank: int, world_size: int, environ: Mapping[str, str] | None =
             "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0"}
 
 
+def target_spawns(is_module: bool, name: str) -> bool:
+    """Whether the script (or module, ``-m``) calls ``spawn(`` / ``start_processes(``: its main
+    process is then a launcher, not a rank. One that cannot be found or read: assumed to."""
+    return script_spawns(module_path(name) if is_module else name)
+
+
+def module_path(name: str) -> str | None:
+    """The file ``python -m name`` runs (a package's ``__main__``), or ``None`` when not found.
+    Finding it imports the parent packages, as running it would."""
+    try:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(name + ".__main__")
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    return origin if origin and origin.endswith(".py") else None
+
+
 def script_spawns(path: str | None) -> bool:
-    """Whether the script's text calls ``spawn(`` / ``start_processes(``: its main process is
-    then a launcher, not a rank. A module (``path`` None) or an unreadable file: assumed to."""
+    """Whether the file's text calls ``spawn(`` / ``start_processes(``; ``None`` or an
+    unreadable file: assumed to."""
     if path is None:
         return True
     try:

@@ -44,6 +44,8 @@ from runner.profile.spec import (
     CPU,
     RENDEZVOUS_MODES,
     SCHEMA_VERSION,
+    SELF_SPAWN,
+    TORCHRUN,
     GpuSelection,
     LaunchSpec,
     NodeSpec,
@@ -53,7 +55,7 @@ from runner.profile.spec import (
 from runner.slurm.script import render_by_hand
 
 __all__ = [
-    "ALL", "AUTO", "BACKENDS", "CPU", "EXAMPLE_PROFILE", "PROFILE_NAME", "RENDEZVOUS_MODES", "SCHEMA_VERSION",
+    "ALL", "AUTO", "BACKENDS", "CPU", "EXAMPLE_PROFILE", "PROFILE_NAME", "RENDEZVOUS_MODES", "SCHEMA_VERSION", "SELF_SPAWN", "TORCHRUN",
     "GpuSelection", "LaunchSpec", "MachineFacts", "NodeSpec", "Profile", "ProfileError", "RendezvousPlan",
     "ResolvedLaunch", "ResolvedNode", "SlurmSpec", "SpecError", "SpecErrors", "TelemetrySpec", "build_commands",
     "check_launch", "default_interpreter", "delete_profile", "discover_interpreters", "example_profile",

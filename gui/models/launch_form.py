@@ -125,6 +125,8 @@ class FormState:
     omp_num_threads: int | str = AUTO
     env: tuple[tuple[str, str], ...] = ()
     legacy_local_rank: bool = False
+    launch_mode: str = AUTO
+    """``auto``, ``torchrun`` or ``self-spawn`` (``runner.profile.launch_mode``)."""
     slurm: SlurmForm = SlurmForm()  # noqa: RUF009 (frozen: one shared default is safe)
     """The Slurm section (``gui.widgets.slurm_section``); off by default."""
     # Not on the form: carried from the loaded profile.
@@ -154,6 +156,7 @@ class FormState:
             omp_num_threads=spec.omp_num_threads,
             env=spec.env,
             legacy_local_rank=spec.legacy_local_rank,
+            launch_mode=spec.launch_mode,
             slurm=SlurmForm.from_spec(spec.slurm),
             telemetry=spec.telemetry,
             description=spec.description,
@@ -190,6 +193,8 @@ class FormState:
         table["max_restarts"] = self.max_restarts
         table["omp_num_threads"] = self.omp_num_threads
         table["legacy_local_rank"] = self.legacy_local_rank
+        if self.launch_mode != AUTO:
+            table["launch_mode"] = self.launch_mode
         env = [(name.strip(), value) for name, value in self.env if name.strip() or value]
         if env:
             table["env"] = dict(env)
@@ -535,7 +540,8 @@ class LaunchFormModel:
         plan, plan_errors = self._plan(launch)
         errors += plan_errors
         commands = tuple(
-            CommandPreview(node_rank=command.node.node_rank, host=command.node.host, text=command.shell_text(),
+            CommandPreview(node_rank=command.node.node_rank, host=command.node.host,
+                           text="\n".join([command.shell_text(), *(f"# {line}" for line in command.rank_lines)]),
                            ssh=ssh_target(command.node))
             for command in build_commands(launch, plan)
         )

@@ -58,10 +58,13 @@ def command_main(args: argparse.Namespace) -> int:
         print(render_by_hand(prepared.launch), end="")
         return 0
     commands = prepared.user_commands()
+    print(f"# {prepared.launch.launch_mode.describe()}", file=sys.stderr)  # stdout: only what can be pasted
     for command in commands:
         if len(commands) > 1:
             print(f"# node {command.node.node_rank}: {command.node.host} ({command.node.processes} processes)")
         print(command.shell_text())
+        for line in command.rank_lines:  # what each rank runs, its argument templates expanded
+            print(f"#   {line}")
     return 0
 
 

@@ -45,6 +45,10 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--master-port", type=int, metavar="PORT", help="static rendezvous master port (0: a free one)")
     group.add_argument("--legacy-local-rank", action="store_true", default=None,
                        help="pass --local_rank=N to the script (torch.distributed.launch style)")
+    group.add_argument("--launch-mode", choices=("auto", "torchrun", "self-spawn"),
+                       help="torchrun: one process per rank; self-spawn: start the script once and watch the "
+                            "processes it spawns (torch.multiprocessing.spawn) as ranks, or it as the only rank "
+                            "(DataParallel); auto (default): self-spawn when the script calls torch's spawn")
     group.add_argument("--no-instrument", action="store_true", default=None,
                        help="no zero-code instrumentation (logs, exits and rankwatch.log only)")
     group.add_argument("--parse-stdout", action="store_true", default=None, help="also read metrics from printed lines (loss, val_loss, lr, ...; HF Trainer and nanoGPT formats); each key is its own curve")
@@ -133,6 +137,8 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
         changes["omp_num_threads"] = _auto_or_int("omp_num_threads", args.omp_num_threads)
     if args.legacy_local_rank:
         changes["legacy_local_rank"] = True
+    if getattr(args, "launch_mode", None) is not None:
+        changes["launch_mode"] = args.launch_mode
     rendezvous = spec.rendezvous
     if args.rdzv_endpoint or args.rdzv_id:
         if args.rdzv_endpoint and parse_host_port(args.rdzv_endpoint) is None:

@@ -52,9 +52,10 @@ REFRESH_PER_SECOND = 4
 """The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
 
 
-def format_prefix(rank: int | None, node: str | None, multi_node: bool) -> str:
+def format_prefix(rank: int | None, node: str | None, multi_node: bool, launcher: str = "torchrun") -> str:
+    """``launcher``: who wrote the lines of no rank (``script``: a self-spawning script's own process)."""
     if rank is None:
-        return f"[{node} torchrun]" if multi_node and node else "[torchrun]"
+        return f"[{node} {launcher}]" if multi_node and node else f"[{launcher}]"
     return f"[{node} rank {rank}]" if multi_node and node else f"[rank {rank}]"
 
 
@@ -133,6 +134,8 @@ class TerminalView:
         self.ranks: dict[int, dict[str, Any]] = {}
         self.run: dict[str, Any] | None = None
         self.spec_args: list = []
+        self.launcher = "torchrun"
+        """How lines of no rank are labelled: ``script`` when the script started its own ranks."""
         self.logged = LoggedValues()
         self.progress = ProgressTracker()
         self.cpu_mode = True
@@ -180,6 +183,8 @@ class TerminalView:
         if kind == "snapshot":
             self.run = message.get("run")
             self.spec_args = list((message.get("spec") or {}).get("args") or [])
+            if (message.get("spec") or {}).get("launch_mode") == "self-spawn":
+                self.launcher = "script"
             for row in message.get("ranks") or []:
                 self.ranks[row["rank"]] = row
             if len(message.get("nodes") or []) > 1:
@@ -221,11 +226,14 @@ class TerminalView:
             if rank is None and self.stopping_since is not None:
                 self.hidden_launcher_lines += 1
                 continue
-            self._print_line(format_prefix(rank, node, self.multi_node), without_torch_prefix(line, rank), stream)
+            self._print_line(format_prefix(rank, node, self.multi_node, self.launcher), without_torch_prefix(line, rank),
+                             stream)
         for event in events:
             kind = event.get("kind")
             if kind == "stopping":
                 self._say_stopping(event)
+            elif kind == "launch_mode" and event.get("mode") == "self-spawn":  # torchrun goes without saying
+                self._print_line("[rankwatch]", event.get("message", ""), "stderr")
             elif kind in NOTABLE_EVENTS and not (
                     self.stopping_since is not None and kind in EXPECTED_WHILE_STOPPING):
                 self._print_line("[rankwatch]", event.get("message", ""), "stderr", style="yellow")

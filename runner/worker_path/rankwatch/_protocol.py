@@ -628,6 +628,9 @@ class EventKind(str, Enum):
     """The run was submitted to Slurm (``runner.slurm``): job_id, ..."""
     SLURM = "slurm"
     """Slurm's record of the job changed (pending and why, running, ended): its fields."""
+    LAUNCH_MODE = "launch_mode"
+    """How the script is started, and why (``runner.launch.launch_mode``): mode ("torchrun" or
+    "self-spawn"), reason, chosen_by ("profile" when the user chose it, else "auto")."""
 
 
 class Event:

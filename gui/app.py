@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from runner.privacy import adopt_private_umask
+from gui.gateway.runner_rules import adopt_private_umask
 
 APP_ID = "rankwatch"
 """The program name the desktop sees: X11 WM_CLASS instance, Wayland app id (the .desktop file's name)."""
@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
+    from gui.gateway.launch_spec import EXAMPLE_PROFILE
+
     # Qt is imported only now: a server without a display often lacks libGL too.
     from gui.main_window import (
         MainWindow,
@@ -136,7 +138,6 @@ def main(argv: list[str] | None = None) -> int:
         apply_color_scheme,
         follow_system_color_scheme,
     )
-    from runner.profile.files import EXAMPLE_PROFILE
 
     # argv[0] names the X11 window class's instance (WM_CLASS "rankwatch", "Rankwatch"): taskbars
     # show it, so it is ours, whatever started the app (`python gui/app.py`, `python -m runner gui`).

@@ -38,20 +38,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.launch_spec import EXAMPLE_PROFILE, ProfileError, SpecErrors
+from gui.gateway.probe import RunnerProbe
+from gui.gateway.runner_rules import paths
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.notices import APP_NAME, run_end_notice, window_title
 from gui.models.profiles import ProfileListModel
 from gui.notifier import Notifier
-from gui.runner_probe import RunnerProbe
 from gui.settings import AppSettings
 from gui.widgets.doctor_panel import DoctorDialog
 from gui.widgets.history_panel import HistoryPanel
 from gui.widgets.launch_panel import LaunchPanel
 from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.monitor_tabs import CANCEL, LEAVE_RUNNING, STOP_RUN, MonitorTabs
-from runner import paths
-from runner.profile.files import EXAMPLE_PROFILE, ProfileError
-from runner.profile.parse import SpecErrors
 
 APP_TITLE = APP_NAME
 DEFAULT_SIZE = (1320, 840)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings
 
-from runner import paths
+from gui.gateway.runner_rules import paths
 
 MAX_RECENT_SCRIPTS = 10
 

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankwatch._protocol import EventKind, LogLine, MetricRecord, ProcessSample
+from rankwatch._protocol import EventKind, Hello, LogLine, MetricRecord, ProcessSample
 from runner import paths
 from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.monitors import start_monitors
@@ -49,6 +50,7 @@ from runner.launch.command import (
     RunnerContext,
     build_commands,
     build_node_command,
+    uses_init_file,
 )
 from runner.launch.nodes import LocalNode, NodeHandle
 from runner.launch.output import OutputLine
@@ -57,6 +59,7 @@ from runner.profile.check import check_launch
 from runner.profile.files import Profile, dumps_spec
 from runner.profile.parse import SpecErrors, spec_to_dict
 from runner.profile.resolve import MachineFacts, ResolvedLaunch, ResolvedNode, resolve
+from runner.profile.spec import SELF_SPAWN
 from runner.remote.addresses import remote_nodes
 from runner.remote.head import RemoteNodes
 from runner.remote.preflight import preflight_nodes
@@ -198,6 +201,12 @@ class Run(HubObserver):
     def on_log(self, line: LogLine) -> None:
         self._on_log(*line)
 
+    def on_hello(self, hello: Hello) -> None:
+        """A self-spawned rank's output waits for its hello to be attributed (``runner.launch.worker_output``)."""
+        if self.launch.self_spawn and hello.pid is not None:
+            for handle in self.nodes:
+                handle.claim_output(hello.pid, hello.rank)
+
     # ---- output and telemetry ------------------------------------------------------------
 
     def _on_node_lines(self, node: ResolvedNode, lines: list[OutputLine]) -> None:
@@ -247,12 +256,14 @@ class Run(HubObserver):
     async def _open(self) -> None:
         profile = self.prepared.profile
         commands = self.prepared.user_commands()
+        # a self-spawning script is recorded as such (run again, it runs the same way; views label its lines)
+        ran = self.spec.with_changes(launch_mode=SELF_SPAWN) if self.launch.self_spawn else self.spec
         self.run_id = await self.hub.create_run(
-            spec_to_dict(self.spec),
-            run_key=self.run_key, profile=profile.name, spec_toml=dumps_spec(self.spec),
+            spec_to_dict(ran),
+            run_key=self.run_key, profile=profile.name, spec_toml=dumps_spec(ran),
             command="\n".join(c.shell_text() for c in commands), host=socket.gethostname(),
             workdir=self.launch.head.workdir, runner_pid=os.getpid(), socket=None,
-            world_size=self.launch.world_size, status=RunStatus.STARTING.value)
+            world_size=None if self.launch.self_spawn else self.launch.world_size, status=RunStatus.STARTING.value)
         self.run_dir = paths.make_run_dir(self.run_id)  # 0700, with its stacks and torchrun folders
         self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
         await self.hub.serve_unix(self.socket_path)
@@ -283,7 +294,15 @@ class Run(HubObserver):
         return RunnerContext(
             socket=str(socket_path), token=self.token, run_key=self.run_key, run_id=run_id,
             log_dir=str(run_dir / "torchrun"), stacks_dir=str(run_dir / "stacks"),
-            instrument=self.spec.telemetry.instrument, hash_every=self.spec.telemetry.hash_every)
+            instrument=self.spec.telemetry.instrument, hash_every=self.spec.telemetry.hash_every,
+            init_file=str(self._init_file_folder() / "store") if uses_init_file(self.launch) else None)
+
+    def _init_file_folder(self) -> Path:
+        """The private folder of ``{init_method:file}``'s file: made fresh (the file must not exist
+        before the run, torch's rule), removed after the run (``execute``)."""
+        folder = self._opened()[1] / "init-method"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return folder
 
     def _create_nodes(self) -> list[NodeHandle]:
         nodes: list[NodeHandle] = []
@@ -357,10 +376,15 @@ class Run(HubObserver):
                 sentinel.wait(timeout=5)
             if self.socket_path is not None:
                 self.socket_path.unlink(missing_ok=True)
+            if self.run_dir is not None:
+                shutil.rmtree(self.run_dir / "init-method", ignore_errors=True)
 
     async def _run_opened(self) -> int:
         if self.view is not None:
             self.hub.add_local_subscriber(self.view)
+        choice = self.launch.launch_mode
+        self.hub.add_event(EventKind.LAUNCH_MODE, None, choice.describe(), mode=choice.mode, reason=choice.reason,
+                           chosen_by=choice.chosen_by)
         if self.on_ready is not None:
             run_id, run_dir, socket_path = self._opened()
             self.on_ready({"run_id": run_id, "socket": str(socket_path), "pid": os.getpid(),

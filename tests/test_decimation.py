@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from gui.charts.decimation import FACTOR, STEP, TIME, Column, MinMaxColumn, Series
 from gui.charts.smoothing import SmoothedValues, ema
+from gui.models.series import FACTOR, STEP, TIME, Column, MinMaxColumn, Series
 
 
 def reference_ema(values, weight, start=None):

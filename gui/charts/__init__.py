@@ -1,8 +1,8 @@
-"""Live charts: Qt-free decimation, smoothing, tick labels and readout rows, and pyqtgraph
-widgets built on them.
+"""Live charts: Qt-free smoothing, tick labels and readout rows, and pyqtgraph widgets built
+on them and on the series of the view models (``gui.models.series``: storage and min/max
+decimation).
 
-``decimation`` and ``smoothing`` import only numpy (view models use them), ``ticks`` and
-``readout`` only the standard library; the widgets live in ``axis``, ``curves``, ``chart``,
+``smoothing`` imports only numpy, ``ticks`` and ``readout`` only the standard library; the widgets live in ``axis``, ``curves``, ``chart``,
 ``legend`` and ``grid``. This ``__init__`` imports nothing, so that importing the Qt-free
 parts never drags Qt in.
 """

@@ -2,7 +2,7 @@
 
 :class:`MetricChart` never hands pyqtgraph more than about two points per pixel
 column: on :meth:`MetricChart.refresh` each visible curve asks its
-:class:`~gui.charts.decimation.Series` for the min/max of the visible x range at
+:class:`~gui.models.series.Series` for the min/max of the visible x range at
 the plot's width, and only when something changed (new points, another range or
 width, another smoothing, log scale). Callers refresh on a timer (``ChartGrid``
 does, at 15 Hz), never per message. All curves are one graphics item
@@ -44,10 +44,10 @@ from PySide6.QtWidgets import (
 from gui.charts import ticks
 from gui.charts.axis import ChartAxis
 from gui.charts.curves import CurveSetItem
-from gui.charts.decimation import STEP, TIME, Series
 from gui.charts.legend import LegendBar
 from gui.charts.readout import ReadoutRow, format_position, format_value, pick_rows
 from gui.charts.smoothing import SmoothedValues
+from gui.models.series import STEP, TIME, Series
 
 DEFAULT_PIXELS = 800
 """Width assumed before the plot has been laid out."""

@@ -38,7 +38,6 @@ from PySide6.QtWidgets import (
 )
 
 from gui.charts.chart import MetricChart, palette_is_dark, series_color
-from gui.charts.decimation import STEP, TIME
 from gui.charts.legend import LegendBar
 from gui.models.charts import (
     BUILT_IN_CHARTS,
@@ -56,6 +55,7 @@ from gui.models.charts import (
     logged_metric_names,
 )
 from gui.models.monitor import MonitorModel
+from gui.models.series import STEP, TIME
 
 REFRESH_HZ = 15
 NOTES_EVERY = 8

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from gui.charts.decimation import MinMaxColumn, Series
+from gui.models.series import MinMaxColumn, Series
 
 MAX_WEIGHT = 0.999
 _MAX_BLOCK = 4096

@@ -1,13 +1,12 @@
-"""The runs list and run comparisons, read from the run store (Qt-free).
+"""The runs list and run comparisons, from what the run store recorded (Qt-free).
 
 The store is the record of truth: a run whose ``ended`` is empty and whose runner
 process is alive is live (the GUI can attach to its socket); one whose runner is
 gone without recording an end is shown as ``lost``.
 
-Reads never happen on the GUI thread: :class:`RunsPoller` is a named daemon thread
-with a stop event that opens its own read-only store (SQLite connections are per
-thread), polls, and hands each changed list of :class:`RunRow` to a callback;
-:func:`loss_overlay` is meant for a worker thread too.
+Nothing here reads the store: the gateway's store reader does, off the GUI thread
+(``gui.gateway.store_reads``: the runs with their liveness, a run's loss rows), and
+these functions turn its rows into what the runs list and the overlay show.
 """
 
 from __future__ import annotations
@@ -15,18 +14,15 @@ from __future__ import annotations
 import functools
 import math
 import shlex
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Any
 
 import numpy as np
 
 from rankwatch import _protocol
-from runner.store.liveness import effective_status, is_live
-from runner.store.store import RunNotFound, RunStore
 
 HISTORY_COLUMNS = ("Run", "Profile", "Script", "Started", "Duration", "Status", "Exit", "Ranks", "Host")
 NOT_MEASURED = "–"
@@ -78,8 +74,9 @@ class RunRow:
 
     @classmethod
     def from_store(cls, run: dict[str, Any]) -> RunRow:
-        live = is_live(run)
-        status = effective_status(run) if run.get("status") else ""
+        """From the store's row with its liveness (``gui.gateway.store_reads.with_liveness``)."""
+        live = bool(run.get("live"))
+        status = str(run.get("effective_status") or "")
         return cls(run_id=int(run["id"]), profile=run.get("profile"), status=status,
                    created=float(run.get("created") or 0.0), started=run.get("started"), ended=run.get("ended"),
                    exit_code=run.get("exit_code"), world_size=run.get("world_size"), host=run.get("host"),
@@ -92,10 +89,6 @@ class RunRow:
             return None
         end = self.ended if self.ended is not None else (time.time() if now is None else now) if self.live else None
         return None if end is None else max(0.0, end - start)
-
-
-def load_runs(store: RunStore, limit: int = RUN_LIMIT) -> list[RunRow]:
-    return [RunRow.from_store(run) for run in store.runs(limit=limit)]
 
 
 def _duration_text(seconds: float | None) -> str:
@@ -123,67 +116,6 @@ def history_sort_keys(row: RunRow, now: float | None = None) -> tuple[Any, ...]:
             row.status, -(10**9) if row.exit_code is None else row.exit_code, row.world_size or 0, row.host or "")
 
 
-class RunsPoller:
-    """Polls the store's runs list on a named daemon thread; ``on_rows`` gets each changed list.
-
-    ``on_rows`` runs on the poller's thread: a Qt caller relays it with a signal.
-    ``on_error`` gets a message when the store cannot be read (the next poll retries).
-    """
-
-    def __init__(self, on_rows: Callable[[list[RunRow]], None], on_error: Callable[[str], None] | None = None,
-                 interval_s: float = POLL_INTERVAL_S, limit: int = RUN_LIMIT, store_path: Path | None = None) -> None:
-        self._on_rows = on_rows
-        self._on_error = on_error
-        self._interval_s = interval_s
-        self._limit = limit
-        self._store_path = store_path
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rankwatch-runs-poller", daemon=True)
-        self._last: list[RunRow] | None = None
-
-    def start(self) -> RunsPoller:
-        self._thread.start()
-        return self
-
-    def poll_now(self) -> None:
-        """Poll at once (and report even an unchanged list)."""
-        self._last = None
-        self._wake.set()
-
-    def stop(self, timeout: float = 2.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        store: RunStore | None = None
-        try:
-            while not self._stop.is_set():
-                try:
-                    if store is None:
-                        store = RunStore(self._store_path, readonly=True)
-                    rows = load_runs(store, self._limit)
-                except RunNotFound:
-                    rows = []  # no store yet: nothing has run
-                except Exception as error:  # a locked or damaged store must not end polling
-                    if store is not None:
-                        store.close()
-                        store = None
-                    if self._on_error is not None:
-                        self._on_error(f"cannot read the run store: {error}")
-                    rows = None
-                if rows is not None and rows != self._last:
-                    self._last = rows
-                    self._on_rows(rows)
-                self._wake.wait(self._interval_s)
-                self._wake.clear()
-        finally:
-            if store is not None:
-                store.close()
-
-
 @dataclass(frozen=True)
 class LossCurve:
     run_id: int
@@ -195,14 +127,10 @@ class LossCurve:
     """Mean loss over the ranks that reported each step."""
 
 
-def loss_overlay(store: RunStore, run_id: int, name: str = _protocol.LOSS) -> LossCurve:
-    """The mean-over-ranks loss per step of ``run_id``, for comparing runs.
-
-    Raises:
-        RunNotFound: no such run.
-    """
-    run = store.run(run_id)
-    rows = store.metrics(run_id, name=name)
+def loss_overlay(run: dict[str, Any], rows: list[Sequence[Any]]) -> LossCurve:
+    """The mean-over-ranks loss per step of ``run`` (its stored row), from its stored loss
+    ``rows`` (``gui.gateway.store_reads.loss_rows``), for comparing runs."""
+    run_id = int(run["id"])
     label = f"run {run_id}" + (f" ({run['profile']})" if run.get("profile") else "")
     t0 = float(run.get("started") or run.get("created") or 0.0)
     if not rows:

@@ -23,33 +23,36 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from gui.models import Event
-from gui.models.probe import InterpreterInfo
-from gui.models.slurm_form import SlurmForm
-from runner.launch.command import RendezvousPlan, build_commands
-from runner.launch.ports import free_port
-from runner.launch.rendezvous import plan_rendezvous
-from runner.profile.check import check_launch, torch_missing
-from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
-from runner.profile.resolve import (
-    MachineFacts,
-    ResolvedLaunch,
-    ResolvedNode,
-    default_interpreter,
-    resolve,
-)
-from runner.profile.spec import (
+from gui.gateway.launch_spec import (
     ALL,
     AUTO,
     CPU,
     SCHEMA_VERSION,
     GpuSelection,
     LaunchSpec,
+    MachineFacts,
     NodeSpec,
+    RendezvousPlan,
+    ResolvedLaunch,
+    ResolvedNode,
+    SpecError,
+    SpecErrors,
     TelemetrySpec,
+    build_commands,
+    check_launch,
+    default_interpreter,
+    free_port,
+    plan_rendezvous,
+    render_by_hand,
+    resolve,
+    spec_from_dict,
+    spec_to_dict,
+    torch_missing,
 )
-from runner.sampling.gpu_report import GpuReport
-from runner.slurm.script import render_by_hand
+from gui.gateway.probe_output import InterpreterInfo
+from gui.gateway.runner_rules import GpuReport
+from gui.models import Event
+from gui.models.slurm_form import SlurmForm
 
 ENTRY_SCRIPT = "script"
 ENTRY_MODULE = "module"
@@ -122,6 +125,8 @@ class FormState:
     omp_num_threads: int | str = AUTO
     env: tuple[tuple[str, str], ...] = ()
     legacy_local_rank: bool = False
+    launch_mode: str = AUTO
+    """``auto``, ``torchrun`` or ``self-spawn`` (``runner.profile.launch_mode``)."""
     slurm: SlurmForm = SlurmForm()  # noqa: RUF009 (frozen: one shared default is safe)
     """The Slurm section (``gui.widgets.slurm_section``); off by default."""
     # Not on the form: carried from the loaded profile.
@@ -151,6 +156,7 @@ class FormState:
             omp_num_threads=spec.omp_num_threads,
             env=spec.env,
             legacy_local_rank=spec.legacy_local_rank,
+            launch_mode=spec.launch_mode,
             slurm=SlurmForm.from_spec(spec.slurm),
             telemetry=spec.telemetry,
             description=spec.description,
@@ -187,6 +193,8 @@ class FormState:
         table["max_restarts"] = self.max_restarts
         table["omp_num_threads"] = self.omp_num_threads
         table["legacy_local_rank"] = self.legacy_local_rank
+        if self.launch_mode != AUTO:
+            table["launch_mode"] = self.launch_mode
         env = [(name.strip(), value) for name, value in self.env if name.strip() or value]
         if env:
             table["env"] = dict(env)
@@ -532,7 +540,8 @@ class LaunchFormModel:
         plan, plan_errors = self._plan(launch)
         errors += plan_errors
         commands = tuple(
-            CommandPreview(node_rank=command.node.node_rank, host=command.node.host, text=command.shell_text(),
+            CommandPreview(node_rank=command.node.node_rank, host=command.node.host,
+                           text="\n".join([command.shell_text(), *(f"# {line}" for line in command.rank_lines)]),
                            ssh=ssh_target(command.node))
             for command in build_commands(launch, plan)
         )

@@ -3,7 +3,7 @@
 :class:`MonitorModel` applies the hub's messages (``snapshot``, ``update``,
 ``history_end``, ``bye``; see ``rankwatch._protocol``) and keeps what the monitor
 shows: the run, its rank rows, every metric point of every rank and GPU (as
-:class:`~gui.charts.decimation.Series`, unlimited), the last ``log_limit`` log lines
+:class:`~gui.models.series.Series`, unlimited), the last ``log_limit`` log lines
 (older ones stay in the store), events, and progress with an ETA.
 
 It is plain Python (no Qt): widgets take it in ``__init__``, connect to its events
@@ -19,14 +19,22 @@ import re
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gui.charts.decimation import Series
+from gui.gateway.runner_rules import (
+    Progress,
+    ProgressTracker,
+    RankState,
+    RunStatus,
+    compute_progress,
+)
 from gui.models import Event
 from gui.models.exits import rank_ended_by
+from gui.models.series import Series
 from rankwatch import _protocol
-from runner.state import RankState, RunStatus
-from runner.view.progress import Progress, ProgressTracker, compute_progress
+
+if TYPE_CHECKING:
+    from gui.gateway.store_reads import RunRecords
 
 LOG_LIMIT = 50_000
 """Log lines kept in memory; the store has them all."""
@@ -566,27 +574,22 @@ class MonitorModel:
     # ---- loading a finished run ----------------------------------------------------
 
     @classmethod
-    def from_store(cls, store, run_id: int, log_limit: int = LOG_LIMIT) -> MonitorModel:
-        """A model of run ``run_id`` as the store recorded it (any thread; ``store`` is that thread's).
-
-        Raises:
-            runner.store.store.RunNotFound: no such run.
-        """
+    def from_records(cls, records: RunRecords, log_limit: int = LOG_LIMIT) -> MonitorModel:
+        """A model of a run as the store recorded it (``gui.gateway.store_reads.run_records``;
+        built on the store reader's thread, where ``records.metric_chunks`` can be read)."""
         model = cls(log_limit=log_limit)
-        run = store.run(run_id)
+        run = records.run
         spec = _spec_from_toml(run.get("spec_toml"))
         public_run = {k: v for k, v in run.items() if k not in ("spec_toml",)}
         model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": public_run,
-                     "ranks": store.ranks(run_id), "nodes": store.nodes(run_id), "spec": spec})
-        for chunk in store.iter_metrics(run_id):
+                     "ranks": records.ranks, "nodes": records.nodes, "spec": spec})
+        for chunk in records.metric_chunks:
             model.add_metric_rows(chunk)
-        model.add_gpu_rows(store.gpu_samples(run_id))
-        model.add_process_rows(store.process_samples(run_id))
-        model.add_log_rows([(row["rank"], row["t"], row["stream"], row["line"], row["node"])
-                            for row in store.logs(run_id, limit=log_limit)])
-        model.logs.total = max(model.logs.total, store.count("logs", run_id))
-        model.add_events([{"kind": event["kind"], "t": event["t"], "rank": event["rank"], **(event["data"] or {})}
-                          for event in store.events(run_id)])
+        model.add_gpu_rows(records.gpu_samples)
+        model.add_process_rows(records.process_samples)
+        model.add_log_rows(records.logs)
+        model.logs.total = max(model.logs.total, records.log_total)
+        model.add_events(records.events)
         model._fill_rank_rows_from_series()
         model.history_done = True
         model.points_added.emit()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.state import RunStatus
+from gui.gateway.runner_rules import RunStatus
 
 APP_NAME = "Rankwatch"
 
@@ -50,7 +50,8 @@ def run_end_notice(old_status: str | None, new_status: str | None, run_id: int |
     """
     if new_status not in OUTCOME_WORDS or old_status == new_status:
         return None
-    if old_status not in (RunStatus.STARTING.value, RunStatus.RUNNING.value, RunStatus.STOPPING.value):
+    if old_status not in (RunStatus.STARTING.value, RunStatus.PENDING.value, RunStatus.RUNNING.value,
+                          RunStatus.STOPPING.value):
         return None
     title = f"{run_label(run_id, profile)} {OUTCOME_WORDS[new_status]}"
     body = headline or {RunStatus.SUCCEEDED.value: "Every rank exited with code 0."}.get(new_status, "")

@@ -15,11 +15,10 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from gui.models import Event
-from runner import paths
-from runner.profile.files import (
+from gui.gateway.launch_spec import (
     EXAMPLE_PROFILE,
     PROFILE_NAME,
+    LaunchSpec,
     Profile,
     ProfileError,
     delete_profile,
@@ -32,7 +31,8 @@ from runner.profile.files import (
     save_profile,
     write_spec_file,
 )
-from runner.profile.spec import LaunchSpec
+from gui.gateway.runner_rules import paths
+from gui.models import Event
 
 
 def rebase_spec(spec: LaunchSpec, old_base: Path, new_base: Path) -> LaunchSpec:

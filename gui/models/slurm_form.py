@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runner.profile.spec import SlurmSpec
+from gui.gateway.launch_spec import SlurmSpec
 
 ROUTES = ("auto", "direct", "login")
 ROUTE_LABELS = {

@@ -22,8 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from runner.diagnosis.stack_places import plural
-from runner.diagnosis.stacks import ensure_verdict
+from gui.gateway.runner_rules import ensure_verdict, plural
 
 CULPRIT, WAITING, PROGRESSING, STUCK = "culprit", "waiting", "progressing", "stuck"
 ERROR, WARNING, INFO = "error", "warning", "info"

@@ -28,16 +28,27 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.models.diagnosis import ERROR, DiagnosisModel, clock
+from gui.gateway.runner_rules import RankState
+from gui.models.diagnosis import (
+    DIVERGENCE,
+    ERROR,
+    LAUNCH_MISMATCH,
+    NODE_LOST,
+    STACKS,
+    STALLED,
+    STRAGGLER,
+    DiagnosisModel,
+    clock,
+)
 from gui.widgets.failure_banner import level_color
 from gui.widgets.rank_table import STATE_COLORS, state_tint
 from gui.widgets.throttled import RefreshThrottle
-from runner.state import RankState
 
 RANK_HEADERS = ("Rank", "Host", "State", "How it ended", "Detail")
 FINDING_HEADERS = ("Time", "Finding", "Rank", "What")
-FINDING_NAMES = {"stalled": "stalled", "straggler": "straggler", "divergence": "divergence", "stacks": "stacks",
-                 "node_lost": "node lost"}
+FINDING_NAMES = {STALLED: "stalled", STRAGGLER: "straggler", DIVERGENCE: "divergence", STACKS: "stacks",
+                 NODE_LOST: "node lost", LAUNCH_MISMATCH: "launcher mismatch"}
+"""How the findings table names each kind of finding (every kind the model notes)."""
 
 
 def _wrapping_label(text: str = "") -> QLabel:
@@ -234,7 +245,7 @@ class DiagnosisPanel(QWidget):
             rank = (finding.ranks and ", ".join(map(str, finding.ranks))) or ("" if finding.rank is None
                                                                            else str(finding.rank))
             texts = (clock(finding.t), FINDING_NAMES.get(finding.kind, finding.kind), rank, finding.text)
-            color = level_color(ERROR if finding.kind == "node_lost" else "warning")
+            color = level_color(ERROR if finding.kind == NODE_LOST else "warning")
             for column, text in enumerate(texts):
                 item = QTableWidgetItem(text)
                 item.setToolTip(finding.text)

@@ -1,8 +1,8 @@
 """The Doctor panel: is this machine (and the form's interpreter) ready for a distributed job?
 
-It runs ``python -m runner doctor --json --interpreter PATH`` in a ``QProcess`` (the
-checks import torch in that interpreter and ask NVML, which the GUI itself never
-does; that takes a second or two), and shows each check with its status (ok,
+It runs ``python -m runner doctor --json --interpreter PATH`` through the gateway
+(``gui.gateway.doctor``: the checks import torch in that interpreter and ask NVML,
+which the GUI itself never does; that takes a second or two), and shows each check with its status (ok,
 info, warning, failed) and the facts by section: system, interpreter, GPUs,
 backends, port, threads, ``CUDA_VISIBLE_DEVICES``, environment. Re-run checks
 again (for another interpreter, after fixing something). Nothing blocks the GUI
@@ -13,11 +13,9 @@ thread; a doctor that does not answer within the timeout is killed and reported.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QProcess, QProcessEnvironment, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -36,12 +34,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.doctor import DOCTOR_TIMEOUT_MS, DoctorProcess
+from gui.gateway.runner_rules import RankState
 from gui.models.doctor import DONE, FAIL, FAILED, INFO, OK, WARN, DoctorModel, doctor_arguments
 from gui.widgets.rank_table import STATE_COLORS
-from runner import paths
-from runner.state import RankState
 
-DOCTOR_TIMEOUT_MS = 90_000
 STATUS_COLORS = {
     OK: STATE_COLORS[RankState.RUNNING.value],
     INFO: STATE_COLORS[RankState.EXITED.value],
@@ -49,11 +46,6 @@ STATUS_COLORS = {
     FAIL: STATE_COLORS[RankState.FAILED.value],
 }
 STATUS_MARKS = {OK: "✔ ok", INFO: "ℹ info", WARN: "▲ warning", FAIL: "✖ failed"}
-
-
-def default_command() -> list[str]:
-    """``python -m runner`` in Rankwatch's own Python."""
-    return [sys.executable, "-m", "runner"]
 
 
 class DoctorPanel(QWidget):
@@ -70,9 +62,9 @@ class DoctorPanel(QWidget):
         super().__init__(parent)
         self.model = DoctorModel()
         self._interpreter = interpreter or (lambda: None)
-        self._command = list(command or default_command())
-        self._timeout_ms = timeout_ms
-        self._process: QProcess | None = None
+        self.process = DoctorProcess(self, command=command, timeout_ms=timeout_ms)
+        self.process.answered.connect(self._on_answered)
+        self.process.failed.connect(self._on_failed)
 
         self.status = QLabel("Not checked yet.")
         self.status.setWordWrap(True)
@@ -114,82 +106,33 @@ class DoctorPanel(QWidget):
         layout.addWidget(splitter, 1)
         self._bold = status_font
         self.model.changed.connect(self._on_model_changed)
-        self._timer = QTimer(self)
-        self._timer.setSingleShot(True)
-        self._timer.timeout.connect(self._on_timeout)
 
     # ---- running ---------------------------------------------------------------------
 
     def is_running(self) -> bool:
-        return self._process is not None
+        return self.process.is_running()
 
     def run(self) -> None:
         """Start a doctor run (nothing happens while one is running)."""
-        if self._process is not None:
+        if self.process.is_running():
             return
         interpreter = self._interpreter() or None
-        process = QProcess(self)
-        environment = QProcessEnvironment.systemEnvironment()
-        # The runner package must be importable even when Rankwatch is not installed.
-        python_path = environment.value("PYTHONPATH", "")
-        repo = str(paths.REPO_ROOT)
-        environment.insert("PYTHONPATH", repo + (os.pathsep + python_path if python_path else ""))
-        process.setProcessEnvironment(environment)
-        process.setProgram(self._command[0])
-        process.setArguments(self._command[1:] + doctor_arguments(interpreter))
-        process.finished.connect(self._on_finished)
-        process.errorOccurred.connect(self._on_error)
-        self._process = process
         self.model.started(interpreter)
-        self._timer.start(self._timeout_ms)
-        process.start()
+        self.process.start(doctor_arguments(interpreter))
 
     def shutdown(self) -> None:
         """Kill a running doctor (the window is closing)."""
-        process, self._process = self._process, None
-        self._timer.stop()
-        if process is not None:
-            process.finished.disconnect(self._on_finished)
-            process.errorOccurred.disconnect(self._on_error)
-            process.kill()
-            process.waitForFinished(1000)
-            process.deleteLater()
-
-    def _take_process(self) -> QProcess | None:
-        process, self._process = self._process, None
-        self._timer.stop()
-        if process is not None:
-            process.deleteLater()
-        return process
+        self.process.shutdown()
 
     def _on_rerun_clicked(self) -> None:
         self.run()
 
-    def _on_finished(self, exit_code: int, _status: QProcess.ExitStatus) -> None:
-        process = self._take_process()
-        if process is None:
-            return
-        stdout = bytes(process.readAllStandardOutput().data()).decode("utf-8", "replace")
-        stderr = bytes(process.readAllStandardError().data()).decode("utf-8", "replace")
+    def _on_answered(self, stdout: str, stderr: str, exit_code: int) -> None:
         self.model.finished(stdout, stderr, exit_code)
         self.finished.emit(self.model.report is not None and self.model.error is None)
 
-    def _on_error(self, error: QProcess.ProcessError) -> None:
-        if error != QProcess.ProcessError.FailedToStart:
-            return  # crashes arrive through finished, hangs through the timer
-        process = self._take_process()
-        message = process.errorString() if process is not None else str(error)
-        self.model.failed(f"cannot start {self._command[0]}: {message}")
-        self.finished.emit(False)
-
-    def _on_timeout(self) -> None:
-        process = self._process
-        if process is None:
-            return
-        process.finished.disconnect(self._on_finished)
-        process.kill()
-        self._take_process()
-        self.model.failed(f"no answer within {self._timeout_ms // 1000} s")
+    def _on_failed(self, message: str) -> None:
+        self.model.failed(message)
         self.finished.emit(False)
 
     # ---- drawing ---------------------------------------------------------------------

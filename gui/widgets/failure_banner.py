@@ -12,9 +12,9 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QWidget
 
+from gui.gateway.runner_rules import RankState
 from gui.models.diagnosis import ERROR, WARNING, Banner
 from gui.widgets.rank_table import STATE_COLORS
-from runner.state import RankState
 
 LEVEL_COLORS = {
     ERROR: STATE_COLORS[RankState.FAILED.value],

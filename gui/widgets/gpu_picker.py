@@ -26,10 +26,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.launch_spec import ALL, CPU
+from gui.gateway.runner_rules import GpuReport
+from gui.models.gpus import describe_gpus, gpu_rows
 from gui.models.launch_form import FormState, LaunchFormModel
-from gui.models.probe import describe_gpus, gpu_rows
-from runner.profile.spec import ALL, CPU
-from runner.sampling.gpu_report import GpuReport
 
 MODE_ALL, MODE_PICK, MODE_CPU = 0, 1, 2
 COLUMNS = ["GPU", "Name", "Memory", "Util", "Status", "Processes"]

@@ -1,7 +1,7 @@
 """The runs list: every run in the store, live ones marked; open, attach, compare, export.
 
-The list refreshes from a :class:`~gui.models.history.RunsPoller` thread (store
-reads never run on the GUI thread). Select one run to open it (a finished run
+The list refreshes from the gateway's store reader (``gui.gateway.store_reader``:
+store reads never run on the GUI thread). Select one run to open it (a finished run
 shows its charts and logs from the store; a live one is attached to) or export
 it (metrics and every other table as CSV, and its charts as PNG); select two to
 overlay their loss (the mean over ranks at each step).
@@ -9,7 +9,6 @@ overlay their loss (the mean over ranks at each step).
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -37,21 +36,22 @@ from PySide6.QtWidgets import (
 )
 
 from gui.charts.chart import MetricChart, palette_is_dark, series_color
-from gui.charts.decimation import STEP, TIME, Series
 from gui.charts.grid import ChartGrid
+from gui.gateway import store_reads
+from gui.gateway.store_reader import store_reader
 from gui.models.history import (
     HISTORY_COLUMNS,
+    RUN_LIMIT,
     LossCurve,
     RunRow,
-    RunsPoller,
     history_cells,
     history_sort_keys,
     loss_overlay,
 )
-from gui.models.monitor import MonitorModel
+from gui.models.monitor import LOG_LIMIT, MonitorModel
+from gui.models.series import STEP, TIME, Series
 from gui.widgets.column_table_model import ColumnTableModel
 from gui.widgets.monitor_panel import STATUS_COLORS
-from runner.store.store import RunStore
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 STATUS_COLUMN = HISTORY_COLUMNS.index("Status")
@@ -97,25 +97,6 @@ class RunsTableModel(ColumnTableModel):
             self.dataChanged.emit(self.index(0, column), self.index(len(self.rows) - 1, column))
 
 
-def _safe(signal):
-    """An emitter for worker threads that ignores a relay already deleted with its panel."""
-
-    def emit(value) -> None:
-        try:
-            signal.emit(value)
-        except RuntimeError:
-            pass
-
-    return emit
-
-
-class _Relay(QObject):
-    rows_loaded = Signal(object)
-    overlay_loaded = Signal(object)
-    export_loaded = Signal(object)
-    failed = Signal(str)
-
-
 class HistoryPanel(QWidget):
     """Runs from the store.
 
@@ -131,11 +112,6 @@ class HistoryPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None, *, poll_interval_s: float = 2.0) -> None:
         super().__init__(parent)
-        self._relay = _Relay(self)
-        self._relay.rows_loaded.connect(self._on_rows_loaded)
-        self._relay.overlay_loaded.connect(self._on_overlay_loaded)
-        self._relay.export_loaded.connect(self._on_export_loaded)
-        self._relay.failed.connect(self._on_failed)
         self.overlay_run_ids: list[int] = []
 
         self.table_model = RunsTableModel(self)
@@ -214,19 +190,26 @@ class HistoryPanel(QWidget):
         self._overlay_timer.setInterval(100)
         self._overlay_timer.timeout.connect(self.overlay_chart.refresh)
         self._overlay_timer.start()
-        self.poller = RunsPoller(_safe(self._relay.rows_loaded), _safe(self._relay.failed), interval_s=poll_interval_s)
-        self.poller.start()
+        self.poller = store_reader().every(poll_interval_s, lambda store: store_reads.runs(store, RUN_LIMIT),
+                                           self._on_runs_read, self._on_store_unreadable, owner=self,
+                                           when_no_store=[])  # no store yet: nothing has run
         poller = self.poller
-        self.destroyed.connect(lambda *_args: poller.stop(timeout=0.5))
+        self.destroyed.connect(lambda *_args: poller.stop())
         self._update_buttons()
 
     # ---- runs list -------------------------------------------------------------------
 
     def refresh_now(self) -> None:
-        self.poller.poll_now()
+        self.poller.now()
 
     def rows(self) -> list[RunRow]:
         return list(self.table_model.rows)
+
+    def _on_runs_read(self, runs: list[dict]) -> None:
+        self._on_rows_loaded([RunRow.from_store(run) for run in runs])
+
+    def _on_store_unreadable(self, message: str) -> None:
+        self._on_failed(f"cannot read the run store: {message}")
 
     def _on_rows_loaded(self, rows: list[RunRow]) -> None:
         selected = set(self.selected_run_ids())
@@ -282,19 +265,14 @@ class HistoryPanel(QWidget):
 
     def overlay(self, run_ids: list[int]) -> None:
         """Load the loss of ``run_ids`` (one or two) off the GUI thread and overlay it."""
-        relay = self._relay
         ids = list(run_ids)[:2]
 
-        def load() -> None:
-            try:
-                with RunStore(readonly=True) as store:
-                    curves = [loss_overlay(store, run_id) for run_id in ids]
-            except Exception as error:  # shown in the status line
-                relay.failed.emit(f"cannot load the loss of runs {ids}: {error}")
-                return
-            relay.overlay_loaded.emit(curves)
+        def read(store) -> list[LossCurve]:
+            return [loss_overlay(*store_reads.loss_rows(store, run_id)) for run_id in ids]
 
-        threading.Thread(target=load, name="rankwatch-loss-overlay", daemon=True).start()
+        store_reader().read(read, self._on_overlay_loaded,
+                            lambda message: self._on_failed(f"cannot load the loss of runs {ids}: {message}"),
+                            owner=self)
 
     def _on_overlay_clicked(self) -> None:
         self.overlay(self.selected_run_ids())
@@ -343,20 +321,15 @@ class HistoryPanel(QWidget):
         charts are drawn on the GUI thread when it is done (``export_finished``).
         """
         target = Path(folder) / f"run-{run_id}"
-        relay = self._relay
 
-        def work() -> None:
-            try:
-                with RunStore(readonly=True) as store:
-                    store.export_csv(run_id, target)
-                    model = MonitorModel.from_store(store, run_id)
-            except Exception as error:  # reported, never raised into Qt
-                relay.failed.emit(f"export of run {run_id} failed: {error}")
-                relay.export_loaded.emit((target, None))
-                return
-            relay.export_loaded.emit((target, model))
+        def read(store) -> tuple[Path, MonitorModel]:
+            return target, MonitorModel.from_records(store_reads.export_run(store, run_id, target, LOG_LIMIT))
 
-        threading.Thread(target=work, name=f"rankwatch-export-{run_id}", daemon=True).start()
+        def failed(message: str) -> None:
+            self._on_failed(f"export of run {run_id} failed: {message}")
+            self._on_export_loaded((target, None))
+
+        store_reader().read(read, self._on_export_loaded, failed, owner=self)
 
     def _on_export_loaded(self, payload: tuple) -> None:
         target, model = payload
@@ -388,5 +361,5 @@ class HistoryPanel(QWidget):
             self.export_run(ids[0], Path(folder))
 
     def closeEvent(self, event) -> None:
-        self.poller.stop(timeout=0.5)
+        self.poller.stop()
         super().closeEvent(event)

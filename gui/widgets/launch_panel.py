@@ -35,6 +35,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.launch_spec import (
+    AUTO,
+    BACKENDS,
+    RENDEZVOUS_MODES,
+    SELF_SPAWN,
+    TORCHRUN,
+    discover_interpreters,
+)
+from gui.gateway.probe import GPUS, INTERPRETER, RunnerProbe
+from gui.gateway.probe_output import BACKEND_NAMES, InterpreterInfo, unavailable_report
 from gui.models.launch_form import (
     ENTRY_MODULE,
     ENTRY_SCRIPT,
@@ -43,9 +53,7 @@ from gui.models.launch_form import (
     LaunchFormModel,
     pick_free_port,
 )
-from gui.models.probe import BACKEND_NAMES, InterpreterInfo, unavailable_report
 from gui.models.profiles import ProfileListModel
-from gui.runner_probe import GPUS, INTERPRETER, RunnerProbe
 from gui.settings import AppSettings
 from gui.widgets.command_preview import CommandPreviewPanel
 from gui.widgets.env_table import EnvTable
@@ -53,8 +61,12 @@ from gui.widgets.gpu_picker import GpuPicker
 from gui.widgets.nodes_table import NodesTable
 from gui.widgets.profile_list import ProfileList
 from gui.widgets.slurm_section import SlurmSection
-from runner.interpreters import discover_interpreters
-from runner.profile.spec import AUTO, BACKENDS, RENDEZVOUS_MODES
+
+LAUNCH_MODE_TIPS = {
+    AUTO: "self-spawn when the script calls torch.multiprocessing.spawn, else torchrun",
+    TORCHRUN: "torchrun starts one process per rank (RANK, WORLD_SIZE... in the environment)",
+    SELF_SPAWN: "the script is started once and starts its own ranks (mp.spawn); one process: DataParallel",
+}
 
 GPU_REFRESH_MS = 5000
 INTERPRETER_SCAN_DELAY_MS = 400
@@ -277,7 +289,9 @@ class LaunchPanel(QWidget):
 
         self.args = QLineEdit()
         self.args.setPlaceholderText("--epochs 10 --lr 0.1")
-        self.args.setToolTip("Arguments for the script, quoted as in a shell")
+        self.args.setToolTip("Arguments for the script, quoted as in a shell. Per-rank placeholders: {rank}, "
+                             "{local_rank}, {world_size}, {node_rank}, {master_addr}, {master_port}, "
+                             "{init_method} (tcp://), {init_method:file}; {{ and }} are literal braces")
         self.args.textEdited.connect(self._on_args_edited)
         form.addRow("Arguments", self.args)
         self._add_error_row(form, "args")
@@ -429,6 +443,19 @@ class LaunchPanel(QWidget):
         self.legacy_local_rank.toggled.connect(self._on_legacy_local_rank_toggled)
         form.addRow("Legacy", self.legacy_local_rank)
         self._add_error_row(form, "legacy_local_rank")
+
+        self.launch_mode = QComboBox()
+        for name, tip in LAUNCH_MODE_TIPS.items():
+            self.launch_mode.addItem(name, name)
+            self.launch_mode.setItemData(self.launch_mode.count() - 1, tip, Qt.ItemDataRole.ToolTipRole)
+        self.launch_mode.setToolTip("How the script is started: by torchrun, one process per rank, or once, "
+                                    "to start its own ranks (torch.multiprocessing.spawn, DataParallel)")
+        self.launch_mode.currentIndexChanged.connect(self._on_launch_mode_changed)
+        self.launch_mode_hint = QLabel()
+        self.launch_mode_hint.setObjectName("hint")
+        self.launch_mode_hint.setWordWrap(True)
+        form.addRow("Launch mode", self._row(self.launch_mode, self.launch_mode_hint, stretch_first=False))
+        self._add_error_row(form, "launch_mode")
         return group
 
     def _build_env_group(self) -> QGroupBox:
@@ -476,6 +503,7 @@ class LaunchPanel(QWidget):
             self.max_restarts.setValue(state.max_restarts)
             self.omp_threads.setValue(0 if state.omp_num_threads == AUTO else int(state.omp_num_threads))
             self.legacy_local_rank.setChecked(state.legacy_local_rank)
+            self.launch_mode.setCurrentIndex(max(self.launch_mode.findData(state.launch_mode), 0))
         finally:
             self._populating = False
         self._update_entry_widgets()
@@ -504,10 +532,13 @@ class LaunchPanel(QWidget):
             self.omp_hint.setText(f"= {launch.omp_num_threads} per process"
                                   if self._form.state.omp_num_threads == AUTO else "")
             self.backend_hint.setText(f"= {launch.backend}" if self._form.state.backend == AUTO else "")
+            choice = launch.launch_mode
+            self.launch_mode_hint.setText(f"= {choice.mode}: {choice.reason}" if choice.chosen_by == "auto" else "")
         else:
             self.nproc_hint.setText("")
             self.omp_hint.setText("")
             self.backend_hint.setText("")
+            self.launch_mode_hint.setText("")
         self._update_interpreter_status()
         self._update_launch_status(evaluation)
 
@@ -518,8 +549,9 @@ class LaunchPanel(QWidget):
             launch = evaluation.launch
             where = "CPU" if launch.cpu_mode else f"GPUs {','.join(str(i) for i in launch.gpus)}"
             nodes = len(launch.nodes)
-            self.status.setText(f"Ready: {launch.world_size} processes on {nodes} node{'s' if nodes != 1 else ''}"
-                                f" · {where} · {launch.backend}")
+            processes = (f"{launch.world_size} processes on {nodes} node{'s' if nodes != 1 else ''}"
+                         if not launch.self_spawn else "the script, which starts its own ranks (self-spawn)")
+            self.status.setText(f"Ready: {processes} · {where} · {launch.backend}")
             self.status.setStyleSheet(READY_STYLE)
             self.status.setToolTip("")
         else:
@@ -681,6 +713,10 @@ class LaunchPanel(QWidget):
     def _on_omp_threads_changed(self, value: int) -> None:
         if not self._populating:
             self._form.update(omp_num_threads=value or AUTO)
+
+    def _on_launch_mode_changed(self, _index: int) -> None:
+        if not self._populating:
+            self._form.update(launch_mode=self.launch_mode.currentData())
 
     def _on_legacy_local_rank_toggled(self, checked: bool) -> None:
         if not self._populating:

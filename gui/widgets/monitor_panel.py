@@ -1,7 +1,7 @@
 """The live monitor of one run: charts, rank table, logs, events, progress, Stop.
 
 ``MonitorPanel.launch`` writes the spec and starts a detached runner
-(``gui.runner_process``), then subscribes to it (``gui.runner_link``, a
+(``gui.gateway.process``), then subscribes to it (``gui.gateway.link``, a
 QLocalSocket on the event loop). ``attach`` does the same for a run that is
 already going (the runner replays its stored history first), or loads a finished
 run from the store on a background thread. Messages only update the
@@ -26,11 +26,10 @@ in the window) opens the Logs tab with its search field focused.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -48,13 +47,17 @@ from PySide6.QtWidgets import (
 )
 
 from gui.charts.grid import ChartGrid
+from gui.gateway import store_reads
+from gui.gateway.launch_spec import LaunchSpec
+from gui.gateway.link import RunnerLink
+from gui.gateway.process import CommandBuilder, RunnerProcess, runner_command
+from gui.gateway.runner_rules import RankState, RunStatus
+from gui.gateway.store_reader import store_reader
+from gui.gateway.store_reads import RunNotFound
 from gui.models import layout as panel_layout
 from gui.models.diagnosis import DiagnosisModel
-from gui.models.history import is_live
-from gui.models.monitor import EVENT_LIMIT, MonitorModel, format_event, summary_lines
+from gui.models.monitor import EVENT_LIMIT, LOG_LIMIT, MonitorModel, format_event, summary_lines
 from gui.models.nodes import is_multi_node
-from gui.runner_link import RunnerLink
-from gui.runner_process import CommandBuilder, RunnerProcess, runner_command
 from gui.widgets.diagnosis_panel import DiagnosisPanel
 from gui.widgets.failure_banner import FailureBanner
 from gui.widgets.log_view import LogView
@@ -62,9 +65,6 @@ from gui.widgets.nodes_status import NodesStatus
 from gui.widgets.rank_table import STATE_COLORS, RankTable
 from gui.widgets.run_progress import RunProgress
 from gui.widgets.stacks_view import StacksView
-from runner.profile.spec import LaunchSpec
-from runner.state import RankState, RunStatus
-from runner.store.store import RunNotFound, RunStore
 
 LAUNCHING = "launching"
 DETACHED = "detached"
@@ -75,6 +75,7 @@ QWIDGETSIZE_MAX = (1 << 24) - 1
 
 STATUS_COLORS = {
     RunStatus.STARTING.value: STATE_COLORS[RankState.WAITING.value],
+    RunStatus.PENDING.value: STATE_COLORS[RankState.WAITING.value],  # queued by Slurm: waiting, not running
     RunStatus.RUNNING.value: STATE_COLORS[RankState.RUNNING.value],
     RunStatus.STOPPING.value: STATE_COLORS[RankState.STALLED.value],
     RunStatus.SUCCEEDED.value: STATE_COLORS[RankState.EXITED.value],
@@ -82,12 +83,6 @@ STATUS_COLORS = {
     RunStatus.STOPPED.value: STATE_COLORS[RankState.STOPPED.value],
     RunStatus.LOST.value: STATE_COLORS[RankState.LOST.value],
 }
-
-
-class _Relay(QObject):
-    """Carries a result from a worker thread to the GUI thread (queued signal)."""
-
-    delivered = Signal(object)
 
 
 class MonitorPanel(QWidget):
@@ -122,8 +117,6 @@ class MonitorPanel(QWidget):
         self._detached = False
         self.panel_mode = panel_layout.NORMAL
         self.panel_share = panel_layout.DEFAULT_PANEL_SHARE
-        self._relay = _Relay(self)
-        self._relay.delivered.connect(self._on_run_loaded)
 
         self.title_label = QLabel("No run")
         title_font = self.title_label.font()
@@ -261,12 +254,11 @@ class MonitorPanel(QWidget):
             self.detach()
         self._reset_for_new_run(run_id)
         try:
-            with RunStore(readonly=True) as store:
-                run = store.run(run_id)
+            run = store_reads.run_now(run_id)  # one row by its key: how to open it
         except (RunNotFound, OSError) as error:
             self._show_banner(f"Cannot open run {run_id}: {error}", "error")
             return
-        if is_live(run):
+        if run["live"]:
             self._live = True
             self._show_banner(f"Attaching to run {run_id}…", "info")
             self.link.open(run["socket"], history=True)
@@ -346,17 +338,10 @@ class MonitorPanel(QWidget):
 
     def _load_from_store(self, run_id: int) -> None:
         generation = self._load_generation
-        relay = self._relay
-
-        def load() -> None:
-            try:
-                with RunStore(readonly=True) as store:
-                    result: object = MonitorModel.from_store(store, run_id)
-            except Exception as error:  # reported in the banner, never a traceback dialog
-                result = f"Cannot load run {run_id}: {error}"
-            relay.delivered.emit((generation, result))
-
-        threading.Thread(target=load, name=f"rankwatch-load-run-{run_id}", daemon=True).start()
+        store_reader().read(lambda store: MonitorModel.from_records(store_reads.run_records(store, run_id, LOG_LIMIT)),
+                            lambda model: self._on_run_loaded((generation, model)),
+                            lambda message: self._on_run_loaded((generation, f"Cannot load run {run_id}: {message}")),
+                            owner=self)
 
     def _on_run_loaded(self, payload: tuple) -> None:
         generation, result = payload
@@ -403,8 +388,7 @@ class MonitorPanel(QWidget):
         if self.run_id is None:
             return False
         try:
-            with RunStore(readonly=True) as store:
-                run = store.run(self.run_id)
+            run = store_reads.run_now(self.run_id)
         except (RunNotFound, OSError):
             return False
         if run.get("ended") is None:

@@ -18,11 +18,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.runner_rules import NodeState, RankState
 from gui.models.monitor import MonitorModel
 from gui.models.nodes import NODE_COLUMNS, node_cells, node_rows, ranks_by_node
 from gui.widgets.rank_table import STATE_COLORS, state_tint
 from gui.widgets.throttled import RefreshThrottle
-from runner.state import NodeState, RankState
 
 NODE_STATE_COLORS: dict[str, QColor] = {
     NodeState.PREFLIGHT.value: STATE_COLORS[RankState.WAITING.value],

@@ -26,11 +26,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.launch_spec import LaunchSpec, ProfileError, SpecErrors
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.profiles import ProfileListModel
-from runner.profile.files import ProfileError
-from runner.profile.parse import SpecErrors
-from runner.profile.spec import LaunchSpec
 
 DIRTY_MARK = " •"
 TOML_FILTER = "Profiles (*.toml);;All files (*)"

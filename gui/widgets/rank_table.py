@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.runner_rules import RankState
 from gui.models.monitor import (
     RANK_COLUMNS,
     STALE_HEARTBEAT_S,
@@ -46,7 +47,6 @@ from gui.models.monitor import (
 from gui.models.nodes import is_multi_node
 from gui.widgets.column_table_model import ColumnTableModel
 from gui.widgets.throttled import RefreshThrottle
-from runner.state import RankState
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 NODE_ROLE = Qt.ItemDataRole.UserRole + 2

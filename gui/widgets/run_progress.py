@@ -6,8 +6,8 @@ import time
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
+from gui.gateway.runner_rules import progress_texts
 from gui.models.monitor import MonitorModel, Progress
-from runner.view.progress import progress_texts
 
 
 class RunProgress(QWidget):

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.runner_rules import RankState
 from gui.models.stacks import (
     CULPRIT,
     ERROR,
@@ -39,7 +40,6 @@ from gui.models.stacks import (
     layout_capture,
 )
 from gui.widgets.rank_table import STATE_COLORS
-from runner.state import RankState
 
 CULPRIT_COLOR = STATE_COLORS[RankState.FAILED.value]
 WAITING_COLOR = STATE_COLORS[RankState.STALLED.value]

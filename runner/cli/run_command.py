@@ -58,10 +58,13 @@ def command_main(args: argparse.Namespace) -> int:
         print(render_by_hand(prepared.launch), end="")
         return 0
     commands = prepared.user_commands()
+    print(f"# {prepared.launch.launch_mode.describe()}", file=sys.stderr)  # stdout: only what can be pasted
     for command in commands:
         if len(commands) > 1:
             print(f"# node {command.node.node_rank}: {command.node.host} ({command.node.processes} processes)")
         print(command.shell_text())
+        for line in command.rank_lines:  # what each rank runs, its argument templates expanded
+            print(f"#   {line}")
     return 0
 
 
@@ -124,11 +127,13 @@ def _detach(profile, as_json: bool) -> int:
     spec_file.unlink(missing_ok=True)  # the runner has read it (and the store keeps the spec)
     with contextlib.suppress(OSError):
         folder.rmdir()
+    errors = child.stderr
+    assert errors is not None  # stderr=PIPE
     if not data:
-        error = child.stderr.read().decode(errors="replace").strip() if child.poll() is not None else ""
+        error = errors.read().decode(errors="replace").strip() if child.poll() is not None else ""
         return fail(f"the runner stopped before it was ready{': ' + error.splitlines()[-1] if error else ''}",
                     as_json=as_json)
-    child.stderr.close()
+    errors.close()
     info = json.loads(data)
     if "error" in info:
         if as_json:

@@ -12,6 +12,7 @@ import argparse
 import os
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from runner.profile.files import Profile, example_profile, load_profile, looks_like_path
 from runner.profile.parse import (
@@ -44,6 +45,10 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--master-port", type=int, metavar="PORT", help="static rendezvous master port (0: a free one)")
     group.add_argument("--legacy-local-rank", action="store_true", default=None,
                        help="pass --local_rank=N to the script (torch.distributed.launch style)")
+    group.add_argument("--launch-mode", choices=("auto", "torchrun", "self-spawn"),
+                       help="torchrun: one process per rank; self-spawn: start the script once and watch the "
+                            "processes it spawns (torch.multiprocessing.spawn) as ranks, or it as the only rank "
+                            "(DataParallel); auto (default): self-spawn when the script calls torch's spawn")
     group.add_argument("--no-instrument", action="store_true", default=None,
                        help="no zero-code instrumentation (logs, exits and rankwatch.log only)")
     group.add_argument("--parse-stdout", action="store_true", default=None, help="also read metrics from printed lines (loss, val_loss, lr, ...; HF Trainer and nanoGPT formats); each key is its own curve")
@@ -110,7 +115,7 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
     Raises:
         SpecErrors: a flag's value is invalid.
     """
-    changes = {}
+    changes: dict[str, Any] = {}  # LaunchSpec field -> new value, for dataclasses.replace
     if args.nproc_per_node is not None:
         changes["nproc_per_node"] = _auto_or_int("nproc_per_node", args.nproc_per_node)
     if args.gpus is not None:
@@ -123,14 +128,17 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
         changes["workdir"] = str(Path(args.workdir).expanduser().resolve())
     if args.env:
         changes["env"] = tuple({**dict(spec.env), **dict(_env(args.env))}.items())
+    nodes = _nodes(args.hosts) if args.hosts else spec.nodes
     if args.hosts:
-        changes["nodes"] = _nodes(args.hosts)
+        changes["nodes"] = nodes
     if args.max_restarts is not None:
         changes["max_restarts"] = args.max_restarts
     if args.omp_num_threads is not None:
         changes["omp_num_threads"] = _auto_or_int("omp_num_threads", args.omp_num_threads)
     if args.legacy_local_rank:
         changes["legacy_local_rank"] = True
+    if getattr(args, "launch_mode", None) is not None:
+        changes["launch_mode"] = args.launch_mode
     rendezvous = spec.rendezvous
     if args.rdzv_endpoint or args.rdzv_id:
         if args.rdzv_endpoint and parse_host_port(args.rdzv_endpoint) is None:
@@ -140,7 +148,7 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
     if args.master_addr or args.master_port is not None:  # --master-port 0: a free port (as in a profile)
         rendezvous = replace(rendezvous, mode="static", master_addr=args.master_addr or rendezvous.master_addr,
                              master_port=rendezvous.master_port if args.master_port is None else args.master_port)
-    if args.hosts and len(changes["nodes"]) > 1 and rendezvous.mode == "standalone":
+    if args.hosts and len(nodes) > 1 and rendezvous.mode == "standalone":
         rendezvous = replace(rendezvous, mode="c10d")
     if rendezvous is not spec.rendezvous:
         changes["rendezvous"] = rendezvous

@@ -26,22 +26,16 @@ import sys
 import time
 from typing import Any
 
-import psutil
-
 from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.launch.process_tree import end_job, find_job_pids, signal_pids
 from runner.state import RunStatus
-from runner.store.liveness import effective_status, runner_alive
+from runner.store.liveness import effective_status, is_runner_process, runner_alive
 from runner.store.store import RunNotFound, RunStore
 
 EXIT_NOT_RUNNING = 3
 DEFAULT_TIMEOUT_SECONDS = 30.0
 POLL_SECONDS = 0.1
-START_TIME_SLACK_SECONDS = 0.5
-"""A runner process started later than its run was created (by more than this) is another process.
-A runner starts well before it records its run (imports, checks); the kernel's start time can read
-up to 1 s early (boot time in whole seconds), never late, so a small slack suffices."""
 
 
 def add_parser(commands) -> None:
@@ -153,21 +147,9 @@ async def _send_stop(socket_path: str, force: bool, timeout: float) -> None:
         writer.close()
 
 
-def is_runner_of(run: dict[str, Any]) -> bool:
-    """Whether the run's ``runner_pid`` is still the process that created the run (not a reused pid)."""
-    pid = run.get("runner_pid")
-    if not pid:
-        return False
-    try:
-        started = psutil.Process(int(pid)).create_time()
-    except (psutil.Error, ValueError):
-        return False
-    return started <= float(run["created"]) + START_TIME_SLACK_SECONDS
-
-
 def _signal_runner(run: dict[str, Any], force: bool) -> bool:
     """SIGTERM to the run's runner (twice with ``force``); False when the pid is not its runner."""
-    if not is_runner_of(run):
+    if not is_runner_process(run):
         return False
     pid = int(run["runner_pid"])
     try:

@@ -69,8 +69,10 @@ def describe_self_spawn(reports: dict[int, dict[str, Any]]) -> tuple[str, str, s
              "for torchrun's store at MASTER_ADDR:MASTER_PORT: a store that is not there when the script sets its "
              "own MASTER_PORT (a hang), or torchrun's own, shared with clashing ranks (errors)")
     script = os.path.basename(str(first.get("file") or "")) or "the script"
-    advice = (f"run the script directly (`python {script}`): it starts its own ranks (Rankwatch cannot launch "
-              "self-spawning scripts yet); or make it a torchrun script: call the worker function once instead of "
+    advice = (f"let it start its own ranks: launch mode self-spawn (`rankwatch run --launch-mode self-spawn "
+              f"{script}`; profile: launch_mode = \"self-spawn\"; auto picks it unless torchrun is chosen) starts "
+              "it once and watches the processes it spawns as ranks; or make it a torchrun script: call the worker "
+              "function once instead of "
               "mp.spawn, with rank=int(os.environ['RANK']) and world_size=int(os.environ['WORLD_SIZE']), and "
               "leave MASTER_ADDR/MASTER_PORT to torchrun")
     return title, cause, advice

@@ -5,7 +5,7 @@ hub's messages one by one. Every line the hub sends fits ``MAX_LINE_BYTES`` (a
 history replay is cut into lines of ``HISTORY_LINE_BYTES``); should one not, it is
 skipped and counted (``lines_dropped``), never a crash. The client holds one line
 at a time: its memory does not grow with the size of the run (the GUI's link,
-``gui/runner_link.py``, reads the same stream the same way).
+``gui/gateway/link.py``, reads the same stream the same way).
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ class Keeper:
         if self.deadline is not None:
             return
         self.deadline = time.monotonic() + self.grace
-        if sender == self.parent:
+        if sender == self.parent and self.child is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.child.pid, signal.SIGTERM)
 
@@ -85,7 +85,8 @@ class Keeper:
         run_key = os.environ.get(MARKER_VARIABLE)
         stubborn = set(find_job_pids(run_key)) if run_key else set()
         stubborn.discard(self.parent)
-        stubborn.add(self.child.pid)
+        if self.child is not None:
+            stubborn.add(self.child.pid)
         signal_pids(stubborn, signal.SIGKILL)
 
     def run(self, argv: list[str], child_pythonpath: str) -> int:
@@ -106,11 +107,12 @@ class Keeper:
             signal.pthread_sigmask(signal.SIG_SETMASK, original_mask)
             set_parent_death_signal(signal.SIGTERM, keeper_pid)
 
-        self.child = subprocess.Popen(argv, env=env, preexec_fn=prepare_torchrun)
+        self.child = child = subprocess.Popen(argv, env=env, preexec_fn=prepare_torchrun)
         while True:
-            pid, status = os.waitpid(self.child.pid, os.WNOHANG)
+            pid, status = os.waitpid(child.pid, os.WNOHANG)
             if pid:
                 return status
+            received: signal.struct_siginfo | None
             if self.deadline is None or self.swept:
                 received = signal.sigwaitinfo(AWAITED_SIGNALS)
             else:

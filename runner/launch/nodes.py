@@ -46,6 +46,11 @@ class NodeHandle(abc.ABC):
         """Local pids to leave alone or watch (torchrun on this machine)."""
         return []
 
+    def claim_output(self, pid: int, rank: int) -> None:
+        """Process ``pid`` of this node said hello as ``rank`` (its pending output is that rank's);
+        only a local node's processes can be pending (``runner.launch.worker_output``)."""
+        return  # a remote node's output is attributed by its agent
+
 
 class LocalNode(NodeHandle):
     def __init__(self, node: ResolvedNode, command: NodeCommand, run_key: str,
@@ -61,6 +66,9 @@ class LocalNode(NodeHandle):
 
     async def stop(self, grace: float, force: bool = False) -> None:
         await self.supervisor.stop(grace, force=force)
+
+    def claim_output(self, pid: int, rank: int) -> None:
+        self.supervisor.claim_output(pid, rank)
 
     @property
     def pids(self) -> list[int]:

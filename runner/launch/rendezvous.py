@@ -25,15 +25,17 @@ def plan_rendezvous(launch: ResolvedLaunch) -> RendezvousPlan:
         endpoint = spec.endpoint
         if endpoint is None:
             endpoint = f"{launch.head.host if not is_local_host(launch.head.host) else head_name_for_nodes(launch)}:{free_port()}"
-        host, port = parse_host_port(endpoint)
+        parsed = parse_host_port(endpoint)
+        if parsed is None:
+            raise SpecErrors([SpecError("rendezvous.endpoint", f'{endpoint!r} is not "host:port"')])
+        host, port = parsed
         if _is_this_machine(host) and not port_is_free(port):  # the head's torchrun will host it
             raise SpecErrors([SpecError("rendezvous.endpoint", describe_taken_port("", port, host).split(": ", 1)[1])])
         return RendezvousPlan(mode="c10d", endpoint=endpoint, job_id=spec.job_id or f"rankwatch-{secrets.token_hex(4)}")
     master_addr = spec.master_addr or ("localhost" if not launch.spec.is_multi_node else head_name_for_nodes(launch))
-    port = spec.master_port
-    if port is None:
-        port = free_port()
-    elif is_local_host(master_addr) and launch.head.is_local and not port_is_free(port):
+    asked = spec.master_port
+    port = free_port() if asked is None else asked
+    if asked is not None and is_local_host(master_addr) and launch.head.is_local and not port_is_free(port):
         raise SpecErrors([SpecError("rendezvous.master_port", describe_taken_port("", port, master_addr).split(": ", 1)[1])])
     return RendezvousPlan(mode="static", master_addr=master_addr, master_port=port)
 
@@ -44,7 +46,7 @@ def _is_this_machine(host: str) -> bool:
     if is_local_host(host) or host == socket.getfqdn():
         return True
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
     except socket.gaierror:
         return False
     for address in addresses:

@@ -6,7 +6,7 @@ writes ``done`` before it exits. If the pipe closes without ``done``, the runner
 was killed (SIGKILL, OOM killer, a crash): torchrun got SIGTERM from its
 parent-death signal and stops its workers; the sentinel gives it ``GRACE_SECONDS``,
 SIGKILLs every process still carrying the job's marker, and records in the run
-store that the run was lost.
+store that the run was lost, when and how (``runner.store.lost_run``).
 
 If the sentinel dies with the runner, torchrun alone ends the job: it SIGKILLs its
 workers' process groups after its own bounded grace period (the runner starts it
@@ -19,6 +19,7 @@ Standard library only, so it starts in ~20 ms.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -26,22 +27,14 @@ import sys
 import time
 
 from runner.launch.process_tree import end_job
+from runner.store.lost_run import record_lost_run
 
 GRACE_SECONDS = 3.0
 
 
-def _record_lost(store_path: str, run_id: int) -> None:
-    try:
-        connection = sqlite3.connect(store_path, timeout=10)
-        with connection:
-            connection.execute(
-                "UPDATE runs SET status = 'lost', ended = ?, summary = COALESCE(summary, ?)"
-                " WHERE id = ? AND ended IS NULL",
-                (time.time(), '{"outcome": "lost", "headline": "the runner died; its watchdog stopped the job"}',
-                 run_id))
-        connection.close()
-    except sqlite3.Error:
-        pass
+def _record_lost(store_path: str, run_id: int, died: float, processes_killed: int) -> None:
+    with contextlib.suppress(sqlite3.Error):  # nobody to tell: readers see the run as lost anyway
+        record_lost_run(store_path, run_id, died=died, processes_killed=processes_killed)
 
 
 def main(argv: list[str]) -> int:
@@ -59,9 +52,10 @@ def main(argv: list[str]) -> int:
         received += chunk
     if b"done" in received:
         return 0
-    end_job(run_key, grace=GRACE_SECONDS)
+    died = time.time()
+    killed = end_job(run_key, grace=GRACE_SECONDS)
     if len(argv) >= 3:
-        _record_lost(argv[1], int(argv[2]))
+        _record_lost(argv[1], int(argv[2]), died, len(killed))
     return 0
 
 

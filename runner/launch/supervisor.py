@@ -113,11 +113,11 @@ class TorchrunSupervisor:
             interpreter = os.path.join(self.command.cwd, interpreter)
         if shutil.which(interpreter, path=env.get("PATH")) is None:  # the keeper would only exit 127
             raise FileNotFoundError(errno.ENOENT, "no such interpreter, or not executable", self.command.argv[0])
-        self._output = WorkerOutput(paths.socket_dir() / f"out-{secrets.token_hex(6)}.sock", self.on_lines)
-        await self._output.start()
-        env.update(self._output.environment)
+        self._output = output = WorkerOutput(paths.socket_dir() / f"out-{secrets.token_hex(6)}.sock", self.on_lines)
+        await output.start()
+        env.update(output.environment)
         try:
-            self.process = await asyncio.create_subprocess_exec(
+            self.process = process = await asyncio.create_subprocess_exec(
                 *keeper_command(self.command.argv, env),
                 cwd=self.command.cwd,
                 env=keeper_environment(env),
@@ -129,14 +129,21 @@ class TorchrunSupervisor:
                 umask=privacy.user_umask(),
             )
         except BaseException:
-            await self._output.close()
+            await output.close()
             raise
+        assert process.stdout is not None and process.stderr is not None  # PIPE, as asked
         self._readers = [
-            asyncio.create_task(self._read(self.process.stdout, "stdout"), name="torchrun-stdout"),
-            asyncio.create_task(self._read(self.process.stderr, "stderr"), name="torchrun-stderr"),
-            asyncio.create_task(self._flush_stale_partials(), name="torchrun-partials"),
+            asyncio.create_task(self._read(process.stdout, "stdout"), name="torchrun-stdout"),
+            asyncio.create_task(self._read(process.stderr, "stderr"), name="torchrun-stderr"),
+            asyncio.create_task(self._flush_stale_partials(output), name="torchrun-partials"),
         ]
-        return self.process.pid
+        return process.pid
+
+    def claim_output(self, pid: int, rank: int) -> None:
+        """Process ``pid`` said hello as ``rank``: its pending output is that rank's
+        (a self-spawning script's processes, ``runner.launch.worker_output``)."""
+        if self._output is not None:
+            self._output.claim(pid, rank)
 
     async def _read(self, stream: asyncio.StreamReader, name: str) -> None:
         splitter = self._splitters[name]
@@ -151,7 +158,7 @@ class TorchrunSupervisor:
         if lines:
             self.on_lines(lines)
 
-    async def _flush_stale_partials(self) -> None:
+    async def _flush_stale_partials(self, output: WorkerOutput) -> None:
         while True:
             await asyncio.sleep(STALE_PARTIAL_CHECK_SECONDS)
             now = time.time()
@@ -159,11 +166,13 @@ class TorchrunSupervisor:
                 lines = splitter.flush_stale(now)
                 if lines:
                     self.on_lines(lines)
-            self._output.flush_stale(now)
+            output.flush_stale(now)
 
     async def wait(self) -> int:
         """Wait for torchrun to exit and its and its workers' output to be read; returns the
         exit status."""
+        if self.process is None or self._output is None:
+            raise RuntimeError("torchrun was not started")
         returncode = await self.process.wait()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.gather(*self._readers[:2], self._output.drained()),
@@ -181,12 +190,13 @@ class TorchrunSupervisor:
         ``reached_torchrun``: the stop was sent to every process of the job already (Slurm
         signals a whole job step), the keeper and torchrun included; one more SIGTERM from here
         would be torchrun's second, so only the SIGKILL after ``grace`` is left to do."""
-        if self.process is None:
+        process = self.process
+        if process is None:
             return
         # torchrun gets one SIGTERM only: a second one aborts its shutdown halfway
-        if self.process.returncode is None and (force or not (self._stopping or reached_torchrun)):
+        if process.returncode is None and (force or not (self._stopping or reached_torchrun)):
             with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGKILL if force else signal.SIGTERM)
+                process.send_signal(signal.SIGKILL if force else signal.SIGTERM)
         self._stopping = True
         await asyncio.get_running_loop().run_in_executor(
-            None, lambda: end_job(self.run_key, grace=0.0 if force else grace, also=[self.process.pid]))
+            None, lambda: end_job(self.run_key, grace=0.0 if force else grace, also=[process.pid]))

@@ -9,8 +9,16 @@ stream in a header line; the runner answers with the write end of a fresh pipe
 other end. Output thus never touches a disk, and its rank comes from the worker's own
 ``RANK``, with any torch version.
 
+A process that does not know its rank yet (a self-spawning script's main process and
+the processes it starts, ``rankwatch._spawn``) connects *pending*: its header names its
+pid, not a rank. Its lines are held until the runner learns whose they are: ``claim``
+(the process said ``hello`` as a rank: its lines, held ones included, are that rank's),
+a launcher declaration on the socket (its lines are the launcher's, rank ``None``, as
+torchrun's own are), the end of its pipe, or ``PENDING_HOLD_SECONDS`` (the held lines
+go out as the launcher's: late, never lost).
+
 One ``WorkerOutput`` serves one node's torchrun (the runner's local node, or an
-agent's node). Lines are cut at ``MAX_LINE_CHARS``; a partial line (a progress bar,
+agent's node), or a self-spawning script's processes. Lines are cut at ``MAX_LINE_CHARS``; a partial line (a progress bar,
 ``print(..., end="")``) is delivered when it has waited ``PARTIAL_FLUSH_SECONDS``
 for its newline, as torchrun's own output is.
 """
@@ -21,13 +29,23 @@ import asyncio
 import codecs
 import contextlib
 import fcntl
+import functools
 import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
-from rankwatch._output import HEADER_VERSION, HEADER_WORD, OUTPUT_SOCKET, PIPE_ANSWER
+from rankwatch._output import (
+    HEADER_VERSION,
+    HEADER_WORD,
+    LAUNCHER_STREAM,
+    OUTPUT_SOCKET,
+    PIPE_ANSWER,
+    UNKNOWN,
+)
 from runner.launch.output import MAX_LINE_CHARS, PARTIAL_FLUSH_SECONDS, OutputLine
 
 HEADER_TIMEOUT_SECONDS = 10.0
@@ -37,14 +55,26 @@ PIPE_BYTES = 256 * 1024
 stream before the worker's writes wait. Modest, because a user's pipe buffers count
 against a per-user limit past which every new pipe gets 4 KiB."""
 F_SETPIPE_SZ = 1031
+PENDING_HOLD_SECONDS = 10.0
+"""How long lines of a process whose rank is not known yet wait for it (its hello) before they
+go out as the launcher's: a self-spawned rank says hello when it joins its process group or
+takes its first step, seconds after its first lines."""
+MAX_HELD_LINES = 10_000
+"""Held lines of one pending process beyond this go out at once (as the launcher's)."""
 
 
 class LineAssembler:
     """Bytes of one connection (one rank's one stream) in, complete lines out."""
 
-    def __init__(self, rank: int, stream: str):
+    def __init__(self, rank: int | None, stream: str, pid: int | None = None):
         self.rank = rank
+        """``None`` with ``pending``: not known yet; ``None`` without: the launcher's lines."""
         self.stream = stream
+        self.pid = pid
+        self.pending = rank is None and pid is not None
+        """Whose lines these are is not known yet (``WorkerOutput.claim``)."""
+        self.held: list[OutputLine] = []
+        """Lines waiting for the process's rank (pending only)."""
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._partial = ""
         self._started: float | None = None
@@ -126,13 +156,27 @@ def _hand_over_pipe(writer: asyncio.StreamWriter) -> int:
     return read_end
 
 
-def parse_header(line: bytes) -> tuple[int, str] | None:
-    """``(rank, stream)`` from a connection's first line; ``None`` when it is not one of ours."""
+class Header(NamedTuple):
+    """A connection's first line: whose output it carries."""
+
+    rank: int | None
+    """``None``: not known yet (pending), or a launcher declaration."""
+    stream: str
+    """``stdout``, ``stderr``, or ``launcher`` (a declaration: no pipe)."""
+    pid: int | None
+
+
+def parse_header(line: bytes) -> Header | None:
+    """The header of a connection's first line; ``None`` when it is not one of ours."""
     try:
-        word, version, rank, _local_rank, stream = line.decode("ascii").split()
-        if word != HEADER_WORD or int(version) != HEADER_VERSION or stream not in STREAM_NAMES:
+        word, version, rank, local_rank, stream, pid = line.decode("ascii").split()
+        if word != HEADER_WORD or int(version) != HEADER_VERSION:
             return None
-        return int(rank), stream
+        if stream not in (*STREAM_NAMES, LAUNCHER_STREAM) or (stream == LAUNCHER_STREAM and rank != UNKNOWN):
+            return None
+        if local_rank != UNKNOWN:
+            int(local_rank)
+        return Header(None if rank == UNKNOWN else int(rank), stream, int(pid))
     except (UnicodeDecodeError, ValueError):
         return None
 
@@ -151,6 +195,10 @@ class WorkerOutput:
         self.on_lines = on_lines
         self._server: asyncio.AbstractServer | None = None
         self._assemblers: set[LineAssembler] = set()
+        self._claims: dict[int, int] = {}
+        """pid -> rank, for processes that said hello as a rank (``claim``)."""
+        self._launchers: set[int] = set()
+        """pids that declared themselves launchers."""
         self._connections: set[asyncio.Task] = set()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -171,6 +219,7 @@ class WorkerOutput:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One stream of one worker: the header in, a pipe out, then the pipe read to its end."""
         task = asyncio.current_task()
+        assert task is not None  # a server's connection runs in a task
         self._connections.add(task)
         self._idle.clear()
         assembler = pipe = pipe_file = None
@@ -179,11 +228,15 @@ class WorkerOutput:
                 parsed = parse_header(await asyncio.wait_for(reader.readline(), HEADER_TIMEOUT_SECONDS))
                 if parsed is None:
                     return
+                if parsed.stream == LAUNCHER_STREAM:
+                    self.declare_launcher(parsed.pid)
+                    return
                 pipe_file = os.fdopen(_hand_over_pipe(writer), "rb", buffering=0)
                 writer.close()
-                assembler = LineAssembler(*parsed)
+                assembler = LineAssembler(parsed.rank, parsed.stream, parsed.pid)
                 self._assemblers.add(assembler)
-                pipe = _PipeReader(assembler, self._emit)
+                self._settle(assembler)
+                pipe = _PipeReader(assembler, functools.partial(self._route, assembler))
                 await asyncio.get_running_loop().connect_read_pipe(lambda: pipe, pipe_file)
                 await pipe.closed
         finally:
@@ -194,7 +247,8 @@ class WorkerOutput:
                 pipe_file.close()
             if assembler is not None:
                 self._assemblers.discard(assembler)
-                self._emit(assembler.flush_all(time.time()))
+                self._route(assembler, assembler.flush_all(time.time()))
+                self._release(assembler)  # the process ended without saying whose they were
             self._connections.discard(task)
             if not self._connections:
                 self._idle.set()
@@ -204,9 +258,56 @@ class WorkerOutput:
             self.on_lines(lines)
 
     def flush_stale(self, now: float) -> None:
-        """Deliver partial lines that have waited too long for their newline (progress bars)."""
+        """Deliver partial lines that have waited too long for their newline (progress bars),
+        and held lines that have waited too long for their process's rank."""
         for assembler in list(self._assemblers):
-            self._emit(assembler.flush_stale(now))
+            self._route(assembler, assembler.flush_stale(now))
+            if assembler.held and now - assembler.held[0].t >= PENDING_HOLD_SECONDS:
+                self._release(assembler)
+
+    # ---- pending processes: whose lines are these? ------------------------------------------
+
+    def claim(self, pid: int, rank: int) -> None:
+        """Process ``pid`` said hello as ``rank``: its lines (held ones too) are that rank's."""
+        self._claims[pid] = rank
+        for assembler in list(self._assemblers):
+            if assembler.pid == pid:
+                self._settle(assembler)
+
+    def declare_launcher(self, pid: int | None) -> None:
+        """Process ``pid`` started the ranks: its pending lines are the launcher's."""
+        if pid is None:
+            return
+        self._launchers.add(pid)
+        for assembler in list(self._assemblers):
+            if assembler.pid == pid:
+                self._settle(assembler)
+
+    def _settle(self, assembler: LineAssembler) -> None:
+        """Once whose a pending process's lines are is known: say so, and deliver what was held."""
+        if not assembler.pending:
+            return
+        if assembler.pid in self._claims:
+            assembler.rank = self._claims[assembler.pid]
+        elif assembler.pid not in self._launchers:
+            return
+        assembler.pending = False
+        held, assembler.held = assembler.held, []
+        self._emit([replace(line, rank=assembler.rank) for line in held])
+
+    def _route(self, assembler: LineAssembler, lines: list[OutputLine]) -> None:
+        """Deliver ``lines``, or hold them while their process's rank is not known."""
+        if not assembler.pending:
+            self._emit(lines)
+            return
+        assembler.held.extend(lines)
+        if len(assembler.held) > MAX_HELD_LINES:
+            self._release(assembler)
+
+    def _release(self, assembler: LineAssembler) -> None:
+        """Deliver held lines as the launcher's (their process never said whose they were, yet)."""
+        held, assembler.held = assembler.held, []
+        self._emit(held)
 
     async def drained(self) -> None:
         """Return once every pipe handed out has ended (every process writing to it has exited)."""

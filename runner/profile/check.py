@@ -16,7 +16,7 @@ from pathlib import Path
 from runner import paths, privacy
 from runner.profile.parse import SpecError
 from runner.profile.resolve import MachineFacts, ResolvedLaunch
-from runner.profile.spec import CPU
+from runner.profile.spec import AUTO, CPU
 
 RESERVED_ENV = {
     "RANK": "set by torchrun for each worker",
@@ -144,6 +144,27 @@ def check_launch(launch: ResolvedLaunch, machine: MachineFacts, *, probe_interpr
         if key in RESERVED_ENV:
             errors.append(SpecError(f"env.{key}", RESERVED_ENV[key] + "; remove it from env"))
     errors.extend(check_gpus(launch, machine))
+    errors.extend(check_self_spawn(launch))
+    return errors
+
+
+def check_self_spawn(launch: ResolvedLaunch) -> list[SpecError]:
+    """torchrun's own settings mean nothing to a script started once that starts its own ranks:
+    refused rather than silently ignored."""
+    if not launch.self_spawn:
+        return []
+    spec = launch.spec
+    why = f"launch mode self-spawn ({launch.launch_mode.reason})"
+    errors = []
+    if spec.nproc_per_node != AUTO:
+        errors.append(SpecError("nproc_per_node", f"{why}: its spawn call decides how many; leave nproc_per_node "
+                                                  "auto, or choose launch_mode \"torchrun\""))
+    if spec.max_restarts:
+        errors.append(SpecError("max_restarts", f"{why}: torchrun's restarts do not apply; set max_restarts = 0, "
+                                                "or choose launch_mode \"torchrun\""))
+    if spec.legacy_local_rank:
+        errors.append(SpecError("legacy_local_rank", f"{why}: nothing passes --local_rank; turn the legacy option "
+                                                     "off, or choose launch_mode \"torchrun\""))
     return errors
 
 

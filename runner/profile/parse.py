@@ -13,13 +13,16 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
+from rankwatch import _templates as templates
 from runner.profile.spec import (
     ALL,
     AUTO,
     BACKENDS,
     CPU,
+    LAUNCH_MODES,
     RENDEZVOUS_MODES,
     SCHEMA_VERSION,
+    SELF_SPAWN,
     SLURM_TELEMETRY_ROUTES,
     LaunchSpec,
     NodeSpec,
@@ -198,8 +201,8 @@ def _parse_env(reader: _Reader) -> tuple[tuple[str, str], ...]:
                                                   "(letters, digits and '_', not starting with a digit)"))
         elif isinstance(value, bool) or not isinstance(value, (str, int, float)):
             reader.errors.append(SpecError(field, f"expected a string, got {value!r}"))
-        elif text_problem(str(value)) is not None:
-            reader.errors.append(SpecError(field, text_problem(str(value))))
+        elif (problem := text_problem(str(value))) is not None:
+            reader.errors.append(SpecError(field, problem))
         else:
             pairs.append((key, str(value)))
     return tuple(pairs)
@@ -218,7 +221,45 @@ def _parse_args(reader: _Reader) -> tuple[str, ...]:
         problem = text_problem(arg)
         if problem is not None:
             reader.fail(f"args[{index}]", problem)
+    _check_templates(reader, args)
     return args
+
+
+def _check_templates(reader: _Reader, args: tuple[str, ...]) -> None:
+    """Per-rank templates (``rankwatch._templates``): an unknown placeholder or a lone brace
+    is an error naming the argument, never an argument passed on altered."""
+    for error in templates.check(args):
+        reader.fail(f"args[{error.index}]", error.message)
+
+
+def _check_init_file(spec: LaunchSpec) -> list[SpecError]:
+    """``{init_method:file}`` is a file in the run's folder on this machine: one machine only."""
+    if not (spec.is_multi_node or spec.slurm is not None):
+        return []
+    try:
+        found = [index for index, name, spelling in templates.placeholders(spec.args)
+                 if templates.key(name, spelling) == "init_method:file"]
+    except templates.TemplateError:
+        return []  # said already (_check_templates)
+    return [SpecError(f"args[{index}]", "{init_method:file} is a file on this machine, which the other nodes "
+                                        "cannot open; use {init_method} (tcp://) with several nodes")
+            for index in found[:1]]
+
+
+def _check_launch_mode(spec: LaunchSpec) -> list[SpecError]:
+    """A self-spawning script is started once, on this machine: no torchrun to give each
+    process its rank, so no per-rank templates, and no other node."""
+    if spec.launch_mode != SELF_SPAWN:
+        return []
+    errors = []
+    if spec.slurm is not None or spec.is_multi_node:
+        errors.append(SpecError("launch_mode", "self-spawn starts the script once on this machine; "
+                                               "several nodes need launch_mode = \"torchrun\""))
+    if templates.uses_templates(spec.args):
+        errors.append(SpecError("launch_mode", "self-spawn starts the script once, so per-rank placeholders such "
+                                               "as {rank} have no value; pass the values the script itself needs, "
+                                               "or use launch_mode = \"torchrun\""))
+    return errors
 
 
 def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ...]:
@@ -233,8 +274,9 @@ def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ..
         node = _Reader(table, f"nodes[{index}].", errors)
         node.reject_unknown([f.name for f in fields(NodeSpec)])
         host = node.optional_str("host", "localhost")
-        if host and host_problem(host):
-            node.fail("host", host_problem(host))
+        problem = host_problem(host) if host else None
+        if problem is not None:
+            node.fail("host", problem)
         user = node.optional_str("user")
         if user and not USER_NAME.fullmatch(user):
             node.fail("user", f"{user!r} is not a login name (no spaces or control characters)")
@@ -261,8 +303,9 @@ def _parse_rendezvous(reader: _Reader, errors: list[SpecError], node_count: int)
         master_port=_master_port(rdzv),
         node_rank=rdzv.integer("node_rank", 0, low=0, high=node_count - 1),
     )
-    if spec.master_addr is not None and host_problem(spec.master_addr):
-        rdzv.fail("master_addr", host_problem(spec.master_addr))
+    problem = host_problem(spec.master_addr) if spec.master_addr is not None else None
+    if problem is not None:
+        rdzv.fail("master_addr", problem)
     if spec.endpoint is not None:
         parsed = parse_host_port(spec.endpoint)
         if parsed is None:
@@ -434,7 +477,7 @@ def _check_slurm_fields(table: Mapping[str, Any], spec: LaunchSpec, errors: list
     if isinstance(spec.gpus, tuple):
         errors.append(SpecError("gpus", "Slurm picks the GPUs of a [slurm] job; set slurm.gpus_per_node instead "
                                         "(0: CPU mode)"))
-    elif spec.gpus == CPU and spec.slurm.gpus_per_node:
+    elif spec.gpus == CPU and spec.slurm is not None and spec.slurm.gpus_per_node:
         errors.append(SpecError("gpus", f'"cpu" but slurm.gpus_per_node is {spec.slurm.gpus_per_node}; '
                                         "set one of them"))
 
@@ -465,7 +508,7 @@ def _check_entry_point(reader: _Reader, script: str | None, module: str | None) 
 TOP_LEVEL_KEYS = [
     "version", "script", "module", "args", "interpreter", "workdir", "env", "nproc_per_node",
     "gpus", "backend", "nodes", "rendezvous", "max_restarts", "omp_num_threads",
-    "legacy_local_rank", "telemetry", "slurm", "description",
+    "legacy_local_rank", "launch_mode", "telemetry", "slurm", "description",
 ]
 
 
@@ -500,6 +543,7 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
         max_restarts=reader.integer("max_restarts", 0, low=0, high=1000),
         omp_num_threads=reader.integer("omp_num_threads", AUTO, low=1, high=1024, allow_auto=True),
         legacy_local_rank=reader.boolean("legacy_local_rank", False),
+        launch_mode=reader.choice("launch_mode", AUTO, LAUNCH_MODES),
         telemetry=_parse_telemetry(reader, errors),
         slurm=_parse_slurm(reader, errors),
         description=reader.optional_str("description"),
@@ -507,6 +551,8 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
     )
     if spec.slurm is not None:
         _check_slurm_fields(table, spec, errors)
+    errors.extend(_check_launch_mode(spec))
+    errors.extend(_check_init_file(spec))
     if errors:
         raise SpecErrors(errors)
     return spec
@@ -532,6 +578,7 @@ def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
         "max_restarts": spec.max_restarts,
         "omp_num_threads": spec.omp_num_threads,
         "legacy_local_rank": spec.legacy_local_rank,
+        "launch_mode": spec.launch_mode if spec.launch_mode != AUTO else None,
     }))
     if spec.env:
         table["env"] = dict(spec.env)

@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.profile.spec import ALL, AUTO, CPU, LaunchSpec, NodeSpec
+from runner.profile.launch_mode import LaunchModeChoice, choose_launch_mode
+from runner.profile.spec import ALL, AUTO, CPU, SELF_SPAWN, LaunchSpec, NodeSpec, SlurmSpec
 from runner.sampling.gpu_report import GpuReport
 
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", ""})
@@ -74,6 +75,12 @@ class ResolvedLaunch:
     omp_num_threads: int
     script: str | None
     """Absolute path on the head (relative on remote nodes is kept relative to their workdir)."""
+    launch_mode: LaunchModeChoice
+    """torchrun, or the script started once to start its own ranks (``runner.profile.launch_mode``)."""
+
+    @property
+    def self_spawn(self) -> bool:
+        return self.launch_mode.mode == SELF_SPAWN
 
     @property
     def cpu_mode(self) -> bool:
@@ -127,13 +134,15 @@ def resolve(spec: LaunchSpec, machine: MachineFacts, base_dir: Path | None = Non
         script = str(script_path if script_path.is_absolute() else Path(os.path.normpath(workdir / script_path)))
 
     if spec.slurm is not None:
-        return _resolve_slurm(spec, str(workdir), script)
+        return _resolve_slurm(spec, spec.slurm, str(workdir), script)
     if spec.gpus == CPU or (spec.gpus == ALL and not machine.gpus.available):
         gpus: tuple[int, ...] = ()
     elif spec.gpus == ALL:
         gpus = machine.gpus.indices
-    else:
-        gpus = tuple(spec.gpus)
+    elif isinstance(spec.gpus, tuple):
+        gpus = spec.gpus
+    else:  # an unknown word: parse refuses it; nothing to pick
+        gpus = ()
 
     if spec.nproc_per_node == AUTO:
         nproc = len(gpus) if gpus else machine.cpu_count
@@ -149,7 +158,7 @@ def resolve(spec: LaunchSpec, machine: MachineFacts, base_dir: Path | None = Non
     else:
         omp = int(spec.omp_num_threads)
     return ResolvedLaunch(spec=spec, nodes=tuple(nodes), gpus=gpus, backend=backend,
-                          omp_num_threads=omp, script=script)
+                          omp_num_threads=omp, script=script, launch_mode=choose_launch_mode(spec, script))
 
 
 def _resolve_node(node_rank: int, node: NodeSpec, nproc: int, interpreter: str | None,
@@ -170,7 +179,7 @@ def _resolve_node(node_rank: int, node: NodeSpec, nproc: int, interpreter: str |
     )
 
 
-def _resolve_slurm(spec: LaunchSpec, workdir: str, script: str | None) -> ResolvedLaunch:
+def _resolve_slurm(spec: LaunchSpec, slurm: SlurmSpec, workdir: str, script: str | None) -> ResolvedLaunch:
     """A Slurm job: ``slurm.nodes`` nodes, not known by name until allocated, each with
     ``slurm.gpus_per_node`` GPUs that Slurm picks (CPU mode with none).
 
@@ -180,7 +189,6 @@ def _resolve_slurm(spec: LaunchSpec, workdir: str, script: str | None) -> Resolv
     every node, as on a cluster), else this one when submitting from here, else
     ``python3`` on the nodes' PATH.
     """
-    slurm = spec.slurm
     gpus = tuple(range(slurm.gpus_per_node))
     if spec.nproc_per_node == AUTO:
         processes = slurm.gpus_per_node or slurm.cpus_per_node or 1
@@ -193,4 +201,5 @@ def _resolve_slurm(spec: LaunchSpec, workdir: str, script: str | None) -> Resolv
     nodes = tuple(ResolvedNode(node_rank=rank, host=SLURM_NODE_LABEL.format(rank), processes=processes,
                                python=python, workdir=workdir, user=None, ssh_port=None)
                   for rank in range(slurm.nodes))
-    return ResolvedLaunch(spec=spec, nodes=nodes, gpus=gpus, backend=backend, omp_num_threads=omp, script=script)
+    return ResolvedLaunch(spec=spec, nodes=nodes, gpus=gpus, backend=backend, omp_num_threads=omp, script=script,
+                          launch_mode=choose_launch_mode(spec, script))

@@ -17,6 +17,10 @@ BACKENDS = ("auto", "nccl", "gloo", "mpi")
 RENDEZVOUS_MODES = ("standalone", "c10d", "static")
 SLURM_TELEMETRY_ROUTES = ("auto", "direct", "login")
 AUTO = "auto"
+TORCHRUN = "torchrun"
+SELF_SPAWN = "self-spawn"
+LAUNCH_MODES = (AUTO, TORCHRUN, SELF_SPAWN)
+"""How the script is started (``runner.profile.launch_mode``)."""
 CPU = "cpu"
 ALL = "all"
 
@@ -133,6 +137,10 @@ class LaunchSpec:
     """``"auto"`` = cores divided by local processes (at least 1)."""
     legacy_local_rank: bool = False
     """Pass ``--local_rank=N`` to scripts written for ``torch.distributed.launch``."""
+    launch_mode: str = AUTO
+    """``torchrun`` (one process per rank), ``self-spawn`` (the script is started once and
+    starts its own ranks, ``torch.multiprocessing.spawn``; or one process, ``DataParallel``), or
+    ``auto`` (self-spawn when the script calls torch's spawn; ``runner.profile.launch_mode``)."""
     telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
     slurm: SlurmSpec | None = None
     """Set: the job runs on a Slurm cluster, and ``nodes``/``rendezvous``/``gpus`` are Slurm's."""

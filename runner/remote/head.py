@@ -16,12 +16,13 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from rankwatch._protocol import AgentHello, EventKind, Message, NodeExit
 from runner.hub.hub import Hub
 from runner.hub.observer import HubObserver
 from runner.launch.command import RendezvousPlan, RunnerContext, build_node_command
+from runner.launch.nodes import NodeHandle
 from runner.launch.output import OutputLine
 from runner.profile.parse import parse_host_port
 from runner.profile.resolve import ResolvedLaunch, ResolvedNode
@@ -32,6 +33,25 @@ from runner.remote.ssh import SshOptionsError
 from runner.state import NodeState, RankState
 
 
+class AgentNode(Protocol):
+    """What ``RemoteNodes`` needs of a node whose agent reports to the hub: a ``RemoteNode``
+    (started over ssh) or a ``runner.slurm.nodes.SlurmNode`` (started by Slurm)."""
+
+    node: ResolvedNode
+    exit_message: NodeExit | None
+    lost_at: float | None
+    lost_reason: str | None
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def on_agent_connected(self) -> None: ...
+
+    def on_node_exit(self, message: NodeExit) -> None: ...
+
+    def on_agent_closed(self) -> None: ...
+
+
 class RemoteNodes(HubObserver):
     def __init__(self, hub: Hub, run_key: str, token: str, on_lost: Callable[[str], None]):
         self.hub = hub
@@ -39,7 +59,7 @@ class RemoteNodes(HubObserver):
         self.token = token
         self.on_lost = on_lost
         """Called with a reason when a node is lost (the job then stops the others)."""
-        self.nodes: dict[int, RemoteNode] = {}
+        self.nodes: dict[int, AgentNode] = {}
         self.addresses: dict[int, str] = {}
         """node rank -> the head's address its agent connects to."""
         self.port: int | None = None
@@ -68,7 +88,7 @@ class RemoteNodes(HubObserver):
                            addresses=distinct, port=self.port)
 
     def create(self, launch: ResolvedLaunch, node: ResolvedNode, plan: RendezvousPlan, context: RunnerContext,
-               on_lines: Callable[[ResolvedNode, list[OutputLine]], None], grace: float) -> RemoteNode:
+               on_lines: Callable[[ResolvedNode, list[OutputLine]], None], grace: float) -> NodeHandle:
         """The handle for ``node``, its launch message built from the job's own command.
 
         Raises:
@@ -96,8 +116,9 @@ class RemoteNodes(HubObserver):
                 by_node.setdefault(row.node_rank, []).append(row.rank)
         asked: list[int] = []
         for node_rank, ranks in by_node.items():
-            handle = self.nodes.get(node_rank)
-            if handle is not None and handle.request_stacks(ranks):
+            # a Slurm node's agent reads no stdin from the head: its ranks stay "missing"
+            request = getattr(self.nodes.get(node_rank), "request_stacks", None)
+            if request is not None and request(ranks):
                 asked += ranks
         return asked
 
@@ -125,7 +146,7 @@ class RemoteNodes(HubObserver):
             self.hub.add_event(EventKind.WARNING, None, f"node {handle.node.node_rank} ({handle.node.host}): "
                                                         f"its agent stopped the workers: {reason}")
 
-    def _node_lost(self, handle: RemoteNode) -> None:
+    def _node_lost(self, handle: AgentNode) -> None:
         node = handle.node
         when = time.strftime("%H:%M:%S", time.localtime(handle.lost_at))
         message = f"node {node.node_rank} ({node.host}) was lost at {when}: {handle.lost_reason}"

@@ -38,6 +38,7 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from rankwatch import _protocol as protocol
 from runner.remote.agent import EXIT_BAD_LAUNCH, Agent, StdinLines, say
@@ -88,10 +89,12 @@ def launch_from_environment(environ: Mapping[str, str]) -> LaunchMessage:
 
 
 class SlurmAgent(Agent):
-    async def _forward(self, message: dict) -> None:
+    async def _forward(self, message: protocol.Message | dict[str, Any]) -> None:
         """A worker's hello names this node as the run knows it: Slurm's node id, not the
         group rank torchrun's c10d rendezvous happened to give this node."""
-        if message.get("type") == "hello":
+        if isinstance(message, protocol.Hello):
+            message.node_rank = self.launch.node_rank
+        elif isinstance(message, dict) and message.get("type") == protocol.Hello.TYPE:
             message["node_rank"] = self.launch.node_rank
         await super()._forward(message)
 

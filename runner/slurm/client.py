@@ -96,7 +96,8 @@ class SlurmClient:
             await process.wait()
             raise SlurmToolError(f"{command[0]} did not answer {self.where} within "
                                  f"{timeout or self.timeout:.0f} s") from None
-        result = CommandResult(process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
+        code = await process.wait()  # at once: communicate() has seen the process end
+        result = CommandResult(code, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
         return self._checked(command, result) if check else self._reachable(command, result)
 
     def run_sync(self, command: list[str], stdin: str | None = None, timeout: float | None = None,

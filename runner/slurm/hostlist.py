@@ -55,7 +55,7 @@ def _expand_item(item: str) -> list[str]:
     closing = item.index("]", opening)
     prefix, ranges, rest = item[:opening], item[opening + 1:closing], item[closing + 1:]
     tails = _expand_item(rest)
-    names = []
+    names: list[str] = []
     for part in ranges.split(","):
         match = RANGE.match(part.strip())
         if match is None:

@@ -84,6 +84,17 @@ class SlurmJob:
         self.job_id = job_id
         return job_id
 
+    @property
+    def submitted_id(self) -> str:
+        """The job's id, once ``submit`` has returned it.
+
+        Raises:
+            RuntimeError: asked before the job was submitted (a mistake of the caller).
+        """
+        if self.job_id is None:
+            raise RuntimeError("no Slurm job has been submitted yet")
+        return self.job_id
+
     def start_polling(self) -> None:
         self._poller = asyncio.get_running_loop().create_task(self._poll_forever(), name="slurm-poll")
 
@@ -108,8 +119,9 @@ class SlurmJob:
 
     async def _query(self) -> JobRecord:
         """Raises SlurmToolError when neither scontrol nor sacct answers."""
-        result = await self.client.run(["scontrol", "-o", "show", "job", self.job_id])
-        record = parse_scontrol(result.stdout, self.job_id) if result.ok else None
+        job_id = self.submitted_id
+        result = await self.client.run(["scontrol", "-o", "show", "job", job_id])
+        record = parse_scontrol(result.stdout, job_id) if result.ok else None
         if record is None:
             if "Invalid job id" not in result.stderr and not result.ok:
                 raise SlurmToolError(f"scontrol: {result.error_line()}")
@@ -120,10 +132,11 @@ class SlurmJob:
 
     async def _from_accounting(self) -> JobRecord:
         """The controller forgot the job (``MinJobAge`` passed): ask accounting, if the site has it."""
+        job_id = self.submitted_id
         result = await self.client.run(["sacct", "--noheader", "--allocations", "--parsable2",
-                                        f"--jobs={self.job_id}", f"--format={SACCT_FIELDS}"])
-        record = parse_sacct(result.stdout, self.job_id) if result.ok else None
-        return record or JobRecord(job_id=self.job_id, state=VANISHED,
+                                        f"--jobs={job_id}", f"--format={SACCT_FIELDS}"])
+        record = parse_sacct(result.stdout, job_id) if result.ok else None
+        return record or JobRecord(job_id=job_id, state=VANISHED,
                                    reason="no longer known to Slurm (and no accounting to ask)")
 
     async def _with_position(self, record: JobRecord) -> JobRecord:
@@ -136,7 +149,7 @@ class SlurmJob:
             return record
         if not result.ok:
             return record
-        position, total = queue_position(result.stdout.splitlines(), self.job_id)
+        position, total = queue_position(result.stdout.splitlines(), self.submitted_id)
         return record.with_position(position, total)
 
     async def _poll_forever(self) -> None:
@@ -202,7 +215,7 @@ class SlurmJob:
 
     def scancel_argv(self) -> list[str]:
         """What the watchdog runs if the runner dies (``runner.slurm.watchdog``)."""
-        return self.client.argv(["scancel", self.job_id])
+        return self.client.argv(["scancel", self.submitted_id])
 
     async def close(self) -> None:
         if self._poller is not None:

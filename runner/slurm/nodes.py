@@ -44,7 +44,13 @@ from runner.slurm.agent import launch_template
 from runner.slurm.client import SlurmClient, SlurmToolError, login_node
 from runner.slurm.job import SlurmJob
 from runner.slurm.relay import LoginRelay
-from runner.slurm.script import OUTPUT_FILE, node_command, render_by_hand, render_for_runner
+from runner.slurm.script import (
+    OUTPUT_FILE,
+    node_command,
+    render_by_hand,
+    render_for_runner,
+    slurm_table,
+)
 from runner.slurm.states import JobRecord, RunPhase
 from runner.state import NodeState, RunStatus
 
@@ -61,9 +67,10 @@ OUTPUT_TAIL_LINES = 10
 class SlurmNodes(RemoteNodes):
     def __init__(self, hub: Hub, run_key: str, token: str, on_lost: Callable[[str], None]):
         super().__init__(hub, run_key, token, on_lost)
-        self.launch: ResolvedLaunch | None = None
-        self.client: SlurmClient | None = None
+        self._launch: ResolvedLaunch | None = None
+        self._client: SlurmClient | None = None
         self.job: SlurmJob | None = None
+        """Once submitted (node 0's ``start``)."""
         self.relay: LoginRelay | None = None
         self.agent_endpoint: tuple[str, int] | None = None
         """Where the agents connect: this machine's listener, or the login host's relay."""
@@ -77,55 +84,80 @@ class SlurmNodes(RemoteNodes):
         self._phase_lock = asyncio.Lock()
         """Phases reach the store in the order Slurm reported them."""
 
+    @property
+    def launch(self) -> ResolvedLaunch:
+        """Raises RuntimeError before ``listen`` (which every use follows)."""
+        if self._launch is None:
+            raise RuntimeError("SlurmNodes used before listen()")
+        return self._launch
+
+    @property
+    def client(self) -> SlurmClient:
+        """Raises RuntimeError before ``listen``."""
+        if self._client is None:
+            raise RuntimeError("SlurmNodes used before listen()")
+        return self._client
+
+    @property
+    def submitted_job(self) -> SlurmJob:
+        """Raises RuntimeError before ``submit``."""
+        if self.job is None:
+            raise RuntimeError("no Slurm job submitted yet")
+        return self.job
+
     # ---- listening ---------------------------------------------------------------------
 
     async def listen(self, launch: ResolvedLaunch, plan: RendezvousPlan) -> None:
         """Open the listener for the agents (never raises: see ``error``)."""
-        self.launch = launch
-        self.client = SlurmClient(login_node(launch.spec.slurm, launch.head.python, launch.head.workdir))
+        slurm = slurm_table(launch)
+        self._launch = launch
+        self._client = SlurmClient(login_node(slurm, launch.head.python, launch.head.workdir))
         self.hub.add_observer(self)
-        route = address.route_of(launch.spec.slurm)
+        route = address.route_of(slurm)
         try:
             if route == address.LOGIN:
-                await self._listen_behind_login_relay()
+                endpoint = await self._listen_behind_login_relay()
             else:
-                await self._listen_directly()
+                endpoint = await self._listen_directly()
         except (HeadAddressError, SlurmToolError, OSError) as error:
             self.error = f"cannot listen for the Slurm job's agents: {error}"
             return
-        host, port = self.agent_endpoint
+        self.agent_endpoint = host, port = endpoint
         self.hub.add_event("agents_listening", None, f"listening for the Slurm job's agents, which connect to "
                                                      f"{host}:{port} ({route} route; token required)",
                            addresses=list(dict.fromkeys(self.addresses.values())), port=self.port, route=route,
                            agent_host=host, agent_port=port)
 
-    async def _listen_directly(self) -> None:
-        """Raises HeadAddressError, SlurmToolError, OSError."""
+    async def _listen_directly(self) -> tuple[str, int]:
+        """Where the agents connect. Raises HeadAddressError, SlurmToolError, OSError."""
         bind = address.address_override()
         if bind is None:
             bind = address.source_address_toward(await self._compute_node_address())
         self.port = await self.hub.serve_tcp(bind, 0)
         self.addresses = {node.node_rank: bind for node in self.launch.nodes}
-        self.agent_endpoint = (bind, self.port)
+        return bind, self.port
 
-    async def _listen_behind_login_relay(self) -> None:
-        """Raises SlurmToolError, OSError."""
+    async def _listen_behind_login_relay(self) -> tuple[str, int]:
+        """Where the agents connect (the relay on the login host). Raises SlurmToolError, OSError."""
         self.port = await self.hub.serve_tcp(address.LOOPBACK, 0)
         self.addresses = {node.node_rank: address.LOOPBACK for node in self.launch.nodes}
-        self.relay = LoginRelay(self.client.login, self.launch.head.python, self.run_key, self.port)
-        self.agent_endpoint = await self.relay.start(await self._compute_node_address())
+        login = self.client.login
+        if login is None:
+            raise SlurmToolError('slurm.telemetry_route = "login" needs slurm.login_host (the host to relay through)')
+        self.relay = LoginRelay(login, self.launch.head.python, self.run_key, self.port)
+        return await self.relay.start(await self._compute_node_address())
 
     async def _compute_node_address(self) -> str:
         """A compute node of the job's partition, as Slurm knows its address (``NodeAddr``)."""
         command = ["sinfo", "--noheader", "--Node", "--format=%o"]
-        if self.launch.spec.slurm.partition:
-            command.append(f"--partition={self.launch.spec.slurm.partition}")
+        partition = slurm_table(self.launch).partition
+        if partition:
+            command.append(f"--partition={partition}")
         result = await self.client.run(command, check=True)
         node_address = address.first_node_address(result.stdout)
         if node_address is None:
             raise SlurmToolError(f"sinfo lists no node {self.client.where}"
-                                 + (f" in partition {self.launch.spec.slurm.partition}"
-                                    if self.launch.spec.slurm.partition else ""))
+                                 + (f" in partition {partition}" if partition else ""))
         return node_address
 
     # ---- the nodes -----------------------------------------------------------------------
@@ -156,14 +188,17 @@ class SlurmNodes(RemoteNodes):
         Raises:
             OSError: Slurm refused the job or could not be reached (the message says why).
         """
-        self.job = SlurmJob(self.client, on_change=self._on_slurm_change,
-                            on_warning=lambda text: self.hub.add_event("warning", None, text))
+        run_id, launch_json = self.hub.run_id, self._launch_json
+        if run_id is None or launch_json is None:
+            raise RuntimeError("submit() before the run was recorded and its nodes created")
+        job = self.job = SlurmJob(self.client, on_change=self._on_slurm_change,
+                                  on_warning=lambda text: self.hub.add_event("warning", None, text))
         script = render_for_runner(self.launch)
-        run_dir = paths.run_dir(self.hub.run_id)
+        run_dir = paths.run_dir(run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "sbatch.sh").write_text(script)
-        job_id = await self.job.submit(script, self.token, self._launch_json)
-        self._start_watchdog()
+        job_id = await job.submit(script, self.token, launch_json)
+        self._start_watchdog(job)
         by_hand = render_by_hand(self.launch)
         await self.hub.update_run(status=RunStatus.PENDING.value, command=by_hand)
         self.hub.add_event("slurm_submitted", None, f"submitted as Slurm job {job_id} {self.client.where}",
@@ -172,23 +207,24 @@ class SlurmNodes(RemoteNodes):
         for node in self.launch.nodes:
             await self.hub.update_node(node.node_rank, node.host, NodeState.STARTING.value,
                                        detail=f"Slurm job {job_id}: queued")
-        await self.job.poll()
-        self.job.start_polling()
+        await job.poll()
+        job.start_polling()
 
-    def _start_watchdog(self) -> None:
+    def _start_watchdog(self, job: SlurmJob) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("RANKWATCH_RUN_KEY")}
         env["PYTHONPATH"] = str(paths.REPO_ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self._watchdog = subprocess.Popen(
-            [sys.executable, "-m", "runner.slurm.watchdog", json.dumps(self.job.scancel_argv())],
+            [sys.executable, "-m", "runner.slurm.watchdog", json.dumps(job.scancel_argv())],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             env=env, close_fds=True)
 
     def _release_watchdog(self) -> None:
         if self._watchdog is None:
             return
-        with contextlib.suppress(OSError):
-            self._watchdog.stdin.write(b"done")
-            self._watchdog.stdin.close()
+        if self._watchdog.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._watchdog.stdin.write(b"done")
+                self._watchdog.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._watchdog.wait(timeout=5)
         self._watchdog = None
@@ -232,26 +268,27 @@ class SlurmNodes(RemoteNodes):
 
     async def _expect_agents(self) -> None:
         """Every agent connects back soon after the job starts, or the run fails saying why."""
+        job = self.submitted_job  # the job started: it was submitted
         deadline = time.monotonic() + AGENT_CONNECT_SECONDS
         while time.monotonic() < deadline:
-            if len(self._connected) == len(self.launch.nodes) or self.job.ended.is_set():
+            if len(self._connected) == len(self.launch.nodes) or job.ended.is_set():
                 return
             await asyncio.sleep(0.5)
-        if self.job.cancel_requested or self.job.ended.is_set():
+        if job.cancel_requested or job.ended.is_set():
             return
         self.failure = self._agents_missing(f"within {AGENT_CONNECT_SECONDS:.0f} s of the job's start")
         self.hub.add_event("warning", None, self.failure)
         with contextlib.suppress(SlurmToolError):
-            await self.job.cancel()
+            await job.cancel()
 
     def _agents_missing(self, when: str) -> str:
         """Why the run failed when agents never connected back, and what to do about it."""
         missing = sorted(set(range(len(self.launch.nodes))) - self._connected)
-        host, port = self.agent_endpoint
-        return (f"the agents of node(s) {', '.join(map(str, missing))} did not connect back to {host}:{port} {when}: "
+        where = "{}:{}".format(*self.agent_endpoint) if self.agent_endpoint is not None else "this machine"
+        return (f"the agents of node(s) {', '.join(map(str, missing))} did not connect back to {where} {when}: "
                 "the compute nodes cannot reach this machine there (use slurm.telemetry_route = \"login\", or set "
                 "RANKWATCH_HEAD_ADDRESS), or Rankwatch could not start there (see the job's output file "
-                f"{self.launch.head.workdir}/{OUTPUT_FILE.replace('%j', self.job.job_id)})")
+                f"{self.launch.head.workdir}/{OUTPUT_FILE.replace('%j', self.submitted_job.submitted_id)})")
 
     def on_agent_connected(self, hello: AgentHello) -> None:
         if hello.node_rank is not None:

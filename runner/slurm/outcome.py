@@ -82,7 +82,6 @@ def _conclude(summary: dict[str, Any], status: RunStatus, exit_code: int, *, rec
               output_tail: list[str], failed_node_code: int | None) -> tuple[RunStatus, int]:
     summary["slurm"] = {"job_id": job_id, **(record.to_json() if record else {}),
                         "output_tail": output_tail or None}
-    state = record.state if record else None
     name = f"Slurm job {job_id}"
     if failure is not None:
         summary["outcome"] = "failed"
@@ -94,6 +93,7 @@ def _conclude(summary: dict[str, Any], status: RunStatus, exit_code: int, *, rec
         if status != RunStatus.SUCCEEDED:
             summary["headline"] += f" ({name}: Slurm had not recorded the end when Rankwatch finished)"
         return status, exit_code
+    state = record.state
     ranks = describe_ranks(rank_rows)
     if state == "CANCELLED" and cancel_requested:
         if not rank_rows:

@@ -25,7 +25,7 @@ from runner.profile.resolve import ResolvedLaunch
 from runner.remote.node_info import DISTRIBUTION, installed_version
 from runner.remote.ssh import RUNNER_MODULE
 from runner.slurm.client import SlurmClient, SlurmToolError, login_node
-from runner.slurm.script import render_for_runner
+from runner.slurm.script import render_for_runner, slurm_table
 
 SBATCH_FIELDS = (
     ("partition", "slurm.partition"),
@@ -40,7 +40,7 @@ NODE_CONFIGURATION = "Requested node configuration is not available"
 
 
 def client_for(launch: ResolvedLaunch) -> SlurmClient:
-    return SlurmClient(login_node(launch.spec.slurm, launch.head.python, launch.head.workdir))
+    return SlurmClient(login_node(slurm_table(launch), launch.head.python, launch.head.workdir))
 
 
 def preflight_slurm(launch: ResolvedLaunch) -> list[SpecError]:
@@ -64,7 +64,7 @@ def check_with_sbatch(client: SlurmClient, launch: ResolvedLaunch) -> list[SpecE
     reason = "; ".join(line.split("error:", 1)[-1].strip() for line in lines) or result.error_line()
     lowered = reason.lower()
     if NODE_CONFIGURATION.lower() in lowered:
-        slurm = launch.spec.slurm
+        slurm = slurm_table(launch)
         asked = (f"{slurm.nodes} node(s) with {slurm.cpus_per_node or launch.head.processes} CPU(s)"
                  + (f" and {slurm.gpus_per_node} GPU(s)" if slurm.gpus_per_node else "") + " each"
                  + (" and the extra sbatch options" if slurm.sbatch_options else ""))

@@ -81,13 +81,14 @@ class LoginRelay:
         except SshOptionsError as error:
             raise SlurmToolError(str(error)) from None
         try:
-            self.process = await asyncio.create_subprocess_exec(
+            process = self.process = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=set_parent_death_signal)
         except FileNotFoundError:
             raise SlurmToolError("ssh is not installed here; install the OpenSSH client") from None
+        assert process.stdout is not None and process.stderr is not None  # both PIPE
         try:
-            line = await asyncio.wait_for(self.process.stdout.readline(), RELAY_START_SECONDS)
+            line = await asyncio.wait_for(process.stdout.readline(), RELAY_START_SECONDS)
         except asyncio.TimeoutError:
             line = b""
         try:
@@ -96,24 +97,26 @@ class LoginRelay:
         except (ValueError, KeyError, TypeError):
             pass
         await self.stop()
-        stderr = (await self.process.stderr.read()).decode(errors="replace")
-        if self.process.returncode == 255:
+        stderr = (await process.stderr.read()).decode(errors="replace")
+        if process.returncode == 255:
             raise SlurmToolError(f"the login route: {explain_ssh_failure(self.login, stderr)}")
         raise SlurmToolError(f"the relay on {self.login.host} did not start: "
                              f"{last_error_line(stderr) or 'no message'} (is Rankwatch installed for "
                              f"{self.python} there, and does its sshd allow forwarding?)")
 
     async def stop(self) -> None:
-        if self.process is None or self.process.returncode is not None:
+        process = self.process
+        if process is None or process.returncode is not None:
             return
-        with contextlib.suppress(OSError):
-            self.process.stdin.close()
-        for action in (None, self.process.terminate, self.process.kill):
-            if action is not None and self.process.returncode is None:
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        for action in (None, process.terminate, process.kill):
+            if action is not None and process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     action()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.process.wait(), 5.0)
+                await asyncio.wait_for(process.wait(), 5.0)
                 return
 
 
@@ -138,6 +141,7 @@ async def _serve(socket_path: str, host: str) -> None:
             writer.close()
             return
         task = asyncio.current_task()
+        assert task is not None  # a handler runs as a task
         connections.add(task)
         try:
             await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))

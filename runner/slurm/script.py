@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from runner.launch.command import NodeCommand, RendezvousPlan, RunnerContext, build_node_command
 from runner.profile.resolve import ResolvedLaunch
+from runner.profile.spec import SlurmSpec
 
 RENDEZVOUS_PLACEHOLDER = "@RANKWATCH_SLURM_RENDEZVOUS@"
 JOB_ID_PLACEHOLDER = "@RANKWATCH_SLURM_JOB_ID@"
@@ -39,6 +40,18 @@ RDZV_PORT_BASE = 20000
 RDZV_PORT_SPAN = 20000
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 """Slurm sets the GPUs a job's node may use; Rankwatch must not override them."""
+
+
+def slurm_table(launch: ResolvedLaunch) -> SlurmSpec:
+    """The launch's ``[slurm]`` table (every builder of ``runner.slurm`` is about a Slurm launch).
+
+    Raises:
+        ValueError: the launch has no ``[slurm]`` table (the caller's mistake: not a Slurm run).
+    """
+    slurm = launch.spec.slurm
+    if slurm is None:
+        raise ValueError(f"{launch.spec.entry_label} is not a Slurm launch (its spec has no [slurm] table)")
+    return slurm
 
 
 def slurm_plan() -> RendezvousPlan:
@@ -61,16 +74,16 @@ def node_command(launch: ResolvedLaunch, context: RunnerContext | None = None) -
 
 def job_name(launch: ResolvedLaunch) -> str:
     """``slurm.job_name``, else ``rankwatch-<script stem or module>``."""
-    spec = launch.spec
-    if spec.slurm.job_name:
-        return spec.slurm.job_name
+    spec, slurm = launch.spec, slurm_table(launch)
+    if slurm.job_name:
+        return slurm.job_name
     label = spec.entry_label.rsplit(".py", 1)[0] if spec.script else spec.entry_label
     return "rankwatch-" + (re.sub(r"[^A-Za-z0-9_.+-]", "_", label) or "job")
 
 
 def header(launch: ResolvedLaunch) -> list[str]:
     """The ``#SBATCH`` lines: the allocation Slurm is asked for."""
-    slurm = launch.spec.slurm
+    slurm = slurm_table(launch)
     processes = launch.head.processes
     options = [f"--job-name={job_name(launch)}", f"--nodes={slurm.nodes}", "--ntasks-per-node=1",
                f"--cpus-per-task={slurm.cpus_per_node or processes}",
@@ -86,7 +99,7 @@ def header(launch: ResolvedLaunch) -> list[str]:
 
 
 def describe(launch: ResolvedLaunch) -> str:
-    slurm = launch.spec.slurm
+    slurm = slurm_table(launch)
     devices = f"{slurm.gpus_per_node} GPU(s) each, {launch.backend}" if slurm.gpus_per_node else \
         f"CPU mode, {launch.backend}"
     return (f"{launch.spec.entry_label} on Slurm: {slurm.nodes} node(s) x {launch.head.processes} "

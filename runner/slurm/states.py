@@ -162,11 +162,11 @@ class JobRecord:
         if phase == RunPhase.COMPLETING:
             return "completing (Slurm is ending the job's processes)"
         text = ENDINGS.get(self.state, self.state.lower())
-        details = [f"exit code {self.exit_code}" if self.exit_code else None,
-                   f"reason {self.reason}" if self.reason and self.reason != "None" else None,
-                   f"ran {self.run_time}" if self.run_time else None,
-                   f"time limit {self.time_limit}" if self.state == "TIMEOUT" and self.time_limit else None]
-        details = [detail for detail in details if detail]
+        candidates = [f"exit code {self.exit_code}" if self.exit_code else None,
+                      f"reason {self.reason}" if self.reason and self.reason != "None" else None,
+                      f"ran {self.run_time}" if self.run_time else None,
+                      f"time limit {self.time_limit}" if self.state == "TIMEOUT" and self.time_limit else None]
+        details = [detail for detail in candidates if detail]
         return text + (f" ({', '.join(details)})" if details else "")
 
     def to_json(self) -> dict:

@@ -1,9 +1,16 @@
 """The run store's schema and its migrations.
 
 The schema version is SQLite's ``user_version``. ``MIGRATIONS[n]`` brings a store
-from version ``n`` to ``n + 1``; opening a store applies the missing ones in one
-transaction each, so an old store is upgraded in place and a newer one (from a
-future Rankwatch) is refused rather than damaged.
+from version ``n`` to ``n + 1``; opening a store applies the missing ones, so an old
+store is upgraded in place and a newer one (from a future Rankwatch) is refused rather
+than damaged.
+
+Several processes may open a fresh (or old) store at the same moment: two runners
+started together, a runner and the GUI. The version is therefore read again inside a
+``BEGIN IMMEDIATE`` transaction (SQLite's write lock, taken before anything is read),
+and the missing migrations and the new version are committed in that same
+transaction: the first process migrates, the others wait on the lock (the busy
+timeout), then find the store current and change nothing.
 """
 
 from __future__ import annotations
@@ -122,6 +129,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE ranks ADD COLUMN rejected INTEGER;
     ALTER TABLE ranks ADD COLUMN sent INTEGER;
     """,
+    # 3 -> 4: the runner process's identity (boot id and start time, see
+    # runner.store.liveness.process_identity), so a pid the kernel gave to another process
+    # after the runner died does not make a lost run look alive.
+    """
+    ALTER TABLE runs ADD COLUMN runner_identity TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -135,15 +148,55 @@ class StoreVersionError(RuntimeError):
 def migrate(connection: sqlite3.Connection) -> int:
     """Bring ``connection``'s database to ``SCHEMA_VERSION``; returns the version found.
 
+    Safe when other processes open or migrate the same store at the same time (see
+    the module docstring). ``connection`` must have a busy timeout and no open
+    transaction.
+
     Raises:
         StoreVersionError: the database is newer than this code.
+        sqlite3.OperationalError: the write lock was not granted within the busy
+            timeout, or a migration failed (nothing of it is kept: rolled back).
     """
-    found = connection.execute("PRAGMA user_version").fetchone()[0]
-    if found > SCHEMA_VERSION:
-        raise StoreVersionError(
-            f"the run store has schema version {found}, newer than this Rankwatch ({SCHEMA_VERSION}); "
-            "upgrade rankwatch or point RANKWATCH_HOME elsewhere")
-    for version in range(found, SCHEMA_VERSION):
-        with connection:
-            connection.executescript(f"BEGIN; {MIGRATIONS[version]}; PRAGMA user_version = {version + 1}; COMMIT;")
+    found = _version(connection)
+    _refuse_newer(found)
+    if found == SCHEMA_VERSION:
+        return found  # the common case: no lock taken, readers and the hub's writer undisturbed
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        current = _version(connection)  # another process may have migrated meanwhile
+        _refuse_newer(current)
+        for version in range(current, SCHEMA_VERSION):
+            for statement in _statements(MIGRATIONS[version]):
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {version + 1}")
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
     return found
+
+
+def _version(connection: sqlite3.Connection) -> int:
+    return int(connection.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _refuse_newer(version: int) -> None:
+    if version > SCHEMA_VERSION:
+        raise StoreVersionError(
+            f"the run store has schema version {version}, newer than this Rankwatch ({SCHEMA_VERSION}); "
+            "upgrade rankwatch or point RANKWATCH_HOME elsewhere")
+
+
+def _statements(script: str) -> list[str]:
+    """``script`` cut into its SQL statements (``executescript`` would commit the open
+    transaction first, so each statement runs on its own inside it)."""
+    statements, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        statements.append(pending.strip())
+    return statements

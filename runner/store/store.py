@@ -14,13 +14,14 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, MetricRow, ProcessSample
 from runner import paths, privacy
+from runner.store.liveness import process_identity
 from runner.store.schema import TABLES, migrate
 
 BUSY_TIMEOUT_MS = 10_000
@@ -29,6 +30,7 @@ RECORD_CLASSES: dict[str, type[tuple[Any, ...]]] = {
 """The contract's record for each record table (events are ``Event``)."""
 STORE_FULL_CODES = frozenset({13, 10, 8, 14, 3})
 """SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PERM: the store cannot take rows."""
+SQLITE_BUSY, SQLITE_LOCKED = 5, 6
 
 
 class RunNotFound(LookupError):
@@ -83,23 +85,77 @@ def is_store_full(error: BaseException) -> bool:
 
 
 def connect(path: Path | None = None, *, readonly: bool = False) -> sqlite3.Connection:
-    """Open (and migrate) the store. Readers never create or migrate it."""
+    """Open (and migrate) the store. Readers never create or migrate it.
+
+    Raises:
+        RunNotFound: ``readonly`` and there is no store yet (or one still being created).
+        StoreVersionError: the store was written by a newer Rankwatch.
+        sqlite3.Error, OSError: the store cannot be opened or created (see ``is_store_full``).
+    """
     path = Path(path) if path is not None else paths.store_path()
     if readonly:
         if not path.exists():
             raise RunNotFound(f"no run store yet at {path}; runs appear here once you `rankwatch run`")
         connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
                                      check_same_thread=False)
+        versions: list[int] = []
+        try:
+            _retry_while_busy(lambda: versions.append(connection.execute("PRAGMA user_version").fetchone()[0]))
+        except BaseException:
+            connection.close()
+            raise
+        if versions[-1] == 0:  # created a moment ago, its schema not committed yet: no runs in it
+            connection.close()
+            raise RunNotFound(f"no runs recorded yet in {path}; runs appear here once you `rankwatch run`")
     else:
         _prepare_private_file(path)
         connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=NORMAL")
-        connection.execute("PRAGMA foreign_keys=ON")
-        migrate(connection)
+        try:
+            _retry_while_busy(lambda: _set_up(connection))
+        except BaseException:
+            connection.close()
+            raise
     connection.row_factory = sqlite3.Row
     connection.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     return connection
+
+
+def _set_up(connection: sqlite3.Connection) -> None:
+    """WAL mode, then the schema (created or migrated). Safe to repeat after a busy refusal."""
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=NORMAL")
+    connection.execute("PRAGMA foreign_keys=ON")
+    migrate(connection)
+
+
+def _retry_while_busy(action: Callable[[], None]) -> None:
+    """Run ``action`` again while SQLite answers "database is locked", up to the busy timeout.
+
+    The busy timeout alone does not cover opening: switching a fresh store to WAL, or
+    another process recovering the WAL, is refused at once (SQLITE_BUSY without the busy
+    handler) when several processes open a new store together.
+
+    Raises:
+        sqlite3.OperationalError: still locked after ``BUSY_TIMEOUT_MS``, or any other error.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            action()
+            return
+        except sqlite3.OperationalError as error:
+            if not _is_busy(error) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
+def _is_busy(error: sqlite3.OperationalError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
+    return "locked" in str(error).lower()
 
 
 def _prepare_private_file(path: Path) -> None:
@@ -142,12 +198,16 @@ class RunStore:
     def create_run(self, *, run_key: str, profile: str | None, spec_toml: str, command: str | None,
                    host: str, workdir: str | None, runner_pid: int, socket: str | None,
                    world_size: int | None, status: str) -> int:
+        """A new run row; returns its id. The runner's identity is read here, while ``runner_pid``
+        (the caller, or its parent) is surely the runner, to tell it from a later process given
+        the same pid."""
+        identity = process_identity(runner_pid)
         with self.connection:
             cursor = self.connection.execute(
                 "INSERT INTO runs (run_key, profile, spec_toml, command, host, workdir, created, status,"
-                " runner_pid, socket, world_size) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " runner_pid, runner_identity, socket, world_size) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run_key, profile, spec_toml, command, host, workdir, time.time(), status, runner_pid,
-                 socket, world_size))
+                 identity, socket, world_size))
         assert cursor.lastrowid is not None
         return int(cursor.lastrowid)
 

@@ -83,7 +83,7 @@ class LineParser:
     def parse(self, line: str) -> ParsedLine | None:
         """The metrics in ``line``, or None when it has none."""
         if self._custom is not None:
-            return self._parse_custom(line)
+            return self._parse_custom(self._custom, line)
         text = line.strip()
         if text.startswith("{") and text.endswith("}"):
             parsed = _parse_dict(text)
@@ -97,8 +97,9 @@ class LineParser:
             return None  # fast path: most lines are not metric lines
         return self._parse_generic(line)
 
-    def _parse_custom(self, line: str) -> ParsedLine | None:
-        match = self._custom.search(line)
+    @staticmethod
+    def _parse_custom(pattern: re.Pattern[str], line: str) -> ParsedLine | None:
+        match = pattern.search(line)
         if not match:
             return None
         value = _number(match.group(1))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rankwatch._protocol import describe_losses
 from runner.diagnosis.report import format_diagnostics
@@ -27,6 +27,10 @@ from runner.view.format import (
 )
 from runner.view.progress import PROGRESS_METRICS, ProgressTracker, compute_progress, progress_texts
 from runner.view.rank_stats import BUILT_IN_METRICS
+
+if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
+    from rich.console import Console
+    from rich.live import Live
 
 __all__ = ["TerminalView", "format_bytes", "format_prefix", "render_summary", "without_torch_prefix"]
 
@@ -48,9 +52,10 @@ REFRESH_PER_SECOND = 4
 """The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
 
 
-def format_prefix(rank: int | None, node: str | None, multi_node: bool) -> str:
+def format_prefix(rank: int | None, node: str | None, multi_node: bool, launcher: str = "torchrun") -> str:
+    """``launcher``: who wrote the lines of no rank (``script``: a self-spawning script's own process)."""
     if rank is None:
-        return f"[{node} torchrun]" if multi_node and node else "[torchrun]"
+        return f"[{node} {launcher}]" if multi_node and node else f"[{launcher}]"
     return f"[{node} rank {rank}]" if multi_node and node else f"[rank {rank}]"
 
 
@@ -129,14 +134,16 @@ class TerminalView:
         self.ranks: dict[int, dict[str, Any]] = {}
         self.run: dict[str, Any] | None = None
         self.spec_args: list = []
+        self.launcher = "torchrun"
+        """How lines of no rank are labelled: ``script`` when the script started its own ranks."""
         self.logged = LoggedValues()
         self.progress = ProgressTracker()
         self.cpu_mode = True
         self.ended = False
         self.stopping_since: float | None = None
         self.hidden_launcher_lines = 0
-        self._live = None
-        self._console = None
+        self._live: Live | None = None
+        self._console: Console | None = None
         self._lock = threading.Lock()
         self._outbox: list[tuple[str, str, str, str | None]] = []
 
@@ -147,12 +154,12 @@ class TerminalView:
             from rich.console import Console
             from rich.live import Live
 
-            self._console = Console(file=self.out)
+            console = self._console = Console(file=self.out)
             # The Live's thread asks for the table at each refresh, so elapsed time and heartbeat
             # ages move even when no message arrives; the lock keeps it from reading half an update.
-            self._live = Live(console=self._console, refresh_per_second=REFRESH_PER_SECOND, transient=False,
-                              redirect_stdout=False, redirect_stderr=False, get_renderable=self._render)
-            self._live.start()
+            live = self._live = Live(console=console, refresh_per_second=REFRESH_PER_SECOND, transient=False,
+                                     redirect_stdout=False, redirect_stderr=False, get_renderable=self._render)
+            live.start()
 
     def stop(self) -> None:
         if self._live is not None:
@@ -176,6 +183,8 @@ class TerminalView:
         if kind == "snapshot":
             self.run = message.get("run")
             self.spec_args = list((message.get("spec") or {}).get("args") or [])
+            if (message.get("spec") or {}).get("launch_mode") == "self-spawn":
+                self.launcher = "script"
             for row in message.get("ranks") or []:
                 self.ranks[row["rank"]] = row
             if len(message.get("nodes") or []) > 1:
@@ -187,7 +196,7 @@ class TerminalView:
         elif kind == "bye":
             self.ended = True
             if self.stopping_since is not None:
-                self._say_stopped()
+                self._say_stopped(self.stopping_since)
             if self._live is None and self.status_every:
                 self._print_status(final=True)  # plain mode: every rank's last state, once
         if (self._live is None and self.status_every and not self.ended
@@ -217,11 +226,14 @@ class TerminalView:
             if rank is None and self.stopping_since is not None:
                 self.hidden_launcher_lines += 1
                 continue
-            self._print_line(format_prefix(rank, node, self.multi_node), without_torch_prefix(line, rank), stream)
+            self._print_line(format_prefix(rank, node, self.multi_node, self.launcher), without_torch_prefix(line, rank),
+                             stream)
         for event in events:
             kind = event.get("kind")
             if kind == "stopping":
                 self._say_stopping(event)
+            elif kind == "launch_mode" and event.get("mode") == "self-spawn":  # torchrun goes without saying
+                self._print_line("[rankwatch]", event.get("message", ""), "stderr")
             elif kind in NOTABLE_EVENTS and not (
                     self.stopping_since is not None and kind in EXPECTED_WHILE_STOPPING):
                 self._print_line("[rankwatch]", event.get("message", ""), "stderr", style="yellow")
@@ -238,8 +250,8 @@ class TerminalView:
         details = "; ".join(part for part in (why, hint) if part)
         self._print_line("[rankwatch]", f"stopping…{f' ({details})' if details else ''}", "stderr", style="yellow")
 
-    def _say_stopped(self) -> None:
-        seconds = time.monotonic() - self.stopping_since
+    def _say_stopped(self, stopping_since: float) -> None:
+        seconds = time.monotonic() - stopping_since
         run_id = (self.run or {}).get("id")
         note = ""
         if self.hidden_launcher_lines and run_id is not None:
@@ -412,7 +424,9 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
     summary = run.get("summary") or {}
     status = run.get("status")
     width = 72
-    out.write("\n" + f"── Rankwatch · run {run.get('id')} {status} (exit code {run.get('exit_code')}) ".ljust(width, "─") + "\n")
+    exit_code = run.get("exit_code")
+    code = MISSING if exit_code is None else exit_code
+    out.write("\n" + f"── Rankwatch · run {run.get('id')} {status} (exit code {code}) ".ljust(width, "─") + "\n")
     if summary.get("headline"):
         out.write(f"{summary['headline']}\n")
     first = summary.get("first_failure")
@@ -446,6 +460,15 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
         out.write(line + "\n")
     for line in describe_losses(summary):
         out.write(f"  not stored:    {line}\n")
+    lost = summary.get("runner_lost")
+    if isinstance(lost, dict):  # the runner died: what the store holds of the run (runner.store.lost_run)
+        stored = lost.get("stored") or {}
+        newest = lost.get("newest_record_t")
+        until = f", the newest from {time.strftime('%H:%M:%S', time.localtime(newest))}" if newest else ""
+        out.write(f"  stored:        {stored.get('metrics', MISSING)} metric records, "
+                  f"{stored.get('logs', MISSING)} log lines{until}\n")
+        if lost.get("not_stored"):
+            out.write(f"  not stored:    {lost['not_stored']}\n")
     for hint in summary.get("hints") or []:
         out.write(f"  hint: {hint['cause']}\n        -> {hint['advice']}\n")
     if run.get("id") is not None:

@@ -3,8 +3,8 @@
     .venv/bin/python tests/bench/bench_gui_frames.py [--seconds 8] [--repeats 3] [--no-hover]
 
 For each history length (10k and 1M points), the real ``MonitorPanel`` (1600x1000,
-offscreen) attaches to a fake runner in another process (``tests/gui/fake_runner.py
-serve``, a real Unix socket) that streams 64 ranks at 10 Hz (loss, step time, data
+offscreen) attaches to the real runner in another process with fake ranks
+(``tests/gui/live_run.py serve``: its hub, store and socket are real) that streams 64 ranks at 10 Hz (loss, step time, data
 wait, samples/s and process samples for every rank: 64 curves on each of six
 charts). Before streaming starts, 16 of the loss curves get a history of that
 length. A frame is what the chart timer does when new points arrived, plus painting:
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FAKE_RUNNER = REPO_ROOT / "tests" / "gui" / "fake_runner.py"
+LIVE_RUN = REPO_ROOT / "tests" / "gui" / "live_run.py"
 sys.path.insert(0, str(REPO_ROOT))
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -66,11 +66,11 @@ def wait(app: QApplication, predicate, timeout_s: float) -> None:
 def run_case(app: QApplication, history: int, seconds: float, hover: bool = True) -> dict:
     home = tempfile.mkdtemp(prefix="rw-bench-")
     os.environ["RANKWATCH_HOME"] = home
-    socket_path = Path(tempfile.mkdtemp(prefix="rwb-", dir="/tmp")) / "fake.sock"
+    sockets = tempfile.mkdtemp(prefix="rwb-", dir="/tmp")
     runner = subprocess.Popen(
-        [sys.executable, str(FAKE_RUNNER), "serve", "--socket", str(socket_path), "--ranks", str(RANKS),
-         "--rate", str(RATE_HZ), "--store", "--no-history", "--start-step", str(history)],
-        stdout=subprocess.PIPE, env={**os.environ, "RANKWATCH_HOME": home})
+        [sys.executable, str(LIVE_RUN), "serve", "--ranks", str(RANKS), "--rate", str(RATE_HZ),
+         "--start-step", str(history)],
+        stdout=subprocess.PIPE, env={**os.environ, "RANKWATCH_HOME": home, "RANKWATCH_SOCKET_DIR": sockets})
     try:
         info = json.loads(runner.stdout.readline())
         panel = MonitorPanel()

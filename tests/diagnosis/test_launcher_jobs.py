@@ -38,7 +38,8 @@ def free_port() -> int:
 def test_a_script_that_spawns_its_own_ranks_under_torchrun_is_named_at_once_with_what_to_do():
     script = SCRIPTS / "diag_self_spawn.py"
     env = {**os.environ, "DIAG_PORT": str(free_port())}
-    runner = start_rankwatch("run", "--plain", "--nproc-per-node", "2", str(script), env=env)
+    runner = start_rankwatch("run", "--plain", "--launch-mode", "torchrun", "--nproc-per-node", "2", str(script),
+                             env=env)
     try:
         run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
 
@@ -57,7 +58,8 @@ def test_a_script_that_spawns_its_own_ranks_under_torchrun_is_named_at_once_with
     assert f"[rankwatch] {data['cause']}" in err  # printed live, not only at the end
     block = summary_block(err)
     assert "stopped on request; rank" in block and "own processes with torch.multiprocessing.spawn" in block
-    assert "hint: rank" in block and "-> run the script directly (`python diag_self_spawn.py`)" in block
+    assert "hint: rank" in block and "-> let it start its own ranks: launch mode self-spawn (`rankwatch run " \
+        "--launch-mode self-spawn diag_self_spawn.py`" in block
     assert "int(os.environ['RANK'])" in block
     assert processes_with_marker(run["run_key"]) == []  # the spawned children are gone too
 

@@ -10,12 +10,12 @@ from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from gui.charts.chart import MetricChart
-from gui.charts.decimation import STEP, TIME, Series
 from gui.charts.grid import REFRESH_HZ, ChartGrid
 from gui.charts.readout import format_value
 from gui.charts.smoothing import ema
 from gui.models import monitor
 from gui.models.monitor import MonitorModel
+from gui.models.series import STEP, TIME, Series
 
 pytestmark = pytest.mark.gui
 

@@ -6,8 +6,8 @@ rank 1 killed by SIGKILL, rank 0 in a barrier while rank 1 sleeps in a helper (a
 hang, 2 ranks, stall timeout 5 s), a healthy 2-rank run dumped while it steps, rank
 1 sleeping in its data loader (a straggler, with a
 divergence), a rendezvous port already taken, a legacy ``--local_rank`` script
-run without the toggle. They are replayed through the fake runner's real socket
-(``replay_runner.py``) into the real monitor panel, or loaded from the run store
+run without the toggle. They are replayed through the real hub
+(``replay_run.py``) into the real monitor panel, or loaded from the run store
 as History does; the tests read what the banner, the diagnosis panel, the rank
 table and the stacks view show.
 """
@@ -15,13 +15,13 @@ table and the stacks view show.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
+from live_run import LiveRun
 from PySide6.QtCore import Qt
-from replay_runner import ReplayRunner, load_fixture, store_fixture
+from replay_run import ReplayRun, load_fixture, store_fixture
 
 from gui.models.diagnosis import ERROR, WARNING, DiagnosisModel
 from gui.models.monitor import MonitorModel
@@ -46,11 +46,10 @@ def marked_line(script: Path, marker: str) -> int:
 
 @pytest.fixture
 def replay():
-    runners: list[ReplayRunner] = []
+    runners: list[ReplayRun] = []
 
-    def start(name: str) -> ReplayRunner:
-        path = Path(os.environ["RANKWATCH_SOCKET_DIR"]) / f"replay-{len(runners)}.sock"
-        runner = ReplayRunner(path, load_fixture(name)).start()
+    def start(name: str) -> ReplayRun:
+        runner = ReplayRun(load_fixture(name)).start()
         runners.append(runner)
         return runner
 
@@ -70,7 +69,7 @@ def panel(qtbot):
     widget.detach()
 
 
-def attached(qtbot, panel: MonitorPanel, runner: ReplayRunner) -> MonitorPanel:
+def attached(qtbot, panel: MonitorPanel, runner: ReplayRun | LiveRun) -> MonitorPanel:
     panel.attach(runner.run_id)
     qtbot.waitUntil(lambda: panel.model.history_done and len(panel.model.ranks) == runner.world_size, timeout=5000)
     return panel
@@ -353,3 +352,21 @@ def test_a_straggler_waiting_for_data_and_a_divergence_are_named_with_rank_cause
     qtbot.waitUntil(lambda: panel.model.finished and panel.failure_banner.text().startswith(
         "all ranks finished, but rank 1 is a straggler at step 6: waiting for data"), timeout=5000)
     assert "parameters diverged at step 14: rank 1 disagrees with rank 0" in panel.failure_banner.text()
+
+
+def test_a_launcher_mismatch_is_a_named_finding(qtbot, panel):
+    # A rank tells the real runner that its script never got --local-rank; the runner's
+    # launch checks turn it into a launch_mismatch event; the panel names the finding.
+    runner = LiveRun(ranks=2, slow_rank=None).start()
+    try:
+        attached(qtbot, panel, runner)
+        runner.notice(1, "local_rank_unpassed")
+        diagnosis = panel.diagnosis_panel
+        qtbot.waitUntil(lambda: (diagnosis.refresh() or True) and bool(diagnosis.table_texts(diagnosis.findings_table)),
+                        timeout=5000)
+        [(_time, name, rank, what)] = diagnosis.table_texts(diagnosis.findings_table)
+        assert (name, rank) == ("launcher mismatch", "1")
+        event = next(e for e in panel.model.events if e["kind"] == "launch_mismatch")
+        assert what == event["title"]
+    finally:
+        runner.close()

@@ -12,6 +12,8 @@ import pytest
 from gui.charts import ticks
 from gui.charts.axis import seconds_spacing
 from gui.charts.readout import ReadoutRow, format_value, pick_rows
+from gui.gateway.probe_output import unavailable_report
+from gui.gateway.runner_rules import RunStatus
 from gui.models import layout
 from gui.models.charts import (
     BUILT_IN_CHARTS,
@@ -25,7 +27,7 @@ from gui.models.history import entry_of
 from gui.models.launch_form import LaunchFormModel, cores_warning
 from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
 from gui.models.notices import run_end_notice, window_title
-from gui.models.probe import unavailable_report
+from gui.widgets.monitor_panel import STATUS_COLORS
 from gui.widgets.run_progress import progress_texts
 from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec
@@ -120,6 +122,17 @@ def test_a_run_that_ends_while_watched_live_is_notified_once():
     assert run_end_notice("starting", "running", 12, None) is None
     assert run_end_notice(None, "failed", 12, None) is None  # opened from the store: nothing happened now
     assert run_end_notice("failed", "failed", 12, None) is None
+    # A Slurm run cancelled (or refused) while queued ended too.
+    assert run_end_notice("pending", "stopped", 5, None).title == "Run 5 was stopped"
+    assert run_end_notice("pending", "running", 5, None) is None
+
+
+def test_every_run_status_has_its_colour():
+    # The status badge, the run's tab and the runs list colour a run by its status; a Slurm
+    # run waiting in the queue is "pending", coloured as waiting (not as running).
+    assert set(STATUS_COLORS) == {status.value for status in RunStatus}
+    assert STATUS_COLORS[RunStatus.PENDING.value] == STATUS_COLORS[RunStatus.STARTING.value]
+    assert STATUS_COLORS[RunStatus.PENDING.value] != STATUS_COLORS[RunStatus.RUNNING.value]
 
 
 def test_the_title_carries_an_unseen_outcome_then_the_profile():
@@ -279,7 +292,7 @@ def test_an_edited_profile_is_recorded_as_edited(tmp_path):
 
 
 def test_the_readout_finds_the_point_nearest_the_cursor():
-    from gui.charts.decimation import STEP, Series
+    from gui.models.series import STEP, Series
 
     series = Series()
     series.append([0, 10, 20, 30], [0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0])

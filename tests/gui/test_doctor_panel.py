@@ -13,11 +13,11 @@ import sys
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
-from replay_runner import DATA
+from replay_run import DATA
 
+from gui.gateway.probe import RunnerProbe
 from gui.main_window import MainWindow
 from gui.models.doctor import DONE, FAIL, FAILED, OK, WARN, DoctorError, parse_doctor_output
-from gui.runner_probe import RunnerProbe
 from gui.widgets.doctor_panel import STATUS_COLORS, DoctorPanel
 
 pytestmark = pytest.mark.gui

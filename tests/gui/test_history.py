@@ -13,12 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_runner import FakeRunner
+from live_run import LiveRun
 from PySide6.QtCore import Qt
 
+from gui.gateway.store_reads import loss_rows, with_liveness
 from gui.models.history import HISTORY_COLUMNS, RunRow, loss_overlay
 from gui.widgets.history_panel import HistoryPanel
 from rankwatch._protocol import Event, LogLine, MetricRecord
+from runner.store.liveness import process_identity
 from runner.store.store import RecordBatch, RunStore
 
 pytestmark = pytest.mark.gui
@@ -83,10 +85,12 @@ def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, panel)
     lost = store.create_run(run_key="lost-one", profile="gamma", spec_toml="", command=None, host="testhost",
                             workdir=None, runner_pid=dead_pid(), socket="/nonexistent.sock", world_size=2,
                             status="running")
-    live_runner = FakeRunner(Path(os.environ["RANKWATCH_SOCKET_DIR"]) / "live.sock", ranks=2, store=True).start()
+    live_runner = LiveRun(ranks=2).start()
     try:
-        qtbot.waitUntil(lambda: len(panel.rows()) == 4, timeout=5000)
-        assert any(t.name == "rankwatch-runs-poller" for t in threading.enumerate())  # reads off the GUI thread
+        # The real runner records its run as starting, then running: the list follows.
+        qtbot.waitUntil(lambda: len(panel.rows()) == 4
+                        and cell(panel, live_runner.run_id, "Status") == "running (live)", timeout=5000)
+        assert any(t.name == "rankwatch-store-reader" for t in threading.enumerate())  # reads off the GUI thread
         assert cell(panel, finished, "Status") == "succeeded"
         assert cell(panel, finished, "Duration") == "1:05"
         assert cell(panel, finished, "Profile") == "alpha"
@@ -171,10 +175,12 @@ def test_run_rows_tell_live_from_lost(store, tmp_path):
     socket_file.touch()
     base = {"id": 1, "profile": None, "status": "running", "created": 10.0, "started": 11.0, "exit_code": None,
             "world_size": 2, "host": "h"}
-    live = RunRow.from_store({**base, "ended": None, "runner_pid": os.getpid(), "socket": str(socket_file)})
-    lost = RunRow.from_store({**base, "ended": None, "runner_pid": dead_pid(), "socket": str(socket_file)})
-    done = RunRow.from_store({**base, "ended": 20.0, "status": "failed", "runner_pid": os.getpid(),
-                              "socket": str(socket_file)})
+    live = RunRow.from_store(with_liveness({**base, "ended": None, "runner_pid": os.getpid(),
+                                            "socket": str(socket_file),
+                                            "runner_identity": process_identity(os.getpid())}))  # as stored
+    lost = RunRow.from_store(with_liveness({**base, "ended": None, "runner_pid": dead_pid(), "socket": str(socket_file)}))
+    done = RunRow.from_store(with_liveness({**base, "ended": 20.0, "status": "failed", "runner_pid": os.getpid(),
+                                            "socket": str(socket_file)}))
     assert (live.live, live.status) == (True, "running")
     assert (lost.live, lost.status) == (False, "lost")
     assert (done.live, done.status, done.duration()) == (False, "failed", 9.0)
@@ -183,7 +189,7 @@ def test_run_rows_tell_live_from_lost(store, tmp_path):
 
 def test_loss_overlay_averages_ranks_per_step(store):
     run_id = add_finished_run(store, "alpha", ranks=3, steps=5)
-    curve = loss_overlay(store, run_id)
+    curve = loss_overlay(*loss_rows(store, run_id))
     np.testing.assert_array_equal(curve.steps, np.arange(5.0))
     np.testing.assert_allclose(curve.values, 10.0 - np.arange(5) + 1.0)
     np.testing.assert_allclose(curve.times, np.arange(5.0))

@@ -13,14 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from gui.gateway.probe_output import ProbeError, parse_probe_output, unavailable_report
+from gui.models.gpus import describe_gpus, gpu_rows
 from gui.models.launch_form import CHECKING_GPUS, LaunchFormModel, NodeRow, pick_free_port
-from gui.models.probe import (
-    ProbeError,
-    describe_gpus,
-    gpu_rows,
-    parse_probe_output,
-    unavailable_report,
-)
 from runner.launch.command import RendezvousPlan, build_commands
 from runner.profile.check import RESERVED_ENV, check_launch
 from runner.profile.files import example_profile, read_spec_file, write_spec_file

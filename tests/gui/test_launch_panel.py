@@ -19,11 +19,11 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QGuiApplication, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
+from gui.gateway.probe import RunnerProbe
+from gui.gateway.probe_output import parse_probe_output
 from gui.main_window import LEAVE_RUNNING, MainWindow
 from gui.models.launch_form import LaunchFormModel
-from gui.models.probe import parse_probe_output
 from gui.models.profiles import ProfileListModel
-from gui.runner_probe import RunnerProbe
 from gui.settings import AppSettings
 from gui.widgets.launch_panel import LaunchPanel
 from runner.launch.command import RendezvousPlan, build_commands
@@ -364,3 +364,28 @@ def test_more_processes_than_cores_in_cpu_mode_shows_a_warning_but_can_launch(qt
     assert panel.launch_button.isEnabled()  # a warning, not an error
     panel.nproc.setValue(cores)
     assert not panel.nproc_warning.isVisible()
+
+
+def test_launch_mode_is_a_choice_that_says_what_auto_picked_and_templates_preview_per_rank(qtbot, make_panel,
+                                                                                           script):
+    panel = make_panel()
+    form = panel._form
+    script.write_text("import torch.multiprocessing as mp\n\nmp.spawn(demo, nprocs=2)\n")
+    qtbot.keyClicks(panel.entry.lineEdit(), str(script))
+    qtbot.waitUntil(lambda: form.evaluation.launch is not None and form.evaluation.launch.self_spawn)
+    assert panel.launch_mode.currentData() == "auto"
+    assert panel.launch_mode_hint.text() == "= self-spawn: the script starts its own ranks: mp.spawn(...) on line 3"
+    assert panel.preview.command_text().endswith(f"-u {script}")  # no torchrun: the script, started once
+    assert panel.status.text() == "Ready: the script, which starts its own ranks (self-spawn) · CPU · gloo"
+
+    panel.launch_mode.setCurrentIndex(panel.launch_mode.findData("torchrun"))
+    assert form.evaluation.spec.launch_mode == "torchrun" and panel.launch_mode_hint.text() == ""
+    qtbot.keyClicks(panel.args, "--rank {rank} --world_size {world_size}")
+    type_into(qtbot, panel.nproc, "2")
+    qtbot.waitUntil(lambda: "# rank 1: " in panel.preview.command_text())
+    assert panel.preview.command_text().splitlines()[-1].endswith(f"{script} --rank 1 --world_size 2")
+
+    panel.launch_mode.setCurrentIndex(panel.launch_mode.findData("self-spawn"))  # no torchrun to give {rank}
+    qtbot.waitUntil(lambda: form.evaluation.errors_for("launch_mode") != [])
+    assert "{rank} have no value" in form.evaluation.errors_for("launch_mode")[0]
+    assert not panel.launch_button.isEnabled()

@@ -1,8 +1,8 @@
-"""The monitor against a fake runner on a real Unix socket, and its Qt-free model.
+"""The monitor against the real runner, and its Qt-free model.
 
-The fake runner (``fake_runner.py``) speaks the hub's side of the real protocol
-with the real ``encode``; the panel subscribes through its QLocalSocket. Tests
-drive the real widgets with qtbot and assert what they show.
+The runner is the real one (``runner.run.Run``: its hub, store, stop and end) with fake
+ranks that speak the real protocol (``live_run.py``); the panel subscribes through its
+QLocalSocket. Tests drive the real widgets with qtbot and assert what they show.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_runner import FakeRunner
+from live_run import LiveRun
 from PySide6.QtCore import Qt
 
 from gui.models import monitor
@@ -29,22 +29,21 @@ from runner.store.store import RunStore
 
 pytestmark = pytest.mark.gui
 
-FAKE_RUNNER = Path(__file__).with_name("fake_runner.py")
+LIVE_RUN = Path(__file__).with_name("live_run.py")
 
 
 @pytest.fixture
-def fake_runner():
-    runners: list[FakeRunner] = []
+def live_run():
+    runs: list[LiveRun] = []
 
-    def start(**options) -> FakeRunner:
-        path = Path(os.environ["RANKWATCH_SOCKET_DIR"]) / f"fake-{len(runners)}.sock"
-        runner = FakeRunner(path, **options).start()
-        runners.append(runner)
-        return runner
+    def start(**options) -> LiveRun:
+        run = LiveRun(**options).start()
+        runs.append(run)
+        return run
 
     yield start
-    for runner in runners:
-        runner.close()
+    for run in runs:
+        run.close()
 
 
 @pytest.fixture
@@ -58,13 +57,8 @@ def panel(qtbot):
     widget.detach()
 
 
-def loss_values_sent(runner: FakeRunner, rank: int) -> list[float]:
-    return [m[4] for update in list(runner._history) for m in update["metrics"]
-            if m[0] == rank and m[3] == _protocol.LOSS]
-
-
-def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, panel, fake_runner):
-    runner = fake_runner(ranks=8, store=True)
+def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, panel, live_run):
+    runner = live_run(ranks=8)
     states = []
     panel.run_state_changed.connect(states.append)
     panel.attach(runner.run_id)
@@ -74,15 +68,15 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
     assert states[0] == "running"
     # Every point the runner sent for rank 3 is in the model, in order (history + live).
     series = panel.model.series(_protocol.LOSS)[3]
-    sent = loss_values_sent(runner, 3)
+    sent = runner.sent(3, _protocol.LOSS)
     assert list(series.values.values) == pytest.approx(sent[: len(series)])
     # The chart draws them (few points: no decimation yet).
     qtbot.waitUntil(lambda: loss.curve_points(3) >= len(series), timeout=2000)
 
     table = panel.rank_table
     qtbot.waitUntil(lambda: table.table_model.rowCount() == 8, timeout=2000)
-    assert table.cell_text(3, "Host") == "fakehost"
-    assert table.cell_text(3, "PID") == "40003"
+    assert table.cell_text(3, "Host") == "localhost"  # the rank's hello: its node, its pid
+    assert table.cell_text(3, "PID") == str(os.getpid())  # (the fake ranks live in this process)
     assert table.cell_text(3, "GPU") == "cpu"
     assert table.cell_text(3, "State") == "running"
     qtbot.waitUntil(lambda: int(table.cell_text(3, "Step")) >= 14, timeout=2000)
@@ -98,9 +92,10 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
     assert table.row_brush(0).color() == state_tint("running")
     assert state_tint("failed") != state_tint("running")
 
-    qtbot.waitUntil(lambda: "[r0] epoch 0 step 10 loss:" in panel.log_view.shown_text(), timeout=3000)
-    assert "[launcher] fake torchrun: 8 ranks, 50 steps per epoch" in panel.log_view.shown_text()
-    qtbot.waitUntil(lambda: "rank_failed: rank 3 failed" in panel.events_view.toPlainText(), timeout=3000)
+    # Tagged with the rank and the node's host, as the runner records every captured line.
+    qtbot.waitUntil(lambda: "[localhost r0] epoch 0 step 10 loss:" in panel.log_view.shown_text(), timeout=3000)
+    assert "[localhost launcher] fake torchrun: 8 ranks, 50 steps per epoch" in panel.log_view.shown_text()
+    qtbot.waitUntil(lambda: "rank_failed: rank 3 exited with code 1" in panel.events_view.toPlainText(), timeout=3000)
     # 4 epochs (--epochs in the spec) x 50 steps per epoch (printed) = 200 steps.
     # The epoch as the script logs it (0 here), the steps counted as done.
     assert re.search(r"epoch 0/4 · \d+/200 steps", panel.progress.position_label.text())
@@ -108,9 +103,9 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
     assert panel.progress.bar.isVisible()
 
 
-def test_launch_from_spec_runs_the_detached_runner_and_stops_it(qtbot, monkeypatch, tmp_path):
-    monkeypatch.setenv("FAKE_RUNNER_RANKS", "4")
-    command = lambda spec_path: [sys.executable, str(FAKE_RUNNER), "run", "--detach", "--json", str(spec_path)]  # noqa: E731
+def test_launch_from_spec_runs_the_detached_runner_and_stops_it(qtbot, tmp_path, monkeypatch):
+    # The runner's own launch, with fake ranks instead of torchrun (``live_run.py run --detach``).
+    command = lambda spec_path: [sys.executable, str(LIVE_RUN), "run", "--detach", "--json", str(spec_path)]  # noqa: E731
     panel = MonitorPanel(command=command)
     qtbot.addWidget(panel)
     panel.show()
@@ -143,19 +138,18 @@ def test_launch_from_spec_runs_the_detached_runner_and_stops_it(qtbot, monkeypat
 
 
 def test_an_invalid_spec_reports_its_field_errors(qtbot, tmp_path):
-    command = lambda spec_path: [sys.executable, str(FAKE_RUNNER), "run", "--detach", "--json", str(spec_path)]  # noqa: E731
-    panel = MonitorPanel(command=command)
+    panel = MonitorPanel()  # the real `python -m runner run --detach --json SPEC`
     qtbot.addWidget(panel)
-    with qtbot.waitSignal(panel.launch_failed, timeout=10_000) as failed:
+    with qtbot.waitSignal(panel.launch_failed, timeout=20_000) as failed:
         panel.launch(LaunchSpec(script="invalid.py"), None, tmp_path)
-    assert "script: no such file: " in failed.args[0]
-    assert str(tmp_path / "invalid.py") in failed.args[0]  # relative paths were made absolute
+    # The runner's message for the field, with the path made absolute (relative paths were).
+    assert f"script: {tmp_path / 'invalid.py'} does not exist" in failed.args[0]
     assert "Launch failed" in panel.banner.text()
     assert not panel.has_live_run()
 
 
-def test_stop_asks_first_then_stops_gracefully_then_forces(qtbot, panel, fake_runner):
-    runner = fake_runner(ranks=2, store=True, stop_delay_s=60)
+def test_stop_asks_first_then_stops_gracefully_then_forces(qtbot, panel, live_run):
+    runner = live_run(ranks=2, stop_delay_s=60)
     panel.attach(runner.run_id)
     qtbot.waitUntil(lambda: panel.model.status == "running" and panel.stop_button.isEnabled(), timeout=5000)
     asked = []
@@ -177,8 +171,8 @@ def test_stop_asks_first_then_stops_gracefully_then_forces(qtbot, panel, fake_ru
     qtbot.waitUntil(lambda: not panel.has_live_run(), timeout=3000)
 
 
-def test_detach_leaves_the_job_running_and_attach_replays_its_whole_history(qtbot, panel, fake_runner):
-    runner = fake_runner(ranks=4, store=True, rate_hz=20)
+def test_detach_leaves_the_job_running_and_attach_replays_its_whole_history(qtbot, panel, live_run):
+    runner = live_run(ranks=4, rate_hz=20)
     panel.attach(runner.run_id)
     qtbot.waitUntil(lambda: len(panel.model.series(_protocol.LOSS).get(0, [])) >= 5, timeout=5000)
     states = []
@@ -201,13 +195,13 @@ def test_detach_leaves_the_job_running_and_attach_replays_its_whole_history(qtbo
     panel.attach(runner.run_id)
     qtbot.waitUntil(lambda: panel.model.history_done, timeout=5000)
     series = panel.model.series(_protocol.LOSS)[0]
-    sent = loss_values_sent(runner, 0)
+    sent = runner.sent(0, _protocol.LOSS)
     assert len(series) >= steps_before_attach
     assert list(series.values.values) == pytest.approx(sent[: len(series)])  # no gap, no duplicate
 
 
-def test_a_finished_run_opens_from_the_store(qtbot, panel, fake_runner):
-    runner = fake_runner(ranks=8, store=True, rate_hz=200, total_steps=30)
+def test_a_finished_run_opens_from_the_store(qtbot, panel, live_run):
+    runner = live_run(ranks=8, rate_hz=200, total_steps=30)
     qtbot.waitUntil(lambda: runner.ended, timeout=20000)  # generous: the machine may be busy
     panel.attach(runner.run_id)
     loss = panel.charts.charts["loss"]
@@ -218,20 +212,20 @@ def test_a_finished_run_opens_from_the_store(qtbot, panel, fake_runner):
     qtbot.waitUntil(lambda: panel.rank_table.table_model.rowCount() == 8, timeout=2000)
     qtbot.waitUntil(lambda: panel.rank_table.cell_text(4, "State") == "exited", timeout=2000)
     assert panel.rank_table.cell_text(4, "Loss") != ""
-    qtbot.waitUntil(lambda: "[r0] epoch 0 step 20 loss:" in panel.log_view.shown_text(), timeout=2000)
+    qtbot.waitUntil(lambda: "[localhost r0] epoch 0 step 20 loss:" in panel.log_view.shown_text(), timeout=2000)
     assert not panel.stop_button.isEnabled()
     qtbot.waitUntil(lambda: "run_finished" in panel.events_view.toPlainText(), timeout=2000)
 
 
-def test_a_runner_that_vanishes_without_bye_is_reported(qtbot, panel, fake_runner):
-    runner = fake_runner(ranks=2, store=False)
+def test_a_runner_that_vanishes_without_bye_is_reported(qtbot, panel, live_run):
+    runner = live_run(ranks=2)
     panel.run_id = None
     panel.link.open(runner.socket_path)
     panel._live = True
     qtbot.waitUntil(lambda: panel.model.status == "running", timeout=5000)
     with qtbot.waitSignal(panel.run_state_changed, timeout=10_000,
                           check_params_cb=lambda state: state == DISCONNECTED):
-        runner.close()
+        runner.vanish()
     assert "Lost the connection" in panel.banner.text()
     assert not panel.has_live_run()
 

@@ -2,15 +2,15 @@
 
 ``data/two_nodes_lost.json`` was recorded from a real two-node job (node 0 this
 machine, node 1 ``127.0.0.1`` over a throwaway sshd; ``data/capture.py``) whose node
-1 agent was killed: node 1 is *lost*. It is replayed through the fake runner's real
-socket, and loaded from the store as History does. The launch form's nodes table is
+1 agent was killed: node 1 is *lost*. It is replayed through the real hub
+(``replay_run.py``), and loaded from the store as History does; live runs are the real
+runner with fake workers (``live_run.py``). The launch form's nodes table is
 compared with what ``rankwatch command`` prints for the same profile, and its
 errors with the CLI's.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from fake_runner import FakeRunner
+from live_run import LiveRun
 from PySide6.QtCore import Qt
-from replay_runner import ReplayRunner, load_fixture, store_fixture
+from replay_run import ReplayRun, load_fixture, store_fixture
 
 from gui.models.launch_form import LaunchFormModel, pick_free_port
 from gui.models.nodes import compact_ranks, since_text
@@ -45,18 +45,13 @@ def panel(qtbot):
     widget.detach()
 
 
-@pytest.fixture
-def socket_path():
-    return Path(os.environ["RANKWATCH_SOCKET_DIR"]) / "nodes.sock"
-
-
 def clock(t: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(t))
 
 
-def test_a_lost_node_is_shown_lost_with_its_time_and_its_rank_too(qtbot, panel, socket_path):
+def test_a_lost_node_is_shown_lost_with_its_time_and_its_rank_too(qtbot, panel):
     fixture = load_fixture("two_nodes_lost")
-    runner = ReplayRunner(socket_path, fixture).start()
+    runner = ReplayRun(fixture).start()
     try:
         panel.attach(runner.run_id)
         nodes_tab = panel.tabs.indexOf(panel.nodes_status)
@@ -69,10 +64,12 @@ def test_a_lost_node_is_shown_lost_with_its_time_and_its_rank_too(qtbot, panel, 
         assert status.row_brush(1).color() == node_tint("running")
 
         runner.send_events("agents_listening", "agent_connected", "rank_started", "node_lost")
-        runner.end_as_recorded()
+        ending = time.time()
+        runner.end_as_recorded()  # the hub records each node's state change as it gets it
+        ended = time.time()
         recorded = {node["node_rank"]: node for node in fixture["nodes"]}
         qtbot.waitUntil(lambda: status.cell_text(1, "State") == "lost", timeout=5000)
-        assert status.cell_text(1, "Since") == f"lost at {clock(recorded[1]['changed'])}"
+        assert status.cell_text(1, "Since") in {f"lost at {clock(ending)}", f"lost at {clock(ended)}"}
         assert status.cell_text(1, "Detail") == recorded[1]["detail"]  # "... was lost at HH:MM:SS: ..."
         assert status.row_brush(1).color() == node_tint("lost") != node_tint("failed")
         assert status.cell_text(0, "State") == "failed"
@@ -117,13 +114,9 @@ def test_log_lines_are_tagged_with_their_host_and_can_be_filtered_by_node(qtbot,
     assert panel.tabs.currentWidget() is view and view.node_choice.currentData() == "127.0.0.1"
 
 
-def test_ranks_are_grouped_by_node_in_the_rank_table(qtbot, panel, socket_path):
-    runner = FakeRunner(socket_path, ranks=6, store=True, slow_rank=None)
-    for rank, row in runner.ranks.items():  # ranks dealt round-robin over two nodes
-        row.update(node_rank=rank % 2, host=("node-a", "node-b")[rank % 2], local_rank=rank // 2)
-    runner.nodes = [{"node_rank": n, "host": h, "state": "running", "processes": 3, "changed": time.time(),
-                     "detail": None} for n, h in enumerate(("node-a", "node-b"))]
-    runner.start()
+def test_ranks_are_grouped_by_node_in_the_rank_table(qtbot, panel):
+    # Ranks dealt round-robin over two nodes: 0, 2, 4 on node-a, 1, 3, 5 on node-b.
+    runner = LiveRun(ranks=6, slow_rank=None, hosts=("node-a", "node-b")).start()
     try:
         panel.attach(runner.run_id)
         table = panel.rank_table
@@ -143,8 +136,8 @@ def test_ranks_are_grouped_by_node_in_the_rank_table(qtbot, panel, socket_path):
         runner.close()
 
 
-def test_one_node_hides_the_node_column_and_tab(qtbot, panel, socket_path):
-    runner = FakeRunner(socket_path, ranks=2, store=True).start()
+def test_one_node_hides_the_node_column_and_tab(qtbot, panel):
+    runner = LiveRun(ranks=2).start()
     try:
         panel.attach(runner.run_id)
         qtbot.waitUntil(lambda: panel.rank_table.table_model.rowCount() == 2, timeout=5000)

@@ -17,9 +17,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
+from gui.gateway.probe import RunnerProbe
 from gui.main_window import MainWindow
 from gui.models.profiles import ProfileListModel, rebase_spec
-from gui.runner_probe import RunnerProbe
 from gui.settings import AppSettings
 from runner import paths
 from runner.profile.files import (

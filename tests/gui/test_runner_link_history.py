@@ -1,4 +1,4 @@
-"""The GUI's link (``gui/runner_link.py``) reads a big run's whole history from the real hub.
+"""The GUI's link (``gui/gateway/link.py``) reads a big run's whole history from the real hub.
 
 Before history was streamed, a run past ~20,000 metric records was replayed as one line
 over the readers' limit and the GUI silently showed an empty history. Here the real hub
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gui.runner_link import RunnerLink
+from gui.gateway.link import RunnerLink
 from rankwatch._protocol import LogLine, MetricRecord
 from runner import paths
 from runner.hub.hub import Hub

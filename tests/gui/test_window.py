@@ -1,18 +1,17 @@
-"""The window's desktop habits against real panels and fake runners on real sockets: several runs
-at once in tabs, a notification and the title when a run ends unseen, the Help menu, Ctrl+F."""
+"""The window's desktop habits against real panels and real runners with fake ranks (``live_run.py``):
+several runs at once in tabs, a notification and the title when a run ends unseen, the Help menu, Ctrl+F."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from fake_runner import FakeRunner
+from live_run import LiveRun
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import QApplication, QMessageBox
 
+from gui.gateway.probe import RunnerProbe
 from gui.main_window import LEAVE_RUNNING, MainWindow, app_version
-from gui.runner_probe import RunnerProbe
 from gui.widgets.monitor_panel import MonitorPanel
 
 pytestmark = pytest.mark.gui
@@ -29,11 +28,10 @@ def unanswered_dialogs_cancel(monkeypatch):
 
 @pytest.fixture
 def runners():
-    started: list[FakeRunner] = []
+    started: list[LiveRun] = []
 
-    def start(**options) -> FakeRunner:
-        path = Path(os.environ["RANKWATCH_SOCKET_DIR"]) / f"fake-{len(started)}.sock"
-        runner = FakeRunner(path, store=True, **options).start()
+    def start(**options) -> LiveRun:
+        runner = LiveRun(**options).start()
         started.append(runner)
         return runner
 
@@ -53,9 +51,9 @@ def window(qtbot, tmp_path, monkeypatch):
         panel.detach()
 
 
-def launch_into(window: MainWindow, runner: FakeRunner, monkeypatch) -> MonitorPanel:
-    """Launch from the form as Ctrl+R does; the panel it lands in watches ``runner`` (a fake
-    runner stands in for the detached runner the real launch starts)."""
+def launch_into(window: MainWindow, runner: LiveRun, monkeypatch) -> MonitorPanel:
+    """Launch from the form as Ctrl+R does; the panel it lands in watches ``runner`` (a runner
+    with fake ranks stands in for the detached runner the real launch starts)."""
     monkeypatch.setattr(MonitorPanel, "launch", lambda panel, spec, name, base_dir: panel.attach(runner.run_id))
     window._on_launch_requested(window.form.evaluation.spec, "example", Path.cwd())
     return window.monitor
@@ -98,7 +96,7 @@ def test_a_run_that_ends_unseen_is_notified_and_named_in_the_title(qtbot, window
     qtbot.waitUntil(lambda: panel.model.status == "running", timeout=5000)
     window.tabs.setCurrentWidget(window.launch_panel)  # looking at the form meanwhile
     assert window.notifier.sent == []
-    runner.finish(status="failed", exit_code=1)
+    runner.finish(exit_code=1)  # every rank fails: the run failed
     qtbot.waitUntil(lambda: bool(window.notifier.sent), timeout=5000)
     notice = window.notifier.sent[0]
     assert notice.title == f"Run {runner.run_id} (fake) failed" and notice.urgent
@@ -117,7 +115,7 @@ def test_a_run_ending_in_front_of_the_person_is_not_notified(qtbot, window, runn
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5000)
     qtbot.waitUntil(lambda: panel.model.status == "running", timeout=5000)
-    runner.finish(status="succeeded")
+    runner.finish()  # every rank exits 0: the run succeeded
     qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=5000)
     assert window.notifier.sent == [] and not window.windowTitle().startswith("✓")
     assert "finished" in window.statusBar().currentMessage()

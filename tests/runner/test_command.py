@@ -76,3 +76,79 @@ def test_runner_form_adds_bootstrap_log_dir_and_contract_but_keeps_the_flags():
     assert runner.env["RANKWATCH_RUN_KEY"] == "key" and runner.env["RANKWATCH_TOKEN"] == "tok"
     assert runner.env["RANKWATCH_SOCKET"] == "/s" and runner.env["RANKWATCH_BACKEND"] == "gloo"
     assert "--max-restarts=3" in runner.argv and "--max-restarts=3" in plain.argv
+
+
+# ---- per-rank argument templates and launch modes (issue 13) -------------------------------------
+
+TEMPLATED = ("--init_method", "{init_method}", "--rank", "{rank}", "--name", "run-{node_rank}.{local_rank}",
+             "--json", '{"lr": 0.1}', "--braces", "{{rank}}")
+
+
+def test_the_pasted_command_expands_templates_in_each_workers_shell_as_the_bootstrap_does(tmp_path):
+    import subprocess
+
+    from rankwatch._templates import expand, values_from_environment
+
+    spec = LaunchSpec(script="/w/t.py", args=TEMPLATED, nproc_per_node=2)
+    [command] = build_commands(resolve(spec, NO_GPU), RendezvousPlan("standalone"))
+    wrapper = command.argv[command.argv.index("-c") + 1]
+    worker_env = {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "GROUP_RANK": "0",
+                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "PATH": "/usr/bin:/bin"}
+    # the shell's exec runs "python -u /w/t.py ..."; print that argv instead
+    shown = subprocess.run(["sh", "-c", wrapper.replace("exec ", "exec printf '%s\\n' ", 1)], env=worker_env,
+                           capture_output=True, text=True, check=True).stdout.splitlines()
+    assert shown[3:] == expand(TEMPLATED, values_from_environment(worker_env))
+    assert shown[3:] == ["--init_method", "tcp://127.0.0.1:29511", "--rank", "1", "--name", "run-0.1",
+                         "--json", '{"lr": 0.1}', "--braces", "{rank}"]
+
+
+def test_the_preview_lists_each_ranks_line_and_the_runner_form_asks_the_workers_to_expand(tmp_path):
+    spec = LaunchSpec(script="/w/t.py", args=("--rank", "{rank}", "--im", "{init_method:file}"), nproc_per_node=2)
+    launch = resolve(spec, NO_GPU)
+    plan = RendezvousPlan("static", master_addr="head", master_port=29500)
+    plain = build_node_command(launch, launch.head, plan)
+    assert [line.split(": ", 1)[0] for line in plain.rank_lines] == ["rank 0", "rank 1"]
+    assert plain.rank_lines[1].endswith("/w/t.py --rank 1 --im 'file://<a fresh file, removed after the run>'")
+    assert plain.env["RANKWATCH_INIT_FILE"].startswith("/")  # by hand: a path of the user's own
+    context = RunnerContext(socket="/s", token="t", run_key="k", run_id=1, log_dir="/l", stacks_dir="/st",
+                            init_file="/run/init-method/store")
+    runner = build_node_command(launch, launch.head, plan, context)
+    assert runner.argv[-4:] == ("--rank", "{rank}", "--im", "{init_method:file}")  # expanded by each worker
+    assert runner.env["RANKWATCH_EXPAND_ARGS"] == "1"
+    assert runner.env["RANKWATCH_INIT_FILE"] == "/run/init-method/store"
+    untemplated = build_node_command(resolve(LaunchSpec(script="/w/t.py"), NO_GPU), launch.head, plan, context)
+    assert untemplated.rank_lines == () and "RANKWATCH_EXPAND_ARGS" not in untemplated.env
+
+
+def test_auto_launch_mode_starts_a_spawning_script_once_with_the_interpreter(tmp_path):
+    script = tmp_path / "tutorial.py"
+    script.write_text("import torch.multiprocessing as mp\n# mp.spawn(commented)\n\nmp.spawn(demo, nprocs=2)\n")
+    launch = resolve(LaunchSpec(script=str(script), args=("--x",)), NO_GPU)
+    assert (launch.launch_mode.mode, launch.launch_mode.chosen_by) == ("self-spawn", "auto")
+    assert launch.launch_mode.reason == "the script starts its own ranks: mp.spawn(...) on line 4"
+    [plain] = build_commands(launch, RendezvousPlan("standalone"))
+    assert plain.argv == (launch.head.python, "-u", str(script), "--x")
+    context = RunnerContext(socket="/s", token="t", run_key="k", run_id=1, log_dir="/l", stacks_dir="/st")
+    runner = build_node_command(launch, launch.head, RendezvousPlan("standalone"), context)
+    assert runner.argv == (launch.head.python, "-u", "-m", "rankwatch._bootstrap", str(script), "--x")
+    assert runner.env["RANKWATCH_LAUNCH_MODE"] == "self-spawn"
+    script.write_text("import torch\n# mp.spawn(fn) only in a comment\nmultiprocessing.Process(target=f)\n")
+    assert resolve(LaunchSpec(script=str(script)), NO_GPU).launch_mode.mode == "torchrun"
+    chosen = resolve(LaunchSpec(script=str(script), launch_mode="self-spawn"), NO_GPU).launch_mode
+    assert (chosen.mode, chosen.chosen_by) == ("self-spawn", "profile")
+
+
+def test_torchruns_own_settings_are_refused_for_a_self_spawning_script_not_ignored(tmp_path):
+    from runner.profile.check import check_launch
+
+    script = tmp_path / "tutorial.py"
+    script.write_text("import torch.multiprocessing as mp\nmp.spawn(demo, nprocs=2)\n")
+    spec = LaunchSpec(script=str(script), workdir=str(tmp_path), nproc_per_node=4, max_restarts=1)
+    errors = {error.field: error.message for error in check_launch(resolve(spec, NO_GPU), NO_GPU,
+                                                                    probe_interpreter=False)}
+    assert set(errors) == {"nproc_per_node", "max_restarts"}
+    assert errors["nproc_per_node"] == ("launch mode self-spawn (the script starts its own ranks: mp.spawn(...) on "
+                                        "line 2): its spawn call decides how many; leave nproc_per_node auto, or "
+                                        'choose launch_mode "torchrun"')
+    assert check_launch(resolve(spec.with_changes(launch_mode="torchrun"), NO_GPU), NO_GPU,
+                        probe_interpreter=False) == []

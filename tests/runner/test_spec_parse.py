@@ -88,3 +88,20 @@ def test_round_trip_keeps_every_field():
                                 stall_timeout=30.0, hash_every=100),
         description="everything set")
     assert spec_from_dict(spec_to_dict(spec)) == spec
+
+
+def test_argument_templates_and_launch_mode_are_checked_when_parsed():
+    errors = dict(errors_of({"script": "a.py", "args": ["--rank", "{rank}", "--x", "{rnak}", "--y", "a}b{"]}))
+    assert errors["args[3]"].startswith("unknown placeholder {rnak} in '{rnak}'; the placeholders are {rank}")
+    assert "args[5]" not in errors  # no placeholder look: passed unchanged
+    errors = dict(errors_of({"script": "a.py", "args": ["{init_method:udp}", "{{rank}"]}))
+    assert "init_method has the spellings {init_method:tcp}, {init_method:file}" in errors["args[0]"]
+    assert "a lone '}'" in errors["args[1]"]
+    errors = [message for field, message in errors_of({
+        "script": "a.py", "launch_mode": "self-spawn", "args": ["{rank}"],
+        "nodes": [{"host": "localhost"}, {"host": "b"}], "rendezvous": {"mode": "c10d"}}) if field == "launch_mode"]
+    assert "several nodes need launch_mode" in errors[0] and "{rank} have no value" in errors[1]
+    errors = dict(errors_of({"script": "a.py", "args": ["--im", "{init_method:file}"],
+                             "nodes": [{"host": "localhost"}, {"host": "b"}], "rendezvous": {"mode": "c10d"}}))
+    assert errors["args[1]"].startswith("{init_method:file} is a file on this machine")
+    assert dict(errors_of({"script": "a.py", "launch_mode": "mpirun"}))["launch_mode"] == "'mpirun' is not one of auto, torchrun, self-spawn"

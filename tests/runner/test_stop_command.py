@@ -12,7 +12,7 @@ import time
 import pytest
 
 from runner.cli.main import main
-from runner.cli.stop_command import START_TIME_SLACK_SECONDS
+from runner.cli.stop_command import EXIT_NOT_RUNNING
 from runner.store.store import RunStore
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -43,16 +43,19 @@ def test_without_a_socket_stop_sends_sigterm_to_the_runner(sleeper, capsys):
 
 
 def test_a_pid_reused_by_a_later_process_is_not_signalled(capsys):
-    run_id = record_live_run(0)
-    time.sleep(START_TIME_SLACK_SECONDS + 1.5)  # the kernel's start time can read up to 1 s early
-    later = subprocess.Popen(SLEEPER)  # started well after the run was recorded
+    runner = subprocess.Popen(SLEEPER)
+    run_id = record_live_run(runner.pid)  # its identity (start time) is recorded with the pid
+    runner.kill()
+    runner.wait()
+    time.sleep(0.05)  # a pid is given again only after its process ended: a later start time
+    later = subprocess.Popen(SLEEPER)  # the kernel gives the runner's pid to this one (simulated)
     try:
         with RunStore() as store:
             store.connection.execute("UPDATE runs SET runner_pid = ? WHERE id = ?", (later.pid, run_id))
             store.connection.commit()
         code = main(["stop", str(run_id), "--timeout", "2"])
         assert later.poll() is None  # left alone
-        assert code == 1 and "not a Rankwatch runner any more; nothing was stopped" in capsys.readouterr().err
+        assert code == EXIT_NOT_RUNNING and "is not running (lost: its runner died" in capsys.readouterr().err
     finally:
         later.kill()
         later.wait()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -81,3 +84,60 @@ def test_last_and_unknown_runs(tmp_path):
         assert store.resolve_run_id("last") == second and store.resolve_run_id("last-1") == first
         with pytest.raises(RunNotFound, match="no run 99"):
             store.resolve_run_id("99")
+
+
+RACER = """
+import sys, time
+from pathlib import Path
+from runner.store.store import RunNotFound, RunStore
+path, go, role, name = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+(go.parent / f"ready-{name}").touch()
+while not go.exists():
+    time.sleep(0.001)
+if role == "reader":
+    try:
+        with RunStore(path, readonly=True) as store:
+            store.runs()
+    except RunNotFound:
+        pass
+else:
+    with RunStore(path) as store:
+        store.create_run(run_key=name, profile=None, spec_toml="", command=None, host="h", workdir=None,
+                         runner_pid=1, socket=None, world_size=1, status="starting")
+"""
+
+
+def _schema_of(path) -> list[tuple[str, str]]:
+    connection = sqlite3.connect(path)
+    try:
+        return connection.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+    finally:
+        connection.close()
+
+
+def test_runners_and_readers_racing_on_a_fresh_store_all_succeed(tmp_path):
+    """Processes opening a store that does not exist yet, released together: every one succeeds
+    (no "table already exists", no "database is locked"), each runner's run is stored, and the
+    schema is exactly the one a store created alone gets. Cost: 4-9 s (4 rounds of 6 processes)."""
+    with RunStore(tmp_path / "alone.db"):
+        pass
+    expected = _schema_of(tmp_path / "alone.db")
+    for round_number in range(4):
+        folder = tmp_path / f"round{round_number}"
+        path, go = folder / "data" / "runs.db", folder / "go"
+        folder.mkdir()
+        roles = ["runner"] * 4 + ["reader"] * 2
+        racers = [subprocess.Popen([sys.executable, "-c", RACER, str(path), str(go), role, f"key-{index}"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                  for index, role in enumerate(roles)]
+        deadline = time.monotonic() + 60
+        while len(list(folder.glob("ready-*"))) < len(roles) and time.monotonic() < deadline:
+            time.sleep(0.01)  # all imported and waiting: then released at once
+        go.touch()
+        for racer in racers:
+            _output, err = racer.communicate(timeout=60)
+            assert racer.returncode == 0, f"round {round_number}: {err}"
+        with RunStore(path, readonly=True) as store:
+            assert store.connection.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
+            assert sorted(run["run_key"] for run in store.runs()) == [f"key-{index}" for index in range(4)]
+        assert _schema_of(path) == expected

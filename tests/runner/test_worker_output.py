@@ -79,9 +79,12 @@ def test_an_endless_line_is_cut_so_it_cannot_hold_the_hub():
 
 
 def test_only_our_header_opens_a_connection():
-    assert parse_header(header(5, 1, "stderr")) == (5, "stderr")
-    for bad in (b"GET / HTTP/1.1\r\n", b"rankwatch-output 2 5 1 stdout\n", b"rankwatch-output 1 x 1 stdout\n",
-                b"rankwatch-output 1 5 1 stdin\n", b"\xff\xfe\n", b""):
+    assert parse_header(header(5, 1, "stderr", pid=42)) == (5, "stderr", 42)
+    assert parse_header(header(None, None, "stdout", pid=42)) == (None, "stdout", 42)  # pending: rank not known yet
+    assert parse_header(header(None, None, "launcher", pid=42)) == (None, "launcher", 42)
+    for bad in (b"GET / HTTP/1.1\r\n", b"rankwatch-output 1 5 1 stdout\n", b"rankwatch-output 2 5 1 stdout\n",
+                b"rankwatch-output 2 x 1 stdout 42\n", b"rankwatch-output 2 5 1 stdin 42\n",
+                b"rankwatch-output 2 5 1 launcher 42\n", b"\xff\xfe\n", b""):
         assert parse_header(bad) is None
 
 
@@ -177,4 +180,53 @@ def test_lines_arrive_while_the_worker_runs_not_when_it_ends(tmp_path):
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 def test_header_names_rank_and_stream(stream):
-    assert header(7, 3, stream) == f"rankwatch-output 1 7 3 {stream}\n".encode()
+    assert header(7, 3, stream, pid=99) == f"rankwatch-output 2 7 3 {stream} 99\n".encode()
+    assert header(None, None, stream, pid=99) == f"rankwatch-output 2 - - {stream} 99\n".encode()
+
+
+PENDING = textwrap.dedent("""
+    import sys, time
+    from rankwatch._output import attach_output, declare_launcher
+    attach_output(pending=True)
+    print("before anyone knows whose", flush=True)
+    if sys.argv[1] == "launcher":
+        declare_launcher()
+    print("ready", flush=True)
+    sys.stdin.readline()  # wait for the test's turn
+    print("after", flush=True)
+""")
+
+
+def test_pending_output_waits_for_its_rank_and_is_the_launchers_when_none_comes(tmp_path):
+    """A self-spawned process's lines before its hello are held, then its rank's once claimed;
+    a launcher's (declared) or an unclaimed process's (at its end) are the launcher's, none lost."""
+    script = tmp_path / "pending.py"
+    script.write_text(PENDING)
+
+    async def scenario() -> dict[str, list]:
+        received: list = []
+        output = WorkerOutput(paths.socket_dir() / "out-pending.sock", received.extend)
+        await output.start()
+        env = {**os.environ, "PYTHONPATH": str(WORKER_PATH), **output.environment}
+        processes = {}
+        for role in ("claimed", "launcher", "unclaimed"):
+            processes[role] = await asyncio.create_subprocess_exec(
+                sys.executable, str(script), role, env=env, stdin=asyncio.subprocess.PIPE)
+        deadline = time.monotonic() + 30
+        while sum(line.text == "ready" for line in received) < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)  # only the launcher's "ready" can arrive: the others are held
+        await asyncio.sleep(0.5)
+        held = [(line.rank, line.text) for line in received]
+        output.claim(processes["claimed"].pid, 3)
+        for process in processes.values():
+            await process.communicate(b"go\n")
+        await asyncio.wait_for(output.drained(), 10)
+        await output.close()
+        return {"held": held, "all": [(line.rank, line.text) for line in received]}
+
+    seen = asyncio.run(scenario())
+    assert sorted(seen["held"]) == [(None, "before anyone knows whose"), (None, "ready")]  # the launcher's only
+    everything = seen["all"]
+    assert [text for rank, text in everything if rank == 3] == ["before anyone knows whose", "ready", "after"]
+    assert sorted(text for rank, text in everything if rank is None) == sorted(
+        ["before anyone knows whose", "ready", "after"] * 2)  # the launcher's, and the unclaimed one's at its end

@@ -8,10 +8,10 @@ import sys
 import pytest
 from PySide6.QtCore import Qt
 
+from gui.gateway.probe import RunnerProbe
 from gui.models.launch_form import LaunchFormModel
 from gui.models.profiles import ProfileListModel
 from gui.models.slurm_form import SlurmForm
-from gui.runner_probe import RunnerProbe
 from gui.settings import AppSettings
 from gui.widgets.launch_panel import LaunchPanel
 from gui.widgets.slurm_section import SlurmSection

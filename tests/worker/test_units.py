@@ -244,3 +244,41 @@ def test_post_import_hook_runs_after_the_module_executes(tmp_path, monkeypatch):
     assert rankwatch_hook_target.__spec__.loader is rankwatch_hook_target.__loader__
     assert not any(type(finder).__name__ == "_PostImportFinder" for finder in sys.meta_path)
     sys.modules.pop("rankwatch_hook_target")
+
+
+# ---- per-rank argument templates (rankwatch._templates) ------------------------------------------
+
+
+def test_templates_expand_from_torchruns_variables_and_keep_everything_else():
+    from rankwatch._templates import TemplateError, expand, values_from_environment
+
+    environ = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "GROUP_RANK": "1", "MASTER_ADDR": "::1",
+               "MASTER_PORT": "29500", "RANKWATCH_INIT_FILE": "/run/7/init-method/store"}
+    values = values_from_environment(environ)
+    arguments = ["--rank={rank}", "{local_rank}/{world_size}@{node_rank}", "{init_method}", "{init_method:tcp}",
+                 "{init_method:file}", "{{rank}}", '{"lr": 0.1}', "}{", "--plain"]
+    assert expand(arguments, values) == ["--rank=3", "1/4@1", "tcp://[::1]:29500", "tcp://[::1]:29500",
+                                         "file:///run/7/init-method/store", "{rank}", '{"lr": 0.1}', "}{", "--plain"]
+    with pytest.raises(TemplateError) as caught:
+        expand(["--x", "{init_method:file}"], values_from_environment({"RANK": "0"}))
+    assert caught.value.index == 1 and "RANKWATCH_INIT_FILE is not set" in caught.value.message
+
+
+def test_a_self_spawning_scripts_main_process_is_a_launcher_only_when_its_text_spawns(tmp_path, monkeypatch):
+    from rankwatch._spawn import rank_environ, script_spawns, target_spawns
+
+    spawning, alone = tmp_path / "spawning.py", tmp_path / "alone.py"
+    spawning.write_text("import torch.multiprocessing as mp\nmp.spawn(main, nprocs=2)\n")
+    alone.write_text("model = torch.nn.DataParallel(net)\n")
+    assert script_spawns(str(spawning)) and not script_spawns(str(alone))
+    assert script_spawns(None) and script_spawns(str(tmp_path / "missing.py"))  # not read: assume it does
+    package = tmp_path / "spawnpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text("import torch.multiprocessing as mp\nmp.spawn(main, nprocs=2)\n")
+    (package / "alone.py").write_text("print('one process')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert target_spawns(True, "spawnpkg") and not target_spawns(True, "spawnpkg.alone")
+    assert target_spawns(True, "no_such_module_here")
+    environ = rank_environ(1, 2, {"RANKWATCH_SOCKET": "/s"})
+    assert WorkerEnvironment.from_environ(environ).rank == 1 and environ["WORLD_SIZE"] == "2"

@@ -13,6 +13,11 @@ see ``_environment``), runs the script unmodified, and reports how it ended:
 Before anything else it sends the process's stdout and stderr to the runner's
 output socket (``_output``), when the runner gave one.
 
+Per-rank argument templates (``--rank {rank}``) are expanded first, when the runner
+says the arguments hold some (``_templates``). In the self-spawn launch mode the script
+was started once, without torchrun; ``_spawn`` then makes the processes it spawns ranks
+(or this process rank 0 of 1, when the script does not spawn).
+
 Without ``RANKWATCH_SOCKET`` it only runs the script (``rankwatch.log`` stays a
 no-op). It never imports torch: the instrumentation waits for the script's own
 ``import torch``.
@@ -23,8 +28,21 @@ from __future__ import annotations
 import signal
 import sys
 
-from rankwatch import _failures, _flight_recorder, _launch_checks, _output, _script
-from rankwatch._environment import WorkerEnvironment, error_file_path, legacy_local_rank_argument
+from rankwatch import (
+    _failures,
+    _flight_recorder,
+    _launch_checks,
+    _output,
+    _script,
+    _spawn,
+    _templates,
+)
+from rankwatch._environment import (
+    WorkerEnvironment,
+    error_file_path,
+    is_self_spawn,
+    legacy_local_rank_argument,
+)
 from rankwatch._session import WorkerSession
 
 USAGE = "usage: python -m rankwatch._bootstrap [-m MODULE | SCRIPT] [ARGS...]"
@@ -38,12 +56,24 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(USAGE + "\n")
         return 2
     is_module, name, args = target
+    args = expand_arguments(args)
+    if args is None:
+        return 2
     legacy_argument = legacy_local_rank_argument()
     if legacy_argument is not None:
         args = [legacy_argument, *args]
-    session = _start_session(["-m", name, *args] if is_module else [name, *args])
-    if session is not None:
-        _flight_recorder.enable()  # before the script creates its first process group
+    command = ["-m", name, *args] if is_module else [name, *args]
+    launcher: _spawn.Launcher | None = None
+    if is_self_spawn() and _spawn.target_spawns(is_module, name):
+        launcher = _spawn.Launcher(lambda environment: _start_session(command, environment))
+        launcher.install()
+        session = None
+    elif is_self_spawn():
+        session = _start_session(command, WorkerEnvironment.from_environ(_spawn.rank_environ(0, 1)))
+    else:
+        session = _start_session(command, WorkerEnvironment.from_environ())
+    if session is not None or launcher is not None:
+        _flight_recorder.enable()  # before the script (or the ranks it spawns) creates a process group
     if session is not None or legacy_argument is not None:
         _launch_checks.install(session.notice if session is not None else None, legacy_argument)
     try:
@@ -53,16 +83,24 @@ def main(argv: list[str] | None = None) -> int:
             _script.run_file(name, args)
     except _script.ScriptNotFound as exc:
         sys.stderr.write(_script.cannot_open_message(exc) + "\n")
-        _finish(session, 2)
+        _finish(_unspawned(launcher, session), 2)
         return 2
     except SystemExit as exc:
-        _finish(session, exit_code(exc.code))
+        _finish(_unspawned(launcher, session), exit_code(exc.code))
         raise
     except BaseException as exc:
-        _report_failure(session, exc)
+        _report_failure(_unspawned(launcher, session), exc)
         raise
-    _finish(session, 0)
+    _finish(_unspawned(launcher, session), 0)
     return 0
+
+
+def _unspawned(launcher: _spawn.Launcher | None, session: WorkerSession | None) -> WorkerSession | None:
+    """The session to report the script's end in: a self-spawning script's main process that
+    ended without spawning is rank 0 after all (its failure is explained, not lost)."""
+    if launcher is None:
+        return session
+    return launcher.session_without_spawn()
 
 
 def parse_target(argv: list[str]) -> tuple[bool, str, list[str]] | None:
@@ -78,6 +116,18 @@ def parse_target(argv: list[str]) -> tuple[bool, str, list[str]] | None:
     return False, argv[0], list(argv[1:])
 
 
+def expand_arguments(args: list[str]) -> list[str] | None:
+    """The script's arguments with their per-rank templates expanded (``_templates``) when the
+    runner said they hold some; ``None`` (after saying why on stderr) when one cannot be."""
+    if not _templates.expansion_requested():
+        return args
+    try:
+        return _templates.expand(args, _templates.values_from_environment())
+    except _templates.TemplateError as error:
+        sys.stderr.write(f"rankwatch: cannot expand the script's argument {error}\n")
+        return None
+
+
 def exit_code(code: object) -> int:
     """The process exit status ``SystemExit(code)`` produces (``sys.exit("text")`` gives 1)."""
     if code is None:
@@ -87,8 +137,7 @@ def exit_code(code: object) -> int:
     return 1
 
 
-def _start_session(command: list[str]) -> WorkerSession | None:
-    environment = WorkerEnvironment.from_environ()
+def _start_session(command: list[str], environment: WorkerEnvironment | None) -> WorkerSession | None:
     if environment is None:
         return None
     try:
@@ -117,6 +166,19 @@ def _finish(session: WorkerSession | None, code: int) -> None:
         session.finish(code)
 
 
+def _attach_output() -> None:
+    """Send stdout and stderr to the runner, attributed to this process's rank: torchrun's
+    ``RANK``; in the self-spawn mode rank 0, or pending when the script spawns its ranks."""
+    if not is_self_spawn():
+        _output.attach_output()
+        return
+    target = parse_target(sys.argv[1:])
+    if target is not None and not _spawn.target_spawns(*target[:2]):
+        _output.attach_output(_spawn.rank_environ(0, 1))
+    else:
+        _output.attach_output(pending=True)
+
+
 if __name__ == "__main__":
-    _output.attach_output()  # first: every line the process writes from here on is attributed to its rank
+    _attach_output()  # first: every line the process writes from here on is attributed to its rank
     sys.exit(main())

@@ -19,6 +19,12 @@ contract is written down once:
 ``RANKWATCH_HASH_EVERY``          N > 0: parameter fingerprint every N optimizer steps
 ``RANKWATCH_QUEUE_LIMIT``         records held in memory before dropping (default
                                   ``_buffer.DEFAULT_LIMIT``; a knob for tests)
+``RANKWATCH_LAUNCH_MODE``         "self-spawn": the script was started directly, to start
+                                  its own ranks or be the only one (``_spawn``); absent:
+                                  under torchrun
+``RANKWATCH_EXPAND_ARGS``         "1": the script's arguments hold per-rank templates
+                                  (``_templates``), expanded in each process
+``RANKWATCH_INIT_FILE``           the file ``{init_method:file}`` names
 ================================  ==================================================
 
 plus torchrun's ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
@@ -52,6 +58,15 @@ LEGACY_LOCAL_RANK = "RANKWATCH_LEGACY_LOCAL_RANK"
 STACKS_DIR = "RANKWATCH_STACKS_DIR"
 HASH_EVERY = "RANKWATCH_HASH_EVERY"
 QUEUE_LIMIT = "RANKWATCH_QUEUE_LIMIT"
+LAUNCH_MODE = "RANKWATCH_LAUNCH_MODE"
+SELF_SPAWN = "self-spawn"
+"""``LAUNCH_MODE``'s value for a script that starts its own ranks."""
+
+
+def is_self_spawn(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the runner started the script directly, to start its own ranks (``_spawn``)."""
+    environ = os.environ if environ is None else environ
+    return environ.get(LAUNCH_MODE, "").strip() == SELF_SPAWN
 
 
 @dataclass(frozen=True)

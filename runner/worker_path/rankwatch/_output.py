@@ -19,6 +19,15 @@ does.
 If the socket cannot be reached the descriptors stay as they were: the output still
 reaches the runner, through torchrun, only without its rank.
 
+A process that does not know its rank yet (a self-spawning script's main process and
+the processes it starts, ``rankwatch._spawn``) attaches its output *pending*: the header
+names its pid instead of a rank, and the runner holds its lines until the process says
+``hello`` (then they are that rank's), declares itself the launcher (``declare_launcher``:
+its lines are the launcher's, as torchrun's are), ends, or a few seconds pass.
+
+Header: ``rankwatch-output 2 <rank> <local rank> <stream> <pid>``, ``-`` for an unknown
+rank; the stream ``launcher`` is a declaration (no pipe is passed back).
+
 Standard library only.
 """
 
@@ -32,16 +41,22 @@ from collections.abc import Mapping
 
 OUTPUT_SOCKET = "RANKWATCH_OUTPUT_SOCKET"
 HEADER_WORD = "rankwatch-output"
-HEADER_VERSION = 1
+HEADER_VERSION = 2
 CONNECT_TIMEOUT_SECONDS = 10.0
 PIPE_ANSWER = b"pipe\n"
 """The runner's answer, with the pipe's write end attached."""
 STREAMS = (("stdout", 1), ("stderr", 2))
+UNKNOWN = "-"
+"""In a header: the rank is not known yet (the runner waits for the process's hello)."""
+LAUNCHER_STREAM = "launcher"
+"""A header with this stream declares the process a launcher: its pending output is not a rank's."""
 
 
-def header(rank: int, local_rank: int, stream: str) -> bytes:
-    """The first line of a connection: ``rankwatch-output 1 <rank> <local rank> <stream>``."""
-    return f"{HEADER_WORD} {HEADER_VERSION} {rank} {local_rank} {stream}\n".encode("ascii")
+def header(rank: int | None, local_rank: int | None, stream: str, pid: int | None = None) -> bytes:
+    """The first line of a connection: ``rankwatch-output 2 <rank> <local rank> <stream> <pid>``."""
+    words = [UNKNOWN if value is None else str(value) for value in (rank, local_rank)]
+    pid = os.getpid() if pid is None else pid
+    return f"{HEADER_WORD} {HEADER_VERSION} {words[0]} {words[1]} {stream} {pid}\n".encode("ascii")
 
 
 def receive_pipe(connection: socket.socket) -> int:
@@ -62,18 +77,23 @@ def receive_pipe(connection: socket.socket) -> int:
     return item[0]
 
 
-def attach_output(environ: Mapping[str, str] | None = None) -> bool:
+def attach_output(environ: Mapping[str, str] | None = None, *, pending: bool = False) -> bool:
     """Send this process's stdout and stderr to the runner.
 
-    Returns True when both streams now go there; False (nothing changed) when no
-    socket was asked for, the rank is unknown, or the runner cannot be reached.
+    ``pending``: the rank is not known yet; the runner attributes the lines once it is
+    (see the module docstring). Returns True when both streams now go there; False
+    (nothing changed) when no socket was asked for, the rank is unknown (and not
+    ``pending``), or the runner cannot be reached.
     """
     environ = os.environ if environ is None else environ
     path = environ.get(OUTPUT_SOCKET)
-    try:
-        rank, local_rank = int(environ.get("RANK", "")), int(environ.get("LOCAL_RANK", ""))
-    except ValueError:
-        return False
+    rank: int | None = None
+    local_rank: int | None = None
+    if not pending:
+        try:
+            rank, local_rank = int(environ.get("RANK", "")), int(environ.get("LOCAL_RANK", ""))
+        except ValueError:
+            return False
     if not path:
         return False
     pipes: list[int] = []
@@ -97,4 +117,21 @@ def attach_output(environ: Mapping[str, str] | None = None) -> bool:
             pass
         os.dup2(pipes[index], descriptor)
         os.close(pipes[index])
+    return True
+
+
+def declare_launcher(environ: Mapping[str, str] | None = None) -> bool:
+    """Tell the runner this process's pending output is a launcher's, not a rank's (it
+    started the ranks). Returns False when there is no socket or it cannot be reached."""
+    environ = os.environ if environ is None else environ
+    path = environ.get(OUTPUT_SOCKET)
+    if not path:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(CONNECT_TIMEOUT_SECONDS)
+            connection.connect(path)
+            connection.sendall(header(None, None, LAUNCHER_STREAM))
+    except OSError:
+        return False
     return True

@@ -10,12 +10,14 @@ PR_SET_PDEATHSIG = 1
 RUN_KEY_VARIABLE = "RANKWATCH_RUN_KEY"
 
 
-def die_with_parent() -> bool:
-    """Ask Linux to SIGKILL this process when its parent (torchrun) dies.
+def die_with_parent(signal_number: int = signal.SIGKILL, parent: int | None = None) -> bool:
+    """Ask Linux to send ``signal_number`` (SIGKILL) to this process when its parent (torchrun) dies.
 
     Without it, a SIGKILLed torchrun leaves its workers running, holding GPUs.
-    If torchrun died before this call (while the interpreter was starting), no signal
-    will ever come: the worker then ends itself at once, as the signal would have.
+    If the parent died before this call (while the interpreter was starting), no signal
+    will ever come: the process then sends it to itself at once, as the kernel would have.
+    ``parent``: the pid the parent had (a self-spawned rank's, ``_spawn``); without it, a
+    torchrun worker tells by the run's marker (``parent_is_gone``).
     Returns False where unsupported (not Linux, no libc): nothing else changes.
     """
     if not sys.platform.startswith("linux"):
@@ -24,12 +26,12 @@ def die_with_parent() -> bool:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal_number), 0, 0, 0) != 0:
             return False
     except (OSError, AttributeError, ImportError):
         return False
-    if parent_is_gone():
-        os.kill(os.getpid(), signal.SIGKILL)
+    if (os.getppid() != parent) if parent is not None else parent_is_gone():
+        os.kill(os.getpid(), signal_number)
     return True
 
 

@@ -106,7 +106,8 @@ and in the GUI; one definition each):
                    gpu_util, gpu_mem_used, dropped (worker), rejected (hub), sent (worker),
                    world_size, python, torch, restart}   (null where unknown)
   RUN             {id, run_key, profile, status, created, started, ended, exit_code,
-                   world_size, host, command, workdir, runner_pid, socket, spec_toml, summary}
+                   world_size, host, command, workdir, runner_pid, runner_identity, socket,
+                   spec_toml, summary}
                    (the store's runs row; status: runner.state.RunStatus values;
                    summary: the failure triage once the run ended, else null)
   NODE            {node_rank, host, state, processes, changed, detail}
@@ -641,6 +642,9 @@ class EventKind(str, Enum):
     """The run was submitted to Slurm (``runner.slurm``): job_id, ..."""
     SLURM = "slurm"
     """Slurm's record of the job changed (pending and why, running, ended): its fields."""
+    LAUNCH_MODE = "launch_mode"
+    """How the script is started, and why (``runner.launch.launch_mode``): mode ("torchrun" or
+    "self-spawn"), reason, chosen_by ("profile" when the user chose it, else "auto")."""
 
 
 class Event:

@@ -10,6 +10,9 @@ Order matters and is fixed here:
 5. arm the torch post-import hook for the zero-code instrumentation;
 6. in forked children (DataLoader workers), switch telemetry off: nobody drains
    their copy of the queue and the hub socket belongs to the parent.
+
+A process spawned by a self-spawning script (``_spawn``) starts its session once it
+knows its rank, and watches its parent itself (step 1 is skipped).
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ class WorkerSession:
         self._finished = False
 
     @classmethod
-    def start(cls, environment: WorkerEnvironment, argv: list[str]) -> WorkerSession:
-        """Turn telemetry on for this process (see the module docstring for the order)."""
-        _process.die_with_parent()
+    def start(cls, environment: WorkerEnvironment, argv: list[str], watch_parent: bool = True) -> WorkerSession:
+        """Turn telemetry on for this process (see the module docstring for the order);
+        ``watch_parent`` False: the caller chose how this process dies with its parent (``_spawn``)."""
+        if watch_parent:
+            _process.die_with_parent()
         stacks_path = None
         if environment.stacks_dir:
             stacks_path = _stacks.install_stack_dumps(environment.stacks_dir, environment.rank)

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from gui.models.probe import ProbeError, parse_probe_output
+from gui.gateway.probe_output import ProbeError, parse_probe_output
 from runner import paths
 
 DEFAULT_TIMEOUT_MS = 60_000

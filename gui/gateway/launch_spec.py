@@ -1,0 +1,65 @@
+"""The launch spec and how the runner would run it: what the launch form and the profiles use.
+
+The GUI edits a ``LaunchSpec`` and shows what ``rankwatch run`` would do with it: the
+same schema, parsing, checks, profile files, resolution, torchrun commands, rendezvous
+plan and Slurm script as the runner (one truth: the form's preview is the runner's
+command). Only this gateway package reaches into ``runner``; the GUI's models and
+widgets take these names from here (an import-linter contract in ``pyproject.toml``).
+"""
+
+from __future__ import annotations
+
+from runner.interpreters import discover_interpreters
+from runner.launch.command import RendezvousPlan, build_commands
+from runner.launch.ports import free_port
+from runner.launch.rendezvous import plan_rendezvous
+from runner.profile.check import check_launch, torch_missing
+from runner.profile.files import (
+    EXAMPLE_PROFILE,
+    PROFILE_NAME,
+    Profile,
+    ProfileError,
+    delete_profile,
+    example_profile,
+    list_profiles,
+    load_profile,
+    profile_path,
+    read_spec_file,
+    rename_profile,
+    save_profile,
+    write_spec_file,
+)
+from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
+from runner.profile.resolve import (
+    MachineFacts,
+    ResolvedLaunch,
+    ResolvedNode,
+    default_interpreter,
+    resolve,
+)
+from runner.profile.spec import (
+    ALL,
+    AUTO,
+    BACKENDS,
+    CPU,
+    RENDEZVOUS_MODES,
+    SCHEMA_VERSION,
+    SELF_SPAWN,
+    TORCHRUN,
+    GpuSelection,
+    LaunchSpec,
+    NodeSpec,
+    SlurmSpec,
+    TelemetrySpec,
+)
+from runner.slurm.script import render_by_hand
+
+__all__ = [
+    "ALL", "AUTO", "BACKENDS", "CPU", "EXAMPLE_PROFILE", "PROFILE_NAME", "RENDEZVOUS_MODES", "SCHEMA_VERSION", "SELF_SPAWN", "TORCHRUN",
+    "GpuSelection", "LaunchSpec", "MachineFacts", "NodeSpec", "Profile", "ProfileError", "RendezvousPlan",
+    "ResolvedLaunch", "ResolvedNode", "SlurmSpec", "SpecError", "SpecErrors", "TelemetrySpec", "build_commands",
+    "check_launch", "default_interpreter", "delete_profile", "discover_interpreters", "example_profile",
+    "free_port", "list_profiles", "load_profile", "plan_rendezvous", "profile_path", "read_spec_file",
+    "rename_profile", "render_by_hand", "resolve", "save_profile", "spec_from_dict", "spec_to_dict",
+    "torch_missing", "write_spec_file",
+]

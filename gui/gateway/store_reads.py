@@ -1,0 +1,93 @@
+"""What the GUI reads from the run store, as plain values: the reads the store reader runs.
+
+Each read is a function of a read-only ``RunStore`` (run on the reader's thread, see
+``store_reader``) that returns dicts, tuples and lists the models turn into what they
+show; no model or widget sees the store itself. :func:`run_now` is the one read a widget
+may make on its own thread: one row by its key, to decide how to open a run.
+
+Every read raises ``RunNotFound`` for a run that is not in the store (the reader
+reports it), ``sqlite3.Error`` / ``OSError`` when the store cannot be read.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rankwatch import _protocol
+from runner.store.liveness import effective_status, is_live
+from runner.store.store import RunNotFound, RunStore
+
+__all__ = ["RunNotFound", "RunRecords", "export_run", "loss_rows", "run_now", "run_records", "runs",
+           "with_liveness"]
+
+
+@dataclass
+class RunRecords:
+    """One run as the store recorded it; ``metric_chunks`` streams (read it inside the read)."""
+
+    run: dict[str, Any]
+    ranks: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+    metric_chunks: Iterator[list[_protocol.MetricRecord]]
+    gpu_samples: list[Any]
+    process_samples: list[Any]
+    logs: list[tuple[Any, ...]]
+    """The last ``log_limit`` lines: ``(rank, t, stream, line, node)``."""
+    log_total: int
+    events: list[dict[str, Any]]
+    """``{"kind", "t", "rank", **data}``, as the hub publishes them."""
+
+
+def with_liveness(run: dict[str, Any]) -> dict[str, Any]:
+    """The run's row with ``live`` (its runner is alive and listening) and ``effective_status``
+    (``lost`` for a runner that died without recording an end): what the runs list shows."""
+    return {**run, "live": is_live(run), "effective_status": effective_status(run) if run.get("status") else ""}
+
+
+def run_now(run_id: int) -> dict[str, Any]:
+    """Run ``run_id``'s row with its liveness (see :func:`with_liveness`), read on this thread.
+
+    Raises:
+        RunNotFound: no such run, or no store yet.
+        OSError: the store cannot be read (SQLite's own error is its cause).
+    """
+    try:
+        with RunStore(readonly=True) as store:
+            return with_liveness(store.run(run_id))
+    except sqlite3.Error as error:
+        raise OSError(f"the run store cannot be read: {error}") from error
+
+
+def runs(store: RunStore, limit: int) -> list[dict[str, Any]]:
+    """The newest ``limit`` runs, each with its liveness."""
+    return [with_liveness(run) for run in store.runs(limit=limit)]
+
+
+def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
+    """Everything recorded of run ``run_id`` (the last ``log_limit`` log lines)."""
+    return RunRecords(
+        run=store.run(run_id), ranks=store.ranks(run_id), nodes=store.nodes(run_id),
+        metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
+        process_samples=store.process_samples(run_id),
+        logs=[(row["rank"], row["t"], row["stream"], row["line"], row["node"])
+              for row in store.logs(run_id, limit=log_limit)],
+        log_total=store.count("logs", run_id),
+        events=[{"kind": event["kind"], "t": event["t"], "rank": event["rank"], **(event["data"] or {})}
+                for event in store.events(run_id)])
+
+
+def loss_rows(store: RunStore, run_id: int, name: str = _protocol.LOSS
+              ) -> tuple[dict[str, Any], list[_protocol.MetricRecord]]:
+    """Run ``run_id``'s row and every stored point of metric ``name``."""
+    return store.run(run_id), store.metrics(run_id, name=name)
+
+
+def export_run(store: RunStore, run_id: int, folder: Path, log_limit: int) -> RunRecords:
+    """Write one CSV per store table of run ``run_id`` into ``folder``; then its records (for the
+    charts' picture)."""
+    store.export_csv(run_id, folder)
+    return run_records(store, run_id, log_limit)

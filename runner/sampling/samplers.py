@@ -16,6 +16,7 @@ from collections.abc import Callable
 import psutil
 
 from rankwatch._protocol import GpuSample, ProcessSample
+from rankwatch._threads import settle_background_thread
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import Nvml, shared_nvml
 
@@ -41,6 +42,7 @@ class PeriodicSampler:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
+        settle_background_thread(self.thread_name)  # runs when the ranks pause, not in their steps
         while not self._stop.is_set():
             started = time.monotonic()
             try:

@@ -9,6 +9,7 @@ run on the event loop.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -74,11 +75,14 @@ class ProcessSampler(PeriodicSampler):
             root = self._processes[pid] = psutil.Process(pid)
             root.cpu_percent(None)  # prime the counter
         members = [root]
-        for child in root.children(recursive=True):
-            cached = self._processes.get(child.pid)
+        for child_pid in _descendants(root):
+            cached = self._processes.get(child_pid)
             if cached is None:
-                cached = self._processes[child.pid] = child
-                child.cpu_percent(None)
+                try:
+                    cached = self._processes[child_pid] = psutil.Process(child_pid)
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+                cached.cpu_percent(None)
             members.append(cached)
         return members
 
@@ -103,6 +107,42 @@ class ProcessSampler(PeriodicSampler):
             rows.append(ProcessSample(now, rank, pid, round(cpu, 1), int(rss), int(threads)))
         if rows:
             self._emit(rows)
+
+
+_CHILDREN_FILES = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
+"""The kernel lists each thread's children (``CONFIG_PROC_CHILDREN``, on in common distributions)."""
+
+
+def _descendants(root: psutil.Process) -> list[int]:
+    """Pids of every process under ``root``, from ``/proc/<pid>/task/<tid>/children``.
+
+    Reads a few small files per process of the tree, where psutil's ``children()``
+    reads the status of every process on the machine (one full /proc scan per rank per
+    sample: thousands of files on a busy GPU server). Falls back to psutil where the
+    kernel has no ``children`` files. A thread or process that ends meanwhile is skipped.
+
+    Raises:
+        psutil.NoSuchProcess: ``root`` is gone (from the fallback).
+    """
+    if not _CHILDREN_FILES:
+        return [child.pid for child in root.children(recursive=True)]
+    found: list[int] = []
+    pending = [root.pid]
+    while pending:
+        pid = pending.pop()
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                with open(f"/proc/{pid}/task/{thread}/children") as children:
+                    pids = [int(child) for child in children.read().split()]
+            except OSError:
+                continue
+            found.extend(pids)
+            pending.extend(pids)
+    return found
 
 
 class GpuSampler(PeriodicSampler):

@@ -23,7 +23,7 @@ variant always follows another):
 Two models: ``ddp`` (an MLP under DDP, ~3 ms steps here) and ``gpt`` (a small causal
 transformer with gradient accumulation under DDP's ``no_sync``, ~30 ms per optimizer
 step on this machine; ``--gpt-width/--gpt-layers/--gpt-accumulate`` scale it to
-another machine's speed). Each model runs ``quiet`` and ``busy``: every core kept
+another machine's speed, with ``--gpt-context``). Each model runs ``quiet`` and ``busy``: every core kept
 busy by ``stress-ng --cpu N`` at normal priority (N = the core count, ``--load-workers``),
 or by a pure-Python busy loop per core when stress-ng is not installed
 (``apt-get install stress-ng``). ``--loads quiet`` or ``--loads busy`` runs one of them.
@@ -132,8 +132,8 @@ torch.set_num_threads(1)
 dist.init_process_group("gloo")
 torch.manual_seed(0)
 steps, result_path = int(sys.argv[1]), sys.argv[2]
-width, layers, accumulate = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-vocab, context, micro_batch = 512, 64, 4
+width, layers, accumulate, context = (int(value) for value in sys.argv[3:7])
+vocab, micro_batch = 512, 4
 
 
 class TinyGPT(torch.nn.Module):
@@ -340,6 +340,14 @@ class ProcMonitor:
             early = [cpu for t, cpu in root.readings if t - self.started <= startup_seconds]
             result["root_startup_cpu_s"] = early[-1] if early else None
             result["root_seconds"] = end_time - self.started
+            previous, timeline = 0.0, []
+            for t, cpu in root.readings[:12]:  # the start: CPU per sampling period
+                timeline.append((round(t - self.started, 2), round(cpu - previous, 3)))
+                previous = cpu
+            result["root_timeline"] = timeline
+        rank_starts = [series.readings[0][0] for series in self.processes.values()
+                       if series.role == "rank" and series.readings]
+        result["ranks_seen_at"] = round(min(rank_starts) - self.started, 2) if rank_starts else None
         return result
 
 
@@ -443,7 +451,8 @@ def run_block(model: str, load: str, options: argparse.Namespace, folder: Path) 
         steps, script_args = options.steps, [str(options.ddp_width)]
     else:
         steps = options.gpt_steps
-        script_args = [str(options.gpt_width), str(options.gpt_layers), str(options.gpt_accumulate)]
+        script_args = [str(options.gpt_width), str(options.gpt_layers), str(options.gpt_accumulate),
+                       str(options.gpt_context)]
     first = min(options.first, steps)
     runs: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
     background = BackgroundLoad(options.load_workers) if load == "busy" else None
@@ -527,6 +536,10 @@ def print_block(block: dict) -> None:
         print(f"\nrunner CPU: {statistics.median(cpu):.4f} s per s of run (runs of ~{statistics.median(seconds):.0f} s:"
               f" {', '.join(f'{value:.4f}' for value in cpu)}); in its first seconds: "
               f"{', '.join(f'{value:.2f} s' for value in startup)}")
+    for run in block["runs"]["rankwatch"][:3]:
+        timeline = ", ".join(f"{t:.0f}s: {cpu:.2f}" for t, cpu in run["proc"].get("root_timeline", []))
+        print(f"runner CPU seconds per sampling period from its start (ranks seen at "
+              f"{run['proc'].get('ranks_seen_at')} s): {timeline}")
     policies = {variant: sorted({policy for run in block["runs"][variant] for policy in run["rank_policies"]})
                 for variant in VARIANTS}
     runner_policy = sorted({policy for run in block["runs"]["rankwatch"]
@@ -544,9 +557,10 @@ def main() -> int:
     parser.add_argument("--first", type=int, default=1000, help="the early window, in steps")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--ddp-width", type=int, default=512)
-    parser.add_argument("--gpt-width", type=int, default=128)
+    parser.add_argument("--gpt-width", type=int, default=64)
     parser.add_argument("--gpt-layers", type=int, default=2)
-    parser.add_argument("--gpt-accumulate", type=int, default=4)
+    parser.add_argument("--gpt-accumulate", type=int, default=4, help="micro-batches per optimizer step")
+    parser.add_argument("--gpt-context", type=int, default=32, help="tokens per sequence")
     parser.add_argument("--load-workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--sample-every", type=float, default=1.0, help="/proc monitor period, seconds")
     parser.add_argument("--startup-seconds", type=float, default=5.0)

@@ -14,7 +14,8 @@ ways, alternating within each round (the order rotates from round to round so no
 variant always follows another):
 
 * ``bare``: ``python -m torch.distributed.run --nproc-per-node 2 script.py``;
-* ``rankwatch``: ``rankwatch run --plain --nproc-per-node 2 script.py``, the real
+* ``rankwatch``: ``rankwatch run --plain --nproc-per-node 2 script.py`` (as
+  ``python -m runner run``, the CLI without the GUI, of this checkout), the real
   runner with its hub, store, samplers, sentinel, keeper and the zero-code
   instrumentation in the ranks (zero code: the script knows nothing of Rankwatch);
 * ``no-instrument``: the same with ``--no-instrument`` (hub connection, heartbeats,
@@ -364,8 +365,9 @@ def _command(variant: str, script: Path, script_args: list[str], port: int) -> l
     if variant == "bare":
         return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
                 "--master-addr", "127.0.0.1", "--master-port", str(port), str(script), *script_args]
-    rankwatch = Path(sys.executable).with_name("rankwatch")
-    command = [str(rankwatch), "run", "--plain", "--status-every", "0", "--nproc-per-node", "2",
+    # ``python -m runner`` is ``rankwatch`` without the GUI; PYTHONPATH (run_once) makes it this
+    # checkout's runner, so a copy of this file in another checkout measures that one.
+    command = [sys.executable, "-m", "runner", "run", "--plain", "--status-every", "0", "--nproc-per-node", "2",
                "--backend", "gloo", "--omp-num-threads", "1", "--master-port", str(port)]
     if variant == "no-instrument":
         command.append("--no-instrument")
@@ -381,7 +383,7 @@ def run_once(variant: str, script: Path, steps: int, script_args: list[str], fol
     """
     result_prefix = folder / f"result-{time.monotonic_ns()}"
     environment = {key: value for key, value in os.environ.items() if not key.startswith("RANKWATCH_")}
-    environment.update(OMP_NUM_THREADS="1", RANKWATCH_HOME=str(folder / "home"))
+    environment.update(OMP_NUM_THREADS="1", RANKWATCH_HOME=str(folder / "home"), PYTHONPATH=str(REPO))
     command = _command(variant, script, [str(steps), str(result_prefix), *script_args], _free_port())
     output = folder / "output.txt"
     with output.open("w") as sink:
@@ -527,7 +529,7 @@ def print_block(block: dict) -> None:
     for run in block["runs"]["bare"]:
         for key, entry in run["proc"]["threads"].items():
             bare_threads[key].append(entry["nonvoluntary_per_s"])
-    if "rank/main" in bare_threads:
+    if "rank/main" in bare_threads:  # preempted/s of the training thread: what wake-ups cost it
         print(f"| (bare) rank/main, for comparison | | | {statistics.median(bare_threads['rank/main']):.1f} |")
     cpu = [run["proc"].get("root_cpu_per_s") for run in block["runs"]["rankwatch"]]
     startup = [run["proc"].get("root_startup_cpu_s") for run in block["runs"]["rankwatch"]]

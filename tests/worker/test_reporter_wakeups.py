@@ -25,6 +25,12 @@ def _sleeps(thread_id: int) -> int:
     raise AssertionError("no voluntary_ctxt_switches in /proc")
 
 
+def _cpu_seconds(thread_id: int) -> float:
+    """CPU time the thread has run (``schedstat``: nanoseconds on a CPU)."""
+    with open(f"/proc/self/task/{thread_id}/schedstat") as schedstat:
+        return int(schedstat.read().split()[0]) / 1e9
+
+
 def _connected_reporter(hub: FakeHub, buffer: RecordBuffer) -> tuple[Reporter, int]:
     reporter = Reporter(hub.address, protocol.Hello(rank=0), buffer, rank=0)
     reporter.start()
@@ -89,6 +95,25 @@ def test_a_steady_stream_is_sent_in_batches_of_up_to_the_flush_latency_in_order(
 
     assert [item[1] for item in hub.metric_items()] == list(range(count))
     assert batches <= seconds / FLUSH_LATENCY + 3  # one send per latency window at most
+
+
+def test_without_a_hub_the_reporter_waits_for_its_backoff_even_with_messages_queued(tmp_path):
+    buffer = RecordBuffer(100)
+    reporter = Reporter(str(tmp_path / "nobody-listens.sock"), protocol.Hello(rank=0), buffer, rank=0)
+    reporter.start()
+    try:
+        reporter.send(protocol.Heartbeat(0, time.time(), None, 0, 0))  # a control message it cannot send
+        buffer.put((KIND_LOG, time.time(), 0, {"value": 1.0}))
+        thread_id = reporter._thread.native_id
+        assert thread_id is not None
+        before, cpu_before = _sleeps(thread_id), _cpu_seconds(thread_id)
+        time.sleep(1.0)
+        woken, cpu = _sleeps(thread_id) - before, _cpu_seconds(thread_id) - cpu_before
+    finally:
+        assert reporter.close(1.0) is not None
+
+    assert woken <= 8  # connection attempts 0.2, 0.4, 0.8 s apart
+    assert cpu < 0.1  # and no spinning between them (a busy loop would take most of the second)
 
 
 def test_the_buffer_wakes_its_reader_on_the_first_record_and_at_the_threshold_only():

@@ -188,9 +188,9 @@ class Reporter:
         ``_wake`` with a timeout.
         """
         buffer, wake = self._buffer, self._wake
-        if self._connection is None:  # records wait in the buffer; the next try is the backoff's
+        if self._connection is None:  # records and control messages wait; the next try is the backoff's
             wake.clear()
-            if not self._stop.is_set() and not self._control:
+            if not self._stop.is_set():
                 wake.wait(max(0.0, min(self._next_connect - time.monotonic(), HEARTBEAT_EVERY)))
             return
         if not (len(buffer) or self._deferred or self._control or self._streaming):

@@ -27,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from runner import paths, privacy
+from runner import paths, priority, privacy
 from runner.launch.command import NodeCommand
 from runner.launch.output import OutputLine, RankLineSplitter
 from runner.launch.process_tree import end_job, parent_death_signal_for
@@ -125,7 +125,7 @@ class TorchrunSupervisor:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=parent_death_signal_for(os.getpid()),
+                preexec_fn=priority.for_child(parent_death_signal_for(os.getpid())),  # the user's scheduling
                 umask=privacy.user_umask(),
             )
         except BaseException:

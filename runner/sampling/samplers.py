@@ -9,6 +9,7 @@ run on the event loop.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from collections.abc import Callable
 import psutil
 
 from rankwatch._protocol import GpuSample, ProcessSample
+from rankwatch._threads import settle_background_thread
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import Nvml, shared_nvml
 
@@ -41,6 +43,7 @@ class PeriodicSampler:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
+        settle_background_thread(self.thread_name)  # runs when the ranks pause, not in their steps
         while not self._stop.is_set():
             started = time.monotonic()
             try:
@@ -72,11 +75,14 @@ class ProcessSampler(PeriodicSampler):
             root = self._processes[pid] = psutil.Process(pid)
             root.cpu_percent(None)  # prime the counter
         members = [root]
-        for child in root.children(recursive=True):
-            cached = self._processes.get(child.pid)
+        for child_pid in _descendants(root):
+            cached = self._processes.get(child_pid)
             if cached is None:
-                cached = self._processes[child.pid] = child
-                child.cpu_percent(None)
+                try:
+                    cached = self._processes[child_pid] = psutil.Process(child_pid)
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+                cached.cpu_percent(None)
             members.append(cached)
         return members
 
@@ -101,6 +107,42 @@ class ProcessSampler(PeriodicSampler):
             rows.append(ProcessSample(now, rank, pid, round(cpu, 1), int(rss), int(threads)))
         if rows:
             self._emit(rows)
+
+
+_CHILDREN_FILES = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
+"""The kernel lists each thread's children (``CONFIG_PROC_CHILDREN``, on in common distributions)."""
+
+
+def _descendants(root: psutil.Process) -> list[int]:
+    """Pids of every process under ``root``, from ``/proc/<pid>/task/<tid>/children``.
+
+    Reads a few small files per process of the tree, where psutil's ``children()``
+    reads the status of every process on the machine (one full /proc scan per rank per
+    sample: thousands of files on a busy GPU server). Falls back to psutil where the
+    kernel has no ``children`` files. A thread or process that ends meanwhile is skipped.
+
+    Raises:
+        psutil.NoSuchProcess: ``root`` is gone (from the fallback).
+    """
+    if not _CHILDREN_FILES:
+        return [child.pid for child in root.children(recursive=True)]
+    found: list[int] = []
+    pending = [root.pid]
+    while pending:
+        pid = pending.pop()
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                with open(f"/proc/{pid}/task/{thread}/children") as children:
+                    pids = [int(child) for child in children.read().split()]
+            except OSError:
+                continue
+            found.extend(pids)
+            pending.extend(pids)
+    return found
 
 
 class GpuSampler(PeriodicSampler):

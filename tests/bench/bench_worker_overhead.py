@@ -11,7 +11,7 @@ a shared machine hit every variant alike:
 * ``bootstrap, instrument=0``: ``torchrun -m rankwatch._bootstrap script.py``
   with a hub connected (hello, heartbeats, exit) but no instrumentation;
 * ``bootstrap, instrument=1``: the same with the zero-code instrumentation
-  (loss, step time, data wait, throughput from torch hooks, sent every 50 ms).
+  (loss, step time, data wait, throughput from torch hooks, sent in batches at most 40 ms late).
 
 The script times every step on rank 0 and 1 itself (after a warm-up) and prints
 the median; a variant's result is the median over its runs of the two ranks'

@@ -1,0 +1,133 @@
+"""When the reporter thread wakes (issue 17): only when something is worth sending.
+
+The real ``Reporter`` on a real socket (``FakeHub``); wake-ups are read from the
+kernel's own count of the thread's sleeps (``/proc/self/task/<tid>/status``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from worker_harness import FakeHub
+
+from rankwatch import _protocol as protocol
+from rankwatch._buffer import KIND_LOG, WAKE_THRESHOLD, RecordBuffer
+from rankwatch._reporter import FLUSH_LATENCY, HEARTBEAT_EVERY, Reporter
+
+
+def _sleeps(thread_id: int) -> int:
+    """How many times the thread went to sleep and was woken (voluntary context switches)."""
+    with open(f"/proc/self/task/{thread_id}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc")
+
+
+def _cpu_seconds(thread_id: int) -> float:
+    """CPU time the thread has run (``schedstat``: nanoseconds on a CPU)."""
+    with open(f"/proc/self/task/{thread_id}/schedstat") as schedstat:
+        return int(schedstat.read().split()[0]) / 1e9
+
+
+def _connected_reporter(hub: FakeHub, buffer: RecordBuffer) -> tuple[Reporter, int]:
+    reporter = Reporter(hub.address, protocol.Hello(rank=0), buffer, rank=0)
+    reporter.start()
+    hub.wait_message("heartbeat")
+    thread_id = reporter._thread.native_id
+    assert thread_id is not None
+    return reporter, thread_id
+
+
+def test_an_idle_reporter_wakes_only_for_its_heartbeat_and_stays_out_of_the_training_threads_way():
+    with FakeHub() as hub:
+        reporter, thread_id = _connected_reporter(hub, RecordBuffer(100))
+        try:
+            before = _sleeps(thread_id)
+            time.sleep(2 * HEARTBEAT_EVERY)
+            woken = _sleeps(thread_id) - before
+            with open(f"/proc/self/task/{thread_id}/comm") as comm:
+                name = comm.read().strip()
+            policy = os.sched_getscheduler(thread_id)
+        finally:
+            assert reporter.close(2.0)
+
+    assert woken <= 6  # two heartbeats (a fixed 20 ms tick woke it 100 times)
+    assert name == "rankwatch-reporter"[:15]
+    assert policy == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the calling (training) thread is untouched
+
+
+def test_a_record_after_a_quiet_spell_wakes_the_reporter_instead_of_waiting_for_the_heartbeat():
+    buffer = RecordBuffer(100)
+    with FakeHub() as hub:
+        reporter, _ = _connected_reporter(hub, buffer)
+        try:
+            beats = len(hub.messages("heartbeat"))
+            hub.wait_for(lambda: len(hub.messages("heartbeat")) > beats)  # just after a heartbeat
+            time.sleep(0.1)
+            put_at = time.monotonic()
+            buffer.put((KIND_LOG, time.time(), 0, {"value": 1.0}))
+            hub.wait_for(lambda: hub.metric_items())
+            waited = time.monotonic() - put_at
+        finally:
+            assert reporter.close(2.0)
+
+    assert waited < HEARTBEAT_EVERY / 2  # FLUSH_LATENCY (0.04 s) on a quiet machine
+
+
+def test_a_steady_stream_is_sent_in_batches_of_up_to_the_flush_latency_in_order():
+    buffer = RecordBuffer(10000)
+    count, period = 400, 0.0025
+    with FakeHub() as hub:
+        reporter, _ = _connected_reporter(hub, buffer)
+        try:
+            started = time.monotonic()
+            for step in range(count):
+                buffer.put((KIND_LOG, time.time(), step, {"value": float(step)}))
+                time.sleep(period)
+            seconds = time.monotonic() - started
+            hub.wait_for(lambda: len(hub.metric_items()) == count)
+            batches = len([message for message in hub.messages("metrics") if message["items"]])
+        finally:
+            assert reporter.close(2.0)
+
+    assert [item[1] for item in hub.metric_items()] == list(range(count))
+    assert batches <= seconds / FLUSH_LATENCY + 3  # one send per latency window at most
+
+
+def test_without_a_hub_the_reporter_waits_for_its_backoff_even_with_messages_queued(tmp_path):
+    buffer = RecordBuffer(100)
+    reporter = Reporter(str(tmp_path / "nobody-listens.sock"), protocol.Hello(rank=0), buffer, rank=0)
+    reporter.start()
+    try:
+        reporter.send(protocol.Heartbeat(0, time.time(), None, 0, 0))  # a control message it cannot send
+        buffer.put((KIND_LOG, time.time(), 0, {"value": 1.0}))
+        thread_id = reporter._thread.native_id
+        assert thread_id is not None
+        before, cpu_before = _sleeps(thread_id), _cpu_seconds(thread_id)
+        time.sleep(1.0)
+        woken, cpu = _sleeps(thread_id) - before, _cpu_seconds(thread_id) - cpu_before
+    finally:
+        assert reporter.close(1.0) is not None
+
+    assert woken <= 8  # connection attempts 0.2, 0.4, 0.8 s apart
+    assert cpu < 0.1  # and no spinning between them (a busy loop would take most of the second)
+
+
+def test_the_buffer_wakes_its_reader_on_the_first_record_and_at_the_threshold_only():
+    buffer = RecordBuffer(WAKE_THRESHOLD + 10)
+    wakes = []
+    buffer.waker = lambda: wakes.append(len(buffer))
+    buffer.put((KIND_LOG, 0.0, 0, {}))
+    assert wakes == []  # nobody sleeps on an empty buffer: only the threshold wakes
+    buffer.drain()
+    buffer.wake_at = 1  # the reader sleeps on an empty buffer
+    for step in range(3):
+        buffer.put((KIND_LOG, 0.0, step, {}))
+    assert wakes == [1]
+    buffer.wake_at = WAKE_THRESHOLD
+    while len(buffer) < WAKE_THRESHOLD + 5:
+        buffer.put((KIND_LOG, 0.0, 0, {}))
+    assert wakes == [1, WAKE_THRESHOLD]

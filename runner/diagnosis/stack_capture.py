@@ -198,6 +198,8 @@ class StackCapture:
 
     def _finish(self) -> None:
         pending, self._pending = self._pending, None
+        if pending is None:
+            return
         stacks, threads, raw = {}, {}, {}
         missing = list(pending.missing)
         texts = {rank: self._read_from(rank, offset) for rank, offset in pending.offsets.items()}

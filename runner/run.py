@@ -346,7 +346,8 @@ class Run(HubObserver):
 
     def _start_monitors(self) -> None:
         """Diagnosis monitors that watch the live model (hangs, stragglers, consistency)."""
-        self.monitors = start_monitors(self.hub, self.launch, self._opened()[1], self.triage_input, self.run_key)
+        self.monitors = start_monitors(self.hub, self.launch, self._opened()[1], self.triage_input, self.run_key,
+                                       remote_capture=self.remote.request_stacks if self.remote is not None else None)
 
     async def _watch(self) -> None:
         while True:

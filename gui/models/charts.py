@@ -44,6 +44,7 @@ BUILT_IN_CHARTS = (
     ChartDef(_protocol.LOSS, "Loss"),
     ChartDef(_protocol.STEP_TIME, "Step time (ms)", scale=1000.0),
     ChartDef(monitor.DATA_WAIT_SHARE, "Data wait (% of step)", scale=100.0),
+    ChartDef(_protocol.COMPUTE_TIME, "Compute time (ms, without waits)", scale=1000.0),
     ChartDef(_protocol.SAMPLES_PER_SECOND, "Samples/s"),
     ChartDef(monitor.GPU_UTILIZATION, "GPU utilisation (%)", time_only=True, group=GPU, key_label=GPU_KEYS,
              smoothable=False),
@@ -54,8 +55,9 @@ BUILT_IN_CHARTS = (
              smoothable=False),
 )
 
-NOT_CHARTED = frozenset({_protocol.DATA_WAIT, _protocol.STEPS_PER_SECOND})
-"""Measured keys drawn through another chart (data wait as a share of the step) or not worth one."""
+NOT_CHARTED = frozenset({_protocol.DATA_WAIT, _protocol.STEPS_PER_SECOND, _protocol.COMM_WAIT, _protocol.CPU_WAIT})
+"""Measured keys drawn through another chart (data wait as a share of the step, the waits through the
+compute time and the rank table's comm wait) or not worth one."""
 BUILT_IN_SERIES = frozenset(definition.series for definition in BUILT_IN_CHARTS) | NOT_CHARTED
 
 
@@ -99,6 +101,8 @@ def empty_chart_note(definition: ChartDef, model: MonitorModel, has_finite_point
         return "Not measured: instrumentation is off (telemetry.instrument = false)"
     if name == monitor.DATA_WAIT_SHARE and stepped:
         return "Not measured: no PyTorch DataLoader was seen"
+    if name == _protocol.COMPUTE_TIME and stepped:
+        return "Not measured: no torch.distributed process group (nothing to wait for)"
     if name == _protocol.SAMPLES_PER_SECOND and stepped:
         return "Not measured: the batch size is unknown (no PyTorch DataLoader was seen)"
     if finished:

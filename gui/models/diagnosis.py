@@ -38,6 +38,7 @@ from rankwatch._protocol import as_int as _int
 ERROR, WARNING, INFO = "error", "warning", "info"
 """Banner levels."""
 
+FLIGHT_RECORDER = EventKind.FLIGHT_RECORDER.value
 STALLED, RESUMED, STRAGGLER, DIVERGENCE, STACKS, NODE_LOST, RANK_FAILED, RUN_FINISHED, LAUNCH_MISMATCH = (
     EventKind.STALLED.value, EventKind.RESUMED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value,
     EventKind.STACKS.value, EventKind.NODE_LOST.value, EventKind.RANK_FAILED.value, EventKind.RUN_FINISHED.value,
@@ -294,6 +295,11 @@ class DiagnosisModel:
                 self._note(Finding(STACKS, None, None, f"stacks ({layout.reason}): {layout.verdict}", False,
                                    _float(event.get("t"))))
                 self.stacks_received.emit(event)
+            elif kind == FLIGHT_RECORDER:  # the ranks' collectives compared after a capture
+                culprits = tuple(r for r in event.get("culprits") or [] if isinstance(r, int))
+                self._note(Finding(FLIGHT_RECORDER, culprits[0] if len(culprits) == 1 else None, None,
+                                   f"collectives (Flight Recorder): {event.get('message')}", bool(culprits),
+                                   _float(event.get("t")), culprits))
             elif kind == LAUNCH_MISMATCH and isinstance(event.get("key"), str):
                 self.launch_mismatches[event["key"]] = event
                 self._note(Finding(LAUNCH_MISMATCH, _int(rank), None,
@@ -412,6 +418,11 @@ class DiagnosisModel:
             verdict = stacks.get("verdict") if isinstance(stacks.get("verdict"), dict) else {}
             text = f"stacks ({stacks.get('reason')}): {verdict.get('message') or 'captured'}"
             found.append(Finding(STACKS, None, None, text, False, _float(stacks.get("t"))))
+        flight = diagnostics.get("flight_recorder")
+        if FLIGHT_RECORDER not in kinds and isinstance(flight, dict) and flight.get("message"):
+            culprits = tuple(r for r in flight.get("culprits") or [] if isinstance(r, int))
+            found.append(Finding(FLIGHT_RECORDER, culprits[0] if len(culprits) == 1 else None, None,
+                                 f"collectives (Flight Recorder): {flight['message']}", False, ranks=culprits))
         if LAUNCH_MISMATCH not in kinds:
             for record in diagnostics.get("launcher") or []:
                 if isinstance(record, dict):

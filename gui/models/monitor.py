@@ -125,7 +125,7 @@ class LogBuffer:
         return [self.entries[i] for i in range(len(self.entries) - new, len(self.entries))], True
 
 
-RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %",
+RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %", "Comm wait %",
                 "Heartbeat", "Ended by", "Diagnosis")
 """``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Ended by``
 says it as every panel does (``gui.models.exits``); ``Diagnosis`` holds the diagnosis model's
@@ -191,6 +191,7 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[st
     """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order; ``summary`` is the
     run's triage (how it says a rank ended wins over the row)."""
     share = row.get("data_wait_share")
+    comm_share = row.get("comm_wait_share")
     step_time = row.get("step_time")
     gpu = row.get("gpu_index")
     finished = _finished_rank(row)
@@ -206,6 +207,7 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[st
         format_loss(row.get("loss")),
         NOT_MEASURED if step_time is None else f"{1000.0 * step_time:.1f}",
         NOT_MEASURED if share is None else f"{100.0 * share:.0f}",
+        NOT_MEASURED if comm_share is None else f"{100.0 * comm_share:.0f}",
         "" if finished else NOT_MEASURED if age is None else format_age(age),
         rank_ended_by(row, summary, finished),
         note,
@@ -218,7 +220,7 @@ def rank_sort_keys(row: dict[str, Any], now: float, note: str = "") -> tuple[Any
     return (
         (row.get("node_rank") or 0) * 1_000_000 + (row.get("rank") or 0), row.get("rank"), row.get("host") or "", row.get("pid"), row.get("gpu_index"), row.get("state") or "",
         row.get("step"), row.get("loss"), None if step_time is None else 1000.0 * step_time,
-        row.get("data_wait_share"), heartbeat_age(row, now), row.get("exit_code"), note,
+        row.get("data_wait_share"), row.get("comm_wait_share"), heartbeat_age(row, now), row.get("exit_code"), note,
     )
 
 

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.diagnosis.doctor import TORCHRUN_DEFAULT_PORT, format_report, run_doctor
+from runner.diagnosis.flight_recorder import format_flight_record
 from runner.diagnosis.stacks import format_stacks
 from runner.hub.client import HubClient
 from runner.profile.resolve import default_interpreter
@@ -19,6 +23,8 @@ from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
 
 STACKS_TIMEOUT_SECONDS = 10.0
+FLIGHT_RECORDER_WAIT_SECONDS = 4.0
+"""After the capture: how long the ranks' Flight Recorders may take to be compared."""
 
 
 def add_parsers(commands) -> None:
@@ -92,6 +98,8 @@ def stacks_main(args: argparse.Namespace) -> int:
         sys.stdout.write(format_stacks(capture, width=shutil.get_terminal_size((120, 24)).columns))
         if capture.get("text_path"):
             print(f"every thread of every rank: {capture['text_path']}")
+        if capture.get("flight_recorder"):
+            sys.stdout.write(format_flight_record(capture["flight_recorder"]))
     return 0
 
 
@@ -107,22 +115,37 @@ async def request_stacks(socket_path: str, timeout: float) -> dict | None:
     client = await HubClient.subscribe(socket_path, history=False, logs=False)
     try:
         await client.send(protocol.DumpStacks())
-        return await asyncio.wait_for(_first_capture(client), timeout)
+        found: dict[str, dict] = {}
+        messages = client.messages()
+        capture = await asyncio.wait_for(_next_events(messages, found, protocol.EventKind.STACKS), timeout)
+        if capture is not None and "flight_recorder" not in found:  # the Flight Recorders follow the capture
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(_next_events(messages, found, protocol.EventKind.FLIGHT_RECORDER),
+                                       FLIGHT_RECORDER_WAIT_SECONDS)
+        if capture is not None and "flight_recorder" in found:
+            capture["flight_recorder"] = found["flight_recorder"]
+        return capture
     except asyncio.TimeoutError:
         return None
     finally:
         client.close()
 
 
-async def _first_capture(client: HubClient) -> dict | None:
-    async for message in client.messages():
+async def _next_events(messages: AsyncIterator[dict[str, Any]], found: dict[str, dict],
+                       wanted: protocol.EventKind) -> dict | None:
+    """Read updates until an event of kind ``wanted``; every stacks and flight_recorder event seen
+    goes into ``found`` (one update may carry both)."""
+    kinds = (protocol.EventKind.STACKS.value, protocol.EventKind.FLIGHT_RECORDER.value)
+    async for message in messages:
         if message["type"] == protocol.Bye.TYPE:
             return None
         if message["type"] != protocol.Update.TYPE:
             continue
         for event in message.get("events") or []:
-            if event.get("kind") == protocol.EventKind.STACKS.value:
-                return event
+            if event.get("kind") in kinds and event["kind"] not in found:
+                found[event["kind"]] = event
+        if wanted.value in found:
+            return found[wanted.value]
     return None
 
 
@@ -132,4 +155,10 @@ def last_stored_capture(run_id: int) -> dict | None:
     if not events:
         return None
     last = events[-1]
-    return {**last["data"], "kind": "stacks", "t": last["t"], "rank": last["rank"]}
+    capture = {**last["data"], "kind": "stacks", "t": last["t"], "rank": last["rank"]}
+    with RunStore(readonly=True) as store:
+        flights = [event for event in store.events(run_id, kind=protocol.EventKind.FLIGHT_RECORDER.value)
+                   if event["t"] >= last["t"]]
+    if flights:
+        capture["flight_recorder"] = {**flights[0]["data"], "t": flights[0]["t"]}
+    return capture

@@ -27,6 +27,8 @@ class Findings:
     """Steps whose parameter fingerprints were compared on every rank."""
     stacks: dict[str, Any] | None = None
     """The last stack capture, short: {reason, t, ranks, verdict, places, missing, path, json_path}."""
+    flight_recorder: dict[str, Any] | None = None
+    """The last Flight Recorder comparison: {message, culprits, seq, group, lines, path}."""
     launcher: dict[str, dict[str, Any]] = field(default_factory=dict)
     """key -> a launcher mismatch: {key, level, ranks, cause, advice} (``runner.diagnosis.launcher``)."""
 
@@ -58,6 +60,8 @@ class Findings:
             data["stalls"] = list(self.stalls)
         if self.stacks is not None:
             data["stacks"] = self.stacks
+        if self.flight_recorder is not None:
+            data["flight_recorder"] = self.flight_recorder
         if self.launcher:
             data["launcher"] = list(self.launcher.values())
         if self.stragglers:

@@ -8,6 +8,8 @@
   it also tells each capture which ranks progress (``progress_of``);
 * ``LaunchChecks``: scripts that do not fit torchrun (``notice`` messages, the
   holder of a port a rank could not listen on);
+* ``FlightRecorderMonitor``: the ranks' Flight Recorders, read after each stack
+  capture, compared: the rank whose collectives are out of step;
 * ``StragglerMonitor``: the rank that slows every step, and why;
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
 
@@ -18,9 +20,12 @@ Everything they find is kept in ``triage_input.findings`` for the summary.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from runner.diagnosis.consistency import ConsistencyMonitor
+from runner.diagnosis.flight_records import FlightRecorderMonitor
 from runner.diagnosis.launcher import LaunchChecks
 from runner.diagnosis.stack_capture import StackCapture
 from runner.diagnosis.stalls import StallMonitor
@@ -54,9 +59,11 @@ class RankFacts:
             data.world_size = max(sizes)
 
 
-def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_key: str | None = None) -> list:
+def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_key: str | None = None,
+                   remote_capture: Callable[[list[Any]], list[int]] | None = None) -> list:
     """Create and hook up the monitors for a run (see the module docstring); ``run_key``: only
-    processes carrying the run's marker are ever signalled for their stacks."""
+    processes carrying the run's marker are ever signalled for their stacks; ``remote_capture``:
+    asks other nodes' agents for their ranks' stacks (``RemoteNodes.request_stacks``)."""
     telemetry = launch.spec.telemetry
     local_node_ranks = {node.node_rank for node in launch.nodes if node.is_local}
     triage_input.log_dir = str(run_dir / "torchrun")
@@ -70,10 +77,13 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
     facts = RankFacts(hub, triage_input, local_node_ranks)
     is_ours = (lambda pid: carries_marker(pid, run_key)) if run_key else None
     capture = StackCapture(hub, run_dir / "stacks", is_local=is_local, on_result=findings.set_stacks,
-                           is_ours=is_ours)
+                           is_ours=is_ours, remote_capture=remote_capture)
+    hub.add_observer(capture)
     launch_checks = LaunchChecks(hub, findings, triage_input, is_local=is_local)
     hub.add_observer(launch_checks)
-    monitors: list = [facts, capture, launch_checks]
+    flight_records = FlightRecorderMonitor(hub, run_dir / "stacks", findings)
+    hub.add_observer(flight_records)
+    monitors: list = [facts, capture, launch_checks, flight_records]
     if telemetry.instrument:
         stalls = StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings)
         capture.progress_of = stalls.progress_of

@@ -43,6 +43,9 @@ def format_diagnostics(diagnostics: dict[str, Any] | None, run_id: int | None = 
     stacks = diagnostics.get("stacks")
     if stacks:
         lines += _stacks_lines(stacks, run_id)
+    flight = diagnostics.get("flight_recorder")
+    if flight and flight.get("message"):
+        lines.append(f"{_label('collectives')}{flight['message']} (Flight Recorder)")
     for straggler in diagnostics.get("stragglers") or []:
         lines.append(f"{_label('straggler')}{straggler.get('message') or _straggler_text(straggler)}")
     for divergence in diagnostics.get("divergences") or []:

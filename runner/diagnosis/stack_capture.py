@@ -27,7 +27,9 @@ Ranks on another host cannot be signalled from here: their pids belong to that
 machine. The hook for them is ``remote_capture(rows) -> ranks asked``: it asks
 those nodes (their agents) to signal the ranks, and each dump comes back through
 ``add_remote_dump(rank, text)``; asked ranks are then awaited like local ones.
-Without the hook (this build) they are listed as missing, with their host.
+The run wires it to ``RemoteNodes.request_stacks`` (a ``stack_request`` line to the
+node's agent, ``runner.remote.node_stacks``); this capture hears the answers as a hub
+observer (``remote_stacks`` messages). Without the hook they are listed as missing.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankwatch._protocol import EventKind
+from rankwatch._protocol import EventKind, Message, RemoteStacks
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
 from runner.diagnosis.stack_dumps import last_dump, main_thread, parse_dump, user_frames
 from runner.diagnosis.stacks import analyse, describe, format_stacks
@@ -66,6 +68,9 @@ class _Pending:
     sizes: dict[int, int] = field(default_factory=dict)
     remote: set[int] = field(default_factory=set)
     remote_texts: dict[int, str] = field(default_factory=dict)
+    remote_why: dict[int, str] = field(default_factory=dict)
+    hosts: dict[int, str] = field(default_factory=dict)
+    """rank -> its host, for ranks on other nodes (shown with their dumps)."""
 
 
 class StackCapture:
@@ -143,7 +148,8 @@ class StackCapture:
         now = time.time()
         progress = ({row.rank: self.progress_of(row, now) for row in rows} if self.progress_of is not None else {})
         self._pending = _Pending(reason=reason, t=now, started=time.monotonic(), offsets=offsets, missing=missing,
-                                 remote=asked, progress=progress)
+                                 remote=asked, progress=progress,
+                                 hosts={row.rank: row.host for row in remote if row.host})
         try:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -154,10 +160,18 @@ class StackCapture:
             self._loop.call_later(POLL_SECONDS, self._poll)
         return True
 
-    def add_remote_dump(self, rank: int, text: str) -> None:
-        """A dump of a rank on another host, forwarded by that node (see ``remote_capture``)."""
+    def add_remote_dump(self, rank: int, text: str, why: str | None = None) -> None:
+        """A dump of a rank on another host, forwarded by that node (see ``remote_capture``);
+        ``why``: why that node has none."""
         if self._pending is not None and rank in self._pending.remote:
             self._pending.remote_texts[rank] = text
+            if why:
+                self._pending.remote_why[rank] = why
+
+    def on_message(self, message: Message) -> None:
+        """Hub observer: a node's agent answered a ``stack_request`` (``runner.remote.node_stacks``)."""
+        if isinstance(message, RemoteStacks):
+            self.add_remote_dump(message.rank, message.text, message.why)
 
     # ---- collecting -------------------------------------------------------------------
 
@@ -184,6 +198,8 @@ class StackCapture:
 
     def _finish(self) -> None:
         pending, self._pending = self._pending, None
+        if pending is None:
+            return
         stacks, threads, raw = {}, {}, {}
         missing = list(pending.missing)
         texts = {rank: self._read_from(rank, offset) for rank, offset in pending.offsets.items()}
@@ -192,13 +208,17 @@ class StackCapture:
             parsed = parse_dump(last_dump(text)) if text.strip() else []
             main = main_thread(parsed)
             if main is None:
-                missing.append({"rank": rank, "why": f"no dump within {self.wait_seconds:.0f} s"})
+                why = pending.remote_why.get(rank) or f"no dump within {self.wait_seconds:.0f} s"
+                host = pending.hosts.get(rank)
+                missing.append({"rank": rank, "why": f"on {host}: {why}" if host else why})
                 continue
             stacks[rank] = user_frames(main.frames)
             threads[rank] = [t.to_json() for t in parsed]
             raw[rank] = text
         result = analyse(stacks, pending.reason, pending.t, sorted(missing, key=lambda m: m["rank"]),
                          progress={rank: pending.progress[rank] for rank in stacks if rank in pending.progress})
+        if pending.hosts:
+            result["hosts"] = {str(rank): host for rank, host in sorted(pending.hosts.items())}
         self.count += 1
         result.update(self._write_files(result, threads, raw))
         self.latest = result
@@ -223,13 +243,19 @@ class StackCapture:
         text_path = self.stacks_dir / f"capture-{self.count}.txt"
         try:
             json_path.write_text(json.dumps({**result, "threads": {str(r): t for r, t in threads.items()}}, indent=1))
+            hosts = result.get("hosts") or {}
             text = format_stacks(result) + "".join(
-                f"\n==== rank {rank}: every thread, as faulthandler wrote it ====\n{raw[rank]}" for rank in sorted(raw))
+                f"\n==== rank {rank}{_on(hosts.get(str(rank)))}: every thread, as faulthandler wrote it ====\n{raw[rank]}"
+                for rank in sorted(raw))
             text_path.write_text(text)
         except OSError as error:
             self.hub.add_event(EventKind.WARNING, None, f"cannot write the stack capture to {self.stacks_dir}: {error}")
             return {"path": None, "text_path": None}
         return {"path": str(json_path), "text_path": str(text_path)}
+
+
+def _on(host: str | None) -> str:
+    return f" (on {host}, through its node's agent)" if host else ""
 
 
 def _same_host(row: Any) -> bool:

@@ -20,7 +20,7 @@ RECENT_STEPS = 50
 class LiveRank(RankRow):
     """A RANK row plus what only the hub needs to keep it current."""
 
-    __slots__ = ("last_progress", "recent_step_times", "pairs", "received")
+    __slots__ = ("last_progress", "recent_step_times", "pairs", "comm_pairs", "received")
 
     def __init__(self, rank: int) -> None:
         super().__init__(rank)
@@ -31,6 +31,8 @@ class LiveRank(RankRow):
         self.recent_step_times: list[float] = []
         self.pairs = StepPairs()
         """This rank's step_time and data_wait records, paired into the data-wait share."""
+        self.comm_pairs = StepPairs(part=protocol.COMM_WAIT)
+        """The same for comm_wait: the share of the step in collectives."""
 
 
 class LiveModel:
@@ -94,6 +96,10 @@ class LiveModel:
             paired = row.pairs.add(step, t, name, value)
             if paired is not None:
                 row.data_wait_share = paired[2]
+        if name == protocol.STEP_TIME or name == protocol.COMM_WAIT:
+            paired = row.comm_pairs.add(step, t, name, value)
+            if paired is not None:
+                row.comm_wait_share = paired[2]
         self._touch(row, t)
 
     def on_metric_batch(self, rank: int, records: list[MetricRow], rejected: int = 0) -> None:

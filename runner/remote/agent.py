@@ -13,6 +13,9 @@ then:
    with its host, its workers' messages, and their CPU and memory;
 4. ends with ``node_exit`` and torchrun's exit status as its own.
 
+When the head asks for stacks (a ``stack_request`` line on stdin) it signals its
+own ranks and sends their dumps back (``node_stacks``).
+
 It stops its workers (SIGTERM, SIGKILL after the grace period, every process with
 the job marker on this node) when the head asks (a ``stop`` line on stdin), on
 SIGTERM/SIGINT/SIGHUP, and when the head is gone: its stdin ends (the ssh session
@@ -42,8 +45,15 @@ from runner import paths
 from runner.launch.output import OutputLine
 from runner.launch.supervisor import TorchrunSupervisor
 from runner.remote.head_link import HeadLink
-from runner.remote.launch_message import LaunchMessage, LaunchMessageError, decode_control, localise
+from runner.remote.launch_message import (
+    STACK_REQUEST,
+    LaunchMessage,
+    LaunchMessageError,
+    decode_control,
+    localise,
+)
 from runner.remote.node_info import DISTRIBUTION, installed_version
+from runner.remote.node_stacks import capture_node_stacks
 from runner.remote.relay import WorkerRelay
 from runner.sampling.samplers import ProcessSampler
 
@@ -140,8 +150,19 @@ class Agent:
                 self._call_in_loop(self.request_stop, False, "the ssh session to the head runner ended")
                 return
             message = decode_control(line)
-            if message is not None:
+            if message is None:
+                continue
+            if message["type"] == STACK_REQUEST:
+                self._call_in_loop(self._capture_stacks, protocol.StackRequest.from_wire(message).ranks)
+            else:
                 self._call_in_loop(self.request_stop, bool(message.get("force")), "the head runner asked to stop")
+
+    def _capture_stacks(self, ranks: list[int]) -> None:
+        """The head asked for some of this node's ranks' stacks (``node_stacks``)."""
+        launch = self.launch
+        stacks_dir = workspace_of(launch.run_key, launch.node_rank) / "stacks"
+        self._loop.create_task(capture_node_stacks(ranks, dict(self.relay.pids), stacks_dir, launch.run_key,
+                                                   launch.node_rank, launch.host, self.link.post))
 
     def _call_in_loop(self, function: Callable, *args) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is already closed: we are exiting anyway

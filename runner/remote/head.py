@@ -16,7 +16,7 @@ import asyncio
 import socket
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from rankwatch._protocol import AgentHello, EventKind, Message, NodeExit
 from runner.hub.hub import Hub
@@ -107,6 +107,20 @@ class RemoteNodes(HubObserver):
             raise OSError(str(error)) from None
         self.nodes[node.node_rank] = handle
         return handle
+
+    def request_stacks(self, rows: list[Any]) -> list[int]:
+        """Ask each node's agent for its ranks' stacks (``StackCapture.remote_capture``); the ranks asked."""
+        by_node: dict[int, list[int]] = {}
+        for row in rows:
+            if row.node_rank is not None:
+                by_node.setdefault(row.node_rank, []).append(row.rank)
+        asked: list[int] = []
+        for node_rank, ranks in by_node.items():
+            # a Slurm node's agent reads no stdin from the head: its ranks stay "missing"
+            request = getattr(self.nodes.get(node_rank), "request_stacks", None)
+            if request is not None and request(ranks):
+                asked += ranks
+        return asked
 
     # ---- hub events ------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from runner.launch.command import BOOTSTRAP_MODULE, NodeCommand, RunnerContext
 
 LAUNCH = protocol.Launch.TYPE
 STOP = protocol.AgentStop.TYPE
+STACK_REQUEST = protocol.StackRequest.TYPE
 CONTROL_TYPES = protocol.AGENT_CONTROL_TYPES
 LOG_DIR_FLAG = "--log-dir="
 NODE_LOCAL_VARIABLES = ("RANKWATCH_SOCKET", "RANKWATCH_TOKEN", "RANKWATCH_STACKS_DIR")
@@ -78,7 +79,7 @@ def decode_control(line: bytes) -> dict[str, Any] | None:
         message = protocol.decode(line, allowed=CONTROL_TYPES)
     except protocol.ProtocolError:
         return None
-    return message if message["type"] == STOP else None
+    return message if message["type"] in (STOP, STACK_REQUEST) else None
 
 
 def context_for_agent(context: RunnerContext) -> RunnerContext:

@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from rankwatch._protocol import NodeExit
+from rankwatch._protocol import NodeExit, StackRequest
 from runner.launch.nodes import NodeHandle
 from runner.launch.output import OutputLine
 from runner.launch.process_tree import set_parent_death_signal
@@ -187,6 +187,16 @@ class RemoteNode(NodeHandle):
     def _ssh(self) -> asyncio.subprocess.Process:
         assert self.process is not None, "start() first"
         return self.process
+
+    def request_stacks(self, ranks: list[int]) -> bool:
+        """Ask the agent to signal ``ranks`` for their stacks; False when it cannot be asked."""
+        if self.process is None or self.lost_at is not None or self.stopping:
+            return False
+        stdin = self.process.stdin
+        if stdin is None or stdin.is_closing():
+            return False
+        asyncio.get_running_loop().create_task(self._send(StackRequest(ranks).encode()))
+        return True
 
     async def _send(self, line: bytes) -> None:
         stdin = self._ssh.stdin

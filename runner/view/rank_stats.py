@@ -27,7 +27,8 @@ from typing import Any
 from rankwatch import _protocol as protocol
 
 BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_WAIT, protocol.SAMPLES_PER_SECOND,
-                              protocol.STEPS_PER_SECOND})
+                              protocol.STEPS_PER_SECOND, protocol.COMM_WAIT, protocol.CPU_WAIT,
+                              protocol.COMPUTE_TIME})
 """What the bootstrap measures without code changes; every other key was logged by the script
 (``rankwatch.log``) or read from its output (``--parse-stdout``)."""
 

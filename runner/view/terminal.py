@@ -282,6 +282,7 @@ class TerminalView:
                          f"loss {format_number(row.get('loss'))}, "
                          f"{format_amount(row.get('step_time'), 1000)} ms/step, "
                          f"data wait {format_percent(row.get('data_wait_share'))}, "
+                         f"comm wait {format_percent(row.get('comm_wait_share'))}, "
                          f"{format_amount(row.get('samples_per_s'))} samples/s, {usage}{logged}")
         if lines:
             self._print_line("[rankwatch]", self.header(), "stdout")
@@ -373,8 +374,10 @@ class TerminalView:
         logged_names = self.logged.names()
         table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), caption_justify="left",
                       caption=f"logged: {', '.join(logged_names)} (too narrow to show values)" if caption else None)
+        # time in collectives: a column once a rank measured it (a job with a process group)
+        show_comm = any(row.get("comm_wait_share") is not None for row in self.ranks.values())
         columns = ["rank", *(["host"] if self.multi_node else []), "state", "step", "loss", "ms/step",
-                   "data wait", "samples/s"]
+                   "data wait", *(["comm wait"] if show_comm else []), "samples/s"]
         columns += ["CPU %", "RSS"] if self.cpu_mode else ["GPU", "GPU %", "GPU mem"]
         columns += ["seen"]
         show_exit = any(row.get("exit_code") is not None for row in self.ranks.values())
@@ -396,6 +399,7 @@ class TerminalView:
                      Text(state, style=STATE_STYLE.get(state, "")),
                      MISSING if row.get("step") is None else str(row["step"]), format_number(row.get("loss")),
                      format_amount(row.get("step_time"), 1000), format_percent(row.get("data_wait_share")),
+                     *([format_percent(row.get("comm_wait_share"))] if show_comm else []),
                      format_amount(row.get("samples_per_s"))]
             if self.cpu_mode:
                 cells += [format_fixed(row.get("cpu_percent"), "{:.0f}"), format_bytes(row.get("rss_bytes"))]

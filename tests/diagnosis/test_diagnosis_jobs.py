@@ -112,6 +112,14 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
                 f"{helper_text}") in verdict["details"]
         assert Path(data["text_path"]).exists()
 
+        def compared():
+            return [e for e in stored(run["id"])[1] if e["kind"] == "flight_recorder"]
+        flight = wait_for(compared, 30, interval=0.5, what="the Flight Recorders after the capture")[0]["data"]
+        seq = flight["seq"]
+        assert flight["culprits"] == [1] and flight["message"] == (
+            f"rank 1 never entered collective #{seq} (gloo:barrier) that rank 0 is waiting in; "
+            f"its last was #{seq - 1} gloo:all_reduce")
+
         live = rankwatch("stacks", str(run["id"]), timeout=60)
         assert live.returncode == 0, live.stderr
         assert "(reason: requested)" in live.stdout and "rank 1  <- culprit" in live.stdout
@@ -120,6 +128,8 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
         assert f"diag_hang.py:{helper_line} in wait_for_checkpoint <<" in live.stdout
         assert f"{script}:{helper_line} in wait_for_checkpoint" in live.stdout and helper_text in live.stdout
         assert f"rank 0 waits in barrier, called at {script}:{barrier_line} in <module>" in live.stdout
+        assert "collectives (Flight Recorder): rank 1 never entered collective #" in live.stdout
+        assert "  rank 0 [default group]: last entered #" in live.stdout
     finally:
         runner.send_signal(signal.SIGINT)
         _out, err = runner.communicate(timeout=60)
@@ -129,6 +139,32 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
     assert f"{script}:{helper_line} in wait_for_checkpoint" in block
     finished = rankwatch("stacks", str(run["id"]), timeout=60)
     assert finished.returncode == 0 and "rank 1 is the culprit" in finished.stdout
+    assert "collectives (Flight Recorder): rank 1 never entered collective #" in finished.stdout
+
+
+def test_a_rank_that_skipped_one_all_reduce_is_named_by_the_flight_recorder_with_the_collective_ids():
+    """Four ranks; rank 2 skipped step 5's all_reduce, then waits in the barrier after the loop. About 25 s."""
+    script = SCRIPTS / "diag_skip_collective.py"
+    runner = start_rankwatch("run", "--plain", "--nproc-per-node", "4", "--stall-timeout", str(STALL_TIMEOUT),
+                             str(script))
+    try:
+        run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
+
+        def compared():
+            return [e for e in stored(run["id"])[1] if e["kind"] == "flight_recorder"]
+        [event] = wait_for(compared, 120, interval=0.5, what="the Flight Recorders after the stall's capture")
+    finally:
+        runner.send_signal(signal.SIGINT)
+        _out, err = runner.communicate(timeout=60)
+    data = event["data"]
+    assert data["ranks"] == [0, 1, 2, 3] and data["culprits"] == [2] and data["errors"] == {}
+    seq = data["seq"]  # the barrier is rank 2's #seq; the others' is their 11th all_reduce
+    assert data["message"].startswith(f"rank 2 called a different collective #{seq} than ranks 0, 1, 3 "
+                                       "(gloo:all_reduce sizes [[4]]; rank 2: gloo:barrier no tensors)")
+    assert f"rank 2 [default group]: last entered #{seq} gloo:barrier (waiting), last completed #{seq - 1}" \
+        in data["lines"]
+    assert Path(data["path"]).exists() and Path(data["path"]).stat().st_mode & 0o077 == 0
+    assert f"collectives:   rank 2 called a different collective #{seq}" in summary_block(err)
 
 
 def test_a_healthy_run_dumped_is_a_snapshot_and_pausing_the_runner_is_no_stall():
@@ -181,6 +217,32 @@ def test_a_rank_sleeping_in_its_data_loader_is_a_straggler_waiting_for_data_and_
     assert stragglers[0]["data"]["cause"] == "data" and stragglers[0]["data"]["data_wait"] > 0.1
     [divergence] = [e for e in events if e["kind"] == "divergence"]
     assert divergence["rank"] == 1 and divergence["data"]["step"] == 14 and divergence["data"]["reference"] == [0]
+
+
+def test_a_rank_computing_three_times_longer_is_the_compute_straggler_and_a_balanced_job_has_none():
+    """DDP on gloo, 2 ranks, every step time equal: only the time apart from the all-reduce wait
+    tells rank 1 (3x the forward work on the same data) apart. Two jobs, about 40 s together."""
+    script = SCRIPTS / "diag_slow_compute.py"
+    slow = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script), "--steps", "40", "--width", "768")
+    assert slow.returncode == 0, slow.stderr[-3000:]
+    assert "straggler:     rank 1 is a straggler: it computes longer" in summary_block(slow.stderr)
+    assert "comm wait" in slow.stdout  # the per-rank status lines show the share in collectives
+    _run, events = stored()
+    stragglers = [e for e in events if e["kind"] == "straggler" and e["data"]["active"]]
+    assert {e["rank"] for e in stragglers} == {1}
+    first = stragglers[0]["data"]
+    assert first["cause"] == "compute" and first["step"] <= 30 and first["data_wait"] is None
+    assert first["compute_time"] > 1.5 * first["others_compute_time"]
+
+    balanced = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script), "--steps", "500",
+                         "--width", "384", "--slow-rank", "-1")
+    assert balanced.returncode == 0, balanced.stderr[-3000:]
+    _run, events = stored()
+    assert [e for e in events if e["kind"] == "straggler"] == []
+    with RunStore(readonly=True) as store:
+        measured = {name for (name,) in store.connection.execute(
+            "SELECT DISTINCT name FROM metrics WHERE run_id = ?", (_run["id"],))}
+    assert {"comm_wait", "compute_time"} <= measured
 
 
 def test_a_taken_rendezvous_port_names_rank_0_the_port_and_its_holder():

@@ -257,6 +257,67 @@ def test_the_straggler_monitor_flags_once_and_clears_when_the_rank_recovers():
     assert [(e["rank"], e["active"]) for e in hub.of_kind("straggler")] == [(1, True), (1, False)]
 
 
+def step_message(rank: int, number: int, step_time: float, compute: float | None = None,
+                 data_wait: float | None = None) -> protocol.Metrics:
+    """One step as the bootstrap reports it: data_wait and compute_time only where measured."""
+    t = time.time()
+    items = [[t, number, protocol.STEP_TIME, step_time, protocol.SOURCE_AUTO]]
+    if compute is not None:
+        items.append([t, number, protocol.COMPUTE_TIME, compute, protocol.SOURCE_AUTO])
+        items.append([t, number, protocol.COMM_WAIT, step_time - compute - (data_wait or 0), protocol.SOURCE_AUTO])
+    if data_wait is not None:
+        items.append([t, number, protocol.DATA_WAIT, data_wait, protocol.SOURCE_AUTO])
+    return protocol.Metrics.from_wire({"type": "metrics", "rank": rank, "items": items})
+
+
+def test_under_ddp_the_rank_that_computes_longest_is_named_though_every_step_time_is_equal():
+    """No DataLoader (no data wait): the fast ranks wait 60 ms in the all-reduce, rank 1 does not."""
+    hub, findings = stepping_hub(3), Findings()
+    monitor = StragglerMonitor(hub, findings)
+    for number in range(1, 8):
+        for rank in range(3):
+            monitor.on_message(step_message(rank, number, 0.100, 0.090 if rank == 1 else 0.030))
+        monitor.tick(time.time())
+    [event] = hub.of_kind("straggler")
+    assert event["rank"] == 1 and event["cause"] == "compute" and event["data_wait"] is None
+    assert event["compute_time"] == pytest.approx(0.090) and event["others_compute_time"] == pytest.approx(0.030)
+    assert "rank 1 is a straggler: it computes longer (90 ms of its 100 ms step vs 30 ms" in event["message"]
+
+
+def test_a_data_wait_measured_on_some_ranks_only_is_never_compared_with_zero():
+    """Ranks 0 and 1 wait 100 ms for their DataLoader, rank 2 has none (and waits for them in the all-reduce)."""
+    hub = stepping_hub(3)
+    monitor = StragglerMonitor(hub)
+    for number in range(1, 15):
+        for rank in range(3):
+            waits = rank != 2
+            monitor.on_message(step_message(rank, number, 0.2, 0.05, 0.1 if waits else None))
+        monitor.tick(time.time())
+    assert hub.of_kind("straggler") == []
+
+
+def test_balanced_ranks_without_data_wait_or_process_group_are_not_stragglers():
+    hub = stepping_hub(2)
+    monitor = StragglerMonitor(hub)
+    for number in range(1, 30):
+        monitor.on_message(step_message(0, number, 0.050 + 0.001 * (number % 3)))
+        monitor.on_message(step_message(1, number, 0.051))
+        monitor.tick(time.time())
+    assert hub.of_kind("straggler") == []
+
+
+def test_steps_stretched_by_waiting_for_a_cpu_do_not_hide_a_rank_computing_three_times_longer():
+    """The margin follows the others' compute time, not their 250 ms steps (mostly CPU wait)."""
+    verdict = straggler_verdict((0.250, None, 0.038), [(0.250, None, 0.013)])
+    assert verdict["cause"] == "compute" and verdict["excess"] == pytest.approx(0.025)
+    assert straggler_verdict((0.250, None, 0.015), [(0.250, None, 0.013)]) is None
+
+
+def test_compute_time_measured_on_one_rank_only_names_nobody():
+    assert straggler_verdict((0.1, None, 0.09), [(0.1, None, None)]) is None
+    assert straggler_verdict((0.1, None, None), [(0.1, None, 0.02)]) is None
+
+
 def test_no_verdict_before_enough_steps_or_with_one_rank():
     hub = stepping_hub(2)
     monitor = StragglerMonitor(hub)

@@ -73,6 +73,9 @@ def test_a_bad_launch_message_is_one_clear_line(line, complaint):
 def test_control_lines():
     assert decode_control(stop_line(force=True)) == {"type": "stop", "v": 1, "force": True}
     assert decode_control(b"garbage\n") is None
+    request = decode_control(protocol.StackRequest([1, 3]).encode())
+    assert request == {"type": "stack_request", "v": 1, "ranks": [1, 3]}
+    assert protocol.StackRequest.from_wire({"ranks": [1, "x", True, 2]}).ranks == [1, 2]
 
 
 def test_the_agent_fills_in_only_its_own_socket_token_and_folders():

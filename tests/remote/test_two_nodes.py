@@ -15,6 +15,7 @@ import socket
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -195,3 +196,30 @@ def test_a_failure_on_the_remote_node_is_named_with_its_rank_host_and_exception(
         run = store.run(store.resolve_run_id("last"))
         nodes = {n["node_rank"]: n for n in store.nodes(run["id"])}
     assert nodes[1]["state"] == "failed" and nodes[1]["detail"] == "torchrun exit status 1"
+
+
+def test_a_hang_on_the_remote_node_shows_the_remote_ranks_stack_and_flight_recorder_with_its_host(over_ssh):
+    """Rank 0 (this node) waits in a barrier, rank 1 (node 1, over ssh) sleeps in a helper: the head asks
+    node 1's agent for rank 1's stack; its Flight Recorder comes through the agent's relay. About 40 s."""
+    runner = start_rankwatch(*two_node_args("diag_hang.py")[:-1], "--stall-timeout", "5", str(SCRIPTS / "diag_hang.py"))
+    try:
+        run = wait_for(lambda: latest_run(), 60, what="the run to be recorded")
+
+        def events_of(kind: str):
+            with RunStore(readonly=True) as store:
+                return store.events(run["id"], kind=kind)
+        [capture] = wait_for(lambda: events_of("stacks"), 150, interval=0.5, what="the stall's stack capture")
+        [flight] = wait_for(lambda: events_of("flight_recorder"), 30, interval=0.5, what="the Flight Recorders")
+    finally:
+        runner.send_signal(signal.SIGINT)
+        _out, err = runner.communicate(timeout=60)
+    data = capture["data"]
+    assert data["missing"] == [] and data["ranks"] == [0, 1]
+    assert data["verdict"]["culprits"] == [1] and data["verdict"]["collective"] == "barrier"
+    assert any("diag_hang.py" in line and "wait_for_checkpoint" in line for line in data["verdict"]["details"])
+    assert data["hosts"] == {"1": "127.0.0.1"}
+    dumps = Path(data["text_path"]).read_text(encoding="utf-8")
+    assert "==== rank 1 (on 127.0.0.1, through its node's agent): every thread" in dumps
+    assert "wait_for_checkpoint" in dumps.split("==== rank 1 (on 127.0.0.1")[1]
+    assert flight["data"]["ranks"] == [0, 1] and flight["data"]["culprits"] == [1]
+    assert "rank 1 is the culprit" in err

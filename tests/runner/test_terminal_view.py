@@ -106,6 +106,21 @@ def test_small_values_keep_their_digits_and_missing_ones_read_as_a_dash():
     assert row1.split()[2:8] == ["–"] * 6  # step, loss, ms/step, data wait, samples/s, CPU %
 
 
+def test_the_share_in_collectives_gets_a_column_once_a_rank_measured_it():
+    view, _out, _err = plain_view()
+    view.handle(snapshot())
+    assert "comm wait" not in rendered(view)  # no process group: no column
+    view.handle({**snapshot(), "ranks": [
+        {"rank": 0, "state": "running", "step": 3, "step_time": 0.1, "data_wait_share": None, "comm_wait_share": 0.62},
+        {"rank": 1, "state": "running", "step": 3, "step_time": 0.1, "data_wait_share": None, "comm_wait_share": 0.04}]})
+    table = rendered(view)
+    header = next(line for line in table.splitlines() if "rank" in line and "state" in line)
+    row0 = next(line for line in table.splitlines() if line.strip().startswith("0 "))
+    row1 = next(line for line in table.splitlines() if line.strip().startswith("1 "))
+    assert "data wait  comm wait" in header
+    assert "62%" in row0 and "4%" in row1
+
+
 LOGGED = [[0, 5.0, 5, "lr", 3e-4, "log"], [1, 5.0, 5, "lr", 3e-4, "log"],
           [0, 4.0, 4, "grad_norm", 7.0, "log"], [0, 5.0, 5, "grad_norm", 1.25, "log"],
           [1, 5.0, 5, "grad_norm", 0.5, "log"], [0, 5.0, 5, "val_loss", 2e-9, "parsed"],

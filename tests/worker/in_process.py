@@ -29,13 +29,14 @@ class Measured:
     def steps(self) -> list[dict]:
         self._records.extend(self.buffer.drain())
         steps = []
-        for kind, _t, step, loss, step_time, data_wait, samples in self._records:
+        for kind, _t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait in self._records:
             assert kind == KIND_STEP
             if isinstance(loss, Pending):
                 assert loss.ready()
                 loss = loss.value()
             steps.append({"step": step, "loss": loss, "step_time": step_time,
-                          "data_wait": data_wait, "samples": samples})  # fmt: skip
+                          "data_wait": data_wait, "samples": samples,
+                          "comm_wait": comm_wait, "cpu_wait": cpu_wait})  # fmt: skip
         return steps
 
     def losses(self) -> list[float | None]:

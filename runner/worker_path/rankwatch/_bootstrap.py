@@ -28,7 +28,15 @@ from __future__ import annotations
 import signal
 import sys
 
-from rankwatch import _failures, _launch_checks, _output, _script, _spawn, _templates
+from rankwatch import (
+    _failures,
+    _flight_recorder,
+    _launch_checks,
+    _output,
+    _script,
+    _spawn,
+    _templates,
+)
 from rankwatch._environment import (
     WorkerEnvironment,
     error_file_path,
@@ -64,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         session = _start_session(command, WorkerEnvironment.from_environ(_spawn.rank_environ(0, 1)))
     else:
         session = _start_session(command, WorkerEnvironment.from_environ())
+    if session is not None or launcher is not None:
+        _flight_recorder.enable()  # before the script (or the ranks it spawns) creates a process group
     if session is not None or legacy_argument is not None:
         _launch_checks.install(session.notice if session is not None else None, legacy_argument)
     try:

@@ -11,10 +11,12 @@ A record is a plain tuple whose first element is its kind:
 ``(KIND_LOG, t, step, scalars)``
     one ``rankwatch.log`` call; ``scalars`` maps a name to a number or a
     ``_values.Pending`` device read.
-``(KIND_STEP, t, step, loss, step_time, data_wait, samples)``
+``(KIND_STEP, t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait)``
     one optimizer step measured by the zero-code instrumentation; ``loss`` is a
     number, a ``Pending`` or None, ``step_time`` None for the first step,
-    ``data_wait`` None when no training DataLoader batch came in the step.
+    ``data_wait`` None when no training DataLoader batch came in the step,
+    ``comm_wait`` None when no process group exists, ``cpu_wait`` None where
+    the run queue cannot be read (``_comm_timing``).
 
 The drop count is in records (one ``log`` call, or one step's auto metrics).
 

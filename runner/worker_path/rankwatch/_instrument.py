@@ -22,6 +22,11 @@ What is measured, per rank, and where:
   backward (``_data_wait``); None ("not measured") when no such batch came.
 * ``step_time``, ``steps_per_s``, and ``samples_per_s`` when a batch shows its
   size (first dimension of the first tensor in the batch).
+* ``comm_wait``: time in collectives (DDP's gradient all-reduce at the end of
+  a backward, synchronous ``torch.distributed`` calls), ``_comm_timing``; the
+  reporter derives ``compute_time`` from it. None when no process group exists.
+* ``cpu_wait``: time the training thread waited for a CPU (Linux run queue), with
+  a process group only.
 
 The hot path is a few microseconds per step and never synchronises a device:
 CPU losses are read with ``item()`` (no sync on CPU), CUDA losses are copied
@@ -39,6 +44,7 @@ from typing import Any
 
 import rankwatch
 from rankwatch._buffer import KIND_STEP, RecordBuffer
+from rankwatch._comm_timing import CollectiveWait, RunQueueWait, patch_collectives
 from rankwatch._data_wait import DataWait
 from rankwatch._fingerprint import optimizer_parameters, parameter_digest
 from rankwatch._loss import StepLoss
@@ -57,7 +63,7 @@ class StepClock:
     """
 
     __slots__ = (
-        "steps", "optimizer_steps", "in_backward", "loss", "data",
+        "steps", "optimizer_steps", "in_backward", "loss", "data", "comm", "run_queue",
         "_buffer", "_reporter", "_hash_every", "_torch", "_optimizer", "_last_step_at", "_undo",
     )  # fmt: skip
 
@@ -71,6 +77,8 @@ class StepClock:
         self.in_backward = False
         self.loss = StepLoss(torch.Tensor)
         self.data = DataWait(torch.is_grad_enabled)
+        self.run_queue = RunQueueWait()
+        self.comm = CollectiveWait(_queue_callback(torch), _is_initialized(torch), self.run_queue)
         self._buffer = buffer
         self._reporter = reporter
         self._hash_every = hash_every if reporter is not None else 0
@@ -111,9 +119,15 @@ class StepClock:
         self._last_step_at = now
         step = self.steps
         data_wait, samples = self.data.take()
+        comm_wait = self.comm.take()
+        if comm_wait is None:  # no process group: no compute time to derive, no run queue read
+            self.run_queue.forget()
+            cpu_wait = None
+        else:
+            cpu_wait = self.run_queue.take()
         self._buffer.put((
             KIND_STEP, _now(), step, self.loss.take(),
-            None if last is None else now - last, data_wait, samples,
+            None if last is None else now - last, data_wait, samples, comm_wait, cpu_wait,
         ))  # fmt: skip
         self.steps = step + 1
         if self._hash_every and self.steps % self._hash_every == 0:
@@ -145,6 +159,7 @@ def install(
         ("backward", _patch_backward),
         ("DataLoader", _patch_data_loader),
         ("GradScaler", _patch_grad_scaler),
+        ("collectives", _patch_collectives),
     ):
         try:
             clock._undo.append(patch(torch, clock))
@@ -179,17 +194,23 @@ def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
     original = torch.autograd.backward
     loss = clock.loss
     data = clock.data
+    comm = clock.comm
 
     @functools.wraps(original)
     def backward(tensors, *args, **kwargs):
         if clock.in_backward:
             return original(tensors, *args, **kwargs)
+        try:
+            comm.on_backward_start(tensors)
+        except Exception:  # telemetry must never break the user's backward
+            pass
         clock.in_backward = True
         try:
             result = original(tensors, *args, **kwargs)
         finally:
             clock.in_backward = False
         try:
+            comm.on_backward_end(_perf_counter())
             loss.on_backward(tensors, args[0] if args else kwargs.get("grad_tensors"))
             data.on_backward()
         except Exception:  # telemetry must never break the user's backward
@@ -198,6 +219,38 @@ def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
 
     torch.autograd.backward = backward
     return functools.partial(setattr, torch.autograd, "backward", original)
+
+
+def _patch_collectives(torch: Any, clock: StepClock) -> Callable[[], None]:
+    return patch_collectives(torch.distributed, clock.comm, lambda: clock.in_backward)
+
+
+def _is_initialized(torch: Any) -> Callable[[], bool]:
+    """``torch.distributed.is_initialized``, or always False on a build without distributed."""
+    distributed = getattr(torch, "distributed", None)
+    check = getattr(distributed, "is_initialized", None)
+    return check if callable(check) else _never
+
+
+def _queue_callback(torch: Any) -> Callable[[Callable[[], None]], None]:
+    """The autograd engine's ``queue_callback`` (a final callback of the running backward).
+
+    Missing in a torch that moved it: the callback is never queued, the backward's
+    tail is not timed, and ``comm_wait`` counts only the Python collectives.
+    """
+    try:
+        return torch.autograd.Variable._execution_engine.queue_callback
+    except AttributeError:
+        _warn("instrumentation incomplete, not measured: the all-reduce wait at the end of backward")
+        return _ignore
+
+
+def _never() -> bool:
+    return False
+
+
+def _ignore(callback: Callable[[], None]) -> None:
+    return None
 
 
 def _patch_data_loader(torch: Any, clock: StepClock) -> Callable[[], None]:

@@ -41,6 +41,7 @@ Worker (or agent) -> hub
               parameter's float64 sum and sum of squares, after the update of
               optimizer step `step`; equal across replicas in sync)
   stacks      [StacksWritten] rank, t, path            (a faulthandler dump was written there)
+  flight_record [FlightRecord] rank, t, record         (its Flight Recorder, read after a stack dump)
   notice      [Notice] rank, t, key, ...facts   (how the script was launched does not fit
               torchrun; rankwatch._launch_checks; the runner words it, runner.diagnosis.launcher):
               key "self_spawn": function, nprocs, file, line, function_name (the call site);
@@ -56,6 +57,8 @@ with the run's token, and the hub refuses any other TCP client)
   worker_lost [WorkerLost] rank, t     (a worker's connection to its agent ended without exit)
   process_samples [ProcessSamples] node_rank, rows: [PROCESS_SAMPLE]
               (the node's ranks, sampled there: the head cannot see remote processes)
+  remote_stacks [RemoteStacks] node_rank, rank, host, text   (a rank's stack dump, taken by
+              its agent on a stack_request; text: what faulthandler wrote, or "" with why)
   node_exit   [NodeExit] node_rank, t, code, reason, dropped   (the agent's last message:
               torchrun's exit status; reason: why it stopped the workers, or null; dropped:
               messages it could not forward)
@@ -66,6 +69,8 @@ Head runner -> agent (over ssh's stdin, never through the hub; runner.remote)
   launch      [Launch] token, head_host, head_port, run_key, run, node_rank, host, argv, env,
               cwd, grace, sample_interval   (the first line)
   stop        [AgentStop] force: bool   (later lines; end of stdin: the head is gone, stop too)
+  stack_request [StackRequest] ranks: [int]   (signal these ranks for their stacks; each
+              answers with remote_stacks, and its Flight Recorder through the relay)
 
 Subscriber -> hub
   subscribe   [Subscribe] history: bool (replay the stored history first), logs: bool
@@ -97,7 +102,7 @@ and in the GUI; one definition each):
   EVENT           [Event]         {kind (EventKind), t, rank (or null), message, ...fields}
   RANK            [RankRow]       {rank, local_rank, node_rank, host, pid, gpu_index, state,
                    exit_code, step, loss, loss_source, step_time, data_wait_share (0..1),
-                   samples_per_s, steps_per_s, last_seen, first_seen, cpu_percent, rss_bytes,
+                   comm_wait_share (0..1), samples_per_s, steps_per_s, last_seen, first_seen, cpu_percent, rss_bytes,
                    gpu_util, gpu_mem_used, dropped (worker), rejected (hub), sent (worker),
                    world_size, python, torch, restart}   (null where unknown)
   RUN             {id, run_key, profile, status, created, started, ended, exit_code,
@@ -142,10 +147,10 @@ MAX_TEXT_CHARS = 64 * 1024
 """Longest text field kept whole (a log line, a traceback is longer: ``MAX_LONG_TEXT_CHARS``)."""
 MAX_LONG_TEXT_CHARS = 1 << 20
 
-WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks",
+WORKER_TYPES = frozenset({"hello", "metrics", "heartbeat", "exception", "exit", "param_hash", "stacks", "flight_record",
                           "notice"})
-AGENT_TYPES = frozenset({"agent_hello", "log", "worker_lost", "process_samples", "node_exit"})
-AGENT_CONTROL_TYPES = frozenset({"launch", "stop"})
+AGENT_TYPES = frozenset({"agent_hello", "log", "worker_lost", "process_samples", "node_exit", "remote_stacks"})
+AGENT_CONTROL_TYPES = frozenset({"launch", "stop", "stack_request"})
 """Head runner -> agent, on ssh's stdin (not hub messages: not in ``ALL_TYPES``)."""
 SUBSCRIBER_TYPES = frozenset({"subscribe", "stop", "dump_stacks", "ping"})
 HUB_TYPES = frozenset({"snapshot", "update", "history_end", "bye", "pong", "error"})
@@ -167,6 +172,14 @@ SAMPLES_PER_SECOND = "samples_per_s"
 STEPS_PER_SECOND = "steps_per_s"
 DATA_WAIT_SHARE = "data_wait_share"
 """Share (0..1) of a step spent waiting for data: ``data_wait_share`` of the same step's records."""
+COMM_WAIT = "comm_wait"
+"""Seconds of a step spent in collectives: the wait for the other ranks (DDP's all-reduce, ``dist.*``)."""
+CPU_WAIT = "cpu_wait"
+"""Seconds of a step the training thread was ready to run but waited for a CPU (Linux run queue)."""
+COMPUTE_TIME = "compute_time"
+"""Seconds of a step the rank worked on its own: step time minus ``comm_wait``, ``data_wait``, ``cpu_wait``."""
+COMM_WAIT_SHARE = "comm_wait_share"
+"""Share (0..1) of a step spent in collectives: ``comm_wait`` over the same step's ``step_time``."""
 
 
 class ProtocolError(ValueError):
@@ -595,6 +608,7 @@ class EventKind(str, Enum):
     RESUMED = "resumed"
     """A stalled rank made progress again: step, stalled_seconds."""
     STRAGGLER = "straggler"
+    FLIGHT_RECORDER = "flight_recorder"
     """A rank slows every step, or no longer does (``runner.diagnosis.stragglers``): active, cause, ..."""
     DIVERGENCE = "divergence"
     """DDP replicas' parameters differ (``runner.diagnosis.consistency``): step, ranks, reference, digests."""
@@ -677,7 +691,7 @@ class RankRow:
     """One rank as the hub shows it (the RANK shape): identity, state, latest values, counts."""
 
     __slots__ = ("rank", "local_rank", "node_rank", "host", "pid", "gpu_index", "state", "exit_code", "step",
-                 "loss", "loss_source", "step_time", "data_wait_share", "samples_per_s", "steps_per_s",
+                 "loss", "loss_source", "step_time", "data_wait_share", "comm_wait_share", "samples_per_s", "steps_per_s",
                  "last_seen", "first_seen", "cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_used", "dropped",
                  "rejected", "sent", "world_size", "python", "torch", "restart")
 
@@ -696,6 +710,8 @@ class RankRow:
         self.loss_source: str | None = None
         self.step_time: float | None = None
         self.data_wait_share: float | None = None
+        self.comm_wait_share: float | None = None
+        """Share (0..1) of the latest step spent in collectives (``COMM_WAIT``)."""
         self.samples_per_s: float | None = None
         self.steps_per_s: float | None = None
         self.last_seen: float | None = None
@@ -720,39 +736,54 @@ class RankRow:
         return {name: getattr(self, name) for name in RankRow.__slots__}
 
 
-# ---- the data-wait share: computed here, once -------------------------------------------------
+# ---- the data-wait share and the compute time: computed here, once ---------------------------
+
+
+def compute_time(step_time: float | None, comm_wait: float | None, data_wait: float | None,
+                 cpu_wait: float | None = None) -> float | None:
+    """Seconds of a step not spent waiting (collectives, the DataLoader, a CPU); None when not measured.
+
+    A data wait that was not measured (no DataLoader) counts as none: what the rank
+    did to get its batch is its own work; likewise a CPU wait that cannot be read.
+    """
+    if step_time is None or comm_wait is None:
+        return None
+    return max(0.0, step_time - comm_wait - (data_wait or 0.0) - (cpu_wait or 0.0))
 
 
 def data_wait_share(step_time: float | None, data_wait: float | None) -> float | None:
-    """The share (0..1) of a step spent waiting for data; None when it was not measured."""
+    """The share (0..1) of a step spent waiting (for data, or in collectives); None when not measured."""
     if step_time is None or data_wait is None or not step_time > 0:
         return None
     return min(1.0, max(0.0, data_wait / step_time))
 
 
 class StepPairs:
-    """Pairs each step's ``step_time`` and ``data_wait`` records of one rank into the share.
+    """Pairs each step's ``step_time`` and one other record of one rank into its share of the step.
 
-    The worker sends both for every step (usually in the same message); whichever
-    comes second completes the pair. At most ``limit`` incomplete steps are kept.
+    ``part`` is ``DATA_WAIT`` (the data-wait share) or ``COMM_WAIT`` (the share in
+    collectives). The worker sends both for every step (usually in the same
+    message); whichever comes second completes the pair. At most ``limit``
+    incomplete steps are kept.
     """
 
-    __slots__ = ("_pending", "_limit")
+    __slots__ = ("_pending", "_limit", "_part")
 
-    def __init__(self, limit: int = 256) -> None:
+    def __init__(self, limit: int = 256, part: str = DATA_WAIT) -> None:
         self._pending: dict[int, list[Any]] = {}
         self._limit = limit
+        self._part = part
 
     def add(self, step: int | None, t: float, name: str, value: float | None) -> tuple[int, float, float | None] | None:
         """Feed one record; returns ``(step, t, share)`` when it completes a pair."""
-        if step is None or (name != STEP_TIME and name != DATA_WAIT):
+        if step is None or (name != STEP_TIME and name != self._part):
             return None
         pair = self._pending.get(step)
         if pair is None:
             pair = self._pending[step] = [None, None, t, 0]
         pair[0 if name == STEP_TIME else 1] = value
         pair[2] = max(pair[2], t)
-        pair[3] += 1 << (0 if name == STEP_TIME else 1)
+        pair[3] |= 1 << (0 if name == STEP_TIME else 1)
         if pair[3] == 3:
             del self._pending[step]
             return step, pair[2], data_wait_share(pair[0], pair[1])
@@ -1171,6 +1202,30 @@ class StacksWritten(Message):
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_text(fields.get("path")))
 
 
+class FlightRecord(Message):
+    """A rank's Flight Recorder (``rankwatch._flight_recorder.snapshot``), sent after a stack dump.
+
+    ``record`` holds ``pg_config``, ``pg_status``, ``entries`` (torch's fields, newest
+    last) or ``error`` (why it could not be read); ``runner.diagnosis.flight_recorder``
+    reads it.
+    """
+
+    __slots__ = ("rank", "t", "record")
+    TYPE = "flight_record"
+
+    def __init__(self, rank: int, t: float | None, record: dict[str, Any]) -> None:
+        self.rank = rank
+        self.t = t
+        self.record = record
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> FlightRecord:
+        record = fields.get("record")
+        if not isinstance(record, dict):
+            raise ProtocolError("invalid", "flight_record: record must be an object")
+        return cls(_required_int(fields, "rank"), as_time(fields.get("t")), record)
+
+
 class Notice(Message):
     """Something about how the script was launched (``rankwatch._launch_checks``): ``key`` names
     it, ``facts`` (flat on the wire, beside ``key``) hold what the worker saw."""
@@ -1243,6 +1298,42 @@ class Log(Message):
             as_int(fields.get("rank")), as_time(fields.get("t")) or time.time(),
             stream if stream in ("stdout", "stderr") else "stdout", as_text(fields.get("line")) or "",
             as_text(fields.get("node"), MAX_NAME_CHARS * 2)))
+
+
+class RemoteStacks(Message):
+    """A rank's stack dump taken on its own node by the agent (``stack_request``)."""
+
+    __slots__ = ("node_rank", "rank", "host", "text", "why")
+    TYPE = "remote_stacks"
+
+    def __init__(self, node_rank: int | None, rank: int, host: str | None, text: str, why: str | None = None) -> None:
+        self.node_rank = node_rank
+        self.rank = rank
+        self.host = host
+        self.text = text
+        self.why = why
+        """Why there is no dump (no stack handler, process gone), or None."""
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> RemoteStacks:
+        text = fields.get("text")
+        return cls(as_int(fields.get("node_rank")), _required_int(fields, "rank"), as_text(fields.get("host")),
+                   text if isinstance(text, str) else "", as_text(fields.get("why")))
+
+
+class StackRequest(Message):
+    """The head asks an agent for the stacks of some of its ranks (head -> agent, on stdin)."""
+
+    __slots__ = ("ranks",)
+    TYPE = "stack_request"
+
+    def __init__(self, ranks: list[int]) -> None:
+        self.ranks = ranks
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> StackRequest:
+        ranks = fields.get("ranks")
+        return cls([rank for rank in ranks if type(rank) is int] if isinstance(ranks, list) else [])
 
 
 class WorkerLost(Message):
@@ -1545,8 +1636,8 @@ def _objects(value: object) -> list[dict[str, Any]]:
 
 
 WORKER_MESSAGES: tuple[type[Message], ...] = (Hello, Metrics, Heartbeat, ExceptionReport, Exit, ParamHash,
-                                              StacksWritten, Notice)
-AGENT_MESSAGES: tuple[type[Message], ...] = (AgentHello, Log, WorkerLost, ProcessSamples, NodeExit)
+                                              StacksWritten, FlightRecord, Notice)
+AGENT_MESSAGES: tuple[type[Message], ...] = (AgentHello, Log, WorkerLost, ProcessSamples, NodeExit, RemoteStacks)
 SUBSCRIBER_MESSAGES: tuple[type[Message], ...] = (Subscribe, StopRequest, DumpStacks, Ping)
 HUB_MESSAGES: tuple[type[Message], ...] = (Snapshot, Update, HistoryEnd, Bye, Pong, Error)
 MESSAGE_CLASSES: dict[str, type[Message]] = {

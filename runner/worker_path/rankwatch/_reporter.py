@@ -37,6 +37,7 @@ import time
 from collections import deque
 from typing import Any
 
+from rankwatch import _flight_recorder
 from rankwatch import _protocol as protocol
 from rankwatch._buffer import KIND_LOG, KIND_STEP, WAKE_THRESHOLD, RecordBuffer
 from rankwatch._connection import Connection
@@ -354,6 +355,10 @@ class Reporter:
             self._stacks_size = size
             notice = protocol.StacksWritten(self._rank, time.time(), self._stacks_path)
             self._send(notice.encode(), time.monotonic() + timeout)
+            record = _flight_recorder.snapshot()  # the same request asks for the collectives' view
+            if record is not None:
+                self._send(protocol.FlightRecord(self._rank, time.time(), record).encode(),
+                           time.monotonic() + timeout)
 
     # -- records to protocol items ----------------------------------------------------
 
@@ -384,11 +389,12 @@ class Reporter:
             ready = {name: _read(value) for name, value in values.items()}
             return [[t, step, name, value, protocol.SOURCE_LOG] for name, value in ready.items()]
         if kind == KIND_STEP:
-            return _step_items(t, step, _read(record[3]), record[4], record[5], record[6])
+            return _step_items(t, step, _read(record[3]), record[4], record[5], record[6], record[7],
+                               record[8])
         return []
 
 
-def _step_items(t: float, step: int, loss, step_time, data_wait, samples) -> list[list]:
+def _step_items(t: float, step: int, loss, step_time, data_wait, samples, comm_wait, cpu_wait) -> list[list]:
     auto = protocol.SOURCE_AUTO
     items = []
     if loss is not None:
@@ -401,6 +407,13 @@ def _step_items(t: float, step: int, loss, step_time, data_wait, samples) -> lis
                 items.append([t, step, protocol.SAMPLES_PER_SECOND, samples / step_time, auto])
     if data_wait is not None:  # None: no training DataLoader batch in the step ("not measured")
         items.append([t, step, protocol.DATA_WAIT, data_wait, auto])
+    if cpu_wait is not None:
+        items.append([t, step, protocol.CPU_WAIT, cpu_wait, auto])
+    if comm_wait is not None:  # None: no process group, nothing to wait for
+        items.append([t, step, protocol.COMM_WAIT, comm_wait, auto])
+        compute = protocol.compute_time(step_time, comm_wait, data_wait, cpu_wait)
+        if compute is not None:
+            items.append([t, step, protocol.COMPUTE_TIME, compute, auto])
     return items
 
 

@@ -1,0 +1,105 @@
+"""Gather the ranks' Flight Recorders after a stack capture, compare them, keep the result with the run.
+
+Every rank's reporter reads its Flight Recorder when its stack file grew (the
+runner signalled it for stacks: on a stall, ``rankwatch stacks``, the GUI's button)
+and sends a ``FlightRecord`` message; a rank on another node sends it through
+its agent's relay like any other message. This observer collects them; once no
+new one came for ``SETTLE_SECONDS`` (or every running rank answered), it compares
+them (``runner.diagnosis.flight_recorder``), writes every record and the analysis
+to ``<run_dir>/stacks/flight-recorder-<n>.json`` (0600), and adds the event::
+
+    flight_recorder {message, culprits, seq, group, lines, errors, ranks (answered), path}
+
+NCCL's dump-on-timeout files found in the stacks folder (``nccl-trace-rank-*``,
+where the launch points ``TORCH_FR_DUMP_TEMP_FILE``) are read as records of the
+ranks that wrote them when the rank sent none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from rankwatch._flight_recorder import NCCL_DUMP_PREFIX
+from rankwatch._protocol import EventKind, FlightRecord, Message
+from runner.diagnosis.findings import Findings
+from runner.diagnosis.flight_recorder import analyse, read_dump_file
+from runner.hub.observer import HubObserver
+from runner.state import RankState
+
+SETTLE_SECONDS = 1.5
+NCCL_DUMP = re.compile("^" + re.escape(NCCL_DUMP_PREFIX) + r"(\d+)$")
+
+
+class FlightRecorderMonitor(HubObserver):
+    def __init__(self, hub, folder: Path, findings: Findings | None = None):
+        self.hub = hub
+        self.folder = Path(folder)
+        self.findings = findings if findings is not None else Findings()
+        self.records: dict[int, dict[str, Any]] = {}
+        self._last_arrival: float | None = None
+        self._captures = 0
+
+    def on_message(self, message: Message) -> None:
+        if isinstance(message, FlightRecord):
+            self.records[message.rank] = message.record
+            self._last_arrival = _monotonic()
+
+    def tick(self, now: float) -> None:
+        if self._last_arrival is None:
+            return
+        if _monotonic() - self._last_arrival < SETTLE_SECONDS and not self._everyone_answered():
+            return
+        self._last_arrival = None
+        records, self.records = self.records, {}
+        self._add_nccl_dumps(records)
+        self.publish(records)
+
+    def publish(self, records: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        result = analyse(records)
+        self._captures += 1
+        path = self.folder / f"flight-recorder-{self._captures}.json"
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+                json.dump({"analysis": result, "records": {str(rank): record for rank, record in records.items()}},
+                          file, default=str)
+            result["path"] = str(path)
+        except OSError as error:
+            result["path"] = None
+            result["not_stored"] = f"{type(error).__name__}: {error}"
+        self.findings.flight_recorder = {key: result.get(key) for key in
+                                         ("message", "culprits", "seq", "group", "lines", "path")}
+        fields = {key: result.get(key) for key in ("culprits", "seq", "group", "lines", "errors", "path")}
+        fields["errors"] = {str(rank): why for rank, why in (result.get("errors") or {}).items()}
+        self.hub.add_event(EventKind.FLIGHT_RECORDER, None, result["message"] or "no collective recorded",
+                           ranks=sorted(records), **fields)
+        return result
+
+    def _everyone_answered(self) -> bool:
+        running = [rank for rank, row in self.hub.model.ranks.items() if not RankState(row.state).finished]
+        return bool(running) and all(rank in self.records for rank in running)
+
+    def _add_nccl_dumps(self, records: dict[int, dict[str, Any]]) -> None:
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return
+        for name in names:
+            match = NCCL_DUMP.match(name)
+            if match is None or int(match.group(1)) in records:
+                continue
+            try:
+                records[int(match.group(1))] = read_dump_file(self.folder / name)
+            except (OSError, ValueError) as error:
+                records[int(match.group(1))] = {"error": str(error)}
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()

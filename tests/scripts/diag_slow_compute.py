@@ -1,0 +1,47 @@
+"""DDP on gloo where one rank's forward does ``--factor`` times the work of the others (same data).
+
+Every rank's step time is equal (the all-reduce waits for the slow rank); only the
+time each rank computes apart from its wait in collectives tells the slow one.
+``--slow-rank -1`` is the balanced job.
+"""
+import argparse
+
+import torch
+import torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=40)
+parser.add_argument("--slow-rank", type=int, default=1)
+parser.add_argument("--factor", type=int, default=3)
+parser.add_argument("--width", type=int, default=384)
+args = parser.parse_args()
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+
+
+class Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(args.width, args.width) for _ in range(3))
+        self.passes = args.factor if rank == args.slow_rank else 1
+
+    def forward(self, inputs):
+        outputs = 0
+        for _ in range(self.passes):  # SLOW: the same layers applied again: more compute, same result shape
+            hidden = inputs
+            for layer in self.layers:
+                hidden = torch.relu(layer(hidden))
+            outputs = outputs + hidden
+        return outputs / self.passes
+
+
+model = torch.nn.parallel.DistributedDataParallel(Stack())
+optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
+inputs = torch.randn(64, args.width)
+for _step in range(args.steps):
+    optimizer.zero_grad()
+    model(inputs).pow(2).mean().backward()
+    optimizer.step()
+dist.destroy_process_group()

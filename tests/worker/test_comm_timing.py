@@ -1,0 +1,98 @@
+"""Time in collectives apart from compute, on torch's real autograd engine and a real gloo group.
+
+A one-rank gloo group (in this process) makes ``torch.distributed`` initialised; the
+wait DDP's reducer does at the end of a backward is reproduced the way the reducer
+does it: a gradient-accumulator hook that queues a final callback on the engine,
+here one that sleeps. The 2-rank DDP case runs under torchrun in
+``tests/diagnosis/test_diagnosis_jobs.py``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from rankwatch._comm_timing import RunQueueWait
+
+WAIT_SECONDS = 0.05
+
+
+@pytest.fixture
+def process_group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, reducer_wait: float = 0.0) -> None:
+    optimizer.zero_grad()
+    loss = model(torch.randn(4, 8)).sum()
+    handle = None
+    if reducer_wait:
+        engine = torch.autograd.Variable._execution_engine
+
+        def bucket_ready(grad):  # like DDP's reducer: the last gradient queues the wait for the all-reduce
+            engine.queue_callback(lambda: time.sleep(reducer_wait))
+
+        handle = model.weight.register_hook(bucket_ready)
+    loss.backward()
+    if handle is not None:
+        handle.remove()
+    optimizer.step()
+
+
+def test_without_a_process_group_nothing_is_waited_for(measured):
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        _step(model, optimizer)
+    assert [step["comm_wait"] for step in measured.steps()] == [None, None, None]
+
+
+def test_the_wait_at_the_end_of_backward_is_comm_wait_not_compute(measured, process_group):
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(3):
+        _step(model, optimizer, reducer_wait=WAIT_SECONDS)
+    _step(model, optimizer)
+    steps = measured.steps()
+    for step in steps[:3]:
+        assert WAIT_SECONDS * 0.9 <= step["comm_wait"] < WAIT_SECONDS + 0.5
+    assert steps[3]["comm_wait"] < WAIT_SECONDS / 2  # the count starts again every step
+    for step in steps[1:3]:  # the compute time the reporter derives leaves the wait out
+        compute = step["step_time"] - step["comm_wait"] - (step["cpu_wait"] or 0.0)
+        assert compute < step["step_time"] - WAIT_SECONDS * 0.9
+
+
+def test_python_collectives_are_timed_and_still_return_what_torch_returns(measured, process_group):
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    _step(model, optimizer)
+    tensor = torch.ones(3)
+    assert dist.all_reduce(tensor) is None and tensor.tolist() == [1.0, 1.0, 1.0]
+    work = dist.all_reduce(tensor, async_op=True)
+    work.wait()
+    dist.barrier()
+    assert dist.all_reduce.__name__ == "all_reduce" and dist.all_reduce is not dist.distributed_c10d.all_reduce
+    _step(model, optimizer)
+    steps = measured.steps()
+    assert steps[1]["comm_wait"] is not None and steps[1]["comm_wait"] >= 0.0
+    measured.clock.uninstall()
+    assert dist.all_reduce is dist.distributed_c10d.all_reduce  # torch's own function again
+
+
+def test_the_run_queue_is_read_where_linux_has_it():
+    run_queue = RunQueueWait()
+    assert run_queue.take() is None  # the first read only starts the count
+    deadline = time.perf_counter() + 0.02
+    while time.perf_counter() < deadline:
+        pass
+    waited = run_queue.take()
+    if run_queue.read() is None:
+        pytest.skip("no /proc/thread-self/schedstat here")
+    assert waited is not None and 0.0 <= waited < 1.0

@@ -143,8 +143,8 @@ class StackCapture:
         asked = set(self.remote_capture(remote)) if remote and self.remote_capture is not None else set()
         for row in remote:
             if row.rank not in asked:
-                missing.append({"rank": row.rank, "why": f"on another host ({row.host}): this build does not "
-                                                         "collect stacks from other hosts"})
+                missing.append({"rank": row.rank, "why": f"on another host ({row.host}): no node agent could be "
+                                                         "asked for its stack (Slurm nodes: not yet)"})
         now = time.time()
         progress = ({row.rank: self.progress_of(row, now) for row in rows} if self.progress_of is not None else {})
         self._pending = _Pending(reason=reason, t=now, started=time.monotonic(), offsets=offsets, missing=missing,

@@ -248,7 +248,7 @@ def test_ranks_on_another_host_are_not_signalled_but_reported(tmp_path):
     assert capture.capture_stacks(reason="requested")
     [event] = hub.of_kind("stacks")
     assert event["ranks"] == [] and event["missing"] == [
-        {"rank": 0, "why": "on another host (node-b): this build does not collect stacks from other hosts"}]
+        {"rank": 0, "why": "on another host (node-b): no node agent could be asked for its stack (Slurm nodes: not yet)"}]
 
 
 def test_the_remote_hook_feeds_dumps_from_other_hosts_into_the_same_capture(tmp_path):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch._protocol import EventKind, Hello, LogLine, MetricRecord, ProcessSample
-from runner import paths, priority
+from runner import paths
 from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.monitors import start_monitors
 from runner.diagnosis.triage import TriageInput, triage
@@ -363,7 +363,6 @@ class Run(HubObserver):
 
     async def execute(self) -> int:
         self._loop = asyncio.get_running_loop()
-        priority.lower_runner_priority()  # below the ranks; the keeper gives them the user's back
         await self._open()
         sentinel = start_sentinel(self.run_key, self.store_path, self._opened()[0])
         try:

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runner import paths
+from runner import paths, priority
 from runner.cli.output import EXIT_INVALID, fail, print_spec_errors, spec_errors_json
 from runner.cli.spec_flags import profile_from_args
 from runner.exit_status import process_exit_code
@@ -91,6 +91,9 @@ def run_main(args: argparse.Namespace) -> int:
                                                    status_every=args.status_every,
                                                    interrupt_kills=True)
     run = Run(prepared, view=view.handle if view else None)
+    # The runner process (not a Run object, which tests also host in their own process):
+    # below the ranks; the keeper gives them the user's scheduling back (runner.priority).
+    priority.lower_runner_priority()
     if view:
         view.start()
     try:
@@ -164,6 +167,7 @@ def _run_detached_child(prepared, ready_fd: int) -> int:
         os.close(log)
 
     run = Run(prepared, view=None, on_ready=on_ready)
+    priority.lower_runner_priority()  # as in the foreground runner
     exit_code = asyncio.run(run.execute())
     if run.run_id is None:
         return exit_code

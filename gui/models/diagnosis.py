@@ -124,6 +124,10 @@ def straggler_text(event: dict[str, Any], past: bool = False) -> str:
     if event.get("cause") == "data":
         detail = (f"{_ms(event.get('data_wait'))} of its {_ms(event.get('step_time'))} step in the data loader; "
                   f"the other ranks wait {_ms(event.get('others_data_wait'))}")
+    elif event.get("compute_time") is not None and event.get("others_compute_time") is not None:
+        # under DDP every rank's step time is the same: the compute times are the evidence
+        detail = (f"{_ms(event.get('compute_time'))} of its {_ms(event.get('step_time'))} step vs "
+                  f"{_ms(event.get('others_compute_time'))} on the other ranks, which wait for it in collectives")
     else:
         detail = (f"{_ms(event.get('step_time'))} per step against {_ms(event.get('others_step_time'))} "
                   "on the other ranks, not explained by data wait")

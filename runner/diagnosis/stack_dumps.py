@@ -26,6 +26,13 @@ FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<f
 
 BOOTSTRAP_FILES = ("rankwatch/_bootstrap.py", "rankwatch/_script.py")
 """Frames of the worker-side launcher, below the user's script."""
+WORKER_MODULES = frozenset(
+    name for name in os.listdir(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                             "worker_path", "rankwatch"))
+    if name.startswith("_") and not name.startswith("__") and name.endswith(".py"))
+"""Rankwatch's worker-side modules (``rankwatch/_*.py``): their frames inside a stack are our
+own wrappers (the timed collectives, backward, DataLoader), not the user's code; a stack
+is shown as it would be without Rankwatch."""
 MAX_FRAMES = 80
 """faulthandler itself stops at 100 frames; the event keeps the innermost ones beyond this."""
 
@@ -135,10 +142,16 @@ def _is_bootstrap(frame: Frame) -> bool:
             or any(path.endswith(name) for name in BOOTSTRAP_FILES))
 
 
+def _is_rankwatch_wrapper(frame: Frame) -> bool:
+    head, name = os.path.split(frame.file.replace(os.sep, "/"))
+    return name in WORKER_MODULES and head.endswith("rankwatch")
+
+
 def user_frames(frames: list[Frame]) -> list[Frame]:
-    """``frames`` without the launcher's frames at the bottom (runpy, the bootstrap)."""
+    """``frames`` without the launcher's frames at the bottom (runpy, the bootstrap) and
+    without Rankwatch's own wrappers in between (see ``WORKER_MODULES``)."""
     start = 0
     while start < len(frames) and _is_bootstrap(frames[start]):
         start += 1
-    kept = frames[start:] or frames
+    kept = [frame for frame in frames[start:] if not _is_rankwatch_wrapper(frame)] or frames[start:] or frames
     return kept[-MAX_FRAMES:] if len(kept) > MAX_FRAMES else kept

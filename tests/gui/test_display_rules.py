@@ -301,3 +301,16 @@ def test_the_readout_finds_the_point_nearest_the_cursor():
     restarted.append([0, 10, 20, 0, 10], [0.0, 1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0, 5.0])
     assert restarted.nearest_index(STEP, 19.0) == 2
     assert Series().nearest_index(STEP, 1.0) is None
+
+
+def test_a_compute_straggler_is_worded_with_compute_times_not_the_equal_step_times():
+    from gui.models.diagnosis import straggler_text
+
+    event = {"rank": 5, "cause": "compute", "step": 5, "step_time": 0.695, "others_step_time": 0.695,
+             "data_wait": 0.0, "compute_time": 0.600, "others_compute_time": 0.480}
+    text = straggler_text(event)
+    assert text.startswith("rank 5 is a straggler at step 5")
+    assert "600 ms of its 695 ms step vs 480 ms on the other ranks" in text
+    assert "695 ms per step against 695 ms" not in text  # the DDP-evened step times prove nothing
+    del event["compute_time"]  # not measured (no process group): the step times are the evidence
+    assert "695 ms per step against 695 ms on the other ranks" in straggler_text(event)

@@ -32,6 +32,23 @@ from runner.store.lost_run import record_lost_run
 GRACE_SECONDS = 3.0
 
 
+def runner_ended_cleanly() -> bool:
+    """Block until the runner's pipe on stdin closes; True when it wrote ``done`` first.
+
+    Signals that reach the whole session (Ctrl-C, a closed terminal, a stop) are ignored:
+    only the runner's pipe decides. Shared with the Slurm job's watchdog.
+    """
+    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
+    received = b""
+    while True:
+        chunk = os.read(0, 64)
+        if not chunk:
+            break
+        received += chunk
+    return b"done" in received
+
+
 def _record_lost(store_path: str, run_id: int, died: float, processes_killed: int) -> None:
     with contextlib.suppress(sqlite3.Error):  # nobody to tell: readers see the run as lost anyway
         record_lost_run(store_path, run_id, died=died, processes_killed=processes_killed)
@@ -42,15 +59,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m runner.launch.sentinel JOB_KEY [STORE_PATH RUN_ID]", file=sys.stderr)
         return 2
     run_key = argv[0]
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)  # only the runner's pipe decides
-    received = b""
-    while True:
-        chunk = os.read(0, 64)
-        if not chunk:
-            break
-        received += chunk
-    if b"done" in received:
+    if runner_ended_cleanly():
         return 0
     died = time.time()
     killed = end_job(run_key, grace=GRACE_SECONDS)

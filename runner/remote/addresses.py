@@ -68,18 +68,29 @@ def agent_addresses(launch: ResolvedLaunch) -> dict[int, str]:
     Raises:
         HeadAddressError: a node's host cannot be resolved, or no route leads to it.
     """
-    override = os.environ.get(HEAD_ADDRESS_VARIABLE, "").strip()
-    if override:
-        try:
-            family = socket.AF_INET6 if ipaddress.ip_address(override).version == 6 else socket.AF_INET
-            with socket.socket(family, socket.SOCK_STREAM) as probe:
-                probe.bind((override, 0))
-        except ValueError:
-            raise HeadAddressError(HEAD_ADDRESS_VARIABLE, f"{override!r} is not an IP address") from None
-        except OSError as error:
-            raise HeadAddressError(HEAD_ADDRESS_VARIABLE, f"{override} is not an address of this machine "
-                                                          f"({error.strerror})") from None
+    override = address_override()
     return {node.node_rank: override or address_toward(node) for node in remote_nodes(launch)}
+
+
+def address_override() -> str | None:
+    """``RANKWATCH_HEAD_ADDRESS``, checked to be an address of this machine.
+
+    Raises:
+        HeadAddressError: not an IP address, or not one of this machine's.
+    """
+    override = os.environ.get(HEAD_ADDRESS_VARIABLE, "").strip()
+    if not override:
+        return None
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(override).version == 6 else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((override, 0))
+    except ValueError:
+        raise HeadAddressError(HEAD_ADDRESS_VARIABLE, f"{override!r} is not an IP address") from None
+    except OSError as error:
+        raise HeadAddressError(HEAD_ADDRESS_VARIABLE, f"{override} is not an address of this machine "
+                                                      f"({error.strerror})") from None
+    return override
 
 
 def address_toward(node: ResolvedNode) -> str:

@@ -22,7 +22,6 @@ submitting over ssh. Either way every connection must open with the run's token.
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 
 from runner.profile.spec import SlurmSpec
@@ -37,27 +36,6 @@ def route_of(slurm: SlurmSpec) -> str:
     if slurm.telemetry_route != "auto":
         return slurm.telemetry_route
     return DIRECT if slurm.login_host is None else LOGIN
-
-
-def address_override() -> str | None:
-    """``RANKWATCH_HEAD_ADDRESS``, checked to be an address of this machine.
-
-    Raises:
-        HeadAddressError: not an IP address, or not one of this machine's.
-    """
-    override = os.environ.get(HEAD_ADDRESS_VARIABLE, "").strip()
-    if not override:
-        return None
-    try:
-        family = socket.AF_INET6 if ipaddress.ip_address(override).version == 6 else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.bind((override, 0))
-    except ValueError:
-        raise HeadAddressError(HEAD_ADDRESS_VARIABLE, f"{override!r} is not an IP address") from None
-    except OSError as error:
-        raise HeadAddressError(HEAD_ADDRESS_VARIABLE, f"{override} is not an address of this machine "
-                                                      f"({error.strerror})") from None
-    return override
 
 
 def source_address_toward(host: str) -> str:

@@ -36,7 +36,7 @@ from runner.launch.command import RendezvousPlan, RunnerContext
 from runner.launch.nodes import NodeHandle
 from runner.launch.output import OutputLine
 from runner.profile.resolve import ResolvedLaunch, ResolvedNode
-from runner.remote.addresses import HeadAddressError
+from runner.remote.addresses import HeadAddressError, address_override
 from runner.remote.head import RemoteNodes
 from runner.remote.launch_message import LaunchMessage, context_for_agent
 from runner.slurm import address, outcome
@@ -130,7 +130,7 @@ class SlurmNodes(RemoteNodes):
 
     async def _listen_directly(self) -> tuple[str, int]:
         """Where the agents connect. Raises HeadAddressError, SlurmToolError, OSError."""
-        bind = address.address_override()
+        bind = address_override()
         if bind is None:
             bind = address.source_address_toward(await self._compute_node_address())
         self.port = await self.hub.serve_tcp(bind, 0)

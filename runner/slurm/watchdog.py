@@ -9,16 +9,17 @@ is still queued does not start hours later for nobody. A job that is already
 running ends anyway: its agents stop their workers when their connection to the
 runner drops.
 
-Usage: ``python -m runner.slurm.watchdog SCANCEL_ARGV_JSON``. Standard library only.
+Usage: ``python -m runner.slurm.watchdog SCANCEL_ARGV_JSON``. Standard library only (and the
+sentinel's stdlib-only wait on the runner's pipe).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
+
+from runner.launch.sentinel import runner_ended_cleanly
 
 SCANCEL_TIMEOUT_SECONDS = 60
 
@@ -28,15 +29,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m runner.slurm.watchdog SCANCEL_ARGV_JSON", file=sys.stderr)
         return 2
     command = json.loads(argv[0])
-    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(number, signal.SIG_IGN)  # only the runner's pipe decides
-    received = b""
-    while True:
-        chunk = os.read(0, 64)
-        if not chunk:
-            break
-        received += chunk
-    if b"done" in received:
+    if runner_ended_cleanly():
         return 0
     try:
         subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -49,6 +49,7 @@ from rankwatch._protocol import EventKind, Message, RemoteStacks
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
 from runner.diagnosis.stack_dumps import last_dump, main_thread, parse_dump, user_frames
 from runner.diagnosis.stacks import analyse, describe, format_stacks
+from runner.hub.observer import HubObserver
 from runner.state import RankState
 
 POLL_SECONDS = 0.2
@@ -73,7 +74,7 @@ class _Pending:
     """rank -> its host, for ranks on other nodes (shown with their dumps)."""
 
 
-class StackCapture:
+class StackCapture(HubObserver):
     """One capture at a time, for every rank of the job. Monitor-shaped (``tick``)."""
 
     def __init__(self, hub, stacks_dir: Path, is_local: Callable[[Any], bool] | None = None,

@@ -54,6 +54,12 @@ class Observers(HubObserver):
         self._failed: set[tuple[str, str]] = set()
 
     def add(self, observer: HubObserver) -> None:
+        """Raises:
+            TypeError: ``observer`` is not a ``HubObserver`` (it would miss the methods it does
+                not define, each call failing at run time instead of once here).
+        """
+        if not isinstance(observer, HubObserver):
+            raise TypeError(f"{type(observer).__name__} is not a HubObserver: subclass it")
         self._observers.append(observer)
 
     def remove(self, observer: HubObserver) -> None:

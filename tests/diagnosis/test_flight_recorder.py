@@ -79,3 +79,13 @@ def test_nccls_dump_on_timeout_file_is_read_as_the_same_record(tmp_path):
     (tmp_path / "garbage").write_bytes(b"not a pickle")
     with pytest.raises(ValueError, match="is not a Flight Recorder dump"):
         read_dump_file(tmp_path / "garbage")
+
+
+def test_the_flight_recorder_is_switched_on_by_the_name_this_torch_reads_without_importing_torch():
+    from rankwatch import _flight_recorder
+
+    environ: dict[str, str] = {}
+    assert _flight_recorder.enable(environ) == _flight_recorder.DEFAULT_ENTRIES
+    # torch 2.14 here: the current name only (the NCCL one makes every rank print a deprecation)
+    assert environ == {"TORCH_FR_BUFFER_SIZE": str(_flight_recorder.DEFAULT_ENTRIES)}
+    assert _flight_recorder._torch_before((99, 0)) and not _flight_recorder._torch_before((2, 0))

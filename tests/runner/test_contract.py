@@ -163,3 +163,19 @@ def test_every_message_survives_the_wire():
     ]
     for message in samples:
         assert protocol.decode_message(message.encode()) == message, message
+
+
+def test_the_hub_refuses_an_observer_that_is_not_a_hub_observer():
+    # one that defines only some methods would fail on every other call, at run time
+    import pytest
+
+    from runner.hub.observer import HubObserver, Observers
+
+    class OnlyMessages:
+        def on_message(self, message):
+            pass
+
+    observers = Observers()
+    with pytest.raises(TypeError, match="OnlyMessages is not a HubObserver"):
+        observers.add(OnlyMessages())
+    observers.add(HubObserver())

@@ -33,6 +33,8 @@ SETTING = "RANKWATCH_FLIGHT_RECORDER"
 """Entries per process group to record; ``0`` leaves the Flight Recorder off."""
 DEFAULT_ENTRIES = 2000
 TORCH_SETTINGS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+LEGACY_SETTING = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+"""NCCL's name before torch 2.8; set only for such a torch (newer ones warn that it is deprecated)."""
 STACKS_DIR = "RANKWATCH_STACKS_DIR"
 NCCL_DUMP_PREFIX = "nccl-trace-rank-"
 """``TORCH_FR_DUMP_TEMP_FILE`` is a prefix: torch appends the rank (``runner.diagnosis.flight_records``)."""
@@ -60,11 +62,37 @@ def enable(environ: MutableMapping[str, str] | None = None) -> int:
     if entries <= 0:
         return 0
     for name in TORCH_SETTINGS:
+        if name == LEGACY_SETTING and not _torch_before((2, 8)):
+            continue  # torch >= 2.8 warns on every rank that this name is deprecated
         environ.setdefault(name, str(entries))
     stacks_dir = environ.get(STACKS_DIR)
     if stacks_dir:  # NCCL's own dump on a watchdog timeout goes next to the stack dumps
         environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", os.path.join(stacks_dir, NCCL_DUMP_PREFIX))
     return entries
+
+
+def _torch_before(version: tuple[int, int]) -> bool:
+    """Whether the torch this interpreter would import is older than ``version``.
+
+    Read from ``torch/version.py`` without importing torch (seconds) before the script
+    does; an unreadable version counts as new (the current variable name only).
+    """
+    # Not importlib's find_spec: it would ask every meta path finder, the bootstrap's
+    # torch-import hook (``_torch_hook``) included, which then sees "torch" and is spent.
+    for entry in sys.path:
+        path = os.path.join(entry or os.curdir, "torch", "version.py")
+        try:
+            with open(path, encoding="utf-8") as source:
+                for line in source:
+                    if line.startswith("__version__"):
+                        text = line.split("=", 1)[1].strip().strip("'\"")
+                        major, minor = (int(part) for part in text.split(".")[:2])
+                        return (major, minor) < version
+        except OSError:
+            continue  # not in this folder of sys.path
+        except ValueError:
+            return False
+    return False
 
 
 def snapshot() -> dict[str, Any] | None:

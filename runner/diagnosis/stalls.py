@@ -61,7 +61,14 @@ REARM_SECONDS = 3.0
 MAX_BLIND_INTERVALS = 100
 PROGRESS_WINDOW_SECONDS = 5.0
 PROGRESS_STEP_FACTOR = 3.0
-"""A rank whose step moved within max(5 s, 3 step times) -- and within its stall threshold -- is progressing."""
+PROGRESS_THRESHOLD_FRACTION = 0.5
+"""A rank whose step moved within max(5 s, 3 step times) -- and within half its stall threshold -- is progressing.
+
+The half keeps a clear gap between "progressing" and "stalled": the ranks of a hang stop
+within moments of each other, and the first one flagged triggers the capture while the
+others are still just under the threshold (a remote rank's last step is also read a
+little later, through its node's relay). Nearly as idle as a stalled rank is not
+progressing; a rank that really moves is idle for about one step time."""
 
 
 class RunnerClock:
@@ -131,7 +138,8 @@ class StallMonitor:
         else:
             median = statistics.median(row.recent_step_times) if row.recent_step_times else 0.0
             threshold, _source = stall_threshold(self.stall_timeout, row.recent_step_times, True)
-            progressing = idle < min(threshold, max(PROGRESS_WINDOW_SECONDS, PROGRESS_STEP_FACTOR * median))
+            window = max(PROGRESS_WINDOW_SECONDS, PROGRESS_STEP_FACTOR * median)
+            progressing = idle < min(PROGRESS_THRESHOLD_FRACTION * threshold, window)
         return {"step": row.step, "idle_seconds": None if idle is None else round(idle, 1), "stalled": stalled,
                 "progressing": progressing}
 

@@ -208,6 +208,23 @@ def test_progress_of_a_rank_for_a_stack_capture():
     assert StallMonitor(fresh, 5.0).progress_of(fresh.model.ranks[0], now)["progressing"] is None  # no step yet
 
 
+def test_a_rank_that_stopped_a_moment_after_the_stalled_one_is_not_called_progressing():
+    """The ranks of a hang stop together; the first one flagged starts the capture while the
+    other is just under the threshold (seen: a remote rank's last step read 0.4 s later through
+    its node's relay was called "progressing", and the hang's culprit went unnamed)."""
+    hub = stepping_hub(2)
+    monitor = StallMonitor(hub, 5.0)
+    now = time.time()
+    step(hub, 0, 9, when=now - 5.1)
+    step(hub, 1, 9, when=now - 4.7)
+    monitor.tick(now)
+    assert [event["rank"] for event in hub.of_kind("stalled")] == [0]
+    late = monitor.progress_of(hub.model.ranks[1], now)
+    assert late["stalled"] is False and late["progressing"] is False
+    step(hub, 1, 10, when=now - 0.3)  # a rank that really moves is idle for about a step
+    assert monitor.progress_of(hub.model.ranks[1], now)["progressing"] is True
+
+
 # ---- stragglers -------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from runner.run import Run, prepare_launch
 from runner.slurm.script import render_by_hand
 from runner.state import RunStatus
 from runner.store.store import RunStore
+from runner.view.rank_stats import run_statistics
 from runner.view.terminal import TerminalView, render_summary
 
 
@@ -105,6 +106,8 @@ def run_main(args: argparse.Namespace) -> int:
         return exit_code
     with RunStore(readonly=True) as store:
         final = store.run(run.run_id)
+        if view:
+            view.print_results(run_statistics(store, run.run_id)[0])
     render_summary(final, sys.stderr)
     return _process_exit_code(run, final)
 

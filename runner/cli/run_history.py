@@ -158,14 +158,16 @@ def show_main(args: argparse.Namespace) -> int:
 
 
 RANK_TABLE_COLUMNS = ("rank", "state", "host", "pid", "exit", "steps", "last loss", "median step", "data wait",
-                      "samples/s", "last seen", "dropped")
+                      "comm wait", "samples/s", "last seen", "dropped")
+OPTIONAL_COLUMNS = {"comm wait": "comm_wait_share", "dropped": "dropped"}
+"""Shown only when some rank has the value (no process group: no comm wait; an old store: no drop count)."""
 LEFT_ALIGNED = {"state", "host", "exit"}
 
 
 def format_rank_table(stats: list[RankStats]) -> list[str]:
     """The per-rank lines of `runs show` (a header, then one line per rank; "–" for what was not measured)."""
-    show_dropped = any(entry.dropped is not None for entry in stats)
-    columns = [c for c in RANK_TABLE_COLUMNS if c != "dropped" or show_dropped]
+    columns = [c for c in RANK_TABLE_COLUMNS if c not in OPTIONAL_COLUMNS
+               or any(getattr(entry, OPTIONAL_COLUMNS[c]) is not None for entry in stats)]
     rows = []
     for entry in stats:
         cells = {
@@ -175,7 +177,8 @@ def format_rank_table(stats: list[RankStats]) -> list[str]:
             "last loss": format_number(entry.last_loss),
             "median step": MISSING if entry.median_step_time is None else
             f"{format_amount(entry.median_step_time, 1000)} ms",
-            "data wait": format_percent(entry.data_wait_share), "samples/s": format_amount(entry.samples_per_s),
+            "data wait": format_percent(entry.data_wait_share), "comm wait": format_percent(entry.comm_wait_share),
+            "samples/s": format_amount(entry.samples_per_s),
             "last seen": _clock(entry.last_seen),
             "dropped": MISSING if entry.dropped is None else str(entry.dropped),
         }
@@ -298,6 +301,8 @@ def attach_main(args: argparse.Namespace) -> int:
         view.stop()
     with _open_store() as store:
         final = store.run(run["id"])
+        if final.get("ended"):
+            view.print_results(run_statistics(store, run["id"])[0])
     if final.get("ended"):
         render_summary(final, sys.stderr)
         return int(final.get("exit_code") or 0)

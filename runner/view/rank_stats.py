@@ -1,4 +1,4 @@
-"""Per-rank statistics of a stored run, for `rankwatch runs show` (text and ``--json``).
+"""Per-rank statistics of a stored run: `rankwatch runs show` (text and ``--json``) and the end of `rankwatch run`.
 
 Everything is computed from the store's records, the record of truth, never from the
 live model: a value that was not measured is ``None`` (shown "–"), not 0.
@@ -12,6 +12,8 @@ live model: a value that was not measured is ``None`` (shown "–"), not 0.
 * ``median_step_time``: seconds, the median over every measured step.
 * ``data_wait_share``: the share of step time spent waiting for the DataLoader, over
   the steps that measured both (total wait / total step time).
+* ``comm_wait_share``: the same for the time in collectives (``comm_wait``; None without a
+  process group).
 * ``samples_per_s``: total samples / total step time over the steps that counted samples.
 * ``first_seen``, ``last_seen``: the hub's times for the rank (``None`` when unknown); without a
   stored ``first_seen``, the time of the rank's hello (its ``rank_started`` event).
@@ -48,6 +50,7 @@ class RankStats:
     loss_source: str | None = None
     median_step_time: float | None = None
     data_wait_share: float | None = None
+    comm_wait_share: float | None = None
     samples_per_s: float | None = None
     first_seen: float | None = None
     last_seen: float | None = None
@@ -119,6 +122,7 @@ def _add_timing(store, run_id: int, stats: RankStats) -> None:
         return
     stats.median_step_time = statistics.median(step_times.values())
     stats.data_wait_share = _share_of_step_time(_measured(store, run_id, protocol.DATA_WAIT, stats.rank), step_times)
+    stats.comm_wait_share = _share_of_step_time(_measured(store, run_id, protocol.COMM_WAIT, stats.rank), step_times)
     rates = _measured(store, run_id, protocol.SAMPLES_PER_SECOND, stats.rank)
     counted = [step for step in rates if step in step_times]
     counted_time = sum(step_times[step] for step in counted)

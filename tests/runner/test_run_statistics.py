@@ -24,6 +24,7 @@ from runner.view.rank_stats import run_statistics
 STEP_TIMES = [0.10, 0.12, 0.50, 0.11]  # steps 1..4 (step 0 has no step time: nothing before it)
 DATA_WAITS = [0.02, 0.01, 0.01, 0.30, 0.01]  # steps 0..4
 SAMPLES = [None, 32 / 0.10, 32 / 0.12, 16 / 0.50, 32 / 0.11]
+COMM_WAITS = [0.05, 0.06, 0.01, 0.055]  # steps 1..4: the slow step 3 is the one that waited least
 
 
 @pytest.fixture
@@ -38,6 +39,7 @@ def stored_run():
         if step:
             metrics.append(MetricRecord(0, t, step, "step_time", STEP_TIMES[step - 1], "auto"))
             metrics.append(MetricRecord(0, t, step, "samples_per_s", SAMPLES[step], "auto"))
+            metrics.append(MetricRecord(0, t, step, "comm_wait", COMM_WAITS[step - 1], "auto"))
         metrics.append(MetricRecord(0, t + 0.5, step, "loss", 99.0, "parsed"))
         metrics.append(MetricRecord(0, t, step, "lr", 1e-3 / (step + 1), "log"))
     metrics.append(MetricRecord(1, 105.0, 7, "lr", 5e-4, "log"))
@@ -64,9 +66,11 @@ def test_rank_statistics_come_from_the_records_and_say_none_when_not_measured(st
     assert first.median_step_time == pytest.approx(statistics.median(STEP_TIMES))
     assert first.data_wait_share == pytest.approx(sum(DATA_WAITS[1:]) / sum(STEP_TIMES))  # steps with a step time
     assert first.samples_per_s == pytest.approx((32 * 3 + 16) / sum(STEP_TIMES))  # total samples / total time
+    assert first.comm_wait_share == pytest.approx(sum(COMM_WAITS) / sum(STEP_TIMES))
     assert (first.first_seen, first.last_seen) == (99.5, 105.0)  # first seen: its hello
     assert (second.steps, second.last_step, second.last_loss, second.loss_source) == (None, 7, 2e-9, "log")
     assert second.median_step_time is second.data_wait_share is second.samples_per_s is None
+    assert second.comm_wait_share is None
     assert (third.rank, third.steps, third.last_loss, third.state) == (2, None, None, "waiting")
     [lr] = logged
     assert (lr.name, lr.sources, lr.last_by_rank) == ("lr", ("log",), {0: pytest.approx(2e-4), 1: 5e-4})
@@ -75,15 +79,15 @@ def test_rank_statistics_come_from_the_records_and_say_none_when_not_measured(st
 def test_runs_show_prints_every_rank_and_every_logged_key(stored_run, capsys):
     assert main(["runs", "show", str(stored_run)]) == 0
     out = capsys.readouterr().out
-    assert "metrics:  data_wait, loss, samples_per_s, step_time; logged: lr" in out
+    assert "metrics:  comm_wait, data_wait, loss, samples_per_s, step_time; logged: lr" in out
     lines = out.splitlines()
     header = next(line for line in lines if line.strip().startswith("rank  state"))
     assert header.split() == ["rank", "state", "host", "pid", "exit", "steps", "last", "loss", "median", "step",
-                              "data", "wait", "samples/s", "last", "seen"]
+                              "data", "wait", "comm", "wait", "samples/s", "last", "seen"]
     row1 = next(line for line in lines if line.strip().startswith("1  failed"))
     assert "SIGTERM (-15)" in row1 and "2.000e-09" in row1
     row2 = next(line for line in lines if line.strip().startswith("2  waiting"))
-    assert row2.split()[2:] == ["–"] * 9  # host, pid, exit, steps, loss, step time, wait, samples/s, seen
+    assert row2.split()[2:] == ["–"] * 10  # host, pid, exit, steps, loss, step time, 2 waits, samples/s, seen
     assert any(line.strip().startswith("lr  (rankwatch.log)  r0 2.000e-04 · r1 5.000e-04") for line in lines)
 
 
@@ -115,3 +119,34 @@ def test_one_exit_code_for_a_stopped_run_whoever_asked():
                                             (None, "–"), (-99, "signal 99 (-99)")])
 def test_a_ranks_exit_code_reads_with_its_signal(code, text):
     assert describe_exit_code(code) == text
+
+
+def test_the_end_of_a_plain_run_prints_each_ranks_result_over_the_run_not_its_last_step(stored_run):
+    """The live row holds the newest step (here a last step that waited 46 % in collectives);
+    the lines printed when the run ends come from the store, over every step."""
+    import io
+
+    from runner.view.terminal import TerminalView
+
+    out = io.StringIO()
+    view = TerminalView(live=False, out=out, err=io.StringIO(), status_every=30)
+    view.handle({"type": "snapshot", "run": {"id": stored_run, "profile": "stats", "status": "running",
+                                            "started": 99.0},
+                 "ranks": [{"rank": 0, "state": "running", "step": 4, "loss": 0.2, "step_time": 0.0215,
+                            "comm_wait_share": 0.46, "data_wait_share": 0.02, "samples_per_s": 1491.0}],
+                 "nodes": [], "spec": {"args": []}})
+    view.handle({"type": "update", "run": {"id": stored_run, "profile": "stats", "status": "succeeded",
+                                          "started": 99.0, "ended": 110.0}})
+    view.handle({"type": "bye"})
+    with RunStore(readonly=True) as store:
+        view.print_results(run_statistics(store, stored_run)[0])
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith(f"[rankwatch] run {stored_run} · stats · succeeded")
+    first = next(line for line in lines if line.startswith("[rankwatch] rank 0 "))
+    share = round(100 * sum(COMM_WAITS) / sum(STEP_TIMES))
+    assert first.startswith("[rankwatch] rank 0 exited: 5 steps, last loss 0.2000, median step 115 ms, ")
+    assert f"comm wait {share}%" in first and "46%" not in first and "21.5" not in first
+    second = next(line for line in lines if line.startswith("[rankwatch] rank 1 "))
+    assert second.startswith("[rankwatch] rank 1 failed: last step 7, last loss 2.000e-09")
+    assert "median step" not in second  # nothing measured: nothing claimed
+    assert not any(line.startswith("[rankwatch] rank 2 ") for line in lines)  # never reported

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.hub.writer import RESERVE_BYTES
 from tests.jobs import SCRIPTS, rankwatch
 
 pytestmark = pytest.mark.torchrun
@@ -92,8 +93,11 @@ def filled_run(tmp_path_factory):
 def test_a_full_data_disk_does_not_kill_training(filled_run):
     watched, _, notes, _free = filled_run
     # the disk really was full (measured then: afterwards the runner has given back the room it
-    # kept for the run's end, and SQLite's WAL file is gone)
-    assert (notes / "filled").read_text() == "ENOSPC" and (notes / "free-when-filled").read_text() == "0"
+    # kept for the run's end, and SQLite's WAL file is gone). The store's writer gives that
+    # reserve back the moment *it* meets the full disk, which can fall between rank 0's ENOSPC
+    # and its statvfs: seen once in ~10 runs, 251 blocks free. More than the reserve: not full.
+    assert (notes / "filled").read_text() == "ENOSPC"
+    assert int((notes / "free-when-filled").read_text()) * os.sysconf("SC_PAGE_SIZE") <= RESERVE_BYTES  # tmpfs blocks
     # every rank printed its 1000 lines after that and got to its end
     assert {path.name for path in notes.glob("rank-*-done")} == {"rank-0-done", "rank-1-done"}, watched.stderr[-3000:]
     assert "No space left on device" not in watched.stdout

@@ -106,7 +106,7 @@ def run_main(args: argparse.Namespace) -> int:
         return exit_code
     with RunStore(readonly=True) as store:
         final = store.run(run.run_id)
-        if view:
+        if view and view.prints_results:
             view.print_results(run_statistics(store, run.run_id)[0])
     render_summary(final, sys.stderr)
     return _process_exit_code(run, final)

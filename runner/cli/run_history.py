@@ -301,9 +301,10 @@ def attach_main(args: argparse.Namespace) -> int:
         view.stop()
     with _open_store() as store:
         final = store.run(run["id"])
-        if final.get("ended"):
+        ended = bool(final.get("ended"))
+        if ended and view.prints_results:
             view.print_results(run_statistics(store, run["id"])[0])
-    if final.get("ended"):
+    if ended:
         render_summary(final, sys.stderr)
         return int(final.get("exit_code") or 0)
     if detached:

@@ -266,6 +266,12 @@ class TerminalView:
             self._print_status(final)
         self._flush_lines()
 
+    @property
+    def prints_results(self) -> bool:
+        """Whether ``print_results`` prints (plain mode with status lines): callers ask first,
+        so that a view that would print nothing costs no reading of the store."""
+        return not self.live_mode and bool(self.status_every)
+
     def print_results(self, stats: list[RankStats]) -> None:
         """Plain mode, once the run ended: each rank's result over the whole run, from the store.
 
@@ -274,7 +280,7 @@ class TerminalView:
         of the run, "21.5 ms/step" where the median was 15.9 ms). The script's logged keys
         keep their newest values, as in the live lines.
         """
-        if self.live_mode or not self.status_every:
+        if not self.prints_results:
             return
         with self._lock:
             for entry in stats:
@@ -295,11 +301,11 @@ class TerminalView:
         self._flush_lines()
 
     def _print_status(self, final: bool = False) -> None:
-        lines = []
         if final:  # the ranks' results come from the store (print_results)
             if any(row.get("step") is not None for row in self.ranks.values()):
                 self._print_line("[rankwatch]", self.header(), "stdout")
             return
+        lines = []
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
             if row.get("step") is None or RankState(row.get("state", "waiting")).finished:

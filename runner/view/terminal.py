@@ -198,7 +198,7 @@ class TerminalView:
             if self.stopping_since is not None:
                 self._say_stopped(self.stopping_since)
             if self._live is None and self.status_every:
-                self._print_status(final=True)  # plain mode: the run's last state, once (ranks: print_results)
+                self._print_final_header()  # plain mode: the run's last state, once (ranks: print_results)
         if (self._live is None and self.status_every and not self.ended
                 and time.monotonic() - self._last_status >= self.status_every):
             self._last_status = time.monotonic()
@@ -259,11 +259,10 @@ class TerminalView:
                     f"rankwatch runs logs {run_id} --launcher")
         self._print_line("[rankwatch]", f"stopped ({seconds:.1f} s{note})", "stderr", style="yellow")
 
-    def print_status(self, final: bool = False) -> None:
-        """Plain mode's stand-in for the live table: the header, then one line per running rank
-        (``final``: every rank that made progress, whatever its state)."""
+    def print_status(self) -> None:
+        """Plain mode's stand-in for the live table: the header, then one line per running rank."""
         with self._lock:
-            self._print_status(final)
+            self._print_status()
         self._flush_lines()
 
     @property
@@ -286,8 +285,7 @@ class TerminalView:
             for entry in stats:
                 if entry.steps is None and entry.last_step is None:
                     continue
-                logged = "".join(f", {name} {format_number(self.logged.value(name, entry.rank))}"
-                                 for name in self.logged.names())
+                logged = self._logged_text(entry.rank)
                 timing = ""
                 if entry.median_step_time is not None:
                     comm = ("" if entry.comm_wait_share is None
@@ -300,11 +298,16 @@ class TerminalView:
                                  f"last loss {format_number(entry.last_loss)}{timing}{logged}", "stdout")
         self._flush_lines()
 
-    def _print_status(self, final: bool = False) -> None:
-        if final:  # the ranks' results come from the store (print_results)
-            if any(row.get("step") is not None for row in self.ranks.values()):
-                self._print_line("[rankwatch]", self.header(), "stdout")
-            return
+    def _print_final_header(self) -> None:
+        """The run's header once it ended; each rank's result comes from the store (``print_results``)."""
+        if any(row.get("step") is not None for row in self.ranks.values()):
+            self._print_line("[rankwatch]", self.header(), "stdout")
+
+    def _logged_text(self, rank: int) -> str:
+        """``, NAME VALUE`` for each key the script logged (its newest value on ``rank``)."""
+        return "".join(f", {name} {format_number(self.logged.value(name, rank))}" for name in self.logged.names())
+
+    def _print_status(self) -> None:
         lines = []
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
@@ -314,8 +317,7 @@ class TerminalView:
                      if self.cpu_mode else
                      f"gpu {row.get('gpu_index', MISSING)} {format_fixed(row.get('gpu_util'), '{:.0f}%')}, "
                      f"mem {format_bytes(row.get('gpu_mem_used'))}")
-            logged = "".join(f", {name} {format_number(self.logged.value(name, rank))}"
-                             for name in self.logged.names())
+            logged = self._logged_text(rank)
             lines.append(f"rank {rank} {row.get('state')}: step {row.get('step')}, "
                          f"loss {format_number(row.get('loss'))}, "
                          f"{format_amount(row.get('step_time'), 1000)} ms/step, "

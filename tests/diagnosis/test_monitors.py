@@ -193,13 +193,19 @@ def test_a_rank_stuck_before_the_pause_is_still_flagged_once_the_runner_watches_
     assert event["rank"] == 0 and event["seconds"] >= 5.0
 
 
-def test_progress_of_a_rank_for_a_stack_capture():
+def _two_ranks_at_step_9(idle_0: float, idle_1: float) -> tuple[FakeHub, StallMonitor, float]:
+    """Two ranks whose step 9 ended ``idle_0`` and ``idle_1`` seconds ago; a 5 s monitor has ticked."""
     hub = stepping_hub(2)
     monitor = StallMonitor(hub, 5.0)
     now = time.time()
-    step(hub, 0, 9, when=now - 0.2)
-    step(hub, 1, 9, when=now - 8.0)
+    step(hub, 0, 9, when=now - idle_0)
+    step(hub, 1, 9, when=now - idle_1)
     monitor.tick(now)
+    return hub, monitor, now
+
+
+def test_progress_of_a_rank_for_a_stack_capture():
+    hub, monitor, now = _two_ranks_at_step_9(0.2, 8.0)
     moving, stuck = (monitor.progress_of(hub.model.ranks[rank], now) for rank in (0, 1))
     assert moving == {"step": 9, "idle_seconds": 0.2, "stalled": False, "progressing": True}
     assert stuck["stalled"] and stuck["progressing"] is False
@@ -212,12 +218,7 @@ def test_a_rank_that_stopped_a_moment_after_the_stalled_one_is_not_called_progre
     """The ranks of a hang stop together; the first one flagged starts the capture while the
     other is just under the threshold (seen: a remote rank's last step read 0.4 s later through
     its node's relay was called "progressing", and the hang's culprit went unnamed)."""
-    hub = stepping_hub(2)
-    monitor = StallMonitor(hub, 5.0)
-    now = time.time()
-    step(hub, 0, 9, when=now - 5.1)
-    step(hub, 1, 9, when=now - 4.7)
-    monitor.tick(now)
+    hub, monitor, now = _two_ranks_at_step_9(5.1, 4.7)
     assert [event["rank"] for event in hub.of_kind("stalled")] == [0]
     late = monitor.progress_of(hub.model.ranks[1], now)
     assert late["stalled"] is False and late["progressing"] is False

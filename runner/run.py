@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankwatch._protocol import EventKind, Hello, LogLine, MetricRecord, ProcessSample
+from rankwatch._protocol import EventKind, Hello, MetricRecord, ProcessSample
 from runner import paths
 from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.monitors import start_monitors
@@ -70,6 +70,7 @@ from runner.slurm.nodes import SlurmNodes
 from runner.slurm.preflight import preflight_slurm
 from runner.slurm.script import slurm_plan
 from runner.state import NodeState, RankState, RunStatus
+from runner.telemetry.printed_metrics import Point, PrintedMetrics
 from runner.telemetry.stdout_parser import StdoutMetrics
 
 STOP_GRACE_SECONDS = 5.0
@@ -124,7 +125,8 @@ class Run(HubObserver):
     """One run. It orchestrates: the hub takes the telemetry, ``TriageEvidence`` collects what
     failure triage needs, the monitors watch for hangs and stragglers; the run starts and stops
     the nodes and records the end. As a hub observer it only answers subscribers (stop, stacks)
-    and reads printed losses (``--parse-stdout``)."""
+    and attributes a self-spawned rank's output; printed losses (``--parse-stdout``) are
+    ``PrintedMetrics``'."""
 
     def __init__(self, prepared: PreparedLaunch, view: Callable[[dict[str, Any]], None] | None = None,
                  on_ready: Callable[[dict[str, Any]], None] | None = None):
@@ -144,7 +146,10 @@ class Run(HubObserver):
         self.evidence = TriageEvidence(TriageInput(
             legacy_local_rank=self.spec.legacy_local_rank, backend=self.launch.backend,
             cpu_mode=self.launch.cpu_mode, interpreter=self.launch.head.python))
-        self.stdout_metrics = StdoutMetrics(self.spec.telemetry.loss_pattern) if self.spec.telemetry.parse_stdout else None
+        self.printed_metrics = PrintedMetrics(
+            StdoutMetrics(self.spec.telemetry.loss_pattern), self._add_printed_points,
+            ranks_report_steps=self.spec.telemetry.instrument) if self.spec.telemetry.parse_stdout else None
+        """``--parse-stdout``: points read from printed lines, at the step of the moment they were printed."""
         self.monitors: list = []
         """Diagnosis monitors: objects with ``tick(now)``, called every ``MONITOR_INTERVAL_SECONDS``."""
         self._stop_requested = asyncio.Event()
@@ -198,9 +203,6 @@ class Run(HubObserver):
     def on_dump_stacks(self) -> None:
         self.dump_stacks()
 
-    def on_log(self, line: LogLine) -> None:
-        self._on_log(*line)
-
     def on_hello(self, hello: Hello) -> None:
         """A self-spawned rank's output waits for its hello to be attributed (``runner.launch.worker_output``)."""
         if self.launch.self_spawn and hello.pid is not None:
@@ -216,13 +218,9 @@ class Run(HubObserver):
                 rank = self._global_rank(node.node_rank, rank)
             self.hub.add_log(rank, line.stream, line.text, line.t, node=node.host)
 
-    def _on_log(self, rank: int | None, t: float, stream: str, line: str, node: str | None) -> None:
-        """Every captured line, local or forwarded by an agent: printed metrics (``--parse-stdout``)."""
-        if rank is None:
-            return
-        if self.stdout_metrics is not None:
-            for step, name, value in self.stdout_metrics.points(rank, line, self.hub.model.row(rank).step):
-                self.hub.add_metric(MetricRecord(rank, t, step, name, value, "parsed"))
+    def _add_printed_points(self, points: list[Point]) -> None:
+        for rank, t, step, name, value in points:
+            self.hub.add_metric(MetricRecord(rank, t, step, name, value, "parsed"))
 
     def _global_rank(self, node_rank: int, local_rank: int) -> int:
         """Older torch prefixes lines with the local rank; map it through the hellos."""
@@ -276,6 +274,8 @@ class Run(HubObserver):
             await self.remote.listen(self.launch, self.prepared.plan)
         self.hub.add_observer(self)
         self.hub.add_observer(self.evidence)
+        if self.printed_metrics is not None:
+            self.hub.add_observer(self.printed_metrics)
         self.hub.start()
         await self.hub.update_run(socket=str(self.socket_path))
         for node in self.launch.nodes:
@@ -353,6 +353,8 @@ class Run(HubObserver):
         while True:
             await asyncio.sleep(MONITOR_INTERVAL_SECONDS)
             now = time.time()
+            if self.printed_metrics is not None:
+                self.printed_metrics.tick(now)
             for monitor in self.monitors:
                 try:
                     monitor.tick(now)
@@ -505,6 +507,8 @@ class Run(HubObserver):
     async def _finish(self, exit_code: int, stopped: bool) -> int:
         # Slurm ending the job (time limit, preemption, a scancel from outside) stopped the ranks.
         ranks_stopped = stopped or (self.slurm is not None and self.slurm.ended_from_outside)
+        if self.printed_metrics is not None:
+            self.printed_metrics.finish()  # every rank's lines and steps are in
         summary = triage(self.evidence.conclude(), exit_code, ranks_stopped)
         if stopped:
             who = describe_stop_reason(self._stop_reason)

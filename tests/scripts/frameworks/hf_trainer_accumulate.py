@@ -20,7 +20,6 @@ Usage: hf_trainer_accumulate.py RECORD_DIR
 import json
 import os
 import sys
-import time
 import warnings
 
 import torch
@@ -33,9 +32,6 @@ STEPS = 12
 EVAL_EVERY = 5
 VOCABULARY = 64
 LENGTH = 16
-STEP_PAUSE = 0.05
-"""Seconds added to each step: a real step is longer than this tiny model's 20 ms, and the
-printed logs have no step, so ``--parse-stdout`` places them at the rank's measured step."""
 
 warnings.filterwarnings("ignore")
 hf_logging.set_verbosity_error()
@@ -71,9 +67,6 @@ class LoggedLoss(TrainerCallback):
     def __init__(self):
         self.logged = {}
         self.evaluations = 0
-
-    def on_step_end(self, args, state, control, **kwargs):
-        time.sleep(STEP_PAUSE)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import datetime
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -291,9 +292,9 @@ def attach_main(args: argparse.Namespace) -> int:
     view.start()
     detached = False
     try:
-        asyncio.run(_follow(run["socket"], view))
+        detached = asyncio.run(_follow(run["socket"], view))
     except KeyboardInterrupt:
-        detached = True  # detaching leaves the run going
+        detached = True  # Ctrl-C before the signals were ours; detaching leaves the run going
     except (ConnectionError, FileNotFoundError) as error:
         view.stop()
         return fail(f"cannot reach the runner of run {run['id']} ({error}); is it still running?", code=EXIT_FAILED)
@@ -316,12 +317,40 @@ def detach_message(run_id: int) -> str:
     return f"run {run_id} still running — `rankwatch attach {run_id}` to watch, `rankwatch stop {run_id}` to stop"
 
 
-async def _follow(socket_path: str, view: TerminalView) -> None:
+DETACH_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+async def _follow(socket_path: str, view: TerminalView) -> bool:
+    """Show the run until the runner says bye or hangs up (False) or a detach signal comes
+    (Ctrl-C, SIGTERM, the terminal closing: True; the run goes on).
+
+    The signals are handled here rather than left to ``KeyboardInterrupt``: a process that a
+    non-interactive shell starts in the background (``rankwatch attach 3 &`` in a script, a
+    CI step, ``nohup``) inherits SIGINT *ignored*, and Python then raises nothing: attach
+    would never detach."""
     client = await HubClient.subscribe(socket_path, history=True)
+    loop = asyncio.get_running_loop()
+    detach = asyncio.Event()
+    for number in DETACH_SIGNALS:
+        loop.add_signal_handler(number, detach.set)
+    showing = asyncio.ensure_future(_show_messages(client, view))
+    detaching = asyncio.ensure_future(detach.wait())
     try:
-        async for message in client.messages():
-            view.handle(message)
-            if message["type"] == "bye":
-                return
+        await asyncio.wait({showing, detaching}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for number in DETACH_SIGNALS:
+            loop.remove_signal_handler(number)
+        detaching.cancel()
         client.close()
+    if showing.done():
+        showing.result()  # a connection error is the caller's to report
+        return False
+    showing.cancel()
+    return True
+
+
+async def _show_messages(client: HubClient, view: TerminalView) -> None:
+    async for message in client.messages():
+        view.handle(message)
+        if message["type"] == "bye":
+            return

@@ -61,11 +61,18 @@ def test_runs_show_json_lists_the_logged_keys_and_per_rank_statistics_of_a_live_
         assert rank["last_seen"] is not None
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_attach_shows_the_logged_keys_and_says_how_to_come_back_when_detached(detached):
+    """Started as a non-interactive shell starts a background command (``attach 3 &`` in a
+    script, a CI step): with SIGINT ignored. Python then raises no KeyboardInterrupt; Ctrl-C,
+    or a SIGINT sent to it, must detach all the same."""
     run_id = detached["info"]["run_id"]
     attach = subprocess.Popen([sys.executable, "-m", "runner", "attach", str(run_id), "--plain",
                                "--status-every", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=detached["env"])
+                              env=detached["env"], preexec_fn=_ignore_sigint)
     time.sleep(6)  # history, then a few live status lines
     attach.send_signal(signal.SIGINT)
     out, err = attach.communicate(timeout=20)

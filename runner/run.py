@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rankwatch._protocol import EventKind, Hello, MetricRecord, ProcessSample
 from runner import paths
@@ -121,6 +121,16 @@ def start_sentinel(run_key: str, store_path: Path, run_id: int) -> subprocess.Po
         start_new_session=True, env=env, close_fds=True)
 
 
+class RunView(Protocol):
+    """What shows a run in the runner's own process (``runner.view.terminal.TerminalView``)."""
+
+    @property
+    def watches_live(self) -> bool:
+        """Shows records as they come (keeps the run fresh, ``runner.hub.freshness``)."""
+
+    def handle(self, message: dict[str, Any]) -> None:
+        """One hub message (snapshot, update, bye)."""
+
 class Run(HubObserver):
     """One run. It orchestrates: the hub takes the telemetry, ``TriageEvidence`` collects what
     failure triage needs, the monitors watch for hangs and stragglers; the run starts and stops
@@ -128,7 +138,7 @@ class Run(HubObserver):
     and attributes a self-spawned rank's output; printed losses (``--parse-stdout``) are
     ``PrintedMetrics``'."""
 
-    def __init__(self, prepared: PreparedLaunch, view: Callable[[dict[str, Any]], None] | None = None,
+    def __init__(self, prepared: PreparedLaunch, view: RunView | None = None,
                  on_ready: Callable[[dict[str, Any]], None] | None = None):
         self.prepared = prepared
         self.launch = prepared.launch
@@ -383,7 +393,7 @@ class Run(HubObserver):
 
     async def _run_opened(self) -> int:
         if self.view is not None:
-            self.hub.add_local_subscriber(self.view)
+            self.hub.add_local_subscriber(self.view.handle, watches_live=self.view.watches_live)
         choice = self.launch.launch_mode
         self.hub.add_event(EventKind.LAUNCH_MODE, None, choice.describe(), mode=choice.mode, reason=choice.reason,
                            chosen_by=choice.chosen_by)

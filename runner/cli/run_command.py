@@ -91,7 +91,7 @@ def run_main(args: argparse.Namespace) -> int:
                                                    multi_node=prepared.launch.spec.is_multi_node,
                                                    status_every=args.status_every,
                                                    interrupt_kills=True)
-    run = Run(prepared, view=view.handle if view else None)
+    run = Run(prepared, view=view)
     # The runner process (not a Run object, which tests also host in their own process):
     # below the ranks; the keeper gives them the user's scheduling back (runner.priority).
     priority.lower_runner_priority()

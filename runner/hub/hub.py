@@ -16,7 +16,10 @@ and one interface for the rest of the runner: ``observer.HubObserver``.
 The batching, here: records collect in the pending batch; as soon as something is
 pending (and at most every ``FLUSH_SECONDS``) the batch is committed on the writer
 thread and only then published, so a subscriber never sees a record the store does
-not have, and each subscriber gets at most one update per flush.
+not have, and each subscriber gets at most one update per flush. While nobody
+watches the run live, routine records (metrics, heartbeats, samples) wait up to the
+run's slower pace first, and workers are asked to send less often
+(``freshness``); log lines and events never wait.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch._protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
+from runner.hub.freshness import FLUSH_SECONDS, UNWATCHED, freshness_for
 from runner.hub.ingest import Ingest
 from runner.hub.live_model import LiveModel, LiveRank
 from runner.hub.observer import HubObserver, Observers
@@ -39,7 +43,6 @@ from runner.hub.server import ConnectionServer, Refusals
 from runner.hub.writer import StoreWriter
 from runner.store.store import RecordBatch, RunStore
 
-FLUSH_SECONDS = 0.05
 ACCEPT_SETTLE_SECONDS = 0.1
 RANK_STORE_COLUMNS = ("local_rank", "node_rank", "host", "pid", "world_size", "python", "torch", "gpu_index",
                       "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent")
@@ -54,7 +57,11 @@ class Hub:
         self.observers = Observers(on_error=lambda text: self.add_event(EventKind.WARNING, None, text))
         self.writer = StoreWriter(self.store_path)
         self._has_pending = asyncio.Event()
-        self.ingest = Ingest(self.model, self.observers, self.stats, on_pending=self._has_pending.set,
+        self._urgent = asyncio.Event()
+        """Something pending must not wait for the routine pace (a log line, an event)."""
+        self.freshness = UNWATCHED
+        """How fresh records must be now (``freshness``): follows the subscribers."""
+        self.ingest = Ingest(self.model, self.observers, self.stats, on_pending=self._note_pending,
                              on_full_batch=self._flush_now)
         self._seq = 0
         """Batches committed so far (written on the writer thread)."""
@@ -64,6 +71,8 @@ class Hub:
         self.refusals = Refusals(self.stats, self._record_refusal)
         self.server = ConnectionServer(token, self.ingest, self.publisher, self.observers, self.stats,
                                        self.refusals)
+        self.server.worker_latency = self.freshness.worker_latency
+        self.publisher.on_subscribers_changed = self._subscribers_changed
         self._flush_task: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._run_changed = False
@@ -96,7 +105,7 @@ class Hub:
         row.update(fields)
         self._run_row = row
         self._run_changed = True
-        self._has_pending.set()
+        self._note_pending(True)
 
     async def update_node(self, node_rank: int, host: str, state: str, processes: int | None = None,
                           detail: str | None = None) -> None:
@@ -106,7 +115,7 @@ class Hub:
         await self.writer.call(update)
         self._node_rows_changed.append({"node_rank": node_rank, "host": host, "state": state,
                                         "processes": processes, "changed": time.time(), "detail": detail})
-        self._has_pending.set()
+        self._note_pending(True)
 
     @property
     def run_row(self) -> dict[str, Any] | None:
@@ -145,10 +154,28 @@ class Hub:
 
     def mark_changed(self) -> None:
         """Something outside the records changed (a rank's state, a run field): publish soon."""
-        self._has_pending.set()
+        self._note_pending(True)
 
-    def add_local_subscriber(self, callback: Callable[[dict[str, Any]], None]) -> LocalSubscriber:
-        return self.publisher.add_local(callback)
+    def _note_pending(self, urgent: bool) -> None:
+        self._has_pending.set()
+        if urgent:
+            self._urgent.set()
+
+    def _subscribers_changed(self) -> None:
+        """Someone started or stopped watching live: the run's freshness follows, workers are told."""
+        freshness = freshness_for(self.publisher.subscribers)
+        if freshness == self.freshness:
+            return
+        self.freshness = freshness
+        self.server.set_worker_latency(freshness.worker_latency)
+        if freshness.watched:
+            self._urgent.set()  # what waits for the slow pace goes out now
+
+    def add_local_subscriber(self, callback: Callable[[dict[str, Any]], None],
+                             watches_live: bool = True) -> LocalSubscriber:
+        """``watches_live``: the callback shows records as they come (False: a plain terminal
+        that prints a status line every few seconds; the run may then go at the slow pace)."""
+        return self.publisher.add_local(callback, watches_live)
 
     def losses(self) -> dict[str, Any]:
         """What did not make it into the store, for the run's summary (``describe_losses``):
@@ -215,10 +242,16 @@ class Hub:
 
     async def _flush_forever(self) -> None:
         """Flush as soon as something arrives, then rest ``FLUSH_SECONDS``: fresh data is
-        published at once, and no subscriber gets more than ~20 updates a second."""
+        published at once, and no subscriber gets more than ~20 updates a second. While
+        nobody watches live, routine records wait up to ``routine_flush_seconds`` first
+        (an urgent record ends the wait): fewer, larger transactions."""
         while True:
             await self._has_pending.wait()
+            if not self._urgent.is_set() and not self.freshness.watched:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._urgent.wait(), self.freshness.routine_flush_seconds)
             self._has_pending.clear()
+            self._urgent.clear()
             try:
                 await self.flush()
             except Exception as error:  # a bug must not stop ingestion; the store's own failures never get here

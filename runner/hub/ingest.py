@@ -32,9 +32,13 @@ FLUSH_NOW_RECORDS = 50_000
 """A pending batch this big is committed at once rather than at the next flush tick."""
 
 
+ROUTINE_MESSAGES = (protocol.Metrics, protocol.Heartbeat, protocol.ProcessSamples)
+"""Messages whose records may wait for the run's routine pace; every other one is urgent."""
+
+
 class Ingest:
     def __init__(self, model: LiveModel, observers: Observers, stats: Counter[str],
-                 on_pending: Callable[[], None], on_full_batch: Callable[[], None]) -> None:
+                 on_pending: Callable[[bool], None], on_full_batch: Callable[[], None]) -> None:
         self.model = model
         self.observers = observers
         self.stats = stats
@@ -44,7 +48,9 @@ class Ingest:
         self._rejected_reported: dict[int, int] = {}
         self._exited_ranks: set[int] = set()
         self._on_pending = on_pending
-        """Something is pending: the hub flushes soon."""
+        """Something is pending: the hub flushes soon; at once (within ``FLUSH_SECONDS``) when
+        the argument is True (urgent: a log line, an event, a hello), else at the run's
+        routine pace (metrics, heartbeats, samples: ``runner.hub.freshness``)."""
         self._on_full_batch = on_full_batch
         """The pending batch reached ``FLUSH_NOW_RECORDS``: the hub flushes now."""
 
@@ -56,7 +62,7 @@ class Ingest:
 
     def add_log(self, line: LogLine) -> None:
         self.pending.logs.append(line)
-        self._on_pending()
+        self._on_pending(True)
         if line.rank is not None and line.rank not in self.model.ranks:
             self.model.row(line.rank)
         self.observers.on_log(line)
@@ -64,28 +70,28 @@ class Ingest:
     def add_metric(self, record: MetricRecord) -> None:
         self.pending.metrics.append(record)
         self.model.on_metric(*record)
-        self._on_pending()
+        self._on_pending(False)
 
     def add_event(self, kind: EventKind | str, rank: int | None, message: str, t: float | None = None,
                   **fields: Any) -> None:
         """Record an event. Raises ValueError for a kind ``EventKind`` does not define."""
         self.pending.events.append(Event(t if t is not None else time.time(), kind, rank, message, fields))
-        self._on_pending()
+        self._on_pending(True)
 
     def add_gpu_samples(self, rows: list[GpuSample]) -> None:
         self.pending.gpu_samples.extend(rows)
-        self._on_pending()
+        self._on_pending(False)
 
     def add_process_samples(self, rows: list[ProcessSample]) -> None:
         self.pending.process_samples.extend(rows)
         for row in rows:
             self.model.on_process_sample(row.rank, row.cpu_percent, row.rss_bytes)
-        self._on_pending()
+        self._on_pending(False)
 
     # ---- worker and agent messages -----------------------------------------------------------
 
     def hello(self, hello: protocol.Hello) -> None:
-        self._on_pending()
+        self._on_pending(True)
         row = self.model.on_hello(hello)
         self._exited_ranks.discard(row.rank)  # a restarted rank starts afresh
         self.add_event(EventKind.RANK_STARTED, row.rank, f"rank {row.rank} started on {row.host} (pid {row.pid})",
@@ -95,7 +101,7 @@ class Ingest:
 
     def message(self, message: protocol.Message) -> None:
         """A worker's or agent's message after its hello (the connection server decoded it)."""
-        self._on_pending()
+        self._on_pending(not isinstance(message, ROUTINE_MESSAGES))
         if isinstance(message, protocol.Metrics):
             self.metrics(message)
         elif isinstance(message, protocol.Heartbeat):

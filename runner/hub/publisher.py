@@ -71,6 +71,9 @@ class Subscriber(abc.ABC):
     """Base: something that receives hub->subscriber messages as dicts."""
 
     name = "subscriber"
+    watches_live = True
+    """Shows records as they come (the GUI, attach): while one does, the run is kept fresh
+    (``runner.hub.freshness``)."""
 
     def __init__(self) -> None:
         self.live = False
@@ -132,10 +135,11 @@ class LocalSubscriber(Subscriber):
 
     name = "local"
 
-    def __init__(self, callback: Callable[[Message], None]):
+    def __init__(self, callback: Callable[[Message], None], watches_live: bool = True):
         super().__init__()
         self.callback = callback
         self.live = True
+        self.watches_live = watches_live
 
     def send(self, message: Message) -> None:
         self.callback(message)
@@ -270,6 +274,8 @@ class Publisher:
         """The sequence number of the last committed batch (read on the writer thread)."""
         self.subscribers: list[Subscriber] = []
         self.spec_table: dict[str, Any] = {}
+        self.on_subscribers_changed: Callable[[], None] = _nothing
+        """Called after a subscriber came or went (the hub sets the run's freshness)."""
 
     def snapshot(self, nodes: list[dict[str, Any]] | None = None) -> Message:
         return {"type": protocol.Snapshot.TYPE, "run": self._run_row(), "ranks": self.model.all_rows(),
@@ -279,6 +285,7 @@ class Publisher:
         """Snapshot, the stored history (``history``), then live updates."""
         subscriber.live = False
         self.subscribers.append(subscriber)
+        self.on_subscribers_changed()
         run_id = self._run_id()
         nodes = await self.writer.call(RunStore.nodes, run_id) if run_id is not None else []
         subscriber.send(self.snapshot(nodes))
@@ -288,16 +295,18 @@ class Publisher:
             subscriber.send({"type": protocol.HistoryEnd.TYPE})
         subscriber.go_live(replayed_through)
 
-    def add_local(self, callback: Callable[[Message], None]) -> LocalSubscriber:
-        subscriber = LocalSubscriber(callback)
+    def add_local(self, callback: Callable[[Message], None], watches_live: bool = True) -> LocalSubscriber:
+        subscriber = LocalSubscriber(callback, watches_live)
         callback(self.snapshot())
         self.subscribers.append(subscriber)
+        self.on_subscribers_changed()
         return subscriber
 
     def remove(self, subscriber: Subscriber) -> None:
         subscriber.close()
         if subscriber in self.subscribers:
             self.subscribers.remove(subscriber)
+            self.on_subscribers_changed()
 
     async def _replay(self, subscriber: Subscriber, run_id: int) -> int:
         """Stream the stored history; returns the last batch sequence number it includes."""
@@ -347,6 +356,7 @@ class Publisher:
             if subscriber.closed:
                 self.subscribers.remove(subscriber)
                 self.stats["subscribers_dropped"] += 1
+                self.on_subscribers_changed()
         self._enforce_budget()
 
     def send_now(self, message: Message) -> None:
@@ -374,6 +384,10 @@ class Publisher:
     def close_all(self) -> None:
         for subscriber in list(self.subscribers):
             subscriber.close()
+
+
+def _nothing() -> None:
+    pass
 
 
 def event_message(event: Event) -> Message:

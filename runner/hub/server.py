@@ -134,6 +134,8 @@ class ConnectionServer:
         self.refusals = refusals
         self.connections: set[Connection] = set()
         self.worker_connections = 0
+        self.worker_latency = 0.04
+        """What a worker is told at its hello (``pace``); the hub keeps it to its freshness."""
         self._waiting: dict[bool, OrderedDict[Connection, None]] = {False: OrderedDict(), True: OrderedDict()}
         """Connections without a role yet, oldest first (Unix: False, TCP: True)."""
         self._evicted: set[Connection] = set()
@@ -158,6 +160,13 @@ class ConnectionServer:
         server = await asyncio.start_server(handler, host=host, port=port, limit=PREAUTH_LINE_BYTES)
         self._servers.append(server)
         return int(server.sockets[0].getsockname()[1])
+
+    def set_worker_latency(self, seconds: float) -> None:
+        """Tell every worker connected here how long it may hold records (``pace``)."""
+        self.worker_latency = seconds
+        for connection in list(self.connections):
+            if connection.role == "worker" and not connection.writer.is_closing():
+                self._reply(connection, protocol.Pace(seconds))
 
     def stop_listening(self) -> None:
         for server in self._servers:
@@ -277,6 +286,7 @@ class ConnectionServer:
                 connection.role, connection.rank = "worker", message.rank
                 self.worker_connections += 1
                 self.ingest.hello(message)
+                self._reply(connection, protocol.Pace(self.worker_latency))
             elif isinstance(message, protocol.AgentHello):
                 connection.role, connection.rank = "agent", message.node_rank
                 self.ingest.add_event(protocol.EventKind.AGENT_CONNECTED, None,

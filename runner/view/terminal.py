@@ -266,6 +266,13 @@ class TerminalView:
         self._flush_lines()
 
     @property
+    def watches_live(self) -> bool:
+        """Whether this view shows records as they come (the live table): a plain view prints
+        output lines (never delayed) and a status line every few seconds, so with it alone
+        the run goes at its slow, cheaper pace (``runner.hub.freshness``)."""
+        return self.live_mode
+
+    @property
     def prints_results(self) -> bool:
         """Whether ``print_results`` prints (plain mode with status lines): callers ask first,
         so that a view that would print nothing costs no reading of the store."""

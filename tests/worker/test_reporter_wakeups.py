@@ -13,7 +13,7 @@ from worker_harness import FakeHub
 
 from rankwatch import _protocol as protocol
 from rankwatch._buffer import KIND_LOG, WAKE_THRESHOLD, RecordBuffer
-from rankwatch._reporter import FLUSH_LATENCY, HEARTBEAT_EVERY, Reporter
+from rankwatch._reporter import FLUSH_LATENCY, HEARTBEAT_EVERY, MAX_FLUSH_LATENCY, Reporter
 
 
 def _sleeps(thread_id: int) -> int:
@@ -131,3 +131,34 @@ def test_the_buffer_wakes_its_reader_on_the_first_record_and_at_the_threshold_on
     while len(buffer) < WAKE_THRESHOLD + 5:
         buffer.put((KIND_LOG, 0.0, 0, {}))
     assert wakes == [1, WAKE_THRESHOLD]
+
+
+def test_the_reporter_sends_at_the_pace_the_hub_asks_for_and_ignores_what_it_cannot_read():
+    buffer = RecordBuffer(10000)
+    count, period = 600, 0.0025
+    with FakeHub() as hub:
+        reporter, _ = _connected_reporter(hub, buffer)
+        try:
+            assert reporter.flush_latency == FLUSH_LATENCY  # fresh until the hub says otherwise
+            hub.say(b'{"type": "pace", "v": 1, "flush_latency": "soon"}\nnot json\n'
+                    + protocol.Pace(0.25).encode())
+            hub.wait_for(lambda: reporter.flush_latency == 0.25, timeout=3 * HEARTBEAT_EVERY)
+            started = time.monotonic()
+            for step in range(count):
+                buffer.put((KIND_LOG, time.time(), step, {"value": float(step)}))
+                time.sleep(period)
+            seconds = time.monotonic() - started
+            hub.wait_for(lambda: len(hub.metric_items()) == count)
+            batches = len([message for message in hub.messages("metrics") if message["items"]])
+
+            hub.say(protocol.Pace(3600.0).encode())  # a pace that would starve the stall monitor
+            hub.wait_for(lambda: reporter.flush_latency == MAX_FLUSH_LATENCY, timeout=3 * HEARTBEAT_EVERY)
+            hub.kick()  # a new connection (a restarted hub) starts fresh again
+            hub.wait_for(lambda: reporter.connections == 2)
+            assert reporter.flush_latency == FLUSH_LATENCY
+        finally:
+            assert reporter.close(2.0)
+
+    assert [item[1] for item in hub.metric_items()] == list(range(count))  # nothing lost, in order
+    assert batches <= seconds / 0.25 + 3  # at 40 ms it would be ~40 batches
+    assert reporter.connections == 2  # the unreadable lines did not break the connection

@@ -86,6 +86,13 @@ class FakeHub:
                 pass
             client.close()
 
+    def say(self, data: bytes) -> None:
+        """Write ``data`` to every open connection (what the hub sends a worker: ``pace``)."""
+        with self._lock:
+            clients = list(self._clients)
+        for client in clients:
+            client.sendall(data)
+
     def messages(self, message_type: str | None = None, **match: Any) -> list[dict[str, Any]]:
         with self._lock:
             return [

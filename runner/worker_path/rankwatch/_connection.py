@@ -11,6 +11,8 @@ import socket
 
 _NO_SIGPIPE = getattr(socket, "MSG_NOSIGNAL", 0)
 TCP_PREFIX = "tcp://"
+MAX_READ_BYTES = 1 << 20
+"""More unread data from the hub than this is not the hub speaking: the connection is dropped."""
 
 
 def parse_address(address: str) -> tuple[int, object]:
@@ -67,18 +69,25 @@ class Connection:
         self._socket.settimeout(timeout)
         self._socket.sendall(payload, _NO_SIGPIPE)
 
-    def peer_closed(self) -> bool:
-        """True when the hub closed its end; anything it sent is read and ignored."""
+    def read_available(self) -> bytes | None:
+        """What the hub sent since the last call, without waiting; None when it closed its end.
+
+        The hub writes little to a worker (``pace``), so one call reads it all.
+        """
+        received = bytearray()
         try:
             self._socket.settimeout(0.0)  # with a timeout set, recv would wait for it
             while True:
                 data = self._socket.recv(65536)
                 if not data:
-                    return True
+                    return None
+                received += data
+                if len(received) > MAX_READ_BYTES:  # a peer that floods is not a hub
+                    return None
         except (BlockingIOError, InterruptedError):
-            return False
+            return bytes(received)
         except OSError:
-            return True
+            return None
 
     def close(self) -> None:
         """Finish sending (the hub reads everything, then end of stream) and close."""

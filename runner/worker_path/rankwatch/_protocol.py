@@ -91,6 +91,11 @@ Hub -> subscriber
   bye         [Bye] reason                                  (the run ended)
   pong / error  [Pong] / [Error] message
 
+Hub -> worker (on the worker's own connection; read by its reporter once a second)
+  pace        [Pace] flush_latency   (seconds a record may wait in the worker before it is
+              sent: short while someone watches the run live, longer while nobody does;
+              runner.hub.pace. Sent after the hello and whenever it changes)
+
 Records (the same order on the wire, in the hub's pending batch, in the store's reads
 and in the GUI; one definition each):
 
@@ -153,7 +158,7 @@ AGENT_TYPES = frozenset({"agent_hello", "log", "worker_lost", "process_samples",
 AGENT_CONTROL_TYPES = frozenset({"launch", "stop", "stack_request"})
 """Head runner -> agent, on ssh's stdin (not hub messages: not in ``ALL_TYPES``)."""
 SUBSCRIBER_TYPES = frozenset({"subscribe", "stop", "dump_stacks", "ping"})
-HUB_TYPES = frozenset({"snapshot", "update", "history_end", "bye", "pong", "error"})
+HUB_TYPES = frozenset({"snapshot", "update", "history_end", "bye", "pong", "error", "pace"})
 ALL_TYPES = WORKER_TYPES | AGENT_TYPES | SUBSCRIBER_TYPES | HUB_TYPES
 
 SOURCE_AUTO = "auto"
@@ -1551,6 +1556,28 @@ class Error(Message):
         return cls(as_text(fields.get("message")) or "")
 
 
+class Pace(Message):
+    """How long a worker may hold records before sending them (hub -> worker).
+
+    Every batch costs the rank a wake-up and the runner a line to decode, on cores the
+    ranks need (issue 17), so the hub asks for fewer, larger batches while nobody
+    watches the run live, and for fresh ones as soon as someone does.
+    """
+
+    __slots__ = ("flush_latency",)
+    TYPE = "pace"
+
+    def __init__(self, flush_latency: float) -> None:
+        self.flush_latency = flush_latency
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> Pace:
+        latency = as_float(fields.get("flush_latency"))
+        if latency is None or latency < 0:
+            raise ProtocolError("invalid", "pace: flush_latency must be a number of seconds >= 0")
+        return cls(latency)
+
+
 class Snapshot(Message):
     """The run as it is now: the first message after ``subscribe``."""
 
@@ -1639,7 +1666,7 @@ WORKER_MESSAGES: tuple[type[Message], ...] = (Hello, Metrics, Heartbeat, Excepti
                                               StacksWritten, FlightRecord, Notice)
 AGENT_MESSAGES: tuple[type[Message], ...] = (AgentHello, Log, WorkerLost, ProcessSamples, NodeExit, RemoteStacks)
 SUBSCRIBER_MESSAGES: tuple[type[Message], ...] = (Subscribe, StopRequest, DumpStacks, Ping)
-HUB_MESSAGES: tuple[type[Message], ...] = (Snapshot, Update, HistoryEnd, Bye, Pong, Error)
+HUB_MESSAGES: tuple[type[Message], ...] = (Snapshot, Update, HistoryEnd, Bye, Pong, Error, Pace)
 MESSAGE_CLASSES: dict[str, type[Message]] = {
     message_class.TYPE: message_class
     for message_class in (*WORKER_MESSAGES, *AGENT_MESSAGES, *SUBSCRIBER_MESSAGES, *HUB_MESSAGES)}

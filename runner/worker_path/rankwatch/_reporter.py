@@ -9,9 +9,11 @@ step and the cumulative drop count.
 When it wakes (issue 17: every wake-up of a thread preempts a rank on a busy
 machine, and the all-reduce makes every other rank wait for it): never on a fixed
 short tick. It sleeps until the first record arrives (the buffer wakes it), then
-lets records gather for at most ``FLUSH_LATENCY`` and sends them in one batch;
-while records keep coming it wakes once per ``FLUSH_LATENCY``, and an idle worker
-wakes only for its heartbeat. A burst that fills the buffer to
+lets records gather for at most ``flush_latency`` and sends them in one batch;
+while records keep coming it wakes once per ``flush_latency``, and an idle worker
+wakes only for its heartbeat. ``flush_latency`` is ``FLUSH_LATENCY`` (40 ms) while
+someone watches the run live and longer while nobody does: the hub says which in a
+``pace`` message, read at each heartbeat. A burst that fills the buffer to
 ``_buffer.WAKE_THRESHOLD``, a control message and ``close`` wake it at once. The
 thread also runs under ``SCHED_BATCH`` (Linux): its wake-ups do not preempt the
 training thread; it still gets its fair share of the CPU.
@@ -46,10 +48,13 @@ from rankwatch._values import Pending
 
 THREAD_NAME = "rankwatch-reporter"
 FLUSH_LATENCY = 0.04
-"""The longest a record waits in the worker before it is sent. With the hub's own
-publishing cap (at most every 50 ms per subscriber) it gives a p95 freshness of
-about 75 ms (``tests/bench/bench_freshness.py``, target <= 100 ms); a 20 ms tick gave
-62 ms at twice the wake-ups."""
+"""The longest a record waits in the worker before it is sent, until the hub says
+otherwise (``pace``). With the hub's own publishing cap (at most every 50 ms per
+subscriber) it gives a p95 freshness of about 75 ms (``tests/bench/bench_freshness.py``,
+target <= 100 ms); a 20 ms tick gave 62 ms at twice the wake-ups."""
+MAX_FLUSH_LATENCY = 2.0
+"""A ``pace`` asking for more is taken as this: records must still reach the hub well
+within a heartbeat or two (the stall monitor reads progress from them)."""
 DEVICE_POLL = 0.01
 """How often the final flush looks again at device copies still in flight."""
 HEARTBEAT_EVERY = 1.0
@@ -101,7 +106,11 @@ class Reporter:
         self._lost = 0
         self._last_step: Any = None
         self._streaming = False
-        """The last drain found records: more are likely within ``FLUSH_LATENCY``."""
+        """The last drain found records: more are likely within ``flush_latency``."""
+        self.flush_latency = FLUSH_LATENCY
+        """How long records may gather before a batch is sent: the hub's latest ``pace``."""
+        self._received = b""
+        """Bytes from the hub not yet a whole line."""
         self._next_connect = 0.0
         self._backoff = BACKOFF_MIN
         self._next_heartbeat = 0.0
@@ -181,10 +190,10 @@ class Reporter:
     def _wait_for_work(self) -> None:
         """Sleep until something is worth sending, the heartbeat is due, or ``close``.
 
-        Records gather for at most ``FLUSH_LATENCY`` after the first one arrived (a
+        Records gather for at most ``flush_latency`` after the first one arrived (a
         burst, a control message or ``close`` end the wait early). While the last send
         carried records (a training loop logging steadily) the thread does not ask the
-        buffer to wake it for the next record: it sleeps ``FLUSH_LATENCY`` and sends what
+        buffer to wake it for the next record: it sleeps ``flush_latency`` and sends what
         came, one wake-up per batch instead of two. Nothing spins: every wait is on
         ``_wake`` with a timeout.
         """
@@ -202,7 +211,7 @@ class Reporter:
             buffer.wake_at = WAKE_THRESHOLD
             if not (len(buffer) or self._deferred):
                 return  # the heartbeat is due, a control message or close
-        deadline = time.monotonic() + FLUSH_LATENCY
+        deadline = time.monotonic() + self.flush_latency
         while True:
             wake.clear()
             if self._stop.is_set() or self._control or len(buffer) >= WAKE_THRESHOLD:
@@ -221,7 +230,7 @@ class Reporter:
         now = time.monotonic()
         if self._connection is not None and now >= self._next_heartbeat:
             self._next_heartbeat = now + HEARTBEAT_EVERY
-            if self._connection.peer_closed():
+            if not self._read_from_hub():
                 self._disconnect()
                 return
             self._note_stack_dump()
@@ -282,6 +291,8 @@ class Reporter:
             self._hello.torch = _torch_version()
             self._torch_version_known = True
         self._connection = connection
+        self._received = b""
+        self.flush_latency = FLUSH_LATENCY  # until this hub says otherwise
         try:
             connection.send(self._hello.encode(), SEND_TIMEOUT)
         except OSError:
@@ -326,6 +337,31 @@ class Reporter:
                 return False
             self._unsent.popleft()
             self._sent += count
+        return True
+
+    def _read_from_hub(self) -> bool:
+        """Take what the hub sent (its ``pace``); False when it closed the connection.
+
+        Read once per heartbeat, not by a thread of its own: a change of pace can wait
+        a second, a wake-up per message could not (issue 17). Anything else the hub
+        might send is ignored, as before ``pace`` existed.
+        """
+        connection = self._connection
+        if connection is None:
+            return False
+        data = connection.read_available()
+        if data is None:
+            return False
+        if not data:
+            return True
+        *lines, self._received = (self._received + data).split(b"\n")
+        for line in lines:
+            try:
+                message = protocol.decode_message(line, frozenset({protocol.Pace.TYPE}))
+            except protocol.ProtocolError:
+                continue
+            if isinstance(message, protocol.Pace):
+                self.flush_latency = min(MAX_FLUSH_LATENCY, message.flush_latency)
         return True
 
     def _send(self, payload: bytes, deadline: float) -> bool:

@@ -40,6 +40,17 @@ def _connected_reporter(hub: FakeHub, buffer: RecordBuffer) -> tuple[Reporter, i
     return reporter, thread_id
 
 
+def _stream(hub: FakeHub, buffer: RecordBuffer, count: int, period: float) -> tuple[float, int]:
+    """Put ``count`` records ``period`` apart; returns the seconds it took and the batches sent."""
+    started = time.monotonic()
+    for step in range(count):
+        buffer.put((KIND_LOG, time.time(), step, {"value": float(step)}))
+        time.sleep(period)
+    seconds = time.monotonic() - started
+    hub.wait_for(lambda: len(hub.metric_items()) == count)
+    return seconds, len([message for message in hub.messages("metrics") if message["items"]])
+
+
 def test_an_idle_reporter_wakes_only_for_its_heartbeat_and_stays_out_of_the_training_threads_way():
     with FakeHub() as hub:
         reporter, thread_id = _connected_reporter(hub, RecordBuffer(100))
@@ -83,13 +94,7 @@ def test_a_steady_stream_is_sent_in_batches_of_up_to_the_flush_latency_in_order(
     with FakeHub() as hub:
         reporter, _ = _connected_reporter(hub, buffer)
         try:
-            started = time.monotonic()
-            for step in range(count):
-                buffer.put((KIND_LOG, time.time(), step, {"value": float(step)}))
-                time.sleep(period)
-            seconds = time.monotonic() - started
-            hub.wait_for(lambda: len(hub.metric_items()) == count)
-            batches = len([message for message in hub.messages("metrics") if message["items"]])
+            seconds, batches = _stream(hub, buffer, count, period)
         finally:
             assert reporter.close(2.0)
 
@@ -143,13 +148,7 @@ def test_the_reporter_sends_at_the_pace_the_hub_asks_for_and_ignores_what_it_can
             hub.say(b'{"type": "pace", "v": 1, "flush_latency": "soon"}\nnot json\n'
                     + protocol.Pace(0.25).encode())
             hub.wait_for(lambda: reporter.flush_latency == 0.25, timeout=3 * HEARTBEAT_EVERY)
-            started = time.monotonic()
-            for step in range(count):
-                buffer.put((KIND_LOG, time.time(), step, {"value": float(step)}))
-                time.sleep(period)
-            seconds = time.monotonic() - started
-            hub.wait_for(lambda: len(hub.metric_items()) == count)
-            batches = len([message for message in hub.messages("metrics") if message["items"]])
+            seconds, batches = _stream(hub, buffer, count, period)
 
             hub.say(protocol.Pace(3600.0).encode())  # a pace that would starve the stall monitor
             hub.wait_for(lambda: reporter.flush_latency == MAX_FLUSH_LATENCY, timeout=3 * HEARTBEAT_EVERY)

@@ -48,6 +48,22 @@ RANK_STORE_COLUMNS = ("local_rank", "node_rank", "host", "pid", "world_size", "p
                       "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent")
 
 
+async def wait_until_set(event: asyncio.Event, seconds: float) -> None:
+    """Return when ``event`` is set or after ``seconds``, whichever comes first.
+
+    Not ``asyncio.wait_for(event.wait(), seconds)``: on Python 3.11 that swallows a
+    cancellation arriving in the same tick as the event (CPython gh-86296), and the flush
+    loop, cancelled by ``Hub.close()`` while urgent records keep arriving, would then run
+    on and ``close()`` would wait for it forever (no bye, the run never ends)."""
+    if event.is_set():
+        return
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait({waiter}, timeout=seconds)
+    finally:
+        waiter.cancel()
+
+
 class Hub:
     def __init__(self, store_path: Path, token: str):
         self.store_path = Path(store_path)
@@ -247,9 +263,8 @@ class Hub:
         (an urgent record ends the wait): fewer, larger transactions."""
         while True:
             await self._has_pending.wait()
-            if not self._urgent.is_set() and not self.freshness.watched:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._urgent.wait(), self.freshness.routine_flush_seconds)
+            if not self.freshness.watched:
+                await wait_until_set(self._urgent, self.freshness.routine_flush_seconds)
             self._has_pending.clear()
             self._urgent.clear()
             try:

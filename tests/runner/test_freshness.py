@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rankwatch import _protocol as protocol
 from runner.hub.freshness import UNWATCHED, WATCHED
+from runner.hub.hub import wait_until_set
 from tests.hubs import hello, open_hub
 
 
@@ -91,3 +92,42 @@ def test_unwatched_metrics_wait_for_the_routine_pace_but_a_log_line_goes_out_at_
     log_update = next(i for i, u in enumerate(updates) if u.get("logs"))
     assert metric_update <= log_update  # the waiting metric went out with the log line, if not before
     assert [m[4] for m in updates[metric_update]["metrics"]] == [0.5]
+
+
+
+def test_the_routine_wait_is_cancelled_even_when_the_urgent_event_is_set_in_the_same_tick():
+    """``Hub.close()`` cancels the flush loop while it waits for the routine pace, and events
+    set the urgent flag at close time. A lost cancellation leaves the loop running and
+    ``close()`` waiting for it forever: the run never says bye (``asyncio.wait_for`` on
+    Python 3.11 loses it in exactly this race, every time)."""
+    tries = 200
+
+    async def one_race() -> bool:
+        urgent = asyncio.Event()
+
+        async def flush_loop() -> None:
+            while True:
+                await wait_until_set(urgent, 0.5)
+                urgent.clear()
+                await asyncio.sleep(0.001)
+
+        loop = asyncio.get_running_loop().create_task(flush_loop())
+        await asyncio.sleep(0.002)  # it waits for the routine pace
+        urgent.set()
+        await asyncio.sleep(0)  # the wait is ending...
+        loop.cancel()  # ...as close() cancels it
+        try:
+            await asyncio.wait_for(loop, 2)
+        except asyncio.CancelledError:
+            return True
+        except asyncio.TimeoutError:
+            loop.cancel()
+        return False
+
+    async def scenario() -> int:
+        for race in range(tries):
+            if not await one_race():
+                return race  # the first lost cancellation ends the test
+        return tries
+
+    assert asyncio.run(scenario()) == tries

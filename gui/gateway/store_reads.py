@@ -20,9 +20,10 @@ from typing import Any
 from rankwatch import _protocol
 from runner.store.liveness import effective_status, is_live
 from runner.store.store import RunNotFound, RunStore
+from runner.view.rank_stats import run_statistics
 
-__all__ = ["RunNotFound", "RunRecords", "export_run", "loss_rows", "run_now", "run_records", "runs",
-           "with_liveness"]
+__all__ = ["RunNotFound", "RunRecords", "export_run", "loss_rows", "rank_results", "run_now", "run_records",
+           "runs", "with_liveness"]
 
 
 @dataclass
@@ -40,6 +41,8 @@ class RunRecords:
     log_total: int
     events: list[dict[str, Any]]
     """``{"kind", "t", "rank", **data}``, as the hub publishes them."""
+    rank_results: dict[int, dict[str, Any]]
+    """Each rank's figures over the whole run (:func:`rank_results`); empty while it runs."""
 
 
 def with_liveness(run: dict[str, Any]) -> dict[str, Any]:
@@ -69,15 +72,25 @@ def runs(store: RunStore, limit: int) -> list[dict[str, Any]]:
 
 def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
     """Everything recorded of run ``run_id`` (the last ``log_limit`` log lines)."""
+    run = store.run(run_id)
     return RunRecords(
-        run=store.run(run_id), ranks=store.ranks(run_id), nodes=store.nodes(run_id),
+        run=run, ranks=store.ranks(run_id), nodes=store.nodes(run_id),
         metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
         process_samples=store.process_samples(run_id),
         logs=[(row["rank"], row["t"], row["stream"], row["line"], row["node"])
               for row in store.logs(run_id, limit=log_limit)],
         log_total=store.count("logs", run_id),
         events=[{"kind": event["kind"], "t": event["t"], "rank": event["rank"], **(event["data"] or {})}
-                for event in store.events(run_id)])
+                for event in store.events(run_id)],
+        rank_results=rank_results(store, run_id) if run.get("ended") is not None else {})
+
+
+def rank_results(store: RunStore, run_id: int) -> dict[int, dict[str, Any]]:
+    """Each rank's figures over the whole run, by rank: ``steps``, ``median_step_time``,
+    ``data_wait_share``, ``comm_wait_share``, ``samples_per_s``... (``runner.view.rank_stats``:
+    what ``rankwatch show`` and the end of a plain run print)."""
+    stats, _logged = run_statistics(store, run_id)
+    return {entry.rank: entry.to_json() for entry in stats}
 
 
 def loss_rows(store: RunStore, run_id: int, name: str = _protocol.LOSS

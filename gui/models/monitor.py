@@ -19,6 +19,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gui.gateway.runner_rules import (
@@ -187,12 +188,45 @@ def _finished_rank(row: dict[str, Any]) -> bool:
         return False
 
 
-def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[str, Any] | None = None) -> tuple[str, ...]:
+WHOLE_RUN_COLUMNS = {
+    "Step ms": "While the rank runs: its newest step. Once the run ended: its median step over the whole run.",
+    "Data wait %": "While the rank runs: its newest step's share. Once the run ended: the share of its whole run.",
+    "Comm wait %": "While the rank runs: its newest step's share. Once the run ended: the share of its whole run.",
+}
+"""Columns whose figures change meaning at the end (their header tooltips say so)."""
+
+
+@dataclass(frozen=True)
+class RankTiming:
+    """The rank table's timing columns for one rank."""
+
+    step_time: float | None
+    data_wait_share: float | None
+    comm_wait_share: float | None
+    whole_run_steps: int | None = None
+    """Set when the figures are the whole run's (the median over this many steps)."""
+
+
+def rank_timing(row: dict[str, Any], result: dict[str, Any] | None = None) -> RankTiming:
+    """The newest step's figures while the rank runs; once it ended and the run's results were
+    read (``MonitorModel.rank_results``), its whole run's: the median step, the shares over
+    every step. A last step (a checkpoint, the final all-reduce) is no summary: seen "comm
+    wait 46 %" for a rank that waited 3 % of its run, as the plain terminal's results say."""
+    if result is not None and _finished_rank(row) and result.get("median_step_time") is not None:
+        return RankTiming(result["median_step_time"], result.get("data_wait_share"), result.get("comm_wait_share"),
+                          result.get("steps"))
+    return RankTiming(row.get("step_time"), row.get("data_wait_share"), row.get("comm_wait_share"))
+
+
+def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[str, Any] | None = None,
+               result: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order; ``summary`` is the
-    run's triage (how it says a rank ended wins over the row)."""
-    share = row.get("data_wait_share")
-    comm_share = row.get("comm_wait_share")
-    step_time = row.get("step_time")
+    run's triage (how it says a rank ended wins over the row); ``result`` the rank's whole-run
+    figures once the run ended (:func:`rank_timing`)."""
+    timing = rank_timing(row, result)
+    share = timing.data_wait_share
+    comm_share = timing.comm_wait_share
+    step_time = timing.step_time
     gpu = row.get("gpu_index")
     finished = _finished_rank(row)
     age = heartbeat_age(row, now)
@@ -214,13 +248,16 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[st
     )
 
 
-def rank_sort_keys(row: dict[str, Any], now: float, note: str = "") -> tuple[Any, ...]:
-    """Numbers where the column is numeric, so sorting by step or loss is numeric."""
-    step_time = row.get("step_time")
+def rank_sort_keys(row: dict[str, Any], now: float, note: str = "",
+                   result: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    """Numbers where the column is numeric, so sorting by step or loss is numeric; the figures
+    shown (:func:`rank_timing`)."""
+    timing = rank_timing(row, result)
+    step_time = timing.step_time
     return (
         (row.get("node_rank") or 0) * 1_000_000 + (row.get("rank") or 0), row.get("rank"), row.get("host") or "", row.get("pid"), row.get("gpu_index"), row.get("state") or "",
         row.get("step"), row.get("loss"), None if step_time is None else 1000.0 * step_time,
-        row.get("data_wait_share"), row.get("comm_wait_share"), heartbeat_age(row, now), row.get("exit_code"), note,
+        timing.data_wait_share, timing.comm_wait_share, heartbeat_age(row, now), row.get("exit_code"), note,
     )
 
 
@@ -254,6 +291,8 @@ class MonitorModel:
         self.run: dict[str, Any] | None = None
         self.spec: dict[str, Any] = {}
         self.ranks: dict[int, dict[str, Any]] = {}
+        self.rank_results: dict[int, dict[str, Any]] = {}
+        """Each rank's whole-run figures, read from the store once the run ended (``set_rank_results``)."""
         self.nodes: dict[int, dict[str, Any]] = {}
         self.logs = LogBuffer(self._log_limit)
         self.events: deque[dict[str, Any]] = deque(maxlen=self._event_limit)
@@ -546,6 +585,11 @@ class MonitorModel:
     def rank_rows(self) -> list[dict[str, Any]]:
         return [self.ranks[rank] for rank in sorted(self.ranks)]
 
+    def set_rank_results(self, results: dict[int, dict[str, Any]]) -> None:
+        """The run ended: each rank's whole-run figures (``gui.gateway.store_reads.rank_results``)."""
+        self.rank_results = results
+        self.ranks_changed.emit()
+
     def last_value(self, names: Iterable[str]) -> float | None:
         """The newest value of the first of ``names`` that any rank reported."""
         for name in names:
@@ -590,6 +634,7 @@ class MonitorModel:
         model.add_log_rows(records.logs)
         model.logs.total = max(model.logs.total, records.log_total)
         model.add_events(records.events)
+        model.rank_results = records.rank_results
         model._fill_rank_rows_from_series()
         model.history_done = True
         model.points_added.emit()

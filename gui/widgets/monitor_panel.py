@@ -371,6 +371,22 @@ class MonitorPanel(QWidget):
         self._update_summary()
         if not self.model.finished:
             self._refresh_status_from_store()
+        else:
+            self._read_rank_results()  # the runner said bye: its store is complete
+
+    def _read_rank_results(self) -> None:
+        """The run ended: each rank's whole-run figures for the rank table (its live rows hold
+        the newest step's, and a last step is no summary). A read that fails leaves those."""
+        if self.run_id is None:
+            return
+        generation, run_id = self._load_generation, self.run_id
+        store_reader().read(lambda store: store_reads.rank_results(store, run_id),
+                            lambda results: self._on_rank_results((generation, results)), owner=self)
+
+    def _on_rank_results(self, payload: tuple) -> None:
+        generation, results = payload
+        if generation == self._load_generation:
+            self.model.set_rank_results(results)
 
     def _on_connection_lost(self, reason: str) -> None:
         was_live = self._live
@@ -396,6 +412,7 @@ class MonitorPanel(QWidget):
         self.model.apply({"type": "update", "run": {k: run[k] for k in
                                                      ("status", "ended", "exit_code", "summary") if k in run}})
         self._update_summary()
+        self._read_rank_results()
         return True
 
     def _on_status_changed(self, status: str) -> None:

@@ -39,10 +39,12 @@ from gui.gateway.runner_rules import RankState
 from gui.models.monitor import (
     RANK_COLUMNS,
     STALE_HEARTBEAT_S,
+    WHOLE_RUN_COLUMNS,
     MonitorModel,
     heartbeat_age,
     rank_cells,
     rank_sort_keys,
+    rank_timing,
 )
 from gui.models.nodes import is_multi_node
 from gui.widgets.column_table_model import ColumnTableModel
@@ -55,6 +57,7 @@ HOST_COLUMN = RANK_COLUMNS.index("Host")
 STATE_COLUMN = RANK_COLUMNS.index("State")
 HEARTBEAT_COLUMN = RANK_COLUMNS.index("Heartbeat")
 DIAGNOSIS_COLUMN = RANK_COLUMNS.index("Diagnosis")
+STEP_MS_COLUMN = RANK_COLUMNS.index("Step ms")
 LEFT_ALIGNED = (HOST_COLUMN, STATE_COLUMN, DIAGNOSIS_COLUMN)
 NotesProvider = Callable[[float], dict[int, str]]
 _TINT_ALPHA = 70
@@ -102,7 +105,8 @@ class RankTableModel(ColumnTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return self._cells[index.row()][column]
         if role == SORT_ROLE:
-            value = rank_sort_keys(row, self._now, self._cells[index.row()][DIAGNOSIS_COLUMN])[column]
+            value = rank_sort_keys(row, self._now, self._cells[index.row()][DIAGNOSIS_COLUMN],
+                                   self._result(row))[column]
             return float("-inf") if value is None else value
         if role == NODE_ROLE:
             return row.get("node_rank") or 0
@@ -128,9 +132,21 @@ class RankTableModel(ColumnTableModel):
                 return "No progress for longer than the stall timeout"
             if column == DIAGNOSIS_COLUMN and self._cells[index.row()][column]:
                 return self._cells[index.row()][column]
+            if column == STEP_MS_COLUMN:
+                steps = rank_timing(row, self._result(row)).whole_run_steps
+                if steps is not None:
+                    return f"Median over the run's {steps} steps"
             if row.get("dropped"):
                 return f"{row['dropped']} telemetry records dropped by this rank"
         return None
+
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
+        if role == Qt.ItemDataRole.ToolTipRole and orientation == Qt.Orientation.Horizontal:
+            return WHOLE_RUN_COLUMNS.get(self.columns[section])
+        return super().headerData(section, orientation, role)
+
+    def _result(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        return self.model.rank_results.get(int(row["rank"])) if row.get("rank") is not None else None
 
     def refresh(self, now: float | None = None) -> None:
         """Take the model's current rows (a reset only when the set of ranks changed)."""
@@ -138,7 +154,8 @@ class RankTableModel(ColumnTableModel):
         rows = self.model.rank_rows()
         self._notes = self.notes_provider(self._now) if self.notes_provider is not None else {}
         summary = (self.model.run or {}).get("summary")
-        cells = [rank_cells(row, self._now, self._notes.get(int(row["rank"]), ""), summary) for row in rows]
+        cells = [rank_cells(row, self._now, self._notes.get(int(row["rank"]), ""), summary, self._result(row))
+                 for row in rows]
         same_ranks = [r.get("rank") for r in rows] == [r.get("rank") for r in self.rows]
         if same_ranks:
             self.rows, self._cells = rows, cells

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from live_run import LiveRun
 from PySide6.QtCore import Qt
 
 from gui.models import monitor
-from gui.models.monitor import LogBuffer, LogEntry, MonitorModel
+from gui.models.monitor import RANK_COLUMNS, LogBuffer, LogEntry, MonitorModel
 from gui.widgets.log_view import LogView
 from gui.widgets.monitor_panel import DETACHED, DISCONNECTED, MonitorPanel
 from gui.widgets.rank_table import state_tint
@@ -212,9 +213,46 @@ def test_a_finished_run_opens_from_the_store(qtbot, panel, live_run):
     qtbot.waitUntil(lambda: panel.rank_table.table_model.rowCount() == 8, timeout=2000)
     qtbot.waitUntil(lambda: panel.rank_table.cell_text(4, "State") == "exited", timeout=2000)
     assert panel.rank_table.cell_text(4, "Loss") != ""
+    assert panel.rank_table.cell_text(4, "Step ms") == _whole_run_texts(runner, 4)[0]  # the whole run's median
     qtbot.waitUntil(lambda: "[localhost r0] epoch 0 step 20 loss:" in panel.log_view.shown_text(), timeout=2000)
     assert not panel.stop_button.isEnabled()
     qtbot.waitUntil(lambda: "run_finished" in panel.events_view.toPlainText(), timeout=2000)
+
+
+def _whole_run_texts(runner: LiveRun, rank: int) -> tuple[str, str, str]:
+    """What the rank table should show for ``rank`` once the run ended, from what it sent:
+    its median step (ms) and the share of its whole run it waited for data; and the newest
+    step's time, what it showed while the run went on."""
+    step_times = runner.sent(rank, _protocol.STEP_TIME)
+    data_waits = runner.sent(rank, _protocol.DATA_WAIT)
+    return (f"{1000 * statistics.median(step_times):.1f}", f"{100 * sum(data_waits) / sum(step_times):.0f}",
+            f"{1000 * step_times[-1]:.1f}")
+
+
+def test_once_the_run_ends_the_rank_table_shows_each_ranks_whole_run_not_its_last_step(qtbot, panel, live_run):
+    """A last step (a checkpoint, the final all-reduce) is no summary: while a rank runs, its
+    row shows its newest step; once the runner said bye, its median step and its whole run's
+    wait shares, read from the store as `rankwatch show` does (the header says which)."""
+    runner = live_run(ranks=4, rate_hz=50)
+    panel.attach(runner.run_id)
+    table = panel.rank_table
+    qtbot.waitUntil(lambda: table.table_model.rowCount() == 4 and int(table.cell_text(3, "Step") or 0) >= 10,
+                    timeout=10_000)
+    runner.finish()
+    qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=20_000)
+    expected = {rank: _whole_run_texts(runner, rank) for rank in range(4)}
+    qtbot.waitUntil(lambda: all(table.cell_text(rank, "Step ms") == expected[rank][0] for rank in range(4)),
+                    timeout=5000)
+    assert {rank: table.cell_text(rank, "Data wait %") for rank in range(4)} == {
+        rank: expected[rank][1] for rank in range(4)}
+    assert any(expected[rank][0] != expected[rank][2] for rank in range(4))  # the newest step differs
+    step_ms = RANK_COLUMNS.index("Step ms")
+    assert "median step over the whole run" in table.table_model.headerData(
+        step_ms, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
+    row = next(row for row in range(4) if table.table_model.rank_at(row) == 1)
+    steps = len(runner.sent(1, _protocol.STEP_TIME))
+    assert table.table_model.data(table.table_model.index(row, step_ms), Qt.ItemDataRole.ToolTipRole) == (
+        f"Median over the run's {steps} steps")
 
 
 def test_a_runner_that_vanishes_without_bye_is_reported(qtbot, panel, live_run):
@@ -278,6 +316,19 @@ def test_model_pairs_step_time_and_data_wait_into_a_share():
     share = model.series(monitor.DATA_WAIT_SHARE)[0]
     assert list(share.values.values) == [0.25]
     assert list(share.steps.values) == [5.0]
+
+
+def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_results_read():
+    newest = {"rank": 0, "step_time": 0.0215, "data_wait_share": 0.01, "comm_wait_share": 0.46}
+    result = {"steps": 96, "median_step_time": 0.0159, "data_wait_share": 0.02, "comm_wait_share": 0.03}
+    running, ended = {**newest, "state": "running"}, {**newest, "state": "exited"}
+    assert monitor.rank_timing(running, result) == monitor.RankTiming(0.0215, 0.01, 0.46)  # results of a past incarnation
+    assert monitor.rank_timing(ended) == monitor.RankTiming(0.0215, 0.01, 0.46)  # not read yet
+    assert monitor.rank_timing(ended, result) == monitor.RankTiming(0.0159, 0.02, 0.03, whole_run_steps=96)
+    assert monitor.rank_timing(ended, {"steps": 3, "median_step_time": None}) == monitor.RankTiming(
+        0.0215, 0.01, 0.46)  # no step time stored: nothing to summarise
+    cells = dict(zip(RANK_COLUMNS, monitor.rank_cells(ended, 0.0, result=result), strict=True))
+    assert (cells["Step ms"], cells["Data wait %"], cells["Comm wait %"]) == ("15.9", "2", "3")
 
 
 def test_model_prefers_measured_loss_over_parsed_lines():

@@ -131,6 +131,7 @@ class RunView(Protocol):
     def handle(self, message: dict[str, Any]) -> None:
         """One hub message (snapshot, update, bye)."""
 
+
 class Run(HubObserver):
     """One run. It orchestrates: the hub takes the telemetry, ``TriageEvidence`` collects what
     failure triage needs, the monitors watch for hangs and stragglers; the run starts and stops

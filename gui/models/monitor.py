@@ -188,10 +188,11 @@ def _finished_rank(row: dict[str, Any]) -> bool:
         return False
 
 
+_WHOLE_RUN_SHARE = "While the rank runs: its newest step's share. Once the run ended: the share of its whole run."
 WHOLE_RUN_COLUMNS = {
     "Step ms": "While the rank runs: its newest step. Once the run ended: its median step over the whole run.",
-    "Data wait %": "While the rank runs: its newest step's share. Once the run ended: the share of its whole run.",
-    "Comm wait %": "While the rank runs: its newest step's share. Once the run ended: the share of its whole run.",
+    "Data wait %": _WHOLE_RUN_SHARE,
+    "Comm wait %": _WHOLE_RUN_SHARE,
 }
 """Columns whose figures change meaning at the end (their header tooltips say so)."""
 

@@ -44,6 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rankwatch import _protocol as protocol
+from runner.hub.freshness import WATCHED
 from runner.hub.ingest import Ingest
 from runner.hub.lines import OVERSIZED, STREAM_LIMIT, ClientConduct, read_bounded_line
 from runner.hub.observer import Observers
@@ -134,7 +135,7 @@ class ConnectionServer:
         self.refusals = refusals
         self.connections: set[Connection] = set()
         self.worker_connections = 0
-        self.worker_latency = 0.04
+        self.worker_latency = WATCHED.worker_latency
         """What a worker is told at its hello (``pace``); the hub keeps it to its freshness."""
         self._waiting: dict[bool, OrderedDict[Connection, None]] = {False: OrderedDict(), True: OrderedDict()}
         """Connections without a role yet, oldest first (Unix: False, TCP: True)."""

@@ -94,7 +94,7 @@ Hub -> subscriber
 Hub -> worker (on the worker's own connection; read by its reporter once a second)
   pace        [Pace] flush_latency   (seconds a record may wait in the worker before it is
               sent: short while someone watches the run live, longer while nobody does;
-              runner.hub.pace. Sent after the hello and whenever it changes)
+              runner.hub.freshness. Sent after the hello and whenever it changes)
 
 Records (the same order on the wire, in the hub's pending batch, in the store's reads
 and in the GUI; one definition each):

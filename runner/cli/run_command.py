@@ -99,6 +99,9 @@ def run_main(args: argparse.Namespace) -> int:
         view.start()
     try:
         exit_code = asyncio.run(run.execute())
+        if view and view.shows_results and run.run_id is not None:
+            with RunStore(readonly=True) as store:  # before stop: the live table's last frame shows them
+                view.show_results(run_statistics(store, run.run_id)[0])
     finally:
         if view:
             view.stop()
@@ -106,8 +109,6 @@ def run_main(args: argparse.Namespace) -> int:
         return exit_code
     with RunStore(readonly=True) as store:
         final = store.run(run.run_id)
-        if view and view.prints_results:
-            view.print_results(run_statistics(store, run.run_id)[0])
     render_summary(final, sys.stderr)
     return _process_exit_code(run, final)
 

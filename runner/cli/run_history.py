@@ -292,19 +292,21 @@ def attach_main(args: argparse.Namespace) -> int:
     view.start()
     detached = False
     try:
-        detached = asyncio.run(_follow(run["socket"], view))
-    except KeyboardInterrupt:
-        detached = True  # Ctrl-C before the signals were ours; detaching leaves the run going
-    except (ConnectionError, FileNotFoundError) as error:
-        view.stop()
-        return fail(f"cannot reach the runner of run {run['id']} ({error}); is it still running?", code=EXIT_FAILED)
+        try:
+            detached = asyncio.run(_follow(run["socket"], view))
+        except KeyboardInterrupt:
+            detached = True  # Ctrl-C before the signals were ours; detaching leaves the run going
+        except (ConnectionError, FileNotFoundError) as error:
+            view.stop()
+            return fail(f"cannot reach the runner of run {run['id']} ({error}); is it still running?",
+                        code=EXIT_FAILED)
+        with _open_store() as store:
+            final = store.run(run["id"])
+            ended = bool(final.get("ended"))
+            if ended and view.shows_results:  # before stop: the live table's last frame shows them
+                view.show_results(run_statistics(store, run["id"])[0])
     finally:
         view.stop()
-    with _open_store() as store:
-        final = store.run(run["id"])
-        ended = bool(final.get("ended"))
-        if ended and view.prints_results:
-            view.print_results(run_statistics(store, run["id"])[0])
     if ended:
         render_summary(final, sys.stderr)
         return int(final.get("exit_code") or 0)

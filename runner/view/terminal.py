@@ -49,6 +49,8 @@ LOGGED_COLUMN_MIN_WIDTH = 12
 DEFAULT_WIDTH = 120
 PROGRESS_SAMPLES_PER_BATCH = 64
 REFRESH_PER_SECOND = 4
+WHOLE_RUN_CAPTION = ("whole run: median step time; data wait, comm wait and samples/s over every step; "
+                     "loss and the last columns as last seen")
 """The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
 
 
@@ -146,6 +148,8 @@ class TerminalView:
         self._console: Console | None = None
         self._lock = threading.Lock()
         self._outbox: list[tuple[str, str, str, str | None]] = []
+        self._results: dict[int, RankStats] | None = None
+        """Each rank's whole-run figures once the run ended (``show_results``), for the last frame."""
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -198,7 +202,7 @@ class TerminalView:
             if self.stopping_since is not None:
                 self._say_stopped(self.stopping_since)
             if self._live is None and self.status_every:
-                self._print_final_header()  # plain mode: the run's last state, once (ranks: print_results)
+                self._print_final_header()  # plain mode: the run's last state, once (ranks: show_results)
         if (self._live is None and self.status_every and not self.ended
                 and time.monotonic() - self._last_status >= self.status_every):
             self._last_status = time.monotonic()
@@ -273,20 +277,25 @@ class TerminalView:
         return self.live_mode
 
     @property
-    def prints_results(self) -> bool:
-        """Whether ``print_results`` prints (plain mode with status lines): callers ask first,
-        so that a view that would print nothing costs no reading of the store."""
-        return not self.live_mode and bool(self.status_every)
+    def shows_results(self) -> bool:
+        """Whether ``show_results`` shows anything (the live table, or plain mode with status
+        lines): callers ask first, so that a view that would show nothing costs no store read."""
+        return self.live_mode or bool(self.status_every)
 
-    def print_results(self, stats: list[RankStats]) -> None:
-        """Plain mode, once the run ended: each rank's result over the whole run, from the store.
+    def show_results(self, stats: list[RankStats]) -> None:
+        """Once the run ended: each rank's result over the whole run, from the store.
 
         Not the live rows: those hold the newest step's figures, and a last step (a checkpoint,
         the final all-reduce) is no summary (seen: "comm wait 46%" for a rank that waited 3 %
-        of the run, "21.5 ms/step" where the median was 15.9 ms). The script's logged keys
-        keep their newest values, as in the live lines.
+        of the run, "21.5 ms/step" where the median was 15.9 ms). The live table's last frame
+        (drawn by ``stop``) shows them in its columns, under a caption that says so; plain mode
+        prints a line per rank. The script's logged keys keep their newest values, as live.
         """
-        if not self.prints_results:
+        if not self.shows_results:
+            return
+        if self.live_mode:
+            with self._lock:
+                self._results = {entry.rank: entry for entry in stats}
             return
         with self._lock:
             for entry in stats:
@@ -306,7 +315,7 @@ class TerminalView:
         self._flush_lines()
 
     def _print_final_header(self) -> None:
-        """The run's header once it ended; each rank's result comes from the store (``print_results``)."""
+        """The run's header once it ended; each rank's result comes from the store (``show_results``)."""
         if any(row.get("step") is not None for row in self.ranks.values()):
             self._print_line("[rankwatch]", self.header(), "stdout")
 
@@ -419,11 +428,15 @@ class TerminalView:
         from rich.text import Text
 
         logged_names = self.logged.names()
+        figures = {rank: self._figures(rank, row) for rank, row in self.ranks.items()}
+        captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []),
+                    *([f"logged: {', '.join(logged_names)} (too narrow to show values)"] if caption else [])]
         table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), caption_justify="left",
-                      caption=f"logged: {', '.join(logged_names)} (too narrow to show values)" if caption else None)
+                      caption="\n".join(captions) or None)
         # time in collectives: a column once a rank measured it (a job with a process group)
-        show_comm = any(row.get("comm_wait_share") is not None for row in self.ranks.values())
-        columns = ["rank", *(["host"] if self.multi_node else []), "state", "step", "loss", "ms/step",
+        show_comm = any(row.get("comm_wait_share") is not None for row in figures.values())
+        columns = ["rank", *(["host"] if self.multi_node else []), "state", "step", "loss",
+                   "median ms/step" if self._results is not None else "ms/step",
                    "data wait", *(["comm wait"] if show_comm else []), "samples/s"]
         columns += ["CPU %", "RSS"] if self.cpu_mode else ["GPU", "GPU %", "GPU mem"]
         columns += ["seen"]
@@ -440,14 +453,15 @@ class TerminalView:
         now = time.time()
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
+            shown = figures[rank]
             age = now - row["last_seen"] if row.get("last_seen") else None
             state = str(row.get("state"))
             cells = [str(rank), *([row.get("host") or MISSING] if self.multi_node else []),
                      Text(state, style=STATE_STYLE.get(state, "")),
-                     MISSING if row.get("step") is None else str(row["step"]), format_number(row.get("loss")),
-                     format_amount(row.get("step_time"), 1000), format_percent(row.get("data_wait_share")),
-                     *([format_percent(row.get("comm_wait_share"))] if show_comm else []),
-                     format_amount(row.get("samples_per_s"))]
+                     MISSING if row.get("step") is None else str(row["step"]), format_number(shown.get("loss")),
+                     format_amount(shown.get("step_time"), 1000), format_percent(shown.get("data_wait_share")),
+                     *([format_percent(shown.get("comm_wait_share"))] if show_comm else []),
+                     format_amount(shown.get("samples_per_s"))]
             if self.cpu_mode:
                 cells += [format_fixed(row.get("cpu_percent"), "{:.0f}"), format_bytes(row.get("rss_bytes"))]
             else:
@@ -464,6 +478,17 @@ class TerminalView:
                                        for name in logged_names))
             table.add_row(*cells)
         return table
+
+
+    def _figures(self, rank: int, row: dict[str, Any]) -> dict[str, Any]:
+        """The loss, step time and shares shown for ``rank``: the live row's newest step while the
+        run goes, its whole-run figures from the store once ``show_results`` gave them."""
+        result = self._results.get(rank) if self._results is not None else None
+        if result is None:
+            return row
+        return {"loss": result.last_loss if result.last_loss is not None else row.get("loss"),
+                "step_time": result.median_step_time, "data_wait_share": result.data_wait_share,
+                "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s}
 
 
 def render_summary(run: dict[str, Any], out: TextIO) -> None:

@@ -2,7 +2,7 @@
 
 Run on demand (not part of the test suite; about a minute)::
 
-    .venv/bin/python tests/bench/bench_worker_hooks.py [--rounds 5] [--steps 20000]
+    .venv/bin/python tests/bench/bench_worker_hooks.py [--rounds 5] [--steps 20000] [--ddp]
 
 A 5 ms DDP step on a shared 2-core machine varies by more than the 1% budget
 from run to run (see ``bench_worker_overhead.py``), so this benchmark shrinks the
@@ -39,6 +39,12 @@ torch.set_num_threads(1)
 torch.manual_seed(0)
 warmup, steps = 500, int(sys.argv[1])
 model = torch.nn.Linear(16, 1)
+if sys.argv[2] == "ddp":  # a process group of one: the comm/compute timing runs too
+    import tempfile
+    import torch.distributed as dist
+    store = tempfile.mktemp(prefix="rwbench-store-")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    model = torch.nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 loader = DataLoader(TensorDataset(torch.randn(65536, 16), torch.randn(65536, 1)), batch_size=8)
 durations = []
@@ -61,7 +67,7 @@ print(statistics.median(durations))
 """
 
 
-def _run(instrument: str, script: str, steps: int, socket_path: str) -> float:
+def _run(instrument: str, script: str, steps: int, socket_path: str, ddp: bool) -> float:
     environment = {
         key: value for key, value in os.environ.items() if not key.startswith("RANKWATCH_")
     }
@@ -75,7 +81,7 @@ def _run(instrument: str, script: str, steps: int, socket_path: str) -> float:
         RANKWATCH_INSTRUMENT=instrument,
     )
     completed = subprocess.run(
-        [sys.executable, "-m", "rankwatch._bootstrap", script, str(steps)],
+        [sys.executable, "-m", "rankwatch._bootstrap", script, str(steps), "ddp" if ddp else "plain"],
         env=environment,
         capture_output=True,
         text=True,
@@ -90,6 +96,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20000)
+    parser.add_argument("--ddp", action="store_true",
+                        help="wrap the model in DDP over a gloo group of one, so that the per-backward "
+                             "comm/compute timing runs as in a real DDP job")
     options = parser.parse_args()
 
     folder = tempfile.mkdtemp(prefix="rwbench-", dir="/tmp")
@@ -104,7 +113,7 @@ def main() -> int:
     try:
         for round_number in range(options.rounds):
             for instrument in ("0", "1"):
-                seconds = _run(instrument, script, options.steps, socket_path)
+                seconds = _run(instrument, script, options.steps, socket_path, options.ddp)
                 medians[instrument].append(seconds)
                 print(
                     f"round {round_number + 1} instrument={instrument} {seconds * 1e6:.1f} us",
@@ -118,7 +127,8 @@ def main() -> int:
     on = statistics.median(medians["1"])
     cost = on - off
     print()
-    print(f"{options.rounds} rounds x {options.steps} steps, 1 process, {os.cpu_count()} cores")
+    model = "DDP (gloo, world size 1)" if options.ddp else "no process group"
+    print(f"{options.rounds} rounds x {options.steps} steps, 1 process, {model}, {os.cpu_count()} cores")
     print("| instrument | median step us | runs (us) |")
     print("|---|---|---|")
     for instrument, value in (("0", off), ("1", on)):

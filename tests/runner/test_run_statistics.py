@@ -139,7 +139,7 @@ def test_the_end_of_a_plain_run_prints_each_ranks_result_over_the_run_not_its_la
                                           "started": 99.0, "ended": 110.0}})
     view.handle({"type": "bye"})
     with RunStore(readonly=True) as store:
-        view.print_results(run_statistics(store, stored_run)[0])
+        view.show_results(run_statistics(store, stored_run)[0])
     lines = out.getvalue().splitlines()
     assert lines[0].startswith(f"[rankwatch] run {stored_run} · stats · succeeded")
     first = next(line for line in lines if line.startswith("[rankwatch] rank 0 "))
@@ -150,3 +150,40 @@ def test_the_end_of_a_plain_run_prints_each_ranks_result_over_the_run_not_its_la
     assert second.startswith("[rankwatch] rank 1 failed: last step 7, last loss 2.000e-09")
     assert "median step" not in second  # nothing measured: nothing claimed
     assert not any(line.startswith("[rankwatch] rank 2 ") for line in lines)  # never reported
+
+
+def test_the_live_tables_last_frame_shows_each_ranks_result_over_the_run_not_its_last_step(stored_run):
+    """The live table (a terminal) ends on the same whole-run figures the plain lines print,
+    under a caption that says so; before the run's results come, it shows the newest step."""
+    import io
+
+    from rich.console import Console
+
+    from runner.view.terminal import WHOLE_RUN_CAPTION, TerminalView
+
+    view = TerminalView(live=True, out=io.StringIO(), err=io.StringIO())
+    view.handle({"type": "snapshot", "run": {"id": stored_run, "profile": "stats", "status": "running",
+                                            "started": 99.0},
+                 "ranks": [{"rank": 0, "state": "running", "step": 4, "loss": 0.2, "step_time": 0.0215,
+                            "comm_wait_share": 0.46, "data_wait_share": 0.02, "samples_per_s": 1491.0}],
+                 "nodes": [], "spec": {"args": []}})
+
+    def frame() -> str:
+        screen = Console(file=io.StringIO(), width=200, color_system=None)
+        screen.print(view._render())
+        return screen.file.getvalue()
+
+    live = frame()
+    assert "46%" in live and "21.5" in live and WHOLE_RUN_CAPTION not in live
+    view.handle({"type": "update", "run": {"id": stored_run, "profile": "stats", "status": "succeeded",
+                                          "started": 99.0, "ended": 110.0}})
+    view.handle({"type": "bye"})
+    assert view.shows_results
+    with RunStore(readonly=True) as store:
+        view.show_results(run_statistics(store, stored_run)[0])
+    last = frame()
+    row = next(line for line in last.splitlines() if line.strip().startswith("0 "))
+    share = round(100 * sum(COMM_WAITS) / sum(STEP_TIMES))
+    assert "median ms/step" in last and WHOLE_RUN_CAPTION in " ".join(last.split())
+    assert " 115 " in f" {row} " or "115.0" in row, row
+    assert f"{share}%" in row and "46%" not in row and "21.5" not in row

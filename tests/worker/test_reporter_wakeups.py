@@ -13,7 +13,7 @@ from worker_harness import FakeHub
 
 from rankwatch import _protocol as protocol
 from rankwatch._buffer import KIND_LOG, WAKE_THRESHOLD, RecordBuffer
-from rankwatch._reporter import FLUSH_LATENCY, HEARTBEAT_EVERY, MAX_FLUSH_LATENCY, Reporter
+from rankwatch._reporter import FLUSH_LATENCY, HEARTBEAT_EVERY, MAX_FLUSH_LATENCY, MAX_RECEIVED, Reporter
 
 
 def _sleeps(thread_id: int) -> int:
@@ -161,3 +161,19 @@ def test_the_reporter_sends_at_the_pace_the_hub_asks_for_and_ignores_what_it_can
     assert [item[1] for item in hub.metric_items()] == list(range(count))  # nothing lost, in order
     assert batches <= seconds / 0.25 + 3  # at 40 ms it would be ~40 batches
     assert reporter.connections == 2  # the unreadable lines did not break the connection
+
+
+def test_a_line_from_the_hub_that_never_ends_is_not_held_and_the_next_pace_is_still_read():
+    with FakeHub() as hub:
+        reporter, _ = _connected_reporter(hub, RecordBuffer(100))
+        try:
+            for _ in range(4):  # 4 x 48 KiB without a newline, one piece per heartbeat's read
+                hub.say(b"x" * 49152)
+                heartbeats = len(hub.messages("heartbeat"))
+                hub.wait_for(lambda: len(hub.messages("heartbeat")) > heartbeats, timeout=3 * HEARTBEAT_EVERY)
+            assert len(reporter._received) <= MAX_RECEIVED
+            hub.say(b"\n" + protocol.Pace(0.5).encode())
+            hub.wait_for(lambda: reporter.flush_latency == 0.5, timeout=3 * HEARTBEAT_EVERY)
+            assert reporter.connections == 1  # the long line did not cost the connection
+        finally:
+            assert reporter.close(2.0)

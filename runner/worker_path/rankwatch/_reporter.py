@@ -69,6 +69,9 @@ MAX_DEFERRED = 10000
 """Records waiting for device copies beyond this are dropped (a stuck device)."""
 MAX_CONTROL = 1000
 """Control messages held while disconnected (thread exceptions, hashes, ...)."""
+MAX_RECEIVED = 65536
+"""Bytes kept of an unfinished line from the hub (a ``pace`` line is ~60): more is not
+a message this worker reads, and is dropped rather than held for the whole run."""
 
 
 class _NotReady(Exception):
@@ -355,6 +358,8 @@ class Reporter:
         if not data:
             return True
         *lines, self._received = (self._received + data).split(b"\n")
+        if len(self._received) > MAX_RECEIVED:
+            self._received = b""
         for line in lines:
             try:
                 message = protocol.decode_message(line, frozenset({protocol.Pace.TYPE}))

@@ -13,7 +13,13 @@ from worker_harness import FakeHub
 
 from rankwatch import _protocol as protocol
 from rankwatch._buffer import KIND_LOG, WAKE_THRESHOLD, RecordBuffer
-from rankwatch._reporter import FLUSH_LATENCY, HEARTBEAT_EVERY, MAX_FLUSH_LATENCY, MAX_RECEIVED, Reporter
+from rankwatch._reporter import (
+    FLUSH_LATENCY,
+    HEARTBEAT_EVERY,
+    MAX_FLUSH_LATENCY,
+    MAX_RECEIVED,
+    Reporter,
+)
 
 
 def _sleeps(thread_id: int) -> int:
@@ -170,7 +176,8 @@ def test_a_line_from_the_hub_that_never_ends_is_not_held_and_the_next_pace_is_st
             for _ in range(4):  # 4 x 48 KiB without a newline, one piece per heartbeat's read
                 hub.say(b"x" * 49152)
                 heartbeats = len(hub.messages("heartbeat"))
-                hub.wait_for(lambda: len(hub.messages("heartbeat")) > heartbeats, timeout=3 * HEARTBEAT_EVERY)
+                hub.wait_for(lambda seen=heartbeats: len(hub.messages("heartbeat")) > seen,
+                             timeout=3 * HEARTBEAT_EVERY)
             assert len(reporter._received) <= MAX_RECEIVED
             hub.say(b"\n" + protocol.Pace(0.5).encode())
             hub.wait_for(lambda: reporter.flush_latency == 0.5, timeout=3 * HEARTBEAT_EVERY)

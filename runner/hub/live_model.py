@@ -86,12 +86,11 @@ class LiveModel:
                 row.loss, row.loss_source = value, source
         elif name == protocol.STEP_TIME and value is not None:
             row.step_time = value
+            row.steps_per_s = 1.0 / value if value > 0 else None  # not sent: derived here
             row.recent_step_times.append(value)
             del row.recent_step_times[:-RECENT_STEPS]
         elif name == protocol.SAMPLES_PER_SECOND:
             row.samples_per_s = value
-        elif name == protocol.STEPS_PER_SECOND:
-            row.steps_per_s = value
         if name == protocol.STEP_TIME or name == protocol.DATA_WAIT:
             paired = row.pairs.add(step, t, name, value)
             if paired is not None:

@@ -161,4 +161,5 @@ def test_without_a_data_loader_no_data_wait_reaches_the_hub_and_its_live_row_sta
     assert protocol.DATA_WAIT not in names and protocol.SAMPLES_PER_SECOND not in names
     row = model.row(0)
     assert row.step == 4 and row.step_time is not None
+    assert row.steps_per_s == 1.0 / row.step_time  # derived from the step time, never sent
     assert row.data_wait_share is None  # shown as "–", not 0 %

@@ -20,8 +20,9 @@ What is measured, per rank, and where:
 * ``data_wait`` and samples: time in DataLoader iterators' ``__next__`` during
   the step and the batches' sizes, counting only iterators whose batches feed a
   backward (``_data_wait``); None ("not measured") when no such batch came.
-* ``step_time``, ``steps_per_s``, and ``samples_per_s`` when a batch shows its
-  size (first dimension of the first tensor in the batch).
+* ``step_time``, and ``samples_per_s`` when a batch shows its size (first
+  dimension of the first tensor in the batch). Steps per second is
+  ``1 / step_time``: the hub derives it, nothing sends it.
 * ``comm_wait``: time in collectives (DDP's gradient all-reduce at the end of
   a backward, synchronous ``torch.distributed`` calls), ``_comm_timing``; the
   reporter derives ``compute_time`` from it. None when no process group exists.

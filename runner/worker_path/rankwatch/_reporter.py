@@ -440,12 +440,10 @@ def _step_items(t: float, step: int, loss, step_time, data_wait, samples, comm_w
     items = []
     if loss is not None:
         items.append([t, step, protocol.LOSS, loss, auto])
-    if step_time is not None:
+    if step_time is not None:  # steps per second is 1 / step_time: not sent (issue 17), readers derive it
         items.append([t, step, protocol.STEP_TIME, step_time, auto])
-        if step_time > 0:
-            items.append([t, step, protocol.STEPS_PER_SECOND, 1.0 / step_time, auto])
-            if samples:
-                items.append([t, step, protocol.SAMPLES_PER_SECOND, samples / step_time, auto])
+        if step_time > 0 and samples:
+            items.append([t, step, protocol.SAMPLES_PER_SECOND, samples / step_time, auto])
     if data_wait is not None:  # None: no training DataLoader batch in the step ("not measured")
         items.append([t, step, protocol.DATA_WAIT, data_wait, auto])
     if cpu_wait is not None:

@@ -21,6 +21,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runner.diagnosis.stack_dumps import Frame
+from runner.diagnosis.stack_places import is_user_code
+
 
 @dataclass(frozen=True)
 class Hint:
@@ -217,10 +220,46 @@ def cuda_unavailable(evidence: Evidence) -> Hint | None:
                     "install a CUDA build of torch in the chosen interpreter, or run in CPU mode "
                     "(--gpus cpu --backend gloo)")
     nccl = " with the nccl backend" if "NCCL" in found or evidence.backend == "nccl" else ""
+    if evidence.cpu_mode:  # Rankwatch already runs the ranks without GPUs: the script asks for CUDA itself
+        place = script_place(evidence.cause_text(), NO_DRIVER)
+        at = f" ({place})" if place else ""
+        if nccl:
+            return Hint("cuda_unavailable", f"this run is in CPU mode (no GPU for the ranks), but the script asks "
+                        f"for the nccl backend itself{at}",
+                        "let the script pick the backend Rankwatch exports: "
+                        "dist.init_process_group(os.environ.get('RANKWATCH_BACKEND', 'gloo')); or pick GPUs "
+                        "(--gpus all) on a machine that has them (`rankwatch doctor` shows what this one has)")
+        return Hint("cuda_unavailable", f"this run is in CPU mode (no GPU for the ranks), but the script asks "
+                    f"for a CUDA device itself{at}",
+                    "pick GPUs (--gpus all) on a machine that has them (`rankwatch doctor` shows what this one "
+                    "has), or have the script choose its device from what there is: "
+                    "device = 'cuda' if torch.cuda.is_available() else 'cpu'")
     return Hint("cuda_unavailable", f"CUDA is not available here (no NVIDIA GPU or driver){nccl}",
                 "run in CPU mode with gloo (--gpus cpu --backend gloo) and let the script pick the backend "
                 "Rankwatch exports: dist.init_process_group(os.environ.get('RANKWATCH_BACKEND', 'gloo')); "
                 "or run on a machine with an NVIDIA GPU and driver (`rankwatch doctor` shows what this one has)")
+
+
+TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
+
+
+def script_place(text: str, error: re.Pattern[str]) -> str | None:
+    """``train.py:89: torch.cuda.set_device(device)``: the innermost frame of the user's own code
+    in the first traceback of ``text`` that ends in ``error``; None when there is none."""
+    place = None
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        found = TRACEBACK_FRAME.match(line)
+        if found is None:
+            if place is not None and error.search(line):
+                return place
+            continue
+        frame = Frame(found["file"], int(found["line"]), found["function"].strip())
+        if is_user_code(frame):
+            following = lines[index + 1] if index + 1 < len(lines) else ""
+            code = "" if TRACEBACK_FRAME.match(following) else following.strip()
+            place = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}" + (f": {code}" if code else "")
+    return place
 
 
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")

@@ -158,13 +158,13 @@ def check_self_spawn(launch: ResolvedLaunch) -> list[SpecError]:
     errors = []
     if spec.nproc_per_node != AUTO:
         errors.append(SpecError("nproc_per_node", f"{why}: its spawn call decides how many; leave nproc_per_node "
-                                                  "auto, or choose launch_mode \"torchrun\""))
+                                                  "auto, or choose launch_mode \"torchrun\" (--launch-mode torchrun)"))
     if spec.max_restarts:
         errors.append(SpecError("max_restarts", f"{why}: torchrun's restarts do not apply; set max_restarts = 0, "
-                                                "or choose launch_mode \"torchrun\""))
+                                                "or choose launch_mode \"torchrun\" (--launch-mode torchrun)"))
     if spec.legacy_local_rank:
         errors.append(SpecError("legacy_local_rank", f"{why}: nothing passes --local_rank; turn the legacy option "
-                                                     "off, or choose launch_mode \"torchrun\""))
+                                                     "off, or choose launch_mode \"torchrun\" (--launch-mode torchrun)"))
     return errors
 
 

@@ -11,10 +11,18 @@ script (``DataParallel`` over several GPUs) is the one-process case of that mode
 ``start_processes`` means ``self-spawn``, anything else ``torchrun``. A module (``-m``) or
 an unreadable script is not guessed at: ``torchrun``. The choice and its reason are said
 in the run's first event (``EventKind.LAUNCH_MODE``) and in the command preview.
+
+Scripts that support both ways (PyTorch's ImageNet example and the many trainers copied
+from it: ``if args.multiprocessing_distributed: mp.spawn(...) else: main_worker(...)``)
+spawn only under a condition. When the condition is a flag of the script's own
+(``args.NAME``, where the script declares an ``--NAME`` / ``--NA-ME`` option), the script's
+arguments say whether the spawn runs: without the flag the script is torchrun's. Any other condition is read as
+the user's launch settings say: an explicit ``nproc_per_node`` asks for torchrun.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,11 +69,34 @@ def choose_launch_mode(spec: LaunchSpec, script: str | None) -> LaunchModeChoice
     found = spawn_call(script)
     if found is None:
         return LaunchModeChoice(TORCHRUN, "the script does not call torch.multiprocessing.spawn", "auto")
-    return LaunchModeChoice(SELF_SPAWN, f"the script starts its own ranks: {found}", "auto")
+    call, condition = found
+    if condition is not None:
+        flag = condition.flag
+        if flag is not None:
+            if not _gives_flag(spec.args, flag):
+                return LaunchModeChoice(TORCHRUN, f"the script's {call} runs only with {flag[0]}, which its "
+                                                  "arguments do not give", "auto")
+            return LaunchModeChoice(SELF_SPAWN, f"the script starts its own ranks: {call}, with {flag[0]}", "auto")
+        if spec.nproc_per_node != AUTO:
+            return LaunchModeChoice(TORCHRUN, f"nproc_per_node is given, and the script's {call} runs only if "
+                                              f"{condition.test}", "auto")
+    return LaunchModeChoice(SELF_SPAWN, f"the script starts its own ranks: {call}", "auto")
 
 
-def spawn_call(script: str) -> str | None:
-    """``"line N: mp.spawn(...)"`` for the script's first call of torch's spawn, or ``None``."""
+@dataclass(frozen=True)
+class SpawnCondition:
+    """The ``if`` a spawn call sits under (other than ``if __name__ == "__main__"``)."""
+
+    test: str
+    """The condition as written: ``args.multiprocessing_distributed``."""
+    flag: tuple[str, ...] | None
+    """The options that set it when it is a flag of the script's (``args.NAME``, the call in its
+    ``if`` branch): ``("--multiprocessing-distributed", "--multiprocessing_distributed")``."""
+
+
+def spawn_call(script: str) -> tuple[str, SpawnCondition | None] | None:
+    """``("mp.spawn(...) on line N", its condition)`` for the script's first call of torch's
+    spawn, or ``None`` when it has none."""
     try:
         path = Path(script)
         if path.stat().st_size > MAX_SCRIPT_BYTES:
@@ -79,4 +110,60 @@ def spawn_call(script: str) -> str | None:
     if found.group("call") == "start_processes" and TORCH_MULTIPROCESSING.search(text) is None:
         return None  # someone else's start_processes
     line = text.count("\n", 0, found.start("call")) + 1
-    return f"{found.group('call')}(...) on line {line}"
+    return f"{found.group('call')}(...) on line {line}", spawn_condition(text, line)
+
+
+def spawn_condition(text: str, line: int) -> SpawnCondition | None:
+    """The innermost ``if`` the call on ``line`` runs under; None when it runs unconditionally
+    (or the script does not parse: then nothing is guessed)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    found: list[SpawnCondition | None] = []
+
+    def visit(node: ast.AST, condition: SpawnCondition | None) -> None:
+        if found:
+            return
+        if isinstance(node, ast.Call) and node.lineno == line:
+            found.append(condition)
+            return
+        if isinstance(node, ast.If) and not _is_main_guard(node.test):
+            visit(node.test, condition)
+            for statement in node.body:
+                visit(statement, _condition(node.test, in_body=True))
+            for statement in node.orelse:
+                visit(statement, _condition(node.test, in_body=False))
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child, condition)
+
+    visit(tree, None)
+    condition = found[0] if found else None
+    if condition is not None and condition.flag is not None and not any(
+            f'"{option}"' in text or f"'{option}'" in text for option in condition.flag):
+        condition = SpawnCondition(condition.test, None)  # not an option the script declares: not read as one
+    return condition
+
+
+def _condition(test: ast.expr, in_body: bool) -> SpawnCondition:
+    flag = None
+    if in_body and isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name):
+        name = test.attr
+        flag = tuple(dict.fromkeys((f"--{name.replace('_', '-')}", f"--{name}")))
+    return SpawnCondition(ast.unparse(test), flag)
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    return (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)
+            and {_plain(test.left), _plain(test.comparators[0])} == {"__name__", "'__main__'"})
+
+
+def _plain(node: ast.expr) -> str:
+    return node.id if isinstance(node, ast.Name) else ast.unparse(node)
+
+
+def _gives_flag(args: tuple[str, ...] | list[str], flag: tuple[str, ...]) -> bool:
+    """Whether the script's arguments give one of ``flag``'s options (``--x`` or ``--x=...``)."""
+    return any(arg == option or arg.startswith(option + "=") for arg in args for option in flag)

@@ -138,6 +138,52 @@ def test_auto_launch_mode_starts_a_spawning_script_once_with_the_interpreter(tmp
     assert (chosen.mode, chosen.chosen_by) == ("self-spawn", "profile")
 
 
+IMAGENET_STYLE = """import argparse
+import torch.multiprocessing as mp
+parser = argparse.ArgumentParser()
+parser.add_argument('--multiprocessing-distributed', action='store_true')
+
+
+def main():
+    args = parser.parse_args()
+    if args.multiprocessing_distributed:
+        mp.spawn(main_worker, nprocs=2, args=(args,))
+    else:
+        main_worker(0, args)
+
+
+if __name__ == "__main__":
+    main()
+"""
+"""PyTorch's ImageNet example (and the trainers copied from it): torchrun's, or its own ranks with a flag."""
+
+
+def test_a_script_that_spawns_only_with_its_own_flag_is_torchruns_without_that_flag(tmp_path):
+    script = tmp_path / "main.py"
+    script.write_text(IMAGENET_STYLE)
+    plain = resolve(LaunchSpec(script=str(script), args=("--dist-url", "env://"), nproc_per_node=2), NO_GPU)
+    assert plain.launch_mode.mode == "torchrun"
+    assert plain.launch_mode.reason == ("the script's mp.spawn(...) on line 10 runs only with "
+                                        "--multiprocessing-distributed, which its arguments do not give")
+    spawning = resolve(LaunchSpec(script=str(script), args=("--multiprocessing-distributed",)), NO_GPU)
+    assert spawning.launch_mode.mode == "self-spawn"
+    assert spawning.launch_mode.reason.endswith("mp.spawn(...) on line 10, with --multiprocessing-distributed")
+
+
+def test_a_spawn_under_another_condition_follows_an_explicit_nproc_per_node(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nimport torch.multiprocessing as mp\n\nif __name__ == '__main__':\n"
+                      "    if torch.cuda.device_count() > 1:\n        mp.spawn(run, nprocs=2)\n"
+                      "    else:\n        run(0)\n")
+    given = resolve(LaunchSpec(script=str(script), nproc_per_node=2), NO_GPU).launch_mode
+    assert (given.mode, given.reason) == ("torchrun", "nproc_per_node is given, and the script's mp.spawn(...) "
+                                                      "on line 6 runs only if torch.cuda.device_count() > 1")
+    assert resolve(LaunchSpec(script=str(script)), NO_GPU).launch_mode.mode == "self-spawn"
+    script.write_text("import torch.multiprocessing as mp\nif __name__ == '__main__':\n    mp.spawn(run, nprocs=2)\n")
+    guarded = resolve(LaunchSpec(script=str(script), nproc_per_node=2), NO_GPU).launch_mode
+    assert guarded.mode == "self-spawn"  # the main guard is no condition: refused by the check below, not guessed
+
+
 def test_torchruns_own_settings_are_refused_for_a_self_spawning_script_not_ignored(tmp_path):
     from runner.profile.check import check_launch
 
@@ -149,6 +195,6 @@ def test_torchruns_own_settings_are_refused_for_a_self_spawning_script_not_ignor
     assert set(errors) == {"nproc_per_node", "max_restarts"}
     assert errors["nproc_per_node"] == ("launch mode self-spawn (the script starts its own ranks: mp.spawn(...) on "
                                         "line 2): its spawn call decides how many; leave nproc_per_node auto, or "
-                                        'choose launch_mode "torchrun"')
+                                        'choose launch_mode "torchrun" (--launch-mode torchrun)')
     assert check_launch(resolve(spec.with_changes(launch_mode="torchrun"), NO_GPU), NO_GPU,
                         probe_interpreter=False) == []

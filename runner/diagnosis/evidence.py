@@ -4,7 +4,7 @@ Triage (``triage.triage``) looks at the run once it ended; what it needs happens
 during the run and would be gone by then. ``TriageEvidence`` watches the hub and
 keeps it in a ``TriageInput``:
 
-* each rank's host (from its hello);
+* which ranks said hello, and each one's host;
 * each rank's first fatal exception (type, message, traceback, time);
 * each rank's exit code and time, from the bootstrap's ``exit``;
 * when a rank was lost without an exit (its connection dropped, its node was lost);
@@ -27,6 +27,7 @@ class TriageEvidence(HubObserver):
         self.data = data
 
     def on_hello(self, hello: Hello) -> None:
+        self.data.seen.add(hello.rank)
         if hello.host:
             self.data.hosts[hello.rank] = hello.host
 

@@ -107,6 +107,27 @@ def find_hints(evidence: Evidence) -> list[Hint]:
     return hints
 
 
+def no_rank_reported(self_spawn: bool, launch_reason: str | None, cpu_mode: bool) -> Hint:
+    """A job that exited 0 without one rank saying hello: it trained nothing Rankwatch saw.
+
+    Seen: the PyTorch DDP tutorial series' ``multigpu.py`` takes ``nprocs`` from
+    ``torch.cuda.device_count()``, which is 0 in CPU mode, so ``mp.spawn`` starts nobody
+    and the script exits 0 at once.
+    """
+    if self_spawn:
+        call = re.search(r"\S+\(\.\.\.\) on line \d+", launch_reason or "")
+        spawn = f"its {call.group(0)}" if call else "its spawn call"
+        without_gpus = (": a count taken from torch.cuda.device_count() is 0 in CPU mode (no GPU for the ranks)"
+                        if cpu_mode else "")
+        return Hint("no_rank_reported", f"the script started no rank: {spawn} started no process, or the script "
+                    f"ended before it{without_gpus}",
+                    "give the spawn a number of processes that fits this machine (nprocs=...), or pick GPUs "
+                    "(--gpus all) on a machine that has them; the script's own output is in `rankwatch runs logs`")
+    return Hint("no_rank_reported", "every process ended before its rank reported (before torch was imported, "
+                "or the script has no work to do)",
+                "check the script's own output (`rankwatch runs logs RUN`): a usage message, an early exit")
+
+
 @rule
 def self_spawn(evidence: Evidence) -> Hint | None:
     return launcher_hint(evidence.launcher, "self_spawn")

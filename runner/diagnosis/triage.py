@@ -38,7 +38,7 @@ from typing import Any
 from rankwatch._protocol import RankFailure, describe_end, signal_name
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
-from runner.diagnosis.hints import Evidence, find_hints, launcher_hint
+from runner.diagnosis.hints import Evidence, find_hints, launcher_hint, no_rank_reported
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
 from runner.diagnosis.torchrun_report import TorchrunReport
 from runner.launch.ports import port_holder
@@ -124,6 +124,12 @@ class TriageInput:
     """port -> {pid, command, rank (of this run, or None)}: its holder while the run went on, looked up
     when a rank failed with EADDRINUSE (``runner.diagnosis.launcher``); after the run it is gone."""
     script_args: list[str] = field(default_factory=list)
+    seen: set[int] = field(default_factory=set)
+    """Ranks that said hello: a run none said it in measured nothing, whatever its exit code."""
+    self_spawn: bool = False
+    """The script started its own ranks (``runner.profile.launch_mode``)."""
+    launch_reason: str | None = None
+    """Why the launch mode was chosen (names the spawn call of a self-spawning script)."""
     """The script's arguments: torchrun passes the same ones to every rank."""
     world_size: int | None = None
     """From the ranks' hellos."""
@@ -276,6 +282,9 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
             summary["headline"] = f"stopped on request; {hang}"
         elif stopped and warnings:
             summary["headline"] = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
+        elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
+            summary["headline"] = "the job exited 0, but no rank ever reported: nothing was measured"
+            launcher = [no_rank_reported(data.self_spawn, data.launch_reason, data.cpu_mode), *launcher]
         if launcher:
             summary["hints"] = [hint.to_json() for hint in launcher]
         if diagnostics:

@@ -196,3 +196,22 @@ def test_a_successful_run_keeps_its_findings():
     assert format_diagnostics(summary["diagnostics"]) == ["  straggler:     rank 1 is a straggler: x",
                                                           "  parameters:    identical on every rank at all 4 checks"]
     assert "diagnostics" not in triage(TriageInput(), 0, stopped=False)
+
+
+def test_a_job_that_exits_0_without_a_rank_is_not_called_finished():
+    """Seen: the DDP tutorial series' multigpu.py spawns torch.cuda.device_count() = 0 ranks in CPU mode."""
+    summary = triage(TriageInput(seen={0, 1}), 0, stopped=False)
+    assert (summary["outcome"], summary["headline"]) == ("succeeded", "all ranks finished")
+    assert "hints" not in summary
+    spawned_none = triage(TriageInput(cpu_mode=True, self_spawn=True,
+                                      launch_reason="the script starts its own ranks: mp.spawn(...) on line 104"),
+                          0, stopped=False)
+    assert spawned_none["outcome"] == "succeeded"  # the process did exit 0: not turned into a failure
+    assert spawned_none["headline"] == "the job exited 0, but no rank ever reported: nothing was measured"
+    [hint] = spawned_none["hints"]
+    assert hint["key"] == "no_rank_reported"
+    assert hint["cause"].startswith("the script started no rank: its mp.spawn(...) on line 104 started no process")
+    assert "torch.cuda.device_count() is 0 in CPU mode" in hint["cause"] and "nprocs=" in hint["advice"]
+    under_torchrun = triage(TriageInput(), 0, stopped=False)
+    assert under_torchrun["hints"][0]["cause"].startswith("every process ended before its rank reported")
+    assert triage(TriageInput(), 143, stopped=True)["headline"] == "stopped on request"  # a stop says so, ranks or not

@@ -79,21 +79,19 @@ def test_nccl_without_gpus_says_cuda_is_unavailable_with_nccl():
     assert hints[0].cause.endswith("with the nccl backend") and "--gpus cpu --backend gloo" in hints[0].advice
 
 
-def test_nccl_hard_coded_in_a_cpu_mode_run_names_the_scripts_line_not_the_flags_it_already_has():
-    hints = find_hints(rank_evidence(text("torchrun_nccl_cpu.txt"), backend="gloo", cpu_mode=True))
-    assert [h.key for h in hints] == ["cuda_unavailable"]
-    assert hints[0].cause == ("this run is in CPU mode (no GPU for the ranks), but the script asks for the nccl "
-                              "backend itself (nccl_cpu.py:2: dist.init_process_group(\"nccl\"))")
-    assert "RANKWATCH_BACKEND" in hints[0].advice and "--gpus cpu" not in hints[0].advice
-
-
-def test_set_device_in_a_cpu_mode_run_names_the_scripts_line_and_how_to_choose_a_device():
-    """nanoGPT under torchrun takes ``cuda:{LOCAL_RANK}`` whatever its --device says."""
-    hints = find_hints(rank_evidence(text("torchrun_setdev.txt"), backend="gloo", cpu_mode=True))
-    assert [h.key for h in hints] == ["cuda_unavailable"]
-    assert hints[0].cause == ("this run is in CPU mode (no GPU for the ranks), but the script asks for a CUDA "
-                              "device itself (setdev.py:2: torch.cuda.set_device(int(os.environ[\"LOCAL_RANK\"])))")
-    assert "torch.cuda.is_available()" in hints[0].advice and "--gpus cpu" not in hints[0].advice
+@pytest.mark.parametrize(("output", "asks", "advice"), [
+    ("torchrun_nccl_cpu.txt", 'the nccl backend itself (nccl_cpu.py:2: dist.init_process_group("nccl"))',
+     "RANKWATCH_BACKEND"),
+    # nanoGPT under torchrun takes cuda:{LOCAL_RANK} whatever its --device says
+    ("torchrun_setdev.txt", 'a CUDA device itself (setdev.py:2: torch.cuda.set_device(int(os.environ["LOCAL_RANK"])))',
+     "torch.cuda.is_available()"),
+])
+def test_cuda_asked_for_by_the_script_in_a_cpu_mode_run_names_its_line_not_the_flags_it_already_has(
+        output, asks, advice):
+    [hint] = find_hints(rank_evidence(text(output), backend="gloo", cpu_mode=True))
+    assert hint.key == "cuda_unavailable"
+    assert hint.cause == f"this run is in CPU mode (no GPU for the ranks), but the script asks for {asks}"
+    assert advice in hint.advice and "--gpus cpu" not in hint.advice
 
 
 def test_cuda_out_of_memory_names_the_size_and_gpu():

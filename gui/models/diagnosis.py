@@ -47,6 +47,9 @@ EXCEPTION, CONNECTION_LOST, STOPPING = (EventKind.EXCEPTION.value, EventKind.CON
                                         EventKind.STOPPING.value)
 """Event kinds, as the contract defines them (``rankwatch._protocol.EventKind``)."""
 
+NO_RANK_REPORTED = "no_rank_reported"
+"""The summary hint of a job that exited 0 with no rank ever reporting (``runner.diagnosis.hints``)."""
+
 CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
 """A straggler's cause, as the banner and the rank table say it."""
 
@@ -97,7 +100,8 @@ class Banner:
     """``error``, ``warning`` or ``info``."""
     text: str
     kind: str
-    """``failure``, ``hang``, ``stall``, ``node_lost``, ``straggler``, ``divergence``, ``findings``."""
+    """``failure``, ``hang``, ``stall``, ``node_lost``, ``straggler``, ``divergence``, ``findings``,
+    ``no_rank_reported``."""
     rank: int | None = None
     more: int = 0
     """Further findings not in this one line (the diagnosis panel lists them all)."""
@@ -504,6 +508,9 @@ class DiagnosisModel:
                               more=len([f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)]))
             interesting = [f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)
                            or (f.kind == LAUNCH_MISMATCH and f.active)]
+            if outcome == "succeeded" and not self.monitor.ranks and any(
+                    hint.get("key") == NO_RANK_REPORTED for hint in summary.get("hints") or []):
+                return Banner(WARNING, self.headline, NO_RANK_REPORTED)  # exit code 0, yet nothing ran
             if outcome == "stopped" and any(f.kind == STALLED for f in interesting):
                 return Banner(WARNING, self.headline, "hang", more=len(interesting) - 1)
             if outcome == "stopped" and any(f.kind == LAUNCH_MISMATCH for f in interesting):

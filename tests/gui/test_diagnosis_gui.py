@@ -111,6 +111,27 @@ def test_the_diagnosis_of_each_recorded_run_names_its_rank_and_cause(name):
         assert diagnosis.rank_notes()[rank].startswith("failed first: ")
 
 
+def test_a_run_that_exited_0_with_no_rank_says_so_in_a_warning_not_silence():
+    """The runner's summary of such a run (``runner.diagnosis.triage``) leads with it; the banner
+    shows it, since "succeeded" alone would read as a good run."""
+    from runner.diagnosis.triage import TriageInput, triage
+
+    summary = triage(TriageInput(cpu_mode=True, self_spawn=True,
+                                 launch_reason="the script starts its own ranks: mp.spawn(...) on line 104"),
+                     0, stopped=False)
+    model = MonitorModel()
+    diagnosis = DiagnosisModel(model)
+    run = {"id": 7, "profile": "multigpu", "status": "succeeded", "started": 1.0, "ended": 3.0, "exit_code": 0,
+           "summary": summary}
+    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run, "ranks": [], "nodes": [], "spec": {}})
+    banner = diagnosis.banner()
+    assert banner is not None and banner.level == WARNING
+    assert banner.text == "the job exited 0, but no rank ever reported: nothing was measured"
+    ran = dict(run, summary=triage(TriageInput(seen={0}), 0, stopped=False))
+    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": ran, "ranks": [], "nodes": [], "spec": {}})
+    assert diagnosis.banner() is None  # a good run: no banner
+
+
 # ---- failures: banner and diagnosis panel, live ----------------------------------------------
 
 FAILURES = {

@@ -33,6 +33,8 @@ STEPS_PER_EPOCH_LINE = re.compile(r"\b(\d+)\s+(?:steps|batches|iterations)\s+(?:
 RATE_WINDOW_SECONDS = 60.0
 MARK_SPACING_SECONDS = 0.5
 LIVE_STATUSES = ("running", "starting")
+ENDED_STATUSES = ("succeeded", "failed", "stopped", "lost")
+"""``runner.state.RunStatus`` values of a run that will have no more steps."""
 
 
 @dataclass(frozen=True)
@@ -182,4 +184,5 @@ def progress_texts(progress: Progress, status: str | None) -> tuple[str, str]:
         timing.append(f"elapsed {format_duration(progress.elapsed_s)}")
     if progress.eta_s is not None and status in LIVE_STATUSES:
         timing.append(f"ETA {format_duration(progress.eta_s)}")
-    return " · ".join(parts) or "no steps yet", " · ".join(timing)
+    nothing = "no steps" if status in ENDED_STATUSES else "no steps yet"  # ended: none will come
+    return " · ".join(parts) or nothing, " · ".join(timing)

@@ -197,6 +197,12 @@ def test_a_run_stopped_early_shows_where_it_stopped():
     assert stopped.progress().fraction == 1.0
 
 
+def test_a_run_without_steps_says_none_yet_only_while_it_can_still_have_some():
+    empty = MonitorModel().progress()
+    assert progress_texts(empty, "running")[0] == "no steps yet"
+    assert progress_texts(empty, "succeeded")[0] == "no steps"  # ended: none will come
+
+
 # ---- charts: which ones, and what an empty one says ---------------------------------------------
 
 def model_with(metrics: list, spec: dict | None = None, status: str = "running") -> MonitorModel:

@@ -16,10 +16,22 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "tests" / "scripts"
 
 
+UPSTREAM_SHUTDOWN_ABORT = "terminate called without an active exception"
+"""About 1 run in 50 on this machine, one rank aborts in gloo's teardown after its last step,
+with or without Rankwatch (a plain torchrun job does it too; see tests/bench/PERFORMANCE.md):
+a ``rankwatch run`` that ends so is run once more, as the framework tests always did. Rankwatch
+reports such a run as failed (rank N crashed in native code, SIGABRT), which is what it was."""
+
+
 def rankwatch(*args: str, env: dict | None = None, timeout: float = 180, cwd: str | None = None
               ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
+    for _attempt in range(2):
+        result = subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True,
+                                timeout=timeout, env=env, cwd=cwd)
+        if (args[:1] != ("run",) or result.returncode == 0
+                or UPSTREAM_SHUTDOWN_ABORT not in result.stdout + result.stderr):
+            break
+    return result
 
 
 def start_rankwatch(*args: str, env: dict | None = None) -> subprocess.Popen:

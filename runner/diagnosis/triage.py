@@ -231,6 +231,14 @@ def is_consequence(failure: RankFailure) -> bool:
     return bool(failure.exception_line and CONSEQUENCE.search(failure.exception_line))
 
 
+def is_echo(failure: RankFailure) -> bool:
+    """A failure that follows another's: a survivor's connection error, or a rank ended by
+    SIGTERM/SIGINT (what torchrun sends the others once one failed). Seen: two ranks' exits
+    reaped in the same instant, the SIGTERMed one stamped 0.2 ms before the one that exited 2."""
+    stopped = failure.exit_code is not None and failure.exit_code < 0 and -failure.exit_code in STOPPING_SIGNALS
+    return stopped or is_consequence(failure)
+
+
 def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailure]]:
     candidates = _candidates(data)
     if not candidates:
@@ -239,12 +247,13 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
     if timed:
         first = timed[0]
         # "Connection closed by peer" is what the survivors of a dead rank say, a moment after
-        # it died; when the earliest failure is such an echo, the failure it echoes is first.
-        if is_consequence(first):
+        # it died, and SIGTERM is what torchrun then sends them; when the earliest failure is
+        # such an echo, the failure it echoes is first.
+        if is_echo(first):
             for candidate in timed[1:]:
                 if candidate.when - first.when > ECHO_WINDOW_SECONDS:
                     break
-                if not is_consequence(candidate):
+                if not is_echo(candidate):
                     first = candidate
                     break
         # A rank killed by a signal dies before anyone notices; if torchrun names it as the

@@ -215,3 +215,18 @@ def test_a_job_that_exits_0_without_a_rank_is_not_called_finished():
     under_torchrun = triage(TriageInput(), 0, stopped=False)
     assert under_torchrun["hints"][0]["cause"].startswith("every process ended before its rank reported")
     assert triage(TriageInput(), 143, stopped=True)["headline"] == "stopped on request"  # a stop says so, ranks or not
+
+
+def test_a_rank_torchrun_sigtermed_is_not_first_even_when_its_exit_was_stamped_first():
+    """Seen in CI: both ranks' exits reaped in the same instant, rank 1 (SIGTERMed by torchrun once
+    rank 0 exited 2) stamped 0.2 ms earlier; the rank that failed on its own is the first."""
+    usage = "diag_legacy.py: error: the following arguments are required: --local_rank"
+    data = TriageInput(exits={0: (2, 100.0002), 1: (-15, 100.0)}, hosts={0: "localhost", 1: "localhost"})
+    for rank in (0, 1):
+        data.add_stderr(rank, usage)
+    summary = triage(data, 1, stopped=False)
+    assert summary["first_failure"]["rank"] == 0
+    assert summary["headline"] == f"rank 0 on localhost failed first (exit code 2): {usage}"
+    assert [(o["rank"], o["signal"]) for o in summary["other_failures"]] == [(1, "SIGTERM")]
+    alone = TriageInput(exits={1: (-15, 100.0)}, hosts={1: "localhost"})  # a SIGTERM with nothing else: first
+    assert triage(alone, 1, stopped=False)["first_failure"]["rank"] == 1

@@ -508,8 +508,8 @@ class DiagnosisModel:
                               more=len([f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)]))
             interesting = [f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)
                            or (f.kind == LAUNCH_MISMATCH and f.active)]
-            if outcome == "succeeded" and not self.monitor.ranks and any(
-                    hint.get("key") == NO_RANK_REPORTED for hint in summary.get("hints") or []):
+            if outcome == "succeeded" and any(hint.get("key") == NO_RANK_REPORTED
+                                              for hint in summary.get("hints") or []):
                 return Banner(WARNING, self.headline, NO_RANK_REPORTED)  # exit code 0, yet nothing ran
             if outcome == "stopped" and any(f.kind == STALLED for f in interesting):
                 return Banner(WARNING, self.headline, "hang", more=len(interesting) - 1)

@@ -107,7 +107,7 @@ def find_hints(evidence: Evidence) -> list[Hint]:
     return hints
 
 
-def no_rank_reported(self_spawn: bool, launch_reason: str | None, cpu_mode: bool) -> Hint:
+def no_rank_reported(self_spawn: bool, spawn_call: str | None, cpu_mode: bool) -> Hint:
     """A job that exited 0 without one rank saying hello: it trained nothing Rankwatch saw.
 
     Seen: the PyTorch DDP tutorial series' ``multigpu.py`` takes ``nprocs`` from
@@ -115,8 +115,7 @@ def no_rank_reported(self_spawn: bool, launch_reason: str | None, cpu_mode: bool
     and the script exits 0 at once.
     """
     if self_spawn:
-        call = re.search(r"\S+\(\.\.\.\) on line \d+", launch_reason or "")
-        spawn = f"its {call.group(0)}" if call else "its spawn call"
+        spawn = f"its {spawn_call}" if spawn_call else "its spawn call"
         without_gpus = (": a count taken from torch.cuda.device_count() is 0 in CPU mode (no GPU for the ranks)"
                         if cpu_mode else "")
         return Hint("no_rank_reported", f"the script started no rank: {spawn} started no process, or the script "

@@ -70,7 +70,7 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
     triage_input.single_node = len(launch.nodes) == 1
     triage_input.script_args = list(launch.spec.args)
     triage_input.self_spawn = launch.self_spawn
-    triage_input.launch_reason = launch.launch_mode.reason
+    triage_input.spawn_call = launch.launch_mode.spawn_call
     findings = triage_input.findings
 
     def is_local(row) -> bool:

@@ -124,13 +124,13 @@ class TriageInput:
     """port -> {pid, command, rank (of this run, or None)}: its holder while the run went on, looked up
     when a rank failed with EADDRINUSE (``runner.diagnosis.launcher``); after the run it is gone."""
     script_args: list[str] = field(default_factory=list)
+    """The script's arguments: torchrun passes the same ones to every rank."""
     seen: set[int] = field(default_factory=set)
     """Ranks that said hello: a run none said it in measured nothing, whatever its exit code."""
     self_spawn: bool = False
     """The script started its own ranks (``runner.profile.launch_mode``)."""
-    launch_reason: str | None = None
-    """Why the launch mode was chosen (names the spawn call of a self-spawning script)."""
-    """The script's arguments: torchrun passes the same ones to every rank."""
+    spawn_call: str | None = None
+    """That script's spawn call, ``mp.spawn(...) on line 104``, when auto mode found one."""
     world_size: int | None = None
     """From the ranks' hellos."""
 
@@ -293,7 +293,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
             summary["headline"] = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
         elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
             summary["headline"] = "the job exited 0, but no rank ever reported: nothing was measured"
-            launcher = [no_rank_reported(data.self_spawn, data.launch_reason, data.cpu_mode), *launcher]
+            launcher = [no_rank_reported(data.self_spawn, data.spawn_call, data.cpu_mode), *launcher]
         if launcher:
             summary["hints"] = [hint.to_json() for hint in launcher]
         if diagnostics:

@@ -16,8 +16,9 @@ Scripts that support both ways (PyTorch's ImageNet example and the many trainers
 from it: ``if args.multiprocessing_distributed: mp.spawn(...) else: main_worker(...)``)
 spawn only under a condition. When the condition is a flag of the script's own
 (``args.NAME``, where the script declares an ``--NAME`` / ``--NA-ME`` option), the script's
-arguments say whether the spawn runs: without the flag the script is torchrun's. Any other condition is read as
-the user's launch settings say: an explicit ``nproc_per_node`` asks for torchrun.
+arguments say whether the spawn runs: without the flag the script is torchrun's. Any other
+condition is read as the user's launch settings say: an explicit ``nproc_per_node`` asks
+for torchrun.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class LaunchModeChoice:
     """Why, in a few words a person reads in the preview and the run's events."""
     chosen_by: str
     """``profile`` (the user chose it) or ``auto``."""
+    spawn_call: str | None = None
+    """The script's spawn call (``mp.spawn(...) on line 104``) when ``auto`` read one."""
 
     def describe(self) -> str:
         return f"launch mode: {self.mode} ({self.reason})"
@@ -75,12 +78,13 @@ def choose_launch_mode(spec: LaunchSpec, script: str | None) -> LaunchModeChoice
         if flag is not None:
             if not _gives_flag(spec.args, flag):
                 return LaunchModeChoice(TORCHRUN, f"the script's {call} runs only with {flag[0]}, which its "
-                                                  "arguments do not give", "auto")
-            return LaunchModeChoice(SELF_SPAWN, f"the script starts its own ranks: {call}, with {flag[0]}", "auto")
+                                                  "arguments do not give", "auto", call)
+            return LaunchModeChoice(SELF_SPAWN, f"the script starts its own ranks: {call}, with {flag[0]}", "auto",
+                                    call)
         if spec.nproc_per_node != AUTO:
             return LaunchModeChoice(TORCHRUN, f"nproc_per_node is given, and the script's {call} runs only if "
-                                              f"{condition.test}", "auto")
-    return LaunchModeChoice(SELF_SPAWN, f"the script starts its own ranks: {call}", "auto")
+                                              f"{condition.test}", "auto", call)
+    return LaunchModeChoice(SELF_SPAWN, f"the script starts its own ranks: {call}", "auto", call)
 
 
 @dataclass(frozen=True)

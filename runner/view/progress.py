@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner.state import RunStatus
 from runner.view.format import format_duration
 
 TOTAL_STEP_METRICS = ("total_steps", "max_steps", "num_steps")
@@ -33,8 +34,8 @@ STEPS_PER_EPOCH_LINE = re.compile(r"\b(\d+)\s+(?:steps|batches|iterations)\s+(?:
 RATE_WINDOW_SECONDS = 60.0
 MARK_SPACING_SECONDS = 0.5
 LIVE_STATUSES = ("running", "starting")
-ENDED_STATUSES = ("succeeded", "failed", "stopped", "lost")
-"""``runner.state.RunStatus`` values of a run that will have no more steps."""
+ENDED_STATUSES = frozenset(status.value for status in RunStatus if status.finished)
+"""A run in one of these will have no more steps."""
 
 
 @dataclass(frozen=True)

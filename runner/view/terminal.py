@@ -49,9 +49,10 @@ LOGGED_COLUMN_MIN_WIDTH = 12
 DEFAULT_WIDTH = 120
 PROGRESS_SAMPLES_PER_BATCH = 64
 REFRESH_PER_SECOND = 4
+"""The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
 WHOLE_RUN_CAPTION = ("whole run: median step time; data wait, comm wait and samples/s over every step; "
                      "loss and the last columns as last seen")
-"""The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
+"""The live table's last frame, once ``show_results`` gave each rank's whole-run figures."""
 
 
 def format_prefix(rank: int | None, node: str | None, multi_node: bool, launcher: str = "torchrun") -> str:
@@ -478,7 +479,6 @@ class TerminalView:
                                        for name in logged_names))
             table.add_row(*cells)
         return table
-
 
     def _figures(self, rank: int, row: dict[str, Any]) -> dict[str, Any]:
         """The loss, step time and shares shown for ``rank``: the live row's newest step while the

@@ -204,7 +204,7 @@ def test_a_job_that_exits_0_without_a_rank_is_not_called_finished():
     assert (summary["outcome"], summary["headline"]) == ("succeeded", "all ranks finished")
     assert "hints" not in summary
     spawned_none = triage(TriageInput(cpu_mode=True, self_spawn=True,
-                                      launch_reason="the script starts its own ranks: mp.spawn(...) on line 104"),
+                                      spawn_call="mp.spawn(...) on line 104"),
                           0, stopped=False)
     assert spawned_none["outcome"] == "succeeded"  # the process did exit 0: not turned into a failure
     assert spawned_none["headline"] == "the job exited 0, but no rank ever reported: nothing was measured"

@@ -117,7 +117,7 @@ def test_a_run_that_exited_0_with_no_rank_says_so_in_a_warning_not_silence():
     from runner.diagnosis.triage import TriageInput, triage
 
     summary = triage(TriageInput(cpu_mode=True, self_spawn=True,
-                                 launch_reason="the script starts its own ranks: mp.spawn(...) on line 104"),
+                                 spawn_call="mp.spawn(...) on line 104"),
                      0, stopped=False)
     model = MonitorModel()
     diagnosis = DiagnosisModel(model)

@@ -126,6 +126,7 @@ def test_auto_launch_mode_starts_a_spawning_script_once_with_the_interpreter(tmp
     launch = resolve(LaunchSpec(script=str(script), args=("--x",)), NO_GPU)
     assert (launch.launch_mode.mode, launch.launch_mode.chosen_by) == ("self-spawn", "auto")
     assert launch.launch_mode.reason == "the script starts its own ranks: mp.spawn(...) on line 4"
+    assert launch.launch_mode.spawn_call == "mp.spawn(...) on line 4"  # the failure summary names it
     [plain] = build_commands(launch, RendezvousPlan("standalone"))
     assert plain.argv == (launch.head.python, "-u", str(script), "--x")
     context = RunnerContext(socket="/s", token="t", run_key="k", run_id=1, log_dir="/l", stacks_dir="/st")

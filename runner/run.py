@@ -156,7 +156,8 @@ class Run(HubObserver):
         self.nodes: list[NodeHandle] = []
         self.evidence = TriageEvidence(TriageInput(
             legacy_local_rank=self.spec.legacy_local_rank, backend=self.launch.backend,
-            cpu_mode=self.launch.cpu_mode, interpreter=self.launch.head.python))
+            cpu_mode=self.launch.cpu_mode, interpreter=self.launch.head.python,
+            instrumented=self.spec.telemetry.instrument))
         self.printed_metrics = PrintedMetrics(
             StdoutMetrics(self.spec.telemetry.loss_pattern), self._add_printed_points,
             ranks_report_steps=self.spec.telemetry.instrument) if self.spec.telemetry.parse_stdout else None
@@ -232,6 +233,7 @@ class Run(HubObserver):
     def _add_printed_points(self, points: list[Point]) -> None:
         for rank, t, step, name, value in points:
             self.hub.add_metric(MetricRecord(rank, t, step, name, value, "parsed"))
+            self.evidence.data.measured.add(rank)
 
     def _global_rank(self, node_rank: int, local_rank: int) -> int:
         """Older torch prefixes lines with the local rank; map it through the hellos."""

@@ -31,7 +31,7 @@ from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
 from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
-from rankwatch._protocol import EventKind, RankFailure, how_it_ended
+from rankwatch._protocol import EventKind, RankFailure, how_it_ended, stall_outcome
 from rankwatch._protocol import as_float as _float
 from rankwatch._protocol import as_int as _int
 
@@ -49,6 +49,8 @@ EXCEPTION, CONNECTION_LOST, STOPPING = (EventKind.EXCEPTION.value, EventKind.CON
 
 NO_RANK_REPORTED = "no_rank_reported"
 """The summary hint of a job that exited 0 with no rank ever reporting (``runner.diagnosis.hints``)."""
+NO_STEP_MEASURED = "no_step_measured"
+"""The summary hint of a job whose ranks all reported and exited 0 without one training step."""
 
 CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
 """A straggler's cause, as the banner and the rank table say it."""
@@ -101,7 +103,7 @@ class Banner:
     text: str
     kind: str
     """``failure``, ``hang``, ``stall``, ``node_lost``, ``straggler``, ``divergence``, ``findings``,
-    ``no_rank_reported``."""
+    ``no_rank_reported``, ``no_step_measured``."""
     rank: int | None = None
     more: int = 0
     """Further findings not in this one line (the diagnosis panel lists them all)."""
@@ -407,10 +409,10 @@ class DiagnosisModel:
             for stall in diagnostics.get("stalls") or []:
                 after = stall.get("resumed_after")
                 where = f"at step {stall.get('step')}" if stall.get("step") is not None else "before its first step"
-                tail = f"; resumed after {after:.0f} s" if isinstance(after, (int, float)) else "; never resumed"
+                hung = after is None and stall.get("finished_after") is None
                 found.append(Finding(STALLED, _int(stall.get("rank")), _int(stall.get("step")),
                                      f"rank {stall.get('rank')} stalled {where} (no progress for "
-                                     f"{_float(stall.get('seconds')) or 0:.0f} s){tail}", after is None,
+                                     f"{_float(stall.get('seconds')) or 0:.0f} s){stall_outcome(stall)}", hung,
                                      _float(stall.get("since"))))
         if STRAGGLER not in kinds:
             for straggler in diagnostics.get("stragglers") or []:
@@ -508,9 +510,10 @@ class DiagnosisModel:
                               more=len([f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)]))
             interesting = [f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)
                            or (f.kind == LAUNCH_MISMATCH and f.active)]
-            if outcome == "succeeded" and any(hint.get("key") == NO_RANK_REPORTED
-                                              for hint in summary.get("hints") or []):
-                return Banner(WARNING, self.headline, NO_RANK_REPORTED)  # exit code 0, yet nothing ran
+            nothing = next((hint.get("key") for hint in summary.get("hints") or []
+                            if hint.get("key") in (NO_RANK_REPORTED, NO_STEP_MEASURED)), None)
+            if outcome == "succeeded" and nothing:
+                return Banner(WARNING, self.headline, nothing)  # exit code 0, yet nothing was measured
             if outcome == "stopped" and any(f.kind == STALLED for f in interesting):
                 return Banner(WARNING, self.headline, "hang", more=len(interesting) - 1)
             if outcome == "stopped" and any(f.kind == LAUNCH_MISMATCH for f in interesting):

@@ -4,7 +4,7 @@ Triage (``triage.triage``) looks at the run once it ended; what it needs happens
 during the run and would be gone by then. ``TriageEvidence`` watches the hub and
 keeps it in a ``TriageInput``:
 
-* which ranks said hello, and each one's host;
+* which ranks said hello, and each one's host; which sent any metric;
 * each rank's first fatal exception (type, message, traceback, time);
 * each rank's exit code and time, from the bootstrap's ``exit``;
 * when a rank was lost without an exit (its connection dropped, its node was lost);
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from rankwatch._protocol import ExceptionReport, Exit, Hello, LogLine, Message
+from rankwatch._protocol import ExceptionReport, Exit, Hello, LogLine, Message, Metrics
 from runner.diagnosis.torchrun_report import merge_reports, parse_torchrun_report
 from runner.diagnosis.triage import TriageInput
 from runner.hub.observer import HubObserver
@@ -39,6 +39,8 @@ class TriageEvidence(HubObserver):
                                                  "message": message.message, "traceback": message.traceback}
         elif isinstance(message, Exit):
             data.exits[message.rank] = (message.code, message.t or time.time())
+        elif isinstance(message, Metrics) and message.records:
+            data.measured.add(message.rank)
 
     def on_worker_lost(self, rank: int, t: float) -> None:
         self.data.lost.setdefault(rank, t)

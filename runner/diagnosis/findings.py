@@ -18,7 +18,8 @@ KEEP_DIVERGENCES = 10
 @dataclass
 class Findings:
     stalls: list[dict[str, Any]] = field(default_factory=list)
-    """One per stall of a rank: {rank, step, since, seconds, threshold, resumed_after (None: never)}."""
+    """One per stall of a rank: {rank, step, since, seconds, threshold, resumed_after (None: never)}, and
+    ``finished_after`` (seconds from ``since``) when the rank, still stalled, then exited 0 on its own."""
     stragglers: dict[int, dict[str, Any]] = field(default_factory=dict)
     """rank -> its worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess}."""
     divergences: list[dict[str, Any]] = field(default_factory=list)

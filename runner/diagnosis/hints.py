@@ -127,6 +127,18 @@ def no_rank_reported(self_spawn: bool, spawn_call: str | None, cpu_mode: bool) -
                 "check the script's own output (`rankwatch runs logs RUN`): a usage message, an early exit")
 
 
+def no_step_measured() -> Hint:
+    """Every rank said hello and exited 0, and not one step or value came: the script trained nothing.
+
+    Seen: PyTorch's FSDP2 example prints "Unable to locate sufficient 2 gpus" and
+    exits 0 on a machine without two GPUs; Rankwatch said "all ranks finished".
+    """
+    return Hint("no_step_measured", "no rank stepped an optimizer or ran a backward pass: the script ended "
+                "before training (a check that failed, nothing to do) or trains without autograd",
+                "read the script's own output (`rankwatch runs logs RUN`); a loop Rankwatch cannot see can "
+                "report its own values with rankwatch.log(loss=...)")
+
+
 @rule
 def self_spawn(evidence: Evidence) -> Hint | None:
     return launcher_hint(evidence.launcher, "self_spawn")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from rankwatch._protocol import stall_outcome
+
 LABEL_WIDTH = 15
 
 
@@ -35,8 +37,7 @@ def format_diagnostics(diagnostics: dict[str, Any] | None, run_id: int | None = 
     for stalls in _stall_groups(diagnostics.get("stalls") or []):
         stall = stalls[0]
         where = f"at step {stall['step']}" if stall.get("step") is not None else "before the first step"
-        after = stall.get("resumed_after")
-        tail = f"; resumed after {after:.0f} s" if after is not None else "; never resumed"
+        tail = stall_outcome(stall)
         seconds = min(s["seconds"] for s in stalls)
         lines.append(f"{_label('stalled')}{_ranks(sorted(s['rank'] for s in stalls))} {where} (no progress for "
                      f"{seconds:.0f} s, threshold {stall['threshold']:.0f} s{tail})")
@@ -63,7 +64,8 @@ def _stall_groups(stalls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
         for group in groups:
             head = group[0]
             if (head.get("step"), head.get("threshold")) == (stall.get("step"), stall.get("threshold")) \
-                    and head.get("resumed_after") is None and stall.get("resumed_after") is None:
+                    and head.get("resumed_after") is None and stall.get("resumed_after") is None \
+                    and (head.get("finished_after") is None) == (stall.get("finished_after") is None):
                 group.append(stall)
                 break
         else:

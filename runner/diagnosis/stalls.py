@@ -2,7 +2,11 @@
 
 Progress is the rank's step count (``RankRow.step``, from its metrics and
 heartbeats); ``RankRow.last_progress`` is when it last went up (or when the rank
-said hello). A rank is stalled when ``now - last_progress`` reaches its threshold:
+said hello). Work without steps is progress too: a rank evaluating, writing a
+checkpoint or compiling says so in its heartbeats (``working``, judged in the rank
+by ``rankwatch._activity``: its training thread computes, a DataLoader gives
+batches, or its GPU allocator serves allocations), and ``last_working`` is when it last did. A rank is stalled
+when ``now`` minus the later of the two reaches its threshold:
 
 * ``--stall-timeout S`` / ``telemetry.stall_timeout``: ``S`` seconds;
 * ``"auto"``: ``max(AUTO_FLOOR_SECONDS, AUTO_STEP_FACTOR x median of its recent
@@ -71,6 +75,15 @@ little later, through its node's relay). Nearly as idle as a stalled rank is not
 progressing; a rank that really moves is idle for about one step time."""
 
 
+def last_progress(row) -> float | None:
+    """When ``row`` last made progress: its last step, or its last work without steps (wall clock)."""
+    stepped = row.last_progress
+    working = getattr(row, "last_working", None)
+    if working is None or (stepped is not None and stepped >= working):
+        return stepped
+    return working
+
+
 class RunnerClock:
     """The runner's own clocks, read at each tick to see whether it could watch since the last one."""
 
@@ -120,9 +133,9 @@ class StallMonitor:
 
     def idle_seconds(self, row, now: float) -> float | None:
         """Seconds the runner watched ``row`` make no progress (blind intervals left out)."""
-        if row.last_progress is None:
+        since = last_progress(row)
+        if since is None:
             return None
-        since = row.last_progress
         blind = sum(max(0.0, min(end, now) - max(start, since)) for start, end in self._blind)
         return max(0.0, now - since - blind)
 
@@ -167,7 +180,8 @@ class StallMonitor:
                 self._stalled.pop(row.rank, None)
                 continue
             if stall is not None:
-                if row.last_progress is not None and row.last_progress > stall.since:
+                progress = last_progress(row)
+                if progress is not None and progress > stall.since:
                     self._resume(row, stall, now)
                 continue
             idle = self.idle_seconds(row, now)
@@ -188,6 +202,7 @@ class StallMonitor:
         return run.get("status") in (None, RunStatus.RUNNING.value)
 
     def _flag(self, row, idle: float, threshold: float, source: str, now: float) -> None:
+        since = last_progress(row) or now - idle  # not None: ``idle`` was measured from it
         heartbeat_age = now - row.last_seen if row.last_seen else None
         where = f"at step {row.step}" if row.step is not None else "before its first step"
         why = {"setting": "the stall timeout", "auto": f"auto: {AUTO_STEP_FACTOR:.0f}x its step time, at least {AUTO_FLOOR_SECONDS:.0f} s",
@@ -197,20 +212,22 @@ class StallMonitor:
             message += f"; no heartbeat for {heartbeat_age:.0f} s either (the process itself is stuck)"
         self.hub.model.set_state(row.rank, RankState.STALLED)
         self.hub.add_event(EventKind.STALLED, row.rank, message, step=row.step, seconds=round(idle, 2),
-                           threshold=threshold, threshold_source=source, last_progress=row.last_progress,
+                           threshold=threshold, threshold_source=source, last_progress=since,
                            heartbeat_age=None if heartbeat_age is None else round(heartbeat_age, 2))
-        record = {"rank": row.rank, "step": row.step, "since": row.last_progress, "seconds": round(idle, 2),
+        record = {"rank": row.rank, "step": row.step, "since": since, "seconds": round(idle, 2),
                   "threshold": threshold, "resumed_after": None}
         self.findings.add_stall(record)
-        self._stalled[row.rank] = _Stall(since=row.last_progress, flagged=now, step=row.step, record=record)
+        self._stalled[row.rank] = _Stall(since=since, flagged=now, step=row.step, record=record)
 
     def _resume(self, row, stall: _Stall, now: float) -> None:
         del self._stalled[row.rank]
-        stalled_for = (row.last_progress or now) - stall.since
+        stalled_for = (last_progress(row) or now) - stall.since
         if row.state == RankState.STALLED.value:
             self.hub.model.set_state(row.rank, RankState.RUNNING)
         stall.record["resumed_after"] = round(stalled_for, 2)
-        self.hub.add_event(EventKind.RESUMED, row.rank, f"rank {row.rank} resumed at step {row.step} after {stalled_for:.0f} s",
+        stepped = row.last_progress is not None and row.last_progress > stall.since
+        how = f"resumed at step {row.step}" if stepped else f"is working again (still at step {row.step})"
+        self.hub.add_event(EventKind.RESUMED, row.rank, f"rank {row.rank} {how} after {stalled_for:.0f} s",
                            step=row.step, stalled_seconds=round(stalled_for, 2))
 
     @property

@@ -38,7 +38,13 @@ from typing import Any
 from rankwatch._protocol import RankFailure, describe_end, signal_name
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
-from runner.diagnosis.hints import Evidence, find_hints, launcher_hint, no_rank_reported
+from runner.diagnosis.hints import (
+    Evidence,
+    find_hints,
+    launcher_hint,
+    no_rank_reported,
+    no_step_measured,
+)
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
 from runner.diagnosis.torchrun_report import TorchrunReport
 from runner.launch.ports import port_holder
@@ -127,6 +133,10 @@ class TriageInput:
     """The script's arguments: torchrun passes the same ones to every rank."""
     seen: set[int] = field(default_factory=set)
     """Ranks that said hello: a run none said it in measured nothing, whatever its exit code."""
+    measured: set[int] = field(default_factory=set)
+    """Ranks that sent at least one metric (a step, a ``rankwatch.log`` value, a printed value parsed)."""
+    instrumented: bool = False
+    """Zero-code instrumentation was on: every training step of an ordinary loop would have been measured."""
     self_spawn: bool = False
     """The script started its own ranks (``runner.profile.launch_mode``)."""
     spawn_call: str | None = None
@@ -277,8 +287,21 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
     return first, others
 
 
+def note_stalls_that_finished(data: TriageInput) -> None:
+    """A rank flagged stalled that then exited 0 by itself was not hung: it went on without a step
+    (an evaluation whose work the rank could not show, a slow save) and ended. Its stall gets
+    ``finished_after`` so the summary says so instead of "never resumed"."""
+    for stall in data.findings.stalls:
+        if stall.get("resumed_after") is not None or not isinstance(stall.get("since"), (int, float)):
+            continue
+        code, ended = data.exits.get(stall.get("rank"), (None, None))
+        if code == 0 and ended is not None and ended >= stall["since"]:
+            stall["finished_after"] = round(ended - stall["since"], 2)
+
+
 def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
     """The summary stored with the run and printed at the end of ``rankwatch run``."""
+    note_stalls_that_finished(data)
     diagnostics = data.findings.to_json()
     if stopped or exit_code == 0:
         summary = ({"outcome": "stopped", "headline": "stopped on request", "exit_code": exit_code} if stopped
@@ -294,6 +317,9 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
             summary["headline"] = "the job exited 0, but no rank ever reported: nothing was measured"
             launcher = [no_rank_reported(data.self_spawn, data.spawn_call, data.cpu_mode), *launcher]
+        elif not stopped and data.instrumented and not data.measured:
+            summary["headline"] = "all ranks finished, but none made a training step: nothing was measured"
+            launcher = [no_step_measured(), *launcher]
         if launcher:
             summary["hints"] = [hint.to_json() for hint in launcher]
         if diagnostics:

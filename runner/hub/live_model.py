@@ -20,7 +20,7 @@ RECENT_STEPS = 50
 class LiveRank(RankRow):
     """A RANK row plus what only the hub needs to keep it current."""
 
-    __slots__ = ("last_progress", "recent_step_times", "pairs", "comm_pairs", "received")
+    __slots__ = ("last_progress", "last_working", "recent_step_times", "pairs", "comm_pairs", "received")
 
     def __init__(self, rank: int) -> None:
         super().__init__(rank)
@@ -28,6 +28,8 @@ class LiveRank(RankRow):
         """Metric items of this rank the hub decoded (stored or rejected): compared with ``sent``."""
         self.last_progress: float | None = None
         """When ``step`` last changed (wall clock), for stall detection."""
+        self.last_working: float | None = None
+        """When a heartbeat last said the rank works without steps (evaluating...): not stalled."""
         self.recent_step_times: list[float] = []
         self.pairs = StepPairs()
         """This rank's step_time and data_wait records, paired into the data-wait share."""
@@ -128,6 +130,8 @@ class LiveModel:
         if step is not None and (row.step is None or step > row.step):
             row.step = step
             row.last_progress = time.time()
+        if heartbeat.working:
+            row.last_working = time.time()
         if heartbeat.dropped is not None:
             row.dropped = heartbeat.dropped
         if heartbeat.sent is not None:

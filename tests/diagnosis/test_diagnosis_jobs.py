@@ -270,3 +270,26 @@ def test_a_legacy_script_run_without_the_toggle_gets_the_legacy_hint():
     assert "hint: the script expects --local_rank (written for torch.distributed.launch)" in block
     assert "--legacy-local-rank" in block
     assert time.monotonic() - started < 120
+
+
+def test_work_without_steps_is_not_a_stall_and_a_stalled_rank_that_finishes_is_no_hang():
+    """Two ranks train without an optimizer (each backward is a step), then rank 0 evaluates for 12 s and
+    rank 1 sleeps as long. Only rank 1 is flagged, and the summary says it then finished by itself. ~25 s."""
+    script = SCRIPTS / "evaluate_after_training.py"
+    result = rankwatch("run", "--plain", "--nproc-per-node", "2", "--stall-timeout", str(STALL_TIMEOUT),
+                       str(script), "12")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run, events = stored()
+    assert [(e["kind"], e["rank"]) for e in events if e["kind"] in ("stalled", "resumed")] == [("stalled", 1)]
+    with RunStore(readonly=True) as store:
+        for rank in (0, 1):
+            printed = {}
+            for line in result.stdout.splitlines():
+                if line.startswith(f"[rank {rank}] step "):
+                    _prefix, _rank, _word, step, _loss, value = line.split()
+                    printed[int(step)] = float(value)
+            stored_losses = {m[2]: m[4] for m in store.metrics(run["id"], name="loss", rank=rank)}
+            assert stored_losses == printed and len(printed) == 12  # a step per backward, each its own loss
+    block = summary_block(result.stderr)
+    assert "stalled:       rank 1 at step 11 (no progress for" in block
+    assert "then it finished by itself" in block and "not a hang" in block and "never resumed" not in block

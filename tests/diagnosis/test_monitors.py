@@ -105,6 +105,29 @@ def test_progress_after_a_stall_resumes_the_rank_and_a_new_episode_captures_agai
     assert len(hub.of_kind("stalled")) == 2 and capture.reasons == ["stalled", "stalled"]
 
 
+def test_a_rank_that_works_without_steps_is_not_stalled_until_its_work_stops():
+    """Evaluation after the last step (PyTorch's word language model example: over a minute) is not a hang."""
+    hub, capture = stepping_hub(1), FakeCapture()
+    monitor = StallMonitor(hub, 5.0, capture=capture)
+    now = time.time()
+    step(hub, 0, 310, when=now - 60)
+    hub.model.on_heartbeat(protocol.Heartbeat(0, now, 310, 0, 0, working=True))  # "working" since its last step
+    monitor.tick(time.time())
+    assert hub.of_kind("stalled") == [] and capture.reasons == []
+    hub.model.on_heartbeat(protocol.Heartbeat(0, now, 310, 0, 0, working=False))  # blocked: no newer work
+    hub.model.on_heartbeat(protocol.Heartbeat(0, now, 310, 0, 0, working=None))
+    monitor.tick(time.time() + 4.0)
+    assert hub.of_kind("stalled") == []  # 4 s since its last work: under the 5 s threshold
+    monitor.tick(time.time() + 6.0)
+    [stalled] = hub.of_kind("stalled")
+    assert stalled["message"].startswith("rank 0 stalled at step 310: no progress for 6 s")
+    hub.model.on_heartbeat(protocol.Heartbeat(0, now, 310, 0, 0, working=True))  # works again, no step yet
+    monitor.tick(time.time() + 6.5)
+    [resumed] = hub.of_kind("resumed")
+    assert resumed["message"].startswith("rank 0 is working again (still at step 310) after ")
+    assert hub.model.ranks[0].state == RankState.RUNNING.value
+
+
 def test_a_silent_heartbeat_is_mentioned():
     hub = stepping_hub(1)
     monitor = StallMonitor(hub, 5.0)

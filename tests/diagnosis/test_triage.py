@@ -200,7 +200,7 @@ def test_a_successful_run_keeps_its_findings():
 
 def test_a_job_that_exits_0_without_a_rank_is_not_called_finished():
     """Seen: the DDP tutorial series' multigpu.py spawns torch.cuda.device_count() = 0 ranks in CPU mode."""
-    summary = triage(TriageInput(seen={0, 1}), 0, stopped=False)
+    summary = triage(TriageInput(seen={0, 1}, measured={0, 1}, instrumented=True), 0, stopped=False)
     assert (summary["outcome"], summary["headline"]) == ("succeeded", "all ranks finished")
     assert "hints" not in summary
     spawned_none = triage(TriageInput(cpu_mode=True, self_spawn=True,
@@ -215,6 +215,40 @@ def test_a_job_that_exits_0_without_a_rank_is_not_called_finished():
     under_torchrun = triage(TriageInput(), 0, stopped=False)
     assert under_torchrun["hints"][0]["cause"].startswith("every process ended before its rank reported")
     assert triage(TriageInput(), 143, stopped=True)["headline"] == "stopped on request"  # a stop says so, ranks or not
+
+
+def test_a_job_whose_ranks_exit_0_without_a_step_is_not_called_finished():
+    """Seen: PyTorch's FSDP2 example prints "Unable to locate sufficient 2 gpus" and exits 0 in CPU mode."""
+    nothing = triage(TriageInput(seen={0, 1}, instrumented=True), 0, stopped=False)
+    assert nothing["outcome"] == "succeeded"
+    assert nothing["headline"] == "all ranks finished, but none made a training step: nothing was measured"
+    [hint] = nothing["hints"]
+    assert hint["key"] == "no_step_measured" and "rankwatch runs logs" in hint["advice"]
+    one_measured = triage(TriageInput(seen={0, 1}, measured={1}, instrumented=True), 0, stopped=False)
+    assert (one_measured["headline"], one_measured.get("hints")) == ("all ranks finished", None)
+    uninstrumented = triage(TriageInput(seen={0, 1}, instrumented=False), 0, stopped=False)
+    assert uninstrumented["headline"] == "all ranks finished"  # --no-instrument measures nothing by choice
+    stopped = triage(TriageInput(seen={0, 1}, instrumented=True), 143, stopped=True)
+    assert stopped["headline"] == "stopped on request"
+
+
+def test_a_stall_whose_rank_then_exited_0_is_not_reported_as_never_resumed():
+    """Seen: PyTorch's word language model example evaluates for a minute after its last step and ends."""
+    findings = Findings()
+    findings.add_stall({"rank": 0, "step": 310, "since": 1000.0, "seconds": 30.5, "threshold": 30.0,
+                        "resumed_after": None})
+    findings.add_stall({"rank": 1, "step": 310, "since": 1000.0, "seconds": 30.5, "threshold": 30.0,
+                        "resumed_after": None})
+    data = TriageInput(findings=findings, seen={0, 1}, measured={0, 1}, instrumented=True,
+                       exits={0: (0, 1076.0), 1: (-15, 1080.0)})
+    summary = triage(data, 1, stopped=True)
+    stalls = summary["diagnostics"]["stalls"]
+    assert stalls[0]["finished_after"] == 76.0 and "finished_after" not in stalls[1]
+    lines = format_diagnostics(summary["diagnostics"])
+    assert lines == [
+        "  stalled:       rank 0 at step 310 (no progress for 30 s, threshold 30 s; then it finished by itself "
+        "76 s after its last progress (exit code 0): not a hang)",
+        "  stalled:       rank 1 at step 310 (no progress for 30 s, threshold 30 s; never resumed)"]
 
 
 def test_a_rank_torchrun_sigtermed_is_not_first_even_when_its_exit_was_stamped_first():

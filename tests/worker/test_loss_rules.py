@@ -327,6 +327,36 @@ def test_a_step_with_no_backward_has_no_loss(measured):
     assert measured.losses() == [None]
 
 
+def test_a_loop_without_an_optimizer_steps_at_each_backward_until_an_optimizer_is_made(measured):
+    """PyTorch's word language model and regression examples update the weights themselves."""
+    model = _model()
+    expected = []
+    for _ in range(STEPS):
+        model.zero_grad()
+        loss = F.mse_loss(model(_batch()[0]), torch.zeros(4, 1))
+        loss.backward()
+        for parameter in model.parameters():
+            parameter.data.add_(parameter.grad, alpha=-0.05)
+        expected.append(loss.item())
+    _assert_losses(measured, expected)
+    steps = measured.steps()
+    assert [step["step"] for step in steps] == list(range(STEPS))
+    assert steps[0]["step_time"] is None and all(step["step_time"] > 0 for step in steps[1:])
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)  # from now on, the optimizer is the clock
+    for _ in range(2):
+        expected_sum = 0.0
+        for _micro_batch in range(2):
+            loss = F.mse_loss(model(_batch()[0]), torch.zeros(4, 1)) / 2
+            loss.backward()
+            expected_sum += loss.item()
+        optimizer.step()
+        optimizer.zero_grad()
+        expected.append(expected_sum)
+    _assert_losses(measured, expected)
+    assert [step["step"] for step in measured.steps()] == list(range(STEPS + 2))
+
+
 @pytest.fixture
 def single_process_group():
     """A real gloo process group of one rank (DDP's reducer and no_sync run for real)."""

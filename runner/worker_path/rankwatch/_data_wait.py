@@ -22,7 +22,7 @@ A step in which no training iterator gave a batch has data wait ``None``: a
 script without a DataLoader (or whose batches come from elsewhere) shows "not
 measured", never a false 0 %. An iterator that gave a batch in ~0 s shows 0.
 
-Hot path: one grad-mode check per batch, and for a known training iterator
+Hot path: one count and one grad-mode check per batch, and for a known training iterator
 two additions; one truthiness check per backward.
 """
 
@@ -39,12 +39,14 @@ if TYPE_CHECKING:
 class DataWait:
     """Per-step data wait and samples of the training iterators (module docstring)."""
 
-    __slots__ = ("wait", "samples", "_grad_enabled", "_training", "_unconfirmed")
+    __slots__ = ("wait", "samples", "batches", "_grad_enabled", "_training", "_unconfirmed")
 
     def __init__(self, grad_enabled: Callable[[], bool]):
         self.wait: float | None = None
         """Seconds this step in training iterators; None: no training batch yet this step."""
         self.samples = 0
+        self.batches = 0
+        """Batches any DataLoader gave so far, evaluation's too: a rank fetching batches is working."""
         self._grad_enabled = grad_enabled
         self._training: weakref.WeakSet = weakref.WeakSet()
         self._unconfirmed: dict[int, list] = {}
@@ -52,6 +54,7 @@ class DataWait:
 
     def on_batch(self, iterator: Any, seconds: float, size: int | None) -> None:
         """``iterator`` gave a batch of ``size`` samples after ``seconds``."""
+        self.batches += 1
         if not self._grad_enabled():
             return  # evaluation under no_grad / inference_mode
         if iterator in self._training:

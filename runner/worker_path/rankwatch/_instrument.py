@@ -12,6 +12,12 @@ What is measured, per rank, and where:
   the number of steps completed *before* it (0 for the first), like a script that
   prints ``step {step}`` and increments its counter after ``optimizer.step()``.
   A step that ``GradScaler.step`` skipped (inf/NaN gradients) still counts.
+  In a process that has made no optimizer at all, each outermost backward ends a
+  step instead: tutorial loops that update the weights themselves
+  (``p.data.add_(p.grad, alpha=-lr)``, PyTorch's word language model and
+  regression examples) would otherwise show no step. Only "no optimizer was ever
+  made" is a sure sign: a script with an optimizer that has not stepped yet may be
+  accumulating gradients. An optimizer made later takes over as the clock.
 * ``loss``: the sum of the scalar values passed to ``torch.autograd.backward``
   since the previous optimizer step (``Tensor.backward`` goes through it;
   patching both would count every loss twice); ``_loss`` has the rule for every
@@ -38,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -54,6 +61,7 @@ from rankwatch._reporter import Reporter
 
 _perf_counter = time.perf_counter
 _now = time.time
+_get_ident = threading.get_ident
 
 
 class StepClock:
@@ -64,7 +72,7 @@ class StepClock:
     """
 
     __slots__ = (
-        "steps", "optimizer_steps", "in_backward", "loss", "data", "comm", "run_queue",
+        "steps", "optimizer_steps", "optimizer_made", "thread", "_thread_ident", "in_backward", "loss", "data", "comm", "run_queue",
         "_buffer", "_reporter", "_hash_every", "_torch", "_optimizer", "_last_step_at", "_undo",
     )  # fmt: skip
 
@@ -75,6 +83,11 @@ class StepClock:
         """Steps of the clock optimizer completed so far."""
         self.optimizer_steps = 0
         """Steps of any optimizer completed so far (GradScaler's skip detection)."""
+        self.optimizer_made = False
+        """An optimizer was made in this process: until then each outermost backward ends a step."""
+        self.thread: int | None = None
+        """Kernel id of the thread that ran the last step: the one whose work counts (``_activity``)."""
+        self._thread_ident: int | None = None
         self.in_backward = False
         self.loss = StepLoss(torch.Tensor)
         self.data = DataWait(torch.is_grad_enabled)
@@ -115,6 +128,17 @@ class StepClock:
                 self.loss.discard()  # another model's loss (a GAN's second optimizer)
                 return
             self._optimizer = weakref.ref(optimizer)
+        step = self._end_step()
+        if self._hash_every and self.steps % self._hash_every == 0:
+            self._send_digest(optimizer, step)
+
+    def on_backward_end(self) -> None:
+        """After an outermost backward: a step boundary while no optimizer exists (module docstring)."""
+        if not self.optimizer_made:
+            self._end_step()
+
+    def _end_step(self) -> int:
+        """Queue the record of the step that just ended; returns its number."""
         now = _perf_counter()
         last = self._last_step_at
         self._last_step_at = now
@@ -131,8 +155,11 @@ class StepClock:
             None if last is None else now - last, data_wait, samples, comm_wait, cpu_wait,
         ))  # fmt: skip
         self.steps = step + 1
-        if self._hash_every and self.steps % self._hash_every == 0:
-            self._send_digest(optimizer, step)
+        ident = _get_ident()
+        if ident != self._thread_ident:  # get_native_id is a system call: only when the thread changes
+            self._thread_ident = ident
+            self.thread = threading.get_native_id()
+        return step
 
     def _send_digest(self, optimizer: Any, step: int) -> None:
         try:
@@ -157,6 +184,7 @@ def install(
     problems = []
     for what, patch in (
         ("optimizer step hook", _hook_optimizer_steps),
+        ("optimizer construction", _watch_optimizer_construction),
         ("backward", _patch_backward),
         ("DataLoader", _patch_data_loader),
         ("GradScaler", _patch_grad_scaler),
@@ -191,6 +219,25 @@ def _hook_optimizer_steps(torch: Any, clock: StepClock) -> Callable[[], None]:
     return undo
 
 
+def _watch_optimizer_construction(torch: Any, clock: StepClock) -> Callable[[], None]:
+    """Note the first optimizer made: from then on only optimizer steps end steps.
+
+    Every ``torch.optim.Optimizer`` subclass runs the base ``__init__`` (it sets up
+    ``param_groups`` and the very step hooks the clock relies on), so wrapping the
+    base's is enough.
+    """
+    optimizer_class = sys.modules["torch.optim.optimizer"].Optimizer
+    original = optimizer_class.__dict__["__init__"]
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        clock.optimizer_made = True
+        return original(self, *args, **kwargs)
+
+    optimizer_class.__init__ = __init__
+    return functools.partial(setattr, optimizer_class, "__init__", original)
+
+
 def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
     original = torch.autograd.backward
     loss = clock.loss
@@ -214,6 +261,8 @@ def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
             comm.on_backward_end(_perf_counter())
             loss.on_backward(tensors, args[0] if args else kwargs.get("grad_tensors"))
             data.on_backward()
+            if not clock.optimizer_made:
+                clock.on_backward_end()
         except Exception:  # telemetry must never break the user's backward
             pass
         return result

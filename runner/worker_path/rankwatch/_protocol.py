@@ -875,6 +875,17 @@ def _end_without_status(evidence: str | None) -> str:
     return "no exit code known"
 
 
+def stall_outcome(stall: dict[str, Any]) -> str:
+    """How a stall (a ``stalls`` record of a run's diagnostics) ended, as the tail of its summary line."""
+    after = stall.get("resumed_after")
+    if isinstance(after, (int, float)):
+        return f"; resumed after {after:.0f} s"
+    finished = stall.get("finished_after")
+    if isinstance(finished, (int, float)):
+        return f"; then it finished by itself {finished:.0f} s after its last progress (exit code 0): not a hang"
+    return "; never resumed"
+
+
 class RankFailure:
     """How one rank ended, as failure triage found it (``runner.diagnosis.triage``), and its words."""
 
@@ -1117,23 +1128,28 @@ def encode_metric_items(rank: int, items: list[list[Any]]) -> bytes:
 
 
 class Heartbeat(Message):
-    """A worker is alive: its newest step and its cumulative counts."""
+    """A worker is alive: its newest step, its cumulative counts, and whether it works without steps."""
 
-    __slots__ = ("rank", "t", "step", "dropped", "sent")
+    __slots__ = ("rank", "t", "step", "dropped", "sent", "working")
     TYPE = "heartbeat"
 
     def __init__(self, rank: int, t: float | None, step: int | None, dropped: int | None,
-                 sent: int | None = None) -> None:
+                 sent: int | None = None, working: bool | None = None) -> None:
         self.rank = rank
         self.t = t
         self.step = step
         self.dropped = dropped
         self.sent = sent
+        self.working = working
+        """After seconds without a step: whether its training thread worked since the previous heartbeat
+        (an evaluation, a checkpoint: not a hang); None when not judged (``rankwatch._activity``)."""
 
     @classmethod
     def from_wire(cls, fields: dict[str, Any]) -> Heartbeat:
+        working = fields.get("working")
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_int(fields.get("step")),
-                   as_int(fields.get("dropped")), as_int(fields.get("sent")))
+                   as_int(fields.get("dropped")), as_int(fields.get("sent")),
+                   working if type(working) is bool else None)
 
 
 class ExceptionReport(Message):

@@ -41,6 +41,7 @@ from typing import Any
 
 from rankwatch import _flight_recorder
 from rankwatch import _protocol as protocol
+from rankwatch._activity import TrainingActivity
 from rankwatch._buffer import KIND_LOG, KIND_STEP, WAKE_THRESHOLD, RecordBuffer
 from rankwatch._connection import Connection
 from rankwatch._threads import settle_background_thread
@@ -108,6 +109,9 @@ class Reporter:
         self._deferred: list[tuple] = []
         self._lost = 0
         self._last_step: Any = None
+        self._last_step_at = time.monotonic()
+        """When ``_last_step`` last went up (or the reporter started): how long the rank has gone stepless."""
+        self._activity = TrainingActivity(_training_thread, _batches_fetched)
         self._streaming = False
         """The last drain found records: more are likely within ``flush_latency``."""
         self.flush_latency = FLUSH_LATENCY
@@ -381,7 +385,8 @@ class Reporter:
         return True
 
     def _send_heartbeat(self, timeout: float) -> None:
-        heartbeat = protocol.Heartbeat(self._rank, time.time(), self._last_step, self.dropped, self._sent)
+        working = self._activity.sample(time.monotonic() - self._last_step_at)
+        heartbeat = protocol.Heartbeat(self._rank, time.time(), self._last_step, self.dropped, self._sent, working)
         self._send(heartbeat.encode(), time.monotonic() + timeout)
 
     def _note_stack_dump(self, timeout: float = SEND_TIMEOUT) -> None:
@@ -425,6 +430,7 @@ class Reporter:
             step = _read(step)
         if type(step) is int and (self._last_step is None or step > self._last_step):
             self._last_step = step
+            self._last_step_at = time.monotonic()
         if kind == KIND_LOG:
             values = record[3]
             ready = {name: _read(value) for name, value in values.items()}
@@ -498,3 +504,15 @@ def _warn(message: str) -> None:
         sys.stderr.write(f"rankwatch: {message}\n")
     except Exception:
         pass
+
+
+def _training_thread() -> int | None:
+    """The thread that ran the last step (the instrumentation's clock knows), else the main thread."""
+    native_id = getattr(getattr(sys.modules.get("rankwatch"), "_clock", None), "thread", None)
+    return native_id if native_id is not None else threading.main_thread().native_id
+
+
+def _batches_fetched() -> int | None:
+    """DataLoader batches fetched so far, as the instrumentation counts them (None without it)."""
+    data = getattr(getattr(sys.modules.get("rankwatch"), "_clock", None), "data", None)
+    return getattr(data, "batches", None)

@@ -60,6 +60,9 @@ class Evidence:
     port_holders: dict[int, dict[str, Any]] = field(default_factory=dict)
     """port -> {pid, command, rank}: its holder while the run went on (rank: of this run, or None)."""
     world_size: int | None = None
+    script_returned: bool = False
+    """The first failure's script ran to its end (its bootstrap reported exit code 0) before the
+    process died: the failure came after, while Python shut down."""
 
     def first_text(self) -> str:
         """Everything known about the first failure, as one searchable text."""
@@ -500,10 +503,38 @@ def lost_remote_rank(evidence: Evidence) -> Hint | None:
                 "(dmesg) for an OOM kill, and see the node's state and time in the Nodes table")
 
 
+TERMINATE_WITHOUT_EXCEPTION = "terminate called without an active exception"
+
+
+@rule
+def crash_after_the_script_returned(evidence: Evidence) -> Hint | None:
+    """The script returned, then the process died of a signal while Python shut down.
+
+    Seen: about one 2-rank gloo job in 50 (plain torchrun too) prints "terminate called without
+    an active exception" after its last step and dies of SIGABRT: a C++ thread of the process
+    group still running when the interpreter exits. The training completed; saying "crashed in
+    native code" alone sends people looking in their training loop.
+    """
+    first = evidence.first
+    if first is None or first.signal is None or not evidence.script_returned:
+        return None
+    cause = (f"rank {first.rank}'s script ran to its end (exit code 0), then the process died of "
+             f"{first.signal} while Python shut down: the failure is in the shutdown, after the script's last line")
+    if TERMINATE_WITHOUT_EXCEPTION in "\n".join(evidence.stderr_tails.get(first.rank, [])):
+        return Hint("crash_after_the_script_returned", cause,
+                    f'"{TERMINATE_WITHOUT_EXCEPTION}": a C++ thread (the gloo/NCCL process group\'s) was '
+                    "still running when the interpreter exited, a known upstream abort; call "
+                    "torch.distributed.destroy_process_group() at the end of the script to make it rarer")
+    return Hint("crash_after_the_script_returned", cause,
+                "look at what runs at exit: atexit handlers, extensions' destructors, threads left running "
+                "(rerun with --env PYTHONFAULTHANDLER=1 to get the stack at the crash)")
+
+
 @rule
 def native_crash(evidence: Evidence) -> Hint | None:
     first = evidence.first
-    if first is None or first.signal not in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE"):
+    if first is None or first.signal not in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE") \
+            or evidence.script_returned:  # after the script: crash_after_the_script_returned says it
         return None
     return Hint("native_crash", f"rank {first.rank} crashed in native code ({first.signal})",
                 "this is a crash in C/C++/CUDA code (torch, an extension, a DataLoader worker): rerun with "

@@ -338,7 +338,9 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         interpreter=data.interpreter, kernel_log=kernel_log, rank_gpus=dict(data.rank_gpus),
         port_holder=data.port_holder_lookup, first_is_remote=first is not None and first.rank in data.remote_ranks,
         launcher=list(data.findings.launcher.values()), script_args=list(data.script_args),
-        port_holders=dict(data.port_holders), world_size=data.world_size)
+        port_holders=dict(data.port_holders), world_size=data.world_size,
+        script_returned=first is not None and first.signal is not None
+        and data.exits.get(first.rank, (None, None))[0] == 0)
     hints = find_hints(evidence)
     if first is None:
         headline = f"the job failed (exit code {exit_code}) before any rank reported"

@@ -264,3 +264,31 @@ def test_a_rank_torchrun_sigtermed_is_not_first_even_when_its_exit_was_stamped_f
     assert [(o["rank"], o["signal"]) for o in summary["other_failures"]] == [(1, "SIGTERM")]
     alone = TriageInput(exits={1: (-15, 100.0)}, hosts={1: "localhost"})  # a SIGTERM with nothing else: first
     assert triage(alone, 1, stopped=False)["first_failure"]["rank"] == 1
+
+
+ABORTED_AT_EXIT_REPORT = """Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_21:12:03
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -6 (pid: 3520)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 3520
+============================================================"""
+
+
+def test_a_rank_that_aborts_after_its_script_returned_is_named_as_such_not_as_a_crash_in_training():
+    """Seen in CI, ~1 gloo job in 50 (plain torchrun too): all steps stored, then "terminate called without
+    an active exception" and SIGABRT while the interpreter exits."""
+    data = TriageInput(exits={0: (0, 100.0)}, hosts={0: "localhost"}, seen={0}, measured={0}, instrumented=True)
+    data.add_stderr(0, "terminate called without an active exception")
+    data.report = parse_torchrun_report(ABORTED_AT_EXIT_REPORT.splitlines())
+    summary = triage(data, 1, stopped=False)
+    assert summary["headline"] == ("rank 0 on localhost failed first (signal SIGABRT): rank 0's script ran to its "
+                                   "end (exit code 0), then the process died of SIGABRT while Python shut down: "
+                                   "the failure is in the shutdown, after the script's last line")
+    [hint] = summary["hints"]
+    assert hint["key"] == "crash_after_the_script_returned" and "destroy_process_group()" in hint["advice"]
+    during = TriageInput(hosts={0: "localhost"}, seen={0})  # no exit 0 from the script: a crash in it
+    during.report = parse_torchrun_report(ABORTED_AT_EXIT_REPORT.splitlines())
+    assert [h["key"] for h in triage(during, 1, stopped=False)["hints"]] == ["native_crash"]

@@ -44,10 +44,17 @@ class SlurmUnavailable(RuntimeError):
     """Slurm cannot run here (the message says what is missing)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports. Each probe stays bound until all are taken: a port asked for
+    one at a time can come back twice (seen in CI: slurmctld and a slurmd given the same one)."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 class LocalSlurm:
@@ -98,14 +105,15 @@ class LocalSlurm:
 
     def config(self, munge_socket: Path) -> str:
         folder = self.folder
-        node_lines = [f"NodeName={node} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={_free_port()} "
-                      f"CPUs={CPUS_PER_NODE} State=UNKNOWN" for node in NODES]
+        controller_port, *node_ports = _free_ports(1 + len(NODES))
+        node_lines = [f"NodeName={node} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={port} "
+                      f"CPUs={CPUS_PER_NODE} State=UNKNOWN" for node, port in zip(NODES, node_ports, strict=True)]
         return "\n".join([
             "ClusterName=rankwatch-test",
             f"SlurmctldHost={self.host}",
             "SlurmUser=root",
             "SlurmdUser=root",
-            f"SlurmctldPort={_free_port()}",
+            f"SlurmctldPort={controller_port}",
             "AuthType=auth/munge",
             "CredType=cred/munge",
             f"AuthInfo=socket={munge_socket}",

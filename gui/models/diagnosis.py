@@ -405,6 +405,15 @@ class DiagnosisModel:
         found = list(self.findings_seen)
         kinds = {f.kind for f in found}
         diagnostics = self.diagnostics
+        for stall in diagnostics.get("stalls") or []:  # how the run's end closed a stall the events left open
+            if stall.get("finished_after") is None:
+                continue
+            for index in range(len(found) - 1, -1, -1):
+                finding = found[index]
+                if finding.kind == STALLED and finding.rank == stall.get("rank") and finding.active:
+                    found[index] = Finding(STALLED, finding.rank, finding.step,
+                                           f"{finding.text}{stall_outcome(stall)}", False, finding.t, finding.ranks)
+                    break
         if STALLED not in kinds:
             for stall in diagnostics.get("stalls") or []:
                 after = stall.get("resumed_after")

@@ -127,9 +127,42 @@ def test_a_run_that_exited_0_with_no_rank_says_so_in_a_warning_not_silence():
     banner = diagnosis.banner()
     assert banner is not None and banner.level == WARNING
     assert banner.text == "the job exited 0, but no rank ever reported: nothing was measured"
-    ran = dict(run, summary=triage(TriageInput(seen={0}), 0, stopped=False))
+    stepless = dict(run, summary=triage(TriageInput(seen={0}, instrumented=True), 0, stopped=False))
+    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": stepless, "ranks": [], "nodes": [], "spec": {}})
+    banner = diagnosis.banner()
+    assert banner is not None and (banner.level, banner.kind) == (WARNING, "no_step_measured")
+    assert banner.text == "all ranks finished, but none made a training step: nothing was measured"
+    ran = dict(run, summary=triage(TriageInput(seen={0}, measured={0}, instrumented=True), 0, stopped=False))
     model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": ran, "ranks": [], "nodes": [], "spec": {}})
     assert diagnosis.banner() is None  # a good run: no banner
+
+
+def test_a_stall_the_run_saw_live_ends_as_the_summary_says_once_its_rank_finished_by_itself():
+    """Seen in the GUI: rank 1 of evaluate_after_training.py stalled (live event), then exited 0; the
+    finished run's banner kept the live words as if it still hung."""
+    from runner.diagnosis.findings import Findings
+    from runner.diagnosis.triage import TriageInput, triage
+
+    stall = {"rank": 1, "step": 11, "since": 100.0, "seconds": 5.1, "threshold": 5.0, "resumed_after": None}
+    model = MonitorModel()
+    diagnosis = DiagnosisModel(model)
+    run = {"id": 3, "profile": "evaluate", "status": "running", "started": 90.0}
+    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run, "ranks": [], "nodes": [], "spec": {}})
+    event = {"kind": "stalled", "rank": 1, "t": 105.1, "step": 11, "seconds": 5.1, "threshold": 5.0,
+             "message": "rank 1 stalled at step 11: no progress for 5 s (threshold 5 s, the stall timeout)"}
+    model.apply({"type": "update", "v": _protocol.VERSION, "events": [event], "logs": []})
+    [live] = [f for f in diagnosis.findings() if f.kind == "stalled"]
+    assert live.active
+    findings = Findings()
+    findings.add_stall(dict(stall))
+    summary = triage(TriageInput(findings=findings, seen={0, 1}, measured={0, 1}, instrumented=True,
+                                 exits={0: (0, 125.0), 1: (0, 125.0)}), 0, stopped=False)
+    ended = dict(run, status="succeeded", ended=126.0, exit_code=0, summary=summary)
+    model.apply({"type": "update", "v": _protocol.VERSION, "run": ended, "events": [], "logs": []})
+    [done] = [f for f in diagnosis.findings() if f.kind == "stalled"]
+    assert not done.active
+    assert done.text.endswith("; then it finished by itself 25 s after its last progress (exit code 0): not a hang")
+    assert "not a hang" in diagnosis.banner().text
 
 
 # ---- failures: banner and diagnosis panel, live ----------------------------------------------

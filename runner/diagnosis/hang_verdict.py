@@ -12,8 +12,11 @@ one that differs is not enough, because with two ranks both differ). So:
 3. Every stuck rank that is in no collective is a culprit: its deepest frame of
    the user's own code, with the source line, is where it is stuck.
 4. When every stuck rank waits, but in different collectives, the ranks took
-   different code paths (the odd ones out are named); when all wait in the same
-   one, no rank is missing from it by its stack (the culprit may be a rank whose
+   different code paths (the odd ones out are named). When they wait in the same
+   one while other ranks progress outside any collective, those are who they wait
+   for: work on some ranks only (rank 0 evaluating while the others wait in the
+   barrier after it) holds up the rest, a warning that names them. When all wait
+   in the same one and nobody works elsewhere, no rank is missing from it by its stack (the culprit may be a rank whose
    stack could not be read, or the collective itself: network, shapes, groups).
 
 Progress comes with the capture (``stack_capture``): per rank whether it is
@@ -23,7 +26,7 @@ judges from the stacks alone and says so.
 
 The verdict (``judge``) is JSON, stored in the ``stacks`` event::
 
-    {"kind": "culprit" | "mismatch" | "all_waiting" | "no_collective" | "same_place"
+    {"kind": "culprit" | "mismatch" | "held_up" | "all_waiting" | "no_collective" | "same_place"
              | "progressing" | "empty",
      "level": "error" | "warning" | "info",   # error: a culprit (or mismatch) is named
      "message": "rank 1 is the culprit: rank 0 waits in barrier, rank 1 is in no collective",
@@ -39,8 +42,8 @@ from typing import Any
 
 from runner.diagnosis.stack_places import Place, frame_text, plural
 
-CULPRIT, MISMATCH, ALL_WAITING, NO_COLLECTIVE, SAME_PLACE, PROGRESSING, EMPTY = (
-    "culprit", "mismatch", "all_waiting", "no_collective", "same_place", "progressing", "empty")
+CULPRIT, MISMATCH, HELD_UP, ALL_WAITING, NO_COLLECTIVE, SAME_PLACE, PROGRESSING, EMPTY = (
+    "culprit", "mismatch", "held_up", "all_waiting", "no_collective", "same_place", "progressing", "empty")
 ERROR, WARNING, INFO = "error", "warning", "info"
 
 
@@ -143,6 +146,18 @@ def _blame(places: dict[int, Place], waiting: list[int], elsewhere: list[int], o
         if odd:
             message = f"{ranks_text(odd)} {_is(odd, 'is', 'are')} the odd one out: " + message
         return {**verdict, "kind": MISMATCH, "level": ERROR, "message": message, "culprits": odd,
+                "waiting": waiting}
+    working = [rank for rank in verdict["progressing"] if not places[rank].waiting]
+    if waiting and working:
+        waiters = [rank for rank in waiting if places[rank].op == collective]
+        what = places[waiters[0]].what if len(waiters) == 1 else plural(places[waiters[0]].what)
+        message = (f"{ranks_text(waiters)} {what} for {ranks_text(working)}, which "
+                   f"{_is(working, 'is', 'are')} working outside any collective")
+        if len(working) == 1:
+            place = places[working[0]]
+            message += f" (at {frame_text(place.frame or place.innermost, full=False)})"
+        message += ": work on some ranks only (an evaluation, a checkpoint) holds up the others"
+        return {**verdict, "kind": HELD_UP, "level": WARNING, "message": message, "culprits": working,
                 "waiting": waiting}
     if waiting:
         every = "every stalled rank" if verdict["progress_known"] else "every rank"

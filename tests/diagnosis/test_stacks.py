@@ -126,6 +126,19 @@ def test_a_progressing_rank_is_not_blamed_while_others_are_stuck():
     assert "rank 2 is progressing, not held up" in verdict["details"]
 
 
+def test_ranks_waiting_in_a_collective_while_another_works_outside_any_wait_for_that_one():
+    """rank 0 evaluates (working, no step) while the others wait in the barrier after the evaluation."""
+    result = analyse({0: main_frames(HELPER), 1: main_frames(BARRIER), 2: main_frames(BARRIER)}, "stalled", 1.0,
+                     progress={0: MOVING, 1: STALLED, 2: STALLED})
+    verdict = result["verdict"]
+    assert (verdict["kind"], verdict["level"]) == ("held_up", "warning")
+    assert verdict["culprits"] == [0] and verdict["waiting"] == [1, 2]
+    helper_line, _text = marked("WAIT")
+    assert verdict["message"] == ("ranks 1, 2 wait in barrier for rank 0, which is working outside any collective "
+                                  f"(at diag_hang.py:{helper_line} in wait_for_checkpoint): work on some ranks only "
+                                  "(an evaluation, a checkpoint) holds up the others")
+
+
 def test_all_ranks_in_the_same_collective_name_none_and_point_at_missing_ranks():
     result = analyse({0: main_frames(BARRIER), 1: main_frames(BARRIER)}, "stalled", 1.0,
                      [{"rank": 2, "why": "on another host (node-b)"}], progress={0: STALLED, 1: STALLED})

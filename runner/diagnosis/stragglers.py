@@ -8,7 +8,8 @@ optimizer step, ``step_time``, ``data_wait`` (time in the DataLoader iterator,
 absent without a DataLoader) and ``compute_time`` (the step minus its waits in
 collectives and for data, absent without a process group; ``rankwatch._comm_timing``).
 So, over the last ``WINDOW_STEPS`` steps of each rank (medians: one slow step is
-not a straggler):
+not a straggler; compute time over its last ``WINDOW_STEPS`` values, as steps
+faster than 10 ms have it only every few steps):
 
 * **waiting for data**: its data wait exceeds the other ranks' median data wait
   by the margin -- the others wait for it in the all-reduce;
@@ -119,6 +120,9 @@ class StragglerMonitor(HubObserver):
         self.hub = hub
         self.findings = findings if findings is not None else Findings()
         self.samples: dict[int, deque] = {}
+        self.computes: dict[int, deque] = {}
+        """Per rank, its last ``WINDOW_STEPS`` compute times: a window of their own, as fast steps time
+        only every few steps (``rankwatch._comm_timing.split_every``)."""
         self.last_step: dict[int, int] = {}
         self.flagged: dict[int, dict[str, Any]] = {}
         self._new_data = False
@@ -145,7 +149,10 @@ class StragglerMonitor(HubObserver):
         window = self.samples.get(rank)
         if window is None:
             window = self.samples[rank] = deque(maxlen=WINDOW_STEPS)
-        window.append(StepSummary(step_time, data_wait, compute_time))
+            self.computes[rank] = deque(maxlen=WINDOW_STEPS)
+        window.append(StepSummary(step_time, data_wait))
+        if compute_time is not None:
+            self.computes[rank].append(compute_time)
         self.last_step[rank] = step
         self._new_data = True
 
@@ -159,7 +166,7 @@ class StragglerMonitor(HubObserver):
             if row is not None and RankState(row.state).finished:
                 continue
             if len(window) >= MIN_STEPS:
-                summaries[rank] = summarise(window)
+                summaries[rank] = summarise(window)._replace(compute_time=_window_median(list(self.computes[rank])))
         if len(summaries) < 2:
             return
         for rank, mine in summaries.items():

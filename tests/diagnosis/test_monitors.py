@@ -325,6 +325,21 @@ def test_under_ddp_the_rank_that_computes_longest_is_named_though_every_step_tim
     assert "rank 1 is a straggler: it computes longer (90 ms of its 100 ms step vs 30 ms" in event["message"]
 
 
+def test_compute_time_on_every_few_steps_only_still_names_the_rank_that_computes_longest():
+    """Steps faster than 10 ms are timed every few steps (``split_every``): compute time comes on some steps
+    only, so its window is its own last values, not the last steps'."""
+    hub, findings = stepping_hub(2), Findings()
+    monitor = StragglerMonitor(hub, findings)
+    for number in range(1, 41):
+        for rank in range(2):
+            timed = number % 4 == 0
+            monitor.on_message(step_message(rank, number, 0.100, (0.090 if rank == 1 else 0.030) if timed else None))
+        monitor.tick(time.time())
+    [event] = hub.of_kind("straggler")
+    assert event["rank"] == 1 and event["cause"] == "compute"
+    assert event["compute_time"] == pytest.approx(0.090) and event["others_compute_time"] == pytest.approx(0.030)
+
+
 def test_a_data_wait_measured_on_some_ranks_only_is_never_compared_with_zero():
     """Ranks 0 and 1 wait 100 ms for their DataLoader, rank 2 has none (and waits for them in the all-reduce)."""
     hub = stepping_hub(3)

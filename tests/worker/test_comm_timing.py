@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from rankwatch._comm_timing import RunQueueWait
+from rankwatch._comm_timing import MAX_SPLIT_EVERY, SPLIT_PERIOD_SECONDS, RunQueueWait, split_every
 
 WAIT_SECONDS = 0.05
 
@@ -96,3 +96,32 @@ def test_the_run_queue_is_read_where_linux_has_it():
     if run_queue.read() is None:
         pytest.skip("no /proc/thread-self/schedstat here")
     assert waited is not None and 0.0 <= waited < 1.0
+
+
+def test_steps_faster_than_the_split_period_are_timed_every_power_of_two_steps():
+    assert [split_every(t) for t in (None, 0.0, 0.5, 0.010, 0.009, 0.005, 0.004, 0.002, 0.001, 1e-6)] == \
+        [1, 1, 1, 1, 2, 2, 4, 8, 16, MAX_SPLIT_EVERY]
+    for step_time in (0.0005, 0.003, 0.007):  # timing at most one step per period
+        assert split_every(step_time) * step_time >= SPLIT_PERIOD_SECONDS or split_every(step_time) == MAX_SPLIT_EVERY
+
+
+def test_fast_steps_report_comm_wait_only_on_the_timed_steps_and_slow_ones_on_every_step(measured, process_group):
+    """A 1-rank DDP model: sub-millisecond steps are timed every 16th step, 12 ms steps every step."""
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(64):
+        optimizer.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+    fast = measured.steps()
+    timed = [step["step"] for step in fast if step["comm_wait"] is not None]
+    assert timed[:2] == [0, 1]  # no step time before them: timed
+    assert timed[2:] and all(number % MAX_SPLIT_EVERY == 0 for number in timed[2:])
+    assert all(step["cpu_wait"] is not None for step in fast[1:] if step["comm_wait"] is not None)
+    for _ in range(6):
+        optimizer.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+        time.sleep(0.012)
+    slow = measured.steps()[-4:]  # after the first slow step, every step is timed
+    assert all(step["comm_wait"] is not None and step["comm_wait"] >= 0.0 for step in slow)

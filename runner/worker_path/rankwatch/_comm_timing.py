@@ -31,11 +31,23 @@ Linux's ``/proc/thread-self/schedstat`` (``cpu_wait``; None elsewhere).
 The compute time the reporter derives from these is ``step_time - comm_wait -
 data_wait - cpu_wait`` (``_protocol.compute_time``).
 
-Hot path, with a process group: about 15 µs per backward on a quiet machine (one
-hook registration, one queued callback, two clock reads, two ``pread``s of a small
-/proc file), the same per Python collective, one ``pread`` per optimizer step.
-Without one: one ``is_initialized`` check per backward and per step. Nothing here
-raises into the user's backward or collective.
+**Fast steps are sampled.** The end-of-backward timing costs the training thread
+about 30 µs per backward (measured with DDP over gloo: registering the pre-hook and
+having the engine call it take most of it; ``tests/bench/PERFORMANCE.md``), 1 % of
+a 3 ms step, the largest part of the instrumentation's cost. So a step is timed only
+when its number is a multiple of ``split_every(previous step time)``: every step when
+steps take ``SPLIT_PERIOD_SECONDS`` (10 ms) or more, every 2nd, 4th ... 16th step
+when they are faster, so the timing costs at most ~0.3 % of the time. Other steps
+report ``comm_wait`` None (not measured; their compute time too), never a partial
+count. The factors are powers of two, so ranks whose step times straddle a boundary
+still time the same steps (those divisible by the larger factor).
+
+Hot path of a timed step, with a process group: one hook registration, one queued
+callback, two clock reads, two ``pread``s of a small /proc file per backward, the
+same per Python collective, one ``pread`` per optimizer step. Of an untimed step,
+or without a process group: one attribute check per backward and one
+``is_initialized`` check per step. Nothing here raises into the user's backward or
+collective.
 """
 
 from __future__ import annotations
@@ -58,6 +70,21 @@ COLLECTIVES = (
     "monitored_barrier",
 )  # fmt: skip
 """``torch.distributed`` functions that block until every rank of the group took part."""
+
+
+SPLIT_PERIOD_SECONDS = 0.010
+"""Time at least one step in this much time: ~30 µs of timing per 10 ms is 0.3 %."""
+MAX_SPLIT_EVERY = 16
+
+
+def split_every(step_time: float | None) -> int:
+    """Time every how many steps, after a step of ``step_time`` seconds (a power of two)."""
+    every = 1
+    if step_time is None or step_time <= 0:
+        return every
+    while every < MAX_SPLIT_EVERY and every * step_time < SPLIT_PERIOD_SECONDS:
+        every *= 2
+    return every
 
 
 class RunQueueWait:
@@ -113,8 +140,8 @@ class RunQueueWait:
 class CollectiveWait:
     """Per-step seconds in collectives (module docstring). Methods run on the training thread."""
 
-    __slots__ = ("wait", "run_queue", "_queue_callback", "_is_initialized", "_local_done", "_queued_at_done",
-                 "_prehook", "_mark")
+    __slots__ = ("wait", "run_queue", "timing", "grouped", "_queue_callback", "_is_initialized", "_local_done",
+                 "_queued_at_done", "_prehook", "_mark")
 
     def __init__(self, queue_callback: Callable[[Callable[[], None]], None], is_initialized: Callable[[], bool],
                  run_queue: RunQueueWait | None = None):
@@ -122,6 +149,10 @@ class CollectiveWait:
         """Seconds in collectives since the last ``take``, less the time the thread then waited for a CPU."""
         self.run_queue = run_queue if run_queue is not None else RunQueueWait()
         """Counted once: a thread woken from the wait that then waits for a CPU waits for a CPU."""
+        self.timing = True
+        """This step is timed (``split_every``); set by the step clock at each step's end."""
+        self.grouped = False
+        """A process group existed at the last ``take``: there was something to wait for."""
         self._queue_callback = queue_callback
         self._is_initialized = is_initialized
         self._local_done: float | None = None
@@ -136,7 +167,7 @@ class CollectiveWait:
         Without a process group there is nothing to wait for: nothing is timed.
         """
         self._local_done = None
-        if not self._is_initialized():
+        if not self.timing or not self._is_initialized():
             return
         self.run_queue.open()  # on this, the training, thread
         grad_fn = getattr(tensors, "grad_fn", None)
@@ -156,14 +187,14 @@ class CollectiveWait:
             self.add_wait(ended - done, self._queued_at_done)
 
     def take(self) -> float | None:
-        """This step's seconds in collectives, and start the next step's count."""
+        """This step's seconds in collectives (None: not timed, or no process group), and start the next count."""
         wait = self.wait
         self.wait = 0.0
         try:
-            initialized = self._is_initialized()
+            self.grouped = bool(self._is_initialized())
         except Exception:
-            return None
-        return wait if initialized else None
+            self.grouped = False
+        return wait if self.grouped and self.timing else None
 
     def _on_first_node(self, grad_outputs: Any) -> None:
         try:

@@ -31,7 +31,8 @@ What is measured, per rank, and where:
   ``1 / step_time``: the hub derives it, nothing sends it.
 * ``comm_wait``: time in collectives (DDP's gradient all-reduce at the end of
   a backward, synchronous ``torch.distributed`` calls), ``_comm_timing``; the
-  reporter derives ``compute_time`` from it. None when no process group exists.
+  reporter derives ``compute_time`` from it. None when no process group exists,
+  and on the steps not timed when steps are faster than 10 ms (``split_every``).
 * ``cpu_wait``: time the training thread waited for a CPU (Linux run queue), with
   a process group only.
 
@@ -52,7 +53,7 @@ from typing import Any
 
 import rankwatch
 from rankwatch._buffer import KIND_STEP, RecordBuffer
-from rankwatch._comm_timing import CollectiveWait, RunQueueWait, patch_collectives
+from rankwatch._comm_timing import CollectiveWait, RunQueueWait, patch_collectives, split_every
 from rankwatch._data_wait import DataWait
 from rankwatch._fingerprint import optimizer_parameters, parameter_digest
 from rankwatch._loss import StepLoss
@@ -145,16 +146,17 @@ class StepClock:
         step = self.steps
         data_wait, samples = self.data.take()
         comm_wait = self.comm.take()
-        if comm_wait is None:  # no process group: no compute time to derive, no run queue read
+        if not self.comm.grouped:  # no process group: no compute time to derive, no run queue read
             self.run_queue.forget()
             cpu_wait = None
         else:
             cpu_wait = self.run_queue.take()
+        step_time = None if last is None else now - last
         self._buffer.put((
-            KIND_STEP, _now(), step, self.loss.take(),
-            None if last is None else now - last, data_wait, samples, comm_wait, cpu_wait,
+            KIND_STEP, _now(), step, self.loss.take(), step_time, data_wait, samples, comm_wait, cpu_wait,
         ))  # fmt: skip
         self.steps = step + 1
+        self.comm.timing = self.steps % split_every(step_time) == 0
         ident = _get_ident()
         if ident != self._thread_ident:  # get_native_id is a system call: only when the thread changes
             self._thread_ident = ident

@@ -109,9 +109,15 @@ def test_stack_signal_dumps_every_thread_into_the_rank_file(tmp_path):
         environment = worker_environment(hub.address, RANK="3", RANKWATCH_STACKS_DIR=str(stacks))
         process = start_worker(["hang.py", str(stop_file)], environment)
         hub.wait_message("hello", rank=3)
-        os.kill(process.pid, STACK_SIGNAL)
         dump_file = stacks_file_path(str(stacks), 3)
-        hub.wait_for(lambda: "wait_here" in _read(dump_file))
+        deadline = time.monotonic() + 20
+        while "wait_here" not in _read(dump_file):  # the hello can come before the script reaches wait_here:
+            assert process.poll() is None, process.communicate()  # then its first dump is of the bootstrap
+            assert time.monotonic() < deadline, (_read(dump_file), hub.messages())
+            os.kill(process.pid, STACK_SIGNAL)
+            written = time.monotonic() + 1.0
+            while "wait_here" not in _read(dump_file) and time.monotonic() < written:
+                time.sleep(0.02)
         notice = hub.wait_message("stacks", rank=3)
         stop_file.touch()
         _finish(process)

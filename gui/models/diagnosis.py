@@ -96,6 +96,16 @@ class Finding:
     ranks: tuple[int, ...] = ()
 
 
+def close_finding(findings: list[Finding], kind: str, rank: int | None, tail: str) -> None:
+    """End the newest active finding of ``kind`` for ``rank`` in place: no longer active, ``tail`` added."""
+    for index in range(len(findings) - 1, -1, -1):
+        finding = findings[index]
+        if finding.kind == kind and finding.rank == rank and finding.active:
+            findings[index] = Finding(kind, rank, finding.step, f"{finding.text}{tail}", False, finding.t,
+                                      finding.ranks)
+            return
+
+
 @dataclass(frozen=True)
 class Banner:
     level: str
@@ -340,12 +350,7 @@ class DiagnosisModel:
         del self.findings_seen[:-500]
 
     def _close(self, kind: str, rank: int, how: str) -> None:
-        for index in range(len(self.findings_seen) - 1, -1, -1):
-            finding = self.findings_seen[index]
-            if finding.kind == kind and finding.rank == rank and finding.active:
-                self.findings_seen[index] = Finding(kind, rank, finding.step, f"{finding.text}; {how}", False,
-                                                    finding.t, finding.ranks)
-                return
+        close_finding(self.findings_seen, kind, rank, f"; {how}")
 
     # ---- what the views read ----------------------------------------------------------
 
@@ -406,14 +411,8 @@ class DiagnosisModel:
         kinds = {f.kind for f in found}
         diagnostics = self.diagnostics
         for stall in diagnostics.get("stalls") or []:  # how the run's end closed a stall the events left open
-            if stall.get("finished_after") is None:
-                continue
-            for index in range(len(found) - 1, -1, -1):
-                finding = found[index]
-                if finding.kind == STALLED and finding.rank == stall.get("rank") and finding.active:
-                    found[index] = Finding(STALLED, finding.rank, finding.step,
-                                           f"{finding.text}{stall_outcome(stall)}", False, finding.t, finding.ranks)
-                    break
+            if stall.get("finished_after") is not None:
+                close_finding(found, STALLED, _int(stall.get("rank")), stall_outcome(stall))
         if STALLED not in kinds:
             for stall in diagnostics.get("stalls") or []:
                 after = stall.get("resumed_after")

@@ -16,8 +16,9 @@ one that differs is not enough, because with two ranks both differ). So:
    one while other ranks progress outside any collective, those are who they wait
    for: work on some ranks only (rank 0 evaluating while the others wait in the
    barrier after it) holds up the rest, a warning that names them. When all wait
-   in the same one and nobody works elsewhere, no rank is missing from it by its stack (the culprit may be a rank whose
-   stack could not be read, or the collective itself: network, shapes, groups).
+   in the same one and nobody works elsewhere, no rank is missing from it by its
+   stack (the culprit may be a rank whose stack could not be read, or the
+   collective itself: network, shapes, groups).
 
 Progress comes with the capture (``stack_capture``): per rank whether it is
 stalled, its step and how long since it last moved. Without step telemetry

@@ -5,8 +5,9 @@ heartbeats); ``RankRow.last_progress`` is when it last went up (or when the rank
 said hello). Work without steps is progress too: a rank evaluating, writing a
 checkpoint or compiling says so in its heartbeats (``working``, judged in the rank
 by ``rankwatch._activity``: its training thread computes, a DataLoader gives
-batches, or its GPU allocator serves allocations), and ``last_working`` is when it last did. A rank is stalled
-when ``now`` minus the later of the two reaches its threshold:
+batches, or its GPU allocator serves allocations), and ``last_working`` is when
+it last did. A rank is stalled when ``now`` minus the later of the two reaches
+its threshold:
 
 * ``--stall-timeout S`` / ``telemetry.stall_timeout``: ``S`` seconds;
 * ``"auto"``: ``max(AUTO_FLOOR_SECONDS, AUTO_STEP_FACTOR x median of its recent
@@ -77,8 +78,7 @@ progressing; a rank that really moves is idle for about one step time."""
 
 def last_progress(row) -> float | None:
     """When ``row`` last made progress: its last step, or its last work without steps (wall clock)."""
-    stepped = row.last_progress
-    working = getattr(row, "last_working", None)
+    stepped, working = row.last_progress, row.last_working
     if working is None or (stepped is not None and stepped >= working):
         return stepped
     return working

@@ -166,7 +166,7 @@ class StragglerMonitor(HubObserver):
             if row is not None and RankState(row.state).finished:
                 continue
             if len(window) >= MIN_STEPS:
-                summaries[rank] = summarise(window)._replace(compute_time=_window_median(list(self.computes[rank])))
+                summaries[rank] = summarise(window, self.computes[rank])
         if len(summaries) < 2:
             return
         for rank, mine in summaries.items():
@@ -212,11 +212,12 @@ class StragglerMonitor(HubObserver):
 _JUDGED = frozenset({protocol.STEP_TIME, protocol.DATA_WAIT, protocol.COMPUTE_TIME})
 
 
-def summarise(window: deque[StepSummary] | list[StepSummary]) -> StepSummary:
-    """Medians over a rank's window; a value measured in fewer than ``MIN_STEPS`` steps is not measured."""
+def summarise(window: deque[StepSummary] | list[StepSummary], computes: deque[float] | list[float]) -> StepSummary:
+    """Medians over a rank's window and its compute times; a value measured fewer than ``MIN_STEPS``
+    times is not measured."""
     return StepSummary(statistics.median(sample.step_time for sample in window),
                        _window_median([sample.data_wait for sample in window]),
-                       _window_median([sample.compute_time for sample in window]))
+                       _window_median(list(computes)))
 
 
 def _window_median(values: list[float | None]) -> float | None:

@@ -54,9 +54,9 @@ class TrainingActivity:
 
     def __init__(self, thread: Callable[[], int | None] | None = None,
                  batches: Callable[[], int | None] | None = None) -> None:
-        """``thread`` gives the kernel id of the thread that trains (default: the main thread's);
-        ``batches`` the number of DataLoader batches fetched so far (None: not counted)."""
-        self._thread = thread or _main_thread
+        """``thread`` gives the kernel id of the thread that trains (None, or no ``thread``: the main
+        thread); ``batches`` the number of DataLoader batches fetched so far (None: not counted)."""
+        self._thread = thread or _uncounted
         self._batches = batches or _uncounted
         self._last: tuple[float, float | None, int | None, int | None] | None = None
         """(monotonic time, thread CPU seconds, CUDA allocations, batches) of the previous reading."""
@@ -68,7 +68,7 @@ class TrainingActivity:
             return None
         now = time.monotonic()
         allocations = cuda_allocations()
-        cpu = thread_cpu_seconds(self._thread()) if allocations is None else None
+        cpu = thread_cpu_seconds(self._thread() or threading.main_thread().native_id) if allocations is None else None
         batches = self._batches()
         last, self._last = self._last, (now, cpu, allocations, batches)
         if last is None or stepless_seconds < STEPLESS_SECONDS:
@@ -118,6 +118,3 @@ def cuda_allocations() -> int | None:
 def _uncounted() -> int | None:
     return None
 
-
-def _main_thread() -> int | None:
-    return threading.main_thread().native_id

@@ -134,9 +134,8 @@ class StepClock:
             self._send_digest(optimizer, step)
 
     def on_backward_end(self) -> None:
-        """After an outermost backward: a step boundary while no optimizer exists (module docstring)."""
-        if not self.optimizer_made:
-            self._end_step()
+        """After an outermost backward while no optimizer exists: a step boundary (module docstring)."""
+        self._end_step()
 
     def _end_step(self) -> int:
         """Queue the record of the step that just ended; returns its number."""

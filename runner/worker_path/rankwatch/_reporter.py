@@ -507,9 +507,8 @@ def _warn(message: str) -> None:
 
 
 def _training_thread() -> int | None:
-    """The thread that ran the last step (the instrumentation's clock knows), else the main thread."""
-    native_id = getattr(getattr(sys.modules.get("rankwatch"), "_clock", None), "thread", None)
-    return native_id if native_id is not None else threading.main_thread().native_id
+    """The thread that ran the last step, as the instrumentation's clock knows it (None: unknown)."""
+    return getattr(getattr(sys.modules.get("rankwatch"), "_clock", None), "thread", None)
 
 
 def _batches_fetched() -> int | None:

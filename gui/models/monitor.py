@@ -130,7 +130,8 @@ RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "
                 "Heartbeat", "Ended by", "Diagnosis")
 """``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Ended by``
 says it as every panel does (``gui.models.exits``); ``Diagnosis`` holds the diagnosis model's
-note for the rank (failed first, stalled, straggler, diverged)."""
+note for the rank (failed first, stalled, straggler, diverged), else, while the rank works
+without steps (an evaluation), for how long (``_protocol.working_without_steps``)."""
 NOT_MEASURED = "–"
 """What a value that was not measured (``None``) reads as, everywhere."""
 STALE_HEARTBEAT_S = 10.0
@@ -245,7 +246,7 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[st
         NOT_MEASURED if comm_share is None else f"{100.0 * comm_share:.0f}",
         "" if finished else NOT_MEASURED if age is None else format_age(age),
         rank_ended_by(row, summary, finished),
-        note,
+        note or ("" if finished else _protocol.working_without_steps(row, now)),
     )
 
 

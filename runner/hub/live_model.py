@@ -72,6 +72,7 @@ class LiveModel:
             row.state = RankState.RUNNING.value
             row.exit_code = None
         row.last_progress = time.time()
+        row.working_since = None
         self._touch(row)
         return row
 
@@ -80,6 +81,7 @@ class LiveModel:
         if step is not None and (row.step is None or step > row.step):
             row.step = step
             row.last_progress = time.time()
+            row.working_since = None
             if row.state == RankState.STALLED.value:
                 row.state = RankState.RUNNING.value
         if name == protocol.LOSS and value is not None:
@@ -130,8 +132,13 @@ class LiveModel:
         if step is not None and (row.step is None or step > row.step):
             row.step = step
             row.last_progress = time.time()
+            row.working_since = None
         if heartbeat.working:
             row.last_working = time.time()
+            if row.working_since is None:
+                row.working_since = row.last_progress if row.last_progress is not None else row.last_working
+        elif heartbeat.working is False:
+            row.working_since = None
         if heartbeat.dropped is not None:
             row.dropped = heartbeat.dropped
         if heartbeat.sent is not None:

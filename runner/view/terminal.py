@@ -13,7 +13,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rankwatch._protocol import describe_losses
+from rankwatch._protocol import describe_losses, working_without_steps
 from runner.diagnosis.report import format_diagnostics
 from runner.exit_status import describe_exit_code, describe_stop_reason
 from runner.state import RankState, RunStatus
@@ -335,7 +335,8 @@ class TerminalView:
                      f"gpu {row.get('gpu_index', MISSING)} {format_fixed(row.get('gpu_util'), '{:.0f}%')}, "
                      f"mem {format_bytes(row.get('gpu_mem_used'))}")
             logged = self._logged_text(rank)
-            lines.append(f"rank {rank} {row.get('state')}: step {row.get('step')}, "
+            working = working_without_steps(row, time.time())
+            lines.append(f"rank {rank} {row.get('state')}{f', {working}' if working else ''}: step {row.get('step')}, "
                          f"loss {format_number(row.get('loss'))}, "
                          f"{format_amount(row.get('step_time'), 1000)} ms/step, "
                          f"data wait {format_percent(row.get('data_wait_share'))}, "
@@ -430,7 +431,11 @@ class TerminalView:
 
         logged_names = self.logged.names()
         figures = {rank: self._figures(rank, row) for rank, row in self.ranks.items()}
-        captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []),
+        now = time.time()
+        working = [f"rank {rank} {text}" for rank, row in sorted(self.ranks.items())
+                   if not RankState(row.get("state", "waiting")).finished
+                   and (text := working_without_steps(row, now))]
+        captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []), *working,
                     *([f"logged: {', '.join(logged_names)} (too narrow to show values)"] if caption else [])]
         table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), caption_justify="left",
                       caption="\n".join(captions) or None)
@@ -451,7 +456,6 @@ class TerminalView:
                 table.add_column(name, justify="right", no_wrap=True)
         if logged_width is not None:
             table.add_column("logged", justify="left", no_wrap=True, overflow="ellipsis", width=logged_width)
-        now = time.time()
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
             shown = figures[rank]

@@ -111,10 +111,13 @@ def test_a_rank_that_works_without_steps_is_not_stalled_until_its_work_stops():
     monitor = StallMonitor(hub, 5.0, capture=capture)
     now = time.time()
     step(hub, 0, 310, when=now - 60)
+    row = hub.model.ranks[0]
     hub.model.on_heartbeat(protocol.Heartbeat(0, now, 310, 0, 0, working=True))  # "working" since its last step
+    assert row.working_since == row.last_progress == pytest.approx(now - 60)  # the rank table shows it
     monitor.tick(time.time())
     assert hub.of_kind("stalled") == [] and capture.reasons == []
     hub.model.on_heartbeat(protocol.Heartbeat(0, now, 310, 0, 0, working=False))  # blocked: no newer work
+    assert row.working_since is None
     hub.model.on_heartbeat(protocol.Heartbeat(0, now, 310, 0, 0, working=None))
     monitor.tick(time.time() + 4.0)
     assert hub.of_kind("stalled") == []  # 4 s since its last work: under the 5 s threshold
@@ -126,6 +129,9 @@ def test_a_rank_that_works_without_steps_is_not_stalled_until_its_work_stops():
     [resumed] = hub.of_kind("resumed")
     assert resumed["message"].startswith("rank 0 is working again (still at step 310) after ")
     assert hub.model.ranks[0].state == RankState.RUNNING.value
+    assert row.working_since is not None
+    step(hub, 0, 311)  # a step again: working with steps, nothing to say
+    assert row.working_since is None
 
 
 def test_a_silent_heartbeat_is_mentioned():

@@ -331,6 +331,20 @@ def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_r
     assert (cells["Step ms"], cells["Data wait %"], cells["Comm wait %"]) == ("15.9", "2", "3")
 
 
+def test_a_rank_working_without_steps_says_so_in_the_diagnosis_column_unless_a_finding_does():
+    evaluating = {"rank": 0, "state": "running", "step": 310, "working_since": 1000.0}
+    cells = dict(zip(RANK_COLUMNS, monitor.rank_cells(evaluating, 1042.0), strict=True))
+    assert cells["Diagnosis"] == "working without steps for 42 s (since step 310)"
+    assert dict(zip(RANK_COLUMNS, monitor.rank_cells({**evaluating, "step": None}, 1042.0), strict=True))[
+        "Diagnosis"] == "working for 42 s, no step yet"  # loading, before its first step
+    noted = dict(zip(RANK_COLUMNS, monitor.rank_cells(evaluating, 1042.0, note="straggler"), strict=True))
+    assert noted["Diagnosis"] == "straggler"
+    ended = dict(zip(RANK_COLUMNS, monitor.rank_cells({**evaluating, "state": "exited"}, 1042.0), strict=True))
+    assert ended["Diagnosis"] == ""
+    assert dict(zip(RANK_COLUMNS, monitor.rank_cells({**evaluating, "working_since": None}, 1042.0),
+                    strict=True))["Diagnosis"] == ""
+
+
 def test_model_prefers_measured_loss_over_parsed_lines():
     model = MonitorModel()
     model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 1, "loss", 9.0, "parsed"]]})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 from rich.console import Console
@@ -164,6 +165,19 @@ def test_plain_status_lines_carry_the_header_and_the_logged_keys():
     assert lines[1].startswith("[rankwatch] rank 0 running: step 10, loss 0.5000, ")
     assert lines[1].endswith(", lr 3.000e-04, grad_norm 1.2500, val_loss 2.000e-09")
     assert lines[2].endswith(", lr 3.000e-04, grad_norm 0.5000, val_loss –")
+
+
+def test_a_rank_working_without_steps_is_named_under_the_table_and_in_its_status_line():
+    view, out, _err = plain_view()
+    since = time.time() - 42
+    view.handle({**snapshot(), "ranks": [{"rank": 0, "state": "running", "step": 310, "working_since": since},
+                                         {"rank": 1, "state": "running", "step": 310, "working_since": None}]})
+    view.print_status()
+    lines = out.getvalue().splitlines()
+    assert lines[1].startswith("[rankwatch] rank 0 running, working without steps for 42 s (since step 310): step 310, ")
+    assert lines[2].startswith("[rankwatch] rank 1 running: step 310, ")
+    table = rendered(view)
+    assert "rank 0 working without steps for 42 s (since step 310)" in table and "rank 1 working" not in table
 
 
 @pytest.mark.parametrize(("value", "text"), [

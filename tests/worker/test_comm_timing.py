@@ -9,6 +9,7 @@ here one that sleeps. The 2-rank DDP case runs under torchrun in
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -118,7 +119,7 @@ def test_fast_steps_report_comm_wait_only_on_the_timed_steps_and_slow_ones_on_ev
     fast = measured.steps()
     timed = [step["step"] for step in fast if step["comm_wait"] is not None]
     assert timed[:2] == [0, 1]  # no step time before them: timed
-    expected = [step["step"] for before, step in zip(fast, fast[1:])
+    expected = [step["step"] for before, step in itertools.pairwise(fast)
                 if step["step"] % split_every(before["step_time"]) == 0]
     assert timed[1:] == expected
     assert len(timed) < len(fast) // 2  # sub-10 ms steps: most are not timed

@@ -701,7 +701,7 @@ class RankRow:
     __slots__ = ("rank", "local_rank", "node_rank", "host", "pid", "gpu_index", "state", "exit_code", "step",
                  "loss", "loss_source", "step_time", "data_wait_share", "comm_wait_share", "samples_per_s", "steps_per_s",
                  "last_seen", "first_seen", "cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_used", "dropped",
-                 "rejected", "sent", "world_size", "python", "torch", "restart")
+                 "rejected", "sent", "world_size", "python", "torch", "restart", "working_since")
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
@@ -739,9 +739,27 @@ class RankRow:
         self.python: str | None = None
         self.torch: str | None = None
         self.restart: int | None = None
+        self.working_since: float | None = None
+        """While the rank works without making steps (an evaluation, a checkpoint: its heartbeats say
+        so, ``Heartbeat.working``): when it made its last step (wall clock). None while it steps, and
+        once a heartbeat says it stopped working."""
 
     def to_wire(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in RankRow.__slots__}
+
+
+def working_without_steps(row: dict[str, Any], now: float) -> str:
+    """``working without steps for 42 s (since step 310)`` for a RANK row whose rank works without
+    stepping (``RankRow.working_since``); empty otherwise. One wording for the terminal and the GUI."""
+    since = row.get("working_since")
+    if not isinstance(since, (int, float)):
+        return ""
+    seconds = max(0.0, now - since)
+    duration = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+    step = row.get("step")
+    if step is None:
+        return f"working for {duration}, no step yet"
+    return f"working without steps for {duration} (since step {step})"
 
 
 # ---- the data-wait share and the compute time: computed here, once ---------------------------

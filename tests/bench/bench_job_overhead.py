@@ -361,13 +361,13 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _command(variant: str, script: Path, script_args: list[str], port: int) -> list[str]:
+def _command(variant: str, script: Path, script_args: list[str], port: int, nproc: int = 2) -> list[str]:
     if variant == "bare":
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
                 "--master-addr", "127.0.0.1", "--master-port", str(port), str(script), *script_args]
     # ``python -m runner`` is ``rankwatch`` without the GUI; PYTHONPATH (run_once) makes it this
     # checkout's runner, so a copy of this file in another checkout measures that one.
-    command = [sys.executable, "-m", "runner", "run", "--plain", "--status-every", "0", "--nproc-per-node", "2",
+    command = [sys.executable, "-m", "runner", "run", "--plain", "--status-every", "0", "--nproc-per-node", str(nproc),
                "--backend", "gloo", "--omp-num-threads", "1", "--master-port", str(port)]
     if variant == "no-instrument":
         command.append("--no-instrument")
@@ -384,7 +384,7 @@ def run_once(variant: str, script: Path, steps: int, script_args: list[str], fol
     result_prefix = folder / f"result-{time.monotonic_ns()}"
     environment = {key: value for key, value in os.environ.items() if not key.startswith("RANKWATCH_")}
     environment.update(OMP_NUM_THREADS="1", RANKWATCH_HOME=str(folder / "home"), PYTHONPATH=str(REPO))
-    command = _command(variant, script, [str(steps), str(result_prefix), *script_args], _free_port())
+    command = _command(variant, script, [str(steps), str(result_prefix), *script_args], _free_port(), options.nproc)
     output = folder / "output.txt"
     with output.open("w") as sink:
         process = subprocess.Popen(command, env=environment, stdout=sink, stderr=subprocess.STDOUT,
@@ -400,12 +400,12 @@ def run_once(variant: str, script: Path, steps: int, script_args: list[str], fol
             monitor.stop()
     if code != 0:
         raise RuntimeError(f"{variant} exited {code}:\n{output.read_text()[-3000:]}")
-    ranks = [json.loads(Path(f"{result_prefix}.{rank}").read_text()) for rank in (0, 1)]
+    ranks = [json.loads(Path(f"{result_prefix}.{rank}").read_text()) for rank in range(options.nproc)]
     return {"ranks": ranks, "proc": monitor.summary(options.startup_seconds)}
 
 
 def step_figures(ranks: list[dict], warmup: int, first: int) -> dict[str, float]:
-    """Mean over both ranks of: steady mean, steady median, mean of the first ``first`` steps."""
+    """Mean over every rank of: steady mean, steady median, mean of the first ``first`` steps."""
     steady = [statistics.fmean(rank["durations"][warmup:]) for rank in ranks]
     median = [statistics.median(rank["durations"][warmup:]) for rank in ranks]
     early = [statistics.fmean(rank["durations"][:first]) for rank in ranks]
@@ -552,6 +552,8 @@ def print_block(block: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--nproc", type=int, default=2,
+                        help="ranks (2; 1 on a 2-core machine keeps a core more than ranks)")
     parser.add_argument("--models", default="ddp,gpt", help="ddp, gpt or both (comma-separated)")
     parser.add_argument("--loads", default="quiet,busy", help="quiet, busy or both (comma-separated)")
     parser.add_argument("--steps", type=int, default=3000, help="optimizer steps of the ddp model")

@@ -209,10 +209,18 @@ def test_a_hang_on_the_remote_node_shows_the_remote_ranks_stack_and_flight_recor
             with RunStore(readonly=True) as store:
                 return store.events(run["id"], kind=kind)
         [capture] = wait_for(lambda: events_of("stacks"), 150, interval=0.5, what="the stall's stack capture")
-        [flight] = wait_for(lambda: events_of("flight_recorder"), 30, interval=0.5, what="the Flight Recorders")
+        deadline = time.monotonic() + 30
+        while not (flights := events_of("flight_recorder")) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        seen = [f"{event['kind']} (rank {event['rank']}): {event['data'].get('message')}" for event in events_of(None)]  # why, if none came
     finally:
         runner.send_signal(signal.SIGINT)
         _out, err = runner.communicate(timeout=60)
+    stacks_folder = Path(capture["data"]["text_path"]).parent
+    assert len(flights) == 1, (f"Flight Recorder events: {flights}\nevents: {seen}\n"
+                               f"{stacks_folder}: {sorted(path.name for path in stacks_folder.iterdir())}\n"
+                               f"runner stderr: {err[-6000:]}")
+    [flight] = flights
     data = capture["data"]
     assert data["missing"] == [] and data["ranks"] == [0, 1]
     verdict = data["verdict"]  # shown whole when it is wrong: its "progressing" says which rank it thought moved

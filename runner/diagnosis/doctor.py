@@ -118,7 +118,7 @@ def run_doctor(interpreter: str, port: int = TORCHRUN_DEFAULT_PORT, processes: i
                "rankwatch_sets": "" if picked == "cpu" else ",".join(
                    str(i) for i in (range(len(report.gpus)) if picked == "all" else picked))}
     backends = probe.get("backends") or {}
-    result = {
+    result: dict[str, Any] = {
         "system": system,
         "runner": {"python": sys.executable, "python_version": platform.python_version()},
         "interpreter": probe,

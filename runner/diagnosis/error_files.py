@@ -45,7 +45,8 @@ def read_error_file(path: str | Path) -> ErrorFile | None:
         return ErrorFile(str(path), body, None, None)
     if not isinstance(body, dict):
         return None
-    extra = body.get("extraInfo") if isinstance(body.get("extraInfo"), dict) else {}
+    extra_info = body.get("extraInfo")
+    extra = extra_info if isinstance(extra_info, dict) else {}
     stamp = extra.get("timestamp")
     try:
         timestamp = float(stamp) if stamp is not None else None

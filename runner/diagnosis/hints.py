@@ -102,7 +102,7 @@ def launcher_hint(launcher: list[dict[str, Any]], key: str) -> Hint | None:
 
 
 def find_hints(evidence: Evidence) -> list[Hint]:
-    hints = []
+    hints: list[Hint] = []
     for check in RULES:
         hint = check(evidence)
         if hint is not None and all(h.key != hint.key for h in hints):

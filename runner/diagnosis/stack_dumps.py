@@ -104,7 +104,7 @@ def last_dump(text: str) -> str:
     current thread or the newest thread first, so a new dump starts at any header
     that follows a block of a thread already seen in the same dump.
     """
-    starts = []
+    starts: list[int] = []
     seen: set[str] = set()
     lines = text.splitlines(keepends=True)
     offset = 0

@@ -149,20 +149,23 @@ def place_of(frames: list[Frame]) -> Place:
     user_frame = frames[deepest] if deepest is not None else None
     code = source_line(user_frame.file, user_frame.line) if user_frame is not None else None
     chain = tuple(frames[index].function for index in user_indices)
-    common = {"frame": user_frame, "code": code, "chain": chain, "innermost": frames[-1]}
+
+    def at(kind: str, op: str | None) -> Place:
+        return Place(kind, op, frame=user_frame, code=code, chain=chain, innermost=frames[-1])
+
     tail = frames[deepest + 1:] if deepest is not None else frames
     found = _library_wait(tail)
     if found is not None:
-        return Place(found[0], found[1], **common)
+        return at(found[0], found[1])
     container = _container(frames[:deepest] if deepest is not None else [])
     if container is not None:
-        return Place(container, None, **common)
+        return at(container, None)
     if not tail and code is not None:  # the user's line is the innermost frame: a C call
         if WORK_WAIT_LINE.search(code):
-            return Place(WORK_WAIT, "Work.wait", **common)
+            return at(WORK_WAIT, "Work.wait")
         if SYNCHRONIZE_LINE.search(code):
-            return Place(CUDA_SYNC, "synchronize", **common)
-    return Place(USER, None, **common)
+            return at(CUDA_SYNC, "synchronize")
+    return at(USER, None)
 
 
 def _library_wait(tail: list[Frame]) -> tuple[str, str | None] | None:

@@ -53,11 +53,11 @@ CULPRIT, WAITING, PROGRESSING, STUCK = "culprit", "waiting", "progressing", "stu
 
 
 def _role(rank: int, verdict: dict[str, Any]) -> str:
-    if rank in verdict.get("culprits") or ():
+    if rank in (verdict.get("culprits") or ()):
         return CULPRIT
-    if rank in verdict.get("progressing") or ():
+    if rank in (verdict.get("progressing") or ()):
         return PROGRESSING
-    if rank in verdict.get("waiting") or ():
+    if rank in (verdict.get("waiting") or ()):
         return WAITING
     return STUCK
 

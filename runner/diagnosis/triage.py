@@ -203,14 +203,14 @@ def _candidates(data: TriageInput) -> list[RankFailure]:
                 failure.traceback, failure.traceback_source = reported.traceback, "torchrun report"
     error_files = find_error_files(data.log_dir) if data.log_dir else {}
     by_local_rank = {local: rank for rank, local in data.local_ranks.items()}
-    for failure in failures.values():
-        failure.pid = failure.pid or data.pids.get(failure.rank)
+    for rank, failure in failures.items():
+        failure.pid = failure.pid or data.pids.get(rank)
         failure.signal = signal_name(failure.exit_code)
-        tail = list(data.stderr_tails.get(failure.rank, ()))
+        tail = list(data.stderr_tails.get(rank, ()))
         if failure.traceback is None:
-            local = data.local_ranks.get(failure.rank)
-            if local is None and data.single_node and failure.rank not in by_local_rank:
-                local = failure.rank  # one node: local rank == rank (it never said hello)
+            local = data.local_ranks.get(rank)
+            if local is None and data.single_node and rank not in by_local_rank:
+                local = rank  # one node: local rank == rank (it never said hello)
             if local is not None and local in error_files:
                 _use_error_file(failure, str(error_files[local]))
         if failure.exception_line is None:
@@ -253,18 +253,18 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
     candidates = _candidates(data)
     if not candidates:
         return None, []
-    timed = sorted((c for c in candidates if c.when is not None), key=lambda c: c.when)
+    timed = sorted(((c.when, c) for c in candidates if c.when is not None), key=lambda pair: pair[0])
     if timed:
-        first = timed[0]
+        first_when, first = timed[0]
         # "Connection closed by peer" is what the survivors of a dead rank say, a moment after
         # it died, and SIGTERM is what torchrun then sends them; when the earliest failure is
         # such an echo, the failure it echoes is first.
         if is_echo(first):
-            for candidate in timed[1:]:
-                if candidate.when - first.when > ECHO_WINDOW_SECONDS:
+            for when, candidate in timed[1:]:
+                if when - first_when > ECHO_WINDOW_SECONDS:
                     break
                 if not is_echo(candidate):
-                    first = candidate
+                    first_when, first = when, candidate
                     break
         # A rank killed by a signal dies before anyone notices; if torchrun names it as the
         # root cause and its own loss of connection is no later than the first exception,
@@ -277,7 +277,7 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
                 and root.exit_code < 0 and -root.exit_code not in STOPPING_SIGNALS):
             for candidate in candidates:
                 if (candidate.rank == root.rank and not is_consequence(candidate)
-                        and (candidate.when is None or candidate.when <= first.when + 0.5)):
+                        and (candidate.when is None or candidate.when <= first_when + 0.5)):
                     first = candidate
                     break
     else:
@@ -294,7 +294,8 @@ def note_stalls_that_finished(data: TriageInput) -> None:
     for stall in data.findings.stalls:
         if stall.get("resumed_after") is not None or not isinstance(stall.get("since"), (int, float)):
             continue
-        code, ended = data.exits.get(stall.get("rank"), (None, None))
+        rank = stall.get("rank")
+        code, ended = data.exits[rank] if isinstance(rank, int) and rank in data.exits else (None, None)
         if code == 0 and ended is not None and ended >= stall["since"]:
             stall["finished_after"] = round(ended - stall["since"], 2)
 
@@ -340,7 +341,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         launcher=list(data.findings.launcher.values()), script_args=list(data.script_args),
         port_holders=dict(data.port_holders), world_size=data.world_size,
         script_returned=first is not None and first.signal is not None
-        and data.exits.get(first.rank, (None, None))[0] == 0)
+        and first.rank in data.exits and data.exits[first.rank][0] == 0)
     hints = find_hints(evidence)
     if first is None:
         headline = f"the job failed (exit code {exit_code}) before any rank reported"

@@ -112,10 +112,13 @@ def test_fast_steps_report_comm_wait_only_on_the_timed_steps_and_slow_ones_on_ev
     rule is checked against the step times measured), 12 ms steps every step."""
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    run_queue = measured.clock.comm.run_queue = _CountedRunQueue()
+    reads_at_step = []
     for _ in range(64):
         optimizer.zero_grad()
         model(torch.randn(4, 8)).sum().backward()
         optimizer.step()
+        reads_at_step.append(run_queue.reads)
     fast = measured.steps()
     timed = [step["step"] for step in fast if step["comm_wait"] is not None]
     assert timed[:2] == [0, 1]  # no step time before them: timed
@@ -123,7 +126,14 @@ def test_fast_steps_report_comm_wait_only_on_the_timed_steps_and_slow_ones_on_ev
                 if step["step"] % split_every(before["step_time"]) == 0]
     assert timed[1:] == expected
     assert len(timed) < len(fast) // 2  # sub-10 ms steps: most are not timed
-    assert all(step["cpu_wait"] is not None for step in fast[1:] if step["comm_wait"] is not None)
+    # cpu_wait is sampled with the split: a step reports both waits or neither (step 0 only starts the count)
+    assert all((step["cpu_wait"] is None) == (step["comm_wait"] is None) for step in fast[1:])
+    # the run queue (a system call) is read in a timed step and at the end of the step before it, never otherwise
+    for step in fast[2:]:
+        number = step["step"]
+        read_in_step = reads_at_step[number] > reads_at_step[number - 1]
+        next_timed = (number + 1) % split_every(step["step_time"]) == 0
+        assert read_in_step == (number in timed or next_timed), number
     for _ in range(6):
         optimizer.zero_grad()
         model(torch.randn(4, 8)).sum().backward()
@@ -131,3 +141,18 @@ def test_fast_steps_report_comm_wait_only_on_the_timed_steps_and_slow_ones_on_ev
         time.sleep(0.012)
     slow = measured.steps()[-4:]  # after the first slow step, every step is timed
     assert all(step["comm_wait"] is not None and step["comm_wait"] >= 0.0 for step in slow)
+
+
+
+class _CountedRunQueue(RunQueueWait):
+    """The real run-queue reader, counting its reads of /proc."""
+
+    __slots__ = ("reads",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read(self) -> int | None:
+        self.reads += 1
+        return super().read()

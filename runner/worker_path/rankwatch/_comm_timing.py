@@ -28,7 +28,7 @@ in the kernel's run queue. That is not the rank computing more, and on a busy
 machine it moves from rank to rank. ``RunQueueWait`` reads it per step from
 Linux's ``/proc/thread-self/schedstat`` (``cpu_wait``; None elsewhere).
 
-The compute time the reporter derives from these is ``step_time - comm_wait -
+The compute time the hub derives from these is ``step_time - comm_wait -
 data_wait - cpu_wait`` (``_protocol.compute_time``).
 
 **Fast steps are sampled.** The end-of-backward timing costs the training thread
@@ -42,12 +42,17 @@ report ``comm_wait`` None (not measured; their compute time too), never a partia
 count. The factors are powers of two, so ranks whose step times straddle a boundary
 still time the same steps (those divisible by the larger factor).
 
+``cpu_wait`` is sampled with the split, on the same steps: it is what makes a timed
+step's compute time right, and reading the run queue is a system call (a ``pread`` of
+a /proc file) that untimed steps do not pay. So a step reports both waits, or neither.
+
 Hot path of a timed step, with a process group: one hook registration, one queued
 callback, two clock reads, two ``pread``s of a small /proc file per backward, the
-same per Python collective, one ``pread`` per optimizer step. Of an untimed step,
-or without a process group: one attribute check per backward and one
-``is_initialized`` check per step. Nothing here raises into the user's backward or
-collective.
+same per Python collective, one ``pread`` at the step's end (and one at the end of
+the step before it, to start the count). Of an untimed step: one attribute check
+per backward and per Python collective, and ``end_step``'s ``split_every`` and
+comparison: no clock, no /proc read, no ``is_initialized``. Nothing here raises into
+the user's backward or collective.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from bisect import bisect_right
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -62,6 +68,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 _perf_counter = time.perf_counter
+_NOT_MEASURED: tuple[None, None] = (None, None)
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
@@ -75,16 +82,19 @@ COLLECTIVES = (
 SPLIT_PERIOD_SECONDS = 0.010
 """Time at least one step in this much time: ~30 µs of timing per 10 ms is 0.3 %."""
 MAX_SPLIT_EVERY = 16
+_FACTORS = (16, 8, 4, 2, 1)
+_BOUNDS = tuple(SPLIT_PERIOD_SECONDS / factor for factor in _FACTORS[1:])
+"""``split_every`` as a table: below ``_BOUNDS[i]`` (and at or above the bound before it),
+``_FACTORS[i]``; at or above the period, every step. One C call per step instead of a loop
+on the training thread."""
 
 
 def split_every(step_time: float | None) -> int:
-    """Time every how many steps, after a step of ``step_time`` seconds (a power of two)."""
-    every = 1
-    if step_time is None or step_time <= 0:
-        return every
-    while every < MAX_SPLIT_EVERY and every * step_time < SPLIT_PERIOD_SECONDS:
-        every *= 2
-    return every
+    """Time every how many steps, after a step of ``step_time`` seconds: the smallest power of
+    two whose steps fill ``SPLIT_PERIOD_SECONDS``, at most ``MAX_SPLIT_EVERY``."""
+    if step_time is None or step_time <= 0.0:
+        return 1
+    return _FACTORS[bisect_right(_BOUNDS, step_time)]
 
 
 class RunQueueWait:
@@ -123,9 +133,9 @@ class RunQueueWait:
         if self._descriptor is None and not self._unavailable:
             self.read()
 
-    def forget(self) -> None:
-        """Start over: the next ``take`` only starts the count (steps without a process group)."""
-        self._last = None
+    def start(self) -> None:
+        """Start the count now: the next ``take`` is the wait since this call."""
+        self._last = self.read()
 
     def take(self) -> float | None:
         """Seconds on the run queue since the previous call; None the first time or where unavailable."""
@@ -138,21 +148,20 @@ class RunQueueWait:
 
 
 class CollectiveWait:
-    """Per-step seconds in collectives (module docstring). Methods run on the training thread."""
+    """Per-step seconds in collectives and in the run queue (module docstring). Methods run on the
+    training thread."""
 
-    __slots__ = ("wait", "run_queue", "timing", "grouped", "_queue_callback", "_is_initialized", "_local_done",
+    __slots__ = ("wait", "run_queue", "timing", "_queue_callback", "_is_initialized", "_local_done",
                  "_queued_at_done", "_prehook", "_mark")
 
     def __init__(self, queue_callback: Callable[[Callable[[], None]], None], is_initialized: Callable[[], bool],
                  run_queue: RunQueueWait | None = None):
         self.wait = 0.0
-        """Seconds in collectives since the last ``take``, less the time the thread then waited for a CPU."""
+        """Seconds in collectives since the timed step began, less the time the thread then waited for a CPU."""
         self.run_queue = run_queue if run_queue is not None else RunQueueWait()
         """Counted once: a thread woken from the wait that then waits for a CPU waits for a CPU."""
         self.timing = True
-        """This step is timed (``split_every``); set by the step clock at each step's end."""
-        self.grouped = False
-        """A process group existed at the last ``take``: there was something to wait for."""
+        """The running step is timed (``split_every``): set by ``end_step`` for the next step."""
         self._queue_callback = queue_callback
         self._is_initialized = is_initialized
         self._local_done: float | None = None
@@ -162,12 +171,12 @@ class CollectiveWait:
         self._mark = self._on_graph_done
 
     def on_backward_start(self, tensors: Any) -> None:
-        """Before the outermost backward: have the engine tell us when the graph is done.
+        """Before the outermost backward of a timed step: have the engine tell us when the graph is done.
 
         Without a process group there is nothing to wait for: nothing is timed.
         """
         self._local_done = None
-        if not self.timing or not self._is_initialized():
+        if not self._is_initialized():
             return
         self.run_queue.open()  # on this, the training, thread
         grad_fn = getattr(tensors, "grad_fn", None)
@@ -180,21 +189,36 @@ class CollectiveWait:
             grad_fn.register_prehook(self._prehook)
 
     def on_backward_end(self, ended: float) -> None:
-        """After the outermost backward returned at ``ended``: its tail was the collectives' wait."""
+        """After the outermost backward of a timed step returned at ``ended``: its tail was the collectives' wait."""
         done = self._local_done
         if done is not None:
             self._local_done = None
             self.add_wait(ended - done, self._queued_at_done)
 
-    def take(self) -> float | None:
-        """This step's seconds in collectives (None: not timed, or no process group), and start the next count."""
-        wait = self.wait
-        self.wait = 0.0
+    def end_step(self, step_time: float | None, next_step: int) -> tuple[float | None, float | None]:
+        """The step that just ended took ``step_time``: its ``(comm_wait, cpu_wait)``, both None when it
+        was not timed or no process group exists; then whether step number ``next_step`` is timed.
+
+        The run queue's count of a timed step starts here, at the end of the step before it.
+        """
+        measured = _NOT_MEASURED
+        if self.timing:
+            wait, self.wait = self.wait, 0.0
+            if self._grouped():
+                measured = (wait, self.run_queue.take())  # the take starts the next step's count too
+        timing = next_step % split_every(step_time) == 0
+        if timing and measured is _NOT_MEASURED and self._grouped():
+            self.wait = 0.0
+            self.run_queue.start()
+        self.timing = timing
+        return measured
+
+    def _grouped(self) -> bool:
+        """A process group exists: there is something to wait for."""
         try:
-            self.grouped = bool(self._is_initialized())
+            return bool(self._is_initialized())
         except Exception:
-            self.grouped = False
-        return wait if self.grouped and self.timing else None
+            return False
 
     def _on_first_node(self, grad_outputs: Any) -> None:
         try:
@@ -241,7 +265,7 @@ def patch_collectives(distributed: Any, timing: CollectiveWait, in_backward: Cal
 def _timed(original: Callable[..., Any], timing: CollectiveWait, in_backward: Callable[[], bool]) -> Callable[..., Any]:
     @functools.wraps(original)
     def collective(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("async_op") or in_backward():
+        if not timing.timing or kwargs.get("async_op") or in_backward():
             return original(*args, **kwargs)
         queued = timing.run_queue.read()
         started = _perf_counter()

@@ -31,10 +31,10 @@ What is measured, per rank, and where:
   ``1 / step_time``: the hub derives it, nothing sends it.
 * ``comm_wait``: time in collectives (DDP's gradient all-reduce at the end of
   a backward, synchronous ``torch.distributed`` calls), ``_comm_timing``; the
-  reporter derives ``compute_time`` from it. None when no process group exists,
+  hub derives ``compute_time`` from it (``_protocol.step_row_records``). None when no process group exists,
   and on the steps not timed when steps are faster than 10 ms (``split_every``).
 * ``cpu_wait``: time the training thread waited for a CPU (Linux run queue), with
-  a process group only.
+  a process group only, on the steps whose comm wait is timed.
 
 The hot path is a few microseconds per step and never synchronises a device:
 CPU losses are read with ``item()`` (no sync on CPU), CUDA losses are copied
@@ -53,7 +53,7 @@ from typing import Any
 
 import rankwatch
 from rankwatch._buffer import KIND_STEP, RecordBuffer
-from rankwatch._comm_timing import CollectiveWait, RunQueueWait, patch_collectives, split_every
+from rankwatch._comm_timing import CollectiveWait, patch_collectives
 from rankwatch._data_wait import DataWait
 from rankwatch._fingerprint import optimizer_parameters, parameter_digest
 from rankwatch._loss import StepLoss
@@ -73,7 +73,7 @@ class StepClock:
     """
 
     __slots__ = (
-        "steps", "optimizer_steps", "optimizer_made", "thread", "_thread_ident", "in_backward", "loss", "data", "comm", "run_queue",
+        "steps", "optimizer_steps", "optimizer_made", "thread", "_thread_ident", "in_backward", "loss", "data", "comm",
         "_buffer", "_reporter", "_hash_every", "_torch", "_optimizer", "_last_step_at", "_undo",
     )  # fmt: skip
 
@@ -92,8 +92,7 @@ class StepClock:
         self.in_backward = False
         self.loss = StepLoss(torch.Tensor)
         self.data = DataWait(torch.is_grad_enabled)
-        self.run_queue = RunQueueWait()
-        self.comm = CollectiveWait(_queue_callback(torch), _is_initialized(torch), self.run_queue)
+        self.comm = CollectiveWait(_queue_callback(torch), _is_initialized(torch))
         self._buffer = buffer
         self._reporter = reporter
         self._hash_every = hash_every if reporter is not None else 0
@@ -143,19 +142,13 @@ class StepClock:
         last = self._last_step_at
         self._last_step_at = now
         step = self.steps
-        data_wait, samples = self.data.take()
-        comm_wait = self.comm.take()
-        if not self.comm.grouped:  # no process group: no compute time to derive, no run queue read
-            self.run_queue.forget()
-            cpu_wait = None
-        else:
-            cpu_wait = self.run_queue.take()
+        self.steps = step + 1
         step_time = None if last is None else now - last
+        comm_wait, cpu_wait = self.comm.end_step(step_time, step + 1)
+        data_wait, samples = self.data.take()
         self._buffer.put((
             KIND_STEP, _now(), step, self.loss.take(), step_time, data_wait, samples, comm_wait, cpu_wait,
         ))  # fmt: skip
-        self.steps = step + 1
-        self.comm.timing = self.steps % split_every(step_time) == 0
         ident = _get_ident()
         if ident != self._thread_ident:  # get_native_id is a system call: only when the thread changes
             self._thread_ident = ident
@@ -249,17 +242,20 @@ def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
     def backward(tensors, *args, **kwargs):
         if clock.in_backward:
             return original(tensors, *args, **kwargs)
-        try:
-            comm.on_backward_start(tensors)
-        except Exception:  # telemetry must never break the user's backward
-            pass
+        timed = comm.timing  # untimed steps (``split_every``) do not call into the split at all
+        if timed:
+            try:
+                comm.on_backward_start(tensors)
+            except Exception:  # telemetry must never break the user's backward
+                pass
         clock.in_backward = True
         try:
             result = original(tensors, *args, **kwargs)
         finally:
             clock.in_backward = False
         try:
-            comm.on_backward_end(_perf_counter())
+            if timed:
+                comm.on_backward_end(_perf_counter())
             loss.on_backward(tensors, args[0] if args else kwargs.get("grad_tensors"))
             data.on_backward()
             if not clock.optimizer_made:

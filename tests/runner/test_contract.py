@@ -108,6 +108,78 @@ def test_values_that_are_not_finite_are_kept_as_gaps_not_rejected():
     assert [record[4] for record in records] == [None, None] and rejected == {}
 
 
+STEP_ROW = [1.7e9, 4, 0.5, 0.002, 0.0005, 64, 0.001, 0.0001]
+"""``[t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait]``: a timed step of a DDP rank."""
+
+
+def _decoded(items: list[list]) -> protocol.Metrics:
+    """What the hub makes of ``items`` sent by a worker of rank 2: encoded, framed, decoded."""
+    return protocol.Metrics.from_wire(protocol.decode(protocol.encode_metric_items(2, items)), 2)
+
+
+def test_a_step_row_is_the_records_of_its_step_in_their_order_with_the_derived_ones():
+    t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait = STEP_ROW
+    log_item = [t + 1, 4, "lr", 0.1, "log"]
+    metrics = _decoded([STEP_ROW, log_item])
+    assert [(record[3], record[4]) for record in metrics.records] == [
+        ("loss", loss), ("step_time", step_time), ("samples_per_s", samples / step_time), ("data_wait", data_wait),
+        ("cpu_wait", cpu_wait), ("comm_wait", comm_wait),
+        ("compute_time", protocol.compute_time(step_time, comm_wait, data_wait, cpu_wait)), ("lr", 0.1)]
+    assert all(record[:3] == (2, t, step) and record[5] == "auto" for record in metrics.records[:-1])
+    assert metrics.records[-1] == (2, t + 1, 4, "lr", 0.1, "log") and metrics.rejected == {}
+
+
+@pytest.mark.parametrize("present", range(1 << 6))
+def test_the_worker_counts_a_step_row_as_the_records_the_hub_makes_of_it(present):
+    """Every combination of measured and not measured values (the heartbeat's ``sent`` is in records)."""
+    row = list(STEP_ROW)
+    for bit, index in enumerate((2, 3, 4, 6, 7)):
+        if not present & (1 << bit):
+            row[index] = None
+    row[5] = 64 if present & (1 << 5) else 0
+    records = _decoded([row]).records
+    assert protocol.step_row_size(row) == len(records) == len(protocol.step_row_records(2, row))
+    names = [record[3] for record in records]
+    assert ("samples_per_s" in names) == (row[3] is not None and row[5] > 0)
+    assert ("compute_time" in names) == (row[3] is not None and row[6] is not None)
+
+
+def test_a_step_row_with_a_loss_that_is_not_finite_keeps_the_loss_as_a_gap_and_the_rest():
+    """JSON has no NaN, and null in a row means "not measured": such a row goes as its records' items."""
+    row = [*STEP_ROW[:2], float("nan"), *STEP_ROW[3:]]
+    metrics = _decoded([STEP_ROW, row, [1.7e9, 5, float("inf"), None, None, 0, None, None]])
+    by_step = [[(record[3], record[4]) for record in metrics.records if record[2] == step] for step in (4, 5)]
+    assert len(by_step[0]) == 2 * protocol.step_row_size(row) and ("loss", None) in by_step[0]
+    assert sum(value is None for _name, value in by_step[0]) == 1  # nothing derived from the loss
+    assert by_step[1] == [("loss", None)] and metrics.rejected == {}
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    (0, "now", protocol.MetricRejection.TIME),
+    (0, -1.0, protocol.MetricRejection.TIME),
+    (1, None, protocol.MetricRejection.STEP),
+    (1, 2**63, protocol.MetricRejection.STEP),
+    (2, "0.5", protocol.MetricRejection.VALUE),
+    (3, True, protocol.MetricRejection.VALUE),
+    (5, -1, protocol.MetricRejection.VALUE),
+    (5, 1.5, protocol.MetricRejection.VALUE),
+])
+def test_a_step_row_the_store_cannot_hold_is_left_out_whole_and_counted_in_records(field, value, reason):
+    bad = list(STEP_ROW)
+    bad[field] = value
+    rejected: dict[str, int] = {}
+    records = protocol.metric_records(0, [STEP_ROW, bad, STEP_ROW], rejected)
+    assert records == protocol.step_row_records(0, STEP_ROW) * 2
+    assert rejected == {reason: protocol.step_row_size(STEP_ROW)}  # the records the row would have made
+
+
+def test_integers_in_a_step_row_are_taken_as_numbers():
+    row = [1_700_000_000, 4, 1, 2, None, 3, None, None]
+    assert protocol.metric_records(0, [row], {}) == [(0, 1.7e9, 4, "loss", 1.0, "auto"),
+                                                     (0, 1.7e9, 4, "step_time", 2.0, "auto"),
+                                                     (0, 1.7e9, 4, "samples_per_s", 1.5, "auto")]
+
+
 def test_deeply_nested_json_is_a_bad_line_not_a_recursion_error():
     with pytest.raises(protocol.ProtocolError) as error:
         protocol.decode(b"[" * 5000 + b"\n")

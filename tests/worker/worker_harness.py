@@ -121,11 +121,13 @@ class FakeHub:
         return self.wait_for(lambda: self.messages(message_type, **match), timeout)[0]
 
     def metric_items(self, rank: int | None = None) -> list[list]:
-        """Every ``[t, step, name, value, source]`` item received, in arrival order."""
+        """Every record received as ``[t, step, name, value, source]``, in arrival order: the items
+        as the hub reads them (a step row is the records of its step, ``protocol.metric_records``)."""
         items = []
         for message in self.messages("metrics"):
             if rank is None or message.get("rank") == rank:
-                items.extend(message["items"])
+                records = protocol.metric_records(message.get("rank", 0), message["items"], {})
+                items.extend(list(record[1:]) for record in records)
         return items
 
     def _summary(self) -> str:

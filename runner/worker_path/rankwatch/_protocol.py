@@ -428,23 +428,131 @@ def metric_records(rank: int, items: object, rejected: dict[str, int]) -> list[M
     append = records.append
     latest, low, high, longest, sources = LATEST_PLAUSIBLE_TIME, INT64_MIN, INT64_MAX, MAX_NAME_CHARS, KNOWN_SOURCES
     for item in items:
-        if type(item) is list and len(item) == 5:
-            t, step, name, value, source = item
-            if (type(t) is float and 0.0 < t < latest
-                    and (step is None or (type(step) is int and low <= step <= high))
-                    and type(name) is str and name.isascii() and 0 < len(name) <= longest
-                    and source in sources):
-                kind = type(value)
-                if kind is float:
-                    append((rank, t, step, name, value if value - value == 0 else None, source))
-                    continue
-                if kind is int and low <= value <= high:
-                    append((rank, t, step, name, value, source))
-                    continue
+        if type(item) is list:
+            length = len(item)
+            if length == 5:
+                t, step, name, value, source = item
+                if (type(t) is float and 0.0 < t < latest
+                        and (step is None or (type(step) is int and low <= step <= high))
+                        and type(name) is str and name.isascii() and 0 < len(name) <= longest
+                        and source in sources):
+                    kind = type(value)
+                    if kind is float:
+                        append((rank, t, step, name, value if value - value == 0 else None, source))
+                        continue
+                    if kind is int and low <= value <= high:
+                        append((rank, t, step, name, value, source))
+                        continue
+            elif length == STEP_ROW_LENGTH:
+                records += _step_row_records(rank, item, rejected)
+                continue
         record = _unusual_metric(rank, item, rejected)
         if record is not None:
             append(record)
     return records
+
+
+# ---- step rows: one step of the zero-code instrumentation in one item ------------------------
+
+STEP_ROW_LENGTH = 8
+"""A ``metrics`` item of this length is a **step row**, ``[t, step, loss, step_time, data_wait,
+samples, comm_wait, cpu_wait]``: everything the zero-code instrumentation measured of one
+optimizer step (``rankwatch._instrument``), each value None when not measured, ``samples`` the
+batch sizes counted (0: none). The hub expands it into the step's records (``step_row_records``),
+deriving ``samples_per_s`` and ``compute_time``. Why not one ``[t, step, name, value, source]``
+item per value: a step was then 7 items and 35 fields to format on the worker's reporter thread,
+which shares the GIL with training, and to parse on the hub; a row is 8 fields (issue 17)."""
+
+
+def step_row_records(rank: int, row: list[Any] | tuple[Any, ...]) -> list[MetricRow]:
+    """The records of a well-formed step ``row`` (``STEP_ROW_LENGTH``), in the order a step's records
+    always have: loss, step time, samples per second, data wait, cpu wait, comm wait, compute time.
+
+    A value that is not finite (a NaN loss) is a record whose value is None (shown as a gap), as
+    for any metric item; nothing is derived from it.
+    """
+    t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait = row
+    auto = SOURCE_AUTO
+    records: list[MetricRow] = []
+    if loss is not None:
+        records.append((rank, t, step, LOSS, _finite(loss), auto))
+    if step_time is not None:
+        step_time = _finite(step_time)
+        records.append((rank, t, step, STEP_TIME, step_time, auto))
+        if samples and step_time is not None and step_time > 0:
+            records.append((rank, t, step, SAMPLES_PER_SECOND, samples / step_time, auto))
+    if data_wait is not None:
+        data_wait = _finite(data_wait)
+        records.append((rank, t, step, DATA_WAIT, data_wait, auto))
+    if cpu_wait is not None:
+        cpu_wait = _finite(cpu_wait)
+        records.append((rank, t, step, CPU_WAIT, cpu_wait, auto))
+    if comm_wait is not None:
+        comm_wait = _finite(comm_wait)
+        records.append((rank, t, step, COMM_WAIT, comm_wait, auto))
+        if step_time is not None and comm_wait is not None:
+            records.append((rank, t, step, COMPUTE_TIME, compute_time(step_time, comm_wait, data_wait, cpu_wait),
+                            auto))
+    return records
+
+
+def step_row_size(row: list[Any] | tuple[Any, ...]) -> int:
+    """How many records ``step_row_records`` makes of the well-formed step ``row``, without making
+    them: the worker counts what it sent (its heartbeats' ``sent``) in records, as the hub counts
+    what it received."""
+    _t, _step, loss, step_time, data_wait, samples, comm_wait, cpu_wait = row
+    size = (loss is not None) + (data_wait is not None) + (cpu_wait is not None)
+    if step_time is not None:
+        step_time = _finite(step_time)
+        size += 1 + bool(samples and step_time is not None and step_time > 0)
+    if comm_wait is not None:
+        size += 1 + (step_time is not None and _finite(comm_wait) is not None)
+    return size
+
+
+def _finite(value: float) -> float | None:
+    """``value``, or None when it is not finite."""
+    return value if value - value == 0 else None
+
+
+def _step_row_records(rank: int, row: list[Any], rejected: dict[str, int]) -> list[MetricRow]:
+    """The records of a step row from the wire (the hub's hot path: one combined check)."""
+    t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait = row
+    if (type(t) is float and 0.0 < t < LATEST_PLAUSIBLE_TIME and type(step) is int and INT64_MIN <= step <= INT64_MAX
+            and type(samples) is int and 0 <= samples <= INT64_MAX
+            and (loss is None or type(loss) is float) and (step_time is None or type(step_time) is float)
+            and (data_wait is None or type(data_wait) is float) and (comm_wait is None or type(comm_wait) is float)
+            and (cpu_wait is None or type(cpu_wait) is float)):
+        return step_row_records(rank, row)
+    return _unusual_step_row(rank, row, rejected)
+
+
+def _unusual_step_row(rank: int, row: list[Any], rejected: dict[str, int]) -> list[MetricRow]:
+    """A step row that is not of the usual shape: integers where floats are usual are taken as
+    floats; a row with a field of any other kind is left out whole, its records counted in
+    ``rejected`` (one, when even that cannot be told)."""
+    t, step, *values = row
+    samples = values[3]
+    measured = values[:3] + values[4:]
+    reason = None
+    if as_time(t) is None or type(t) not in (int, float):
+        reason = MetricRejection.TIME
+    elif type(step) is not int or not INT64_MIN <= step <= INT64_MAX:
+        reason = MetricRejection.STEP
+    elif type(samples) is not int or not 0 <= samples <= INT64_MAX or not all(
+            value is None or type(value) is float or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
+            for value in measured):
+        reason = MetricRejection.VALUE
+    if reason is None:
+        floats = [value if value is None else float(value) for value in values]
+        floats[3] = samples
+        return step_row_records(rank, [float(t), step, *floats])
+    try:
+        count = max(1, step_row_size(row))
+    except TypeError:  # values that cannot even be compared
+        count = 1
+    rejected[reason] = rejected.get(reason, 0) + count
+    return []
 
 
 def _unusual_metric(rank: int, item: object, rejected: dict[str, int]) -> MetricRow | None:
@@ -1141,8 +1249,29 @@ class Metrics(Message):
 
 
 def encode_metric_items(rank: int, items: list[list[Any]]) -> bytes:
-    """A ``metrics`` line from wire items ``[t, step, name, value, source]`` (the reporter's hot path)."""
-    return encode(Metrics.TYPE, rank=rank, items=items)
+    """A ``metrics`` line from wire items, ``[t, step, name, value, source]`` and step rows
+    (``STEP_ROW_LENGTH``): the reporter's hot path.
+
+    JSON has no NaN: a value that is not finite goes as null in its item, and a step row holding
+    one goes as its records' items (null in a row would mean "not measured").
+    """
+    try:
+        text = json.dumps({"type": Metrics.TYPE, "v": VERSION, "rank": rank, "items": items},
+                          separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        finite: list[list[Any]] = []
+        for item in items:
+            if len(item) == STEP_ROW_LENGTH and not _all_finite(item):
+                finite += ([t, step, name, value, source] for _rank, t, step, name, value, source
+                           in step_row_records(rank, item))
+            else:
+                finite.append(item)
+        return encode(Metrics.TYPE, rank=rank, items=finite)
+    return text.encode("utf-8", "surrogatepass") + b"\n"
+
+
+def _all_finite(row: list[Any]) -> bool:
+    return all(value is None or type(value) is not float or value - value == 0 for value in row)
 
 
 class Heartbeat(Message):

@@ -103,9 +103,10 @@ class Reporter:
         self._control: deque[bytes] = deque()
         self._connection: Connection | None = None
         self._unsent: deque[tuple[bytes, int]] = deque()
-        """Encoded ``metrics`` lines not yet sent, with their item counts."""
+        """Encoded ``metrics`` lines not yet sent, with the number of records they hold."""
         self._sent = 0
-        """Metric items handed to the socket so far (reported in heartbeats as ``sent``)."""
+        """Metric records handed to the socket so far (reported in heartbeats as ``sent``): a step
+        row counts the records the hub makes of it (``protocol.step_row_size``)."""
         self._deferred: list[tuple] = []
         self._lost = 0
         self._last_step: Any = None
@@ -324,11 +325,11 @@ class Reporter:
         deadline = time.monotonic() + timeout
         if self._unsent and not self._send_unsent(deadline):
             return
-        items = self._drain_items()
+        items, sizes = self._drain_items()
         self._streaming = bool(items)
         for start in range(0, len(items), MAX_ITEMS_PER_MESSAGE):
-            chunk = items[start : start + MAX_ITEMS_PER_MESSAGE]
-            self._unsent.append((protocol.encode_metric_items(self._rank, chunk), len(chunk)))
+            end = start + MAX_ITEMS_PER_MESSAGE
+            self._unsent.append((protocol.encode_metric_items(self._rank, items[start:end]), sum(sizes[start:end])))
         if self._unsent and not self._send_unsent(deadline):
             return
         control = self._control
@@ -408,58 +409,47 @@ class Reporter:
 
     # -- records to protocol items ----------------------------------------------------
 
-    def _drain_items(self) -> list[list]:
+    def _drain_items(self) -> tuple[list[list], list[int]]:
+        """The wire items of every record ready now, and how many records each makes at the hub.
+
+        A ``rankwatch.log`` call is one item per value; a step of the zero-code instrumentation is one
+        step row (``protocol.STEP_ROW_LENGTH``: the buffer's step record less its kind, the loss read),
+        which the hub expands into the step's records and derives samples per second and compute time
+        from. Records whose device values are still being copied wait for a later call.
+        """
         records = self._deferred
         self._deferred = []
         records.extend(self._buffer.drain())
         items: list[list] = []
+        sizes: list[int] = []
+        last_step = self._last_step
         for record in records:
+            step = record[2]
             try:
-                items.extend(self._items_of(record))
+                if isinstance(step, Pending):
+                    step = _read(step)
+                if record[0] == KIND_STEP:
+                    row = [record[1], step, _read(record[3]), *record[4:]]
+                    items.append(row)
+                    sizes.append(protocol.step_row_size(row))
+                elif record[0] == KIND_LOG:
+                    ready = {name: _read(value) for name, value in record[3].items()}
+                    t, source = record[1], protocol.SOURCE_LOG
+                    items += ([t, step, name, value, source] for name, value in ready.items())
+                    sizes += [1] * len(ready)
             except _NotReady:
                 self._deferred.append(record)
+                continue
+            if type(step) is int and (last_step is None or step > last_step):
+                last_step = step
+        if last_step != self._last_step:
+            self._last_step = last_step
+            self._last_step_at = time.monotonic()
         overflow = len(self._deferred) - MAX_DEFERRED
         if overflow > 0:
             del self._deferred[:overflow]
             self._lost += overflow
-        return items
-
-    def _items_of(self, record: tuple) -> list[list]:
-        kind, t, step = record[0], record[1], record[2]
-        if isinstance(step, Pending):
-            step = _read(step)
-        if type(step) is int and (self._last_step is None or step > self._last_step):
-            self._last_step = step
-            self._last_step_at = time.monotonic()
-        if kind == KIND_LOG:
-            values = record[3]
-            ready = {name: _read(value) for name, value in values.items()}
-            return [[t, step, name, value, protocol.SOURCE_LOG] for name, value in ready.items()]
-        if kind == KIND_STEP:
-            return _step_items(t, step, _read(record[3]), record[4], record[5], record[6], record[7],
-                               record[8])
-        return []
-
-
-def _step_items(t: float, step: int, loss, step_time, data_wait, samples, comm_wait, cpu_wait) -> list[list]:
-    auto = protocol.SOURCE_AUTO
-    items = []
-    if loss is not None:
-        items.append([t, step, protocol.LOSS, loss, auto])
-    if step_time is not None:  # steps per second is 1 / step_time: not sent (issue 17), readers derive it
-        items.append([t, step, protocol.STEP_TIME, step_time, auto])
-        if step_time > 0 and samples:
-            items.append([t, step, protocol.SAMPLES_PER_SECOND, samples / step_time, auto])
-    if data_wait is not None:  # None: no training DataLoader batch in the step ("not measured")
-        items.append([t, step, protocol.DATA_WAIT, data_wait, auto])
-    if cpu_wait is not None:
-        items.append([t, step, protocol.CPU_WAIT, cpu_wait, auto])
-    if comm_wait is not None:  # None: no process group, nothing to wait for
-        items.append([t, step, protocol.COMM_WAIT, comm_wait, auto])
-        compute = protocol.compute_time(step_time, comm_wait, data_wait, cpu_wait)
-        if compute is not None:
-            items.append([t, step, protocol.COMPUTE_TIME, compute, auto])
-    return items
+        return items, sizes
 
 
 def _read(value: Any) -> Any:

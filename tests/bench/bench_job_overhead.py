@@ -383,7 +383,9 @@ def run_once(variant: str, script: Path, steps: int, script_args: list[str], fol
     """
     result_prefix = folder / f"result-{time.monotonic_ns()}"
     environment = {key: value for key, value in os.environ.items() if not key.startswith("RANKWATCH_")}
-    environment.update(OMP_NUM_THREADS="1", RANKWATCH_HOME=str(folder / "home"), PYTHONPATH=str(REPO))
+    # this checkout first; what PYTHONPATH already holds after it (packages carried to a bare machine)
+    python_path = os.pathsep.join(part for part in (str(REPO), os.environ.get("PYTHONPATH", "")) if part)
+    environment.update(OMP_NUM_THREADS="1", RANKWATCH_HOME=str(folder / "home"), PYTHONPATH=python_path)
     command = _command(variant, script, [str(steps), str(result_prefix), *script_args], _free_port(), options.nproc)
     output = folder / "output.txt"
     with output.open("w") as sink:
@@ -456,14 +458,15 @@ def run_block(model: str, load: str, options: argparse.Namespace, folder: Path) 
         script_args = [str(options.gpt_width), str(options.gpt_layers), str(options.gpt_accumulate),
                        str(options.gpt_context)]
     first = min(options.first, steps)
-    runs: dict[str, list[dict]] = {variant: [] for variant in VARIANTS}
+    variants = options.variants
+    runs: dict[str, list[dict]] = {variant: [] for variant in variants}
     background = BackgroundLoad(options.load_workers) if load == "busy" else None
     if background is not None:
         background.__enter__()
     try:
         for round_number in range(options.rounds):
-            shift = round_number % len(VARIANTS)
-            for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+            shift = round_number % len(variants)
+            for variant in variants[shift:] + variants[:shift]:
                 load_before = _load_average()
                 try:
                     outcome = run_once(variant, script, steps, script_args, folder, options)
@@ -495,7 +498,7 @@ def _ratio_rows(block: dict, figure: str) -> list[str]:
     runs = block["runs"]
     bare = [run[figure] for run in runs["bare"]]
     rows = []
-    for variant in VARIANTS:
+    for variant in runs:
         values = [run[figure] for run in runs[variant]]
         paired = [value / base for value, base in zip(values, bare, strict=True)]
         rows.append(f"| {variant} | {statistics.median(values) * 1e3:.3f} | "
@@ -543,7 +546,7 @@ def print_block(block: dict) -> None:
         print(f"runner CPU seconds per sampling period from its start (ranks seen at "
               f"{run['proc'].get('ranks_seen_at')} s): {timeline}")
     policies = {variant: sorted({policy for run in block["runs"][variant] for policy in run["rank_policies"]})
-                for variant in VARIANTS}
+                for variant in block["runs"]}
     runner_policy = sorted({policy for run in block["runs"]["rankwatch"]
                             for policy in run["proc"]["policies"].get("runner", [])})
     print(f"scheduling: ranks {policies}; runner policy numbers {runner_policy} (0 normal, 3 batch)")
@@ -570,7 +573,12 @@ def main() -> int:
     parser.add_argument("--startup-seconds", type=float, default=5.0)
     parser.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
     parser.add_argument("--json", type=Path, help="save every raw figure here")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="which of bare, rankwatch, no-instrument to run (bare and rankwatch at least)")
     options = parser.parse_args()
+    options.variants = tuple(variant.strip() for variant in options.variants.split(",") if variant.strip())
+    if not {"bare", "rankwatch"} <= set(options.variants) <= set(VARIANTS):
+        parser.error(f"--variants: bare and rankwatch, and optionally no-instrument (got {options.variants})")
 
     print(f"{os.cpu_count()} cores, load average {_load_average()} at start, python {sys.version.split()[0]}",
           flush=True)

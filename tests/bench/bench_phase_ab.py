@@ -67,7 +67,8 @@ EDITS = [
     ("        self.optimizer_steps += 1\n",
      "        self.optimizer_steps += 1\n        if not _On.hooks:\n            self.steps += 1\n"
      "            _set_mode(self.steps)\n            return\n"),
-    ("        if comm_wait is None:", "        if comm_wait is None or not _On.comm:"),
+    ("        comm_wait, cpu_wait = self.comm.end_step(step_time, step + 1)\n",
+     "        comm_wait, cpu_wait = self.comm.end_step(step_time, step + 1) if _On.comm else (None, None)\n"),
     ("        self._buffer.put((", "        (self._buffer.put if _On.send else _discard)(("),
     ("        self.steps = step + 1\n", "        self.steps = step + 1\n        _set_mode(self.steps)\n"),
     ("    def backward(tensors, *args, **kwargs):\n",

@@ -16,7 +16,14 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from rankwatch._comm_timing import MAX_SPLIT_EVERY, SPLIT_PERIOD_SECONDS, RunQueueWait, split_every
+from rankwatch import _comm_timing as comm_timing
+from rankwatch._comm_timing import (
+    MAX_SPLIT_EVERY,
+    SPLIT_PERIOD_SECONDS,
+    CollectiveWait,
+    RunQueueWait,
+    split_every,
+)
 
 WAIT_SECONDS = 0.05
 
@@ -144,15 +151,38 @@ def test_fast_steps_report_comm_wait_only_on_the_timed_steps_and_slow_ones_on_ev
 
 
 
+
+def test_a_timed_step_whose_count_did_not_start_before_it_reports_no_cpu_wait(monkeypatch):
+    """A process group made during a timed step (or made again after being destroyed): the run queue's
+    count did not start at the end of the step before, so the step's CPU wait is not measured,
+    never the wait since some earlier step."""
+    grouped = [True]
+    run_queue = _CountedRunQueue(ticks=1_000_000)  # every read: 1 ms more on the run queue
+    comm = CollectiveWait(lambda callback: None, lambda: grouped[0], run_queue)
+    split = [1]
+    monkeypatch.setattr(comm_timing, "split_every", lambda step_time: split[0])
+    assert comm.end_step(None, 1) == (0.0, None)  # step 0: the first read only starts the count
+    assert comm.end_step(0.001, 2) == (0.0, 0.001)  # step 1: timed, counted since the end of step 0
+    split[0] = 4  # steps 2 and 3 are not timed, step 4 is
+    assert comm.end_step(0.001, 3) == (0.0, 0.001)
+    grouped[0] = False  # the group is gone at the end of step 3: no count starts for step 4
+    assert comm.end_step(0.001, 4) == (None, None) and comm.timing
+    grouped[0] = True  # and made again during step 4
+    assert comm.end_step(0.001, 5) == (0.0, None)
+
 class _CountedRunQueue(RunQueueWait):
-    """The real run-queue reader, counting its reads of /proc."""
+    """The real run-queue reader, counting its reads of /proc; with ``ticks``, a clock instead of /proc
+    that adds ``ticks`` nanoseconds at every read (the count's arithmetic without a busy machine)."""
 
-    __slots__ = ("reads",)
+    __slots__ = ("reads", "_ticks")
 
-    def __init__(self) -> None:
+    def __init__(self, ticks: int | None = None) -> None:
         super().__init__()
         self.reads = 0
+        self._ticks = ticks
 
     def read(self) -> int | None:
         self.reads += 1
+        if self._ticks is not None:
+            return self.reads * self._ticks
         return super().read()

@@ -137,6 +137,10 @@ class RunQueueWait:
         """Start the count now: the next ``take`` is the wait since this call."""
         self._last = self.read()
 
+    def forget(self) -> None:
+        """Stop counting: the next ``take`` only starts the count, unless ``start`` comes first."""
+        self._last = None
+
     def take(self) -> float | None:
         """Seconds on the run queue since the previous call; None the first time or where unavailable."""
         waited = self.read()
@@ -207,9 +211,12 @@ class CollectiveWait:
             if self._grouped():
                 measured = (wait, self.run_queue.take())  # the take starts the next step's count too
         timing = next_step % split_every(step_time) == 0
-        if timing and measured is _NOT_MEASURED and self._grouped():
-            self.wait = 0.0
-            self.run_queue.start()
+        if timing:
+            if measured is _NOT_MEASURED and self._grouped():
+                self.wait = 0.0
+                self.run_queue.start()
+        elif self.timing:  # a count left running would span the untimed steps
+            self.run_queue.forget()
         self.timing = timing
         return measured
 

@@ -173,6 +173,21 @@ def test_a_step_row_the_store_cannot_hold_is_left_out_whole_and_counted_in_recor
     assert rejected == {reason: protocol.step_row_size(STEP_ROW)}  # the records the row would have made
 
 
+def test_what_the_hub_derives_from_a_step_row_is_finite_or_not_measured():
+    rows = [[1.7e9, 1, None, 5e-324, None, 2**63 - 1, None, None]]  # a row no worker sends: samples/s overflows
+    assert protocol.metric_records(0, rows, {})[1] == (0, 1.7e9, 1, "samples_per_s", None, "auto")
+
+
+def test_rows_that_are_not_finite_are_sent_as_lines_the_hub_takes_whole():
+    """2,000 rows of NaN losses become 14,000 items: several lines, none over the line bound."""
+    rows = [[1.7e9, 10**12 + index, float("nan"), 0.002, 0.0005, 64, 0.001, 0.0001] for index in range(2000)]
+    lines = protocol.encode_metric_items(2, rows).splitlines()
+    assert len(lines) > 1 and all(len(line) < protocol.MAX_LINE_BYTES for line in lines)
+    records = [record for line in lines for record in protocol.Metrics.from_wire(protocol.decode(line), 2).records]
+    assert len(records) == sum(map(protocol.step_row_size, rows)) == 2000 * 7
+    assert [record[4] for record in records if record[3] == "loss"] == [None] * 2000
+
+
 def test_integers_in_a_step_row_are_taken_as_numbers():
     row = [1_700_000_000, 4, 1, 2, None, 3, None, None]
     assert protocol.metric_records(0, [row], {}) == [(0, 1.7e9, 4, "loss", 1.0, "auto"),

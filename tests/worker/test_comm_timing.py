@@ -69,7 +69,8 @@ def test_the_wait_at_the_end_of_backward_is_comm_wait_not_compute(measured, proc
         _step(model, optimizer, reducer_wait=WAIT_SECONDS)
     _step(model, optimizer)
     steps = measured.steps()
-    for step in steps[:3]:
+    assert (steps[0]["comm_wait"], steps[0]["cpu_wait"]) == (None, None)  # the first step has no start to count from
+    for step in steps[1:3]:
         assert WAIT_SECONDS * 0.9 <= step["comm_wait"] < WAIT_SECONDS + 0.5
     assert steps[3]["comm_wait"] < WAIT_SECONDS / 2  # the count starts again every step
     for step in steps[1:3]:  # the compute time the reporter derives leaves the wait out
@@ -128,10 +129,10 @@ def test_fast_steps_report_comm_wait_only_on_the_timed_steps_and_slow_ones_on_ev
         reads_at_step.append(run_queue.reads)
     fast = measured.steps()
     timed = [step["step"] for step in fast if step["comm_wait"] is not None]
-    assert timed[:2] == [0, 1]  # no step time before them: timed
+    assert timed[:1] == [1]  # step 0 (no start to count from) is not measured; step 1 (no step time before it) is
     expected = [step["step"] for before, step in itertools.pairwise(fast)
                 if step["step"] % split_every(before["step_time"]) == 0]
-    assert timed[1:] == expected
+    assert timed == expected
     assert len(timed) < len(fast) // 2  # sub-10 ms steps: most are not timed
     # cpu_wait is sampled with the split: a step reports both waits or neither (step 0 only starts the count)
     assert all((step["cpu_wait"] is None) == (step["comm_wait"] is None) for step in fast[1:])
@@ -161,14 +162,23 @@ def test_a_timed_step_whose_count_did_not_start_before_it_reports_no_cpu_wait(mo
     comm = CollectiveWait(lambda callback: None, lambda: grouped[0], run_queue)
     split = [1]
     monkeypatch.setattr(comm_timing, "split_every", lambda step_time: split[0])
-    assert comm.end_step(None, 1) == (0.0, None)  # step 0: the first read only starts the count
+    assert comm.end_step(None, 1) == (None, None)  # step 0: no start; its end starts the count
     assert comm.end_step(0.001, 2) == (0.0, 0.001)  # step 1: timed, counted since the end of step 0
     split[0] = 4  # steps 2 and 3 are not timed, step 4 is
     assert comm.end_step(0.001, 3) == (0.0, 0.001)
     grouped[0] = False  # the group is gone at the end of step 3: no count starts for step 4
     assert comm.end_step(0.001, 4) == (None, None) and comm.timing
-    grouped[0] = True  # and made again during step 4
-    assert comm.end_step(0.001, 5) == (0.0, None)
+    grouped[0] = True  # and made again during step 4: neither wait of step 4 is measured
+    split[0] = 1  # from here on steps of 10 ms or more: every one timed
+    assert comm.end_step(0.05, 5) == (None, None)
+    assert comm.end_step(0.05, 6) == (0.0, 0.001)  # step 5 was counted from the end of step 4
+    assert comm.end_step(0.05, 7) == (0.0, 0.001)
+    grouped[0] = False
+    assert comm.end_step(0.05, 8) == (None, None)
+    assert comm.end_step(0.05, 9) == (None, None)
+    grouped[0] = True
+    assert comm.end_step(0.05, 10) == (None, None)  # not the wait since step 6
+    assert comm.end_step(0.05, 11) == (0.0, 0.001)
 
 class _CountedRunQueue(RunQueueWait):
     """The real run-queue reader, counting its reads of /proc; with ``ticks``, a clock instead of /proc

@@ -15,9 +15,9 @@ A record is a plain tuple whose first element is its kind:
     one optimizer step measured by the zero-code instrumentation; ``loss`` is a
     number, a ``Pending`` or None, ``step_time`` None for the first step,
     ``data_wait`` None when no training DataLoader batch came in the step,
-    ``comm_wait`` and ``cpu_wait`` None when no process group exists or the step
-    was not timed, ``cpu_wait`` also where the run queue cannot be read
-    (``_comm_timing``). The reporter sends it as a step row: the record less its
+    ``comm_wait`` and ``cpu_wait`` None when not measured (no process group, a
+    step not timed, the first step), ``cpu_wait`` alone where the run queue cannot
+    be read at all (``_comm_timing.CollectiveWait.end_step``). The reporter sends it as a step row: the record less its
     kind (``_protocol.STEP_ROW_LENGTH``).
 
 The drop count is in records (one ``log`` call, or one step's auto metrics).

@@ -44,7 +44,8 @@ still time the same steps (those divisible by the larger factor).
 
 ``cpu_wait`` is sampled with the split, on the same steps: it is what makes a timed
 step's compute time right, and reading the run queue is a system call (a ``pread`` of
-a /proc file) that untimed steps do not pay. So a step reports both waits, or neither.
+a /proc file) that untimed steps do not pay. So a step reports both waits, or neither
+(``end_step``; where the run queue cannot be read at all, comm wait alone).
 
 Hot path of a timed step, with a process group: one hook registration, one queued
 callback, two clock reads, two ``pread``s of a small /proc file per backward, the
@@ -128,6 +129,11 @@ class RunQueueWait:
             self._unavailable = True
             return None
 
+    @property
+    def readable(self) -> bool:
+        """False once a read failed (not Linux, no schedstat): ``take`` is always None then."""
+        return not self._unavailable
+
     def open(self) -> None:
         """Open the file now, on the calling (training) thread, if not open yet."""
         if self._descriptor is None and not self._unavailable:
@@ -200,16 +206,26 @@ class CollectiveWait:
             self.add_wait(ended - done, self._queued_at_done)
 
     def end_step(self, step_time: float | None, next_step: int) -> tuple[float | None, float | None]:
-        """The step that just ended took ``step_time``: its ``(comm_wait, cpu_wait)``, both None when it
-        was not timed or no process group exists; then whether step number ``next_step`` is timed.
+        """The step that just ended took ``step_time``: its ``(comm_wait, cpu_wait)``; then whether step
+        number ``next_step`` is timed.
 
+        Both are None when the step was not timed, when no process group exists, and when the step
+        has no start to count from: the first step (no step time), or a step whose run-queue count
+        did not start at the end of the step before it (its process group was made during it). Where
+        the run queue cannot be read at all (not Linux), ``cpu_wait`` alone is None.
         The run queue's count of a timed step starts here, at the end of the step before it.
         """
         measured = _NOT_MEASURED
         if self.timing:
             wait, self.wait = self.wait, 0.0
             if self._grouped():
-                measured = (wait, self.run_queue.take())  # the take starts the next step's count too
+                run_queue = self.run_queue
+                cpu_wait = run_queue.take()  # the take starts the next step's count too
+                # a step with no start (the first) or whose count did not start before it is not measured
+                if step_time is not None and (cpu_wait is not None or not run_queue.readable):
+                    measured = (wait, cpu_wait)
+            else:
+                self.run_queue.forget()  # no group, nothing counted: the next group's first step starts afresh
         timing = next_step % split_every(step_time) == 0
         if timing:
             if measured is _NOT_MEASURED and self._grouped():

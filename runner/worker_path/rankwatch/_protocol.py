@@ -480,7 +480,7 @@ def step_row_records(rank: int, row: list[Any] | tuple[Any, ...]) -> list[Metric
         step_time = _finite(step_time)
         records.append((rank, t, step, STEP_TIME, step_time, auto))
         if samples and step_time is not None and step_time > 0:
-            records.append((rank, t, step, SAMPLES_PER_SECOND, samples / step_time, auto))
+            records.append((rank, t, step, SAMPLES_PER_SECOND, _finite(samples / step_time), auto))
     if data_wait is not None:
         data_wait = _finite(data_wait)
         records.append((rank, t, step, DATA_WAIT, data_wait, auto))
@@ -1253,7 +1253,8 @@ def encode_metric_items(rank: int, items: list[list[Any]]) -> bytes:
     (``STEP_ROW_LENGTH``): the reporter's hot path.
 
     JSON has no NaN: a value that is not finite goes as null in its item, and a step row holding
-    one goes as its records' items (null in a row would mean "not measured").
+    one goes as its records' items (null in a row would mean "not measured"); the result is then
+    one line or more, together holding every record.
     """
     try:
         text = json.dumps({"type": Metrics.TYPE, "v": VERSION, "rank": rank, "items": items},
@@ -1266,8 +1267,14 @@ def encode_metric_items(rank: int, items: list[list[Any]]) -> bytes:
                            in step_row_records(rank, item))
             else:
                 finite.append(item)
-        return encode(Metrics.TYPE, rank=rank, items=finite)
+        # rows become up to 7 items each: as several lines, each far below MAX_LINE_BYTES
+        return b"".join(encode(Metrics.TYPE, rank=rank, items=finite[first:first + FALLBACK_ITEMS_PER_LINE])
+                        for first in range(0, len(finite), FALLBACK_ITEMS_PER_LINE))
     return text.encode("utf-8", "surrogatepass") + b"\n"
+
+
+FALLBACK_ITEMS_PER_LINE = 2000
+"""Items per line when step rows holding a value that is not finite go as items (~150 KB a line)."""
 
 
 def _all_finite(row: list[Any]) -> bool:

@@ -424,10 +424,12 @@ class Reporter:
         sizes: list[int] = []
         last_step = self._last_step
         for record in records:
-            step = record[2]
             try:
+                step = record[2]
                 if isinstance(step, Pending):
                     step = _read(step)
+                if type(step) is int and (last_step is None or step > last_step):
+                    last_step = step  # progress, even while the record's values are still being copied
                 if record[0] == KIND_STEP:
                     row = [record[1], step, _read(record[3]), *record[4:]]
                     items.append(row)
@@ -439,9 +441,6 @@ class Reporter:
                     sizes += [1] * len(ready)
             except _NotReady:
                 self._deferred.append(record)
-                continue
-            if type(step) is int and (last_step is None or step > last_step):
-                last_step = step
         if last_step != self._last_step:
             self._last_step = last_step
             self._last_step_at = time.monotonic()

@@ -18,7 +18,7 @@ import pytest
 from worker_harness import PYTHON, FakeHub, start_worker, worker_environment
 
 from rankwatch import _protocol as protocol
-from rankwatch._buffer import KIND_LOG, RecordBuffer
+from rankwatch._buffer import KIND_LOG, KIND_STEP, RecordBuffer
 from rankwatch._reporter import Reporter
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
 from rankwatch._values import Pending
@@ -167,6 +167,25 @@ def test_device_values_are_held_back_until_their_copy_is_done():
             copy.done.set()
             hub.wait_for(lambda: len(hub.metric_items()) == 2)
             assert hub.metric_items()[1] == [1.0, 0, "gpu_value", 2.5, "log"]
+        finally:
+            assert reporter.close(2.0)
+
+
+def test_a_step_whose_loss_is_still_being_copied_is_progress_and_arrives_whole_later():
+    """The heartbeat's step (what the stall monitor reads) moves on while a CUDA loss copy is in flight."""
+    buffer = RecordBuffer(100)
+    copy = _SlowCopy(0.75)
+    with FakeHub() as hub:
+        reporter = Reporter(hub.address, protocol.Hello(rank=0), buffer, rank=0)
+        reporter.start()
+        try:
+            buffer.put((KIND_STEP, time.time(), 7, copy, 0.02, None, 0, None, None))
+            hub.wait_for(lambda: hub.messages("heartbeat", step=7), timeout=5)
+            assert hub.metric_items() == []
+            copy.done.set()
+            hub.wait_for(lambda: hub.metric_items())
+            assert [(item[1], item[2], item[3]) for item in hub.metric_items()] == [(7, "loss", 0.75),
+                                                                                  (7, "step_time", 0.02)]
         finally:
             assert reporter.close(2.0)
 

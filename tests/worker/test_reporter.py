@@ -6,12 +6,14 @@ scripts imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from importlib.metadata import version
 
 import pytest
@@ -152,42 +154,44 @@ class _SlowCopy(Pending):
         return self._value
 
 
-def test_device_values_are_held_back_until_their_copy_is_done():
-    buffer = RecordBuffer(100)
-    copy = _SlowCopy(2.5)
+@contextlib.contextmanager
+def _reporting(buffer: RecordBuffer) -> Iterator[FakeHub]:
+    """A fake hub and a rank 0 reporter sending ``buffer`` to it, closed (in time) afterwards."""
     with FakeHub() as hub:
         reporter = Reporter(hub.address, protocol.Hello(rank=0), buffer, rank=0)
         reporter.start()
         try:
-            buffer.put((KIND_LOG, 1.0, 0, {"gpu_value": copy}))
-            buffer.put((KIND_LOG, 2.0, 1, {"cpu_value": 1.0}))
-            hub.wait_for(lambda: hub.metric_items())
-            time.sleep(0.2)
-            assert [item[2] for item in hub.metric_items()] == ["cpu_value"]
-            copy.done.set()
-            hub.wait_for(lambda: len(hub.metric_items()) == 2)
-            assert hub.metric_items()[1] == [1.0, 0, "gpu_value", 2.5, "log"]
+            yield hub
         finally:
             assert reporter.close(2.0)
+
+
+def test_device_values_are_held_back_until_their_copy_is_done():
+    buffer = RecordBuffer(100)
+    copy = _SlowCopy(2.5)
+    with _reporting(buffer) as hub:
+        buffer.put((KIND_LOG, 1.0, 0, {"gpu_value": copy}))
+        buffer.put((KIND_LOG, 2.0, 1, {"cpu_value": 1.0}))
+        hub.wait_for(lambda: hub.metric_items())
+        time.sleep(0.2)
+        assert [item[2] for item in hub.metric_items()] == ["cpu_value"]
+        copy.done.set()
+        hub.wait_for(lambda: len(hub.metric_items()) == 2)
+        assert hub.metric_items()[1] == [1.0, 0, "gpu_value", 2.5, "log"]
 
 
 def test_a_step_whose_loss_is_still_being_copied_is_progress_and_arrives_whole_later():
     """The heartbeat's step (what the stall monitor reads) moves on while a CUDA loss copy is in flight."""
     buffer = RecordBuffer(100)
     copy = _SlowCopy(0.75)
-    with FakeHub() as hub:
-        reporter = Reporter(hub.address, protocol.Hello(rank=0), buffer, rank=0)
-        reporter.start()
-        try:
-            buffer.put((KIND_STEP, time.time(), 7, copy, 0.02, None, 0, None, None))
-            hub.wait_for(lambda: hub.messages("heartbeat", step=7), timeout=5)
-            assert hub.metric_items() == []
-            copy.done.set()
-            hub.wait_for(lambda: hub.metric_items())
-            assert [(item[1], item[2], item[3]) for item in hub.metric_items()] == [(7, "loss", 0.75),
-                                                                                  (7, "step_time", 0.02)]
-        finally:
-            assert reporter.close(2.0)
+    with _reporting(buffer) as hub:
+        buffer.put((KIND_STEP, time.time(), 7, copy, 0.02, None, 0, None, None))
+        hub.wait_for(lambda: hub.messages("heartbeat", step=7), timeout=5)
+        assert hub.metric_items() == []
+        copy.done.set()
+        hub.wait_for(lambda: hub.metric_items())
+        assert [(item[1], item[2], item[3]) for item in hub.metric_items()] == [(7, "loss", 0.75),
+                                                                              (7, "step_time", 0.02)]
 
 
 @pytest.mark.parametrize("address", ["tcp://localhost", "tcp://host:port"])

@@ -17,8 +17,8 @@ A record is a plain tuple whose first element is its kind:
     ``data_wait`` None when no training DataLoader batch came in the step,
     ``comm_wait`` and ``cpu_wait`` None when not measured (no process group, a
     step not timed, the first step), ``cpu_wait`` alone where the run queue cannot
-    be read at all (``_comm_timing.CollectiveWait.end_step``). The reporter sends it as a step row: the record less its
-    kind (``_protocol.STEP_ROW_LENGTH``).
+    be read at all (``_comm_timing.CollectiveWait.end_step``). The reporter sends
+    it as a step row: the record less its kind (``_protocol.STEP_ROW_LENGTH``).
 
 The drop count is in records (one ``log`` call, or one step's auto metrics).
 

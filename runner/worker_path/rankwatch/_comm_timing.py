@@ -229,8 +229,7 @@ class CollectiveWait:
         timing = next_step % split_every(step_time) == 0
         if timing:
             if measured is _NOT_MEASURED and self._grouped():
-                self.wait = 0.0
-                self.run_queue.start()
+                self.run_queue.start()  # (``wait`` is 0 here: only a timed step adds to it, and its end resets it)
         elif self.timing:  # a count left running would span the untimed steps
             self.run_queue.forget()
         self.timing = timing

@@ -31,8 +31,9 @@ What is measured, per rank, and where:
   ``1 / step_time``: the hub derives it, nothing sends it.
 * ``comm_wait``: time in collectives (DDP's gradient all-reduce at the end of
   a backward, synchronous ``torch.distributed`` calls), ``_comm_timing``; the
-  hub derives ``compute_time`` from it (``_protocol.step_row_records``). None when no process group exists,
-  and on the steps not timed when steps are faster than 10 ms (``split_every``).
+  hub derives ``compute_time`` from it (``_protocol.step_row_records``). None
+  when no process group exists, on the first step, and on the steps not timed
+  when steps are faster than 10 ms (``split_every``).
 * ``cpu_wait``: time the training thread waited for a CPU (Linux run queue), with
   a process group only, on the steps whose comm wait is timed.
 

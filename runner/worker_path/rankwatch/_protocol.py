@@ -1278,7 +1278,7 @@ FALLBACK_ITEMS_PER_LINE = 2000
 
 
 def _all_finite(row: list[Any]) -> bool:
-    return all(value is None or type(value) is not float or value - value == 0 for value in row)
+    return all(type(value) is not float or _finite(value) is not None for value in row)
 
 
 class Heartbeat(Message):

@@ -11,16 +11,18 @@ import time
 from typing import Any
 
 from rankwatch import _protocol as protocol
-from rankwatch._protocol import MetricRow, RankRow, StepPairs
+from rankwatch._protocol import MetricRow, PhaseWindow, RankRow, StepPairs
 from runner.state import RankState
 
 RECENT_STEPS = 50
+_GPU_MEMORY_FIELDS = {protocol.GPU_MEMORY_ALLOCATED: "gpu_mem_allocated", protocol.GPU_MEMORY_RESERVED: "gpu_mem_reserved",
+                      protocol.GPU_MEMORY_PEAK: "gpu_mem_peak"}
 
 
 class LiveRank(RankRow):
     """A RANK row plus what only the hub needs to keep it current."""
 
-    __slots__ = ("last_progress", "last_working", "recent_step_times", "pairs", "comm_pairs", "received")
+    __slots__ = ("last_progress", "last_working", "recent_step_times", "pairs", "phases", "received")
 
     def __init__(self, rank: int) -> None:
         super().__init__(rank)
@@ -33,8 +35,8 @@ class LiveRank(RankRow):
         self.recent_step_times: list[float] = []
         self.pairs = StepPairs()
         """This rank's step_time and data_wait records, paired into the data-wait share."""
-        self.comm_pairs = StepPairs(part=protocol.COMM_WAIT)
-        """The same for comm_wait: the share of the step in collectives."""
+        self.phases = PhaseWindow()
+        """The phases of its recent measured steps: ``phase_shares`` and ``comm_wait_share``."""
 
 
 class LiveModel:
@@ -95,14 +97,16 @@ class LiveModel:
             del row.recent_step_times[:-RECENT_STEPS]
         elif name == protocol.SAMPLES_PER_SECOND:
             row.samples_per_s = value
+        elif name == protocol.PHASE_CLOCK and source == protocol.SOURCE_AUTO:
+            row.phase_clock = protocol.clock_name(value)
+        elif name == protocol.SKIPPED_STEP and source == protocol.SOURCE_AUTO:
+            row.skipped_steps += 1
+        elif name in _GPU_MEMORY_FIELDS and source == protocol.SOURCE_AUTO and value is not None:
+            setattr(row, _GPU_MEMORY_FIELDS[name], int(value))
         if name == protocol.STEP_TIME or name == protocol.DATA_WAIT:
             paired = row.pairs.add(step, t, name, value)
             if paired is not None:
                 row.data_wait_share = paired[2]
-        if name == protocol.STEP_TIME or name == protocol.COMM_WAIT:
-            paired = row.comm_pairs.add(step, t, name, value)
-            if paired is not None:
-                row.comm_wait_share = paired[2]
         self._touch(row, t)
 
     def on_metric_batch(self, rank: int, records: list[MetricRow], rejected: int = 0) -> None:
@@ -113,6 +117,17 @@ class LiveModel:
         if not records:
             return
         newest = {record[3]: record for record in records}
+        skipped = protocol.SKIPPED_STEP
+        for record in records:  # every skipped step counts, not only the newest
+            if record[3] == skipped and record[5] == protocol.SOURCE_AUTO and record is not newest[skipped]:
+                self.row(rank).skipped_steps += 1
+        measured = protocol.phases_by_step(records)
+        if measured:
+            row = self.row(rank)
+            for number in sorted(measured):
+                row.phases.add(measured[number])
+            row.phase_shares = row.phases.shares()
+            row.comm_wait_share = None if row.phase_shares is None else row.phase_shares.get("comm")
         step_time = protocol.STEP_TIME
         step_times = [record[4] for record in records if record[3] == step_time and record[4] is not None]
         row = self.row(rank)

@@ -108,8 +108,10 @@ def test_values_that_are_not_finite_are_kept_as_gaps_not_rejected():
     assert [record[4] for record in records] == [None, None] and rejected == {}
 
 
-STEP_ROW = [1.7e9, 4, 0.5, 0.002, 0.0005, 64, 0.001, 0.0001]
-"""``[t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait]``: a timed step of a DDP rank."""
+PHASES = ["cpu", 0.0004, 0.0001, 0.0005, 0.0006, 0.0002, 0.0001, 0.0001]
+"""``[clock, data, h2d, forward, backward, comm, optimizer, rest]``: 2 ms in all."""
+STEP_ROW = [1.7e9, 4, 0.5, 0.002, 0.0005, 64, 0.0001, False, PHASES]
+"""``[t, step, loss, step_time, data_wait, samples, cpu_wait, skipped, phases]``: a timed step of a DDP rank."""
 
 
 def _decoded(items: list[list]) -> protocol.Metrics:
@@ -118,40 +120,66 @@ def _decoded(items: list[list]) -> protocol.Metrics:
 
 
 def test_a_step_row_is_the_records_of_its_step_in_their_order_with_the_derived_ones():
-    t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait = STEP_ROW
+    t, step, loss, step_time, data_wait, samples, cpu_wait, _skipped, phases = STEP_ROW
     log_item = [t + 1, 4, "lr", 0.1, "log"]
     metrics = _decoded([STEP_ROW, log_item])
     assert [(record[3], record[4]) for record in metrics.records] == [
         ("loss", loss), ("step_time", step_time), ("samples_per_s", samples / step_time), ("data_wait", data_wait),
-        ("cpu_wait", cpu_wait), ("comm_wait", comm_wait),
-        ("compute_time", protocol.compute_time(step_time, comm_wait, data_wait, cpu_wait)), ("lr", 0.1)]
+        ("cpu_wait", cpu_wait), ("phase_clock", 0),
+        *zip(protocol.PHASE_METRICS, phases[1:], strict=True),
+        ("compute_time", pytest.approx(0.002 - 0.0004 - 0.0002 - 0.0001)), ("lr", 0.1)]
     assert all(record[:3] == (2, t, step) and record[5] == "auto" for record in metrics.records[:-1])
     assert metrics.records[-1] == (2, t + 1, 4, "lr", 0.1, "log") and metrics.rejected == {}
 
 
-@pytest.mark.parametrize("present", range(1 << 6))
+def test_compute_time_is_the_span_less_the_waits_and_on_the_cpu_clock_the_cpu_wait():
+    values = [0.001, None, 0.002, 0.003, 0.004, 0.001, 0.001]  # 12 ms, no h2d
+    assert protocol.compute_time("cpu", values, 0.0005) == pytest.approx(0.012 - 0.001 - 0.004 - 0.0005)
+    assert protocol.compute_time("gpu", values, 0.0005) == pytest.approx(0.012 - 0.001 - 0.004)  # a GPU has no run queue
+
+
+def test_a_skipped_step_is_one_record_more():
+    row = [*STEP_ROW[:7], True, None]
+    records = _decoded([row]).records
+    assert ("skipped_step", 1) in [(record[3], record[4]) for record in records]
+    assert protocol.step_row_size(row) == len(records)
+
+
+@pytest.mark.parametrize("present", range(1 << 8))
 def test_the_worker_counts_a_step_row_as_the_records_the_hub_makes_of_it(present):
     """Every combination of measured and not measured values (the heartbeat's ``sent`` is in records)."""
     row = list(STEP_ROW)
-    for bit, index in enumerate((2, 3, 4, 6, 7)):
+    row[8] = list(PHASES)
+    for bit, index in enumerate((2, 3, 4, 6)):
         if not present & (1 << bit):
             row[index] = None
-    row[5] = 64 if present & (1 << 5) else 0
+    row[5] = 64 if present & (1 << 4) else 0
+    row[7] = bool(present & (1 << 5))
+    if present & (1 << 6):
+        row[8] = None
+    elif present & (1 << 7):
+        row[8][2] = row[8][5] = None  # no h2d, no process group
     records = _decoded([row]).records
     assert protocol.step_row_size(row) == len(records) == len(protocol.step_row_records(2, row))
     names = [record[3] for record in records]
     assert ("samples_per_s" in names) == (row[3] is not None and row[5] > 0)
-    assert ("compute_time" in names) == (row[3] is not None and row[6] is not None)
+    assert ("compute_time" in names) == (row[8] is not None)
 
 
 def test_a_step_row_with_a_loss_that_is_not_finite_keeps_the_loss_as_a_gap_and_the_rest():
     """JSON has no NaN, and null in a row means "not measured": such a row goes as its records' items."""
     row = [*STEP_ROW[:2], float("nan"), *STEP_ROW[3:]]
-    metrics = _decoded([STEP_ROW, row, [1.7e9, 5, float("inf"), None, None, 0, None, None]])
+    metrics = _decoded([STEP_ROW, row, [1.7e9, 5, float("inf"), None, None, 0, None, False, None]])
     by_step = [[(record[3], record[4]) for record in metrics.records if record[2] == step] for step in (4, 5)]
     assert len(by_step[0]) == 2 * protocol.step_row_size(row) and ("loss", None) in by_step[0]
     assert sum(value is None for _name, value in by_step[0]) == 1  # nothing derived from the loss
     assert by_step[1] == [("loss", None)] and metrics.rejected == {}
+
+
+def test_a_phase_that_is_not_finite_is_a_gap_and_the_compute_time_not_measured():
+    row = [*STEP_ROW[:8], ["gpu", float("nan"), *PHASES[2:]]]
+    values = {record[3]: record[4] for record in _decoded([row]).records}
+    assert values["phase_data"] is None and values["compute_time"] is None and values["phase_forward"] == 0.0005
 
 
 @pytest.mark.parametrize("field, value, reason", [
@@ -163,6 +191,10 @@ def test_a_step_row_with_a_loss_that_is_not_finite_keeps_the_loss_as_a_gap_and_t
     (3, True, protocol.MetricRejection.VALUE),
     (5, -1, protocol.MetricRejection.VALUE),
     (5, 1.5, protocol.MetricRejection.VALUE),
+    (7, None, protocol.MetricRejection.VALUE),
+    (8, ["tpu", *PHASES[1:]], protocol.MetricRejection.VALUE),
+    (8, ["cpu", "1", *PHASES[2:]], protocol.MetricRejection.VALUE),
+    (8, PHASES[:4], protocol.MetricRejection.VALUE),
 ])
 def test_a_step_row_the_store_cannot_hold_is_left_out_whole_and_counted_in_records(field, value, reason):
     bad = list(STEP_ROW)
@@ -170,29 +202,41 @@ def test_a_step_row_the_store_cannot_hold_is_left_out_whole_and_counted_in_recor
     rejected: dict[str, int] = {}
     records = protocol.metric_records(0, [STEP_ROW, bad, STEP_ROW], rejected)
     assert records == protocol.step_row_records(0, STEP_ROW) * 2
-    assert rejected == {reason: protocol.step_row_size(STEP_ROW)}  # the records the row would have made
+    assert sum(rejected.values()) >= 1 and set(rejected) == {reason}
 
 
 def test_what_the_hub_derives_from_a_step_row_is_finite_or_not_measured():
-    rows = [[1.7e9, 1, None, 5e-324, None, 2**63 - 1, None, None]]  # a row no worker sends: samples/s overflows
+    rows = [[1.7e9, 1, None, 5e-324, None, 2**63 - 1, None, False, None]]  # a row no worker sends: samples/s overflows
     assert protocol.metric_records(0, rows, {})[1] == (0, 1.7e9, 1, "samples_per_s", None, "auto")
 
 
 def test_rows_that_are_not_finite_are_sent_as_lines_the_hub_takes_whole():
-    """2,000 rows of NaN losses become 14,000 items: several lines, none over the line bound."""
-    rows = [[1.7e9, 10**12 + index, float("nan"), 0.002, 0.0005, 64, 0.001, 0.0001] for index in range(2000)]
+    """2,000 rows of NaN losses become their items: several lines, none over the line bound."""
+    rows = [[1.7e9, 10**12 + index, float("nan"), 0.002, 0.0005, 64, 0.0001, False, PHASES] for index in range(2000)]
     lines = protocol.encode_metric_items(2, rows).splitlines()
     assert len(lines) > 1 and all(len(line) < protocol.MAX_LINE_BYTES for line in lines)
     records = [record for line in lines for record in protocol.Metrics.from_wire(protocol.decode(line), 2).records]
-    assert len(records) == sum(map(protocol.step_row_size, rows)) == 2000 * 7
+    assert len(records) == sum(map(protocol.step_row_size, rows)) == 2000 * 14
     assert [record[4] for record in records if record[3] == "loss"] == [None] * 2000
 
 
 def test_integers_in_a_step_row_are_taken_as_numbers():
-    row = [1_700_000_000, 4, 1, 2, None, 3, None, None]
+    row = [1_700_000_000, 4, 1, 2, None, 3, None, False, ["cpu", 1, None, None, None, None, None, 1]]
     assert protocol.metric_records(0, [row], {}) == [(0, 1.7e9, 4, "loss", 1.0, "auto"),
                                                      (0, 1.7e9, 4, "step_time", 2.0, "auto"),
-                                                     (0, 1.7e9, 4, "samples_per_s", 1.5, "auto")]
+                                                     (0, 1.7e9, 4, "samples_per_s", 1.5, "auto"),
+                                                     (0, 1.7e9, 4, "phase_clock", 0, "auto"),
+                                                     (0, 1.7e9, 4, "phase_data", 1.0, "auto"),
+                                                     (0, 1.7e9, 4, "phase_rest", 1.0, "auto"),
+                                                     (0, 1.7e9, 4, "compute_time", 1.0, "auto")]
+
+
+def test_phase_shares_add_up_to_one_and_a_phase_never_measured_has_none():
+    shares = protocol.phase_shares([[0.001, None, 0.002, 0.003, None, 0.001, 0.003], [0.001, None, 0.002, 0.003, None,
+                                                                                      0.001, 0.003]])
+    assert shares is not None and sum(value for value in shares.values() if value is not None) == pytest.approx(1.0)
+    assert shares["h2d"] is None and shares["comm"] is None and shares["data"] == pytest.approx(0.1)
+    assert protocol.phase_shares([]) is None
 
 
 def test_deeply_nested_json_is_a_bad_line_not_a_recursion_error():

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import torch
 
 from rankwatch import _instrument
+from rankwatch import _protocol as protocol
 from rankwatch._buffer import KIND_STEP, RecordBuffer
 from rankwatch._values import Pending
 
@@ -24,23 +25,34 @@ class Measured:
     def __init__(self, buffer: RecordBuffer, clock: _instrument.StepClock):
         self.buffer = buffer
         self.clock = clock
-        self._records: list[tuple] = []
+        self._steps: list[dict] = []
 
     def steps(self) -> list[dict]:
-        self._records.extend(self.buffer.drain())
-        steps = []
-        for kind, _t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait in self._records:
-            assert kind == KIND_STEP
-            if isinstance(loss, Pending):
-                assert loss.ready()
-                loss = loss.value()
-            steps.append({"step": step, "loss": loss, "step_time": step_time,
-                          "data_wait": data_wait, "samples": samples,
-                          "comm_wait": comm_wait, "cpu_wait": cpu_wait})  # fmt: skip
-        return steps
+        """Each step's values, read as the reporter reads them: ``phases`` is None (not timed) or
+        ``{"clock": ..., "data": seconds or None, ...}`` (``protocol.PHASES``); ``comm_wait`` is the
+        ``comm`` phase (None when not timed)."""
+        for record in self.buffer.drain():
+            if record[0] == KIND_STEP:
+                self._steps.append(_read_step(record))
+        return list(self._steps)
 
     def losses(self) -> list[float | None]:
         return [step["loss"] for step in self.steps()]
+
+
+def _read_step(record: tuple) -> dict:
+    """A queued step record as a dict, its pending values read (once: GPU events go back to a pool)."""
+    _kind, _t, step, loss, step_time, data_wait, samples, cpu_wait, skipped, phases = record
+    if isinstance(loss, Pending):
+        assert loss.ready()
+        loss = loss.value()
+    if isinstance(phases, Pending):
+        assert phases.ready()
+        phases = phases.value()
+    read = None if phases is None else {"clock": phases[0], **dict(zip(protocol.PHASES, phases[1:], strict=True))}
+    return {"step": step, "loss": loss, "step_time": step_time, "data_wait": data_wait, "samples": samples,
+            "skipped": skipped, "phases": read, "comm_wait": None if read is None else read["comm"],
+            "cpu_wait": cpu_wait}
 
 
 @contextlib.contextmanager

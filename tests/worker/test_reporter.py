@@ -20,7 +20,7 @@ import pytest
 from worker_harness import PYTHON, FakeHub, start_worker, worker_environment
 
 from rankwatch import _protocol as protocol
-from rankwatch._buffer import KIND_LOG, KIND_STEP, RecordBuffer
+from rankwatch._buffer import KIND_GPU_MEMORY, KIND_LOG, KIND_STEP, RecordBuffer
 from rankwatch._reporter import Reporter
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
 from rankwatch._values import Pending
@@ -185,13 +185,40 @@ def test_a_step_whose_loss_is_still_being_copied_is_progress_and_arrives_whole_l
     buffer = RecordBuffer(100)
     copy = _SlowCopy(0.75)
     with _reporting(buffer) as hub:
-        buffer.put((KIND_STEP, time.time(), 7, copy, 0.02, None, 0, None, None))
+        buffer.put((KIND_STEP, time.time(), 7, copy, 0.02, None, 0, None, False, None))
         hub.wait_for(lambda: hub.messages("heartbeat", step=7), timeout=5)
         assert hub.metric_items() == []
         copy.done.set()
         hub.wait_for(lambda: hub.metric_items())
         assert [(item[1], item[2], item[3]) for item in hub.metric_items()] == [(7, "loss", 0.75),
                                                                               (7, "step_time", 0.02)]
+
+
+def test_a_step_whose_gpu_phases_are_in_flight_waits_for_them_and_arrives_whole():
+    """The phases of a GPU step are CUDA events the reporter reads once done: never a partial row."""
+    buffer = RecordBuffer(100)
+    phases = _SlowCopy(["gpu", None, None, 0.004, 0.006, 0.001, 0.0005, 0.0005])
+    with _reporting(buffer) as hub:
+        buffer.put((KIND_STEP, time.time(), 3, 0.5, 0.012, None, 0, None, False, phases))
+        hub.wait_for(lambda: hub.messages("heartbeat", step=3), timeout=5)
+        assert hub.metric_items() == []
+        phases.done.set()
+        hub.wait_for(lambda: hub.metric_items())
+        names = [item[2] for item in hub.metric_items()]
+        assert names == ["loss", "step_time", "phase_clock", "phase_forward", "phase_backward", "phase_comm",
+                         "phase_optimizer", "phase_rest", "compute_time"]
+        values = {item[2]: item[3] for item in hub.metric_items()}
+        assert values["phase_clock"] == 1  # the GPU's clock
+        assert values["compute_time"] == pytest.approx(0.004 + 0.006 + 0.0005 + 0.0005)  # the span less comm
+
+
+def test_gpu_memory_goes_as_three_measured_records():
+    buffer = RecordBuffer(100)
+    with _reporting(buffer) as hub:
+        buffer.put((KIND_GPU_MEMORY, 5.0, 9, 1024, 4096, None))
+        hub.wait_for(lambda: hub.metric_items())
+        assert hub.metric_items() == [[5.0, 9, "gpu_mem_allocated", 1024, "auto"],
+                                      [5.0, 9, "gpu_mem_reserved", 4096, "auto"]]  # the peak was not read
 
 
 @pytest.mark.parametrize("address", ["tcp://localhost", "tcp://host:port"])

@@ -11,14 +11,17 @@ A record is a plain tuple whose first element is its kind:
 ``(KIND_LOG, t, step, scalars)``
     one ``rankwatch.log`` call; ``scalars`` maps a name to a number or a
     ``_values.Pending`` device read.
-``(KIND_STEP, t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait)``
+``(KIND_STEP, t, step, loss, step_time, data_wait, samples, cpu_wait, skipped, phases)``
     one optimizer step measured by the zero-code instrumentation; ``loss`` is a
     number, a ``Pending`` or None, ``step_time`` None for the first step,
     ``data_wait`` None when no training DataLoader batch came in the step,
-    ``comm_wait`` and ``cpu_wait`` None when not measured (no process group, a
-    step not timed, the first step), ``cpu_wait`` alone where the run queue cannot
-    be read at all (``_comm_timing.CollectiveWait.end_step``). The reporter sends
-    it as a step row: the record less its kind (``_protocol.STEP_ROW_LENGTH``).
+    ``cpu_wait`` None when not measured (a step not timed, the first step, no run
+    queue to read), ``skipped`` True for a step ``GradScaler`` skipped, ``phases`` a
+    ``_phases.PhaseMarks`` (a ``Pending``) or None when not timed. The reporter sends
+    it as a step row: the record less its kind, values read (``_protocol.STEP_ROW_LENGTH``).
+``(KIND_GPU_MEMORY, t, step, allocated, reserved, peak)``
+    the allocator's counters at a step's end (bytes, each None when unknown); sent as
+    the records ``_protocol.GPU_MEMORY_METRICS``.
 
 The drop count is in records (one ``log`` call, or one step's auto metrics).
 
@@ -37,6 +40,7 @@ from collections import deque
 
 KIND_LOG = 0
 KIND_STEP = 1
+KIND_GPU_MEMORY = 2
 
 DEFAULT_LIMIT = 65536
 """Records held while the hub is slow or away: minutes of a typical job, a few MiB."""

@@ -29,17 +29,22 @@ What is measured, per rank, and where:
 * ``step_time``, and ``samples_per_s`` when a batch shows its size (first
   dimension of the first tensor in the batch). Steps per second is
   ``1 / step_time``: the hub derives it, nothing sends it.
-* ``comm_wait``: time in collectives (DDP's gradient all-reduce at the end of
-  a backward, synchronous ``torch.distributed`` calls), ``_comm_timing``; the
-  hub derives ``compute_time`` from it (``_protocol.step_row_records``). None
-  when no process group exists, on the first step, and on the steps not timed
-  when steps are faster than 10 ms (``split_every``).
-* ``cpu_wait``: time the training thread waited for a CPU (Linux run queue), with
-  a process group only, on the steps whose comm wait is timed.
+* the step's **phases** (data, host-to-device, forward, backward, exposed
+  communication, optimizer, the rest) on the device's own clock: CUDA events on
+  the training stream for a GPU job, read later by the reporter, the thread's
+  clock for a CPU job (``_phases``); the hub derives ``compute_time`` from them
+  (``_protocol.step_row_records``). None on the first step and on the steps not
+  timed when steps are faster than 10 ms (``_phases.split_every``).
+* ``cpu_wait``: time the training thread waited for a CPU (Linux run queue)
+  outside its waits for data and communication, on the timed steps.
+* a step ``GradScaler`` skipped (inf/NaN gradients) is marked as skipped.
+* GPU memory: the allocator's allocated, reserved and peak bytes at a step's end,
+  about once a second (``torch.cuda.memory_stats``: counters, no synchronisation).
 
 The hot path is a few microseconds per step and never synchronises a device:
 CPU losses are read with ``item()`` (no sync on CPU), CUDA losses are copied
-without blocking and read later by the reporter (``_values``).
+without blocking and read later by the reporter (``_values``), and so are the
+phases' CUDA events.
 """
 
 from __future__ import annotations
@@ -53,17 +58,20 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import rankwatch
-from rankwatch._buffer import KIND_STEP, RecordBuffer
-from rankwatch._comm_timing import CollectiveWait, patch_collectives
+from rankwatch._buffer import KIND_GPU_MEMORY, KIND_STEP, RecordBuffer
 from rankwatch._data_wait import DataWait
 from rankwatch._fingerprint import optimizer_parameters, parameter_digest
 from rankwatch._loss import StepLoss
+from rankwatch._phases import StepPhases, patch_collectives
 from rankwatch._protocol import ParamHash
 from rankwatch._reporter import Reporter
 
 _perf_counter = time.perf_counter
 _now = time.time
 _get_ident = threading.get_ident
+
+GPU_MEMORY_EVERY = 1.0
+"""Seconds between two reads of the allocator's counters (at a step's end)."""
 
 
 class StepClock:
@@ -74,8 +82,8 @@ class StepClock:
     """
 
     __slots__ = (
-        "steps", "optimizer_steps", "optimizer_made", "thread", "_thread_ident", "in_backward", "loss", "data", "comm",
-        "_buffer", "_reporter", "_hash_every", "_torch", "_optimizer", "_last_step_at", "_undo",
+        "steps", "optimizer_steps", "optimizer_made", "thread", "_thread_ident", "in_backward", "loss", "data", "phases",
+        "_buffer", "_reporter", "_hash_every", "_torch", "_optimizer", "_last_step_at", "_undo", "_memory_due",
     )  # fmt: skip
 
     def __init__(
@@ -93,7 +101,8 @@ class StepClock:
         self.in_backward = False
         self.loss = StepLoss(torch.Tensor)
         self.data = DataWait(torch.is_grad_enabled)
-        self.comm = CollectiveWait(_queue_callback(torch), _is_initialized(torch))
+        self.phases = StepPhases(torch, _queue_callback(torch), _is_initialized(torch), _forward_pre_hook(torch))
+        self._memory_due = 0.0
         self._buffer = buffer
         self._reporter = reporter
         self._hash_every = hash_every if reporter is not None else 0
@@ -104,6 +113,7 @@ class StepClock:
 
     def uninstall(self) -> None:
         """Take every hook and patch out again (in-process tests; a worker never needs it)."""
+        self.phases.stop()
         while self._undo:
             self._undo.pop()()
         if rankwatch._clock is self:
@@ -119,17 +129,28 @@ class StepClock:
             (len(args) > 1 and callable(args[1]))
             or (kwargs is not None and kwargs.get("closure") is not None)
         )
+        if self.phases.timing:
+            self.phases.on_optimizer_start()
 
     def on_optimizer_step(self, optimizer: Any, args: Any = (), kwargs: Any = None) -> None:
         """Global optimizer post-hook: a step boundary if ``optimizer`` is the clock."""
         self.optimizer_steps += 1
+        self._optimizer_stepped(optimizer, skipped=False)
+
+    def on_skipped_step(self, optimizer: Any) -> None:
+        """``GradScaler.step`` skipped ``optimizer``'s step (inf/NaN gradients): still a step, marked skipped."""
+        self._optimizer_stepped(optimizer, skipped=True)
+
+    def _optimizer_stepped(self, optimizer: Any, skipped: bool) -> None:
         reference = self._optimizer
         if reference is None or reference() is not optimizer:
             if reference is not None and reference() is not None:
                 self.loss.discard()  # another model's loss (a GAN's second optimizer)
+                if self.phases.timing and not skipped:
+                    self.phases.on_optimizer_end()
                 return
             self._optimizer = weakref.ref(optimizer)
-        step = self._end_step()
+        step = self._end_step(skipped)
         if self._hash_every and self.steps % self._hash_every == 0:
             self._send_digest(optimizer, step)
 
@@ -137,7 +158,7 @@ class StepClock:
         """After an outermost backward while no optimizer exists: a step boundary (module docstring)."""
         self._end_step()
 
-    def _end_step(self) -> int:
+    def _end_step(self, skipped: bool = False) -> int:
         """Queue the record of the step that just ended; returns its number."""
         now = _perf_counter()
         last = self._last_step_at
@@ -145,16 +166,33 @@ class StepClock:
         step = self.steps
         self.steps = step + 1
         step_time = None if last is None else now - last
-        comm_wait, cpu_wait = self.comm.end_step(step_time, step + 1)
+        phases, cpu_wait = self.phases.end_step(now, step_time, step + 1)
         data_wait, samples = self.data.take()
         self._buffer.put((
-            KIND_STEP, _now(), step, self.loss.take(), step_time, data_wait, samples, comm_wait, cpu_wait,
+            KIND_STEP, _now(), step, self.loss.take(), step_time, data_wait, samples, cpu_wait, skipped, phases,
         ))  # fmt: skip
+        if now >= self._memory_due:
+            self._read_gpu_memory(now, step)
         ident = _get_ident()
         if ident != self._thread_ident:  # get_native_id is a system call: only when the thread changes
             self._thread_ident = ident
             self.thread = threading.get_native_id()
         return step
+
+    def _read_gpu_memory(self, now: float, step: int) -> None:
+        """The allocator's counters for the training device, at this step's end (about once a second)."""
+        self._memory_due = now + GPU_MEMORY_EVERY
+        device = self.phases.device
+        if device is None:
+            return
+        try:
+            stats = self._torch.cuda.memory_stats(device)
+            record = (KIND_GPU_MEMORY, _now(), step, stats.get("allocated_bytes.all.current"),
+                      stats.get("reserved_bytes.all.current"), stats.get("allocated_bytes.all.peak"))
+        except Exception:  # an allocator without these counters: not measured
+            self._memory_due = float("inf")
+            return
+        self._buffer.put(record)
 
     def _send_digest(self, optimizer: Any, step: int) -> None:
         try:
@@ -237,16 +275,16 @@ def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
     original = torch.autograd.backward
     loss = clock.loss
     data = clock.data
-    comm = clock.comm
+    phases = clock.phases
 
     @functools.wraps(original)
     def backward(tensors, *args, **kwargs):
         if clock.in_backward:
             return original(tensors, *args, **kwargs)
-        timed = comm.timing  # untimed steps (``split_every``) do not call into the split at all
+        timed = phases.timing  # untimed steps (``split_every``) do not call into the phases at all
         if timed:
             try:
-                comm.on_backward_start(tensors)
+                phases.on_backward_start(tensors)
             except Exception:  # telemetry must never break the user's backward
                 pass
         clock.in_backward = True
@@ -256,7 +294,7 @@ def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
             clock.in_backward = False
         try:
             if timed:
-                comm.on_backward_end(_perf_counter())
+                phases.on_backward_end()
             loss.on_backward(tensors, args[0] if args else kwargs.get("grad_tensors"))
             data.on_backward()
             if not clock.optimizer_made:
@@ -270,7 +308,17 @@ def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
 
 
 def _patch_collectives(torch: Any, clock: StepClock) -> Callable[[], None]:
-    return patch_collectives(torch.distributed, clock.comm, lambda: clock.in_backward)
+    return patch_collectives(torch.distributed, clock.phases, lambda: clock.in_backward)
+
+
+def _forward_pre_hook(torch: Any) -> Callable[[Callable[..., None]], Any] | None:
+    """torch's global module forward pre-hook registration (the forward's start), or None."""
+    register = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
+    register = getattr(register, "register_module_forward_pre_hook", None)
+    if not callable(register):
+        _warn("instrumentation incomplete, not measured: the forward's start (no global module hooks)")
+        return None
+    return register
 
 
 def _is_initialized(torch: Any) -> Callable[[], bool]:
@@ -284,7 +332,7 @@ def _queue_callback(torch: Any) -> Callable[[Callable[[], None]], None]:
     """The autograd engine's ``queue_callback`` (a final callback of the running backward).
 
     Missing in a torch that moved it: the callback is never queued, the backward's
-    tail is not timed, and ``comm_wait`` counts only the Python collectives.
+    tail is not timed, and the ``comm`` phase holds only the Python collectives.
     """
     try:
         return torch.autograd.Variable._execution_engine.queue_callback
@@ -306,20 +354,40 @@ def _patch_data_loader(torch: Any, clock: StepClock) -> Callable[[], None]:
     original = iterator_class.__next__
     tensor_type = torch.Tensor
     data = clock.data
+    phases = clock.phases
+    grad_enabled = torch.is_grad_enabled
 
     @functools.wraps(original)
     def __next__(self):
+        timed = phases.timing and grad_enabled()  # batches under no_grad are an evaluation's
+        if timed:
+            try:
+                phases.on_batch_start()
+            except Exception:
+                timed = False
         started = _perf_counter()
         try:
             batch = original(self)
         except StopIteration:
             try:
                 data.on_exhausted(self)
+                if timed:
+                    phases.leave()
             except Exception:
                 pass
             raise
+        except BaseException:
+            if timed:
+                try:
+                    phases.leave()
+                except Exception:
+                    pass
+            raise
+        ended = _perf_counter()
         try:
-            data.on_batch(self, _perf_counter() - started, batch_size(batch, tensor_type))
+            if timed:
+                phases.on_batch_end()
+            data.on_batch(self, ended - started, batch_size(batch, tensor_type))
         except Exception:  # telemetry must never break the user's data loading
             pass
         return batch
@@ -363,7 +431,7 @@ def _patch_grad_scaler(torch: Any, clock: StepClock) -> Callable[[], None]:
             finally:
                 outermost_step[0] = True
             if clock.optimizer_steps == steps_before:  # skipped for inf/NaN gradients: still a step
-                clock.on_optimizer_step(optimizer, args, kwargs)
+                clock.on_skipped_step(optimizer)
             return result
 
         return step

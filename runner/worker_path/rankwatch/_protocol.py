@@ -109,7 +109,9 @@ and in the GUI; one definition each):
                    exit_code, step, loss, loss_source, step_time, data_wait_share (0..1),
                    comm_wait_share (0..1), samples_per_s, steps_per_s, last_seen, first_seen, cpu_percent, rss_bytes,
                    gpu_util, gpu_mem_used, dropped (worker), rejected (hub), sent (worker),
-                   world_size, python, torch, restart}   (null where unknown)
+                   world_size, python, torch, restart, working_since, phase_clock,
+                   phase_shares {phase: share}, skipped_steps, gpu_mem_allocated,
+                   gpu_mem_reserved, gpu_mem_peak}   (null where unknown)
   RUN             {id, run_key, profile, status, created, started, ended, exit_code,
                    world_size, host, command, workdir, runner_pid, runner_identity, socket,
                    spec_toml, summary}
@@ -131,6 +133,7 @@ from enum import Enum
 
 TYPE_CHECKING = False  # `typing` costs ~3 ms to import and workers import this module
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any, ClassVar, TypeVar
 
     MessageT = TypeVar("MessageT", bound="Message")
@@ -180,14 +183,62 @@ STEPS_PER_SECOND = "steps_per_s"
 stores written before keep theirs."""
 DATA_WAIT_SHARE = "data_wait_share"
 """Share (0..1) of a step spent waiting for data: ``data_wait_share`` of the same step's records."""
-COMM_WAIT = "comm_wait"
-"""Seconds of a step spent in collectives: the wait for the other ranks (DDP's all-reduce, ``dist.*``)."""
 CPU_WAIT = "cpu_wait"
 """Seconds of a step the training thread was ready to run but waited for a CPU (Linux run queue)."""
 COMPUTE_TIME = "compute_time"
-"""Seconds of a step the rank worked on its own: step time minus ``comm_wait``, ``data_wait``, ``cpu_wait``."""
-COMM_WAIT_SHARE = "comm_wait_share"
-"""Share (0..1) of a step spent in collectives: ``comm_wait`` over the same step's ``step_time``."""
+"""Seconds of a step the rank worked on its own, on the step's clock: its phases less the waits for
+data and for communication (and, on the CPU clock, for a CPU): ``compute_time``."""
+COMM_WAIT = "comm_wait"
+"""Seconds of a step in collectives, as stores written before the step phases kept it (the CPU
+thread's time; a GPU job's was not the GPU's). Read only to show such runs; now ``PHASE_COMM``."""
+SKIPPED_STEP = "skipped_step"
+"""1 for an optimizer step that ``GradScaler`` skipped (inf/NaN gradients): counted as a step, its
+loss kept, and shown as skipped. Only skipped steps carry the record."""
+
+PHASES = ("data", "h2d", "forward", "backward", "comm", "optimizer", "rest")
+"""Where an optimizer step's time goes, on the step's own clock (``rankwatch._phases``):
+
+* ``data``: waiting for the DataLoader's next batch (on a GPU: the time the GPU waited for it);
+* ``h2d``: from the batch to the first module call (copying it to the device, preparing it);
+* ``forward``: from the first module call to the backward (the loss included);
+* ``backward``: the backward, until the rank's own gradients are computed;
+* ``comm``: exposed communication: waiting for collectives that did not overlap (the end of
+  DDP's gradient all-reduce, synchronous ``torch.distributed`` calls);
+* ``optimizer``: inside ``optimizer.step``;
+* ``rest``: everything else (``zero_grad``, logging, gradient clipping, the loop itself).
+
+A measured step's phases add up to its span on its clock, exactly; a phase that did not happen
+in the step (no DataLoader, no process group, no module call) is None (not measured), and its
+time is in the phase that was running."""
+PHASE_METRICS = tuple(f"phase_{phase}" for phase in PHASES)
+"""The metric name of each phase, in ``PHASES`` order: seconds on the step's clock."""
+PHASE_DATA, PHASE_H2D, PHASE_FORWARD, PHASE_BACKWARD, PHASE_COMM, PHASE_OPTIMIZER, PHASE_REST = PHASE_METRICS
+CLOCK_GPU = "gpu"
+"""Phases timed with CUDA events on the training stream, read later: what the GPU spent."""
+CLOCK_CPU = "cpu"
+"""Phases timed with the training thread's clock (a CPU job)."""
+CLOCKS = frozenset({CLOCK_GPU, CLOCK_CPU})
+PHASE_CLOCK = "phase_clock"
+"""The clock a step's phases were timed on, as a record of each measured step: 1 for the GPU's
+(``CLOCK_GPU``), 0 for the CPU's (``clock_name`` reads it back)."""
+_CLOCK_VALUES = {CLOCK_GPU: 1, CLOCK_CPU: 0}
+
+
+def clock_name(value: float | None) -> str | None:
+    """``CLOCK_GPU`` or ``CLOCK_CPU`` from a ``PHASE_CLOCK`` record's value; None when unknown."""
+    if value == 1:
+        return CLOCK_GPU
+    if value == 0:
+        return CLOCK_CPU
+    return None
+
+GPU_MEMORY_ALLOCATED = "gpu_mem_allocated"
+"""Bytes of GPU memory the rank's tensors hold (torch's caching allocator), read about once a second."""
+GPU_MEMORY_RESERVED = "gpu_mem_reserved"
+"""Bytes the allocator holds from the driver (allocated plus its cache)."""
+GPU_MEMORY_PEAK = "gpu_mem_peak"
+"""The most bytes the rank's tensors held at once since it started."""
+GPU_MEMORY_METRICS = (GPU_MEMORY_ALLOCATED, GPU_MEMORY_RESERVED, GPU_MEMORY_PEAK)
 
 
 class ProtocolError(ValueError):
@@ -454,24 +505,47 @@ def metric_records(rank: int, items: object, rejected: dict[str, int]) -> list[M
 
 # ---- step rows: one step of the zero-code instrumentation in one item ------------------------
 
-STEP_ROW_LENGTH = 8
+STEP_ROW_LENGTH = 9
 """A ``metrics`` item of this length is a **step row**, ``[t, step, loss, step_time, data_wait,
-samples, comm_wait, cpu_wait]``: everything the zero-code instrumentation measured of one
+samples, cpu_wait, skipped, phases]``: everything the zero-code instrumentation measured of one
 optimizer step (``rankwatch._instrument``), each value None when not measured, ``samples`` the
-batch sizes counted (0: none). The hub expands it into the step's records (``step_row_records``),
-deriving ``samples_per_s`` and ``compute_time``. Why not one ``[t, step, name, value, source]``
-item per value: a step was then 7 items and 35 fields to format on the worker's reporter thread,
-which shares the GIL with training, and to parse on the hub; a row is 8 fields (issue 17)."""
+batch sizes counted (0: none), ``skipped`` true when ``GradScaler`` skipped the step, ``phases``
+None or ``[clock, data, h2d, forward, backward, comm, optimizer, rest]`` (``CLOCKS``, then
+``PHASES`` in seconds, each None when not measured). The hub expands it into the step's records
+(``step_row_records``), deriving ``samples_per_s`` and ``compute_time``. Why not one
+``[t, step, name, value, source]`` item per value: a step was then up to 14 items to format on the
+worker's reporter thread, which shares the GIL with training, and to parse on the hub."""
+PHASE_ROW_LENGTH = 1 + len(PHASES)
+
+
+def compute_time(clock: str, phases: list[Any] | tuple[Any, ...], cpu_wait: float | None = None) -> float | None:
+    """Seconds of a step's span not spent waiting, on its clock: the span (its phases' sum) less the
+    data phase, the exposed communication and, on the CPU clock, the time the thread waited for a
+    CPU (the GPU does not wait for the host's run queue). None when a phase is not finite.
+
+    ``phases`` is ``PHASES`` in order (seconds or None); a phase not measured counts as none.
+    """
+    span = 0.0
+    for value in phases:
+        if value is not None:
+            span += value
+    if span - span != 0:
+        return None
+    waited = (phases[0] or 0.0) + (phases[4] or 0.0)
+    if clock == CLOCK_CPU and cpu_wait is not None:
+        waited += cpu_wait
+    return max(0.0, span - waited)
 
 
 def step_row_records(rank: int, row: list[Any] | tuple[Any, ...]) -> list[MetricRow]:
     """The records of a well-formed step ``row`` (``STEP_ROW_LENGTH``), in the order a step's records
-    always have: loss, step time, samples per second, data wait, cpu wait, comm wait, compute time.
+    always have: loss, step time, samples per second, data wait, cpu wait, skipped step, the phases'
+    clock, the phases (``PHASES`` order), compute time.
 
     A value that is not finite (a NaN loss) is a record whose value is None (shown as a gap), as
     for any metric item; nothing is derived from it.
     """
-    t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait = row
+    t, step, loss, step_time, data_wait, samples, cpu_wait, skipped, phases = row
     auto = SOURCE_AUTO
     records: list[MetricRow] = []
     if loss is not None:
@@ -482,17 +556,19 @@ def step_row_records(rank: int, row: list[Any] | tuple[Any, ...]) -> list[Metric
         if samples and step_time is not None and step_time > 0:
             records.append((rank, t, step, SAMPLES_PER_SECOND, _finite(samples / step_time), auto))
     if data_wait is not None:
-        data_wait = _finite(data_wait)
-        records.append((rank, t, step, DATA_WAIT, data_wait, auto))
+        records.append((rank, t, step, DATA_WAIT, _finite(data_wait), auto))
     if cpu_wait is not None:
         cpu_wait = _finite(cpu_wait)
         records.append((rank, t, step, CPU_WAIT, cpu_wait, auto))
-    if comm_wait is not None:
-        comm_wait = _finite(comm_wait)
-        records.append((rank, t, step, COMM_WAIT, comm_wait, auto))
-        if step_time is not None and comm_wait is not None:
-            records.append((rank, t, step, COMPUTE_TIME, compute_time(step_time, comm_wait, data_wait, cpu_wait),
-                            auto))
+    if skipped:
+        records.append((rank, t, step, SKIPPED_STEP, 1, auto))
+    if phases is not None:
+        clock, *values = phases
+        records.append((rank, t, step, PHASE_CLOCK, _CLOCK_VALUES[clock], auto))
+        for name, value in zip(PHASE_METRICS, values, strict=False):
+            if value is not None:
+                records.append((rank, t, step, name, _finite(value), auto))
+        records.append((rank, t, step, COMPUTE_TIME, compute_time(clock, values, cpu_wait), auto))
     return records
 
 
@@ -500,13 +576,13 @@ def step_row_size(row: list[Any] | tuple[Any, ...]) -> int:
     """How many records ``step_row_records`` makes of the well-formed step ``row``, without making
     them: the worker counts what it sent (its heartbeats' ``sent``) in records, as the hub counts
     what it received."""
-    _t, _step, loss, step_time, data_wait, samples, comm_wait, cpu_wait = row
-    size = (loss is not None) + (data_wait is not None) + (cpu_wait is not None)
+    _t, _step, loss, step_time, data_wait, samples, cpu_wait, skipped, phases = row
+    size = (loss is not None) + (data_wait is not None) + (cpu_wait is not None) + bool(skipped)
     if step_time is not None:
         step_time = _finite(step_time)
         size += 1 + bool(samples and step_time is not None and step_time > 0)
-    if comm_wait is not None:
-        size += 1 + (step_time is not None and _finite(comm_wait) is not None)
+    if phases is not None:
+        size += 2 + sum(value is not None for value in phases[1:])
     return size
 
 
@@ -515,41 +591,55 @@ def _finite(value: float) -> float | None:
     return value if value - value == 0 else None
 
 
+def _usual_phases(phases: object) -> bool:
+    """Whether a step row's ``phases`` is None or of the usual shape (a clock, then floats or None)."""
+    if phases is None:
+        return True
+    if type(phases) is not list or len(phases) != PHASE_ROW_LENGTH or phases[0] not in CLOCKS:
+        return False
+    return all(not (value is not None and type(value) is not float) for value in phases[1:])
+
+
 def _step_row_records(rank: int, row: list[Any], rejected: dict[str, int]) -> list[MetricRow]:
     """The records of a step row from the wire (the hub's hot path: one combined check)."""
-    t, step, loss, step_time, data_wait, samples, comm_wait, cpu_wait = row
+    t, step, loss, step_time, data_wait, samples, cpu_wait, skipped, phases = row
     if (type(t) is float and 0.0 < t < LATEST_PLAUSIBLE_TIME and type(step) is int and INT64_MIN <= step <= INT64_MAX
             and type(samples) is int and 0 <= samples <= INT64_MAX
             and (loss is None or type(loss) is float) and (step_time is None or type(step_time) is float)
-            and (data_wait is None or type(data_wait) is float) and (comm_wait is None or type(comm_wait) is float)
-            and (cpu_wait is None or type(cpu_wait) is float)):
+            and (data_wait is None or type(data_wait) is float) and (cpu_wait is None or type(cpu_wait) is float)
+            and type(skipped) is bool and _usual_phases(phases)):
         return step_row_records(rank, row)
     return _unusual_step_row(rank, row, rejected)
+
+
+def _is_number(value: object) -> bool:
+    return value is None or type(value) is float or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
 
 
 def _unusual_step_row(rank: int, row: list[Any], rejected: dict[str, int]) -> list[MetricRow]:
     """A step row that is not of the usual shape: integers where floats are usual are taken as
     floats; a row with a field of any other kind is left out whole, its records counted in
     ``rejected`` (one, when even that cannot be told)."""
-    t, step, *values = row
-    samples = values[3]
-    measured = values[:3] + values[4:]
+    t, step, loss, step_time, data_wait, samples, cpu_wait, skipped, phases = row
+    measured = (loss, step_time, data_wait, cpu_wait)
     reason = None
     if as_time(t) is None or type(t) not in (int, float):
         reason = MetricRejection.TIME
     elif type(step) is not int or not INT64_MIN <= step <= INT64_MAX:
         reason = MetricRejection.STEP
-    elif type(samples) is not int or not 0 <= samples <= INT64_MAX or not all(
-            value is None or type(value) is float or (type(value) is int and INT64_MIN <= value <= INT64_MAX)
-            for value in measured):
+    elif (type(samples) is not int or not 0 <= samples <= INT64_MAX or type(skipped) is not bool
+          or not all(_is_number(value) for value in measured)
+          or not (phases is None or (type(phases) is list and len(phases) == PHASE_ROW_LENGTH
+                                     and phases[0] in CLOCKS and all(_is_number(value) for value in phases[1:])))):
         reason = MetricRejection.VALUE
     if reason is None:
-        floats = [value if value is None else float(value) for value in values]
-        floats[3] = samples
-        return step_row_records(rank, [float(t), step, *floats])
+        loss, step_time, data_wait, cpu_wait = (value if value is None else float(value) for value in measured)
+        if phases is not None:
+            phases = [phases[0], *(value if value is None else float(value) for value in phases[1:])]
+        return step_row_records(rank, [float(t), step, loss, step_time, data_wait, samples, cpu_wait, skipped, phases])
     try:
         count = max(1, step_row_size(row))
-    except TypeError:  # values that cannot even be compared
+    except TypeError:  # values that cannot even be compared or counted
         count = 1
     rejected[reason] = rejected.get(reason, 0) + count
     return []
@@ -724,8 +814,12 @@ class EventKind(str, Enum):
     RESUMED = "resumed"
     """A stalled rank made progress again: step, stalled_seconds."""
     STRAGGLER = "straggler"
+    """A rank slows every step, or no longer does (``runner.diagnosis.stragglers``): active, cause, phase, ..."""
+    BOTTLENECK = "bottleneck"
+    """The run's bottleneck verdict changed (``runner.diagnosis.bottleneck``): verdict, evidence, action,
+    rank, phase, shares, clock, gpu_busy, ranks."""
     FLIGHT_RECORDER = "flight_recorder"
-    """A rank slows every step, or no longer does (``runner.diagnosis.stragglers``): active, cause, ..."""
+    """The ranks' Flight Recorders compared (``runner.diagnosis.flight_records``): message, culprits, ..."""
     DIVERGENCE = "divergence"
     """DDP replicas' parameters differ (``runner.diagnosis.consistency``): step, ranks, reference, digests."""
     NODE_LOST = "node_lost"
@@ -809,7 +903,8 @@ class RankRow:
     __slots__ = ("rank", "local_rank", "node_rank", "host", "pid", "gpu_index", "state", "exit_code", "step",
                  "loss", "loss_source", "step_time", "data_wait_share", "comm_wait_share", "samples_per_s", "steps_per_s",
                  "last_seen", "first_seen", "cpu_percent", "rss_bytes", "gpu_util", "gpu_mem_used", "dropped",
-                 "rejected", "sent", "world_size", "python", "torch", "restart", "working_since")
+                 "rejected", "sent", "world_size", "python", "torch", "restart", "working_since", "phase_clock",
+                 "phase_shares", "skipped_steps", "gpu_mem_allocated", "gpu_mem_reserved", "gpu_mem_peak")
 
     def __init__(self, rank: int) -> None:
         self.rank = rank
@@ -827,7 +922,8 @@ class RankRow:
         self.step_time: float | None = None
         self.data_wait_share: float | None = None
         self.comm_wait_share: float | None = None
-        """Share (0..1) of the latest step spent in collectives (``COMM_WAIT``)."""
+        """Share (0..1) of the recent measured steps' span in exposed communication (``phase_shares``'
+        ``comm``)."""
         self.samples_per_s: float | None = None
         self.steps_per_s: float | None = None
         self.last_seen: float | None = None
@@ -851,6 +947,17 @@ class RankRow:
         """While the rank works without making steps (an evaluation, a checkpoint: its heartbeats say
         so, ``Heartbeat.working``): when it made its last step (wall clock). None while it steps, and
         once a heartbeat says it stopped working."""
+        self.phase_clock: str | None = None
+        """The clock of the rank's newest measured phases (``CLOCKS``); None before one."""
+        self.phase_shares: dict[str, float | None] | None = None
+        """Where the rank's recent measured steps go: phase (``PHASES``) -> share of their span
+        (``PhaseWindow``); None before a measured step."""
+        self.skipped_steps = 0
+        """Steps ``GradScaler`` skipped (``SKIPPED_STEP``), counted among the steps."""
+        self.gpu_mem_allocated: int | None = None
+        """Bytes the rank's tensors hold on its GPU, torch's allocator (``GPU_MEMORY_ALLOCATED``)."""
+        self.gpu_mem_reserved: int | None = None
+        self.gpu_mem_peak: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in RankRow.__slots__}
@@ -870,19 +977,7 @@ def working_without_steps(row: dict[str, Any], now: float) -> str:
     return f"working without steps for {duration} (since step {step})"
 
 
-# ---- the data-wait share and the compute time: computed here, once ---------------------------
-
-
-def compute_time(step_time: float | None, comm_wait: float | None, data_wait: float | None,
-                 cpu_wait: float | None = None) -> float | None:
-    """Seconds of a step not spent waiting (collectives, the DataLoader, a CPU); None when not measured.
-
-    A data wait that was not measured (no DataLoader) counts as none: what the rank
-    did to get its batch is its own work; likewise a CPU wait that cannot be read.
-    """
-    if step_time is None or comm_wait is None:
-        return None
-    return max(0.0, step_time - comm_wait - (data_wait or 0.0) - (cpu_wait or 0.0))
+# ---- the data-wait share and the phase shares: computed here, once ---------------------------
 
 
 def data_wait_share(step_time: float | None, data_wait: float | None) -> float | None:
@@ -890,6 +985,65 @@ def data_wait_share(step_time: float | None, data_wait: float | None) -> float |
     if step_time is None or data_wait is None or not step_time > 0:
         return None
     return min(1.0, max(0.0, data_wait / step_time))
+
+
+PHASE_INDEX = {name: index for index, name in enumerate(PHASE_METRICS)}
+
+
+def phases_by_step(records: Iterable[MetricRow]) -> dict[int, list[float | None]]:
+    """The measured phases of each step among ``records`` (``PHASES`` order, None where not
+    measured): the zero-code instrumentation's, as ``step_row_records`` made them."""
+    steps: dict[int, list[float | None]] = {}
+    index_of = PHASE_INDEX
+    for _rank, _t, step, name, value, source in records:
+        index = index_of.get(name)
+        if index is None or step is None or source != SOURCE_AUTO:
+            continue
+        phases = steps.get(step)
+        if phases is None:
+            phases = steps[step] = [None] * len(PHASES)
+        phases[index] = value
+    return steps
+
+
+class PhaseWindow:
+    """A rank's last ``limit`` measured steps' phases: where its steps go, as shares of their span.
+
+    The share of a phase is its seconds over the window's span (the sum of every phase), so the
+    shares add up to 1; a phase measured in none of the window's steps has no share (None). One
+    definition for the hub's rank rows and the GUI.
+    """
+
+    __slots__ = ("_steps", "_limit")
+
+    def __init__(self, limit: int = 20) -> None:
+        self._steps: list[list[float | None]] = []
+        self._limit = limit
+
+    def add(self, phases: list[float | None]) -> None:
+        self._steps.append(phases)
+        if len(self._steps) > self._limit:
+            del self._steps[0]
+
+    def shares(self) -> dict[str, float | None] | None:
+        """Phase name (``PHASES``) -> share (0..1) of the window's span; None before a measured step."""
+        return phase_shares(self._steps)
+
+
+def phase_shares(steps: Iterable[list[float | None]]) -> dict[str, float | None] | None:
+    """Phase name (``PHASES``) -> its share of the steps' span (the sum of every phase); None when
+    no step was measured. Non-finite values (gaps) count as not measured."""
+    totals: list[float | None] = [None] * len(PHASES)
+    for phases in steps:
+        for index, value in enumerate(phases):
+            if value is not None and value - value == 0:
+                total = totals[index]
+                totals[index] = value if total is None else total + value
+    span = sum(total for total in totals if total is not None)
+    if all(total is None for total in totals):
+        return None
+    return {phase: (None if total is None else (total / span if span > 0 else 0.0))
+            for phase, total in zip(PHASES, totals, strict=False)}
 
 
 class StepPairs:
@@ -1267,7 +1421,7 @@ def encode_metric_items(rank: int, items: list[list[Any]]) -> bytes:
                            in step_row_records(rank, item))
             else:
                 finite.append(item)
-        # rows become up to 7 items each: as several lines, each far below MAX_LINE_BYTES
+        # rows become up to 14 items each: as several lines, each far below MAX_LINE_BYTES
         return b"".join(encode(Metrics.TYPE, rank=rank, items=finite[first:first + FALLBACK_ITEMS_PER_LINE])
                         for first in range(0, len(finite), FALLBACK_ITEMS_PER_LINE))
     return text.encode("utf-8", "surrogatepass") + b"\n"
@@ -1278,7 +1432,14 @@ FALLBACK_ITEMS_PER_LINE = 2000
 
 
 def _all_finite(row: list[Any]) -> bool:
-    return all(type(value) is not float or _finite(value) is not None for value in row)
+    """Whether no float of a step row (its phases included) is NaN or infinite."""
+    for value in row:
+        if type(value) is float:
+            if value - value != 0:
+                return False
+        elif type(value) is list and not _all_finite(value):
+            return False
+    return True
 
 
 class Heartbeat(Message):

@@ -42,7 +42,7 @@ from typing import Any
 from rankwatch import _flight_recorder
 from rankwatch import _protocol as protocol
 from rankwatch._activity import TrainingActivity
-from rankwatch._buffer import KIND_LOG, KIND_STEP, WAKE_THRESHOLD, RecordBuffer
+from rankwatch._buffer import KIND_GPU_MEMORY, KIND_LOG, KIND_STEP, WAKE_THRESHOLD, RecordBuffer
 from rankwatch._connection import Connection
 from rankwatch._threads import settle_background_thread
 from rankwatch._values import Pending
@@ -413,7 +413,8 @@ class Reporter:
         """The wire items of every record ready now, and how many records each makes at the hub.
 
         A ``rankwatch.log`` call is one item per value; a step of the zero-code instrumentation is one
-        step row (``protocol.STEP_ROW_LENGTH``: the buffer's step record less its kind, the loss read),
+        step row (``protocol.STEP_ROW_LENGTH``: the buffer's step record less its kind, the loss and
+        the phases read),
         which the hub expands into the step's records and derives samples per second and compute time
         from. Records whose device values are still being copied wait for a later call.
         """
@@ -431,9 +432,17 @@ class Reporter:
                 if type(step) is int and (last_step is None or step > last_step):
                     last_step = step  # progress, even while the record's values are still being copied
                 if record[0] == KIND_STEP:
-                    row = [record[1], step, _read(record[3]), *record[4:]]
+                    _kind, t, _step, loss, step_time, data_wait, samples, cpu_wait, skipped, phases = record
+                    loss = _read(loss)
+                    row = [t, step, loss, step_time, data_wait, samples, cpu_wait, skipped, _read(phases)]
                     items.append(row)
                     sizes.append(protocol.step_row_size(row))
+                elif record[0] == KIND_GPU_MEMORY:
+                    t, auto = record[1], protocol.SOURCE_AUTO
+                    measured = [[t, step, name, value, auto]
+                                for name, value in zip(protocol.GPU_MEMORY_METRICS, record[3:], strict=False) if value is not None]
+                    items += measured
+                    sizes += [1] * len(measured)
                 elif record[0] == KIND_LOG:
                     ready = {name: _read(value) for name, value in record[3].items()}
                     t, source = record[1], protocol.SOURCE_LOG

@@ -522,6 +522,13 @@ class Run(HubObserver):
         ranks_stopped = stopped or (self.slurm is not None and self.slurm.ended_from_outside)
         if self.printed_metrics is not None:
             self.printed_metrics.finish()  # every rank's lines and steps are in
+        for monitor in self.monitors:  # their last word, over the whole run
+            conclude = getattr(monitor, "conclude", None)
+            if conclude is not None:
+                try:
+                    conclude()
+                except Exception as error:  # a broken monitor must not lose the run's end
+                    self.hub.add_event(EventKind.WARNING, None, f"monitor {type(monitor).__name__} failed: {error}")
         summary = triage(self.evidence.conclude(), exit_code, ranks_stopped)
         if stopped:
             who = describe_stop_reason(self._stop_reason)

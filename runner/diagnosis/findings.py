@@ -32,6 +32,10 @@ class Findings:
     """The last Flight Recorder comparison: {message, culprits, seq, group, lines, path}."""
     launcher: dict[str, dict[str, Any]] = field(default_factory=dict)
     """key -> a launcher mismatch: {key, level, ranks, cause, advice} (``runner.diagnosis.launcher``)."""
+    bottleneck: dict[str, Any] | None = None
+    """The whole run's bottleneck verdict: {verdict, evidence, action, rank, phase, shares, clock, gpu_busy,
+    steps, message, ranks: {rank: the same}} (``runner.diagnosis.bottleneck``)."""
+    """key -> a launcher mismatch: {key, level, ranks, cause, advice} (``runner.diagnosis.launcher``)."""
 
     def add_stall(self, record: dict[str, Any]) -> None:
         self.stalls.append(record)
@@ -67,6 +71,8 @@ class Findings:
             data["launcher"] = list(self.launcher.values())
         if self.stragglers:
             data["stragglers"] = [self.stragglers[r] for r in sorted(self.stragglers)]
+        if self.bottleneck is not None:
+            data["bottleneck"] = self.bottleneck
         if self.divergences:
             data["divergences"] = list(self.divergences)
         if self.consistency_checks:

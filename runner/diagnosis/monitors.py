@@ -10,11 +10,15 @@
   holder of a port a rank could not listen on);
 * ``FlightRecorderMonitor``: the ranks' Flight Recorders, read after each stack
   capture, compared: the rank whose collectives are out of step;
-* ``StragglerMonitor``: the rank that slows every step, and why;
+* ``StepWindows``: every rank's recent measured steps and whole-run phase totals, read by
+* ``StragglerMonitor``: the rank that slows every step, and in which phase, and
+* ``BottleneckMonitor``: what limits each rank and the run (input, communication, launch,
+  compute, a straggler), live and at the end (``conclude``);
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
 
 Each has ``tick(now)``, called by the run every ``MONITOR_INTERVAL_SECONDS`` on the
-event loop; the ones that read worker messages are also hub observers.
+event loop, and may have ``conclude()``, called once when the job has ended, before the
+summary is made; the ones that read worker messages are also hub observers.
 Everything they find is kept in ``triage_input.findings`` for the summary.
 """
 
@@ -24,11 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runner.diagnosis.bottleneck import BottleneckMonitor
 from runner.diagnosis.consistency import ConsistencyMonitor
 from runner.diagnosis.flight_records import FlightRecorderMonitor
 from runner.diagnosis.launcher import LaunchChecks
 from runner.diagnosis.stack_capture import StackCapture
 from runner.diagnosis.stalls import StallMonitor
+from runner.diagnosis.step_windows import StepWindows
 from runner.diagnosis.stragglers import StragglerMonitor
 from runner.diagnosis.triage import TriageInput
 from runner.launch.process_tree import carries_marker
@@ -90,9 +96,10 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
         stalls = StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings)
         capture.progress_of = stalls.progress_of
         monitors.append(stalls)
-        stragglers = StragglerMonitor(hub, findings)
-        hub.add_observer(stragglers)
-        monitors.append(stragglers)
+        windows = StepWindows()
+        hub.add_observer(windows)
+        stragglers = StragglerMonitor(hub, windows, findings)
+        monitors += [stragglers, BottleneckMonitor(hub, windows, stragglers, findings)]
     if telemetry.hash_every > 0:
         consistency = ConsistencyMonitor(hub, findings)
         hub.add_observer(consistency)

@@ -49,6 +49,7 @@ def format_diagnostics(diagnostics: dict[str, Any] | None, run_id: int | None = 
         lines.append(f"{_label('collectives')}{flight['message']} (Flight Recorder)")
     for straggler in diagnostics.get("stragglers") or []:
         lines.append(f"{_label('straggler')}{straggler.get('message') or _straggler_text(straggler)}")
+    lines += bottleneck_lines(diagnostics.get("bottleneck"))
     for divergence in diagnostics.get("divergences") or []:
         lines.append(f"{_label('divergence')}{divergence.get('message')}")
     checks = diagnostics.get("consistency_checks")
@@ -96,6 +97,26 @@ def _stacks_lines(stacks: dict[str, Any], run_id: int | None) -> list[str]:
         texts.append(f"(every thread: {stacks['path']}{again})")
     indent = " " * (LABEL_WIDTH + 2)
     return [(_label("stacks") if index == 0 else indent) + text for index, text in enumerate(texts)]
+
+
+def bottleneck_lines(bottleneck: dict[str, Any] | None) -> list[str]:
+    """``bottleneck: input-bound: waiting for data 62 % of the GPU's time`` and what to do about it.
+    A straggler is already said on its own line: then only what to do."""
+    if not bottleneck:
+        return []
+    verdict = bottleneck.get("verdict")
+    indent = " " * (LABEL_WIDTH + 2)
+    if verdict is None:
+        return [f"{_label('bottleneck')}not determined: {bottleneck.get('evidence')}"]
+    lines = []
+    if verdict != "straggler":
+        lines.append(f"{_label('bottleneck')}{verdict}: {bottleneck.get('evidence')}")
+    else:
+        lines.append(f"{_label('bottleneck')}a straggler: rank {bottleneck.get('rank')}"
+                     + (f" ({bottleneck.get('phase')})" if bottleneck.get("phase") else ""))
+    if bottleneck.get("action"):
+        lines.append(f"{indent}→ {bottleneck['action']}")
+    return lines
 
 
 def _straggler_text(straggler: dict[str, Any]) -> str:

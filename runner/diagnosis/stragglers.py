@@ -1,26 +1,24 @@
-"""Stragglers: the rank that makes every step slower, and whether it waits for data or computes.
+"""Stragglers: the rank that makes every step slower, and in which phase.
 
 With DDP every step ends in an all-reduce, so every rank's *step time* is the
 slowest rank's: the fast ranks simply wait inside the collective. Step time alone
 therefore cannot name the straggler (pytorch/pytorch#71303, traceopt-ai/traceml#252).
-What still differs is where a rank spends its step. The workers report, per
-optimizer step, ``step_time``, ``data_wait`` (time in the DataLoader iterator,
-absent without a DataLoader) and ``compute_time`` (the step minus its waits in
-collectives and for data, absent without a process group; ``rankwatch._comm_timing``).
-So, over the last ``WINDOW_STEPS`` steps of each rank (medians: one slow step is
-not a straggler; compute time over its last ``WINDOW_STEPS`` values, as steps
-faster than 10 ms have it only every few steps):
+What still differs is where a rank spends its step: its **phases**, on the step's own
+clock (``rankwatch._phases``; the GPU's on a GPU). Over each rank's last measured steps
+(``step_windows``: medians, one slow step is not a straggler):
 
-* **waiting for data**: its data wait exceeds the other ranks' median data wait
-  by the margin -- the others wait for it in the all-reduce;
-* **computing**: its compute time exceeds the other ranks' median compute time
-  by the margin: the others wait for it in the collectives while every step
-  time is equal. Without a compute time (no process group: the steps are not
-  synchronised), its step time exceeding the others' by the margin, when data
-  wait does not explain it.
+* **waiting for data**: its ``data`` phase exceeds the other ranks' median by the
+  margin -- the others wait for it in the all-reduce;
+* **computing**: its compute time (the step less its waits for data, for communication
+  and, on the CPU clock, for a CPU) exceeds the other ranks' median by the margin: the
+  others wait for it in the collectives while every step time is equal. The phase named
+  is the one of forward, backward, optimizer, host-to-device and rest whose excess over
+  the others' median is largest. Without exposed communication on any rank (no process
+  group: the steps are not synchronised), its step time exceeding the others' by the
+  margin, when data does not explain it.
 
-A value that was not measured is never read as 0: data wait is compared only
-among ranks that measured it (``MIN_STEPS`` of the window), compute time likewise.
+A value that was not measured is never read as 0: data is compared only among ranks that
+measured it (``MIN_STEPS`` of the window), compute time likewise.
 
 The margin is ``max(ABSOLUTE_MARGIN_SECONDS, RELATIVE_MARGIN x the others' median)``
 of the quantity compared for compute time, of the step time otherwise (a step
@@ -29,7 +27,7 @@ long); a flagged rank is cleared when its excess falls under half of it.
 
 Events (``rank`` is the straggler)::
 
-    straggler {message, active: true, cause: "data"|"compute", step, step_time, data_wait,
+    straggler {message, active: true, cause: "data"|"compute", phase, step, step_time, data_wait,
                compute_time, others_step_time, others_data_wait, others_compute_time,
                excess (s per step), window (steps)}      # data_wait, compute_time: null if not measured
     straggler {message, active: false, step}       # no longer a straggler
@@ -38,19 +36,19 @@ Events (``rank`` is the straggler)::
 from __future__ import annotations
 
 import statistics
-from collections import deque
 from typing import Any, NamedTuple
 
 from rankwatch import _protocol as protocol
-from rankwatch._protocol import EventKind, Message, Metrics
+from rankwatch._protocol import EventKind
 from runner.diagnosis.findings import Findings
-from runner.hub.observer import HubObserver
+from runner.diagnosis.step_windows import RankSteps, StepWindows
 from runner.state import RankState
 
-WINDOW_STEPS = 10
 MIN_STEPS = 5
 RELATIVE_MARGIN = 0.15
 ABSOLUTE_MARGIN_SECONDS = 0.010
+COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer", "rest")
+"""The phases a rank computes in, one of which names a compute straggler."""
 
 
 class StepSummary(NamedTuple):
@@ -58,25 +56,46 @@ class StepSummary(NamedTuple):
 
     step_time: float
     data_wait: float | None = None
+    """The ``data`` phase (the step's clock)."""
     compute_time: float | None = None
+    phases: tuple[float | None, ...] | None = None
+    """Each phase's median (``PHASES`` order), for naming the phase a straggler computes longer in."""
 
 
 def straggler_verdict(mine: StepSummary | tuple, others: list[StepSummary] | list[tuple]) -> dict[str, Any] | None:
     """Whether the rank summarised by ``mine`` holds the ``others`` up (module docstring).
 
-    Returns {cause, excess, margin, others_step_time, others_data_wait,
+    Returns {cause, phase, excess, margin, others_step_time, others_data_wait,
     others_compute_time} when it is a straggler, else None.
     """
     if not others:
         return None
     me = StepSummary(*mine)
-    excess, base = _excesses(me, [StepSummary(*other) for other in others])
+    summaries = [StepSummary(*other) for other in others]
+    excess, base = _excesses(me, summaries)
     margins = base.pop("margins")
     if excess["data"] is not None and excess["data"] >= margins["data"]:
-        return {"cause": "data", "excess": excess["data"], "margin": margins["data"], **base}
+        return {"cause": "data", "phase": "data", "excess": excess["data"], "margin": margins["data"], **base}
     if excess["compute"] is not None and excess["compute"] >= margins["compute"]:
-        return {"cause": "compute", "excess": excess["compute"], "margin": margins["compute"], **base}
+        return {"cause": "compute", "phase": _slowest_phase(me, summaries), "excess": excess["compute"],
+                "margin": margins["compute"], **base}
     return None
+
+
+def _slowest_phase(me: StepSummary, others: list[StepSummary]) -> str | None:
+    """The compute phase in which ``me`` exceeds the others' median most; None without phases."""
+    if me.phases is None:
+        return None
+    best, best_excess = None, 0.0
+    for phase in COMPUTE_PHASES:
+        index = protocol.PHASES.index(phase)
+        mine = me.phases[index]
+        theirs = _median_of([other.phases[index] if other.phases else None for other in others])
+        if mine is None or theirs is None:
+            continue
+        if mine - theirs > best_excess:
+            best, best_excess = phase, mine - theirs
+    return best
 
 
 def below_half_margin(mine: StepSummary | tuple, others: list[StepSummary] | list[tuple]) -> bool:
@@ -113,60 +132,25 @@ def _median_of(values: list[float | None]) -> float | None:
     return statistics.median(measured) if measured else None
 
 
-class StragglerMonitor(HubObserver):
-    """Collects per-step (step_time, data_wait) from the workers' metrics; judges on ``tick``."""
+class StragglerMonitor:
+    """Judges each rank against the others on ``tick``, from the shared step windows."""
 
-    def __init__(self, hub, findings: Findings | None = None):
+    def __init__(self, hub, windows: StepWindows, findings: Findings | None = None):
         self.hub = hub
+        self.windows = windows
         self.findings = findings if findings is not None else Findings()
-        self.samples: dict[int, deque] = {}
-        self.computes: dict[int, deque] = {}
-        """Per rank, its last ``WINDOW_STEPS`` compute times: a window of their own, as fast steps time
-        only every few steps (``rankwatch._comm_timing.split_every``)."""
-        self.last_step: dict[int, int] = {}
         self.flagged: dict[int, dict[str, Any]] = {}
-        self._new_data = False
-
-    def on_message(self, message: Message) -> None:
-        """Hub observer: gathers each step's step_time, data_wait and compute_time (measured by the bootstrap)."""
-        if not isinstance(message, Metrics):
-            return
-        steps: dict[int, dict[str, float]] = {}
-        for _rank, _t, step, name, value, source in message.records:
-            if source != protocol.SOURCE_AUTO or name not in _JUDGED:
-                continue
-            if step is not None and value is not None:
-                steps.setdefault(step, {})[name] = float(value)
-        rank = message.rank
-        for step in sorted(steps):
-            values = steps[step]
-            if protocol.STEP_TIME in values:
-                self.add_sample(rank, step, values[protocol.STEP_TIME], values.get(protocol.DATA_WAIT),
-                                values.get(protocol.COMPUTE_TIME))
-
-    def add_sample(self, rank: int, step: int, step_time: float, data_wait: float | None = None,
-                   compute_time: float | None = None) -> None:
-        window = self.samples.get(rank)
-        if window is None:
-            window = self.samples[rank] = deque(maxlen=WINDOW_STEPS)
-            self.computes[rank] = deque(maxlen=WINDOW_STEPS)
-        window.append(StepSummary(step_time, data_wait))
-        if compute_time is not None:
-            self.computes[rank].append(compute_time)
-        self.last_step[rank] = step
-        self._new_data = True
 
     def tick(self, now: float) -> None:
-        if not self._new_data:
+        if not self.windows.take_changed():
             return
-        self._new_data = False
         summaries = {}
-        for rank, window in self.samples.items():
+        for rank, steps in self.windows.ranks.items():
             row = self.hub.model.ranks.get(rank)
             if row is not None and RankState(row.state).finished:
                 continue
-            if len(window) >= MIN_STEPS:
-                summaries[rank] = summarise(window, self.computes[rank])
+            if len(steps.step_times) >= MIN_STEPS:
+                summaries[rank] = summarise(steps)
         if len(summaries) < 2:
             return
         for rank, mine in summaries.items():
@@ -177,22 +161,28 @@ class StragglerMonitor(HubObserver):
                 continue
             verdict = straggler_verdict(mine, others)
             if verdict is not None:
-                self._flag(rank, mine, verdict, len(self.samples[rank]))
+                self._flag(rank, mine, verdict, len(self.windows.ranks[rank].step_times))
 
     def _flag(self, rank: int, mine: StepSummary, verdict: dict[str, Any], window: int) -> None:
-        step_time, data_wait, compute = mine
+        step_time, data_wait, compute, _phases = mine
         others_step, others_wait = verdict["others_step_time"], verdict["others_data_wait"]
         others_compute = verdict["others_compute_time"]
+        phase = verdict.get("phase")
         if verdict["cause"] == "data":
             message = (f"rank {rank} is a straggler: it waits for data ({_ms(data_wait)} of its {_ms(step_time)} "
                        f"step in the data loader; the other ranks wait {_ms(others_wait)})")
         elif compute is not None and others_compute is not None:
+            where = ""
+            if phase is not None and mine.phases is not None:
+                index = protocol.PHASES.index(phase)
+                where = f", most in {phase}: {_ms(mine.phases[index])}"
             message = (f"rank {rank} is a straggler: it computes longer ({_ms(compute)} of its {_ms(step_time)} "
-                       f"step vs {_ms(others_compute)} on the other ranks, which wait for it in collectives)")
+                       f"step vs {_ms(others_compute)} on the other ranks, which wait for it in collectives{where})")
         else:
             message = (f"rank {rank} is a straggler: it computes longer (step {_ms(step_time)} vs {_ms(others_step)} "
                        f"on the other ranks; data wait {_ms(data_wait)})")
-        record = {"rank": rank, "cause": verdict["cause"], "step": self.last_step.get(rank),
+        steps = self.windows.ranks[rank]
+        record = {"rank": rank, "cause": verdict["cause"], "phase": phase, "step": steps.last_step,
                   "step_time": round(step_time, 6), "data_wait": _rounded(data_wait),
                   "compute_time": _rounded(compute), "others_step_time": round(others_step, 6),
                   "others_data_wait": _rounded(others_wait), "others_compute_time": _rounded(others_compute),
@@ -206,18 +196,16 @@ class StragglerMonitor(HubObserver):
     def _clear(self, rank: int) -> None:
         self.flagged.pop(rank, None)
         self.hub.add_event(EventKind.STRAGGLER, rank, f"rank {rank} is no longer a straggler", active=False,
-                           step=self.last_step.get(rank))
+                           step=self.windows.ranks[rank].last_step)
 
 
-_JUDGED = frozenset({protocol.STEP_TIME, protocol.DATA_WAIT, protocol.COMPUTE_TIME})
-
-
-def summarise(window: deque[StepSummary] | list[StepSummary], computes: deque[float] | list[float]) -> StepSummary:
-    """Medians over a rank's window and its compute times; a value measured fewer than ``MIN_STEPS``
-    times is not measured."""
-    return StepSummary(statistics.median(sample.step_time for sample in window),
-                       _window_median([sample.data_wait for sample in window]),
-                       _window_median(list(computes)))
+def summarise(steps: RankSteps) -> StepSummary:
+    """Medians over a rank's windows; a value measured fewer than ``MIN_STEPS`` times is not measured."""
+    measured = list(steps.measured)
+    phases = tuple(_window_median([step.phases[index] for step in measured]) for index in range(len(protocol.PHASES)))
+    return StepSummary(statistics.median(steps.step_times), phases[0],
+                       _window_median([step.compute_time for step in measured]),
+                       phases if any(value is not None for value in phases) else None)
 
 
 def _window_median(values: list[float | None]) -> float | None:

@@ -17,6 +17,7 @@ from runner.diagnosis.stalls import (
     StallMonitor,
     stall_threshold,
 )
+from runner.diagnosis.step_windows import StepWindows
 from runner.diagnosis.stragglers import StragglerMonitor, straggler_verdict
 from runner.state import RankState
 from tests.diagnosis.fakes import FakeHub
@@ -276,94 +277,113 @@ def test_small_differences_are_noise():
     assert straggler_verdict((0.105, 0.005), [(0.100, 0.001)]) is None
 
 
-def metrics_message(rank: int, number: int, step_time: float, data_wait: float) -> protocol.Metrics:
+def step_message(rank: int, number: int, step_time: float, compute: float | None = None,
+                 data_wait: float | None = None, timed: bool = True) -> protocol.Metrics:
+    """One step as the bootstrap reports it, a step row: its phases on the CPU clock when ``timed``, the
+    compute in ``forward``, a data phase only where a DataLoader was waited for, the rest of the step in
+    ``comm`` (the others' wait in the all-reduce) when ``compute`` is given, else in ``rest``."""
     t = time.time()
-    return protocol.Metrics.from_wire({"type": "metrics", "rank": rank, "items": [
-        [t, number, protocol.LOSS, 0.5, protocol.SOURCE_AUTO],
-        [t, number, protocol.STEP_TIME, step_time, protocol.SOURCE_AUTO],
-        [t, number, protocol.DATA_WAIT, data_wait, protocol.SOURCE_AUTO],
-    ]})
+    phases = None
+    if timed:
+        if compute is None:
+            phases = ["cpu", data_wait, None, None, None, None, None, step_time - (data_wait or 0.0)]
+        else:
+            phases = ["cpu", data_wait, None, compute, None, step_time - compute - (data_wait or 0.0), None, None]
+    row = [t, number, 0.5, step_time, data_wait, 0, None, False, phases]
+    return protocol.Metrics.from_wire({"type": "metrics", "rank": rank, "items": [row]})
+
+
+def straggler_monitor(hub, findings: Findings | None = None) -> tuple[StragglerMonitor, StepWindows]:
+    windows = StepWindows()
+    return StragglerMonitor(hub, windows, findings), windows
+
+
+def test_under_ddp_the_rank_that_waits_for_data_is_the_straggler_not_the_others():
+    """All-reduce evens out step time: only the data phase tells the ranks apart."""
+    slow = (0.205, 0.200)
+    fast = (0.205, 0.001)
+    verdict = straggler_verdict(slow, [fast, fast])
+    assert verdict["cause"] == "data" and verdict["phase"] == "data" and verdict["excess"] == pytest.approx(0.199)
+    assert straggler_verdict(fast, [slow, fast]) is None
+
+
+def test_a_rank_whose_steps_take_longer_without_waiting_for_data_computes():
+    verdict = straggler_verdict((0.300, 0.002), [(0.200, 0.002), (0.205, 0.001)])
+    assert verdict["cause"] == "compute" and verdict["excess"] == pytest.approx(0.0975)
+
+
+def test_small_differences_are_noise():
+    assert straggler_verdict((0.105, 0.005), [(0.100, 0.001)]) is None
 
 
 def test_the_straggler_monitor_flags_once_and_clears_when_the_rank_recovers():
     hub, findings = stepping_hub(3), Findings()
-    monitor = StragglerMonitor(hub, findings)
+    monitor, windows = straggler_monitor(hub, findings)
     for number in range(1, 8):
         for rank in range(3):
-            monitor.on_message(metrics_message(rank, number, 0.2, 0.18 if rank == 1 else 0.002))
+            windows.on_message(step_message(rank, number, 0.2, 0.015, data_wait=0.18 if rank == 1 else 0.002))
         monitor.tick(time.time())
     [event] = hub.of_kind("straggler")
     assert event["rank"] == 1 and event["active"] and event["cause"] == "data" and event["step"] == 5
+    assert event["phase"] == "data"
     assert event["data_wait"] == pytest.approx(0.18) and event["others_data_wait"] == pytest.approx(0.002)
     assert "rank 1 is a straggler: it waits for data (180 ms of its 200 ms step" in event["message"]
     assert findings.stragglers[1]["cause"] == "data"
     for number in range(8, 20):
         for rank in range(3):
-            monitor.on_message(metrics_message(rank, number, 0.2, 0.002))
+            windows.on_message(step_message(rank, number, 0.2, 0.015, data_wait=0.002))
         monitor.tick(time.time())
     assert [(e["rank"], e["active"]) for e in hub.of_kind("straggler")] == [(1, True), (1, False)]
 
 
-def step_message(rank: int, number: int, step_time: float, compute: float | None = None,
-                 data_wait: float | None = None) -> protocol.Metrics:
-    """One step as the bootstrap reports it: data_wait and compute_time only where measured."""
-    t = time.time()
-    items = [[t, number, protocol.STEP_TIME, step_time, protocol.SOURCE_AUTO]]
-    if compute is not None:
-        items.append([t, number, protocol.COMPUTE_TIME, compute, protocol.SOURCE_AUTO])
-        items.append([t, number, protocol.COMM_WAIT, step_time - compute - (data_wait or 0), protocol.SOURCE_AUTO])
-    if data_wait is not None:
-        items.append([t, number, protocol.DATA_WAIT, data_wait, protocol.SOURCE_AUTO])
-    return protocol.Metrics.from_wire({"type": "metrics", "rank": rank, "items": items})
-
-
-def test_under_ddp_the_rank_that_computes_longest_is_named_though_every_step_time_is_equal():
-    """No DataLoader (no data wait): the fast ranks wait 60 ms in the all-reduce, rank 1 does not."""
+def test_under_ddp_the_rank_that_computes_longest_is_named_with_its_phase_though_every_step_time_is_equal():
+    """No DataLoader (no data phase): the fast ranks wait 60 ms in the all-reduce, rank 1 does not."""
     hub, findings = stepping_hub(3), Findings()
-    monitor = StragglerMonitor(hub, findings)
+    monitor, windows = straggler_monitor(hub, findings)
     for number in range(1, 8):
         for rank in range(3):
-            monitor.on_message(step_message(rank, number, 0.100, 0.090 if rank == 1 else 0.030))
+            windows.on_message(step_message(rank, number, 0.100, 0.090 if rank == 1 else 0.030))
         monitor.tick(time.time())
     [event] = hub.of_kind("straggler")
     assert event["rank"] == 1 and event["cause"] == "compute" and event["data_wait"] is None
+    assert event["phase"] == "forward"
     assert event["compute_time"] == pytest.approx(0.090) and event["others_compute_time"] == pytest.approx(0.030)
     assert "rank 1 is a straggler: it computes longer (90 ms of its 100 ms step vs 30 ms" in event["message"]
+    assert "most in forward: 90 ms" in event["message"]
 
 
-def test_compute_time_on_every_few_steps_only_still_names_the_rank_that_computes_longest():
-    """Steps faster than 10 ms are timed every few steps (``split_every``): compute time comes on some steps
-    only, so its window is its own last values, not the last steps'."""
+def test_phases_on_every_few_steps_only_still_name_the_rank_that_computes_longest():
+    """Steps faster than 10 ms are timed every few steps (``split_every``): the measured window is its own
+    last timed steps, not the last steps'."""
     hub, findings = stepping_hub(2), Findings()
-    monitor = StragglerMonitor(hub, findings)
+    monitor, windows = straggler_monitor(hub, findings)
     for number in range(1, 41):
         for rank in range(2):
-            timed = number % 4 == 0
-            monitor.on_message(step_message(rank, number, 0.100, (0.090 if rank == 1 else 0.030) if timed else None))
+            windows.on_message(step_message(rank, number, 0.100, 0.090 if rank == 1 else 0.030, timed=number % 4 == 0))
         monitor.tick(time.time())
     [event] = hub.of_kind("straggler")
     assert event["rank"] == 1 and event["cause"] == "compute"
     assert event["compute_time"] == pytest.approx(0.090) and event["others_compute_time"] == pytest.approx(0.030)
 
 
-def test_a_data_wait_measured_on_some_ranks_only_is_never_compared_with_zero():
+def test_a_data_phase_measured_on_some_ranks_only_is_never_compared_with_zero():
     """Ranks 0 and 1 wait 100 ms for their DataLoader, rank 2 has none (and waits for them in the all-reduce)."""
     hub = stepping_hub(3)
-    monitor = StragglerMonitor(hub)
+    monitor, windows = straggler_monitor(hub)
     for number in range(1, 15):
         for rank in range(3):
             waits = rank != 2
-            monitor.on_message(step_message(rank, number, 0.2, 0.05, 0.1 if waits else None))
+            windows.on_message(step_message(rank, number, 0.2, 0.05 if waits else 0.05, 0.1 if waits else None))
         monitor.tick(time.time())
     assert hub.of_kind("straggler") == []
 
 
-def test_balanced_ranks_without_data_wait_or_process_group_are_not_stragglers():
+def test_balanced_ranks_without_data_or_process_group_are_not_stragglers():
     hub = stepping_hub(2)
-    monitor = StragglerMonitor(hub)
+    monitor, windows = straggler_monitor(hub)
     for number in range(1, 30):
-        monitor.on_message(step_message(0, number, 0.050 + 0.001 * (number % 3)))
-        monitor.on_message(step_message(1, number, 0.051))
+        windows.on_message(step_message(0, number, 0.050 + 0.001 * (number % 3)))
+        windows.on_message(step_message(1, number, 0.051))
         monitor.tick(time.time())
     assert hub.of_kind("straggler") == []
 
@@ -382,10 +402,10 @@ def test_compute_time_measured_on_one_rank_only_names_nobody():
 
 def test_no_verdict_before_enough_steps_or_with_one_rank():
     hub = stepping_hub(2)
-    monitor = StragglerMonitor(hub)
+    monitor, windows = straggler_monitor(hub)
     for number in range(1, 4):
-        monitor.on_message(metrics_message(0, number, 0.2, 0.19))
-        monitor.on_message(metrics_message(1, number, 0.2, 0.001))
+        windows.on_message(step_message(0, number, 0.2, data_wait=0.19))
+        windows.on_message(step_message(1, number, 0.2, data_wait=0.001))
     monitor.tick(time.time())
     assert hub.of_kind("straggler") == []
 

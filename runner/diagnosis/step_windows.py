@@ -1,0 +1,134 @@
+"""Each rank's recent steps and its whole run, as the zero-code instrumentation measured them.
+
+One collector (a hub observer) for the two monitors that judge where steps go: the straggler
+monitor (``stragglers``: one rank against the others) and the bottleneck verdict
+(``bottleneck``: what limits each rank and the run). Both read the same windows, so a step is
+taken in once and the two cannot see different steps.
+
+Per rank it keeps:
+
+* the step times of its last ``WINDOW_STEPS`` steps (every step has one);
+* its last ``WINDOW_STEPS`` **measured** steps (those whose phases were timed, every step or
+  every few steps: ``rankwatch._phases.split_every``): the phases (``PHASES`` order, None where
+  not measured), the clock, the compute time the hub derived;
+* the whole run's sum of each phase and count of measured steps (the end-of-run verdict);
+* its GPU's utilisation (NVML, percent), sampled from the live model at each tick while the
+  rank steps: the evidence that tells a GPU that computes from one that waits for the host.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from rankwatch import _protocol as protocol
+from rankwatch._protocol import Message, Metrics
+from runner.hub.observer import HubObserver
+
+WINDOW_STEPS = 10
+GPU_BUSY_WINDOW = 30
+"""GPU utilisation samples kept per rank (about one a second)."""
+
+
+@dataclass
+class MeasuredStep:
+    """One timed step of one rank."""
+
+    step: int
+    clock: str | None
+    phases: list[float | None]
+    compute_time: float | None
+
+
+@dataclass
+class RankSteps:
+    """One rank's windows and whole-run totals (module docstring)."""
+
+    step_times: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW_STEPS))
+    measured: deque[MeasuredStep] = field(default_factory=lambda: deque(maxlen=WINDOW_STEPS))
+    last_step: int | None = None
+    clock: str | None = None
+    phase_totals: list[float | None] = field(default_factory=lambda: [None] * len(protocol.PHASES))
+    measured_steps: int = 0
+    gpu_busy: deque[float] = field(default_factory=lambda: deque(maxlen=GPU_BUSY_WINDOW))
+    gpu_busy_total: float = 0.0
+    gpu_busy_samples: int = 0
+
+    def window_shares(self) -> dict[str, float | None] | None:
+        return protocol.phase_shares(step.phases for step in self.measured)
+
+    def run_shares(self) -> dict[str, float | None] | None:
+        return protocol.phase_shares([self.phase_totals]) if self.measured_steps else None
+
+    def recent_gpu_busy(self) -> float | None:
+        """The median of the recent GPU utilisation samples, 0..1; None when none was taken."""
+        if not self.gpu_busy:
+            return None
+        ordered = sorted(self.gpu_busy)
+        return ordered[len(ordered) // 2] / 100.0
+
+    def run_gpu_busy(self) -> float | None:
+        return self.gpu_busy_total / self.gpu_busy_samples / 100.0 if self.gpu_busy_samples else None
+
+
+_SERIES = frozenset({protocol.STEP_TIME, protocol.PHASE_CLOCK, protocol.COMPUTE_TIME, *protocol.PHASE_METRICS})
+
+
+class StepWindows(HubObserver):
+    """Collects every rank's measured steps from the workers' metrics (module docstring)."""
+
+    def __init__(self) -> None:
+        self.ranks: dict[int, RankSteps] = {}
+        self.changed = False
+        """A step came since the last ``take_changed``."""
+
+    def rank(self, rank: int) -> RankSteps:
+        steps = self.ranks.get(rank)
+        if steps is None:
+            steps = self.ranks[rank] = RankSteps()
+        return steps
+
+    def take_changed(self) -> bool:
+        changed, self.changed = self.changed, False
+        return changed
+
+    def on_message(self, message: Message) -> None:
+        if not isinstance(message, Metrics):
+            return
+        by_step: dict[int, dict[str, float | None]] = {}
+        for _rank, _t, step, name, value, source in message.records:
+            if source == protocol.SOURCE_AUTO and name in _SERIES and step is not None:
+                by_step.setdefault(step, {})[name] = value
+        if by_step:
+            self.add_steps(message.rank, by_step)
+
+    def add_steps(self, rank: int, by_step: dict[int, dict[str, float | None]]) -> None:
+        """``step -> {metric name: value}`` of one rank's new steps."""
+        steps = self.rank(rank)
+        for step in sorted(by_step):
+            values = by_step[step]
+            step_time = values.get(protocol.STEP_TIME)
+            if step_time is not None:
+                steps.step_times.append(step_time)
+            steps.last_step = step if steps.last_step is None else max(steps.last_step, step)
+            clock = protocol.clock_name(values.get(protocol.PHASE_CLOCK))
+            if clock is None:
+                continue
+            phases = [values.get(name) for name in protocol.PHASE_METRICS]
+            steps.clock = clock
+            steps.measured.append(MeasuredStep(step, clock, phases, values.get(protocol.COMPUTE_TIME)))
+            steps.measured_steps += 1
+            totals = steps.phase_totals
+            for index, value in enumerate(phases):
+                if value is not None:
+                    totals[index] = value if totals[index] is None else totals[index] + value  # type: ignore[operator]
+        self.changed = True
+
+    def sample_gpu_busy(self, rank: int, utilization: float | None) -> None:
+        """The rank's GPU utilisation now (percent), taken while it steps."""
+        if utilization is None:
+            return
+        steps = self.rank(rank)
+        steps.gpu_busy.append(utilization)
+        steps.gpu_busy_total += utilization
+        steps.gpu_busy_samples += 1

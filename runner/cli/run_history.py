@@ -18,6 +18,7 @@ from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
 from runner.view.format import MISSING, format_amount, format_number, format_percent
+from runner.view.phase_bars import phase_lines
 from runner.view.rank_stats import BUILT_IN_METRICS, LoggedKey, RankStats, run_statistics
 from runner.view.terminal import TerminalView, format_prefix, render_summary
 
@@ -149,6 +150,12 @@ def show_main(args: argparse.Namespace) -> int:
     print("  ranks:")
     for line in format_rank_table(stats):
         print(f"    {line}")
+    phases = phase_lines([(entry.rank, entry.phase_shares) for entry in stats],
+                         {entry.phase_clock for entry in stats}, _timed_steps(stats))
+    if phases:
+        print(f"  {phases[0]}")
+        for line in phases[1:]:
+            print(f"    {line}")
     if logged:
         print("  logged by the script (newest value per rank):")
         for line in format_logged_keys(logged):
@@ -158,23 +165,31 @@ def show_main(args: argparse.Namespace) -> int:
     return 0
 
 
-RANK_TABLE_COLUMNS = ("rank", "state", "host", "pid", "exit", "steps", "last loss", "median step", "data wait",
-                      "comm wait", "samples/s", "last seen", "dropped")
-OPTIONAL_COLUMNS = {"comm wait": "comm_wait_share", "dropped": "dropped"}
-"""Shown only when some rank has the value (no process group: no comm wait; an old store: no drop count)."""
+def _timed_steps(stats: list[RankStats]) -> int | None:
+    counts = [entry.measured_steps for entry in stats if entry.measured_steps]
+    return min(counts) if counts else None
+
+
+RANK_TABLE_COLUMNS = ("rank", "state", "host", "pid", "exit", "steps", "skipped", "last loss", "median step",
+                      "data wait", "comm wait", "samples/s", "last seen", "dropped")
+OPTIONAL_COLUMNS = {"comm wait": "comm_wait_share", "dropped": "dropped", "skipped": "skipped_steps"}
+"""Shown only when some rank has the value (no process group: no comm wait; an old store: no drop count;
+no GradScaler step skipped: no skipped column)."""
 LEFT_ALIGNED = {"state", "host", "exit"}
 
 
 def format_rank_table(stats: list[RankStats]) -> list[str]:
     """The per-rank lines of `runs show` (a header, then one line per rank; "–" for what was not measured)."""
     columns = [c for c in RANK_TABLE_COLUMNS if c not in OPTIONAL_COLUMNS
-               or any(getattr(entry, OPTIONAL_COLUMNS[c]) is not None for entry in stats)]
+               or any(getattr(entry, OPTIONAL_COLUMNS[c]) not in ((None, 0) if c == "skipped" else (None,))
+                      for entry in stats)]
     rows = []
     for entry in stats:
         cells = {
             "rank": str(entry.rank), "state": entry.state or MISSING, "host": entry.host or MISSING,
             "pid": MISSING if entry.pid is None else str(entry.pid), "exit": describe_exit_code(entry.exit_code),
             "steps": MISSING if entry.steps is None else str(entry.steps),
+            "skipped": MISSING if entry.skipped_steps is None else str(entry.skipped_steps),
             "last loss": format_number(entry.last_loss),
             "median step": MISSING if entry.median_step_time is None else
             f"{format_amount(entry.median_step_time, 1000)} ms",

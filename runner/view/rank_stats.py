@@ -12,8 +12,13 @@ live model: a value that was not measured is ``None`` (shown "–"), not 0.
 * ``median_step_time``: seconds, the median over every measured step.
 * ``data_wait_share``: the share of step time spent waiting for the DataLoader, over
   the steps that measured both (total wait / total step time).
-* ``comm_wait_share``: the same for the time in collectives (``comm_wait``; None without a
-  process group).
+* ``comm_wait_share``: the share of the measured steps' span in exposed communication (the
+  ``comm`` phase; None without a process group); for runs stored before the phases, the old
+  ``comm_wait`` over the step time.
+* ``phase_clock``, ``phase_shares``, ``measured_steps``: where the steps went, on the steps' own
+  clock (``gpu`` or ``cpu``): each phase's share of the timed steps' span (``_protocol.PHASES``;
+  None for a phase that never happened), over every timed step of the rank.
+* ``skipped_steps``: steps ``GradScaler`` skipped (counted in ``steps``).
 * ``samples_per_s``: total samples / total step time over the steps that counted samples.
 * ``first_seen``, ``last_seen``: the hub's times for the rank (``None`` when unknown); without a
   stored ``first_seen``, the time of the rank's hello (its ``rank_started`` event).
@@ -30,7 +35,8 @@ from rankwatch import _protocol as protocol
 
 BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_WAIT, protocol.SAMPLES_PER_SECOND,
                               protocol.STEPS_PER_SECOND, protocol.COMM_WAIT, protocol.CPU_WAIT,
-                              protocol.COMPUTE_TIME})
+                              protocol.COMPUTE_TIME, protocol.PHASE_CLOCK, protocol.SKIPPED_STEP,
+                              *protocol.PHASE_METRICS, *protocol.GPU_MEMORY_METRICS})
 """What the bootstrap measures without code changes; every other key was logged by the script
 (``rankwatch.log``) or read from its output (``--parse-stdout``)."""
 
@@ -52,6 +58,10 @@ class RankStats:
     data_wait_share: float | None = None
     comm_wait_share: float | None = None
     samples_per_s: float | None = None
+    phase_clock: str | None = None
+    phase_shares: dict[str, float | None] | None = None
+    measured_steps: int | None = None
+    skipped_steps: int | None = None
     first_seen: float | None = None
     last_seen: float | None = None
     dropped: int | None = None
@@ -130,6 +140,36 @@ def _add_timing(store, run_id: int, stats: RankStats) -> None:
         stats.samples_per_s = sum(rates[step] * step_times[step] for step in counted) / counted_time
 
 
+def _add_phases(store, run_id: int) -> dict[int, tuple[dict[str, float | None], int]]:
+    """rank -> (each phase's share of the timed steps' span, how many steps were timed)."""
+    names = ", ".join("?" * len(protocol.PHASE_METRICS))
+    totals: dict[int, list[float | None]] = {}
+    for rank, name, total in _rows(
+            store, f"SELECT rank, name, SUM(value) FROM metrics WHERE run_id = ? AND name IN ({names}) AND source = ?"
+                   " AND value IS NOT NULL GROUP BY rank, name", run_id, *protocol.PHASE_METRICS, protocol.SOURCE_AUTO):
+        totals.setdefault(rank, [None] * len(protocol.PHASES))[protocol.PHASE_INDEX[name]] = total
+    counts = dict(_rows(store, "SELECT rank, COUNT(*) FROM metrics WHERE run_id = ? AND name = ? AND source = ?"
+                               " GROUP BY rank", run_id, protocol.PHASE_CLOCK, protocol.SOURCE_AUTO))
+    result = {}
+    for rank, phases in totals.items():
+        shares = protocol.phase_shares([phases])
+        if shares is not None:
+            result[rank] = (shares, int(counts.get(rank, 0)))
+    return result
+
+
+def _newest_clocks(store, run_id: int) -> dict[int, str | None]:
+    return {rank: protocol.clock_name(value) for rank, value, _t in _rows(
+        store, "SELECT rank, value, MAX(t) FROM metrics WHERE run_id = ? AND name = ? AND source = ? GROUP BY rank",
+        run_id, protocol.PHASE_CLOCK, protocol.SOURCE_AUTO)}
+
+
+def _counts(store, run_id: int, name: str) -> dict[int, int]:
+    return {rank: int(count) for rank, count in _rows(
+        store, "SELECT rank, COUNT(*) FROM metrics WHERE run_id = ? AND name = ? AND source = ? GROUP BY rank",
+        run_id, name, protocol.SOURCE_AUTO)}
+
+
 def _share_of_step_time(waits: dict[int, float], step_times: dict[int, float]) -> float | None:
     both = [step for step in waits if step in step_times]
     total_time = sum(step_times[step] for step in both)
@@ -173,10 +213,18 @@ def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]
     for rank in set(steps) | set(last_steps) | set(losses):
         stats.setdefault(rank, RankStats(rank=rank))
     ordered = [stats[rank] for rank in sorted(stats)]
+    phases, clocks = _add_phases(store, run_id), _newest_clocks(store, run_id)
+    skipped = _counts(store, run_id, protocol.SKIPPED_STEP)
     for entry in ordered:
         entry.steps = None if entry.rank not in steps else steps[entry.rank] + 1
         entry.last_step = last_steps.get(entry.rank)
         if entry.rank in losses:
             entry.last_loss, entry.loss_source = losses[entry.rank]
         _add_timing(store, run_id, entry)
+        if entry.rank in phases:
+            entry.phase_shares, entry.measured_steps = phases[entry.rank]
+            entry.phase_clock = clocks.get(entry.rank)
+            entry.comm_wait_share = entry.phase_shares.get("comm")
+        if entry.steps is not None:
+            entry.skipped_steps = skipped.get(entry.rank, 0)
     return ordered, _logged_keys(store, run_id, store.metric_names(run_id))

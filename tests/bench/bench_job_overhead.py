@@ -180,6 +180,68 @@ timed_steps(step, steps, result_path)
 dist.destroy_process_group()
 """
 
+GPU_SCRIPT = TIMING + r"""
+import os
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+dist.init_process_group("nccl")
+local_rank = int(os.environ.get("LOCAL_RANK", 0))
+torch.cuda.set_device(local_rank)
+torch.manual_seed(0)
+steps, result_path = int(sys.argv[1]), sys.argv[2]
+width, layers, context, batch = (int(value) for value in sys.argv[3:7])
+vocab = 8192
+
+
+class Tokens(Dataset):
+    def __len__(self):
+        return 1 << 30
+
+    def __getitem__(self, index):
+        tokens = torch.randint(0, vocab, (context + 1,))
+        return tokens[:-1], tokens[1:]
+
+
+class GPT(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.position = torch.nn.Parameter(torch.zeros(context, width))
+        block = torch.nn.TransformerEncoderLayer(width, 8, 4 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.blocks = torch.nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(width, vocab)
+        self.register_buffer("mask", torch.nn.Transformer.generate_square_subsequent_mask(context))
+
+    def forward(self, tokens):
+        hidden = self.blocks(self.embed(tokens) + self.position, mask=self.mask, is_causal=True)
+        return self.head(hidden)
+
+
+model = torch.nn.parallel.DistributedDataParallel(GPT().cuda(), device_ids=[local_rank])
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+loader = DataLoader(Tokens(), batch_size=batch, num_workers=4, pin_memory=True, persistent_workers=True)
+stream = iter(loader)
+
+def step():
+    inputs, targets = next(stream)
+    inputs, targets = inputs.cuda(non_blocking=True), targets.cuda(non_blocking=True)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.float().reshape(-1, vocab), targets.reshape(-1))
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+timed_steps(step, steps, result_path)
+torch.cuda.synchronize()
+dist.destroy_process_group()
+"""
+"""The ``gpu`` model: a causal transformer in bf16 on one CUDA GPU per rank under DDP over NCCL,
+fed by a DataLoader with pinned memory (the GPU check, ``gpu_check.sh``). Its step time is the
+CPU's, which in steady state is the GPU's: nothing here synchronises, so the host runs ahead until
+the launch queue is full and then keeps the GPU's pace."""
+
 
 # ---- /proc monitor ------------------------------------------------------------------------------
 
@@ -361,21 +423,24 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _command(variant: str, script: Path, script_args: list[str], port: int, nproc: int = 2) -> list[str]:
+def _command(variant: str, script: Path, script_args: list[str], port: int, nproc: int = 2,
+             backend: str = "gloo") -> list[str]:
     if variant == "bare":
         return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", str(nproc),
                 "--master-addr", "127.0.0.1", "--master-port", str(port), str(script), *script_args]
     # ``python -m runner`` is ``rankwatch`` without the GUI; PYTHONPATH (run_once) makes it this
     # checkout's runner, so a copy of this file in another checkout measures that one.
     command = [sys.executable, "-m", "runner", "run", "--plain", "--status-every", "0", "--nproc-per-node", str(nproc),
-               "--backend", "gloo", "--omp-num-threads", "1", "--master-port", str(port)]
+               "--backend", backend, "--omp-num-threads", "1", "--master-port", str(port)]
+    if backend == "nccl":
+        command += ["--gpus", ",".join(str(index) for index in range(nproc))]
     if variant == "no-instrument":
         command.append("--no-instrument")
     return [*command, str(script), *script_args]
 
 
 def run_once(variant: str, script: Path, steps: int, script_args: list[str], folder: Path,
-             options: argparse.Namespace) -> dict:
+             options: argparse.Namespace, backend: str = "gloo") -> dict:
     """One job; returns the ranks' step durations and the /proc summary.
 
     Raises:
@@ -386,7 +451,8 @@ def run_once(variant: str, script: Path, steps: int, script_args: list[str], fol
     # this checkout first; what PYTHONPATH already holds after it (packages carried to a bare machine)
     python_path = os.pathsep.join(part for part in (str(REPO), os.environ.get("PYTHONPATH", "")) if part)
     environment.update(OMP_NUM_THREADS="1", RANKWATCH_HOME=str(folder / "home"), PYTHONPATH=python_path)
-    command = _command(variant, script, [str(steps), str(result_prefix), *script_args], _free_port(), options.nproc)
+    command = _command(variant, script, [str(steps), str(result_prefix), *script_args], _free_port(), options.nproc,
+                       backend)
     output = folder / "output.txt"
     with output.open("w") as sink:
         process = subprocess.Popen(command, env=environment, stdout=sink, stderr=subprocess.STDOUT,
@@ -450,9 +516,14 @@ def _load_average() -> str:
 
 def run_block(model: str, load: str, options: argparse.Namespace, folder: Path) -> dict:
     script = folder / f"{model}_train.py"
-    script.write_text(DDP_SCRIPT if model == "ddp" else GPT_SCRIPT)
+    script.write_text({"ddp": DDP_SCRIPT, "gpt": GPT_SCRIPT, "gpu": GPU_SCRIPT}[model])
+    backend = "nccl" if model == "gpu" else "gloo"
     if model == "ddp":
         steps, script_args = options.steps, [str(options.ddp_width)]
+    elif model == "gpu":
+        steps = options.gpu_steps
+        script_args = [str(options.gpu_width), str(options.gpu_layers), str(options.gpu_context),
+                       str(options.gpu_batch)]
     else:
         steps = options.gpt_steps
         script_args = [str(options.gpt_width), str(options.gpt_layers), str(options.gpt_accumulate),
@@ -469,12 +540,12 @@ def run_block(model: str, load: str, options: argparse.Namespace, folder: Path) 
             for variant in variants[shift:] + variants[:shift]:
                 load_before = _load_average()
                 try:
-                    outcome = run_once(variant, script, steps, script_args, folder, options)
+                    outcome = run_once(variant, script, steps, script_args, folder, options, backend)
                 except RuntimeError as exc:
                     if UPSTREAM_SHUTDOWN_ABORT not in str(exc):
                         raise
                     print(f"  {variant}: gloo aborted at exit, again", flush=True)
-                    outcome = run_once(variant, script, steps, script_args, folder, options)
+                    outcome = run_once(variant, script, steps, script_args, folder, options, backend)
                 figures = step_figures(outcome["ranks"], min(options.warmup, steps // 2), first)
                 record = {"round": round_number + 1, **figures, "load_before": load_before,
                           "load_after": _load_average(), "proc": outcome["proc"],
@@ -557,7 +628,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--nproc", type=int, default=2,
                         help="ranks (2; 1 on a 2-core machine keeps a core more than ranks)")
-    parser.add_argument("--models", default="ddp,gpt", help="ddp, gpt or both (comma-separated)")
+    parser.add_argument("--models", default="ddp,gpt",
+                        help="ddp, gpt (CPU, gloo) or gpu (one CUDA GPU per rank, NCCL), comma-separated")
     parser.add_argument("--loads", default="quiet,busy", help="quiet, busy or both (comma-separated)")
     parser.add_argument("--steps", type=int, default=3000, help="optimizer steps of the ddp model")
     parser.add_argument("--gpt-steps", type=int, default=400, help="optimizer steps of the gpt model")
@@ -568,6 +640,11 @@ def main() -> int:
     parser.add_argument("--gpt-layers", type=int, default=2)
     parser.add_argument("--gpt-accumulate", type=int, default=4, help="micro-batches per optimizer step")
     parser.add_argument("--gpt-context", type=int, default=32, help="tokens per sequence")
+    parser.add_argument("--gpu-steps", type=int, default=400, help="optimizer steps of the gpu model")
+    parser.add_argument("--gpu-width", type=int, default=768)
+    parser.add_argument("--gpu-layers", type=int, default=6)
+    parser.add_argument("--gpu-context", type=int, default=256)
+    parser.add_argument("--gpu-batch", type=int, default=16)
     parser.add_argument("--load-workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--sample-every", type=float, default=1.0, help="/proc monitor period, seconds")
     parser.add_argument("--startup-seconds", type=float, default=5.0)

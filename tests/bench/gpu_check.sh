@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU check: what Rankwatch claims about a GPU job, seen on one, in one device call
+# (at most ~7 minutes with the machine's start, on 1 GPU and 16 cores). Every raw number is
+# printed and kept under $OUT; the figures go to tests/bench/PERFORMANCE.md.
+#
+# That machine is bare: python3 there holds torch, psutil, rich, numpy and nvidia-ml-py, not the
+# two small pure-Python packages the runner also needs. Before the call, in the repository root:
+#
+#   echo /.whl/ >> .git/info/exclude
+#   python3 -m pip download --no-deps --only-binary=:all: -d .whl platformdirs tomli-w
+#
+# then run this file through the device tool with carry [".whl"]:
+#
+#   bash tests/bench/gpu_check.sh
+#
+# What it runs, each part on its own (one failing does not stop the others):
+#   1. rankwatch doctor;
+#   2. tests/bench/gpu_phases_inprocess.py: the phases on the GPU's clock in one process, that the
+#      instrumentation adds no synchronising CUDA call (torch.profiler, with and without the hooks),
+#      the cost of a mark, a step GradScaler skipped, the allocator's memory;
+#   3. tests/bench/gpu_job_check.py: a 1-rank NCCL job under `rankwatch run`, its losses compared
+#      exactly with the script's, its phases adding up, the verdict, `rankwatch gpus` meanwhile;
+#   4. bench_job_overhead.py --models gpu: bare torchrun vs zero-code vs --no-instrument,
+#      ROUNDS (6) alternating rounds, quiet and with every core busy.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/rankwatch-site .whl/*.whl
+  export PYTHONPATH="/tmp/rankwatch-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD:$PWD/runner/worker_path${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export RANKWATCH_HOME=/tmp/rankwatch-gpu-check
+OUT=${OUT:-/tmp}
+status=0
+nproc; uptime; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+echo "== 1. doctor"; timeout 60 python3 -m runner doctor 2>&1 | tee "$OUT/doctor.txt" || status=1
+echo "== 2. in-process phases"
+timeout 150 python3 tests/bench/gpu_phases_inprocess.py --json "$OUT/inprocess.json" 2>&1 \
+  | tee "$OUT/inprocess.txt" || status=1
+echo "== 3. a job under rankwatch run"
+timeout 150 python3 tests/bench/gpu_job_check.py --steps "${STEPS:-300}" --json "$OUT/job.json" 2>&1 \
+  | tee "$OUT/job.txt" || status=1
+echo "== 4. overhead"
+timeout "${OVERHEAD_TIMEOUT:-330}" python3 tests/bench/bench_job_overhead.py --models gpu --nproc 1 \
+  --variants bare,rankwatch,no-instrument --rounds "${ROUNDS:-6}" --gpu-steps "${GPU_STEPS:-300}" \
+  --first 150 --warmup 50 --loads "${LOADS:-quiet,busy}" --timeout 90 --json "$OUT/overhead.json" 2>&1 \
+  | tee "$OUT/overhead.txt" || status=1
+exit $status

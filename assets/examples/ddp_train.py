@@ -6,7 +6,8 @@ It trains a ConvNet on synthetic MNIST-sized data. Run it with torchrun:
 
 or from Rankwatch (`rankwatch run --example`). It follows the usual recipe:
 init_process_group (gloo on CPU, nccl on CUDA, or RANKWATCH_BACKEND when set),
-set_device(local_rank), DDP with device_ids, DistributedSampler with set_epoch,
+set_device(local_rank) (ranks share the GPUs when there are more of them, which only
+gloo allows), DDP with device_ids, DistributedSampler with set_epoch,
 per-GPU batch size, loss printed on rank 0 only, checkpoint saved by rank 0 only
 through model.module.state_dict(), destroy_process_group at the end.
 
@@ -75,9 +76,11 @@ def main():
     use_cuda = torch.cuda.is_available()
     backend = os.environ.get("RANKWATCH_BACKEND") or ("nccl" if use_cuda else "gloo")
     local_rank = int(os.environ["LOCAL_RANK"])
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    # One GPU per rank; more ranks than GPUs share them, which only gloo allows (NCCL refuses).
+    gpu = local_rank % torch.cuda.device_count() if use_cuda else None
+    if gpu is not None:
+        torch.cuda.set_device(gpu)
+    device = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
     dist.init_process_group(backend=backend)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     print(f"rank {rank}/{world_size} (local rank {local_rank}) on {socket.gethostname()}, device {device}")
@@ -88,7 +91,7 @@ def main():
     loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler,
                         num_workers=args.workers, pin_memory=use_cuda)
     model = ConvNet().to(device)
-    model = DDP(model, device_ids=[local_rank] if use_cuda else None)
+    model = DDP(model, device_ids=[gpu] if gpu is not None else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     if rank == 0:

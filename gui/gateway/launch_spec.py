@@ -21,6 +21,7 @@ from runner.profile.files import (
     ProfileError,
     delete_profile,
     example_profile,
+    fit_example,
     list_profiles,
     load_profile,
     profile_path,
@@ -59,7 +60,7 @@ __all__ = [
     "GpuSelection", "LaunchSpec", "MachineFacts", "NodeSpec", "Profile", "ProfileError", "RendezvousPlan",
     "ResolvedLaunch", "ResolvedNode", "SlurmSpec", "SpecError", "SpecErrors", "TelemetrySpec", "build_commands",
     "check_launch", "default_interpreter", "delete_profile", "discover_interpreters", "example_profile",
-    "free_port", "list_profiles", "load_profile", "plan_rendezvous", "profile_path", "read_spec_file",
+    "fit_example", "free_port", "list_profiles", "load_profile", "plan_rendezvous", "profile_path", "read_spec_file",
     "rename_profile", "render_by_hand", "resolve", "save_profile", "spec_from_dict", "spec_to_dict",
     "torch_missing", "write_spec_file",
 ]

@@ -27,6 +27,7 @@ from gui.gateway.launch_spec import (
     ALL,
     AUTO,
     CPU,
+    EXAMPLE_PROFILE,
     SCHEMA_VERSION,
     GpuSelection,
     LaunchSpec,
@@ -41,6 +42,7 @@ from gui.gateway.launch_spec import (
     build_commands,
     check_launch,
     default_interpreter,
+    fit_example,
     free_port,
     plan_rendezvous,
     render_by_hand,
@@ -418,9 +420,9 @@ class LaunchFormModel:
 
     def load(self, spec: LaunchSpec, *, profile_name: str | None, base_dir: Path) -> None:
         """Show ``spec`` (a loaded profile) and take it as the saved baseline."""
-        self._state = self._fit_machine(FormState.from_spec(spec))
         self._profile_name = profile_name
         self._base_dir = Path(base_dir)
+        self._state = self._fit_machine(FormState.from_spec(spec), as_loaded=True)
         self._baseline = self._table_or_none(self._state)
         self._evaluation = self._evaluate()
         self.state_replaced.emit(self._state)
@@ -456,11 +458,16 @@ class LaunchFormModel:
 
     def set_gpu_report(self, report: GpuReport) -> None:
         self._gpu_report = report
-        fitted = self._fit_machine(self._state)
+        before = self._table_or_none(self._state)
+        fitted = self._fit_machine(self._state, as_loaded=self._baseline is not None and before == self._baseline)
         if fitted != self._state:
+            after = self._table_or_none(fitted)
             self._state = fitted
-            if self._baseline is not None and self._baseline.get("gpus") == ALL:
-                self._baseline = {**self._baseline, "gpus": CPU}  # the machine's reading, not an edit
+            if self._baseline is not None and before is not None and after is not None:
+                # The machine's reading, not an edit: a value still as loaded takes what the machine made of it.
+                self._baseline = {**self._baseline, **{
+                    key: value for key, value in after.items()
+                    if value != before.get(key) and self._baseline.get(key) == before.get(key)}}
             self.state_replaced.emit(self._state)
         self.machine_changed.emit(report)
         self._reevaluate()
@@ -471,14 +478,31 @@ class LaunchFormModel:
         report = self._gpu_report
         return None if report is None else bool(report.available and report.gpus)
 
-    def _fit_machine(self, state: FormState) -> FormState:
+    def _fit_machine(self, state: FormState, *, as_loaded: bool) -> FormState:
         """Without a GPU, "all GPUs" is CPU mode: the form says so (and saves ``gpus = "cpu"``).
+        The bundled example, while nothing of it is edited (``as_loaded``), runs one rank per
+        GPU here, at most its two, as `rankwatch run --example` does (the runner's ``fit_example``).
 
         Not for a Slurm run: its GPUs are the allocated nodes', not this machine's.
         """
+        if as_loaded:
+            state = self._fit_example(state)
         if state.gpus == ALL and self.has_gpus is False and not state.slurm.enabled:
             return replace(state, gpus=CPU)
         return state
+
+    def _fit_example(self, state: FormState) -> FormState:
+        report = self._gpu_report
+        if report is None or self._profile_name != EXAMPLE_PROFILE:
+            return state
+        try:
+            spec = spec_from_dict(state.to_table())
+        except (SpecError, SpecErrors):
+            return state
+        fitted = fit_example(spec, report)
+        if fitted == spec:
+            return state
+        return replace(state, nproc_per_node=fitted.nproc_per_node, gpus=fitted.gpus)
 
     def set_interpreter_info(self, info: InterpreterInfo) -> None:
         self._interpreters[info.python] = info

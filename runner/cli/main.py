@@ -27,7 +27,7 @@ from runner.privacy import adopt_private_umask
 DESCRIPTION = """Launch and watch PyTorch distributed (torchrun) jobs.
 
   rankwatch  |  rankwatch gui    open the desktop app (gui --example: with the example)
-  rankwatch run --example        the bundled example, 2 processes
+  rankwatch run --example        the bundled example: a rank per GPU (at most 2), or 2 on CPU
   rankwatch run PROFILE          a saved profile (or a .toml path)
   rankwatch run --nproc-per-node 2 train.py --epochs 3
 """

@@ -15,16 +15,24 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from runner import paths, priority
 from runner.cli.output import EXIT_INVALID, fail, print_spec_errors, spec_errors_json
 from runner.cli.spec_flags import profile_from_args
 from runner.exit_status import process_exit_code
-from runner.profile.files import ProfileError, write_spec_file
+from runner.profile.files import (
+    Profile,
+    ProfileError,
+    fit_example,
+    is_bundled_example,
+    write_spec_file,
+)
 from runner.profile.parse import SpecErrors
 from runner.profile.resolve import absolute_paths
 from runner.run import Run, prepare_launch
+from runner.sampling.nvml import shared_nvml
 from runner.slurm.script import render_by_hand
 from runner.state import RunStatus
 from runner.store.store import RunStore
@@ -40,11 +48,19 @@ def source_label(args: argparse.Namespace) -> str:
 def load_or_explain(args: argparse.Namespace, *, as_json: bool = False):
     """The profile for these args, or an exit code after printing why not."""
     try:
-        return profile_from_args(args), None
+        return fit_to_this_machine(profile_from_args(args), args), None
     except SpecErrors as errors:
         return None, print_spec_errors(errors, source_label(args), as_json=as_json)
     except (ProfileError, ValueError) as error:
         return None, fail(str(error), as_json=as_json)
+
+
+def fit_to_this_machine(profile: Profile, args: argparse.Namespace) -> Profile:
+    """The bundled example with one rank per GPU here (at most its two; ``fit_example``), as
+    the GUI shows it; a process count given with ``--nproc-per-node`` is kept as given."""
+    if not is_bundled_example(profile) or args.nproc_per_node is not None:
+        return profile
+    return replace(profile, spec=fit_example(profile.spec, shared_nvml().report(with_processes=False)))
 
 
 def command_main(args: argparse.Namespace) -> int:

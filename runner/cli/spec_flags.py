@@ -58,7 +58,7 @@ def add_spec_flags(parser: argparse.ArgumentParser) -> None:
                        help="every N steps check that parameters are identical on all ranks (DDP consistency)")
     group.add_argument("--module", "-m", dest="module", metavar="MODULE", help="run a module (python -m style) instead of a script")
     add_slurm_flags(parser)
-    parser.add_argument("--example", action="store_true", help="the bundled example (2 processes, CPU or GPU)")
+    parser.add_argument("--example", action="store_true", help="the bundled example: one rank per GPU (at most 2), or 2 CPU ranks without a GPU")
     parser.add_argument("target", nargs="?", metavar="PROFILE|FILE.toml|SCRIPT", help="what to run")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="arguments for the script")
 

@@ -58,7 +58,9 @@ def check_gpus(launch: ResolvedLaunch, machine: MachineFacts) -> list[SpecError]
         errors.append(SpecError(
             "nproc_per_node",
             f"{launch.head.processes} processes but {len(launch.gpus)} GPU(s) picked; NCCL needs one GPU per rank "
-            "(two ranks on one GPU fail), so pick more GPUs or fewer processes"))
+            "(two ranks on one GPU fail), so pick more GPUs or fewer processes, or share the GPU(s) on purpose "
+            'with backend "gloo" (--backend gloo; the script must then put several ranks on one GPU, '
+            "as the bundled example does)"))
     return errors
 
 

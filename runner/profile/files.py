@@ -24,7 +24,8 @@ else:  # Python 3.10
 
 from runner import paths
 from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
-from runner.profile.spec import LaunchSpec
+from runner.profile.spec import ALL, CPU, LaunchSpec
+from runner.sampling.gpu_report import GpuReport
 
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 EXAMPLE_PROFILE = "example"
@@ -148,8 +149,9 @@ def example_script() -> Path:
     return paths.assets_dir() / "examples" / "ddp_train.py"
 
 
-def example_profile() -> Profile:
-    """The bundled example: two CPU-or-GPU ranks of a small DDP ConvNet.
+def example_profile(gpus: GpuReport | None = None) -> Profile:
+    """The bundled example: a small DDP ConvNet, fitted to a machine with ``gpus``
+    (``fit_example``); without ``gpus``, as ``example.toml`` says (two ranks).
 
     It runs in a folder of Rankwatch's data directory (created here), so its
     checkpoint never lands in the user's current directory or the install.
@@ -159,4 +161,37 @@ def example_profile() -> Profile:
     workdir = paths.example_workdir()
     workdir.mkdir(parents=True, exist_ok=True)
     spec = spec.with_changes(script=str(example_script()), workdir=str(workdir))
+    if gpus is not None:
+        spec = fit_example(spec, gpus)
     return Profile(name=EXAMPLE_PROFILE, path=path, spec=spec)
+
+
+def is_bundled_example(profile: Profile) -> bool:
+    """``profile`` is the bundled example (``--example``, or the name ``example`` while no
+    profile of that name is saved), not a file a person wrote."""
+    return profile.name == EXAMPLE_PROFILE and profile.path == paths.assets_dir() / "examples" / "example.toml"
+
+
+def fit_example(spec: LaunchSpec, gpus: GpuReport) -> LaunchSpec:
+    """The example's ranks on a machine with ``gpus``: one per picked GPU, at most the
+    ``nproc_per_node`` it asks for (2).
+
+    NCCL needs a GPU per rank, so two ranks on a one-GPU workstation (the most common
+    machine) would be refused; there the example runs one rank with nccl. With more GPUs
+    than ranks, ``"all"`` becomes the first of them, so the GPUs shown are the ones used.
+    In CPU mode (``"cpu"``, or no GPU here) it is unchanged: two ranks with gloo.
+    Anything but the bundled script, an ``"auto"`` count, several nodes or Slurm is
+    returned as it is.
+    """
+    if (spec.script != str(example_script()) or not isinstance(spec.nproc_per_node, int)
+            or spec.is_multi_node or spec.slurm is not None):
+        return spec
+    if spec.gpus == CPU or not gpus.available or not gpus.gpus:
+        return spec
+    picked = gpus.indices if spec.gpus == ALL else spec.gpus if isinstance(spec.gpus, tuple) else ()
+    if not picked:
+        return spec
+    ranks = min(spec.nproc_per_node, len(picked))
+    if spec.gpus == ALL and len(picked) > ranks:
+        return spec.with_changes(nproc_per_node=ranks, gpus=picked[:ranks])
+    return spec.with_changes(nproc_per_node=ranks)

@@ -6,6 +6,7 @@ Also the probe's JSON parsing (what the GPU picker and the interpreter line show
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -90,6 +91,57 @@ def test_example_profile_loads_clean_and_previews_what_rankwatch_command_prints(
                              capture_output=True, text=True, timeout=60, check=True).stdout.strip()
     assert [command.text for command in evaluation.commands] == [printed]
     assert evaluation.can_launch, evaluation.errors
+
+
+def test_the_example_runs_one_nccl_rank_on_a_one_gpu_machine_as_rankwatch_command_does(tmp_path):
+    # The H200 machine of tests/fakes/gpu_reference, as its `rankwatch probe --json` told the GUI.
+    probe = (REPO_ROOT / "tests" / "fakes" / "gpu_reference" / "probe.json").read_text()
+    one_gpu = parse_probe_output(probe).gpus
+    profile = example_profile()
+    model = LaunchFormModel()
+    model.load(profile.spec, profile_name="example", base_dir=profile.base_dir)
+    model.set_gpu_report(one_gpu)
+
+    evaluation = model.evaluation
+    assert evaluation.spec == profile.spec.with_changes(nproc_per_node=1)  # the machine's reading: clean
+    assert not evaluation.dirty and evaluation.errors == ()
+    assert (evaluation.launch.head.processes, evaluation.launch.gpus, evaluation.launch.backend) == (1, (0,), "nccl")
+    # The CLI's `rankwatch command --example` on a machine whose NVML shows that H200.
+    shim = tmp_path / "pynvml.py"
+    shim.write_text("from tests.fakes.fake_pynvml import gpu_reference_nvml\n"
+                    "globals().update(vars(gpu_reference_nvml().module))\n")
+    printed = subprocess.run([sys.executable, "-m", "runner", "command", "--example"], cwd=REPO_ROOT,
+                             env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}"},
+                             capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    assert [command.text for command in evaluation.commands] == [printed]
+
+    # Sharing the GPU on purpose is an edit the next GPU refresh leaves alone; nccl is refused.
+    model.update(nproc_per_node=2, backend="gloo")
+    model.set_gpu_report(one_gpu)
+    assert (model.state.nproc_per_node, model.state.backend) == (2, "gloo") and model.dirty
+    assert model.evaluation.errors == () and model.evaluation.launch.gpus == (0,)
+    model.update(backend="auto")
+    [(field, message)] = model.evaluation.errors
+    assert field == "nproc_per_node" and "(--backend gloo;" in message
+
+
+def test_the_example_keeps_two_ranks_on_more_gpus_and_other_profiles_are_not_fitted(tmp_path, script):
+    four_gpus = parse_probe_output(json.dumps({**TWO_GPUS_JSON, "gpus": {**TWO_GPUS_JSON["gpus"], "gpus": [
+        {**TWO_GPUS_JSON["gpus"]["gpus"][0], "index": index, "uuid": f"GPU-{index}"} for index in range(4)]}})).gpus
+    profile = example_profile()
+    model = LaunchFormModel()
+    model.set_gpu_report(four_gpus)
+    model.load(profile.spec, profile_name="example", base_dir=profile.base_dir)
+    assert (model.state.nproc_per_node, model.state.gpus, model.dirty) == (2, (0, 1), False)
+    assert model.evaluation.launch.gpus == (0, 1) and model.evaluation.errors == ()
+
+    one_gpu = parse_probe_output((REPO_ROOT / "tests" / "fakes" / "gpu_reference" / "probe.json").read_text()).gpus
+    mine = LaunchSpec(script=str(script), workdir=str(tmp_path), nproc_per_node=2)
+    model = LaunchFormModel()
+    model.set_gpu_report(one_gpu)
+    model.load(mine, profile_name="mine", base_dir=tmp_path)
+    assert model.state.nproc_per_node == 2 and not model.dirty
+    assert [field for field, _message in model.evaluation.errors] == ["nproc_per_node"]
 
 
 def test_form_fields_become_the_spec_and_the_runners_command(model, script, tmp_path):

@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pynvml
+
+from runner.cli.inspect_commands import report_json
 from runner.sampling.nvml import Nvml
 from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage
-from tests.fakes.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml, NVMLError, a100
+from tests.fakes import fake_pynvml
+from tests.fakes.fake_pynvml import (
+    NVML_ERROR_LIBRARY_NOT_FOUND,
+    FakeNvml,
+    NVMLError,
+    a100,
+    gpu_reference_nvml,
+    h200_training,
+)
 from tests.jobs import REPO, rankwatch, wait_for
+
+GPU_REFERENCE = Path(__file__).resolve().parent.parent / "fakes" / "gpu_reference"
 
 
 def test_report_reads_every_gpu_and_its_processes():
@@ -24,6 +39,37 @@ def test_report_reads_every_gpu_and_its_processes():
     assert (first.power_watts, first.temperature_c, first.sm_clock_mhz) == (250.0, 61.0, 1410.0)
     assert [(p.pid, p.used_memory) for p in first.processes] == [(4242, 6 << 30)]
     assert second.processes == ()
+
+
+def test_the_fake_has_the_real_modules_names_signatures_errors_and_constants():
+    fake = FakeNvml().module
+    functions = [name for name in vars(fake) if name.startswith("nvml")]
+    assert len(functions) >= 15
+    for name in functions:
+        assert str(inspect.signature(getattr(fake, name))) == str(inspect.signature(getattr(pynvml, name))), name
+    for name, value in vars(fake).items():
+        if name.startswith("NVML_") and not name.startswith("NVML_VALUE_NOT_AVAILABLE"):
+            assert getattr(pynvml, name) == value, name
+    for code in (3, 6, 9, 12, 18):
+        fake_error, real_error = NVMLError(code), pynvml.NVMLError(code)
+        assert (type(fake_error).__name__, str(fake_error), fake_error.value) == (
+            type(real_error).__name__, str(real_error), real_error.value)
+        assert isinstance(fake_error, getattr(fake, type(real_error).__name__))
+    assert fake_pynvml.NVMLError_NotFound().value == pynvml.NVMLError_NotFound().value == 6
+
+
+def test_the_fake_gives_back_what_rankwatch_printed_on_the_real_h200():
+    # `rankwatch probe --json` (idle) and `rankwatch gpus --json` (one nccl rank training)
+    # on the gpu-reference machine: the same JSON from the fake.
+    probe = json.loads((GPU_REFERENCE / "probe.json").read_text())
+    assert report_json(Nvml(module=gpu_reference_nvml().module).report()) == probe["gpus"]
+    during = json.loads((GPU_REFERENCE / "gpus_during.json").read_text())
+    training = Nvml(module=gpu_reference_nvml(h200_training()).module).report()
+    assert [gpu.to_json() for gpu in training.gpus] == during
+    # nvidia-smi's view of the same moment: the rank's pid and its memory in MiB.
+    pid, used = (GPU_REFERENCE / "smi_apps.txt").read_text().split(",")
+    [process] = training.gpus[0].processes
+    assert (process.pid, process.used_memory // (1 << 20), process.name) == (int(pid), int(used.split()[0]), None)
 
 
 def test_unsupported_queries_become_none_not_errors():

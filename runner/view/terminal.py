@@ -25,6 +25,7 @@ from runner.view.format import (
     format_number,
     format_percent,
 )
+from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
 from runner.view.progress import PROGRESS_METRICS, ProgressTracker, compute_progress, progress_texts
 from runner.view.rank_stats import BUILT_IN_METRICS, RankStats
 
@@ -50,7 +51,12 @@ DEFAULT_WIDTH = 120
 PROGRESS_SAMPLES_PER_BATCH = 64
 REFRESH_PER_SECOND = 4
 """The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
-WHOLE_RUN_CAPTION = ("whole run: median step time; data wait, comm wait and samples/s over every step; "
+PHASES_COLUMN = "where the step goes"
+"""The phases' stacked bar (``runner.view.phase_bars``: d data, h h2d, F forward, B backward, c comm,
+O optimizer, · rest)."""
+PHASES_COLUMN_WIDTH = 12
+WHOLE_RUN_CAPTION = ("whole run: median step time; data wait, comm wait, samples/s and where the step goes over "
+                     "every (timed) step; "
                      "loss and the last columns as last seen")
 """The live table's last frame, once ``show_results`` gave each rank's whole-run figures."""
 
@@ -311,8 +317,14 @@ class TerminalView:
                               f"data wait {format_percent(entry.data_wait_share)}{comm}, "
                               f"{format_amount(entry.samples_per_s)} samples/s")
                 steps = (f"{entry.steps} steps" if entry.steps is not None else f"last step {entry.last_step}")
+                if entry.skipped_steps:
+                    steps += f" ({entry.skipped_steps} skipped by GradScaler)"
                 self._print_line("[rankwatch]", f"rank {entry.rank} {entry.state or MISSING}: {steps}, "
                                  f"last loss {format_number(entry.last_loss)}{timing}{logged}", "stdout")
+                if entry.phase_shares:
+                    clock = CLOCK_WORDS.get(entry.phase_clock or "", "its clock")
+                    self._print_line("[rankwatch]", f"rank {entry.rank} steps on {clock}: "
+                                     f"{phase_shares_text(entry.phase_shares)}", "stdout")
         self._flush_lines()
 
     def _print_final_header(self) -> None:
@@ -441,9 +453,12 @@ class TerminalView:
                       caption="\n".join(captions) or None)
         # time in collectives: a column once a rank measured it (a job with a process group)
         show_comm = any(row.get("comm_wait_share") is not None for row in figures.values())
+        # where the steps go (phase_bars' letters): a column once a rank's phases were timed
+        show_phases = any(row.get("phase_shares") for row in figures.values())
         columns = ["rank", *(["host"] if self.multi_node else []), "state", "step", "loss",
                    "median ms/step" if self._results is not None else "ms/step",
-                   "data wait", *(["comm wait"] if show_comm else []), "samples/s"]
+                   "data wait", *(["comm wait"] if show_comm else []), "samples/s",
+                   *([PHASES_COLUMN] if show_phases else [])]
         columns += ["CPU %", "RSS"] if self.cpu_mode else ["GPU", "GPU %", "GPU mem"]
         columns += ["seen"]
         show_exit = any(row.get("exit_code") is not None for row in self.ranks.values())
@@ -466,7 +481,8 @@ class TerminalView:
                      MISSING if row.get("step") is None else str(row["step"]), format_number(shown.get("loss")),
                      format_amount(shown.get("step_time"), 1000), format_percent(shown.get("data_wait_share")),
                      *([format_percent(shown.get("comm_wait_share"))] if show_comm else []),
-                     format_amount(shown.get("samples_per_s"))]
+                     format_amount(shown.get("samples_per_s")),
+                     *([phase_bar(shown.get("phase_shares"), PHASES_COLUMN_WIDTH)] if show_phases else [])]
             if self.cpu_mode:
                 cells += [format_fixed(row.get("cpu_percent"), "{:.0f}"), format_bytes(row.get("rss_bytes"))]
             else:
@@ -492,7 +508,8 @@ class TerminalView:
             return row
         return {"loss": result.last_loss if result.last_loss is not None else row.get("loss"),
                 "step_time": result.median_step_time, "data_wait_share": result.data_wait_share,
-                "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s}
+                "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s,
+                "phase_shares": result.phase_shares}
 
 
 def render_summary(run: dict[str, Any], out: TextIO) -> None:

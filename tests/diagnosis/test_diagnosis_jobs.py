@@ -7,9 +7,11 @@ store recorded (events, summary).
 
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import socket
+import statistics
 import time
 from pathlib import Path
 
@@ -219,30 +221,77 @@ def test_a_rank_sleeping_in_its_data_loader_is_a_straggler_waiting_for_data_and_
     assert divergence["rank"] == 1 and divergence["data"]["step"] == 14 and divergence["data"]["reference"] == [0]
 
 
-def test_a_rank_computing_three_times_longer_is_the_compute_straggler_and_a_balanced_job_has_none():
+def bottleneck_of(run: dict) -> dict:
+    return (run["summary"].get("diagnostics") or {}).get("bottleneck") or {}
+
+
+def phases_add_up(run_id: int, folder: Path) -> float:
+    """The median over measured steps of (the phases' sum / the step time), read from ``runs export``."""
+    export = folder / f"export-{run_id}"
+    result = rankwatch("runs", "export", str(run_id), "--csv", str(export))
+    assert result.returncode == 0, result.stderr
+    steps: dict[tuple[int, int], dict[str, float]] = {}
+    with (export / "metrics.csv").open() as file:
+        for row in csv.DictReader(file):
+            if row["source"] == "auto" and row["step"] and row["value"]:
+                steps.setdefault((int(row["rank"]), int(row["step"])), {})[row["name"]] = float(row["value"])
+    ratios = [sum(value for name, value in values.items() if name.startswith("phase_") and name != "phase_clock")
+              / values["step_time"] for values in steps.values() if "phase_clock" in values and "step_time" in values]
+    assert len(ratios) >= 10, f"{len(ratios)} measured steps"
+    return statistics.median(ratios)
+
+
+def test_a_rank_computing_three_times_longer_is_the_compute_straggler_and_a_balanced_job_is_compute_bound(tmp_path):
     """DDP on gloo, 2 ranks, every step time equal: only the time apart from the all-reduce wait
-    tells rank 1 (3x the forward work on the same data) apart. Two jobs, about 40 s together."""
+    tells rank 1 (10 more forward passes outside autograd, between its forward and its backward)
+    apart: the run's verdict names rank 1 and its forward. The balanced job is compute-bound. Two
+    jobs, about 40 s together."""
     script = SCRIPTS / "diag_slow_compute.py"
-    slow = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script), "--steps", "40", "--width", "768")
+    slow = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script), "--steps", "40", "--width", "768",
+                     "--extra", "before-backward", "--factor", "11")
     assert slow.returncode == 0, slow.stderr[-3000:]
-    assert "straggler:     rank 1 is a straggler: it computes longer" in summary_block(slow.stderr)
+    block = summary_block(slow.stderr)
+    assert "straggler:     rank 1 is a straggler: it computes longer" in block
+    assert "bottleneck:    a straggler: rank 1 (forward)" in block
     assert "comm wait" in slow.stdout  # the per-rank status lines show the share in collectives
-    _run, events = stored()
+    run, events = stored()
     stragglers = [e for e in events if e["kind"] == "straggler" and e["data"]["active"]]
     assert {e["rank"] for e in stragglers} == {1}
     first = stragglers[0]["data"]
-    assert first["cause"] == "compute" and first["step"] <= 30 and first["data_wait"] is None
-    assert first["compute_time"] > 1.5 * first["others_compute_time"]
+    assert first["cause"] == "compute" and first["phase"] == "forward" and first["step"] <= 30
+    assert first["data_wait"] is None  # no DataLoader: not measured, never 0
+    assert first["compute_time"] > 1.3 * first["others_compute_time"]
+    verdict = bottleneck_of(run)
+    assert (verdict["verdict"], verdict["rank"], verdict["phase"]) == ("straggler", 1, "forward")
 
-    balanced = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script), "--steps", "500",
-                         "--width", "384", "--slow-rank", "-1")
+    balanced = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script), "--steps", "80",
+                         "--width", "256", "--batch", "4096", "--slow-rank", "-1")  # a plain model: compute dominates
     assert balanced.returncode == 0, balanced.stderr[-3000:]
-    _run, events = stored()
+    run, events = stored()
     assert [e for e in events if e["kind"] == "straggler"] == []
-    with RunStore(readonly=True) as store:
-        measured = {name for (name,) in store.connection.execute(
-            "SELECT DISTINCT name FROM metrics WHERE run_id = ?", (_run["id"],))}
-    assert {"comm_wait", "compute_time"} <= measured
+    verdict = bottleneck_of(run)
+    assert verdict["verdict"] == "compute-bound" and verdict["clock"] == "cpu", verdict
+    assert "bottleneck:    compute-bound: forward, backward and optimizer" in summary_block(balanced.stderr)
+    assert abs(phases_add_up(run["id"], tmp_path) - 1) <= 0.05
+
+
+@pytest.mark.parametrize("kind, verdict, evidence", [
+    ("input", "input-bound", "waiting for data"),
+    ("comm", "communication-bound", "exposed communication"),
+])
+def test_a_job_waiting_for_its_data_or_its_all_reduce_gets_that_verdict(kind, verdict, evidence, tmp_path):
+    """Both ranks alike (no straggler): every rank's Dataset sleeps, or a 64 MiB all-reduce follows a tiny
+    model; the verdict, its evidence and its action name that, and the phases add up to the step time."""
+    result = rankwatch("run", "--plain", "--nproc-per-node", "2", str(SCRIPTS / "diag_bottleneck.py"), "--kind", kind)
+    assert result.returncode == 0, result.stderr[-3000:]
+    block = summary_block(result.stderr)
+    assert f"bottleneck:    {verdict}: {evidence}" in block
+    assert "→ " in block  # one concrete action
+    run, _events = stored()
+    found = bottleneck_of(run)
+    assert found["verdict"] == verdict and found["rank"] is None
+    assert {found["ranks"][rank]["verdict"] for rank in ("0", "1")} == {verdict}
+    assert abs(phases_add_up(run["id"], tmp_path) - 1) <= 0.05
 
 
 def test_a_taken_rendezvous_port_names_rank_0_the_port_and_its_holder():

@@ -65,7 +65,11 @@ import json, os, sys, tempfile, time
 sys.path.insert(0, os.environ["RW_BENCH_WORKER_PATH"])
 import torch
 import torch.distributed as dist
-from rankwatch import _comm_timing, _instrument
+from rankwatch import _instrument
+try:
+    from rankwatch import _phases as _sampling  # the step phases
+except ImportError:
+    from rankwatch import _comm_timing as _sampling  # checkouts before them
 from rankwatch._buffer import RecordBuffer
 
 variant, warmup = os.environ["RW_BENCH_VARIANT"], int(os.environ["RW_BENCH_WARMUP"])
@@ -73,11 +77,12 @@ buffer = RecordBuffer(10**7)
 if variant != "off":  # before the script makes its model and optimizer, as the bootstrap does
     # the step times under callgrind are ~50 times the native ones: the split's sampling is fixed here
     every = {"every": 1, "sampled": int(os.environ["RW_BENCH_SAMPLED_EVERY"]), "never": 1 << 62}[variant]
-    for module in (_comm_timing, _instrument):  # checkouts before issue 17's step rows decided in _instrument
+    for module in (_sampling, _instrument):  # checkouts before issue 17's step rows decided in _instrument
         if hasattr(module, "split_every"):
             module.split_every = lambda step_time: every
     clock = _instrument.install(torch, buffer, None)
-    clock.comm.timing = variant == "every"  # step 0 is timed by every variant: left out of the count here
+    timer = getattr(clock, "phases", None) or clock.comm
+    timer.timing = variant == "every"  # step 0 is timed by every variant: left out of the count here
 
 
 def timed_steps(run_step, steps, result_path):

@@ -21,7 +21,7 @@ is the real code plus a mode check per hook. Modes:
 
 * ``off``: every hook returns at once (the step counter still counts: the phases);
 * ``min``: loss, step time, data wait (the hooks), nothing sent, no comm timing;
-* ``nosend``: ``min`` plus the comm/compute/cpu-wait timing (``_comm_timing``);
+* ``nosend``: ``min`` plus the step phases and cpu-wait timing (``_phases``);
 * ``nocomm``: ``min`` plus sending the step records (encode, socket, the runner's ingest);
 * ``full``: everything, as a user gets it.
 
@@ -67,14 +67,15 @@ EDITS = [
     ("        self.optimizer_steps += 1\n",
      "        self.optimizer_steps += 1\n        if not _On.hooks:\n            self.steps += 1\n"
      "            _set_mode(self.steps)\n            return\n"),
-    ("        comm_wait, cpu_wait = self.comm.end_step(step_time, step + 1)\n",
-     "        comm_wait, cpu_wait = self.comm.end_step(step_time, step + 1) if _On.comm else (None, None)\n"),
+    ("        phases, cpu_wait = self.phases.end_step(now, step_time, step + 1)\n",
+     "        phases, cpu_wait = self.phases.end_step(now, step_time, step + 1) if _On.comm else (None, None)\n"
+     "        self.phases.timing = self.phases.timing and _On.comm\n"),
     ("        self._buffer.put((", "        (self._buffer.put if _On.send else _discard)(("),
     ("        self.steps = step + 1\n", "        self.steps = step + 1\n        _set_mode(self.steps)\n"),
     ("    def backward(tensors, *args, **kwargs):\n",
      "    def backward(tensors, *args, **kwargs):\n        if not _On.hooks:\n"
      "            return original(tensors, *args, **kwargs)\n"),
-    ("            comm.on_backward_start(tensors)", "            _On.comm and comm.on_backward_start(tensors)"),
+    ("            phases.on_backward_start(tensors)", "            _On.comm and phases.on_backward_start(tensors)"),
     ("    def __next__(self):\n", "    def __next__(self):\n        if not _On.hooks:\n            return original(self)\n"),
     ("        self.loss.on_step_start(", "        _On.hooks and self.loss.on_step_start("),
     ("def _warn(message: str) -> None:", "def _discard(record):\n    pass\n\n\ndef _warn(message: str) -> None:"),

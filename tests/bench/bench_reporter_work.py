@@ -50,8 +50,9 @@ def main() -> int:
     def queue_steps() -> None:
         for index in range(options.batch):
             timed = index % 16 == 0
+            phases = (["cpu", 1.2e-5, 2e-6, 8e-5, 1.2e-4, 5e-5, 1.5e-5, 1.1e-5] if timed else None)
             buffer.put((KIND_STEP, started + index * 3e-4, index, 0.6931 + index * 1e-5, 2.9e-4 + index * 1e-9,
-                        1.2e-5, 64, 1.1e-4 if timed else None, 3e-6 if timed else None))
+                        1.2e-5, 64, 3e-6 if timed else None, False, phases))
 
     def drained_items() -> list:
         result = reporter._drain_items()

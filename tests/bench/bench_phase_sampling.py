@@ -1,12 +1,12 @@
-"""The comm/compute split timed on every step vs sampled (``split_every``), A/B in one process.
+"""The step phases timed on every step vs sampled (``_phases.split_every``), A/B in one process.
 
 Run on demand (not part of the test suite; about 3 minutes)::
 
-    .venv/bin/python tests/bench/bench_comm_split.py [--rounds 100] [--steps 200]
+    .venv/bin/python tests/bench/bench_phase_sampling.py [--rounds 100] [--steps 200]
 
 Whole runs of a job differ by 5-10 % on a shared 2-core machine, so the two are
 compared inside one process instead: a tiny model under DDP over a gloo group of
-one (so the end-of-backward timing runs as in a DDP job, ~0.6 ms steps, which
+one (so the phases' marks, the end-of-backward one included, run as in a DDP job, ~0.6 ms steps, which
 ``split_every`` times every 16th step), the real instrumentation installed and
 removed in short alternating blocks: ``off`` (nothing installed), ``every``
 (every step timed, as before) and ``sampled`` (as shipped). Per round the
@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional
 
-from rankwatch import _comm_timing, _instrument
+from rankwatch import _instrument, _phases
 from rankwatch._buffer import RecordBuffer
 
 VARIANTS = ("off", "every", "sampled")
@@ -46,13 +46,13 @@ def main() -> None:
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(16, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     inputs, targets = torch.randn(4096, 8, 16), torch.randn(4096, 8, 1)
-    sampled = _comm_timing.split_every
+    sampled = _phases.split_every
     buffer = RecordBuffer(10**7)
 
     def block(variant: str, steps: int) -> float:
         clock = None
         if variant != "off":
-            _comm_timing.split_every = sampled if variant == "sampled" else (lambda step_time: 1)
+            _phases.split_every = sampled if variant == "sampled" else (lambda step_time: 1)
             clock = _instrument.install(torch, buffer, None)
             clock.optimizer_made = True  # the bootstrap installs before the script makes its optimizer
         started = time.perf_counter()
@@ -64,7 +64,7 @@ def main() -> None:
         elapsed = (time.perf_counter() - started) / steps * 1e6
         if clock is not None:
             clock.uninstall()
-            _comm_timing.split_every = sampled
+            _phases.split_every = sampled
             buffer.drain()
         return elapsed
 

@@ -224,7 +224,8 @@ class RunStore:
             self.connection.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*values.values(), run_id))
 
     RANK_COLUMNS = ("local_rank", "node_rank", "host", "pid", "world_size", "python", "torch",
-                    "gpu_index", "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent")
+                    "gpu_index", "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent",
+                    "gpu_mem_used_peak")
 
     def upsert_rank(self, run_id: int, rank: int, **values: Any) -> None:
         with self.connection:

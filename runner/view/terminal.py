@@ -51,7 +51,7 @@ PROGRESS_SAMPLES_PER_BATCH = 64
 REFRESH_PER_SECOND = 4
 """The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
 WHOLE_RUN_CAPTION = ("whole run: median step time; data wait, comm wait and samples/s over every step; "
-                     "loss and the last columns as last seen")
+                     "GPU % the median, GPU mem the most; loss and the last columns as last seen")
 """The live table's last frame, once ``show_results`` gave each rank's whole-run figures."""
 
 
@@ -192,6 +192,8 @@ class TerminalView:
                 self.launcher = "script"
             for row in message.get("ranks") or []:
                 self.ranks[row["rank"]] = row
+                if row.get("gpu_index") is not None:  # attached to a run on GPUs: their columns from the start
+                    self.cpu_mode = False
             if len(message.get("nodes") or []) > 1:
                 self.multi_node = True
             if (self.run or {}).get("status") == RunStatus.STOPPING.value:
@@ -312,7 +314,8 @@ class TerminalView:
                               f"{format_amount(entry.samples_per_s)} samples/s")
                 steps = (f"{entry.steps} steps" if entry.steps is not None else f"last step {entry.last_step}")
                 self._print_line("[rankwatch]", f"rank {entry.rank} {entry.state or MISSING}: {steps}, "
-                                 f"last loss {format_number(entry.last_loss)}{timing}{logged}", "stdout")
+                                 f"last loss {format_number(entry.last_loss)}{timing}{_gpu_text(entry)}{logged}",
+                                 "stdout")
         self._flush_lines()
 
     def _print_final_header(self) -> None:
@@ -471,7 +474,7 @@ class TerminalView:
                 cells += [format_fixed(row.get("cpu_percent"), "{:.0f}"), format_bytes(row.get("rss_bytes"))]
             else:
                 cells += [str(row["gpu_index"]) if row.get("gpu_index") is not None else MISSING,
-                          format_fixed(row.get("gpu_util"), "{:.0f}"), format_bytes(row.get("gpu_mem_used"))]
+                          format_fixed(shown.get("gpu_util"), "{:.0f}"), format_bytes(shown.get("gpu_mem_used"))]
             finished = RankState(row.get("state", "waiting")).finished
             cells.append(MISSING if finished or age is None else f"{max(0.0, age):.0f} s")
             if show_exit:
@@ -492,7 +495,16 @@ class TerminalView:
             return row
         return {"loss": result.last_loss if result.last_loss is not None else row.get("loss"),
                 "step_time": result.median_step_time, "data_wait_share": result.data_wait_share,
-                "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s}
+                "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s,
+                "gpu_util": result.gpu_util, "gpu_mem_used": result.gpu_mem_used_peak}
+
+
+def _gpu_text(entry: RankStats) -> str:
+    """``, GPU 0 51% (median), 3.6 GiB at most``: a rank's GPU over the run, when it was sampled."""
+    if entry.gpu_index is None or (entry.gpu_util is None and entry.gpu_mem_used_peak is None):
+        return ""
+    used = "" if entry.gpu_mem_used_peak is None else f", {format_bytes(entry.gpu_mem_used_peak)} at most"
+    return f", GPU {entry.gpu_index} {format_fixed(entry.gpu_util, '{:.0f}%')} (median){used}"
 
 
 def render_summary(run: dict[str, Any], out: TextIO) -> None:

@@ -1,0 +1,150 @@
+"""GPU use in a run's record: `runs show` (text and ``--json``), `runs list` and the end of
+`rankwatch run`, from a real run store (SQLite) through the CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from rankwatch import _protocol as protocol
+from rankwatch._protocol import GpuSample, MetricRecord
+from runner.cli.main import main
+from runner.store.store import RecordBatch, RunStore
+from runner.view.rank_stats import run_statistics
+
+GIB = 1 << 30
+GPU_TOTAL = 80 * GIB
+UTILISATION = {0: [60.0, 80.0, 90.0, 70.0], 1: [10.0, 20.0, 30.0, 40.0]}
+"""Each GPU's samples while the ranks made steps (t 100.5 .. 103.5): medians 75 and 25."""
+PHASES = [0.001, 0.002, 0.010, 0.020, 0.004, 0.003, 0.001]
+"""One step's phases in ``PHASES`` order (data, h2d, forward, backward, comm, optimizer, rest)."""
+
+
+def step_rows(rank: int, clock: str) -> list:
+    """Five measured steps (t 100 .. 104) as the hub stores a worker's step rows; step 2 skipped by
+    GradScaler; no DataLoader (data wait not measured)."""
+    records = []
+    for step in range(5):
+        row = [100.0 + step, step, 2.0 - 0.1 * step, 0.041, None, 32, 0.0005 if clock == "cpu" else None,
+               step == 2, [clock, *PHASES]]
+        records += protocol.step_row_records(rank, row)
+    return records
+
+
+@pytest.fixture
+def gpu_run():
+    """Rank 0 on GPU 0 with the allocator's readings; rank 1 on GPU 1 without them; rank 2 seen on no
+    GPU (another node's, or a CPU rank): its GPU figures are not measured."""
+    metrics = step_rows(0, "gpu") + step_rows(1, "gpu") + step_rows(2, "cpu")
+    for t, allocated, reserved, peak in ((101.2, 1 * GIB, 1.5 * GIB, 2.5 * GIB), (103.2, 2 * GIB, 2.5 * GIB, 3 * GIB),
+                                         (104.2, 2 * GIB, 2.5 * GIB, 2.75 * GIB)):  # the script reset its peak
+        step = int(t) - 100
+        metrics += [MetricRecord(0, t, step, protocol.GPU_MEMORY_ALLOCATED, allocated, "auto"),
+                    MetricRecord(0, t, step, protocol.GPU_MEMORY_RESERVED, reserved, "auto"),
+                    MetricRecord(0, t, step, protocol.GPU_MEMORY_PEAK, peak, "auto")]
+    samples = []
+    for index, values in UTILISATION.items():
+        samples.append(GpuSample(98.0, index, 0.0, GIB, GPU_TOTAL, 80.0, 35.0, 345.0))  # loading: before any step
+        samples += [GpuSample(100.5 + i, index, value, 5 * GIB, GPU_TOTAL, 300.0, 60.0, 1980.0)
+                    for i, value in enumerate(values)]
+        samples.append(GpuSample(105.5, index, 0.0, GIB, GPU_TOTAL, 80.0, 40.0, 345.0))  # after the last step
+    with RunStore() as store:
+        run_id = store.create_run(run_key="g" * 24, profile="gpu_train", spec_toml="", command="", host="h",
+                                  workdir="/", runner_pid=1, socket=None, world_size=3, status="succeeded")
+        store.update_run(run_id, started=97.0, ended=106.0, exit_code=0)
+        for rank, gpu_index, used in ((0, 0, 3_902_799_872), (1, 1, 2 * GIB), (2, None, None)):
+            store.upsert_rank(run_id, rank, state="exited", exit_code=0, host="h", pid=100 + rank, first_seen=97.5,
+                              last_seen=105.0, gpu_index=gpu_index, gpu_mem_used_peak=used)
+        store.write_batch(run_id, RecordBatch(metrics=metrics, gpu_samples=samples))
+        cpu_run = store.create_run(run_key="c" * 24, profile="cpu_train", spec_toml="", command="", host="h",
+                                   workdir="/", runner_pid=1, socket=None, world_size=1, status="succeeded")
+        store.update_run(cpu_run, started=107.0, ended=109.0, exit_code=0)
+        store.upsert_rank(cpu_run, 0, state="exited", exit_code=0, host="h", pid=200)
+        store.write_batch(cpu_run, RecordBatch(metrics=step_rows(0, "cpu")))
+    return run_id
+
+
+def test_rank_statistics_give_each_ranks_gpu_from_the_samples_and_the_allocators_records(gpu_run):
+    with RunStore(readonly=True) as store:
+        first, second, third = run_statistics(store, gpu_run)[0]
+    # the median over the samples taken while the rank made steps: not the loading, not the end
+    assert (first.gpu_index, first.gpu_util, second.gpu_util) == (0, 75.0, 25.0)
+    assert (first.gpu_mem_used_peak, first.gpu_mem_total) == (3_902_799_872, GPU_TOTAL)
+    # allocated and reserved at the newest reading; the peak is the largest reading
+    assert (first.gpu_mem_allocated, first.gpu_mem_reserved, first.gpu_mem_peak) == (2 * GIB, int(2.5 * GIB), 3 * GIB)
+    assert second.gpu_mem_allocated is second.gpu_mem_reserved is second.gpu_mem_peak is None
+    assert (third.gpu_index, third.gpu_util, third.gpu_mem_used_peak, third.gpu_mem_total, third.gpu_mem_peak) == (
+        None, None, None, None, None)
+
+
+def test_runs_show_has_gpu_columns_when_a_rank_has_them_and_says_what_they_mean(gpu_run, capsys):
+    assert main(["runs", "show", str(gpu_run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.strip().startswith("rank  state"))
+    assert re.search(r"samples/s\s+GPU\s+GPU %\s+GPU mem\s+torch mem\s+last seen", header), header
+    cells = {row.split()[0]: re.split(r"\s{2,}", row.strip()) for row in lines
+             if re.match(r"\s+\d\s+exited", row)}
+    assert cells["0"][-5:-1] == ["0", "75%", "3.6/80.0 GiB", "2.0/2.5 GiB, peak 3.0 GiB"]
+    assert cells["1"][-5:-1] == ["1", "25%", "2.0/80.0 GiB", "–"]
+    assert cells["2"][-5:-1] == ["–", "–", "–", "–"]  # no GPU seen: not measured, never 0
+    legend = [line.strip() for line in lines if line.strip().startswith(("GPU %:", "GPU mem:", "torch mem:"))]
+    assert len(legend) == 3 and "median utilisation" in legend[0] and "NVML" in legend[1]
+
+
+def test_runs_show_json_has_each_ranks_gpu_figures(gpu_run, capsys):
+    assert main(["runs", "show", str(gpu_run), "--json"]) == 0
+    ranks = {row["rank"]: row for row in json.loads(capsys.readouterr().out)["ranks"]}
+    assert {key: ranks[0][key] for key in ("gpu_index", "gpu_util", "gpu_mem_used_peak", "gpu_mem_total",
+                                           "gpu_mem_allocated", "gpu_mem_reserved", "gpu_mem_peak")} == {
+        "gpu_index": 0, "gpu_util": 75.0, "gpu_mem_used_peak": 3_902_799_872, "gpu_mem_total": GPU_TOTAL,
+        "gpu_mem_allocated": 2 * GIB, "gpu_mem_reserved": int(2.5 * GIB), "gpu_mem_peak": 3 * GIB}
+    assert ranks[2]["gpu_util"] is None and ranks[2]["gpu_mem_peak"] is None
+
+
+def test_the_end_of_a_run_shows_each_ranks_gpu_over_the_run_not_its_last_sample(gpu_run):
+    """The live row holds the newest sample (the GPU idle once training ended); the end of
+    `rankwatch run` shows the median and the most, from the store."""
+    import io
+
+    from rich.console import Console
+
+    from runner.view.terminal import TerminalView
+
+    snapshot = {"type": "snapshot", "run": {"id": gpu_run, "profile": "gpu_train", "status": "running", "started": 97.0},
+                "ranks": [{"rank": 0, "state": "running", "step": 4, "loss": 1.6, "gpu_index": 0, "gpu_util": 3.0,
+                           "gpu_mem_used": GIB}], "nodes": [], "spec": {"args": []}}
+    ended = {"type": "update", "run": {"id": gpu_run, "profile": "gpu_train", "status": "succeeded", "started": 97.0,
+                                       "ended": 106.0}}
+    with RunStore(readonly=True) as store:
+        stats = run_statistics(store, gpu_run)[0]
+    plain_out = io.StringIO()
+    plain = TerminalView(live=False, out=plain_out, err=io.StringIO(), status_every=30)
+    for message in (snapshot, ended, {"type": "bye"}):
+        plain.handle(message)
+    plain.show_results(stats)
+    lines = plain_out.getvalue().splitlines()
+    assert next(line for line in lines if line.startswith("[rankwatch] rank 0 ")).endswith(
+        ", GPU 0 75% (median), 3.6 GiB at most")
+    assert not next(line for line in lines if line.startswith("[rankwatch] rank 2 ")).count("GPU")
+    live = TerminalView(live=True, out=io.StringIO(), err=io.StringIO())
+    for message in (snapshot, ended, {"type": "bye"}):
+        live.handle(message)
+    live.show_results(stats)
+    screen = Console(file=io.StringIO(), width=200, color_system=None)
+    screen.print(live._render())
+    row = next(line for line in screen.file.getvalue().splitlines() if line.strip().startswith("0 "))
+    assert " 75 " in row and "3.6 GiB" in row and "1.0 GiB" not in row, row
+
+
+def test_runs_list_gives_one_gpu_figure_per_run(gpu_run, capsys):
+    assert main(["runs", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-3:] == ["GPU", "%", "profile"]
+    by_profile = {line.split()[-1]: line.split() for line in lines[1:]}
+    assert by_profile["gpu_train"][-2] == "50%"  # the median of its ranks' 75 % and 25 %
+    assert by_profile["cpu_train"][-2] == "–"
+    assert main(["runs", "list", "--json"]) == 0
+    listed = {run["profile"]: run for run in json.loads(capsys.readouterr().out)}
+    assert (listed["gpu_train"]["gpu_util"], listed["cpu_train"]["gpu_util"]) == (50.0, None)

@@ -324,3 +324,22 @@ def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]
     _add_gpu_figures(store, run_id, ordered)
     return ordered, _logged_keys(store, run_id, store.metric_names(run_id))
 
+
+RANK_SUMMARY_COLUMNS = ("rank", "state", "host", "pid", "exit_code", "steps", "last_step", "last_loss", "loss_source",
+                        "median_step_time", "data_wait_share", "comm_wait_share", "samples_per_s", "phase_clock",
+                        "measured_steps", *(f"phase_{phase}_share" for phase in protocol.PHASES), "skipped_steps",
+                        "gpu_index", "gpu_util", "gpu_mem_used_peak", "gpu_mem_total", "gpu_mem_allocated",
+                        "gpu_mem_reserved", "gpu_mem_peak", "first_seen", "last_seen", "dropped")
+"""The columns of an export's ``rank_summary.csv``: ``RankStats`` of each rank, its phase shares
+one column each (``phase_forward_share``...)."""
+
+
+def rank_summary_rows(stats: list[RankStats]) -> list[list[Any]]:
+    """One row per rank in ``RANK_SUMMARY_COLUMNS`` order; None where not measured (an empty cell)."""
+    rows = []
+    for entry in stats:
+        values = entry.to_json()
+        shares = entry.phase_shares or {}
+        values.update({f"phase_{phase}_share": shares.get(phase) for phase in protocol.PHASES})
+        rows.append([values[column] for column in RANK_SUMMARY_COLUMNS])
+    return rows

@@ -1,18 +1,21 @@
 """GPU use in a run's record: `runs show` (text and ``--json``), `runs list` and the end of
-`rankwatch run`, from a real run store (SQLite) through the CLI."""
+`rankwatch run`, and the CSV export (``steps.csv``, ``rank_summary.csv``), from a real run store
+(SQLite) through the CLI."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from rankwatch import _protocol as protocol
 from rankwatch._protocol import GpuSample, MetricRecord
 from runner.cli.main import main
-from runner.store.store import RecordBatch, RunStore
-from runner.view.rank_stats import run_statistics
+from runner.store.store import STEP_TABLE_COLUMNS, RecordBatch, RunStore
+from runner.view.rank_stats import RANK_SUMMARY_COLUMNS, run_statistics
 
 GIB = 1 << 30
 GPU_TOTAL = 80 * GIB
@@ -148,3 +151,33 @@ def test_runs_list_gives_one_gpu_figure_per_run(gpu_run, capsys):
     assert main(["runs", "list", "--json"]) == 0
     listed = {run["profile"]: run for run in json.loads(capsys.readouterr().out)}
     assert (listed["gpu_train"]["gpu_util"], listed["cpu_train"]["gpu_util"]) == (50.0, None)
+
+
+def test_export_writes_every_step_side_by_side_and_each_ranks_summary(gpu_run, tmp_path, capsys):
+    assert main(["runs", "export", str(gpu_run), "--csv", str(tmp_path / "csv")]) == 0
+    written = {Path(line).name for line in capsys.readouterr().out.split()}
+    assert {"steps.csv", "rank_summary.csv", "ranks.csv", "metrics.csv", "gpu_samples.csv"} <= written
+    with (tmp_path / "csv" / "steps.csv").open() as handle:
+        steps = list(csv.DictReader(handle))
+    assert list(steps[0]) == list(STEP_TABLE_COLUMNS) == [
+        "rank", "step", "t", "loss", "step_time", "data_wait", "samples_per_s", "cpu_wait", "skipped_step",
+        "phase_clock", "phase_data", "phase_h2d", "phase_forward", "phase_backward", "phase_comm", "phase_optimizer",
+        "phase_rest", "compute_time"]
+    assert [(row["rank"], row["step"]) for row in steps] == [(str(r), str(s)) for r in range(3) for s in range(5)]
+    first = steps[0]
+    assert (float(first["loss"]), float(first["step_time"]), float(first["samples_per_s"])) == pytest.approx(
+        (2.0, 0.041, 32 / 0.041))
+    assert (first["data_wait"], first["cpu_wait"], first["phase_clock"], first["skipped_step"]) == ("", "", "gpu", "0")
+    assert [float(first[f"phase_{phase}"]) for phase in protocol.PHASES] == pytest.approx(PHASES)
+    assert float(first["compute_time"]) == pytest.approx(sum(PHASES) - PHASES[0] - PHASES[4])
+    assert [row["skipped_step"] for row in steps[:5]] == ["0", "0", "1", "0", "0"]
+    assert (steps[10]["phase_clock"], float(steps[10]["cpu_wait"])) == ("cpu", 0.0005)
+    with (tmp_path / "csv" / "rank_summary.csv").open() as handle:
+        summary = list(csv.DictReader(handle))
+    assert list(summary[0]) == list(RANK_SUMMARY_COLUMNS)
+    zero, _one, two = summary
+    assert (zero["steps"], zero["skipped_steps"], zero["gpu_index"], zero["gpu_util"], zero["gpu_mem_peak"]) == (
+        "5", "1", "0", "75.0", str(3 * GIB))
+    assert float(zero["phase_forward_share"]) == pytest.approx(PHASES[2] / sum(PHASES))
+    assert (zero["phase_clock"], two["phase_clock"]) == ("gpu", "cpu")
+    assert two["gpu_util"] == two["gpu_mem_used_peak"] == two["gpu_mem_peak"] == ""  # not measured: empty

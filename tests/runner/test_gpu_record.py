@@ -1,12 +1,17 @@
 """GPU use in a run's record: `runs show` (text and ``--json``), `runs list` and the end of
-`rankwatch run`, and the CSV export (``steps.csv``, ``rank_summary.csv``), from a real run store
-(SQLite) through the CLI."""
+`rankwatch run`, the CSV export (``steps.csv``, ``rank_summary.csv``), and `rankwatch gpus` naming
+the run and rank of each process.
+
+Real parts: the run store (SQLite) and the CLI; NVML is the fake of ``tests/fakes/fake_pynvml.py``."""
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,8 +19,20 @@ import pytest
 from rankwatch import _protocol as protocol
 from rankwatch._protocol import GpuSample, MetricRecord
 from runner.cli.main import main
+from runner.sampling.nvml import Nvml
+from runner.sampling.process_names import (
+    INITIAL_PID_NAMESPACE,
+    local_process_name,
+    with_local_names,
+)
+from runner.sampling.samplers import GpuSampler
 from runner.store.store import STEP_TABLE_COLUMNS, RecordBatch, RunStore
 from runner.view.rank_stats import RANK_SUMMARY_COLUMNS, run_statistics
+from tests.fakes.fake_pynvml import (
+    FakeNvml,
+    a100,
+)
+from tests.jobs import REPO, rankwatch, wait_for
 
 GIB = 1 << 30
 GPU_TOTAL = 80 * GIB
@@ -181,3 +198,98 @@ def test_export_writes_every_step_side_by_side_and_each_ranks_summary(gpu_run, t
     assert float(zero["phase_forward_share"]) == pytest.approx(PHASES[2] / sum(PHASES))
     assert (zero["phase_clock"], two["phase_clock"]) == ("gpu", "cpu")
     assert two["gpu_util"] == two["gpu_mem_used_peak"] == two["gpu_mem_peak"] == ""  # not measured: empty
+
+
+def fake_nvml_environment(tmp_path: Path, gpus: str) -> dict[str, str]:
+    """The environment of a `rankwatch` whose ``import pynvml`` gets a fake with ``gpus`` (Python)."""
+    shim = tmp_path / "nvml" / "pynvml.py"
+    shim.parent.mkdir()
+    shim.write_text("from tests.fakes.fake_pynvml import FakeNvml, a100\n"
+                    f"_fake = FakeNvml({gpus})\n"
+                    "globals().update(vars(_fake.module))\n")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim.parent), str(REPO), str(REPO / "runner" / "worker_path")]))
+
+
+def sleeper(run_key: str | None = None) -> subprocess.Popen:
+    """A process of the run ``run_key`` (carrying its marker, as every process a run starts does), or of none."""
+    env = dict(os.environ)
+    env.pop("RANKWATCH_RUN_KEY", None)
+    if run_key is not None:
+        env["RANKWATCH_RUN_KEY"] = run_key
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+
+
+def test_gpus_names_the_run_and_rank_of_each_process_a_live_run_started(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    rank, helper, stranger, of_lost_run = sleeper("k" * 24), sleeper("k" * 24), sleeper(), sleeper("l" * 24)
+    try:
+        with RunStore() as store:  # a live run (its runner: this process) and a lost one (its runner is gone)
+            live = store.create_run(run_key="k" * 24, profile="train", spec_toml="", command="", host="h",
+                                    workdir="/", runner_pid=os.getpid(), socket=None, world_size=2, status="running")
+            store.upsert_rank(live, 0, pid=rank.pid, state="running")
+            store.upsert_rank(live, 1, pid=4_000_000, state="running")  # a rank on another node: its pid is not here
+            lost = store.create_run(run_key="l" * 24, profile="old", spec_toml="", command="", host="h",
+                                    workdir="/", runner_pid=gone.pid, socket=None, world_size=1, status="running")
+            store.upsert_rank(lost, 0, pid=of_lost_run.pid, state="running")
+        processes = [(rank.pid, 3 * GIB, "/opt/venv/bin/python3"), (helper.pid, GIB), (stranger.pid, 2 * GIB),
+                     (of_lost_run.pid, GIB)]
+        env = fake_nvml_environment(tmp_path, f"[a100(util=97, processes={processes!r}), a100(util=0)]")
+        text = rankwatch("gpus", env=env)
+        assert text.returncode == 0, text.stderr
+        lines = [line.strip() for line in text.stdout.splitlines()]
+        assert f"pid {rank.pid} python3 (3.0 GiB) — rank 0 of run {live} (train)" in lines
+        assert any(re.fullmatch(rf"pid {helper.pid}( \S+)? \(1\.0 GiB\) — a process of run {live} \(train\)", line)
+                   for line in lines), lines
+        for pid, used in ((stranger.pid, "2.0"), (of_lost_run.pid, "1.0")):  # not ours, or of a run that is gone
+            assert any(re.fullmatch(rf"pid {pid}( \S+)? \({used} GiB\)", line) for line in lines), lines
+        assert any(line.startswith("GPU 1") and line.endswith("idle") for line in lines)
+        listed = json.loads(rankwatch("gpus", "--json", env=env).stdout)
+        owners = {p["pid"]: (p["run"], p["rank"], p["profile"]) for p in listed[0]["processes"]}
+        assert owners == {rank.pid: (live, 0, "train"), helper.pid: (live, None, "train"),
+                          stranger.pid: (None, None, None), of_lost_run.pid: (None, None, None)}
+        assert listed[0]["processes"][0]["name"] == "/opt/venv/bin/python3"  # NVML's name, when it gives one
+    finally:
+        for process in (rank, helper, stranger, of_lost_run):
+            process.kill()
+            process.wait()
+
+
+def test_nvml_is_asked_for_process_names_except_by_the_sampler():
+    fake = FakeNvml([a100(processes=[(4242, GIB, "python3"), (4343, GIB)])])
+    report = Nvml(module=fake.module).report()
+    assert [(p.pid, p.name) for p in report.gpus[0].processes] == [(4242, "python3"), (4343, None)]
+    fake.calls.clear()
+    reports = []
+    sampler = GpuSampler(0.25, emit=reports.append, nvml=Nvml(module=fake.module))
+    sampler.sample()
+    assert reports and "nvmlSystemGetProcessName" not in fake.calls  # it matches pids, once a second
+
+
+def test_a_process_nvml_does_not_name_is_named_from_proc_only_where_its_pid_is_surely_the_same(tmp_path):
+    process = sleeper()
+    try:
+        wait_for(lambda: b"time.sleep" in Path(f"/proc/{process.pid}/cmdline").read_bytes(), 10, 0.01,
+                 what="the process to run its program")
+        # this machine's own pids: the program the process runs, as nvidia-smi shows it
+        assert local_process_name(process.pid, same_pids=True) == sys.executable
+    finally:
+        process.kill()
+        process.wait()
+    assert local_process_name(process.pid, same_pids=True) is None  # gone
+    # a container's pids (another namespace): only a process with an NVIDIA device open is named
+    proc = tmp_path / "proc"
+    for pid, device in ((10, "/dev/nvidia0"), (11, "/dev/null")):
+        (proc / str(pid) / "fd").mkdir(parents=True)
+        (proc / str(pid) / "fd" / "3").symlink_to(device)
+        (proc / str(pid) / "cmdline").write_bytes(b"/usr/bin/python3\0train.py\0")
+    (proc / "self" / "ns").mkdir(parents=True)
+    (proc / "self" / "ns" / "pid").symlink_to("pid:[4026532000]")
+    assert local_process_name(10, proc) == "/usr/bin/python3"
+    assert local_process_name(11, proc) is None
+    (proc / "self" / "ns" / "pid").unlink()
+    (proc / "self" / "ns" / "pid").symlink_to(INITIAL_PID_NAMESPACE)
+    assert local_process_name(11, proc) == "/usr/bin/python3"
+    report = Nvml(module=FakeNvml([a100(processes=[(10, GIB), (12, GIB, "trainer")])]).module).report()
+    named = with_local_names(report, proc)
+    assert [(p.pid, p.name) for p in named.gpus[0].processes] == [(10, "/usr/bin/python3"), (12, "trainer")]

@@ -1,12 +1,15 @@
-"""GPU use in a run's record: `runs show` (text and ``--json``), `runs list` and the end of
-`rankwatch run`, the CSV export (``steps.csv``, ``rank_summary.csv``), and `rankwatch gpus` naming
-the run and rank of each process.
+"""GPU use in a run's record: `runs show` / `--json` / `list`, the CSV export (``steps.csv``,
+``rank_summary.csv``), `rankwatch gpus` naming the run and rank of each process, and the
+out-of-memory hint with the GPU's free memory and the rank's own peak.
 
-Real parts: the run store (SQLite) and the CLI; NVML is the fake of ``tests/fakes/fake_pynvml.py``."""
+Real parts: the run store (SQLite), the CLI, the real runner (``runner.run.Run`` with its hub,
+GPU sampler and triage) whose ranks are the fake workers of ``tests/gui/live_run.py``; NVML is
+the fake of ``tests/fakes/fake_pynvml.py`` (the gpu-reference H200)."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -19,6 +22,8 @@ import pytest
 from rankwatch import _protocol as protocol
 from rankwatch._protocol import GpuSample, MetricRecord
 from runner.cli.main import main
+from runner.profile.spec import TelemetrySpec
+from runner.sampling import nvml
 from runner.sampling.nvml import Nvml
 from runner.sampling.process_names import (
     INITIAL_PID_NAMESPACE,
@@ -29,9 +34,13 @@ from runner.sampling.samplers import GpuSampler
 from runner.store.store import STEP_TABLE_COLUMNS, RecordBatch, RunStore
 from runner.view.rank_stats import RANK_SUMMARY_COLUMNS, run_statistics
 from tests.fakes.fake_pynvml import (
+    H200_MEMORY_TOTAL,
     FakeNvml,
     a100,
+    gpu_reference_nvml,
+    h200_training,
 )
+from tests.gui.live_run import LiveRun, fake_spec
 from tests.jobs import REPO, rankwatch, wait_for
 
 GIB = 1 << 30
@@ -293,3 +302,48 @@ def test_a_process_nvml_does_not_name_is_named_from_proc_only_where_its_pid_is_s
     report = Nvml(module=FakeNvml([a100(processes=[(10, GIB), (12, GIB, "trainer")])]).module).report()
     named = with_local_names(report, proc)
     assert [(p.pid, p.name) for p in named.gpus[0].processes] == [(10, "/usr/bin/python3"), (12, "trainer")]
+def test_a_gpu_run_records_its_use_and_an_out_of_memory_names_the_free_memory_and_the_ranks_peak(
+        tmp_path, monkeypatch, capsys):
+    """The real runner samples the fake H200 (its process list holds the rank's pid, as NVML's
+    does), the rank sends the allocator's readings, then fails with CUDA out of memory."""
+    monkeypatch.setattr(nvml, "_shared", Nvml(module=gpu_reference_nvml(h200_training(pid=os.getpid())).module))
+    script = tmp_path / "train.py"
+    script.write_text("")
+    spec = dataclasses.replace(fake_spec(script, 1, None), telemetry=TelemetrySpec(sample_interval=0.25))
+    live = LiveRun(ranks=1, rate_hz=20.0, slow_rank=None, profile="gpu_train", spec=spec).start()
+    try:
+        run = live.run
+        assert run is not None
+        thread = live._thread  # the runner's loop: the fake workers write there
+        assert thread is not None
+        worker = live._nodes()[0].workers[0]
+
+        def allocator(allocated: int, reserved: int, peak: int) -> None:
+            now = __import__("time").time()
+            items = [[now, live.step, name, float(value), "auto"] for name, value in (
+                (protocol.GPU_MEMORY_ALLOCATED, allocated), (protocol.GPU_MEMORY_RESERVED, reserved),
+                (protocol.GPU_MEMORY_PEAK, peak))]
+            thread.call(lambda: worker.send_step(items, live.step, now))
+
+        allocator(1 * GIB, 2 * GIB, 3 * GIB)
+        allocator(5 * GIB, 6 * GIB, 7 * GIB)
+        wait_for(lambda: thread.call(lambda: (row := run.hub.model.ranks[0]).gpu_index == 0
+                                     and row.gpu_mem_peak == 7 * GIB and live.step >= 10), 15,
+                 what="the rank on GPU 0 and its allocator's peak")
+        wait_for(lambda: thread.call(lambda: 0 in run.triage_input.rank_gpu_memory), 5, what="a GPU sample")
+        live.fail_rank(0)  # its stderr: "RuntimeError: CUDA out of memory (simulated)"
+        live.wait_ended()
+    finally:
+        live.close()
+    with RunStore(readonly=True) as store:
+        summary = store.run(live.run_id)["summary"]
+    [hint] = [hint for hint in summary["hints"] if hint["key"] == "cuda_out_of_memory"]
+    free = H200_MEMORY_TOTAL - 4_556_980_224  # what NVML said of the GPU while the rank was on it
+    assert hint["cause"] == (f"CUDA ran out of memory; GPU 0 had {free / GIB:.0f} GiB free of "
+                             f"{H200_MEMORY_TOTAL / GIB:.0f} GiB (NVML, at the last sample); "
+                             "rank 0's own peak: 7.0 GiB (torch's allocator)")
+    assert main(["runs", "show", str(live.run_id), "--json"]) == 0
+    [rank] = json.loads(capsys.readouterr().out)["ranks"]
+    assert (rank["gpu_index"], rank["gpu_util"], rank["gpu_mem_used_peak"], rank["gpu_mem_total"]) == (
+        0, 51.0, 3_902_799_872, H200_MEMORY_TOTAL)
+    assert (rank["gpu_mem_allocated"], rank["gpu_mem_reserved"], rank["gpu_mem_peak"]) == (5 * GIB, 6 * GIB, 7 * GIB)

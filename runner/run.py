@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from rankwatch._protocol import EventKind, Hello, MetricRecord, ProcessSample
 from runner import paths
 from runner.diagnosis.evidence import TriageEvidence
+from runner.diagnosis.hints import GpuMemory
 from runner.diagnosis.monitors import start_monitors
 from runner.diagnosis.triage import TriageInput, triage
 from runner.exit_status import (
@@ -250,9 +251,16 @@ class Run(HubObserver):
             if not self.launch.cpu_mode:
                 self.hub.add_event(EventKind.WARNING, None, f"GPU sampling off: {report.describe_unavailable()}")
             return
-        self.hub.add_gpu_samples(gpu_rows(report, time.time()))
+        now = time.time()
+        self.hub.add_gpu_samples(gpu_rows(report, now))
+        gpus = {gpu.index: gpu for gpu in report.gpus}
         for rank, (index, util, memory) in rank_gpu_usage(report, self._local_pids()).items():
             self.hub.model.on_gpu_use(rank, index, util, memory)
+            # for the out-of-memory hint: the GPU's memory while the rank's process was on it, before
+            # it reported its failure (after that, it frees its memory on the way out)
+            if rank not in self.triage_input.exceptions:
+                self.triage_input.rank_gpu_memory[rank] = GpuMemory(index, gpus[index].memory_used,
+                                                                    gpus[index].memory_total, now)
 
     def _thread_safe(self, function: Callable) -> Callable:
         loop = self._loop

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 
 from runner.launch.ports import free_port
 from runner.probe import probe_interpreter
 from runner.profile.resolve import default_interpreter
-from runner.sampling.gpu_report import GpuReport
+from runner.sampling.gpu_report import GpuProcess, GpuReport
 from runner.sampling.nvml import shared_nvml
+from runner.sampling.process_names import with_local_names
+from runner.store.rank_processes import RunProcess, run_processes
+from runner.store.schema import StoreVersionError
+from runner.store.store import RunNotFound, RunStore
 from runner.view.terminal import format_bytes
 
 
@@ -33,20 +38,51 @@ def report_json(report: GpuReport) -> dict:
             "cuda_driver_version": report.cuda_driver_version, "gpus": [g.to_json() for g in report.gpus]}
 
 
+def gpu_process_owners(report: GpuReport) -> dict[int, RunProcess]:
+    """pid -> the live run and rank of each process on the GPUs that a run of ours started (the store's
+    ranks, ``runner.store.rank_processes``); none when there is no store or it cannot be read."""
+    pids = [process.pid for gpu in report.gpus for process in gpu.processes]
+    if not pids:
+        return {}
+    try:
+        with RunStore(readonly=True) as store:
+            return run_processes(store, pids)
+    except (RunNotFound, StoreVersionError, sqlite3.Error, OSError):
+        return {}
+
+
+def describe_gpu_process(process: GpuProcess, owner: RunProcess | None) -> str:
+    """``pid 1573 python3 (3.6 GiB) — rank 0 of run 1 (train)``: the program's file name, its GPU
+    memory (NVML), and the run and rank it is, when a live run of ours started it."""
+    name = f" {process.name.rsplit('/', 1)[-1]}" if process.name else ""
+    text = f"pid {process.pid}{name} ({format_bytes(process.used_memory)})"
+    return f"{text} — {owner.describe()}" if owner is not None else text
+
+
 def gpus_main(args: argparse.Namespace) -> int:
-    report = shared_nvml().report(with_processes=True)
+    report = with_local_names(shared_nvml().report(with_processes=True))
+    owners = gpu_process_owners(report)
     if args.json:
-        print(json.dumps([g.to_json() for g in report.gpus]))
+        listed = []
+        for gpu in report.gpus:
+            data = gpu.to_json()
+            for process in data["processes"]:
+                owner = owners.get(process["pid"])
+                process.update(run=owner.run if owner else None, rank=owner.rank if owner else None,
+                               profile=owner.profile if owner else None)
+            listed.append(data)
+        print(json.dumps(listed))
         return 0
     if not report.available:
         print(f"{report.describe_unavailable()}: jobs run in CPU mode (gloo)")
         return 0
     print(f"driver {report.driver_version or '?'}, CUDA {report.cuda_driver_version or '?'}")
     for gpu in report.gpus:
-        busy = ", ".join(f"pid {p.pid} ({format_bytes(p.used_memory)})" for p in gpu.processes) or "idle"
         util = "-" if gpu.utilization is None else f"{gpu.utilization:.0f}%"
         print(f"  GPU {gpu.index}  {gpu.name or '?':<28} {format_bytes(gpu.memory_used)} / {format_bytes(gpu.memory_total)}"
-              f"  util {util:>4}  {busy}")
+              f"  util {util:>4}  {'idle' if not gpu.processes else ''}".rstrip())
+        for process in gpu.processes:
+            print(f"    {describe_gpu_process(process, owners.get(process.pid))}")
     return 0
 
 

@@ -17,9 +17,23 @@ from runner.hub.client import HubClient
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
-from runner.view.format import MISSING, format_amount, format_number, format_percent
+from runner.view.format import (
+    MISSING,
+    format_amount,
+    format_bytes,
+    format_fixed,
+    format_memory_pair,
+    format_number,
+    format_percent,
+)
 from runner.view.phase_bars import phase_lines
-from runner.view.rank_stats import BUILT_IN_METRICS, LoggedKey, RankStats, run_statistics
+from runner.view.rank_stats import (
+    BUILT_IN_METRICS,
+    LoggedKey,
+    RankStats,
+    run_gpu_utilisation,
+    run_statistics,
+)
 from runner.view.terminal import TerminalView, format_prefix, render_summary
 
 
@@ -27,7 +41,9 @@ def add_parsers(commands) -> None:
     runs = commands.add_parser("runs", help="past and live runs from the run store",
                                description="Runs recorded in the run store. RUN is a run id, 'last' or 'last-N'.")
     actions = runs.add_subparsers(dest="action", metavar="ACTION")
-    listing = actions.add_parser("list", help="recent runs", description="Recent runs, newest first.")
+    listing = actions.add_parser("list", help="recent runs",
+                                 description="Recent runs, newest first; GPU %: the median utilisation of the "
+                                             "run's ranks' GPUs while they made steps (NVML).")
     listing.add_argument("--live", action="store_true", help="only runs still going")
     listing.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs (default 20)")
     listing.add_argument("--json", action="store_true", help="a JSON list of the runs' records")
@@ -90,6 +106,8 @@ def list_main(args: argparse.Namespace) -> int:
     try:
         with _open_store() as store:
             runs = store.runs(limit=args.limit, live_only=args.live)
+            for run in runs:
+                run["gpu_util"] = run_gpu_utilisation(store, run["id"])
     except RunNotFound as error:
         if args.json:
             print("[]")
@@ -105,11 +123,15 @@ def list_main(args: argparse.Namespace) -> int:
     if not runs:
         print("no live runs" if args.live else "no runs recorded yet", file=sys.stderr)
         return 0
-    print(f"{'id':>5}  {'status':<10} {'exit':>4}  {'started':<19}  {'time':>6}  {'ranks':>5}  profile")
+    # GPU %: a column once a listed run has the figure (a run on GPUs sampled here)
+    show_gpu = any(run["gpu_util"] is not None for run in runs)
+    gpu_header = f"  {'GPU %':>5}" if show_gpu else ""
+    print(f"{'id':>5}  {'status':<10} {'exit':>4}  {'started':<19}  {'time':>6}  {'ranks':>5}{gpu_header}  profile")
     for run in runs:
         exit_code = MISSING if run["exit_code"] is None else str(run["exit_code"])
+        gpu = f"  {format_fixed(run['gpu_util'], '{:.0f}%'):>5}" if show_gpu else ""
         print(f"{run['id']:>5}  {run['status']:<10} {exit_code:>4}  {_when(run['started'] or run['created']):<19}  "
-              f"{_duration(run):>6}  {run['world_size'] or MISSING:>5}  {run['profile'] or MISSING}")
+              f"{_duration(run):>6}  {run['world_size'] or MISSING:>5}{gpu}  {run['profile'] or MISSING}")
     return 0
 
 
@@ -171,18 +193,52 @@ def _timed_steps(stats: list[RankStats]) -> int | None:
 
 
 RANK_TABLE_COLUMNS = ("rank", "state", "host", "pid", "exit", "steps", "skipped", "last loss", "median step",
-                      "data wait", "comm wait", "samples/s", "last seen", "dropped")
-OPTIONAL_COLUMNS = {"comm wait": "comm_wait_share", "dropped": "dropped", "skipped": "skipped_steps"}
-"""Shown only when some rank has the value (no process group: no comm wait; an old store: no drop count;
-no GradScaler step skipped: no skipped column)."""
+                      "data wait", "comm wait", "samples/s", "GPU", "GPU %", "GPU mem", "torch mem", "last seen",
+                      "dropped")
+OPTIONAL_COLUMNS = {"comm wait": ("comm_wait_share",), "dropped": ("dropped",), "skipped": ("skipped_steps",),
+                    "GPU": ("gpu_index",), "GPU %": ("gpu_util",), "GPU mem": ("gpu_mem_used_peak",),
+                    "torch mem": ("gpu_mem_allocated", "gpu_mem_reserved", "gpu_mem_peak")}
+"""Shown only when some rank has one of the values (no process group: no comm wait; an old store: no drop
+count; no GradScaler step skipped: no skipped column; a CPU job, or ranks on other nodes: no GPU columns)."""
 LEFT_ALIGNED = {"state", "host", "exit"}
+GPU_LEGEND = {
+    "GPU %": "median utilisation of the rank's GPU while it made steps (NVML: the whole GPU, every process on it)",
+    "GPU mem": "the most NVML saw the rank's process hold, of the GPU's memory",
+    "torch mem": "torch's caching allocator: allocated/reserved at the last reading, and the peak allocated",
+}
+"""What each GPU column of `runs show` means, printed under the table when it is shown."""
+
+
+def _shown(column: str, stats: list[RankStats]) -> bool:
+    if column not in OPTIONAL_COLUMNS:
+        return True
+    empty = (None, 0) if column == "skipped" else (None,)
+    return any(getattr(entry, name) not in empty for entry in stats for name in OPTIONAL_COLUMNS[column])
+
+
+def _gpu_memory_cell(entry: RankStats) -> str:
+    """``3.6/140.4 GiB``: the most the rank's process held (NVML), of its GPU's memory."""
+    if entry.gpu_mem_used_peak is None:
+        return MISSING
+    if entry.gpu_mem_total is None:
+        return format_bytes(entry.gpu_mem_used_peak)
+    return format_memory_pair(entry.gpu_mem_used_peak, entry.gpu_mem_total)
+
+
+def _allocator_cell(entry: RankStats) -> str:
+    """``0.9/1.2 GiB, peak 1.5 GiB``: allocated/reserved at the last reading, and the peak allocated."""
+    parts = []
+    if entry.gpu_mem_allocated is not None or entry.gpu_mem_reserved is not None:
+        parts.append(format_memory_pair(entry.gpu_mem_allocated, entry.gpu_mem_reserved))
+    if entry.gpu_mem_peak is not None:
+        parts.append(f"peak {format_bytes(entry.gpu_mem_peak)}")
+    return ", ".join(parts) or MISSING
 
 
 def format_rank_table(stats: list[RankStats]) -> list[str]:
-    """The per-rank lines of `runs show` (a header, then one line per rank; "–" for what was not measured)."""
-    columns = [c for c in RANK_TABLE_COLUMNS if c not in OPTIONAL_COLUMNS
-               or any(getattr(entry, OPTIONAL_COLUMNS[c]) not in ((None, 0) if c == "skipped" else (None,))
-                      for entry in stats)]
+    """The per-rank lines of `runs show` (a header, then one line per rank; "–" for what was not measured),
+    then a line for each GPU column shown, saying what it means."""
+    columns = [c for c in RANK_TABLE_COLUMNS if _shown(c, stats)]
     rows = []
     for entry in stats:
         cells = {
@@ -195,6 +251,9 @@ def format_rank_table(stats: list[RankStats]) -> list[str]:
             f"{format_amount(entry.median_step_time, 1000)} ms",
             "data wait": format_percent(entry.data_wait_share), "comm wait": format_percent(entry.comm_wait_share),
             "samples/s": format_amount(entry.samples_per_s),
+            "GPU": MISSING if entry.gpu_index is None else str(entry.gpu_index),
+            "GPU %": format_fixed(entry.gpu_util, "{:.0f}%"),
+            "GPU mem": _gpu_memory_cell(entry), "torch mem": _allocator_cell(entry),
             "last seen": _clock(entry.last_seen),
             "dropped": MISSING if entry.dropped is None else str(entry.dropped),
         }
@@ -207,7 +266,8 @@ def format_rank_table(stats: list[RankStats]) -> list[str]:
 
     if not rows:
         return ["no rank reported yet"]
-    return [line(list(columns)), *(line(r) for r in rows)]
+    legend = [f"{column}: {GPU_LEGEND[column]}" for column in columns if column in GPU_LEGEND]
+    return [line(list(columns)), *(line(r) for r in rows), *legend]
 
 
 def format_logged_keys(keys: list[LoggedKey], max_ranks: int = 8) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import is_user_code
+from runner.view.format import format_bytes
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,20 @@ class Hint:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    """A GPU's memory as NVML sampled it (bytes; None where NVML did not say)."""
+
+    gpu_index: int
+    used: int | None
+    total: int | None
+    t: float
+
+    @property
+    def free(self) -> int | None:
+        return None if self.used is None or self.total is None else max(0, self.total - self.used)
 
 
 @dataclass
@@ -63,6 +78,10 @@ class Evidence:
     script_returned: bool = False
     """The first failure's script ran to its end (its bootstrap reported exit code 0) before the
     process died: the failure came after, while Python shut down."""
+    rank_gpu_memory: dict[int, GpuMemory] = field(default_factory=dict)
+    """rank -> its GPU's memory at the last NVML sample that saw the rank's process on it."""
+    gpu_mem_peaks: dict[int, int] = field(default_factory=dict)
+    """rank -> the most its tensors held at once (torch's allocator; its newest ``gpu_mem_peak`` record)."""
 
     def first_text(self) -> str:
         """Everything known about the first failure, as one searchable text."""
@@ -309,10 +328,31 @@ def cuda_out_of_memory(evidence: Evidence) -> Hint | None:
     gpu = re.search(r"GPU (\d+)", text)
     what = f" allocating {size.group(1)}" if size else ""
     where = f" on GPU {gpu.group(1)}" if gpu else ""
-    return Hint("cuda_out_of_memory", f"CUDA ran out of memory{what}{where}",
+    measured = _oom_memory(evidence, gpu.group(1) if gpu else None)
+    return Hint("cuda_out_of_memory", f"CUDA ran out of memory{what}{where}{measured}",
                 "lower the per-GPU batch size (and use gradient accumulation), use mixed precision or "
                 "activation checkpointing; check that no other process uses the GPU (`rankwatch gpus`); "
                 "for fragmentation set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+
+
+def _oom_memory(evidence: Evidence, torch_index: str | None) -> str:
+    """``; GPU 0 had 1.2 GiB free of 79.6 GiB (NVML, at the last sample); rank 0's own peak: 77.1 GiB
+    (torch's allocator)``: what was measured of the failed rank's GPU memory, where known."""
+    first = evidence.first
+    if first is None:
+        return ""
+    parts = []
+    memory = evidence.rank_gpu_memory.get(first.rank)
+    if memory is not None and memory.free is not None:
+        # torch numbers the GPUs it was given (CUDA_VISIBLE_DEVICES), NVML every GPU of the machine
+        named = (f"GPU {memory.gpu_index}" if torch_index in (None, str(memory.gpu_index))
+                 else f"its GPU (GPU {memory.gpu_index} to nvidia-smi)")
+        parts.append(f"{named} had {format_bytes(memory.free)} free of {format_bytes(memory.total)} "
+                     "(NVML, at the last sample)")
+    peak = evidence.gpu_mem_peaks.get(first.rank)
+    if peak is not None:
+        parts.append(f"rank {first.rank}'s own peak: {format_bytes(peak)} (torch's allocator)")
+    return "".join(f"; {part}" for part in parts)
 
 
 DUPLICATE_GPU = re.compile(r"Duplicate GPU detected\s*:\s*rank (\d+) and rank (\d+) both on CUDA device (\w+)")

@@ -1,7 +1,8 @@
 """The diagnosis monitors of one job, wired to its hub: what ``Run._start_monitors`` starts.
 
 * ``RankFacts``: copies what triage needs from the live model (pids for the
-  kernel log, local ranks for error files, GPUs for "two ranks on one GPU");
+  kernel log, local ranks for error files, GPUs for "two ranks on one GPU", the
+  allocator's peaks for "CUDA out of memory");
 * ``StackCapture``: every rank's stacks on demand (``Run.dump_stacks``, the
   GUI's button, ``rankwatch stacks``) and on a stall;
 * ``StallMonitor``: hang detection (needs the step telemetry of instrumentation);
@@ -51,6 +52,8 @@ class RankFacts:
     def tick(self, now: float) -> None:
         data = self.triage_input
         for row in self.hub.model.ranks.values():
+            if row.gpu_mem_peak is not None:  # the rank's own records: known wherever it ran
+                data.gpu_mem_peaks[row.rank] = row.gpu_mem_peak
             if (row.node_rank or 0) not in self.local_node_ranks:
                 data.remote_ranks.add(row.rank)  # its pid and files belong to another machine
                 continue
@@ -63,6 +66,10 @@ class RankFacts:
         sizes = [row.world_size for row in self.hub.model.ranks.values() if row.world_size]
         if sizes:
             data.world_size = max(sizes)
+
+    def conclude(self) -> None:
+        """The facts as the job ended (the last records came after the last tick)."""
+        self.tick(0.0)
 
 
 def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_key: str | None = None,

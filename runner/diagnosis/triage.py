@@ -40,6 +40,7 @@ from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import (
     Evidence,
+    GpuMemory,
     find_hints,
     launcher_hint,
     no_rank_reported,
@@ -117,6 +118,11 @@ class TriageInput:
     """rank -> local rank, for ranks on the head node (their error files are readable here)."""
     rank_gpus: dict[int, tuple[str | None, int]] = field(default_factory=dict)
     """rank -> (host, GPU index) as sampled."""
+    rank_gpu_memory: dict[int, GpuMemory] = field(default_factory=dict)
+    """rank -> its GPU's memory at the last NVML sample that saw the rank's process on it before it
+    reported a fatal exception (ranks on this machine; ``Run`` keeps it from each sample)."""
+    gpu_mem_peaks: dict[int, int] = field(default_factory=dict)
+    """rank -> the allocator's peak (bytes) in the rank's newest ``gpu_mem_peak`` record."""
     remote_ranks: set[int] = field(default_factory=set)
     """Ranks on other machines: their pids mean nothing in this machine's kernel log."""
     log_dir: str | None = None
@@ -340,6 +346,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         port_holder=data.port_holder_lookup, first_is_remote=first is not None and first.rank in data.remote_ranks,
         launcher=list(data.findings.launcher.values()), script_args=list(data.script_args),
         port_holders=dict(data.port_holders), world_size=data.world_size,
+        rank_gpu_memory=dict(data.rank_gpu_memory), gpu_mem_peaks=dict(data.gpu_mem_peaks),
         script_returned=first is not None and first.signal is not None
         and first.rank in data.exits and data.exits[first.rank][0] == 0)
     hints = find_hints(evidence)

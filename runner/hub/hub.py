@@ -45,7 +45,8 @@ from runner.store.store import RecordBatch, RunStore
 
 ACCEPT_SETTLE_SECONDS = 0.1
 RANK_STORE_COLUMNS = ("local_rank", "node_rank", "host", "pid", "world_size", "python", "torch", "gpu_index",
-                      "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent")
+                      "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent",
+                      "gpu_mem_used_peak")
 
 
 async def wait_until_set(event: asyncio.Event, seconds: float) -> None:

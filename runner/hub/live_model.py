@@ -22,7 +22,8 @@ _GPU_MEMORY_FIELDS = {protocol.GPU_MEMORY_ALLOCATED: "gpu_mem_allocated", protoc
 class LiveRank(RankRow):
     """A RANK row plus what only the hub needs to keep it current."""
 
-    __slots__ = ("last_progress", "last_working", "recent_step_times", "pairs", "phases", "received")
+    __slots__ = ("last_progress", "last_working", "recent_step_times", "pairs", "phases", "received",
+                 "gpu_mem_used_peak")
 
     def __init__(self, rank: int) -> None:
         super().__init__(rank)
@@ -37,6 +38,9 @@ class LiveRank(RankRow):
         """This rank's step_time and data_wait records, paired into the data-wait share."""
         self.phases = PhaseWindow()
         """The phases of its recent measured steps: ``phase_shares`` and ``comm_wait_share``."""
+        self.gpu_mem_used_peak: int | None = None
+        """The most GPU memory NVML saw the rank's process hold at a sample (bytes; the store's
+        ``ranks.gpu_mem_used_peak``): ``gpu_mem_used`` is only the newest sample's."""
 
 
 class LiveModel:
@@ -185,6 +189,8 @@ class LiveModel:
     def on_gpu_use(self, rank: int, gpu_index: int | None, util: float | None, mem_used: int | None) -> None:
         row = self.row(rank)
         row.gpu_index, row.gpu_util, row.gpu_mem_used = gpu_index, util, mem_used
+        if mem_used is not None and (row.gpu_mem_used_peak is None or mem_used > row.gpu_mem_used_peak):
+            row.gpu_mem_used_peak = mem_used
         self.changed.add(rank)
 
     def pids(self) -> dict[int, int]:

@@ -81,8 +81,10 @@ class Nvml:
         except Exception:
             return None
 
-    def report(self, with_processes: bool = True) -> GpuReport:
-        """A full snapshot of every GPU; never raises."""
+    def report(self, with_processes: bool = True, with_names: bool = True) -> GpuReport:
+        """A full snapshot of every GPU; never raises. ``with_names``: ask NVML each process's name
+        (``nvmlSystemGetProcessName``; None where it cannot tell, see ``process_names``); the
+        sampler, which only matches pids, does not."""
         with self._lock:
             module = self._ensure()
             if module is None:
@@ -91,7 +93,7 @@ class Nvml:
             if not count:
                 return GpuReport(available=False, reason="the NVIDIA driver reports 0 GPUs",
                                  driver_version=_text(self._call("nvmlSystemGetDriverVersion")))
-            gpus = tuple(self._snapshot(index, with_processes) for index in range(count))
+            gpus = tuple(self._snapshot(index, with_processes, with_names) for index in range(count))
             cuda = self._call("nvmlSystemGetCudaDriverVersion")
             return GpuReport(
                 available=True,
@@ -100,7 +102,7 @@ class Nvml:
                 gpus=gpus,
             )
 
-    def _snapshot(self, index: int, with_processes: bool) -> GpuSnapshot:
+    def _snapshot(self, index: int, with_processes: bool, with_names: bool = False) -> GpuSnapshot:
         module = self._module
         handle = self._call("nvmlDeviceGetHandleByIndex", index)
         if handle is None:
@@ -119,7 +121,9 @@ class Nvml:
                     # NVML reports "not available" as a huge sentinel value.
                     if used is not None and used >= 2**63:
                         used = None
-                    found.setdefault(proc.pid, GpuProcess(pid=proc.pid, used_memory=used))
+                    if proc.pid not in found:
+                        name = _text(self._call("nvmlSystemGetProcessName", proc.pid)) if with_names else None
+                        found[proc.pid] = GpuProcess(pid=proc.pid, used_memory=used, name=name or None)
             processes = tuple(found.values())
         return GpuSnapshot(
             index=index,

@@ -157,7 +157,7 @@ class GpuSampler(PeriodicSampler):
         self._nvml = nvml or shared_nvml()
 
     def sample(self) -> None:
-        report = self._nvml.report(with_processes=True)
+        report = self._nvml.report(with_processes=True, with_names=False)  # pids are all it matches
         self._emit(report)
         if not report.available:
             self._stop.set()  # no driver now means no driver for this run: stop polling

@@ -135,6 +135,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN runner_identity TEXT;
     """,
+    # 4 -> 5: the most GPU memory NVML saw each rank's process hold (its CUDA context and the
+    # allocator's cache included) at any sample: the live row's current value is gone once the
+    # run ends, and the GPU's own samples count every process on it.
+    """
+    ALTER TABLE ranks ADD COLUMN gpu_mem_used_peak INTEGER;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -14,12 +14,30 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, MetricRow, ProcessSample
+from rankwatch._protocol import (
+    COMPUTE_TIME,
+    CPU_WAIT,
+    DATA_WAIT,
+    LOSS,
+    PHASE_CLOCK,
+    PHASE_METRICS,
+    SAMPLES_PER_SECOND,
+    SKIPPED_STEP,
+    SOURCE_AUTO,
+    STEP_TIME,
+    Event,
+    GpuSample,
+    LogLine,
+    MetricRecord,
+    MetricRow,
+    ProcessSample,
+    clock_name,
+)
 from runner import paths, privacy
 from runner.store.liveness import process_identity
 from runner.store.schema import TABLES, migrate
@@ -224,7 +242,8 @@ class RunStore:
             self.connection.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*values.values(), run_id))
 
     RANK_COLUMNS = ("local_rank", "node_rank", "host", "pid", "world_size", "python", "torch",
-                    "gpu_index", "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent")
+                    "gpu_index", "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent",
+                    "gpu_mem_used_peak")
 
     def upsert_rank(self, run_id: int, rank: int, **values: Any) -> None:
         with self.connection:
@@ -439,21 +458,59 @@ class RunStore:
         return int(self.connection.execute(f"SELECT COUNT(*) FROM {table} WHERE {column} = ?", (run_id,)).fetchone()[0])
 
     def export_csv(self, run_id: int, folder: Path) -> list[Path]:
-        """One CSV per table, rows of this run only. Returns the files written."""
-        import csv
+        """One CSV per table, rows of this run only; then ``steps.csv`` (``steps``) and
+        ``rank_summary.csv`` (each rank's ``runner.view.rank_stats.RankStats``, what `runs show`
+        gives). Returns the files written. A value not measured is an empty cell."""
+        from runner.view.rank_stats import RANK_SUMMARY_COLUMNS, rank_summary_rows, run_statistics
 
         folder.mkdir(parents=True, exist_ok=True)
         written = []
         for table in TABLES:
             column = "id" if table == "runs" else "run_id"
             cursor = self.connection.execute(f"SELECT * FROM {table} WHERE {column} = ?", (run_id,))
-            target = folder / f"{table}.csv"
-            with target.open("w", newline="", encoding="utf-8") as out:
-                writer = csv.writer(out)
-                writer.writerow([d[0] for d in cursor.description])
-                writer.writerows(cursor)
-            written.append(target)
+            written.append(_write_csv(folder / f"{table}.csv", [d[0] for d in cursor.description], cursor))
+        written.append(_write_csv(folder / "steps.csv", list(STEP_TABLE_COLUMNS), self.steps(run_id)))
+        stats, _logged = run_statistics(self, run_id)
+        written.append(_write_csv(folder / "rank_summary.csv", list(RANK_SUMMARY_COLUMNS), rank_summary_rows(stats)))
         return written
+
+    def steps(self, run_id: int) -> Iterator[tuple[Any, ...]]:
+        """Every measured step of the run, one row per rank and step in ``STEP_TABLE_COLUMNS`` order
+        (rank, then time): the records the zero-code instrumentation made of it, side by side; None
+        where a value was not measured. ``skipped_step`` is 1 or 0, ``phase_clock`` "gpu" or "cpu".
+
+        Rows are keyed by rank, time and step, not rank and step: a rank restarted by torchrun
+        counts its steps from 0 again, and each step's records share the time of its step row."""
+        pivot = ", ".join(["MAX(CASE WHEN name = ? THEN value END)"] * len(STEP_METRICS))
+        names = ", ".join("?" * len(STEP_METRICS))
+        cursor = self.connection.execute(
+            f"SELECT rank, step, t, {pivot} FROM metrics WHERE run_id = ? AND source = ? AND step IS NOT NULL"
+            f" AND name IN ({names}) GROUP BY rank, t, step ORDER BY rank, t, step",
+            (*STEP_METRICS, run_id, SOURCE_AUTO, *STEP_METRICS))
+        skipped = 3 + STEP_METRICS.index(SKIPPED_STEP)
+        clock = 3 + STEP_METRICS.index(PHASE_CLOCK)
+        for row in cursor:
+            values = list(row)
+            values[skipped] = 1 if values[skipped] else 0
+            values[clock] = clock_name(values[clock])
+            yield tuple(values)
+
+
+STEP_METRICS = (LOSS, STEP_TIME, DATA_WAIT, SAMPLES_PER_SECOND, CPU_WAIT, SKIPPED_STEP, PHASE_CLOCK, *PHASE_METRICS,
+                COMPUTE_TIME)
+"""The measured records of a step, as the columns of ``RunStore.steps`` (after rank, step, t)."""
+STEP_TABLE_COLUMNS = ("rank", "step", "t", *STEP_METRICS)
+"""The columns of an export's ``steps.csv``: a wide table, one row per rank and step."""
+
+
+def _write_csv(target: Path, header: list[str], rows: Iterable[Iterable[Any]]) -> Path:
+    import csv
+
+    with target.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return target
 
 
 def _run_dict(row: sqlite3.Row) -> dict[str, Any]:

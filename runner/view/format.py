@@ -15,7 +15,7 @@ MISSING = "–"
 """What a value that was not measured reads as (an en dash)."""
 
 __all__ = ["MISSING", "describe_exit_code", "format_amount", "format_bytes", "format_duration", "format_fixed",
-           "format_number", "format_percent"]
+           "format_memory_pair", "format_number", "format_percent"]
 
 
 def _finite(value: object) -> float | None:
@@ -106,3 +106,23 @@ def format_bytes(value: object) -> str:
             return f"{number:.1f} {unit}"
         number /= 1024
     return MISSING
+
+
+BYTE_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def format_memory_pair(first: int | None, second: int | None) -> str:
+    """``0.9/1.2 GiB``: two amounts of memory in the unit of the larger ("–" for one not known)."""
+    known = [value for value in (first, second) if value is not None]
+    if not known:
+        return MISSING
+    unit = format_bytes(max(known)).split()[-1]
+    scale = BYTE_UNITS[unit]
+
+    def amount(value: int | None) -> str:
+        if value is None:
+            return MISSING
+        number = value / scale
+        return f"{number:.0f}" if unit == "B" or number >= 100 else f"{number:.1f}"
+
+    return f"{amount(first)}/{amount(second)} {unit}"

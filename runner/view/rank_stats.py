@@ -23,6 +23,19 @@ live model: a value that was not measured is ``None`` (shown "–"), not 0.
 * ``first_seen``, ``last_seen``: the hub's times for the rank (``None`` when unknown); without a
   stored ``first_seen``, the time of the rank's hello (its ``rank_started`` event).
 * ``dropped``: records the rank's reporter dropped, when the store keeps that count.
+* ``gpu_index``: the GPU the rank's process was seen on (NVML's numbering, as ``nvidia-smi``'s;
+  ranks on this machine only: other nodes' GPUs are not sampled).
+* ``gpu_util``: percent, the median of that GPU's utilisation samples (NVML: the whole GPU, every
+  process on it) from the rank's first measured step to its last; without measured steps, while
+  the rank was seen (``first_seen`` .. ``last_seen``). None when no sample fell in that time.
+* ``gpu_mem_used_peak``: bytes, the most NVML saw the rank's process hold on its GPU at a sample
+  (its CUDA context and the allocator's cache included, as ``nvidia-smi`` shows it).
+* ``gpu_mem_total``: bytes, that GPU's memory (NVML).
+* ``gpu_mem_allocated``, ``gpu_mem_reserved``: bytes, torch's caching allocator at the rank's newest
+  reading (about one a second, at a step's end): what its tensors held, and what the allocator
+  held from the driver (allocated plus its cache).
+* ``gpu_mem_peak``: bytes, the most the rank's tensors held at once (the largest of the
+  allocator's peak readings).
 """
 
 from __future__ import annotations
@@ -65,6 +78,13 @@ class RankStats:
     first_seen: float | None = None
     last_seen: float | None = None
     dropped: int | None = None
+    gpu_index: int | None = None
+    gpu_util: float | None = None
+    gpu_mem_used_peak: int | None = None
+    gpu_mem_total: int | None = None
+    gpu_mem_allocated: int | None = None
+    gpu_mem_reserved: int | None = None
+    gpu_mem_peak: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,6 +198,80 @@ def _share_of_step_time(waits: dict[int, float], step_times: dict[int, float]) -
     return min(1.0, sum(waits[step] for step in both) / total_time)
 
 
+def _step_span(store, run_id: int, rank: int) -> tuple[float | None, float | None]:
+    """The time of the rank's first step time record and of its last: two walks down the metrics
+    index (``runs list`` asks for every rank of many runs; no scan of a run's steps)."""
+    sql = "SELECT t FROM metrics WHERE run_id = ? AND name = ? AND rank = ? ORDER BY t {} LIMIT 1"
+    first = _rows(store, sql.format("ASC"), run_id, protocol.STEP_TIME, rank)
+    last = _rows(store, sql.format("DESC"), run_id, protocol.STEP_TIME, rank)
+    return (first[0][0], last[0][0]) if first and last else (None, None)
+
+
+def _median_utilisation(store, run_id: int, gpu_index: int,
+                        spans: list[tuple[float | None, float | None]]) -> float | None:
+    """The median of GPU ``gpu_index``'s utilisation samples in the first of ``spans`` that holds any."""
+    for start, end in spans:
+        if start is None or end is None:
+            continue
+        values = [value for (value,) in _rows(
+            store, "SELECT utilization FROM gpu_samples WHERE run_id = ? AND t >= ? AND t <= ? AND gpu_index = ?"
+                   " AND utilization IS NOT NULL", run_id, start, end, gpu_index)]
+        if values:
+            return float(statistics.median(values))
+    return None
+
+
+def gpu_utilisation(store, run_id: int, ranks: list[tuple[int, int | None, float | None, float | None]]
+                    ) -> dict[int, float]:
+    """rank -> its GPU's median utilisation (``RankStats.gpu_util``), for ``ranks`` given as
+    ``(rank, gpu index, first seen, last seen)``; ranks without a GPU or a sample are left out."""
+    with_gpu = [entry for entry in ranks if entry[1] is not None]
+    if not with_gpu:
+        return {}
+    result = {}
+    for rank, gpu_index, first_seen, last_seen in with_gpu:
+        assert gpu_index is not None
+        spans = [_step_span(store, run_id, rank), (first_seen, last_seen)]
+        value = _median_utilisation(store, run_id, gpu_index, spans)
+        if value is not None:
+            result[rank] = value
+    return result
+
+
+def run_gpu_utilisation(store, run_id: int) -> float | None:
+    """One figure for a run (``runs list``): the median of its ranks' ``gpu_util``; None when no rank
+    of it was seen on a sampled GPU."""
+    ranks = [(row["rank"], row.get("gpu_index"), row.get("first_seen"), row.get("last_seen"))
+             for row in store.ranks(run_id)]
+    values = list(gpu_utilisation(store, run_id, ranks).values())
+    return float(statistics.median(values)) if values else None
+
+
+def _add_gpu_figures(store, run_id: int, ordered: list[RankStats]) -> None:
+    utilisation = gpu_utilisation(store, run_id, [(entry.rank, entry.gpu_index, entry.first_seen, entry.last_seen)
+                                                  for entry in ordered])
+    totals = {index: total for index, total in _rows(
+        store, "SELECT gpu_index, MAX(memory_total) FROM gpu_samples WHERE run_id = ? GROUP BY gpu_index", run_id)}
+    newest = {name: {rank: value for rank, value, _t in _rows(
+        store, "SELECT rank, value, MAX(t) FROM metrics WHERE run_id = ? AND name = ? AND source = ?"
+               " AND value IS NOT NULL GROUP BY rank", run_id, name, protocol.SOURCE_AUTO)}
+        for name in (protocol.GPU_MEMORY_ALLOCATED, protocol.GPU_MEMORY_RESERVED)}
+    peaks = dict(_rows(store, "SELECT rank, MAX(value) FROM metrics WHERE run_id = ? AND name = ? AND source = ?"
+                              " AND value IS NOT NULL GROUP BY rank", run_id, protocol.GPU_MEMORY_PEAK,
+                       protocol.SOURCE_AUTO))
+    for entry in ordered:
+        entry.gpu_util = utilisation.get(entry.rank)
+        if entry.gpu_index is not None:
+            entry.gpu_mem_total = _as_bytes(totals.get(entry.gpu_index))
+        entry.gpu_mem_allocated = _as_bytes(newest[protocol.GPU_MEMORY_ALLOCATED].get(entry.rank))
+        entry.gpu_mem_reserved = _as_bytes(newest[protocol.GPU_MEMORY_RESERVED].get(entry.rank))
+        entry.gpu_mem_peak = _as_bytes(peaks.get(entry.rank))
+
+
+def _as_bytes(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
 def _logged_keys(store, run_id: int, names: list[str]) -> list[LoggedKey]:
     keys = []
     for name in custom_metric_names(names):
@@ -202,7 +296,7 @@ def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]
         stats[row["rank"]] = RankStats(
             rank=row["rank"], state=row.get("state"), host=row.get("host"), pid=row.get("pid"),
             exit_code=row.get("exit_code"), first_seen=row.get("first_seen"), last_seen=row.get("last_seen"),
-            dropped=row.get("dropped"))
+            dropped=row.get("dropped"), gpu_index=row.get("gpu_index"), gpu_mem_used_peak=row.get("gpu_mem_used_peak"))
     for event in store.events(run_id, kind="rank_started"):  # the hello, when the store has no first_seen
         entry = stats.get(event["rank"]) if event["rank"] is not None else None
         if entry is not None and (entry.first_seen is None or event["t"] < entry.first_seen):
@@ -227,4 +321,25 @@ def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]
             entry.comm_wait_share = entry.phase_shares.get("comm")
         if entry.steps is not None:
             entry.skipped_steps = skipped.get(entry.rank, 0)
+    _add_gpu_figures(store, run_id, ordered)
     return ordered, _logged_keys(store, run_id, store.metric_names(run_id))
+
+
+RANK_SUMMARY_COLUMNS = ("rank", "state", "host", "pid", "exit_code", "steps", "last_step", "last_loss", "loss_source",
+                        "median_step_time", "data_wait_share", "comm_wait_share", "samples_per_s", "phase_clock",
+                        "measured_steps", *(f"phase_{phase}_share" for phase in protocol.PHASES), "skipped_steps",
+                        "gpu_index", "gpu_util", "gpu_mem_used_peak", "gpu_mem_total", "gpu_mem_allocated",
+                        "gpu_mem_reserved", "gpu_mem_peak", "first_seen", "last_seen", "dropped")
+"""The columns of an export's ``rank_summary.csv``: ``RankStats`` of each rank, its phase shares
+one column each (``phase_forward_share``...)."""
+
+
+def rank_summary_rows(stats: list[RankStats]) -> list[list[Any]]:
+    """One row per rank in ``RANK_SUMMARY_COLUMNS`` order; None where not measured (an empty cell)."""
+    rows = []
+    for entry in stats:
+        values = entry.to_json()
+        shares = entry.phase_shares or {}
+        values.update({f"phase_{phase}_share": shares.get(phase) for phase in protocol.PHASES})
+        rows.append([values[column] for column in RANK_SUMMARY_COLUMNS])
+    return rows

@@ -56,8 +56,7 @@ PHASES_COLUMN = "where the step goes"
 O optimizer, · rest)."""
 PHASES_COLUMN_WIDTH = 12
 WHOLE_RUN_CAPTION = ("whole run: median step time; data wait, comm wait, samples/s and where the step goes over "
-                     "every (timed) step; "
-                     "loss and the last columns as last seen")
+                     "every (timed) step; GPU % the median, GPU mem the most; loss and the last columns as last seen")
 """The live table's last frame, once ``show_results`` gave each rank's whole-run figures."""
 
 
@@ -198,6 +197,8 @@ class TerminalView:
                 self.launcher = "script"
             for row in message.get("ranks") or []:
                 self.ranks[row["rank"]] = row
+                if row.get("gpu_index") is not None:  # attached to a run on GPUs: their columns from the start
+                    self.cpu_mode = False
             if len(message.get("nodes") or []) > 1:
                 self.multi_node = True
             if (self.run or {}).get("status") == RunStatus.STOPPING.value:
@@ -320,7 +321,8 @@ class TerminalView:
                 if entry.skipped_steps:
                     steps += f" ({entry.skipped_steps} skipped by GradScaler)"
                 self._print_line("[rankwatch]", f"rank {entry.rank} {entry.state or MISSING}: {steps}, "
-                                 f"last loss {format_number(entry.last_loss)}{timing}{logged}", "stdout")
+                                 f"last loss {format_number(entry.last_loss)}{timing}{_gpu_text(entry)}{logged}",
+                                 "stdout")
                 if entry.phase_shares:
                     clock = CLOCK_WORDS.get(entry.phase_clock or "", "its clock")
                     self._print_line("[rankwatch]", f"rank {entry.rank} steps on {clock}: "
@@ -487,7 +489,7 @@ class TerminalView:
                 cells += [format_fixed(row.get("cpu_percent"), "{:.0f}"), format_bytes(row.get("rss_bytes"))]
             else:
                 cells += [str(row["gpu_index"]) if row.get("gpu_index") is not None else MISSING,
-                          format_fixed(row.get("gpu_util"), "{:.0f}"), format_bytes(row.get("gpu_mem_used"))]
+                          format_fixed(shown.get("gpu_util"), "{:.0f}"), format_bytes(shown.get("gpu_mem_used"))]
             finished = RankState(row.get("state", "waiting")).finished
             cells.append(MISSING if finished or age is None else f"{max(0.0, age):.0f} s")
             if show_exit:
@@ -509,7 +511,16 @@ class TerminalView:
         return {"loss": result.last_loss if result.last_loss is not None else row.get("loss"),
                 "step_time": result.median_step_time, "data_wait_share": result.data_wait_share,
                 "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s,
-                "phase_shares": result.phase_shares}
+                "phase_shares": result.phase_shares,
+                "gpu_util": result.gpu_util, "gpu_mem_used": result.gpu_mem_used_peak}
+
+
+def _gpu_text(entry: RankStats) -> str:
+    """``, GPU 0 51% (median), 3.6 GiB at most``: a rank's GPU over the run, when it was sampled."""
+    if entry.gpu_index is None or (entry.gpu_util is None and entry.gpu_mem_used_peak is None):
+        return ""
+    used = "" if entry.gpu_mem_used_peak is None else f", {format_bytes(entry.gpu_mem_used_peak)} at most"
+    return f", GPU {entry.gpu_index} {format_fixed(entry.gpu_util, '{:.0f}%')} (median){used}"
 
 
 def render_summary(run: dict[str, Any], out: TextIO) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.diagnosis.hints import Evidence, find_hints
+from runner.diagnosis.hints import Evidence, GpuMemory, find_hints
 from runner.diagnosis.triage import RankFailure, exception_line_from_tail
 
 DATA = Path(__file__).parent / "data"
@@ -99,6 +99,21 @@ def test_cuda_out_of_memory_names_the_size_and_gpu():
     assert hint.key == "cuda_out_of_memory"
     assert hint.cause == "CUDA ran out of memory allocating 22.00 MiB on GPU 0"
     assert "batch size" in hint.advice
+
+
+def test_cuda_out_of_memory_adds_the_gpus_free_memory_and_the_ranks_own_peak_where_measured():
+    # the pytorch#16417 OOM: NVML's last sample of the rank's GPU, and its allocator's newest peak
+    memory = GpuMemory(0, used=23_600 << 20, total=24_220 << 20, t=100.0)
+    [hint] = find_hints(rank_evidence(CUDA_OOM, rank_gpu_memory={0: memory}, gpu_mem_peaks={0: 23_450 << 20}))
+    assert hint.cause == ("CUDA ran out of memory allocating 22.00 MiB on GPU 0; GPU 0 had 620 MiB free of 23.7 GiB "
+                          "(NVML, at the last sample); rank 0's own peak: 22.9 GiB (torch's allocator)")
+    # torch numbers the GPUs the rank was given (CUDA_VISIBLE_DEVICES=3: its "GPU 0"), NVML the machine's
+    [hint] = find_hints(rank_evidence(CUDA_OOM, rank_gpu_memory={0: GpuMemory(3, 23_600 << 20, 24_220 << 20, 1.0)}))
+    assert hint.cause.endswith("; its GPU (GPU 3 to nvidia-smi) had 620 MiB free of 23.7 GiB (NVML, at the last sample)")
+    # another rank's figures are not this one's; a GPU whose memory NVML did not give is left out
+    other = rank_evidence(CUDA_OOM, rank_gpu_memory={1: memory, 0: GpuMemory(0, None, None, 1.0)},
+                          gpu_mem_peaks={1: 1 << 30})
+    assert find_hints(other)[0].cause == "CUDA ran out of memory allocating 22.00 MiB on GPU 0"
 
 
 def test_two_ranks_on_one_gpu_from_nccls_duplicate_gpu_error():

@@ -237,7 +237,9 @@ class FakeNvml:
         @record("nvmlSystemGetProcessName")
         def nvmlSystemGetProcessName(pid):
             """A process's name: the third item of its ``(pid, memory, name)`` entry, else Not Found.
-            What the real one answers in gpu-reference's VM is not known: Rankwatch does not ask."""
+            What the real one answers in gpu-reference's VM is not known: Rankwatch did not ask it there
+            (``gpus_during.json``'s null name); where it gives none, ``runner.sampling.process_names`` reads
+            the name from /proc."""
             for gpu in fake.gpus:
                 processes = gpu.get("processes")
                 for process_pid, _memory, *name in processes if isinstance(processes, list) else ():

@@ -144,12 +144,12 @@ def test_gpus_command_lists_gpus_and_their_users_through_the_fake(tmp_path):
     # The CLI itself, with the fake standing in for pynvml at the import boundary.
     shim = tmp_path / "pynvml.py"
     shim.write_text("from tests.fakes.fake_pynvml import FakeNvml, a100\n"
-                    "_fake = FakeNvml([a100(util=97, processes=[(777, 3 << 30)]), a100(util=0)])\n"
+                    "_fake = FakeNvml([a100(util=97, processes=[(777, 3 << 30, 'trainer')]), a100(util=0)])\n"
                     "globals().update(vars(_fake.module))\n")
     env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
     text = rankwatch("gpus", env=env)
     assert text.returncode == 0, text.stderr
     assert "GPU 0  NVIDIA A100-SXM4-40GB" in text.stdout and "util  97%" in text.stdout
-    assert "pid 777 (3.0 GiB)" in text.stdout and "idle" in text.stdout
+    assert "pid 777 trainer (3.0 GiB)" in text.stdout and "idle" in text.stdout
     listed = json.loads(rankwatch("gpus", "--json", env=env).stdout)
     assert [g["index"] for g in listed] == [0, 1] and listed[0]["processes"][0]["pid"] == 777

@@ -70,7 +70,8 @@ def test_batches_and_export_one_csv_per_table(tmp_path):
             gpu_samples=[GpuSample(1.0, 0, 50.0, 1, 2, 100.0, 60.0, 1400.0)],
             process_samples=[ProcessSample(1.0, 0, 10, 90.0, 1024, 4)]))
         files = store.export_csv(run_id, tmp_path / "csv")
-    assert sorted(f.name for f in files) == sorted(f"{t}.csv" for t in schema.TABLES)
+    assert sorted(f.name for f in files) == sorted([*(f"{t}.csv" for t in schema.TABLES), "steps.csv",
+                                                    "rank_summary.csv"])
     rows = list(csv.DictReader((tmp_path / "csv" / "metrics.csv").open()))
     assert [(r["rank"], r["step"], r["name"], r["value"]) for r in rows] == [("0", "0", "loss", "2.5"), ("0", "1", "loss", "2.0")]
     assert next(csv.DictReader((tmp_path / "csv" / "logs.csv").open()))["line"] == "hello"

@@ -29,6 +29,7 @@ from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
 from gui.models.notices import run_end_notice, window_title
 from gui.widgets.monitor_panel import STATUS_COLORS
 from gui.widgets.run_progress import progress_texts
+from rankwatch import _protocol
 from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec
 
@@ -222,6 +223,16 @@ def test_every_logged_key_gets_a_chart_in_the_order_it_appeared():
     assert logged_metric_names(model) == ["lr", "grad_norm", "val_loss"]
     chart = logged_chart("lr")
     assert chart.title == "lr" and chart.logged and chart.smoothable and not chart.time_only
+
+
+def test_the_phases_their_clock_and_skipped_steps_get_no_chart_of_their_own():
+    """They are drawn as the rank table's bars and said beside the step count, not as charts
+    named like keys a script logged."""
+    row = [T0, 3, 0.5, 0.1, 0.01, 32, None, True, ["cpu", 0.01, 0.002, 0.03, 0.04, 0.01, 0.005, 0.003]]
+    model = model_with([list(record) for record in _protocol.step_row_records(0, row)]
+                       + [[0, T0, 3, "lr", 0.1, "log"]])
+    assert {*_protocol.PHASE_METRICS, _protocol.PHASE_CLOCK, _protocol.SKIPPED_STEP} <= set(model.series_names())
+    assert logged_metric_names(model) == ["lr"]
 
 
 def test_empty_charts_say_why():

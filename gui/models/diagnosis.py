@@ -132,8 +132,22 @@ class RankLine:
 
 
 def straggler_text(event: dict[str, Any], past: bool = False) -> str:
-    """``rank 1 is a straggler at step 6: waiting for data (161 ms of its 167 ms step in the data loader; ...)``."""
+    """``rank 1 is a straggler at step 6: it waits for data (161 ms of its 167 ms step in the data loader; ...)``.
+
+    The runner's message says it (``runner.diagnosis.stragglers``: the phase, on the step's
+    clock); only the step is added, and the tense once it is over. Events without a message
+    (older stores) are worded from their fields.
+    """
     rank = event.get("rank")
+    message = event.get("message")
+    if isinstance(message, str) and message:
+        verb = "was" if past else "is"
+        lead = f"rank {rank} is a straggler"
+        if message.startswith(lead):
+            step = event.get("step")
+            where = f" at step {step}" if step is not None else ""
+            return f"rank {rank} {verb} a straggler{where}{message[len(lead):]}"
+        return message
     cause = CAUSE_WORDS.get(str(event.get("cause")), str(event.get("cause") or "cause unknown"))
     step = event.get("step")
     where = f" at step {step}" if step is not None else ""
@@ -149,6 +163,16 @@ def straggler_text(event: dict[str, Any], past: bool = False) -> str:
                   "on the other ranks, not explained by data wait")
     verb = "was" if past else "is"
     return f"rank {rank} {verb} a straggler{where}: {cause} ({detail})"
+
+
+def straggler_note(event: dict[str, Any]) -> str:
+    """The rank table's note: ``straggler: waiting for data``, ``straggler: computing (forward)``."""
+    cause = str(event.get("cause"))
+    note = f"straggler: {CAUSE_WORDS.get(cause, '?')}"
+    phase = event.get("phase")
+    if cause != "data" and isinstance(phase, str) and phase:
+        note += f" ({phase})"
+    return note
 
 
 def divergence_text(event: dict[str, Any]) -> str:
@@ -463,7 +487,7 @@ class DiagnosisModel:
                 where = f" at step {step}" if step is not None else ""
                 notes.setdefault(rank, []).append(f"stalled{where} for {format_age(_stall_seconds(event, now))}")
         for rank, event in self.stragglers.items():
-            notes.setdefault(rank, []).append(f"straggler: {CAUSE_WORDS.get(str(event.get('cause')), '?')}")
+            notes.setdefault(rank, []).append(straggler_note(event))
         for event in self.divergences:
             for rank in event.get("ranks") or []:
                 if isinstance(rank, int):

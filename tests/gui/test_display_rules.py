@@ -331,3 +331,18 @@ def test_a_compute_straggler_is_worded_with_compute_times_not_the_equal_step_tim
     assert "695 ms per step against 695 ms" not in text  # the DDP-evened step times prove nothing
     del event["compute_time"]  # not measured (no process group): the step times are the evidence
     assert "695 ms per step against 695 ms on the other ranks" in straggler_text(event)
+
+
+def test_a_stragglers_own_message_is_its_wording_with_the_step_and_its_phase_in_the_note():
+    from gui.models.diagnosis import straggler_note, straggler_text
+
+    message = ("rank 1 is a straggler: it computes longer (97 ms of its 111 ms step vs 67 ms on the other ranks, "
+               "which wait for it in collectives, most in forward: 49 ms)")
+    event = {"rank": 1, "message": message, "cause": "compute", "phase": "forward", "step": 10, "step_time": 0.111,
+             "compute_time": 0.097, "others_compute_time": 0.067}
+    assert straggler_text(event) == message.replace("is a straggler:", "is a straggler at step 10:")
+    assert straggler_text(event, past=True).startswith("rank 1 was a straggler at step 10: it computes longer")
+    assert straggler_note(event) == "straggler: computing (forward)"
+    assert straggler_note({**event, "cause": "data", "phase": "data"}) == "straggler: waiting for data"
+    assert straggler_text({**event, "message": "something else"}) == "something else"  # said as the runner says it
+

@@ -7,8 +7,10 @@ Two sources, both from the runner (``runner/diagnosis``):
   evidence, exception line, traceback, kernel log line), ``other_failures``,
   ``hints`` (cause -> advice) and ``diagnostics`` (what the monitors found);
 * the **events** the monitors publish while the run goes on: ``stalled`` /
-  ``resumed`` (``stalls``), ``straggler`` (``stragglers``), ``divergence``
-  (``consistency``), ``stacks`` (``stacks``: who holds up the others),
+  ``resumed`` (``stalls``), ``straggler`` (``stragglers``), ``bottleneck`` (the run's
+  live verdict: input-, communication-, launch- or compute-bound, or a straggler, with
+  its evidence and one action; the summary's ``diagnostics.bottleneck`` is the whole
+  run's), ``divergence`` (``consistency``), ``stacks`` (``stacks``: who holds up the others),
   ``launch_mismatch`` (``launcher``: a script that does not fit torchrun),
   ``node_lost`` (several nodes), ``rank_failed`` and ``run_finished``.
 
@@ -43,8 +45,8 @@ STALLED, RESUMED, STRAGGLER, DIVERGENCE, STACKS, NODE_LOST, RANK_FAILED, RUN_FIN
     EventKind.STALLED.value, EventKind.RESUMED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value,
     EventKind.STACKS.value, EventKind.NODE_LOST.value, EventKind.RANK_FAILED.value, EventKind.RUN_FINISHED.value,
     EventKind.LAUNCH_MISMATCH.value)
-EXCEPTION, CONNECTION_LOST, STOPPING = (EventKind.EXCEPTION.value, EventKind.CONNECTION_LOST.value,
-                                        EventKind.STOPPING.value)
+EXCEPTION, CONNECTION_LOST, STOPPING, BOTTLENECK = (EventKind.EXCEPTION.value, EventKind.CONNECTION_LOST.value,
+                                                    EventKind.STOPPING.value, EventKind.BOTTLENECK.value)
 """Event kinds, as the contract defines them (``rankwatch._protocol.EventKind``)."""
 
 NO_RANK_REPORTED = "no_rank_reported"
@@ -54,6 +56,9 @@ NO_STEP_MEASURED = "no_step_measured"
 
 CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
 """A straggler's cause, as the banner and the rank table say it."""
+STRAGGLER_VERDICT = "straggler"
+HEALTHY_VERDICTS = frozenset({"compute-bound"})
+"""Bottleneck verdicts that are no problem to point at (the device computes)."""
 
 
 def clock(t: float | None) -> str:
@@ -113,7 +118,7 @@ class Banner:
     text: str
     kind: str
     """``failure``, ``hang``, ``stall``, ``node_lost``, ``straggler``, ``divergence``, ``findings``,
-    ``no_rank_reported``, ``no_step_measured``."""
+    ``no_rank_reported``, ``no_step_measured``, ``bottleneck`` (a verdict worth acting on)."""
     rank: int | None = None
     more: int = 0
     """Further findings not in this one line (the diagnosis panel lists them all)."""
@@ -129,6 +134,89 @@ class RankLine:
     fate: str
     detail: str
     first: bool
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """The run's bottleneck verdict (``runner.diagnosis.bottleneck``) as the monitor shows it."""
+
+    verdict: str | None
+    """``input-bound``, ``communication-bound``, ``launch-bound``, ``compute-bound``, ``straggler``,
+    or None: not determined (``evidence`` says why)."""
+    evidence: str
+    action: str | None
+    rank: int | None
+    """The straggler."""
+    phase: str | None
+    """The phase that names it: a straggler's, else the dominant one."""
+    clock: str | None
+    steps: int
+    whole_run: bool
+    """The verdict over the whole run (the summary's), not the live one (the latest event)."""
+    t: float | None = None
+    ranks: tuple[tuple[int, str | None], ...] = ()
+    """Each rank's own verdict, by rank."""
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], whole_run: bool, rank: int | None = None) -> Bottleneck:
+        verdict = record.get("verdict")
+        ranks = record.get("ranks") if isinstance(record.get("ranks"), dict) else {}
+        per_rank = []
+        for key, value in ranks.items():  # JSON object keys: "0", "1", ...
+            if str(key).isdigit() and isinstance(value, dict):
+                per_rank.append((int(key), value.get("verdict") if isinstance(value.get("verdict"), str) else None))
+        return cls(verdict if isinstance(verdict, str) else None, str(record.get("evidence") or ""),
+                   str(record["action"]) if record.get("action") else None,
+                   _int(record.get("rank")) if record.get("rank") is not None else rank,
+                   str(record["phase"]) if record.get("phase") else None,
+                   str(record["clock"]) if record.get("clock") else None, _int(record.get("steps")) or 0,
+                   whole_run, _float(record.get("t")), tuple(sorted(per_rank)))
+
+    @property
+    def title(self) -> str:
+        """``input-bound``, ``a straggler: rank 1 (forward)``, ``not determined``."""
+        if self.verdict is None:
+            return "not determined"
+        if self.verdict == STRAGGLER_VERDICT:
+            who = f"rank {self.rank}" if self.rank is not None else "a rank"
+            return f"a straggler: {who}" + (f" ({self.phase})" if self.phase else "")
+        return self.verdict
+
+    @property
+    def scope(self) -> str:
+        """``whole run, 640 timed steps`` or ``live, last 10 timed steps``."""
+        if self.whole_run:
+            return "whole run" + (f", {self.steps} timed steps" if self.steps else "")
+        return "live" + (f", last {self.steps} timed steps" if self.steps else "")
+
+    @property
+    def problem(self) -> bool:
+        """Worth a banner: a verdict that is not healthy compute."""
+        return self.verdict is not None and self.verdict not in HEALTHY_VERDICTS
+
+    @property
+    def short_evidence(self) -> str:
+        """The evidence without what the title says already (a straggler's rank, "not determined")."""
+        evidence = self.evidence
+        if self.verdict is None and evidence.startswith("not determined: "):
+            evidence = evidence[len("not determined: "):]
+        if self.verdict == STRAGGLER_VERDICT and self.rank is not None:
+            lead = f"rank {self.rank} is a straggler: "  # the straggler's message: its rank is in the title
+            evidence = evidence[len(lead):] if evidence.startswith(lead) else evidence
+        return evidence
+
+    @property
+    def text(self) -> str:
+        """``bottleneck: input-bound: waiting for data 45 % of the step (...) → feed it faster: ...``."""
+        evidence = self.short_evidence
+        line = f"bottleneck: {self.title}: {evidence}" if evidence else f"bottleneck: {self.title}"
+        return f"{line} → {self.action}" if self.action else line
+
+    def rank_verdicts_text(self) -> str:
+        """``rank 0 compute-bound · rank 1 input-bound`` when the ranks' own verdicts differ, else empty."""
+        if len({verdict for _rank, verdict in self.ranks}) <= 1:
+            return ""
+        return " · ".join(f"rank {rank} {verdict or 'not determined'}" for rank, verdict in self.ranks)
 
 
 def straggler_text(event: dict[str, Any], past: bool = False) -> str:
@@ -256,6 +344,8 @@ class DiagnosisModel:
         """``exception``, ``rank_failed`` and ``connection_lost`` events: what is known of a
         failure before the runner's triage names the first one (at the end of the run)."""
         self._stopping = False
+        self.live_bottleneck: dict[str, Any] | None = None
+        """The latest ``bottleneck`` event: the run's live verdict."""
         self.capture: dict[str, Any] | None = None
         self.captures = 0
         self._layout: tuple[dict[str, Any], StacksLayout] | None = None
@@ -362,6 +452,8 @@ class DiagnosisModel:
                     self.early_failures.append(event)
             elif kind == STOPPING:
                 self._stopping = True
+            elif kind == BOTTLENECK:
+                self.live_bottleneck = event
             elif kind == RUN_FINISHED and isinstance(event.get("summary"), dict):
                 self._finished_summary = event["summary"]
             else:
@@ -419,6 +511,18 @@ class DiagnosisModel:
     def diagnostics(self) -> dict[str, Any]:
         found = (self.summary or {}).get("diagnostics")
         return found if isinstance(found, dict) else {}
+
+    @property
+    def bottleneck(self) -> Bottleneck | None:
+        """The run's bottleneck verdict: over the whole run once the summary has it, else the
+        live one (the latest ``bottleneck`` event); None before either."""
+        final = self.diagnostics.get("bottleneck")
+        if isinstance(final, dict):
+            return Bottleneck.from_record(final, whole_run=True)
+        event = self.live_bottleneck
+        if event is None:
+            return None
+        return Bottleneck.from_record(event, whole_run=False, rank=_int(event.get("rank")))
 
     def stacks_layout(self) -> StacksLayout | None:
         """The latest stack capture laid out side by side."""
@@ -559,6 +663,10 @@ class DiagnosisModel:
                 lead = self.headline or outcome or "the run ended"
                 return Banner(WARNING, f"{lead}, but {'; '.join(parts)}", "findings",
                               more=max(0, len(interesting) - len(parts)))
+            bottleneck = self.bottleneck
+            if bottleneck is not None and bottleneck.problem:
+                lead = self.headline or outcome or "the run ended"
+                return Banner(INFO, f"{lead}; {bottleneck.text}", BOTTLENECK, bottleneck.rank)
             return None
         candidates: list[Banner] = []
         if self.lost_nodes:
@@ -583,6 +691,10 @@ class DiagnosisModel:
             candidates.append(Banner(WARNING, straggler_text(event), STRAGGLER, rank))
         for event in self.divergences[-1:]:
             candidates.append(Banner(WARNING, divergence_text(event), DIVERGENCE, _int(event.get("rank"))))
+        bottleneck = self.bottleneck
+        if (bottleneck is not None and bottleneck.problem
+                and not (bottleneck.verdict == STRAGGLER_VERDICT and self.stragglers)):
+            candidates.append(Banner(INFO, bottleneck.text, BOTTLENECK, bottleneck.rank))
         if not candidates:
             return None
         top = candidates[0]

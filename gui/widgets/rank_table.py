@@ -12,13 +12,16 @@ failed first, stalled for how long, straggler and why, diverged at which step.
 
 The ``Where the step goes`` column draws each rank's step phases as a stacked bar
 (``gui.widgets.phase_bars``; the tooltip has every phase's share and the clock). Above
-the table, once a rank measured its phases, the bars' legend and the clock.
+the table, once a rank measured its phases, the bars' legend and the run's bottleneck
+verdict (``set_bottleneck``: live, or the whole run's once it ended) with its evidence
+and the one thing to do.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from html import escape
 from typing import Any
 
 from PySide6.QtCore import (
@@ -34,6 +37,8 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
     QHeaderView,
+    QLabel,
+    QSizePolicy,
     QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
@@ -43,6 +48,7 @@ from PySide6.QtWidgets import (
 )
 
 from gui.gateway.runner_rules import RankState
+from gui.models.diagnosis import Bottleneck
 from gui.models.monitor import (
     PHASES_COLUMN,
     RANK_COLUMNS,
@@ -74,6 +80,7 @@ STEP_MS_COLUMN = RANK_COLUMNS.index("Step ms")
 PHASE_BAR_COLUMN = RANK_COLUMNS.index(PHASES_COLUMN)
 LEFT_ALIGNED = (HOST_COLUMN, STATE_COLUMN, PHASE_BAR_COLUMN, DIAGNOSIS_COLUMN)
 NotesProvider = Callable[[float], dict[int, str]]
+BottleneckProvider = Callable[[], Bottleneck | None]
 _TINT_ALPHA = 70
 
 STATE_COLORS: dict[str, QColor] = {
@@ -284,12 +291,19 @@ class RankTable(QWidget):
         self.view.setColumnHidden(NODE_COLUMN, True)
         header.sortIndicatorChanged.connect(self._on_sort_changed)
         self.legend = PhaseLegend()
+        self.verdict_label = QLabel()
+        self.verdict_label.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict_label.setWordWrap(True)
+        self.verdict_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.verdict_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.strip = QWidget()
         strip_layout = QVBoxLayout(self.strip)
         strip_layout.setContentsMargins(6, 2, 6, 2)
         strip_layout.setSpacing(1)
         strip_layout.addWidget(self.legend)
+        strip_layout.addWidget(self.verdict_label)
         self.strip.hide()
+        self.bottleneck_provider: BottleneckProvider | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
@@ -309,6 +323,11 @@ class RankTable(QWidget):
     def set_notes(self, provider: NotesProvider | None) -> None:
         """Where the Diagnosis column's notes come from (``DiagnosisModel.rank_notes``)."""
         self.table_model.notes_provider = provider
+        self._throttle.mark_dirty()
+
+    def set_bottleneck(self, provider: BottleneckProvider | None) -> None:
+        """Where the verdict above the bars comes from (``DiagnosisModel.bottleneck``)."""
+        self.bottleneck_provider = provider
         self._throttle.mark_dirty()
 
     def _connect_model(self, model: MonitorModel) -> None:
@@ -335,12 +354,22 @@ class RankTable(QWidget):
         self._update_strip()
 
     def _update_strip(self) -> None:
-        """The legend, once a rank measured its phases."""
+        """The legend once a rank measured its phases; the verdict once there is one."""
         phases = self.table_model.phases()
         measured = any(row.measured for row in phases)
         self.legend.set_clock(clocks_text(phases))
         self.legend.setVisible(measured)
-        self.strip.setVisible(measured)
+        verdict = self.bottleneck_provider() if self.bottleneck_provider is not None else None
+        text = verdict_text(verdict)
+        if text != self.verdict:
+            self.verdict = text
+            self.verdict_label.setText(verdict_html(verdict))
+            self.verdict_label.setToolTip(verdict.rank_verdicts_text() if verdict is not None else "")
+        self.verdict_label.setVisible(bool(text))
+        self.strip.setVisible(measured or bool(text))
+
+    verdict = ""
+    """The verdict above the bars, as plain text (:func:`verdict_text`)."""
 
     def _update_node_column(self) -> None:
         several = is_multi_node(self.model)
@@ -377,3 +406,24 @@ class RankTable(QWidget):
         if rank is not None:
             self.rank_activated.emit(int(rank))
 
+
+def verdict_text(verdict: Bottleneck | None) -> str:
+    """``Bottleneck (live, last 10 timed steps): input-bound: waiting for data ... → feed it ...``."""
+    if verdict is None:
+        return ""
+    text = f"Bottleneck ({verdict.scope}): {verdict.title}"
+    if verdict.short_evidence:
+        text += f": {verdict.short_evidence}"
+    return f"{text} → {verdict.action}" if verdict.action else text
+
+
+def verdict_html(verdict: Bottleneck | None) -> str:
+    """:func:`verdict_text` with its verdict in bold (its colour: amber when worth acting on)."""
+    if verdict is None:
+        return ""
+    color = STATE_COLORS[RankState.STALLED.value] if verdict.problem else STATE_COLORS[RankState.EXITED.value]
+    html = (f'<span style="color:{color.name()}">&#9679;</span> '
+            f"<b>Bottleneck ({escape(verdict.scope)}): {escape(verdict.title)}</b>")
+    if verdict.short_evidence:
+        html += f": {escape(verdict.short_evidence)}"
+    return f"{html} → <i>{escape(verdict.action)}</i>" if verdict.action else html

@@ -1,4 +1,4 @@
-"""Where each rank's step goes, as the monitor shows it.
+"""Where each rank's step goes, and the run's bottleneck verdict, as the monitor shows them.
 
 The live tests watch the real runner (``runner.run.Run``: its hub, store, straggler and
 bottleneck monitors) whose fake ranks send step rows with their phases on the CPU's clock
@@ -16,10 +16,12 @@ from live_run import LiveRun
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QColor
 
+from gui.models.diagnosis import INFO, DiagnosisModel
 from gui.models.monitor import (
     NOT_MEASURED,
     PHASES_COLUMN,
     RANK_COLUMNS,
+    MonitorModel,
     rank_cells,
     rank_phases_of,
 )
@@ -83,7 +85,7 @@ def cell_tooltip(panel: MonitorPanel, rank: int, column: str) -> str:
 
 # ---- live, then from the store --------------------------------------------------------------
 
-def test_a_rank_that_computes_longer_has_the_wider_forward_live_and_from_the_store(qtbot, panel, live_run):
+def test_a_rank_that_computes_longer_has_the_wider_forward_and_is_the_named_straggler(qtbot, panel, live_run):
     runner = live_run(ranks=3, slow_rank=1, slow_phase="forward", rate_hz=20)
     panel.attach(runner.run_id)
     table = panel.rank_table
@@ -104,14 +106,31 @@ def test_a_rank_that_computes_longer_has_the_wider_forward_live_and_from_the_sto
     assert f"forward: {format_share(forward)}" in tooltip  # the hub's share, as it computed it
     assert table.legend.isVisible() and "on the CPU clock" in table.legend.text()
 
+    # The live verdict: the straggler, by rank and phase, with its evidence and what to do.
+    qtbot.waitUntil(lambda: "a straggler: rank 1 (forward)" in table.verdict, timeout=10_000)
+    verdict = table.verdict
+    assert table.verdict_label.isVisible() and "<b>Bottleneck (live): a straggler: rank 1 (forward)</b>" in (
+        table.verdict_label.text())
+    assert verdict.startswith("Bottleneck (live): a straggler: rank 1 (forward): it computes longer (")
+    assert "most in forward" in verdict and "→ look at that rank's device" in verdict
+    qtbot.waitUntil(lambda: table.cell_text(1, "Diagnosis") == "straggler: computing (forward)", timeout=5000)
+    assert panel.failure_banner.text().startswith("rank 1 is a straggler at step ")  # the straggler's own message
+    assert "it computes longer" in panel.failure_banner.text()
+
     runner.finish()
     qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=20_000)
+    qtbot.waitUntil(lambda: "Bottleneck (whole run" in table.verdict, timeout=5000)
+    assert "a straggler: rank 1 (forward)" in table.verdict
     qtbot.waitUntil(lambda: all(p.whole_run for p in table.table_model.phases()), timeout=5000)
     results = panel.model.rank_results
     assert "its whole run (" in cell_tooltip(panel, 1, PHASES_COLUMN)
     assert f"forward: {format_share(results[1]['phase_shares']['forward'])}" in cell_tooltip(panel, 1, PHASES_COLUMN)
+    panel.diagnosis_panel.refresh()
+    box = panel.diagnosis_panel.bottleneck_text()
+    assert box.startswith("Bottleneck (whole run")
+    assert "a straggler: rank 1 (forward)" in box and "→ look at that rank's device" in box
 
-    # Opened again from the store (as History does): the same bars, the whole run's.
+    # Opened again from the store (as History does): the same bars and verdict, the whole run's.
     stored = MonitorPanel()
     qtbot.addWidget(stored)
     stored.resize(1500, 900)
@@ -121,6 +140,8 @@ def test_a_rank_that_computes_longer_has_the_wider_forward_live_and_from_the_sto
     assert bar_widths(stored) == {rank: {phase: rect.width() for phase, rect in segment_rects(
         rank_phases_of({"rank": rank, "state": "exited"}, results[rank]), QRect(0, 0, 300, 14))} for rank in range(3)}
     assert bar_widths(stored)[1]["forward"] > 1.5 * bar_widths(stored)[0]["forward"]
+    stored.rank_table.refresh()
+    assert "Bottleneck (whole run" in stored.rank_table.verdict
 
 
 def test_ranks_without_measured_phases_have_no_bar_and_no_legend(qtbot, panel, live_run):
@@ -176,3 +197,66 @@ def test_a_finished_rank_shows_its_whole_run_and_the_clocks_are_named():
     assert cells[PHASES_COLUMN].startswith("data 10 %")
     assert clocks_text([phases]) == "GPU clock"
     assert clocks_text([phases, RankPhases(0, SHARES, "cpu")]) == "GPU and CPU clocks"
+
+
+def _model_with_events(*events: dict, summary: dict | None = None) -> tuple[MonitorModel, DiagnosisModel]:
+    model = MonitorModel()
+    diagnosis = DiagnosisModel(model)
+    run = {"id": 1, "status": "running" if summary is None else "succeeded"}
+    if summary is not None:
+        run["summary"] = summary
+    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run,
+                 "ranks": [{"rank": 0, "state": "running"}, {"rank": 1, "state": "running"}]})
+    model.apply({"type": "update", "v": _protocol.VERSION, "events": list(events)})
+    return model, diagnosis
+
+
+INPUT_BOUND = {"kind": "bottleneck", "t": 100.0, "rank": None, "verdict": "input-bound",
+               "evidence": "waiting for data 45% of the step (communication 3%)",
+               "action": "feed it faster: more DataLoader workers (num_workers)", "phase": "data",
+               "shares": SHARES, "clock": "cpu", "gpu_busy": None, "steps": 10,
+               "message": "input-bound: waiting for data 45% of the step (communication 3%)",
+               "ranks": {"0": {"verdict": "input-bound"}, "1": {"verdict": "compute-bound"}}}
+
+
+def test_the_live_verdict_is_shown_with_its_evidence_and_action_and_the_end_verdict_replaces_it():
+    _model, diagnosis = _model_with_events(INPUT_BOUND)
+    verdict = diagnosis.bottleneck
+    assert verdict is not None and not verdict.whole_run and verdict.scope == "live, last 10 timed steps"
+    assert verdict.text == ("bottleneck: input-bound: waiting for data 45% of the step (communication 3%) "
+                            "→ feed it faster: more DataLoader workers (num_workers)")
+    assert verdict.rank_verdicts_text() == "rank 0 input-bound · rank 1 compute-bound"
+    banner = diagnosis.banner()
+    assert banner is not None and banner.level == INFO and banner.kind == "bottleneck"
+    assert banner.text.startswith("bottleneck: input-bound: waiting for data 45%")
+
+    end = {"verdict": "compute-bound", "evidence": "forward, backward and optimizer 80% of the step",
+           "action": "healthy: the device computes", "rank": None, "phase": "backward", "steps": 640,
+           "message": "compute-bound: ...", "ranks": {"0": {"verdict": "compute-bound"}}}
+    summary = {"outcome": "succeeded", "headline": "all ranks finished", "diagnostics": {"bottleneck": end}}
+    _model, diagnosis = _model_with_events(INPUT_BOUND, summary=summary)
+    verdict = diagnosis.bottleneck
+    assert verdict.whole_run and verdict.title == "compute-bound" and verdict.scope == "whole run, 640 timed steps"
+    assert diagnosis.banner() is None  # healthy: nothing to point at
+    summary["diagnostics"]["bottleneck"] = {**INPUT_BOUND, "steps": 640}
+    _model, diagnosis = _model_with_events(summary=summary)
+    assert diagnosis.banner().text.startswith("all ranks finished; bottleneck: input-bound: waiting for data")
+
+
+def test_a_straggler_verdict_names_the_rank_and_the_phase_and_is_said_once():
+    message = ("rank 1 is a straggler: it computes longer (97 ms of its 111 ms step vs 67 ms on the other ranks, "
+               "which wait for it in collectives, most in forward: 49 ms)")
+    straggler = {"kind": "straggler", "t": 100.0, "rank": 1, "message": message, "active": True, "cause": "compute",
+                 "phase": "forward", "step": 10, "step_time": 0.111, "compute_time": 0.097,
+                 "others_compute_time": 0.067}
+    bottleneck = {"kind": "bottleneck", "t": 101.0, "rank": 1, "verdict": "straggler", "evidence": message,
+                  "action": "look at that rank's device", "phase": "forward", "steps": 0, "message": message}
+    _model, diagnosis = _model_with_events(straggler, bottleneck)
+    verdict = diagnosis.bottleneck
+    assert verdict.title == "a straggler: rank 1 (forward)"
+    assert verdict.text == ("bottleneck: a straggler: rank 1 (forward): it computes longer (97 ms of its 111 ms step "
+                            "vs 67 ms on the other ranks, which wait for it in collectives, most in forward: 49 ms) "
+                            "→ look at that rank's device")
+    banner = diagnosis.banner()
+    assert banner.kind == "straggler" and banner.more == 0  # said once, by the straggler's own finding
+    assert diagnosis.rank_notes()[1] == "straggler: computing (forward)"

@@ -130,8 +130,8 @@ class LogBuffer:
 PHASES_COLUMN = "Where the step goes"
 RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %", "Comm wait %",
                 PHASES_COLUMN, "Heartbeat", "Ended by", "Diagnosis")
-"""``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Where the
-step goes`` is drawn as a stacked
+"""``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Step`` says
+how many steps ``GradScaler`` skipped, when any; ``Where the step goes`` is drawn as a stacked
 bar of the step's phases (``gui.models.phases``; its text lists the shares, its sort key is the
 share spent computing); ``Ended by`` says it as every panel does (``gui.models.exits``);
 ``Diagnosis`` holds the diagnosis model's note for the rank (failed first, stalled, straggler,
@@ -233,6 +233,20 @@ def rank_phases_of(row: dict[str, Any], result: dict[str, Any] | None = None) ->
     return rank_phases(row, result, finished_rank(row))
 
 
+def skipped_steps(row: dict[str, Any], result: dict[str, Any] | None = None) -> int:
+    """Steps ``GradScaler`` skipped on the rank (counted among its steps): the whole run's once it
+    ended and the figures were read, else the hub's count."""
+    if result is not None and finished_rank(row) and result.get("skipped_steps") is not None:
+        return int(result["skipped_steps"])
+    return int(row.get("skipped_steps") or 0)
+
+
+def step_text(step: Any, skipped: int) -> str:
+    """``640``, or ``640 (3 skipped)`` when ``GradScaler`` skipped some."""
+    text = _text(step)
+    return f"{text} ({skipped:,} skipped)" if skipped else text
+
+
 def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[str, Any] | None = None,
                result: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order; ``summary`` is the
@@ -252,7 +266,7 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[st
         _text(row.get("pid")),
         "cpu" if gpu is None else str(gpu),
         _text(row.get("state")),
-        _text(row.get("step")),
+        step_text(row.get("step"), skipped_steps(row, result)),
         format_loss(row.get("loss")),
         NOT_MEASURED if step_time is None else f"{1000.0 * step_time:.1f}",
         NOT_MEASURED if share is None else f"{100.0 * share:.0f}",
@@ -601,6 +615,12 @@ class MonitorModel:
 
     def rank_rows(self) -> list[dict[str, Any]]:
         return [self.ranks[rank] for rank in sorted(self.ranks)]
+
+    def skipped_steps(self) -> int:
+        """Steps ``GradScaler`` skipped, as the header counts them: the most any rank skipped (under
+        DDP every rank skips the same steps, as the steps are counted by the rank furthest on)."""
+        return max((skipped_steps(row, self.rank_results.get(int(row["rank"]))) for row in self.rank_rows()),
+                   default=0)
 
     def set_rank_results(self, results: dict[int, dict[str, Any]]) -> None:
         """The run ended: each rank's whole-run figures (``gui.gateway.store_reads.rank_results``)."""

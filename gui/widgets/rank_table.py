@@ -60,6 +60,7 @@ from gui.models.monitor import (
     rank_phases_of,
     rank_sort_keys,
     rank_timing,
+    skipped_steps,
 )
 from gui.models.nodes import is_multi_node
 from gui.models.phases import RankPhases, clocks_text
@@ -77,6 +78,7 @@ STATE_COLUMN = RANK_COLUMNS.index("State")
 HEARTBEAT_COLUMN = RANK_COLUMNS.index("Heartbeat")
 DIAGNOSIS_COLUMN = RANK_COLUMNS.index("Diagnosis")
 STEP_MS_COLUMN = RANK_COLUMNS.index("Step ms")
+STEP_COLUMN = RANK_COLUMNS.index("Step")
 PHASE_BAR_COLUMN = RANK_COLUMNS.index(PHASES_COLUMN)
 LEFT_ALIGNED = (HOST_COLUMN, STATE_COLUMN, PHASE_BAR_COLUMN, DIAGNOSIS_COLUMN)
 NotesProvider = Callable[[float], dict[int, str]]
@@ -162,6 +164,9 @@ class RankTableModel(ColumnTableModel):
                     return f"Median over the run's {steps} steps"
             if column == PHASE_BAR_COLUMN:
                 return self._phases[index.row()].tooltip()
+            if column == STEP_COLUMN and (skipped := skipped_steps(row, self._result(row))):
+                return (f"GradScaler skipped {skipped:,} of its steps (inf or NaN gradients): "
+                        "counted as steps, the weights left as they were")
             if row.get("dropped"):
                 return f"{row['dropped']} telemetry records dropped by this rank"
         return None

@@ -86,7 +86,7 @@ def cell_tooltip(panel: MonitorPanel, rank: int, column: str) -> str:
 # ---- live, then from the store --------------------------------------------------------------
 
 def test_a_rank_that_computes_longer_has_the_wider_forward_and_is_the_named_straggler(qtbot, panel, live_run):
-    runner = live_run(ranks=3, slow_rank=1, slow_phase="forward", rate_hz=20)
+    runner = live_run(ranks=3, slow_rank=1, slow_phase="forward", rate_hz=20, skipped_steps=frozenset({2, 5}))
     panel.attach(runner.run_id)
     table = panel.rank_table
     qtbot.waitUntil(lambda: len(bar_widths(panel)) == 3 and all(bar_widths(panel)[r] for r in range(3)),
@@ -117,6 +117,12 @@ def test_a_rank_that_computes_longer_has_the_wider_forward_and_is_the_named_stra
     assert panel.failure_banner.text().startswith("rank 1 is a straggler at step ")  # the straggler's own message
     assert "it computes longer" in panel.failure_banner.text()
 
+    # GradScaler skipped steps 2 and 5 on every rank: counted, and said.
+    assert table.cell_text(0, "Step").endswith(" (2 skipped)")
+    assert "GradScaler skipped 2 of its steps" in cell_tooltip(panel, 0, "Step")
+    panel.progress.refresh()
+    assert panel.progress.position_label.text().endswith("steps (2 skipped)")
+
     runner.finish()
     qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=20_000)
     qtbot.waitUntil(lambda: "Bottleneck (whole run" in table.verdict, timeout=5000)
@@ -142,6 +148,7 @@ def test_a_rank_that_computes_longer_has_the_wider_forward_and_is_the_named_stra
     assert bar_widths(stored)[1]["forward"] > 1.5 * bar_widths(stored)[0]["forward"]
     stored.rank_table.refresh()
     assert "Bottleneck (whole run" in stored.rank_table.verdict
+    assert stored.rank_table.cell_text(2, "Step").endswith(" (2 skipped)")
 
 
 def test_ranks_without_measured_phases_have_no_bar_and_no_legend(qtbot, panel, live_run):
@@ -153,6 +160,7 @@ def test_ranks_without_measured_phases_have_no_bar_and_no_legend(qtbot, panel, l
     assert bar_widths(panel) == {0: {}, 1: {}}
     assert "not measured" in cell_tooltip(panel, 0, PHASES_COLUMN)
     assert not table.legend.isVisible()
+    assert table.cell_text(0, "Step") == table.cell_text(0, "Step").split()[0]  # nothing skipped: no word of it
 
 
 # ---- the Qt-free models ---------------------------------------------------------------------
@@ -188,15 +196,21 @@ def test_every_phase_has_its_own_colour_and_a_readable_label_colour():
 
 
 def test_a_finished_rank_shows_its_whole_run_and_the_clocks_are_named():
-    row = {"rank": 2, "state": "exited", "phase_shares": {"forward": 1.0}, "phase_clock": "gpu", "step": 9}
-    result = {"phase_shares": SHARES, "phase_clock": "gpu", "measured_steps": 640}
+    row = {"rank": 2, "state": "exited", "phase_shares": {"forward": 1.0}, "phase_clock": "gpu", "step": 9,
+           "skipped_steps": 1}
+    result = {"phase_shares": SHARES, "phase_clock": "gpu", "measured_steps": 640, "skipped_steps": 3}
     phases = rank_phases_of(row, result)
     assert phases.whole_run and phases.shares == SHARES and "its whole run (640 timed steps)" in phases.tooltip()
     assert not rank_phases_of({**row, "state": "running"}, result).whole_run  # live: its recent steps
     cells = dict(zip(RANK_COLUMNS, rank_cells(row, 0.0, result=result), strict=True))
+    assert cells["Step"] == "9 (3 skipped)"
     assert cells[PHASES_COLUMN].startswith("data 10 %")
     assert clocks_text([phases]) == "GPU clock"
     assert clocks_text([phases, RankPhases(0, SHARES, "cpu")]) == "GPU and CPU clocks"
+    model = MonitorModel()
+    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": {"id": 1, "status": "running"},
+                 "ranks": [{"rank": 0, "state": "running", "skipped_steps": 2}, {"rank": 1, "state": "running"}]})
+    assert model.skipped_steps() == 2
 
 
 def _model_with_events(*events: dict, summary: dict | None = None) -> tuple[MonitorModel, DiagnosisModel]:

@@ -156,9 +156,12 @@ class Bottleneck:
     t: float | None = None
     ranks: tuple[tuple[int, str | None], ...] = ()
     """Each rank's own verdict, by rank."""
+    ended: bool = False
+    """The run ended without a whole-run verdict (a runner that was killed): the last live one."""
 
     @classmethod
-    def from_record(cls, record: dict[str, Any], whole_run: bool, rank: int | None = None) -> Bottleneck:
+    def from_record(cls, record: dict[str, Any], whole_run: bool, rank: int | None = None,
+                    ended: bool = False) -> Bottleneck:
         verdict = record.get("verdict")
         ranks = record.get("ranks") if isinstance(record.get("ranks"), dict) else {}
         per_rank = []
@@ -170,7 +173,7 @@ class Bottleneck:
                    _int(record.get("rank")) if record.get("rank") is not None else rank,
                    str(record["phase"]) if record.get("phase") else None,
                    str(record["clock"]) if record.get("clock") else None, _int(record.get("steps")) or 0,
-                   whole_run, _float(record.get("t")), tuple(sorted(per_rank)))
+                   whole_run, _float(record.get("t")), tuple(sorted(per_rank)), ended)
 
     @property
     def title(self) -> str:
@@ -184,10 +187,12 @@ class Bottleneck:
 
     @property
     def scope(self) -> str:
-        """``whole run, 640 timed steps`` or ``live, last 10 timed steps``."""
+        """``whole run, 640 timed steps``, ``live, last 10 timed steps``, or ``last live verdict, ...``
+        for a run that ended without a whole-run verdict."""
         if self.whole_run:
             return "whole run" + (f", {self.steps} timed steps" if self.steps else "")
-        return "live" + (f", last {self.steps} timed steps" if self.steps else "")
+        return ("last live verdict" if self.ended else "live") + (
+            f", last {self.steps} timed steps" if self.steps else "")
 
     @property
     def problem(self) -> bool:
@@ -522,7 +527,8 @@ class DiagnosisModel:
         event = self.live_bottleneck
         if event is None:
             return None
-        return Bottleneck.from_record(event, whole_run=False, rank=_int(event.get("rank")))
+        return Bottleneck.from_record(event, whole_run=False, rank=_int(event.get("rank")),
+                                      ended=self.monitor.finished)
 
     def stacks_layout(self) -> StacksLayout | None:
         """The latest stack capture laid out side by side."""
@@ -687,7 +693,9 @@ class DiagnosisModel:
             event = min(self.early_failures, key=lambda e: _float(e.get("t")) or 0.0)
             candidates.append(Banner(ERROR, f"{_early_failure_text(event)}; waiting for the runner's diagnosis…",
                                      "failure", _int(event.get("rank"))))
-        for rank, event in sorted(self.stragglers.items()):
+        # the straggler that holds the others up most first (as the bottleneck verdict names it)
+        for rank, event in sorted(self.stragglers.items(), key=lambda item: (-(_float(item[1].get("excess")) or 0.0),
+                                                                            item[0])):
             candidates.append(Banner(WARNING, straggler_text(event), STRAGGLER, rank))
         for event in self.divergences[-1:]:
             candidates.append(Banner(WARNING, divergence_text(event), DIVERGENCE, _int(event.get("rank"))))

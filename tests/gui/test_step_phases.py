@@ -274,3 +274,19 @@ def test_a_straggler_verdict_names_the_rank_and_the_phase_and_is_said_once():
     banner = diagnosis.banner()
     assert banner.kind == "straggler" and banner.more == 0  # said once, by the straggler's own finding
     assert diagnosis.rank_notes()[1] == "straggler: computing (forward)"
+
+
+def test_the_banner_names_the_straggler_that_holds_the_others_up_most_as_the_verdict_does():
+    def straggler(rank: int, excess: float) -> dict:
+        return {"kind": "straggler", "t": 100.0, "rank": rank, "active": True, "cause": "compute", "phase": "rest",
+                "step": 5, "excess": excess, "message": f"rank {rank} is a straggler: it computes longer"}
+
+    verdict = {"kind": "bottleneck", "t": 101.0, "rank": 7, "verdict": "straggler", "phase": "rest", "steps": 0,
+               "evidence": "rank 7 is a straggler: it computes longer", "action": "look at that rank's device"}
+    model, diagnosis = _model_with_events(straggler(5, 0.08), straggler(7, 0.16), straggler(6, 0.12), verdict)
+    banner = diagnosis.banner()
+    assert banner.rank == 7 and banner.text.startswith("rank 7 is a straggler at step 5") and banner.more == 2
+    assert diagnosis.bottleneck.title == "a straggler: rank 7 (rest)" and diagnosis.bottleneck.scope == "live"
+    model.apply({"type": "update", "v": _protocol.VERSION, "run": {"status": "lost"}})  # no whole-run verdict
+    assert diagnosis.bottleneck.scope == "last live verdict"
+

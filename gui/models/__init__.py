@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+NOT_MEASURED = "–"
+"""What a value that was not measured (``None``) reads as, everywhere."""
+
 
 class Event:
     """A list of callbacks: the plain-Python stand-in for a Qt signal.

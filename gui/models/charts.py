@@ -55,9 +55,11 @@ BUILT_IN_CHARTS = (
              smoothable=False),
 )
 
-NOT_CHARTED = frozenset({_protocol.DATA_WAIT, _protocol.STEPS_PER_SECOND, _protocol.COMM_WAIT, _protocol.CPU_WAIT})
+NOT_CHARTED = frozenset({_protocol.DATA_WAIT, _protocol.STEPS_PER_SECOND, _protocol.COMM_WAIT, _protocol.CPU_WAIT,
+                         _protocol.PHASE_CLOCK, _protocol.SKIPPED_STEP, *_protocol.PHASE_METRICS})
 """Measured keys drawn through another chart (data wait as a share of the step, the waits through the
-compute time and the rank table's comm wait) or not worth one."""
+compute time and the rank table's comm wait), shown elsewhere (the step phases as the rank table's
+bars, their clock in its legend, skipped steps beside the step count) or not worth one."""
 BUILT_IN_SERIES = frozenset(definition.series for definition in BUILT_IN_CHARTS) | NOT_CHARTED
 
 

@@ -7,8 +7,10 @@ Two sources, both from the runner (``runner/diagnosis``):
   evidence, exception line, traceback, kernel log line), ``other_failures``,
   ``hints`` (cause -> advice) and ``diagnostics`` (what the monitors found);
 * the **events** the monitors publish while the run goes on: ``stalled`` /
-  ``resumed`` (``stalls``), ``straggler`` (``stragglers``), ``divergence``
-  (``consistency``), ``stacks`` (``stacks``: who holds up the others),
+  ``resumed`` (``stalls``), ``straggler`` (``stragglers``), ``bottleneck`` (the run's
+  live verdict: input-, communication-, launch- or compute-bound, or a straggler, with
+  its evidence and one action; the summary's ``diagnostics.bottleneck`` is the whole
+  run's), ``divergence`` (``consistency``), ``stacks`` (``stacks``: who holds up the others),
   ``launch_mismatch`` (``launcher``: a script that does not fit torchrun),
   ``node_lost`` (several nodes), ``rank_failed`` and ``run_finished``.
 
@@ -43,8 +45,8 @@ STALLED, RESUMED, STRAGGLER, DIVERGENCE, STACKS, NODE_LOST, RANK_FAILED, RUN_FIN
     EventKind.STALLED.value, EventKind.RESUMED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value,
     EventKind.STACKS.value, EventKind.NODE_LOST.value, EventKind.RANK_FAILED.value, EventKind.RUN_FINISHED.value,
     EventKind.LAUNCH_MISMATCH.value)
-EXCEPTION, CONNECTION_LOST, STOPPING = (EventKind.EXCEPTION.value, EventKind.CONNECTION_LOST.value,
-                                        EventKind.STOPPING.value)
+EXCEPTION, CONNECTION_LOST, STOPPING, BOTTLENECK = (EventKind.EXCEPTION.value, EventKind.CONNECTION_LOST.value,
+                                                    EventKind.STOPPING.value, EventKind.BOTTLENECK.value)
 """Event kinds, as the contract defines them (``rankwatch._protocol.EventKind``)."""
 
 NO_RANK_REPORTED = "no_rank_reported"
@@ -54,6 +56,9 @@ NO_STEP_MEASURED = "no_step_measured"
 
 CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
 """A straggler's cause, as the banner and the rank table say it."""
+STRAGGLER_VERDICT = "straggler"
+HEALTHY_VERDICTS = frozenset({"compute-bound"})
+"""Bottleneck verdicts that are no problem to point at (the device computes)."""
 
 
 def clock(t: float | None) -> str:
@@ -113,7 +118,7 @@ class Banner:
     text: str
     kind: str
     """``failure``, ``hang``, ``stall``, ``node_lost``, ``straggler``, ``divergence``, ``findings``,
-    ``no_rank_reported``, ``no_step_measured``."""
+    ``no_rank_reported``, ``no_step_measured``, ``bottleneck`` (a verdict worth acting on)."""
     rank: int | None = None
     more: int = 0
     """Further findings not in this one line (the diagnosis panel lists them all)."""
@@ -131,9 +136,111 @@ class RankLine:
     first: bool
 
 
+@dataclass(frozen=True)
+class Bottleneck:
+    """The run's bottleneck verdict (``runner.diagnosis.bottleneck``) as the monitor shows it."""
+
+    verdict: str | None
+    """``input-bound``, ``communication-bound``, ``launch-bound``, ``compute-bound``, ``straggler``,
+    or None: not determined (``evidence`` says why)."""
+    evidence: str
+    action: str | None
+    rank: int | None
+    """The straggler."""
+    phase: str | None
+    """The phase that names it: a straggler's, else the dominant one."""
+    clock: str | None
+    steps: int
+    whole_run: bool
+    """The verdict over the whole run (the summary's), not the live one (the latest event)."""
+    t: float | None = None
+    ranks: tuple[tuple[int, str | None], ...] = ()
+    """Each rank's own verdict, by rank."""
+    ended: bool = False
+    """The run ended without a whole-run verdict (a runner that was killed): the last live one."""
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], whole_run: bool, rank: int | None = None,
+                    ended: bool = False) -> Bottleneck:
+        verdict = record.get("verdict")
+        ranks = record.get("ranks") if isinstance(record.get("ranks"), dict) else {}
+        per_rank = []
+        for key, value in ranks.items():  # JSON object keys: "0", "1", ...
+            if str(key).isdigit() and isinstance(value, dict):
+                per_rank.append((int(key), value.get("verdict") if isinstance(value.get("verdict"), str) else None))
+        return cls(verdict if isinstance(verdict, str) else None, str(record.get("evidence") or ""),
+                   str(record["action"]) if record.get("action") else None,
+                   _int(record.get("rank")) if record.get("rank") is not None else rank,
+                   str(record["phase"]) if record.get("phase") else None,
+                   str(record["clock"]) if record.get("clock") else None, _int(record.get("steps")) or 0,
+                   whole_run, _float(record.get("t")), tuple(sorted(per_rank)), ended)
+
+    @property
+    def title(self) -> str:
+        """``input-bound``, ``a straggler: rank 1 (forward)``, ``not determined``."""
+        if self.verdict is None:
+            return "not determined"
+        if self.verdict == STRAGGLER_VERDICT:
+            who = f"rank {self.rank}" if self.rank is not None else "a rank"
+            return f"a straggler: {who}" + (f" ({self.phase})" if self.phase else "")
+        return self.verdict
+
+    @property
+    def scope(self) -> str:
+        """``whole run, 640 timed steps``, ``live, last 10 timed steps``, or ``last live verdict, ...``
+        for a run that ended without a whole-run verdict."""
+        if self.whole_run:
+            return "whole run" + (f", {self.steps} timed steps" if self.steps else "")
+        return ("last live verdict" if self.ended else "live") + (
+            f", last {self.steps} timed steps" if self.steps else "")
+
+    @property
+    def problem(self) -> bool:
+        """Worth a banner: a verdict that is not healthy compute."""
+        return self.verdict is not None and self.verdict not in HEALTHY_VERDICTS
+
+    @property
+    def short_evidence(self) -> str:
+        """The evidence without what the title says already (a straggler's rank, "not determined")."""
+        evidence = self.evidence
+        if self.verdict is None and evidence.startswith("not determined: "):
+            evidence = evidence[len("not determined: "):]
+        if self.verdict == STRAGGLER_VERDICT and self.rank is not None:
+            lead = f"rank {self.rank} is a straggler: "  # the straggler's message: its rank is in the title
+            evidence = evidence[len(lead):] if evidence.startswith(lead) else evidence
+        return evidence
+
+    @property
+    def text(self) -> str:
+        """``bottleneck: input-bound: waiting for data 45 % of the step (...) → feed it faster: ...``."""
+        evidence = self.short_evidence
+        line = f"bottleneck: {self.title}: {evidence}" if evidence else f"bottleneck: {self.title}"
+        return f"{line} → {self.action}" if self.action else line
+
+    def rank_verdicts_text(self) -> str:
+        """``rank 0 compute-bound · rank 1 input-bound`` when the ranks' own verdicts differ, else empty."""
+        if len({verdict for _rank, verdict in self.ranks}) <= 1:
+            return ""
+        return " · ".join(f"rank {rank} {verdict or 'not determined'}" for rank, verdict in self.ranks)
+
+
 def straggler_text(event: dict[str, Any], past: bool = False) -> str:
-    """``rank 1 is a straggler at step 6: waiting for data (161 ms of its 167 ms step in the data loader; ...)``."""
+    """``rank 1 is a straggler at step 6: it waits for data (161 ms of its 167 ms step in the data loader; ...)``.
+
+    The runner's message says it (``runner.diagnosis.stragglers``: the phase, on the step's
+    clock); only the step is added, and the tense once it is over. Events without a message
+    (older stores) are worded from their fields.
+    """
     rank = event.get("rank")
+    message = event.get("message")
+    if isinstance(message, str) and message:
+        verb = "was" if past else "is"
+        lead = f"rank {rank} is a straggler"
+        if message.startswith(lead):
+            step = event.get("step")
+            where = f" at step {step}" if step is not None else ""
+            return f"rank {rank} {verb} a straggler{where}{message[len(lead):]}"
+        return message
     cause = CAUSE_WORDS.get(str(event.get("cause")), str(event.get("cause") or "cause unknown"))
     step = event.get("step")
     where = f" at step {step}" if step is not None else ""
@@ -149,6 +256,16 @@ def straggler_text(event: dict[str, Any], past: bool = False) -> str:
                   "on the other ranks, not explained by data wait")
     verb = "was" if past else "is"
     return f"rank {rank} {verb} a straggler{where}: {cause} ({detail})"
+
+
+def straggler_note(event: dict[str, Any]) -> str:
+    """The rank table's note: ``straggler: waiting for data``, ``straggler: computing (forward)``."""
+    cause = str(event.get("cause"))
+    note = f"straggler: {CAUSE_WORDS.get(cause, '?')}"
+    phase = event.get("phase")
+    if cause != "data" and isinstance(phase, str) and phase:
+        note += f" ({phase})"
+    return note
 
 
 def divergence_text(event: dict[str, Any]) -> str:
@@ -232,6 +349,8 @@ class DiagnosisModel:
         """``exception``, ``rank_failed`` and ``connection_lost`` events: what is known of a
         failure before the runner's triage names the first one (at the end of the run)."""
         self._stopping = False
+        self.live_bottleneck: dict[str, Any] | None = None
+        """The latest ``bottleneck`` event: the run's live verdict."""
         self.capture: dict[str, Any] | None = None
         self.captures = 0
         self._layout: tuple[dict[str, Any], StacksLayout] | None = None
@@ -338,6 +457,8 @@ class DiagnosisModel:
                     self.early_failures.append(event)
             elif kind == STOPPING:
                 self._stopping = True
+            elif kind == BOTTLENECK:
+                self.live_bottleneck = event
             elif kind == RUN_FINISHED and isinstance(event.get("summary"), dict):
                 self._finished_summary = event["summary"]
             else:
@@ -395,6 +516,19 @@ class DiagnosisModel:
     def diagnostics(self) -> dict[str, Any]:
         found = (self.summary or {}).get("diagnostics")
         return found if isinstance(found, dict) else {}
+
+    @property
+    def bottleneck(self) -> Bottleneck | None:
+        """The run's bottleneck verdict: over the whole run once the summary has it, else the
+        live one (the latest ``bottleneck`` event); None before either."""
+        final = self.diagnostics.get("bottleneck")
+        if isinstance(final, dict):
+            return Bottleneck.from_record(final, whole_run=True)
+        event = self.live_bottleneck
+        if event is None:
+            return None
+        return Bottleneck.from_record(event, whole_run=False, rank=_int(event.get("rank")),
+                                      ended=self.monitor.finished)
 
     def stacks_layout(self) -> StacksLayout | None:
         """The latest stack capture laid out side by side."""
@@ -463,7 +597,7 @@ class DiagnosisModel:
                 where = f" at step {step}" if step is not None else ""
                 notes.setdefault(rank, []).append(f"stalled{where} for {format_age(_stall_seconds(event, now))}")
         for rank, event in self.stragglers.items():
-            notes.setdefault(rank, []).append(f"straggler: {CAUSE_WORDS.get(str(event.get('cause')), '?')}")
+            notes.setdefault(rank, []).append(straggler_note(event))
         for event in self.divergences:
             for rank in event.get("ranks") or []:
                 if isinstance(rank, int):
@@ -535,6 +669,10 @@ class DiagnosisModel:
                 lead = self.headline or outcome or "the run ended"
                 return Banner(WARNING, f"{lead}, but {'; '.join(parts)}", "findings",
                               more=max(0, len(interesting) - len(parts)))
+            bottleneck = self.bottleneck
+            if bottleneck is not None and bottleneck.problem:
+                lead = self.headline or outcome or "the run ended"
+                return Banner(INFO, f"{lead}; {bottleneck.text}", BOTTLENECK, bottleneck.rank)
             return None
         candidates: list[Banner] = []
         if self.lost_nodes:
@@ -555,10 +693,16 @@ class DiagnosisModel:
             event = min(self.early_failures, key=lambda e: _float(e.get("t")) or 0.0)
             candidates.append(Banner(ERROR, f"{_early_failure_text(event)}; waiting for the runner's diagnosis…",
                                      "failure", _int(event.get("rank"))))
-        for rank, event in sorted(self.stragglers.items()):
+        # the straggler that holds the others up most first (as the bottleneck verdict names it)
+        for rank, event in sorted(self.stragglers.items(), key=lambda item: (-(_float(item[1].get("excess")) or 0.0),
+                                                                            item[0])):
             candidates.append(Banner(WARNING, straggler_text(event), STRAGGLER, rank))
         for event in self.divergences[-1:]:
             candidates.append(Banner(WARNING, divergence_text(event), DIVERGENCE, _int(event.get("rank"))))
+        bottleneck = self.bottleneck
+        if (bottleneck is not None and bottleneck.problem
+                and not (bottleneck.verdict == STRAGGLER_VERDICT and self.stragglers)):
+            candidates.append(Banner(INFO, bottleneck.text, BOTTLENECK, bottleneck.rank))
         if not candidates:
             return None
         top = candidates[0]

@@ -29,8 +29,9 @@ from gui.gateway.runner_rules import (
     RunStatus,
     compute_progress,
 )
-from gui.models import Event
+from gui.models import NOT_MEASURED, Event
 from gui.models.exits import rank_ended_by
+from gui.models.phases import RankPhases, rank_phases
 from gui.models.series import Series
 from rankwatch import _protocol
 
@@ -126,14 +127,16 @@ class LogBuffer:
         return [self.entries[i] for i in range(len(self.entries) - new, len(self.entries))], True
 
 
+PHASES_COLUMN = "Where the step goes"
 RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %", "Comm wait %",
-                "Heartbeat", "Ended by", "Diagnosis")
-"""``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Ended by``
-says it as every panel does (``gui.models.exits``); ``Diagnosis`` holds the diagnosis model's
-note for the rank (failed first, stalled, straggler, diverged), else, while the rank works
-without steps (an evaluation), for how long (``_protocol.working_without_steps``)."""
-NOT_MEASURED = "–"
-"""What a value that was not measured (``None``) reads as, everywhere."""
+                PHASES_COLUMN, "Heartbeat", "Ended by", "Diagnosis")
+"""``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Step`` says
+how many steps ``GradScaler`` skipped, when any; ``Where the step goes`` is drawn as a stacked
+bar of the step's phases (``gui.models.phases``; its text lists the shares, its sort key is the
+share spent computing); ``Ended by`` says it as every panel does (``gui.models.exits``);
+``Diagnosis`` holds the diagnosis model's note for the rank (failed first, stalled, straggler,
+diverged), else, while the rank works without steps (an evaluation), for how long
+(``_protocol.working_without_steps``)."""
 STALE_HEARTBEAT_S = 10.0
 
 
@@ -177,12 +180,12 @@ def format_loss(value: float | None) -> str:
 
 def heartbeat_age(row: dict[str, Any], now: float) -> float | None:
     last_seen = row.get("last_seen")
-    if last_seen is None or _finished_rank(row):
+    if last_seen is None or finished_rank(row):
         return None
     return now - float(last_seen)
 
 
-def _finished_rank(row: dict[str, Any]) -> bool:
+def finished_rank(row: dict[str, Any]) -> bool:
     try:
         return RankState(row.get("state")).finished
     except ValueError:
@@ -193,7 +196,11 @@ _WHOLE_RUN_SHARE = "While the rank runs: its newest step's share. Once the run e
 WHOLE_RUN_COLUMNS = {
     "Step ms": "While the rank runs: its newest step. Once the run ended: its median step over the whole run.",
     "Data wait %": _WHOLE_RUN_SHARE,
-    "Comm wait %": _WHOLE_RUN_SHARE,
+    "Comm wait %": "While the rank runs: the share of its recent measured steps in exposed communication. "
+                   "Once the run ended: the share of its whole run.",
+    PHASES_COLUMN: "Each phase's share of the step, on the device's own clock (hover a bar for the figures). "
+                   "While the rank runs: its recent measured steps; once the run ended: its whole run. "
+                   "Sorting orders the ranks by the share they spend computing.",
 }
 """Columns whose figures change meaning at the end (their header tooltips say so)."""
 
@@ -214,10 +221,30 @@ def rank_timing(row: dict[str, Any], result: dict[str, Any] | None = None) -> Ra
     read (``MonitorModel.rank_results``), its whole run's: the median step, the shares over
     every step. A last step (a checkpoint, the final all-reduce) is no summary: seen "comm
     wait 46 %" for a rank that waited 3 % of its run, as the plain terminal's results say."""
-    if result is not None and _finished_rank(row) and result.get("median_step_time") is not None:
+    if result is not None and finished_rank(row) and result.get("median_step_time") is not None:
         return RankTiming(result["median_step_time"], result.get("data_wait_share"), result.get("comm_wait_share"),
                           result.get("steps"))
     return RankTiming(row.get("step_time"), row.get("data_wait_share"), row.get("comm_wait_share"))
+
+
+def rank_phases_of(row: dict[str, Any], result: dict[str, Any] | None = None) -> RankPhases:
+    """Where the rank's steps go (``gui.models.phases.rank_phases``): its recent steps while it
+    runs, its whole run once it ended and the run's figures were read (as :func:`rank_timing`)."""
+    return rank_phases(row, result, finished_rank(row))
+
+
+def skipped_steps(row: dict[str, Any], result: dict[str, Any] | None = None) -> int:
+    """Steps ``GradScaler`` skipped on the rank (counted among its steps): the whole run's once it
+    ended and the figures were read, else the hub's count."""
+    if result is not None and finished_rank(row) and result.get("skipped_steps") is not None:
+        return int(result["skipped_steps"])
+    return int(row.get("skipped_steps") or 0)
+
+
+def step_text(step: Any, skipped: int) -> str:
+    """``640``, or ``640 (3 skipped)`` when ``GradScaler`` skipped some."""
+    text = _text(step)
+    return f"{text} ({skipped:,} skipped)" if skipped else text
 
 
 def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[str, Any] | None = None,
@@ -230,7 +257,7 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[st
     comm_share = timing.comm_wait_share
     step_time = timing.step_time
     gpu = row.get("gpu_index")
-    finished = _finished_rank(row)
+    finished = finished_rank(row)
     age = heartbeat_age(row, now)
     return (
         _text(row.get("node_rank")),
@@ -239,11 +266,12 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[st
         _text(row.get("pid")),
         "cpu" if gpu is None else str(gpu),
         _text(row.get("state")),
-        _text(row.get("step")),
+        step_text(row.get("step"), skipped_steps(row, result)),
         format_loss(row.get("loss")),
         NOT_MEASURED if step_time is None else f"{1000.0 * step_time:.1f}",
         NOT_MEASURED if share is None else f"{100.0 * share:.0f}",
         NOT_MEASURED if comm_share is None else f"{100.0 * comm_share:.0f}",
+        rank_phases_of(row, result).text(),
         "" if finished else NOT_MEASURED if age is None else format_age(age),
         rank_ended_by(row, summary, finished),
         note or ("" if finished else _protocol.working_without_steps(row, now)),
@@ -259,7 +287,8 @@ def rank_sort_keys(row: dict[str, Any], now: float, note: str = "",
     return (
         (row.get("node_rank") or 0) * 1_000_000 + (row.get("rank") or 0), row.get("rank"), row.get("host") or "", row.get("pid"), row.get("gpu_index"), row.get("state") or "",
         row.get("step"), row.get("loss"), None if step_time is None else 1000.0 * step_time,
-        timing.data_wait_share, timing.comm_wait_share, heartbeat_age(row, now), row.get("exit_code"), note,
+        timing.data_wait_share, timing.comm_wait_share, rank_phases_of(row, result).compute_share,
+        heartbeat_age(row, now), row.get("exit_code"), note,
     )
 
 
@@ -586,6 +615,12 @@ class MonitorModel:
 
     def rank_rows(self) -> list[dict[str, Any]]:
         return [self.ranks[rank] for rank in sorted(self.ranks)]
+
+    def skipped_steps(self) -> int:
+        """Steps ``GradScaler`` skipped, as the header counts them: the most any rank skipped (under
+        DDP every rank skips the same steps, as the steps are counted by the rank furthest on)."""
+        return max((skipped_steps(row, self.rank_results.get(int(row["rank"]))) for row in self.rank_rows()),
+                   default=0)
 
     def set_rank_results(self, results: dict[int, dict[str, Any]]) -> None:
         """The run ended: each rank's whole-run figures (``gui.gateway.store_reads.rank_results``)."""

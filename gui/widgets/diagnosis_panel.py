@@ -2,7 +2,9 @@
 
 Left: the first failure as triage named it (rank, host, exit code or signal by
 name, how it is known, the exception line and the traceback in monospace, the
-kernel's OOM-killer line when there is one). Right: the hints (cause -> advice),
+kernel's OOM-killer line when there is one). Right: the run's bottleneck verdict
+(live, or the whole run's once it ended: the verdict, its evidence, the one thing
+to do, and each rank's own verdict when they differ), the hints (cause -> advice),
 how every rank ended, and what the monitors found while the run went on (stalls,
 stragglers, divergences, stack captures, lost nodes). Everything comes from
 :class:`~gui.models.diagnosis.DiagnosisModel`; the panel redraws on a timer when
@@ -32,11 +34,13 @@ from gui.gateway.runner_rules import RankState
 from gui.models.diagnosis import (
     DIVERGENCE,
     ERROR,
+    INFO,
     LAUNCH_MISMATCH,
     NODE_LOST,
     STACKS,
     STALLED,
     STRAGGLER,
+    WARNING,
     DiagnosisModel,
     clock,
 )
@@ -120,7 +124,21 @@ class DiagnosisPanel(QWidget):
         form.addRow(self.traceback_label, self.traceback_view)
         self._form = form
 
-        # Right: hints, every rank, findings.
+        # Right: the bottleneck, hints, every rank, findings.
+        self.bottleneck_group = QGroupBox("Bottleneck")
+        bottleneck_form = QFormLayout(self.bottleneck_group)
+        bottleneck_form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.verdict_value = _wrapping_label()
+        self.verdict_value.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict_value.setFont(headline_font)
+        self.evidence_value_bottleneck = _wrapping_label()
+        self.action_value = _wrapping_label()
+        self.rank_verdicts_value = _wrapping_label()
+        bottleneck_form.addRow("Verdict", self.verdict_value)
+        bottleneck_form.addRow("Evidence", self.evidence_value_bottleneck)
+        bottleneck_form.addRow("To do", self.action_value)
+        bottleneck_form.addRow("Per rank", self.rank_verdicts_value)
+        self._bottleneck_form = bottleneck_form
         self.hints_group = QGroupBox("Hints")
         hints_layout = QVBoxLayout(self.hints_group)
         self.hints_label = _wrapping_label()
@@ -138,6 +156,7 @@ class DiagnosisPanel(QWidget):
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.bottleneck_group)
         right_layout.addWidget(self.hints_group)
         right_layout.addWidget(self.ranks_group, 1)
         right_layout.addWidget(self.findings_group, 1)
@@ -178,10 +197,12 @@ class DiagnosisPanel(QWidget):
         if banner is not None:
             self.headline.setStyleSheet(f"color: {level_color(banner.level).name()};")
         self._update_first_failure()
+        self._update_bottleneck()
         self._update_hints()
         self._update_ranks()
         self._update_findings()
-        anything = (banner is not None or diagnosis.first_failure is not None or bool(diagnosis.findings()))
+        anything = (banner is not None or diagnosis.first_failure is not None or bool(diagnosis.findings())
+                    or diagnosis.bottleneck is not None)
         self.empty.setVisible(not anything)
 
     def _set_row(self, widget: QWidget, text: str | None) -> None:
@@ -209,6 +230,31 @@ class DiagnosisPanel(QWidget):
             self.traceback_view.setPlainText((first.traceback or "").rstrip())
             bar = self.traceback_view.verticalScrollBar()
             bar.setValue(bar.maximum())  # the raising line is at the end
+
+    def _update_bottleneck(self) -> None:
+        verdict = self.diagnosis.bottleneck
+        self.bottleneck_group.setVisible(verdict is not None)
+        if verdict is None:
+            return
+        self.bottleneck_group.setTitle(f"Bottleneck ({verdict.scope})")
+        mark = level_color(WARNING if verdict.problem else INFO).name()
+        self.verdict_value.setText(f'<span style="color:{mark}">&#9679;</span> {_escape(verdict.title)}')
+        evidence = verdict.evidence
+        self._bottleneck_form.setRowVisible(self.evidence_value_bottleneck, bool(evidence))
+        self.evidence_value_bottleneck.setText(evidence)
+        self._bottleneck_form.setRowVisible(self.action_value, bool(verdict.action))
+        self.action_value.setText(f"→ {verdict.action}" if verdict.action else "")
+        per_rank = verdict.rank_verdicts_text()
+        self._bottleneck_form.setRowVisible(self.rank_verdicts_value, bool(per_rank))
+        self.rank_verdicts_value.setText(per_rank)
+
+    def bottleneck_text(self) -> str:
+        """Everything the bottleneck box says, one field per line (empty when it is hidden)."""
+        if self.diagnosis.bottleneck is None:
+            return ""
+        verdict = self.diagnosis.bottleneck
+        labels = (self.evidence_value_bottleneck, self.action_value, self.rank_verdicts_value)
+        return "\n".join([self.bottleneck_group.title(), verdict.title, *(label.text() for label in labels if label.text())])
 
     def _update_hints(self) -> None:
         hints = self.diagnosis.hints

@@ -158,6 +158,7 @@ class MonitorPanel(QWidget):
         self.charts = ChartGrid(self.model)
         self.rank_table = RankTable(self.model)
         self.rank_table.set_notes(self.diagnosis.rank_notes)
+        self.rank_table.set_bottleneck(lambda: self.diagnosis.bottleneck)
         self.rank_table.rank_activated.connect(self._on_rank_activated)
         self.log_view = LogView(self.model)
         self.nodes_status = NodesStatus(self.model)

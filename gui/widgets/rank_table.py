@@ -9,17 +9,25 @@ Ranks are sorted by (node, rank) by default; with several nodes the Node column 
 shown and a line separates one node's ranks from the next. The Diagnosis column
 holds notes from :class:`~gui.models.diagnosis.DiagnosisModel` (``set_notes``):
 failed first, stalled for how long, straggler and why, diverged at which step.
+
+The ``Where the step goes`` column draws each rank's step phases as a stacked bar
+(``gui.widgets.phase_bars``; the tooltip has every phase's share and the clock). Above
+the table, once a rank measured its phases, the bars' legend and the run's bottleneck
+verdict (``set_bottleneck``: live, or the whole run's once it ended) with its evidence
+and the one thing to do.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from html import escape
 from typing import Any
 
 from PySide6.QtCore import (
     QModelIndex,
     QPersistentModelIndex,
+    QSize,
     QSortFilterProxyModel,
     Qt,
     Signal,
@@ -27,7 +35,11 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QBrush, QColor, QFont, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QApplication,
     QHeaderView,
+    QLabel,
+    QSizePolicy,
+    QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTableView,
@@ -36,30 +48,41 @@ from PySide6.QtWidgets import (
 )
 
 from gui.gateway.runner_rules import RankState
+from gui.models.diagnosis import Bottleneck
 from gui.models.monitor import (
+    PHASES_COLUMN,
     RANK_COLUMNS,
     STALE_HEARTBEAT_S,
     WHOLE_RUN_COLUMNS,
     MonitorModel,
     heartbeat_age,
     rank_cells,
+    rank_phases_of,
     rank_sort_keys,
     rank_timing,
+    skipped_steps,
 )
 from gui.models.nodes import is_multi_node
+from gui.models.phases import RankPhases, clocks_text
 from gui.widgets.column_table_model import ColumnTableModel
+from gui.widgets.phase_bars import BAR_WIDTH, PhaseLegend, paint_phase_bar
 from gui.widgets.throttled import RefreshThrottle
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 NODE_ROLE = Qt.ItemDataRole.UserRole + 2
+PHASES_ROLE = Qt.ItemDataRole.UserRole + 3
+"""The rank's :class:`~gui.models.phases.RankPhases` (what the bar column draws)."""
 NODE_COLUMN = RANK_COLUMNS.index("Node")
 HOST_COLUMN = RANK_COLUMNS.index("Host")
 STATE_COLUMN = RANK_COLUMNS.index("State")
 HEARTBEAT_COLUMN = RANK_COLUMNS.index("Heartbeat")
 DIAGNOSIS_COLUMN = RANK_COLUMNS.index("Diagnosis")
 STEP_MS_COLUMN = RANK_COLUMNS.index("Step ms")
-LEFT_ALIGNED = (HOST_COLUMN, STATE_COLUMN, DIAGNOSIS_COLUMN)
+STEP_COLUMN = RANK_COLUMNS.index("Step")
+PHASE_BAR_COLUMN = RANK_COLUMNS.index(PHASES_COLUMN)
+LEFT_ALIGNED = (HOST_COLUMN, STATE_COLUMN, PHASE_BAR_COLUMN, DIAGNOSIS_COLUMN)
 NotesProvider = Callable[[float], dict[int, str]]
+BottleneckProvider = Callable[[], Bottleneck | None]
 _TINT_ALPHA = 70
 
 STATE_COLORS: dict[str, QColor] = {
@@ -91,6 +114,7 @@ class RankTableModel(ColumnTableModel):
         self.model = model
         self.rows: list[dict[str, Any]]
         self._cells: list[tuple[str, ...]] = []
+        self._phases: list[RankPhases] = []
         self._notes: dict[int, str] = {}
         self.notes_provider: NotesProvider | None = None
         self._now = time.time()
@@ -110,6 +134,8 @@ class RankTableModel(ColumnTableModel):
             return float("-inf") if value is None else value
         if role == NODE_ROLE:
             return row.get("node_rank") or 0
+        if role == PHASES_ROLE:
+            return self._phases[index.row()]
         if role == Qt.ItemDataRole.BackgroundRole:
             tint = state_tint(row.get("state"))
             return QBrush(tint) if tint is not None else None
@@ -136,6 +162,11 @@ class RankTableModel(ColumnTableModel):
                 steps = rank_timing(row, self._result(row)).whole_run_steps
                 if steps is not None:
                     return f"Median over the run's {steps} steps"
+            if column == PHASE_BAR_COLUMN:
+                return self._phases[index.row()].tooltip()
+            if column == STEP_COLUMN and (skipped := skipped_steps(row, self._result(row))):
+                return (f"GradScaler skipped {skipped:,} of its steps (inf or NaN gradients): "
+                        "counted as steps, the weights left as they were")
             if row.get("dropped"):
                 return f"{row['dropped']} telemetry records dropped by this rank"
         return None
@@ -156,15 +187,20 @@ class RankTableModel(ColumnTableModel):
         summary = (self.model.run or {}).get("summary")
         cells = [rank_cells(row, self._now, self._notes.get(int(row["rank"]), ""), summary, self._result(row))
                  for row in rows]
+        phases = [rank_phases_of(row, self._result(row)) for row in rows]
         same_ranks = [r.get("rank") for r in rows] == [r.get("rank") for r in self.rows]
         if same_ranks:
-            self.rows, self._cells = rows, cells
+            self.rows, self._cells, self._phases = rows, cells, phases
             if rows:
                 self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(RANK_COLUMNS) - 1))
         else:
             self.beginResetModel()
-            self.rows, self._cells = rows, cells
+            self.rows, self._cells, self._phases = rows, cells, phases
             self.endResetModel()
+
+    def phases(self) -> list[RankPhases]:
+        """Every rank's phases, in the model's (rank) order."""
+        return list(self._phases)
 
     def rank_at(self, row: int) -> int | None:
         return self.rows[row].get("rank") if 0 <= row < len(self.rows) else None
@@ -180,6 +216,9 @@ class NodeSeparatorDelegate(QStyledItemDelegate):
 
     def paint(self, painter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         super().paint(painter, option, index)
+        self.paint_separator(painter, option, index)
+
+    def paint_separator(self, painter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         if not self.enabled or index.row() == 0:
             return
         above = index.sibling(index.row() - 1, index.column())
@@ -190,6 +229,34 @@ class NodeSeparatorDelegate(QStyledItemDelegate):
             painter.setPen(pen)
             painter.drawLine(option.rect.topLeft(), option.rect.topRight())
             painter.restore()
+
+
+class PhaseBarDelegate(QStyledItemDelegate):
+    """Draws the ``Where the step goes`` cell as the rank's stacked phase bar (its row's tint and
+    selection behind it); a rank without measured phases shows its text, "–". The line between
+    nodes is the ``separators``' (the delegate of every other column)."""
+
+    def __init__(self, view: QTableView, separators: NodeSeparatorDelegate) -> None:
+        super().__init__(view)
+        self.separators = separators
+
+    def paint(self, painter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        phases = index.data(PHASES_ROLE)
+        if not isinstance(phases, RankPhases) or not phases.measured:
+            super().paint(painter, option, index)
+        else:
+            cell = QStyleOptionViewItem(option)
+            self.initStyleOption(cell, index)
+            cell.text = ""
+            style = cell.widget.style() if cell.widget is not None else QApplication.style()
+            style.drawControl(QStyle.ControlElement.CE_ItemViewItem, cell, painter, cell.widget)
+            bar = option.rect.adjusted(3, 3, -3, -3)
+            if bar.width() > 4 and bar.height() > 2:
+                paint_phase_bar(painter, bar, phases, option.palette)
+        self.separators.paint_separator(painter, option, index)
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
+        return QSize(BAR_WIDTH, super().sizeHint(option, index).height())
 
 
 class RankTable(QWidget):
@@ -224,10 +291,28 @@ class RankTable(QWidget):
         self.view.doubleClicked.connect(self._on_double_clicked)
         self.separators = NodeSeparatorDelegate(self.view)
         self.view.setItemDelegate(self.separators)
+        self.phase_bars = PhaseBarDelegate(self.view, self.separators)
+        self.view.setItemDelegateForColumn(PHASE_BAR_COLUMN, self.phase_bars)
         self.view.setColumnHidden(NODE_COLUMN, True)
         header.sortIndicatorChanged.connect(self._on_sort_changed)
+        self.legend = PhaseLegend()
+        self.verdict_label = QLabel()
+        self.verdict_label.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict_label.setWordWrap(True)
+        self.verdict_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.verdict_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.strip = QWidget()
+        strip_layout = QVBoxLayout(self.strip)
+        strip_layout.setContentsMargins(6, 2, 6, 2)
+        strip_layout.setSpacing(1)
+        strip_layout.addWidget(self.legend)
+        strip_layout.addWidget(self.verdict_label)
+        self.strip.hide()
+        self.bottleneck_provider: BottleneckProvider | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(0)
+        layout.addWidget(self.strip)
         layout.addWidget(self.view)
         self._last_refresh = 0.0
         self._throttle = RefreshThrottle(self, self.refresh, refresh_hz, also_when=self._heartbeats_due)
@@ -243,6 +328,11 @@ class RankTable(QWidget):
     def set_notes(self, provider: NotesProvider | None) -> None:
         """Where the Diagnosis column's notes come from (``DiagnosisModel.rank_notes``)."""
         self.table_model.notes_provider = provider
+        self._throttle.mark_dirty()
+
+    def set_bottleneck(self, provider: BottleneckProvider | None) -> None:
+        """Where the verdict above the bars comes from (``DiagnosisModel.bottleneck``)."""
+        self.bottleneck_provider = provider
         self._throttle.mark_dirty()
 
     def _connect_model(self, model: MonitorModel) -> None:
@@ -266,6 +356,25 @@ class RankTable(QWidget):
         self._last_refresh = time.monotonic()
         self.table_model.refresh(now)
         self._update_node_column()
+        self._update_strip()
+
+    def _update_strip(self) -> None:
+        """The legend once a rank measured its phases; the verdict once there is one."""
+        phases = self.table_model.phases()
+        measured = any(row.measured for row in phases)
+        self.legend.set_clock(clocks_text(phases))
+        self.legend.setVisible(measured)
+        verdict = self.bottleneck_provider() if self.bottleneck_provider is not None else None
+        text = verdict_text(verdict)
+        if text != self.verdict:
+            self.verdict = text
+            self.verdict_label.setText(verdict_html(verdict))
+            self.verdict_label.setToolTip(verdict.rank_verdicts_text() if verdict is not None else "")
+        self.verdict_label.setVisible(bool(text))
+        self.strip.setVisible(measured or bool(text))
+
+    verdict = ""
+    """The verdict above the bars, as plain text (:func:`verdict_text`)."""
 
     def _update_node_column(self) -> None:
         several = is_multi_node(self.model)
@@ -301,3 +410,25 @@ class RankTable(QWidget):
         rank = self.table_model.rank_at(source.row())
         if rank is not None:
             self.rank_activated.emit(int(rank))
+
+
+def verdict_text(verdict: Bottleneck | None) -> str:
+    """``Bottleneck (live, last 10 timed steps): input-bound: waiting for data ... → feed it ...``."""
+    if verdict is None:
+        return ""
+    text = f"Bottleneck ({verdict.scope}): {verdict.title}"
+    if verdict.short_evidence:
+        text += f": {verdict.short_evidence}"
+    return f"{text} → {verdict.action}" if verdict.action else text
+
+
+def verdict_html(verdict: Bottleneck | None) -> str:
+    """:func:`verdict_text` with its verdict in bold (its colour: amber when worth acting on)."""
+    if verdict is None:
+        return ""
+    color = STATE_COLORS[RankState.STALLED.value] if verdict.problem else STATE_COLORS[RankState.EXITED.value]
+    html = (f'<span style="color:{color.name()}">&#9679;</span> '
+            f"<b>Bottleneck ({escape(verdict.scope)}): {escape(verdict.title)}</b>")
+    if verdict.short_evidence:
+        html += f": {escape(verdict.short_evidence)}"
+    return f"{html} → <i>{escape(verdict.action)}</i>" if verdict.action else html

@@ -1,4 +1,7 @@
-"""Progress of the watched run: epoch and step, elapsed time, and an ETA when the total is known."""
+"""Progress of the watched run: epoch and step, elapsed time, and an ETA when the total is known.
+
+Steps ``GradScaler`` skipped count as steps, and the line says how many: ``640/1,200 steps (3 skipped)``.
+"""
 
 from __future__ import annotations
 
@@ -53,6 +56,9 @@ class RunProgress(QWidget):
         progress = self.model.progress(now)
         status = self.model.status
         position, timing = progress_texts(progress, status)
+        skipped = self.model.skipped_steps()
+        if skipped and progress.steps_done is not None:
+            position += f" ({skipped:,} skipped)"
         if self.detached_at is not None:
             position += " when detached"
             timing = timing.split(" · ETA")[0] + " · not watched since"

@@ -10,8 +10,11 @@ socket and speak the real protocol with the contract's typed messages (``Hello``
 whose printed lines reach the run the way the node supervisor hands them over.
 
 The training is simulated, seeded: the loss falls, one slow rank waits for its data
-(a straggler), every rank prints a line every ten steps, the launcher prints how many
-steps an epoch has. What each rank sent is kept (:meth:`LiveRun.sent`), so a test can
+(a straggler) or computes a longer forward while the others wait for it in their
+collectives (``slow_phase="forward"``), every rank prints a line every ten steps, the
+launcher prints how many steps an epoch has. Each step goes as the zero-code
+instrumentation sends it, one step row (``protocol.STEP_ROW_LENGTH``) with its phases
+on the CPU's clock (or the GPU's), some of them skipped by ``GradScaler`` if asked. What each rank sent is kept (:meth:`LiveRun.sent`), so a test can
 compare it with what the GUI shows. A worker's pid is this process's (the fake ranks
 live here), so the real process sampler measures a real process.
 
@@ -78,6 +81,12 @@ from runner.sampling.gpu_report import GpuReport  # noqa: E402
 from runner.state import RunStatus  # noqa: E402
 
 HEARTBEAT_S = 1.0
+USUAL_SPLIT = {"h2d": 0.03, "forward": 0.30, "backward": 0.45, "comm": 0.10, "optimizer": 0.08, "rest": 0.04}
+"""How a rank's step past its data wait is split into the other phases (``protocol.PHASES``)."""
+WAITED_SPLIT = {"h2d": 0.03, "forward": 0.22, "backward": 0.35, "comm": 0.30, "optimizer": 0.06, "rest": 0.04}
+"""The same, for a rank that waits for a slower one in its collectives (``slow_phase`` "forward")."""
+SLOW_FORWARD_SPLIT = {"h2d": 0.03, "forward": 0.50, "backward": 0.35, "comm": 0.02, "optimizer": 0.06, "rest": 0.04}
+"""The slower one: a longer forward, and next to nothing to wait for."""
 KILLED = -9
 TERMINATED = -15
 READY_TIMEOUT_S = 30.0
@@ -92,7 +101,14 @@ class Training:
     total_steps: int | None = None
     steps_per_epoch: int = 50
     slow_rank: int | None = 5
-    """The straggler: 1.6x the step time, 55% of it waiting for data."""
+    """The straggler: 1.6x the step time, 55% of it waiting for data (``slow_phase`` "data"), or
+    a forward of 0.50 of its step against 0.22 on the others, who wait for it in ``comm`` (0.30 of
+    theirs against its 0.02; ``slow_phase`` "forward": every rank's step time alike, as under DDP)."""
+    slow_phase: str = "data"
+    skipped_steps: frozenset[int] = frozenset()
+    """Steps every rank's ``GradScaler`` skipped."""
+    clock: str | None = protocol.CLOCK_CPU
+    """The clock the phases are timed on (``protocol.CLOCKS``); None: no phases measured."""
     start_step: int = 0
     stop_delay_s: float = 0.3
     """How long a rank takes to end after SIGTERM (a graceful stop)."""
@@ -108,19 +124,29 @@ class Training:
             self.slow_rank = None
 
     def metrics(self, rank: int, step: int, now: float) -> tuple[list[list[Any]], float]:
-        """One step of ``rank``: the wire items ``[t, step, name, value, source]`` and its loss."""
+        """One step of ``rank``: its step row (and any other wire items ``[t, step, name, value,
+        source]``) and its loss. ``sent`` keeps each record the hub makes of them, by name."""
         noise = self.random.random
         loss = 2.3 * math.exp(-step / 150.0) + 0.05 * rank / self.world_size + 0.08 * noise()
         slow = rank == self.slow_rank
-        step_time = 0.1 * (1.6 if slow else 1.0) * (1 + 0.15 * noise())
-        data_wait = step_time * (0.55 if slow else 0.08 + 0.05 * noise())
-        items = [[now, step, protocol.LOSS, loss, protocol.SOURCE_AUTO],
-                 [now, step, protocol.STEP_TIME, step_time, protocol.SOURCE_AUTO],
-                 [now, step, protocol.DATA_WAIT, data_wait, protocol.SOURCE_AUTO],
-                 [now, step, protocol.SAMPLES_PER_SECOND, 32 / step_time, protocol.SOURCE_AUTO]]
+        slow_data = slow and self.slow_phase == "data"
+        step_time = 0.1 * (1.6 if slow_data else 1.0) * (1 + 0.15 * noise())
+        data_wait = step_time * (0.55 if slow_data else 0.08 + 0.05 * noise())
+        samples = 32
+        phases = None
+        if self.clock is not None:
+            split = SLOW_FORWARD_SPLIT if slow and self.slow_phase == "forward" else (
+                WAITED_SPLIT if self.slow_rank is not None and self.slow_phase == "forward" else USUAL_SPLIT)
+            working = step_time - data_wait
+            phases = [self.clock, data_wait, *(working * split[phase] for phase in protocol.PHASES[1:])]
+        skipped = step in self.skipped_steps
+        row = [now, step, loss, step_time, data_wait, samples, None, skipped, phases]
+        items: list[list[Any]] = [row]
         if step % self.steps_per_epoch == 0:
             items.append([now, step, "epoch", float(step // self.steps_per_epoch), "log"])
-        for item in items:
+        for _rank, _t, _step, name, value, _source in protocol.step_row_records(rank, row):
+            self.sent.setdefault((rank, name), []).append(value)
+        for item in items[1:]:
             self.sent.setdefault((rank, item[2]), []).append(item[3])
         return items, loss
 
@@ -170,7 +196,8 @@ class FakeWorker:
     def send_step(self, items: list[list[Any]], step: int, now: float) -> None:
         assert self.writer is not None
         self.writer.write(protocol.encode_metric_items(self.rank, items))
-        self.items_sent += len(items)
+        self.items_sent += sum(protocol.step_row_size(item) if len(item) == protocol.STEP_ROW_LENGTH else 1
+                               for item in items)  # in records, as the reporter counts
         self.step = step
         if now - self._last_heartbeat >= HEARTBEAT_S:
             self._last_heartbeat = now
@@ -354,10 +381,13 @@ class LiveRun:
 
     def __init__(self, ranks: int = 8, rate_hz: float = 10.0, total_steps: int | None = None, profile: str = "fake",
                  steps_per_epoch: int = 50, slow_rank: int | None = 5, stop_delay_s: float = 0.3, seed: int = 0,
-                 start_step: int = 0, hosts: tuple[str, ...] | None = None, spec: LaunchSpec | None = None) -> None:
+                 start_step: int = 0, hosts: tuple[str, ...] | None = None, spec: LaunchSpec | None = None,
+                 slow_phase: str = "data", skipped_steps: frozenset[int] = frozenset(),
+                 clock: str | None = protocol.CLOCK_CPU) -> None:
         self.training = Training(world_size=ranks, rate_hz=rate_hz, total_steps=total_steps,
                                  steps_per_epoch=steps_per_epoch, slow_rank=slow_rank, start_step=start_step,
-                                 stop_delay_s=stop_delay_s, seed=seed)
+                                 stop_delay_s=stop_delay_s, seed=seed, slow_phase=slow_phase,
+                                 skipped_steps=skipped_steps, clock=clock)
         self.world_size = ranks
         self.profile = profile
         self.hosts = hosts

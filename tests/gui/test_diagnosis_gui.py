@@ -84,7 +84,7 @@ SIX_KINDS = {
     "sigkill": (ERROR, 1, ["rank 1 on localhost failed first (signal SIGKILL)", "killed from outside"]),
     "hang": (WARNING, None, ["ranks 0, 1 were stalled at step 7", "rank 1 is the culprit: rank 0 waits in barrier",
                              "diag_hang.py:19 in wait_for_checkpoint"]),
-    "straggler": (WARNING, None, ["rank 1 is a straggler at step 6: waiting for data",
+    "straggler": (WARNING, None, ["rank 1 is a straggler at step 6: it waits for data",
                                   "parameters diverged at step 14: rank 1 disagrees with rank 0"]),
     "port_taken": (ERROR, 0, ["rank 0 on localhost failed first (exit code 1)", "EADDRINUSE"]),
     "legacy": (ERROR, 0, ["rank 0 on localhost failed first (exit code 2)",
@@ -388,7 +388,8 @@ def test_a_straggler_waiting_for_data_and_a_divergence_are_named_with_rank_cause
     runner.send_events("straggler", now=True)
     qtbot.waitUntil(lambda: panel.failure_banner.isVisible(), timeout=3000)
     text = panel.failure_banner.text()
-    assert text.startswith("rank 1 is a straggler at step 6: waiting for data (161 ms of its 167 ms step in the "
+    # The runner's message, with the step it was seen at.
+    assert text.startswith("rank 1 is a straggler at step 6: it waits for data (161 ms of its 167 ms step in the "
                            "data loader; the other ranks wait 0 ms)")
     assert panel.failure_banner.banner.level == WARNING
     qtbot.waitUntil(lambda: panel.rank_table.cell_text(1, "Diagnosis") == "straggler: waiting for data", timeout=3000)
@@ -404,7 +405,7 @@ def test_a_straggler_waiting_for_data_and_a_divergence_are_named_with_rank_cause
 
     runner.end_as_recorded()  # it finished: the banner keeps what was found
     qtbot.waitUntil(lambda: panel.model.finished and panel.failure_banner.text().startswith(
-        "all ranks finished, but rank 1 is a straggler at step 6: waiting for data"), timeout=5000)
+        "all ranks finished, but rank 1 is a straggler at step 6: it waits for data"), timeout=5000)
     assert "parameters diverged at step 14: rank 1 disagrees with rank 0" in panel.failure_banner.text()
 
 

@@ -29,6 +29,7 @@ from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
 from gui.models.notices import run_end_notice, window_title
 from gui.widgets.monitor_panel import STATUS_COLORS
 from gui.widgets.run_progress import progress_texts
+from rankwatch import _protocol
 from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec
 
@@ -224,6 +225,16 @@ def test_every_logged_key_gets_a_chart_in_the_order_it_appeared():
     assert chart.title == "lr" and chart.logged and chart.smoothable and not chart.time_only
 
 
+def test_the_phases_their_clock_and_skipped_steps_get_no_chart_of_their_own():
+    """They are drawn as the rank table's bars and said beside the step count, not as charts
+    named like keys a script logged."""
+    row = [T0, 3, 0.5, 0.1, 0.01, 32, None, True, ["cpu", 0.01, 0.002, 0.03, 0.04, 0.01, 0.005, 0.003]]
+    model = model_with([list(record) for record in _protocol.step_row_records(0, row)]
+                       + [[0, T0, 3, "lr", 0.1, "log"]])
+    assert {*_protocol.PHASE_METRICS, _protocol.PHASE_CLOCK, _protocol.SKIPPED_STEP} <= set(model.series_names())
+    assert logged_metric_names(model) == ["lr"]
+
+
 def test_empty_charts_say_why():
     stepping = [[0, T0 + s, s, name, 0.1, "auto"] for s in range(3) for name in ("loss", "step_time")]
     model = model_with(stepping)
@@ -320,3 +331,18 @@ def test_a_compute_straggler_is_worded_with_compute_times_not_the_equal_step_tim
     assert "695 ms per step against 695 ms" not in text  # the DDP-evened step times prove nothing
     del event["compute_time"]  # not measured (no process group): the step times are the evidence
     assert "695 ms per step against 695 ms on the other ranks" in straggler_text(event)
+
+
+def test_a_stragglers_own_message_is_its_wording_with_the_step_and_its_phase_in_the_note():
+    from gui.models.diagnosis import straggler_note, straggler_text
+
+    message = ("rank 1 is a straggler: it computes longer (97 ms of its 111 ms step vs 67 ms on the other ranks, "
+               "which wait for it in collectives, most in forward: 49 ms)")
+    event = {"rank": 1, "message": message, "cause": "compute", "phase": "forward", "step": 10, "step_time": 0.111,
+             "compute_time": 0.097, "others_compute_time": 0.067}
+    assert straggler_text(event) == message.replace("is a straggler:", "is a straggler at step 10:")
+    assert straggler_text(event, past=True).startswith("rank 1 was a straggler at step 10: it computes longer")
+    assert straggler_note(event) == "straggler: computing (forward)"
+    assert straggler_note({**event, "cause": "data", "phase": "data"}) == "straggler: waiting for data"
+    assert straggler_text({**event, "message": "something else"}) == "something else"  # said as the runner says it
+

@@ -75,6 +75,15 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     assert monitor.progress.position_label.text() == "epoch 3/3 · 192/192 steps"
     assert monitor.progress.bar.text() == "100%"
     qtbot.waitUntil(lambda: "done:" in monitor.log_view.shown_text(), timeout=3000)
+    # Where the steps went, as the workers timed them on the CPU's clock: the whole run's bars
+    # (read from the store), and the run's verdict with it.
+    qtbot.waitUntil(lambda: all(p.whole_run for p in monitor.rank_table.table_model.phases()), timeout=5000)
+    for phases in monitor.rank_table.table_model.phases():
+        assert phases.measured and phases.clock == _protocol.CLOCK_CPU and phases.segments()
+        assert {"forward", "backward"} <= {segment.phase for segment in phases.segments()}
+    assert "on the CPU clock" in monitor.rank_table.legend.text()
+    qtbot.waitUntil(lambda: monitor.rank_table.verdict.startswith("Bottleneck (whole run"),
+                    timeout=5000)
     with RunStore(readonly=True) as store:
         run = store.run(monitor.run_id)
         for rank in (0, 1):

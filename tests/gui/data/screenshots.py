@@ -5,7 +5,9 @@ Shots (``assets/screenshots/``), the window under Xvfb at 1600x1000 unless named
 * ``launch-panel.png``: the Launch tab with the bundled example profile;
 * ``live-run.png``: a live 8-rank CPU/gloo job (``tests/gui/data/logged_train.py``) that
   reports ``lr`` and ``grad_norm`` with ``rankwatch.log``: their charts, 8 curves each, and
-  the hover readout over ``grad_norm``; ``live-run-1280x720.png``: the same at 1280x720;
+  the hover readout over ``grad_norm``; below, the rank table with where each rank's step
+  goes (rank 7 sleeps longest, in ``rest``, the others wait for it in ``comm``) and the
+  bottleneck verdict; ``live-run-1280x720.png``: the same at 1280x720;
 * ``failure.png``: a real failing run (``tests/scripts/diag_exception.py``, 2 ranks; rank 1
   raises) with its Diagnosis tab;
 * ``stacks.png``: a real hang (``tests/scripts/diag_hang.py``, 2 ranks, stall timeout 5 s)
@@ -103,7 +105,9 @@ def window(run_id: int, tab: str, size: tuple[int, int], hover_chart: str | None
         chart = charts.charts.get(hover_chart or "")
         if chart is not None and not chart.is_empty:
             (x_low, x_high), (y_low, y_high) = chart.view_box.viewRange()
-            point = QPointF(x_low + 0.62 * (x_high - x_low), y_low + 0.55 * (y_high - y_low))
+            # Near the top: the readout opens below the cursor and stays over the charts, not
+            # over the rank table's phase bars and verdict.
+            point = QPointF(x_low + 0.62 * (x_high - x_low), y_low + 0.92 * (y_high - y_low))
             widget_point = chart.plot_widget.mapFromScene(chart.view_box.mapViewToScene(point))
             QCursor.setPos(chart.plot_widget.viewport().mapToGlobal(widget_point))
             chart.show_readout_at(point.x(), point.y())

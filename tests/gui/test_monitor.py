@@ -34,20 +34,6 @@ LIVE_RUN = Path(__file__).with_name("live_run.py")
 
 
 @pytest.fixture
-def live_run():
-    runs: list[LiveRun] = []
-
-    def start(**options) -> LiveRun:
-        run = LiveRun(**options).start()
-        runs.append(run)
-        return run
-
-    yield start
-    for run in runs:
-        run.close()
-
-
-@pytest.fixture
 def panel(qtbot):
     widget = MonitorPanel()
     qtbot.addWidget(widget)

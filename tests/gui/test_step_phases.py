@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from live_run import LiveRun
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QColor
 
@@ -45,20 +44,6 @@ def panel(qtbot):
     qtbot.waitExposed(widget)
     yield widget
     widget.detach()
-
-
-@pytest.fixture
-def live_run():
-    runs: list[LiveRun] = []
-
-    def start(**options) -> LiveRun:
-        run = LiveRun(**options).start()
-        runs.append(run)
-        return run
-
-    yield start
-    for run in runs:
-        run.close()
 
 
 def bar_widths(panel: MonitorPanel) -> dict[int, dict[str, int]]:

@@ -52,6 +52,7 @@ thread waited anyway), and the hub's ``compute_time`` on the CPU clock leaves it
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from bisect import bisect_right
@@ -450,6 +451,15 @@ def _cuda_device(tensors: Any) -> Any:
         return None
 
 
+COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
+    "all_to_all_single", "barrier", "broadcast", "broadcast_object_list", "gather", "gather_object",
+    "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list",
+    "monitored_barrier",
+)  # fmt: skip
+"""``torch.distributed`` functions that block until every rank of the group took part."""
+
+
 def patch_collectives(distributed: Any, phases: StepPhases, in_backward: Callable[[], bool]) -> Callable[[], None]:
     """Mark the synchronous collectives of the ``torch.distributed`` module as ``COMM``; returns the undo.
 
@@ -476,18 +486,8 @@ def patch_collectives(distributed: Any, phases: StepPhases, in_backward: Callabl
     return undo
 
 
-COLLECTIVES = (
-    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
-    "all_to_all_single", "barrier", "broadcast", "broadcast_object_list", "gather", "gather_object",
-    "reduce", "reduce_scatter", "reduce_scatter_tensor", "scatter", "scatter_object_list",
-    "monitored_barrier",
-)  # fmt: skip
-"""``torch.distributed`` functions that block until every rank of the group took part."""
-
 
 def _marked(original: Callable[..., Any], phases: StepPhases, in_backward: Callable[[], bool]) -> Callable[..., Any]:
-    import functools
-
     @functools.wraps(original)
     def collective(*args: Any, **kwargs: Any) -> Any:
         if not phases.timing or kwargs.get("async_op") or in_backward():

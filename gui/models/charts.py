@@ -50,16 +50,20 @@ BUILT_IN_CHARTS = (
              smoothable=False),
     ChartDef(monitor.GPU_MEMORY, "GPU memory (GiB)", scale=1 / GIB, time_only=True, group=GPU, key_label=GPU_KEYS,
              smoothable=False),
+    ChartDef(_protocol.GPU_MEMORY_ALLOCATED, "GPU memory per rank (torch allocator, GiB)", scale=1 / GIB, group=GPU,
+             smoothable=False),
     ChartDef(monitor.CPU_PERCENT, "CPU per rank (%)", time_only=True, group=CPU, smoothable=False),
     ChartDef(monitor.RSS_BYTES, "Memory per rank (RSS, GiB)", scale=1 / GIB, time_only=True, group=CPU,
              smoothable=False),
 )
 
 NOT_CHARTED = frozenset({_protocol.DATA_WAIT, _protocol.STEPS_PER_SECOND, _protocol.COMM_WAIT, _protocol.CPU_WAIT,
-                         _protocol.PHASE_CLOCK, _protocol.SKIPPED_STEP, *_protocol.PHASE_METRICS})
+                         _protocol.PHASE_CLOCK, _protocol.SKIPPED_STEP, *_protocol.PHASE_METRICS,
+                         _protocol.GPU_MEMORY_RESERVED, _protocol.GPU_MEMORY_PEAK})
 """Measured keys drawn through another chart (data wait as a share of the step, the waits through the
 compute time and the rank table's comm wait), shown elsewhere (the step phases as the rank table's
-bars, their clock in its legend, skipped steps beside the step count) or not worth one."""
+bars, their clock in its legend, skipped steps beside the step count, the allocator's reserved and peak
+bytes in ``runs show``) or not worth one."""
 BUILT_IN_SERIES = frozenset(definition.series for definition in BUILT_IN_CHARTS) | NOT_CHARTED
 
 

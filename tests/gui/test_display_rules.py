@@ -235,6 +235,14 @@ def test_the_phases_their_clock_and_skipped_steps_get_no_chart_of_their_own():
     assert logged_metric_names(model) == ["lr"]
 
 
+def test_the_allocators_memory_is_one_gpu_chart_in_gib_not_three_charts_of_logged_bytes():
+    model = model_with([[0, T0, 3, name, 2 * 1024**3, "auto"] for name in _protocol.GPU_MEMORY_METRICS]
+                       + [[0, T0, 3, "lr", 0.1, "log"]])
+    assert logged_metric_names(model) == ["lr"]
+    chart = CHART[_protocol.GPU_MEMORY_ALLOCATED]
+    assert chart.group == "gpu" and chart.scale * 2 * 1024**3 == 2.0 and not chart.logged
+
+
 def test_empty_charts_say_why():
     stepping = [[0, T0 + s, s, name, 0.1, "auto"] for s in range(3) for name in ("loss", "step_time")]
     model = model_with(stepping)

@@ -281,7 +281,7 @@ def test_the_remote_hook_feeds_dumps_from_other_hosts_into_the_same_capture(tmp_
 
 def test_rankwatchs_own_wrappers_are_not_shown_in_a_ranks_stack():
     frames = [Frame("/site/rankwatch/_bootstrap.py", 90, "main"), Frame("/job/train.py", 35, "<module>"),
-              Frame("/site/rankwatch/_comm_timing.py", 218, "collective"),  # our timed dist.barrier
+              Frame("/site/rankwatch/_phases.py", 218, "collective"),  # our marked dist.barrier
               Frame("/torch/distributed/c10d_logger.py", 83, "wrapper"),
               Frame("/job/rankwatch/helpers.py", 3, "mine")]  # a user's own folder named rankwatch stays
     assert [(frame.file, frame.line) for frame in user_frames(frames)] == [

@@ -33,6 +33,7 @@ from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
 from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
+from rankwatch._protocol import Bottleneck as Verdicts
 from rankwatch._protocol import EventKind, RankFailure, how_it_ended, stall_outcome
 from rankwatch._protocol import as_float as _float
 from rankwatch._protocol import as_int as _int
@@ -56,8 +57,8 @@ NO_STEP_MEASURED = "no_step_measured"
 
 CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
 """A straggler's cause, as the banner and the rank table say it."""
-STRAGGLER_VERDICT = "straggler"
-HEALTHY_VERDICTS = frozenset({"compute-bound"})
+STRAGGLER_VERDICT = Verdicts.STRAGGLER.value
+HEALTHY_VERDICTS = frozenset({Verdicts.COMPUTE.value})
 """Bottleneck verdicts that are no problem to point at (the device computes)."""
 
 

@@ -35,7 +35,7 @@ PHASE_WORDS = {
 }
 """What each phase holds (the legend's tooltips), in the contract's words."""
 CLOCK_WORDS = {_protocol.CLOCK_GPU: "GPU clock", _protocol.CLOCK_CPU: "CPU clock"}
-COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer")
+COMPUTE_PHASES = _protocol.COMPUTING_PHASES
 """The phases a rank computes in (sorting the bar column orders the ranks by their sum)."""
 
 

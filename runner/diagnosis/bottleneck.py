@@ -29,12 +29,12 @@ the verdict at the end (``summary["diagnostics"]["bottleneck"]``) reads the whol
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from rankwatch import _protocol as protocol
-from rankwatch._protocol import EventKind
+from rankwatch._protocol import Bottleneck, EventKind
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.step_windows import RankSteps, StepWindows
 from runner.diagnosis.stragglers import StragglerMonitor
@@ -48,14 +48,6 @@ starved by its host."""
 MIN_MEASURED_STEPS = 5
 SETTLE_TICKS = 3
 """A new live verdict must hold this many monitor ticks before it is announced (no flapping)."""
-
-
-class Bottleneck(str, Enum):
-    INPUT = "input-bound"
-    COMMUNICATION = "communication-bound"
-    LAUNCH = "launch-bound"
-    COMPUTE = "compute-bound"
-    STRAGGLER = "straggler"
 
 
 ACTIONS = {
@@ -115,7 +107,7 @@ def judge(shares: dict[str, float | None] | None, clock: str | None, gpu_busy: f
     on = "of the GPU's time" if clock == protocol.CLOCK_GPU else "of the step"
     data, comm = shares.get("data"), shares.get("comm")
     waits = f"data {_percent(data)}, communication {_percent(comm)}"
-    computing = sum(shares.get(phase) or 0.0 for phase in ("h2d", "forward", "backward", "optimizer"))
+    computing = sum(shares.get(phase) or 0.0 for phase in protocol.COMPUTING_PHASES)
     if (data or 0.0) >= INPUT_SHARE and (data or 0.0) >= (comm or 0.0):
         return verdict(Bottleneck.INPUT, f"waiting for data {_percent(data)} {on} (communication {_percent(comm)})",
                        "data")
@@ -165,10 +157,7 @@ def run_shares(per_rank: list[dict[str, float | None] | None]) -> dict[str, floa
 
 
 def _median(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+    return statistics.median_high(values) if values else None
 
 
 class BottleneckMonitor:

@@ -18,6 +18,7 @@ Per rank it keeps:
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -62,10 +63,7 @@ class RankSteps:
 
     def recent_gpu_busy(self) -> float | None:
         """The median of the recent GPU utilisation samples, 0..1; None when none was taken."""
-        if not self.gpu_busy:
-            return None
-        ordered = sorted(self.gpu_busy)
-        return ordered[len(ordered) // 2] / 100.0
+        return statistics.median_high(self.gpu_busy) / 100.0 if self.gpu_busy else None
 
     def run_gpu_busy(self) -> float | None:
         return self.gpu_busy_total / self.gpu_busy_samples / 100.0 if self.gpu_busy_samples else None

@@ -47,8 +47,8 @@ from runner.state import RankState
 MIN_STEPS = 5
 RELATIVE_MARGIN = 0.15
 ABSOLUTE_MARGIN_SECONDS = 0.010
-COMPUTE_PHASES = ("h2d", "forward", "backward", "optimizer", "rest")
-"""The phases a rank computes in, one of which names a compute straggler."""
+COMPUTE_PHASES = (*protocol.COMPUTING_PHASES, "rest")
+"""The phases a rank works in, one of which names a compute straggler (the loop's own work too)."""
 
 
 class StepSummary(NamedTuple):

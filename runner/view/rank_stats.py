@@ -168,8 +168,7 @@ def _add_phases(store, run_id: int) -> dict[int, tuple[dict[str, float | None], 
             store, f"SELECT rank, name, SUM(value) FROM metrics WHERE run_id = ? AND name IN ({names}) AND source = ?"
                    " AND value IS NOT NULL GROUP BY rank, name", run_id, *protocol.PHASE_METRICS, protocol.SOURCE_AUTO):
         totals.setdefault(rank, [None] * len(protocol.PHASES))[protocol.PHASE_INDEX[name]] = total
-    counts = dict(_rows(store, "SELECT rank, COUNT(*) FROM metrics WHERE run_id = ? AND name = ? AND source = ?"
-                               " GROUP BY rank", run_id, protocol.PHASE_CLOCK, protocol.SOURCE_AUTO))
+    counts = _counts(store, run_id, protocol.PHASE_CLOCK)
     result = {}
     for rank, phases in totals.items():
         shares = protocol.phase_shares([phases])
@@ -225,12 +224,10 @@ def gpu_utilisation(store, run_id: int, ranks: list[tuple[int, int | None, float
                     ) -> dict[int, float]:
     """rank -> its GPU's median utilisation (``RankStats.gpu_util``), for ``ranks`` given as
     ``(rank, gpu index, first seen, last seen)``; ranks without a GPU or a sample are left out."""
-    with_gpu = [entry for entry in ranks if entry[1] is not None]
-    if not with_gpu:
-        return {}
     result = {}
-    for rank, gpu_index, first_seen, last_seen in with_gpu:
-        assert gpu_index is not None
+    for rank, gpu_index, first_seen, last_seen in ranks:
+        if gpu_index is None:
+            continue
         spans = [_step_span(store, run_id, rank), (first_seen, last_seen)]
         value = _median_utilisation(store, run_id, gpu_index, spans)
         if value is not None:

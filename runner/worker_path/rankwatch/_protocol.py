@@ -210,6 +210,9 @@ PHASES = ("data", "h2d", "forward", "backward", "comm", "optimizer", "rest")
 A measured step's phases add up to its span on its clock, exactly; a phase that did not happen
 in the step (no DataLoader, no process group, no module call) is None (not measured), and its
 time is in the phase that was running."""
+COMPUTING_PHASES = ("h2d", "forward", "backward", "optimizer")
+"""The phases in which a rank works on the step itself (the verdict's "computing" share, the GUI's
+sort key); ``rest`` is the loop's own work around it."""
 PHASE_METRICS = tuple(f"phase_{phase}" for phase in PHASES)
 """The metric name of each phase, in ``PHASES`` order: seconds on the step's clock."""
 PHASE_DATA, PHASE_H2D, PHASE_FORWARD, PHASE_BACKWARD, PHASE_COMM, PHASE_OPTIMIZER, PHASE_REST = PHASE_METRICS
@@ -782,6 +785,18 @@ class ProcessSample(tuple[float, int, int | None, float | None, int | None, int 
         if t is None or rank is None or any(number is None for number in numbers):
             return None
         return cls(t, rank, as_int(row[2]), as_float(row[3]), as_int(row[4]), as_int(row[5]))
+
+
+class Bottleneck(str, Enum):
+    """What limits a rank or a run: the verdict of ``runner.diagnosis.bottleneck`` (its ``bottleneck``
+    events and the summary's ``diagnostics.bottleneck``), as every surface names it."""
+
+    INPUT = "input-bound"
+    COMMUNICATION = "communication-bound"
+    LAUNCH = "launch-bound"
+    COMPUTE = "compute-bound"
+    """Healthy: the device computes."""
+    STRAGGLER = "straggler"
 
 
 class EventKind(str, Enum):

@@ -10,8 +10,10 @@ that evaluation batches did not count as training data (samples per step).
 * PyTorch Lightning, ``accumulate_grad_batches=2``: the mean of the values
   ``training_step`` returned and logged in the step (its progress bar and loggers
   show these), validation at every epoch's end;
-* accelerate, ``gradient_accumulation_steps=4``: the mean of the micro-batch losses
-  of the step, as its guide computes it, an evaluation pass after every epoch;
+* accelerate, ``gradient_accumulation_steps=3`` over 49 micro-batches an epoch: the
+  mean of the micro-batch losses of the step, as its guide computes it, the epoch's
+  last step (one micro-batch, its loss still divided by 3) included; an evaluation
+  pass after every epoch;
 * the Hugging Face ``Trainer``, ``gradient_accumulation_steps=2``: the sum of what
   ``training_step`` returned in the step, and the logged ``loss`` (the mean over
   ranks); run with ``--parse-stdout``, its printed logs must become one parsed curve
@@ -141,23 +143,40 @@ def accelerate(tmp_path_factory) -> FrameworkJob:
     return _job(tmp_path_factory, "accelerate", "accelerate_accumulate.py")
 
 
+ACCELERATE_GROUPS = ([3] * 16 + [1]) * 2
+"""Micro-batches of each optimizer step: 2 epochs of 49, accumulated by 3, each ending with a step of 1."""
+ACCELERATE_PARTIAL_STEPS = (16, 33)
+
+
 def test_accelerate_stored_loss_is_the_mean_of_the_micro_batch_losses(accelerate):
     for rank in RANKS:
-        reported = {int(step): value for step, value in accelerate.records[rank]["steps"].items()}
-        assert sorted(reported) == list(range(24))
+        record = accelerate.records[rank]
+        reported = {int(step): value for step, value in record["steps"].items()}
+        assert sorted(reported) == list(range(len(ACCELERATE_GROUPS)))
+        assert [len(record["micro_batches"][str(step)]) for step in sorted(reported)] == ACCELERATE_GROUPS
         _assert_equal_per_step(accelerate.stored("loss", rank), reported)
         _assert_equal_per_step(accelerate.exported_loss(rank), reported)
 
 
+def test_accelerate_partial_last_group_stores_its_micro_batch_loss_not_a_third_of_it(accelerate):
+    for rank in RANKS:
+        record, stored = accelerate.records[rank], accelerate.stored("loss", rank)
+        for step in ACCELERATE_PARTIAL_STEPS:
+            [own] = record["micro_batches"][str(step)]  # backpropagated as own / 3
+            assert stored[step] == pytest.approx(own, rel=RELATIVE), step
+
+
 def test_accelerate_evaluation_batches_are_not_training_samples(accelerate):
+    steps = len(ACCELERATE_GROUPS)
     for rank in RANKS:
         samples = accelerate.samples_per_step(rank)
-        assert sorted(samples) == list(range(1, 24))
-        # 2 epochs x 48 micro-batches of 4 samples; the loader fetches one batch ahead, so step 0
-        # holds 4 or 5 of them and an epoch's last step 3 or 4 (evaluation would add 24 per epoch)
+        # 2 epochs x 49 micro-batches of 4 samples; the loader fetches one batch ahead, so step 0
+        # holds 3 or 4 of them and an epoch's last step none: its one micro-batch came with the step
+        # before, it only meets the end of the loader (evaluation would add 24 per epoch)
+        assert sorted(samples) == [step for step in range(1, steps) if step not in ACCELERATE_PARTIAL_STEPS]
         total = sum(samples.values())
-        assert 2 * 48 * 4 - 5 * 4 <= total <= 2 * 48 * 4 - 4 * 4, samples
-        assert all(value <= 5 * 4 + 0.01 for value in samples.values()), samples
+        assert 2 * 49 * 4 - 4 * 4 <= total <= 2 * 49 * 4 - 3 * 4, samples
+        assert all(value <= 4 * 4 + 0.01 for value in samples.values()), samples
 
 
 # -- Hugging Face Trainer ---------------------------------------------------------------------

@@ -70,6 +70,133 @@ def test_gradient_accumulation_stores_the_mean_of_the_unscaled_micro_batch_losse
     _assert_losses(measured, expected)
 
 
+def _accumulate_epochs(micro_batches: int, accumulate: int, backward, scaler=None, epochs: int = 2) -> list[float]:
+    """``epochs`` passes over ``micro_batches`` micro-batches, an optimizer step every ``accumulate`` of
+    them and at each epoch's end (accelerate's and Lightning's loop: the last group may be partial);
+    ``backward(loss, accumulate)`` backpropagates a micro-batch's loss, a ``scaler`` steps (GradScaler).
+    Returns what the frameworks
+    report per step: the mean of the step's unscaled micro-batch losses."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    expected, unscaled = [], []
+    for _ in range(epochs):
+        for index in range(micro_batches):
+            x, y = _batch()
+            loss = F.mse_loss(model(x), y)
+            backward(loss, accumulate)
+            unscaled.append(loss.item())
+            if (index + 1) % accumulate == 0 or index + 1 == micro_batches:
+                if scaler is None:
+                    optimizer.step()
+                else:
+                    scaler.step(optimizer)
+                    scaler.update()
+                optimizer.zero_grad()
+                expected.append(sum(unscaled) / len(unscaled))
+                unscaled = []
+    return expected
+
+
+@pytest.mark.parametrize(
+    ("micro_batches", "scale"),
+    [(7, "divide"), (8, "divide"), (7, "multiply"), (7, "grad scaler")],
+)  # fmt: skip
+def test_a_partial_last_accumulation_group_stores_the_mean_of_its_unscaled_losses(measured, micro_batches, scale):
+    """accelerate's ``gradient_accumulation_steps=3`` over 7 (8) micro-batches an epoch: steps of 3, 3
+    and 1 (2) micro-batches, every one ``backward(loss / 3)``; the last step's loss is its one
+    micro-batch's loss (the mean of its two), not a third (two thirds) of it."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+
+    def backward(loss, accumulate):
+        if scale == "divide":
+            (loss / accumulate).backward()  # accelerate's accelerator.backward, Lightning, nanoGPT
+        elif scale == "multiply":
+            (loss * (1 / accumulate)).backward()
+        else:
+            scaler.scale(loss / accumulate).backward()  # nanoGPT and accelerate under fp16
+
+    expected = _accumulate_epochs(micro_batches, 3, backward, scaler if scale == "grad scaler" else None)
+
+    assert len(expected) == 6
+    _assert_losses(measured, expected)
+
+
+def test_a_partial_group_divided_by_its_own_size_is_unchanged(measured):
+    """The Hugging Face ``Trainer`` divides a partial last group by its own size: already the mean."""
+
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    expected = []
+    for group in (3, 3, 2, 3, 1):
+        unscaled = []
+        for _ in range(group):
+            x, y = _batch()
+            loss = F.mse_loss(model(x), y)
+            (loss / group).backward()
+            unscaled.append(loss.item())
+        optimizer.step()
+        optimizer.zero_grad()
+        expected.append(sum(unscaled) / group)
+
+    _assert_losses(measured, expected)
+
+
+def test_a_partial_group_of_a_script_that_does_not_divide_stays_the_sum(measured):
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    expected = []
+    for group in (3, 3, 1, 3, 2):
+        total = 0.0
+        for _ in range(group):
+            x, y = _batch()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            total += loss.item()
+        optimizer.step()
+        optimizer.zero_grad()
+        expected.append(total)
+
+    _assert_losses(measured, expected)
+
+
+def test_a_token_count_normalisation_stays_the_sum_in_a_partial_group(measured):
+    """The ``Trainer``'s ``num_items_in_batch``: every micro-batch's summed token loss divided by
+    the tokens of the whole group (a CPU tensor, the same for the group's micro-batches); the sum
+    is the group's mean token loss, in full and partial groups alike."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    expected = []
+    for sizes in ((2, 3, 4), (4, 4, 1), (1,), (3, 2, 4), (2, 1)):
+        batches = [_batch(size) for size in sizes]
+        num_items_in_batch = torch.tensor(sum(sizes))
+        total = 0.0
+        for x, y in batches:
+            loss = F.mse_loss(model(x), y, reduction="sum") / num_items_in_batch
+            loss.backward()
+            total += loss.item()
+        optimizer.step()
+        optimizer.zero_grad()
+        expected.append(total)
+
+    _assert_losses(measured, expected)
+
+
+def test_one_backward_divided_by_a_constant_per_step_is_that_value(measured):
+    """No step ever had 2 micro-batches divided by 2: ``backward(loss / 2)`` is not a partial group."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    expected = []
+    for _ in range(STEPS):
+        x, y = _batch()
+        halved = F.mse_loss(model(x), y) / 2
+        halved.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        expected.append(halved.item())
+
+    _assert_losses(measured, expected)
+
+
 def test_accumulation_without_dividing_stores_the_sum_whose_gradient_is_applied(measured):
     model = _model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -397,14 +524,16 @@ def test_ddp_no_sync_accumulation_is_per_rank_and_unchanged(measured, single_pro
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_losses_are_summed_without_a_device_synchronisation(measured):
+    """The last step is a partial accumulation group (2 micro-batches, each divided by 4): its
+    divisor, a Python number, is read on the CPU, and its copies are scaled by 4 / 2."""
     model = _model().cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     device_losses = []
     torch.cuda.set_sync_debug_mode("error")  # any synchronising call on this thread raises
     try:
-        for _ in range(STEPS):
+        for micro_batches in (4, 4, 4, 2):
             step_losses = []
-            for _ in range(4):
+            for _ in range(micro_batches):
                 x, y = torch.randn(4, 8, device="cuda"), torch.randn(4, 1, device="cuda")
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     loss = F.mse_loss(model(x).float(), y)

@@ -281,6 +281,7 @@ def _patch_backward(torch: Any, clock: StepClock) -> Callable[[], None]:
     def backward(tensors, *args, **kwargs):
         if clock.in_backward:
             return original(tensors, *args, **kwargs)
+        loss.before_backward(tensors)  # what the value was divided by: freed by the backward; never raises
         timed = phases.timing  # untimed steps (``split_every``) do not call into the phases at all
         if timed:
             try:

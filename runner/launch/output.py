@@ -18,6 +18,7 @@ and rank 1 ``xyz``. ``RankLineSplitter`` reassembles that.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 
 PREFIX = re.compile(r"\[(?:rw:(\d+)|default(\d+))\]:")
@@ -36,6 +37,228 @@ class OutputLine:
     t: float
     local_rank_only: bool = False
     """True when the prefix gave a local rank (older torch), not a global one."""
+
+
+PROGRESS_SNAPSHOT_SECONDS = 5.0
+"""A line rewritten in place (``\\r``: a progress bar) that keeps changing without a newline is
+delivered as it stands first after ``PARTIAL_FLUSH_SECONDS``, then at most this often."""
+RECENT_ROWS = 16
+"""Finished lines a cursor-up (``ESC[A``) can return to: nested or per-rank tqdm bars (``position=``)."""
+CONTROL = re.compile(r"\r|\n|\x1b\[(\d*)([ABGK])")
+"""What moves the cursor or erases: carriage return, newline, and the CSI sequences progress bars
+use (cursor up/down, to column 1, erase in line). Other escape sequences (colours) stay in the text."""
+UNFINISHED_ESCAPE = re.compile(r"\x1b(?:\[[\d;?]{0,8})?$")
+
+
+class _Row:
+    """One line of the screen: its text as shown, and what of it was delivered."""
+
+    __slots__ = ("at_start", "changed", "rewritten", "shown", "shown_at", "started", "text")
+
+    def __init__(self, text: str = "", shown: str | None = None) -> None:
+        self.text = text
+        self.at_start = False
+        """The cursor went back to its start (``\\r``): what comes next replaces the text."""
+        self.rewritten = False
+        """It was rewritten in place (a progress bar): delivered as snapshots, trailing spaces dropped."""
+        self.started: float | None = None
+        """When the text not yet delivered began to arrive."""
+        self.changed = 0.0
+        self.shown = shown
+        """The text last delivered for this row (None: nothing yet)."""
+        self.shown_at: float | None = None
+
+    def visible(self) -> str:
+        return self.text.rstrip(" ") if self.rewritten else self.text
+
+    def write(self, text: str, now: float) -> None:
+        if self.at_start:
+            self.text, self.at_start = text, False
+        else:
+            self.text += text
+        if self.started is None:
+            self.started = now
+        self.changed = now
+
+
+class TerminalLines:
+    """One stream's text in, its lines out as a terminal would show them.
+
+    A line rewritten with ``\\r`` (tqdm, ``print(..., end="\\r")``) is the text after its last
+    ``\\r`` (progress bars pad the rest with spaces), not every state glued together; erase in
+    line (``ESC[K``, ``ESC[2K``) empties it. Lines are delivered at their newline; a line still
+    being rewritten is delivered as it stands after ``PARTIAL_FLUSH_SECONDS`` and then every
+    ``PROGRESS_SNAPSHOT_SECONDS`` while it changes (``flush_stale``), so a bar shows live and
+    the log holds its states at that rate, plus its last one. A cursor-up (``ESC[A``, tqdm's
+    ``position=`` and nested bars) returns to a recent line: rewriting it there delivers its
+    new states the same way, and the newlines that only move between those lines end nothing.
+    A partial line that is not rewritten (``print(..., end="")``) is delivered after
+    ``PARTIAL_FLUSH_SECONDS`` and its continuation follows as a further line, as before.
+
+    ``feed`` and ``flush_*`` return ``(text, t)``: ``t`` is when the line began to arrive, or
+    for a rewritten line when its delivered state was written. Lines are cut at
+    ``MAX_LINE_CHARS``.
+    """
+
+    def __init__(self) -> None:
+        self._rows = [_Row()]
+        self._cursor = 0
+        self._recent: deque[str] = deque(maxlen=RECENT_ROWS)
+        """Delivered lines above the rows, nearest last: where a cursor-up goes."""
+        self._escape = ""
+        """The start of an escape sequence the last read ended in."""
+
+    def feed(self, text: str, now: float) -> list[tuple[str, float]]:
+        row = self._rows[0]
+        if len(self._rows) == 1 and not row.rewritten and "\r" not in text and "\x1b" not in text:
+            return self._feed_plain(row, text, now)
+        text, self._escape = self._escape + text, ""
+        cut = UNFINISHED_ESCAPE.search(text)
+        if cut is not None:  # a sequence cut between two reads: its end comes with the next
+            text, self._escape = text[:cut.start()], text[cut.start():]
+        out: list[tuple[str, float]] = []
+        position = 0
+        for match in CONTROL.finditer(text):
+            if match.start() > position:
+                self._write(text[position:match.start()], now, out)
+            position = match.end()
+            self._control(match, now, out)
+        if position < len(text):
+            self._write(text[position:], now, out)
+        return out
+
+    def _feed_plain(self, row: _Row, text: str, now: float) -> list[tuple[str, float]]:
+        """The common case, kept fast: no rewriting anywhere, lines split at newlines."""
+        *complete, rest = (row.text + text).split("\n")
+        started = row.started if row.started is not None else now
+        out: list[tuple[str, float]] = []
+        if complete and not complete[0] and row.shown == "":  # the end of a line delivered in part
+            complete, started = complete[1:], now
+            row.shown = None
+        for piece in complete:
+            out.extend(_cut(piece, started))
+            started = now
+        if complete:
+            self._recent.extend(complete[-RECENT_ROWS:])
+        while len(rest) > MAX_LINE_CHARS:  # one line must not hold the hub: the rest follows as further lines
+            out.append((rest[:MAX_LINE_CHARS], started))
+            rest, started = rest[MAX_LINE_CHARS:], now
+        row.text = rest
+        row.started = started if rest else None
+        row.changed = now
+        return out
+
+    def _write(self, text: str, now: float, out: list[tuple[str, float]]) -> None:
+        row = self._rows[self._cursor]
+        row.write(text, now)
+        while len(row.text) > MAX_LINE_CHARS:
+            out.append((row.text[:MAX_LINE_CHARS], row.started if row.started is not None else now))
+            row.text, row.started = row.text[MAX_LINE_CHARS:], now
+
+    def _control(self, match: re.Match[str], now: float, out: list[tuple[str, float]]) -> None:
+        row = self._rows[self._cursor]
+        code = match.group(0)
+        if code == "\n":
+            self._newline(now, out)
+        elif code == "\r" or match.group(2) == "G":
+            row.at_start = row.rewritten = True
+        elif match.group(2) == "K":
+            if match.group(1) in ("1", "2") or row.at_start:  # the whole line, or from its start
+                row.text, row.rewritten = "", True
+                row.changed = now
+        elif match.group(2) == "A":
+            self._up(int(match.group(1) or 1))
+        else:  # "B", cursor down: within the rows
+            self._cursor = min(len(self._rows) - 1, self._cursor + int(match.group(1) or 1))
+
+    def _newline(self, now: float, out: list[tuple[str, float]]) -> None:
+        row = self._rows[self._cursor]
+        if self._cursor < len(self._rows) - 1:  # moves down to a line that is there (nested bars)
+            if not row.rewritten and row.shown is None and row.text:
+                out.extend(self._deliver(row, now))
+            self._cursor += 1
+            self._rows[self._cursor].at_start = True  # a newline goes to the start of the line below
+            return
+        for above in self._rows[:-1]:  # the lines above went on changing: their last state first
+            if above.visible() and above.visible() != above.shown:
+                out.extend(self._deliver(above, now))
+        visible = row.visible()
+        if row.shown is None or visible != row.shown:  # not a state delivered already, nor the
+            out.extend(_cut(visible, self._moment(row, now)))  # empty end of a line delivered in part
+        self._recent.extend(above.visible() for above in self._rows[:-1])
+        self._recent.append(visible)
+        self._rows, self._cursor = [_Row()], 0
+
+    def _up(self, count: int) -> None:
+        for _ in range(count):
+            if self._cursor > 0:
+                self._cursor -= 1
+            elif self._recent:
+                self._rows.insert(0, _Row(text=(shown := self._recent.pop()), shown=shown))
+            else:
+                return
+        if len(self._rows) > RECENT_ROWS:  # never more rows than that: the top ones are done
+            del self._rows[: len(self._rows) - RECENT_ROWS]
+            self._cursor = min(self._cursor, len(self._rows) - 1)
+
+    def _deliver(self, row: _Row, now: float) -> list[tuple[str, float]]:
+        visible = row.visible()
+        lines = _cut(visible, self._moment(row, now))
+        row.shown, row.shown_at = visible, now
+        row.started = None
+        return lines
+
+    @staticmethod
+    def _moment(row: _Row, now: float) -> float:
+        if row.rewritten:
+            return row.changed or now
+        return row.started if row.started is not None else now
+
+    def flush_stale(self, now: float, older_than: float = PARTIAL_FLUSH_SECONDS) -> list[tuple[str, float]]:
+        """Lines waiting for their newline: a plain partial line once it waited ``older_than``
+        (it is then done: what follows is a further line), a rewritten one as it stands, at most
+        every ``PROGRESS_SNAPSHOT_SECONDS`` and only when it changed."""
+        out: list[tuple[str, float]] = []
+        for row in self._rows:
+            if row.started is None or now - row.started < older_than:
+                continue
+            if not row.rewritten:
+                if row.text:
+                    out.extend(_cut(row.text, row.started))
+                row.text, row.started, row.shown = "", None, ""  # what follows continues it
+                continue
+            visible = row.visible()
+            if not visible or visible == row.shown:
+                continue
+            if row.shown_at is None or now - row.shown_at >= PROGRESS_SNAPSHOT_SECONDS:
+                out.extend(self._deliver(row, now))
+        return out
+
+    def flush_all(self, now: float) -> list[tuple[str, float]]:
+        """Every line not delivered yet, as it stands (the stream ended)."""
+        out: list[tuple[str, float]] = []
+        if self._escape:
+            self._write(self._escape, now, out)
+            self._escape = ""
+        for row in self._rows:
+            visible = row.visible()
+            if visible and visible != row.shown:
+                out.extend(_cut(visible, self._moment(row, now)))
+        self._rows, self._cursor = [_Row()], 0
+        return out
+
+
+def _cut(text: str, t: float) -> list[tuple[str, float]]:
+    return [(text[start:start + MAX_LINE_CHARS], t) for start in range(0, max(len(text), 1), MAX_LINE_CHARS)]
+
+
+def visible_text(text: str) -> str:
+    """A line's text as a terminal shows it once written: after its last ``\\r`` (see ``TerminalLines``)."""
+    if "\r" not in text and "\x1b" not in text:
+        return text
+    terminal = TerminalLines()
+    lines = terminal.feed(text, 0.0) + terminal.flush_all(0.0)
+    return lines[-1][0] if lines else ""
 
 
 class RankLineSplitter:
@@ -98,7 +321,7 @@ class RankLineSplitter:
 
     def _line(self, key: tuple[int | None, bool], text: str, t: float) -> OutputLine:
         rank, local_only = key
-        return OutputLine(rank=rank, stream=self.stream, text=text.rstrip("\r"), t=t, local_rank_only=local_only)
+        return OutputLine(rank=rank, stream=self.stream, text=visible_text(text), t=t, local_rank_only=local_only)
 
     def flush_stale(self, now: float, older_than: float = PARTIAL_FLUSH_SECONDS) -> list[OutputLine]:
         """Emit partial lines that have waited too long for their newline (progress bars)."""

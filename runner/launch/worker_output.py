@@ -18,8 +18,10 @@ torchrun's own are), the end of its pipe, or ``PENDING_HOLD_SECONDS`` (the held 
 go out as the launcher's: late, never lost).
 
 One ``WorkerOutput`` serves one node's torchrun (the runner's local node, or an
-agent's node), or a self-spawning script's processes. Lines are cut at ``MAX_LINE_CHARS``; a partial line (a progress bar,
-``print(..., end="")``) is delivered when it has waited ``PARTIAL_FLUSH_SECONDS``
+agent's node), or a self-spawning script's processes. Each stream's lines are what a terminal
+would show (``runner.launch.output.TerminalLines``): a progress bar rewritten with ``\r`` is its
+last state, delivered as it stands while it keeps changing; lines are cut at ``MAX_LINE_CHARS``; a
+partial line (``print(..., end="")``) is delivered when it has waited ``PARTIAL_FLUSH_SECONDS``
 for its newline, as torchrun's own output is.
 """
 
@@ -46,7 +48,7 @@ from rankwatch._output import (
     PIPE_ANSWER,
     UNKNOWN,
 )
-from runner.launch.output import MAX_LINE_CHARS, PARTIAL_FLUSH_SECONDS, OutputLine
+from runner.launch.output import PARTIAL_FLUSH_SECONDS, OutputLine, TerminalLines
 
 HEADER_TIMEOUT_SECONDS = 10.0
 STREAM_NAMES = ("stdout", "stderr")
@@ -76,43 +78,21 @@ class LineAssembler:
         self.held: list[OutputLine] = []
         """Lines waiting for the process's rank (pending only)."""
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._partial = ""
-        self._started: float | None = None
-        """When the partial line's first piece arrived."""
+        self._terminal = TerminalLines()
 
     def feed(self, data: bytes, now: float) -> list[OutputLine]:
-        text = self._partial + self._decoder.decode(data)
-        *complete, rest = text.split("\n")
-        started = self._started if self._started is not None else now
-        lines = []
-        for piece in complete:
-            lines.extend(self._lines(piece, started))
-            started = now
-        while len(rest) > MAX_LINE_CHARS:  # one line must not hold the hub: the rest follows as further lines
-            lines.append(self._line(rest[:MAX_LINE_CHARS], started))
-            rest, started = rest[MAX_LINE_CHARS:], now
-        self._partial = rest
-        self._started = started if rest else None
-        return lines
+        return self._lines(self._terminal.feed(self._decoder.decode(data), now))
 
     def flush_stale(self, now: float, older_than: float = PARTIAL_FLUSH_SECONDS) -> list[OutputLine]:
-        """The partial line, if it has waited ``older_than`` seconds for its newline."""
-        if self._started is None or now - self._started < older_than:
-            return []
-        return self.flush_all(now)
+        """Lines still waiting for their newline, as ``TerminalLines.flush_stale`` delivers them."""
+        return self._lines(self._terminal.flush_stale(now, older_than))
 
     def flush_all(self, now: float) -> list[OutputLine]:
-        text = self._partial + self._decoder.decode(b"", final=True)
-        started = self._started if self._started is not None else now
-        self._partial, self._started = "", None
-        return [self._line(text, started)] if text else []
+        lines = self._terminal.feed(self._decoder.decode(b"", final=True), now)
+        return self._lines(lines + self._terminal.flush_all(now))
 
-    def _lines(self, text: str, t: float) -> list[OutputLine]:
-        return [self._line(text[start:start + MAX_LINE_CHARS], t)
-                for start in range(0, max(len(text), 1), MAX_LINE_CHARS)]
-
-    def _line(self, text: str, t: float) -> OutputLine:
-        return OutputLine(rank=self.rank, stream=self.stream, text=text.rstrip("\r"), t=t)
+    def _lines(self, lines: list[tuple[str, float]]) -> list[OutputLine]:
+        return [OutputLine(rank=self.rank, stream=self.stream, text=text, t=t) for text, t in lines]
 
 
 class _PipeReader(asyncio.Protocol):

@@ -75,3 +75,11 @@ def test_torchrun_failure_report():
     root = report.root_cause
     assert (root.host, root.pid, root.local_rank, root.error_file) == ("node-b", 4806, 1, None)
     assert root.traceback == "Signal 9 (SIGKILL) received by PID 4806"
+
+
+def test_a_rank_line_rewritten_with_carriage_returns_is_its_last_state():
+    """torchrun's own copy of a worker's progress bar (written before the bootstrap took over)."""
+    splitter = RankLineSplitter("stderr")
+    assert splitter.feed("[rw:2]:\r 10%|#[rw:3]:\rother 5%", 1.0) == []
+    lines = splitter.feed("[rw:2]:\r 99%|#########\x1b[A\n[rw:3]:\rother 100%   \n", 1.1)
+    assert texts(lines) == [(2, " 99%|#########"), (3, "other 100%")]

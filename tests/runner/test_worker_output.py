@@ -9,6 +9,7 @@ from a forked child and an exec'd subprocess, which inherit the descriptors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -76,6 +77,74 @@ def test_an_endless_line_is_cut_so_it_cannot_hold_the_hub():
     assembler = LineAssembler(0, "stdout")
     lines = assembler.feed(b"x" * (MAX_LINE_CHARS * 2 + 10), 1.0) + assembler.feed(b"\n", 1.0)
     assert [len(line.text) for line in lines] == [MAX_LINE_CHARS, MAX_LINE_CHARS, 10]
+
+
+def test_a_line_rewritten_with_carriage_returns_is_its_last_state():
+    assembler = LineAssembler(0, "stderr")
+    bar = b"\rGPU0 epoch 1/3:   0%|          | 0/9\rGPU0 epoch 1/3:  50%|#####     | 4/9\rGPU0 epoch 1/3: 100%|##########| 9/9"
+    assert assembler.feed(bar, 1.0) == []
+    assert texts(assembler.feed(b"\nnext line\n", 2.0)) == [
+        (0, "stderr", "GPU0 epoch 1/3: 100%|##########| 9/9"), (0, "stderr", "next line")]
+
+
+def test_a_progress_bar_that_keeps_changing_is_delivered_as_it_stands_at_a_bounded_rate():
+    """Live: its state after a second, then at most every PROGRESS_SNAPSHOT_SECONDS while it
+    changes; stored, that is all of it: no state twice, the last one at its newline."""
+    assembler = LineAssembler(1, "stderr")
+    delivered = []
+    for tenth in range(0, 200):  # 20 s of a bar updated ten times a second, checked twice a second
+        now = 100.0 + tenth / 10
+        delivered += assembler.feed(f"\rtrain: {tenth // 2}%|  ".encode(), now)
+        if tenth % 5 == 0:
+            delivered += assembler.flush_stale(now)
+    delivered += assembler.feed(b"\rtrain: 100%|  \n", 120.0)
+
+    assert [line.text for line in delivered] == [
+        "train: 5%|", "train: 30%|", "train: 55%|", "train: 80%|", "train: 100%|"]
+    assert [line.t for line in delivered] == [101.0, 106.0, 111.0, 116.0, 120.0]  # when each state was written
+    assert assembler.flush_stale(130.0) == [] and assembler.flush_all(130.0) == []
+
+
+def test_an_unchanged_or_erased_bar_is_not_delivered_again():
+    assembler = LineAssembler(0, "stdout")
+    assembler.feed(b"\r 10%|#", 1.0)
+    assert texts(assembler.flush_stale(2.0)) == [(0, "stdout", " 10%|#")]
+    assert assembler.flush_stale(10.0) == []  # the same state
+    assembler.feed(b"\r       \r", 11.0)  # tqdm(leave=False) clears its line
+    assert assembler.flush_stale(20.0) == []
+    assert texts(assembler.feed(b"done\n", 21.0)) == [(0, "stdout", "done")]
+
+
+def test_the_end_of_a_line_delivered_in_part_is_not_an_empty_line():
+    assembler = LineAssembler(0, "stdout")
+    assembler.feed(b"Loading...", 1.0)
+    assert texts(assembler.flush_stale(2.0)) == [(0, "stdout", "Loading...")]
+    assert texts(assembler.feed(b" done\nwaiting", 3.0)) == [(0, "stdout", " done")]
+    assert texts(assembler.flush_stale(5.0)) == [(0, "stdout", "waiting")]
+    assert assembler.feed(b"\n", 6.0) == []
+    assert texts(assembler.feed(b"\n", 7.0)) == [(0, "stdout", "")]  # print() is still an empty line
+
+
+@pytest.mark.parametrize("read_size", [1, 7, 4096])
+def test_bars_at_a_position_move_the_cursor_between_lines_without_ending_them(read_size):
+    """tqdm's ``position=`` and nested bars go down a line with a newline and back up with ESC[A;
+    those newlines end no line, and the escape sequences never reach the text."""
+    outer = "\repochs:  {}%|".format
+    inner = "\rbatches: {}%|".format
+    stream = outer(0) + "".join(f"\n{inner(percent)}\x1b[A" for percent in (0, 50, 100))
+    stream += f"\n\r{' ' * 12}\x1b[A" + outer(50) + f"\n{inner(0)}\x1b[A{outer(100)}\ndone\n"
+    assembler = LineAssembler(0, "stderr")
+    data = stream.encode()
+    lines = [line for start in range(0, len(data), read_size)
+             for line in assembler.feed(data[start:start + read_size], 1.0)] + assembler.flush_all(2.0)
+
+    assert [line.text for line in lines] == ["epochs:  0%|", "epochs:  100%|", "done"]
+
+
+def test_escape_sequences_that_are_not_cursor_moves_stay():
+    assembler = LineAssembler(0, "stdout")
+    assert texts(assembler.feed(b"\x1b[31mred\x1b[0m\r\x1b[2Kreplaced\n", 1.0)) == [(0, "stdout", "replaced")]
+    assert texts(assembler.feed(b"\x1b[31mred\x1b[0m\n", 1.0)) == [(0, "stdout", "\x1b[31mred\x1b[0m")]
 
 
 def test_only_our_header_opens_a_connection():
@@ -176,6 +245,46 @@ def test_lines_arrive_while_the_worker_runs_not_when_it_ends(tmp_path):
     _started, arrivals = asyncio.run(scenario())
     assert [text for text, _ in arrivals] == ["first", "second"]
     assert arrivals[1][1] - arrivals[0][1] > 2.5  # the first line did not wait for the process to end
+
+
+def test_a_real_tqdm_bar_shows_live_and_leaves_its_states_not_its_carriage_returns(tmp_path):
+    """A real tqdm bar (on stderr, its default) in a real worker, with the runner's stale-line
+    check every half second (``supervisor``): its state arrives while it runs, then its last."""
+    script = tmp_path / "bar.py"
+    script.write_text(textwrap.dedent("""
+        import time
+        from tqdm import tqdm
+        for _ in tqdm(range(30), desc="GPU0 epoch 1/1", mininterval=0):
+            time.sleep(0.1)
+        print("trained", flush=True)
+    """))
+
+    async def scenario():
+        arrivals = []
+        output = WorkerOutput(paths.socket_dir() / "out-tqdm.sock",
+                              lambda lines: arrivals.extend((line.text, time.monotonic()) for line in lines))
+        await output.start()
+        env = {**os.environ, "PYTHONPATH": str(WORKER_PATH), "PYTHONUNBUFFERED": "1", "RANK": "0",
+               "LOCAL_RANK": "0", **output.environment}
+        process = await asyncio.create_subprocess_exec(sys.executable, "-m", "rankwatch._bootstrap", str(script),
+                                                        env=env)
+        while process.returncode is None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(process.wait(), 0.5)
+            output.flush_stale(time.time())
+        await output.drained()
+        await output.close()
+        return arrivals, time.monotonic()
+
+    arrivals, ended = asyncio.run(scenario())
+    texts_only = [text for text, _ in arrivals]
+    bar = [(text, at) for text, at in arrivals if text.startswith("GPU0 epoch 1/1:")]
+    assert not any("\r" in text or "\x1b" in text for text in texts_only), texts_only
+    assert texts_only[-1] == "trained"
+    assert "100%" in bar[-1][0] and "30/30" in bar[-1][0]
+    assert " 100%" not in bar[0][0] and bar[0][1] < arrivals[-1][1] - 1.0  # seen live, a second before the end
+    assert 2 <= len(bar) <= 3  # a 3 s bar at ten states a second: its first state, maybe one more, its last
+    assert ended - arrivals[0][1] < 10
 
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])

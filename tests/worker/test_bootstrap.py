@@ -241,3 +241,29 @@ def test_worker_dies_when_its_parent_is_killed(tmp_path):
     while not _process_gone(worker_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _process_gone(worker_pid)
+
+
+@pytest.mark.parametrize("where", ["collective", "backward", "thread", "spawn"])
+def test_rankwatchs_wrappers_are_not_in_the_printed_or_reported_traceback(hub, tmp_path, where):
+    """A collective, ``backward`` and a spawned rank's function go through Rankwatch's wrappers
+    (``_phases``, ``_instrument``, ``_spawn``); a failure inside them reads as without Rankwatch,
+    printed (by Python, by ``threading``, by torch.multiprocessing in the spawning parent),
+    reported and in torchrun's error file."""
+    rank = 20 + ["collective", "backward", "thread", "spawn"].index(where)
+    error_file = tmp_path / "error.json"
+    extra = {"RANKWATCH_LAUNCH_MODE": "self-spawn"} if where == "spawn" else {}
+    environment = worker_environment(hub.address, rank=rank, TORCHELASTIC_ERROR_FILE=str(error_file), **extra)
+    plain = run_plain(["fail_in_wrapped_calls.py", where], worker_environment(None, rank=rank))
+    wrapped = run_worker(["fail_in_wrapped_calls.py", where], environment)
+
+    assert plain.returncode == wrapped.returncode
+    assert str(WORKER_PATH) not in wrapped.stderr, wrapped.stderr
+    assert wrapped.stderr == plain.stderr
+    reported_rank = 0 if where == "spawn" else rank  # the spawned process is rank 0 of 1
+    reported = hub.wait_message("exception", rank=reported_rank, fatal=where != "thread")
+    assert str(WORKER_PATH) not in reported["traceback"]
+    assert reported["traceback"].strip().splitlines()[-3:] in (
+        plain.stderr.strip().splitlines()[-3:], [line.removeprefix("[rank0]: ") for line in
+                                                 plain.stderr.strip().splitlines()[-3:]])
+    if where in ("collective", "backward"):
+        assert str(WORKER_PATH) not in json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"]

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runner.diagnosis.stack_dumps import Frame
-from runner.diagnosis.stack_places import is_user_code
+from runner.diagnosis.stack_places import BACKWARD, Place, is_user_code, place_of
 from runner.view.format import format_bytes
 
 
@@ -82,6 +82,8 @@ class Evidence:
     """rank -> its GPU's memory at the last NVML sample that saw the rank's process on it."""
     gpu_mem_peaks: dict[int, int] = field(default_factory=dict)
     """rank -> the most its tensors held at once (torch's allocator; its newest ``gpu_mem_peak`` record)."""
+    finished: dict[int, float] = field(default_factory=dict)
+    """rank -> when its script ran to its end (its bootstrap reported exit code 0)."""
 
     def first_text(self) -> str:
         """Everything known about the first failure, as one searchable text."""
@@ -389,6 +391,65 @@ def _shared_gpu(rank_gpus: dict[int, tuple[str | None, int]]):
 
 COLLECTIVE_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|"
                                 r"Timed out waiting \d+ms for (?:recv|send) operation")
+
+
+PEER_GONE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing|"
+                       r"NCCL communicator was aborted|remote process exited|Broken pipe")
+"""What a rank says when a peer went away while it talked to it: an echo of the peer's end, not a cause."""
+FINISHED_SLACK_SECONDS = 0.5
+"""A peer's exit up to this long after the failure still came first (the two times are two processes' clocks)."""
+
+
+def traceback_place(traceback: str | None) -> Place | None:
+    """Where the last traceback in ``traceback`` was raised, named as a stack capture names a rank's place
+    (``runner.diagnosis.stack_places``): in a collective (which one), in backward, in its own code; None
+    when it has no frame."""
+    frames: list[Frame] = []
+    for line in (traceback or "").splitlines():
+        if line.lstrip().startswith("Traceback (most recent call last)"):
+            frames = []
+        found = TRACEBACK_FRAME.match(line)
+        if found is not None:
+            frames.append(Frame(found["file"], int(found["line"]), found["function"].strip()))
+    return place_of(frames) if frames else None
+
+
+@rule
+def mismatched_collective(evidence: Evidence) -> Hint | None:
+    """A rank failed waiting for peers (gloo: "Connection closed by peer"; NCCL: a timeout) in a
+    collective that a peer never entered: the peer had already finished its script, exit code 0.
+
+    Seen: the distributed tutorial's "wrong usage", ``if rank == 0: dist.barrier()``: rank 1 ends
+    normally, gloo fails rank 0's barrier with "a remote worker crashing", and nothing crashed.
+    """
+    first = evidence.first
+    if first is None or not evidence.finished:
+        return None
+    own_text = "\n".join([first.exception_line or "", first.traceback or ""])
+    if not (PEER_GONE.search(own_text) or COLLECTIVE_TIMEOUT.search(own_text)):
+        return None
+    place = traceback_place(first.traceback)
+    if place is not None and not place.waiting:
+        return None  # it failed in its own code, not while it waited for its peers
+    failed_at = getattr(first, "when", None)
+    finished = sorted(rank for rank, ended in evidence.finished.items()
+                      if rank != first.rank and (failed_at is None or ended <= failed_at + FINISHED_SLACK_SECONDS))
+    if not finished:
+        return None
+    if place is None:
+        waited = "waited in a collective"
+    else:
+        waited = "waited in backward (DDP all-reduces gradients there)" if place.kind == BACKWARD \
+            else place.what.replace("waits", "waited", 1)
+        if place.frame is not None:
+            waited += f" at {place.frame.file.rsplit('/', 1)[-1]}:{place.frame.line}"
+    peers = f"rank {finished[0]}" if len(finished) == 1 else "ranks " + ", ".join(map(str, finished))
+    had = "it had already finished its script" if len(finished) == 1 else "they had already finished their scripts"
+    cause = f"mismatched collectives: rank {first.rank} {waited}, which {peers} never entered: {had} (exit code 0)"
+    return Hint("mismatched_collective", cause,
+                "every rank must call the same collectives in the same order: one inside a rank-dependent "
+                "branch (`if rank == 0: dist.barrier()`) waits for ranks that never call it; call it on every "
+                "rank (move it out of the branch), and keep the work only one rank does inside the branch")
 
 
 @rule

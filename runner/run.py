@@ -283,6 +283,7 @@ class Run(HubObserver):
             command="\n".join(c.shell_text() for c in commands), host=socket.gethostname(),
             workdir=self.launch.head.workdir, runner_pid=os.getpid(), socket=None,
             world_size=None if self.launch.self_spawn else self.launch.world_size, status=RunStatus.STARTING.value)
+        self.evidence.data.run_id = self.run_id  # hints name it in their commands
         self.run_dir = paths.make_run_dir(self.run_id)  # 0700, with its stacks and torchrun folders
         self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
         await self.hub.serve_unix(self.socket_path)

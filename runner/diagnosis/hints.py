@@ -84,6 +84,8 @@ class Evidence:
     """rank -> the most its tensors held at once (torch's allocator; its newest ``gpu_mem_peak`` record)."""
     finished: dict[int, float] = field(default_factory=dict)
     """rank -> when its script ran to its end (its bootstrap reported exit code 0)."""
+    run_id: int | None = None
+    """The run's id, for the commands a hint names (``rankwatch runs logs 12``)."""
 
     def first_text(self) -> str:
         """Everything known about the first failure, as one searchable text."""
@@ -122,6 +124,12 @@ def launcher_hint(launcher: list[dict[str, Any]], key: str) -> Hint | None:
     return None
 
 
+def run_reference(run_id: int | None) -> str:
+    """How a command names this run: its id (``RUN``, the commands' own placeholder, only where no
+    run was recorded)."""
+    return "RUN" if run_id is None else str(run_id)
+
+
 def find_hints(evidence: Evidence) -> list[Hint]:
     hints: list[Hint] = []
     for check in RULES:
@@ -131,7 +139,7 @@ def find_hints(evidence: Evidence) -> list[Hint]:
     return hints
 
 
-def no_rank_reported(self_spawn: bool, spawn_call: str | None, cpu_mode: bool) -> Hint:
+def no_rank_reported(self_spawn: bool, spawn_call: str | None, cpu_mode: bool, run_id: int | None = None) -> Hint:
     """A job that exited 0 without one rank saying hello: it trained nothing Rankwatch saw.
 
     Seen: the PyTorch DDP tutorial series' ``multigpu.py`` takes ``nprocs`` from
@@ -145,13 +153,15 @@ def no_rank_reported(self_spawn: bool, spawn_call: str | None, cpu_mode: bool) -
         return Hint("no_rank_reported", f"the script started no rank: {spawn} started no process, or the script "
                     f"ended before it{without_gpus}",
                     "give the spawn a number of processes that fits this machine (nprocs=...), or pick GPUs "
-                    "(--gpus all) on a machine that has them; the script's own output is in `rankwatch runs logs`")
+                    "(--gpus all) on a machine that has them; the script's own output is in "
+                    f"`rankwatch runs logs {run_reference(run_id)}`")
     return Hint("no_rank_reported", "every process ended before its rank reported (before torch was imported, "
                 "or the script has no work to do)",
-                "check the script's own output (`rankwatch runs logs RUN`): a usage message, an early exit")
+                f"check the script's own output (`rankwatch runs logs {run_reference(run_id)}`): a usage message, "
+                "an early exit")
 
 
-def no_step_measured() -> Hint:
+def no_step_measured(run_id: int | None = None) -> Hint:
     """Every rank said hello and exited 0, and not one step or value came: the script trained nothing.
 
     Seen: PyTorch's FSDP2 example prints "Unable to locate sufficient 2 gpus" and
@@ -159,8 +169,8 @@ def no_step_measured() -> Hint:
     """
     return Hint("no_step_measured", "no rank stepped an optimizer or ran a backward pass: the script ended "
                 "before training (a check that failed, nothing to do) or trains without autograd",
-                "read the script's own output (`rankwatch runs logs RUN`); a loop Rankwatch cannot see can "
-                "report its own values with rankwatch.log(loss=...)")
+                f"read the script's own output (`rankwatch runs logs {run_reference(run_id)}`); a loop Rankwatch "
+                "cannot see can report its own values with rankwatch.log(loss=...)")
 
 
 @rule
@@ -458,8 +468,9 @@ def collective_timeout(evidence: Evidence) -> Hint | None:
         return None
     return Hint("collective_timeout",
                 "a collective timed out: some rank never reached it (hung, much slower, or took another code path)",
-                "look at the stalls and stacks above: the rank whose stack differs is the culprit; on a live run "
-                "`rankwatch stacks RUN` shows where every rank is")
+                "look at the stalls and stacks above: the rank whose stack differs is the culprit; "
+                f"`rankwatch stacks {run_reference(evidence.run_id)}` shows the last capture, taken when ranks "
+                "stalled (while a job runs, it takes a new one)")
 
 
 NCCL_ERROR = re.compile(r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error|"

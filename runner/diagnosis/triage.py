@@ -144,6 +144,8 @@ class TriageInput:
     """The script's arguments: torchrun passes the same ones to every rank."""
     seen: set[int] = field(default_factory=set)
     """Ranks that said hello: a run none said it in measured nothing, whatever its exit code."""
+    run_id: int | None = None
+    """The run's id, for the commands hints name (``rankwatch runs logs 12``)."""
     measured: set[int] = field(default_factory=set)
     """Ranks that sent at least one metric (a step, a ``rankwatch.log`` value, a printed value parsed)."""
     instrumented: bool = False
@@ -327,10 +329,10 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
             summary["headline"] = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
         elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
             summary["headline"] = "the job exited 0, but no rank ever reported: nothing was measured"
-            launcher = [no_rank_reported(data.self_spawn, data.spawn_call, data.cpu_mode), *launcher]
+            launcher = [no_rank_reported(data.self_spawn, data.spawn_call, data.cpu_mode, data.run_id), *launcher]
         elif not stopped and data.instrumented and not data.measured:
             summary["headline"] = "all ranks finished, but none made a training step: nothing was measured"
-            launcher = [no_step_measured(), *launcher]
+            launcher = [no_step_measured(data.run_id), *launcher]
         if launcher:
             summary["hints"] = [hint.to_json() for hint in launcher]
         if diagnostics:
@@ -351,7 +353,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         launcher=list(data.findings.launcher.values()), script_args=list(data.script_args),
         port_holders=dict(data.port_holders), world_size=data.world_size,
         rank_gpu_memory=dict(data.rank_gpu_memory), gpu_mem_peaks=dict(data.gpu_mem_peaks),
-        finished=finished_ranks(data, [c for c in (first, *others) if c is not None]),
+        finished=finished_ranks(data, [c for c in (first, *others) if c is not None]), run_id=data.run_id,
         script_returned=first is not None and first.signal is not None
         and first.rank in data.exits and data.exits[first.rank][0] == 0)
     hints = find_hints(evidence)

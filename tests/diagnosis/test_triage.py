@@ -315,3 +315,18 @@ def test_a_barrier_only_rank_0_called_is_named_a_mismatched_collective_and_the_f
     render_summary({"id": 64, "status": "failed", "exit_code": 1, "summary": summary}, out)
     assert "  finished:      rank 1 (exit code 0, 4.12 s before rank 0 failed)\n" in out.getvalue()
 
+
+def test_hints_name_the_run_by_its_id():
+    """Seen: "check the script's own output (`rankwatch runs logs RUN`)" printed at the end of run 64."""
+    summary = triage(TriageInput(run_id=64), 0, stopped=False)
+    assert "`rankwatch runs logs 64`" in summary["hints"][0]["advice"]
+    stepless = triage(TriageInput(seen={0}, instrumented=True, run_id=64), 0, stopped=False)
+    assert "`rankwatch runs logs 64`" in stepless["hints"][0]["advice"]
+    spawned = triage(TriageInput(self_spawn=True, run_id=64), 0, stopped=False)
+    assert "`rankwatch runs logs 64`" in spawned["hints"][0]["advice"]
+    data = TriageInput(exits={0: (1, 100.0)}, run_id=64)
+    data.add_stderr(0, "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE)")
+    [timeout] = triage(data, 1, stopped=False)["hints"]
+    assert timeout["key"] == "collective_timeout" and "`rankwatch stacks 64`" in timeout["advice"]
+    for hint in [*summary["hints"], *stepless["hints"], *spawned["hints"], timeout]:
+        assert " RUN`" not in hint["advice"]

@@ -328,6 +328,32 @@ def script_place(text: str, error: re.Pattern[str]) -> str | None:
     return place
 
 
+DDP_DEVICE_IDS_ON_CPU = re.compile(r"DistributedDataParallel device_ids and output_device arguments only work with "
+                                   r".*?but got device_ids (?P<ids>\[[^\]]*\]).*?module parameters "
+                                   r"\{device\(type='cpu'\)\}")
+
+
+@rule
+def ddp_device_ids_on_cpu(evidence: Evidence) -> Hint | None:
+    """``DDP(model, device_ids=[local_rank])``, the GPU recipe, on a model whose parameters are on the CPU.
+
+    Seen: a script written for GPUs run in CPU mode (gloo); torch raises "device_ids and output_device
+    arguments only work with single-device/multiple-device GPU modules or CPU modules".
+    """
+    text = evidence.cause_text()
+    found = DDP_DEVICE_IDS_ON_CPU.search(text)
+    if found is None:
+        return None
+    place = script_place(text, DDP_DEVICE_IDS_ON_CPU)
+    at = f" ({place})" if place else ""
+    mode = "; this run is in CPU mode (no GPU for the ranks)" if evidence.cpu_mode else ""
+    return Hint("ddp_device_ids_on_cpu", f"DistributedDataParallel was given device_ids={found['ids']} for a model "
+                f"whose parameters are on the CPU{at}: device_ids name GPUs, for a model already on one{mode}",
+                "on the CPU, wrap without them: DDP(model); with GPUs, move the model to its GPU first "
+                "(model.to(local_rank)) and keep device_ids=[local_rank]; for both: "
+                "DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)")
+
+
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
 
 

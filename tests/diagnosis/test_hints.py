@@ -306,3 +306,13 @@ def test_a_peers_connection_error_without_a_finished_peer_or_outside_a_collectiv
     no_traceback = RankFailure(rank=0, exit_code=1, when=104.1, exception_line=barrier_failure(captured).exception_line)
     [hint] = find_hints(Evidence(first=no_traceback, finished={1: 100.0}))
     assert hint.cause.startswith("mismatched collectives: rank 0 waited in a collective, which rank 1 never entered")
+
+
+def test_ddp_device_ids_on_a_cpu_model_is_named_with_the_line_and_the_cpu_form():
+    """A GPU recipe, ``DDP(model, device_ids=[local_rank])``, with the model on the CPU (gloo, CPU mode)."""
+    [hint] = find_hints(rank_evidence(text("python_ddp_device_ids_cpu.txt"), cpu_mode=True))
+    assert hint.key == "ddp_device_ids_on_cpu"
+    assert hint.cause.startswith("DistributedDataParallel was given device_ids=[0] for a model whose parameters are "
+                                 "on the CPU (ddp_cpu_ids.py:6: model = torch.nn.parallel.DistributedDataParallel(")
+    assert hint.cause.endswith("; this run is in CPU mode (no GPU for the ranks)")
+    assert "DDP(model)" in hint.advice and "if torch.cuda.is_available() else None" in hint.advice

@@ -86,8 +86,10 @@ class PreparedLaunch:
     plan: RendezvousPlan
     machine: MachineFacts
 
-    def user_commands(self) -> list[NodeCommand]:
-        return build_commands(self.launch, self.plan)
+    def user_commands(self, init_file: str | None = None) -> list[NodeCommand]:
+        """The commands to run the job by hand; ``init_file``: the file ``{init_method:file}`` names
+        (a run's own; without it, a fresh private one the shell makes)."""
+        return build_commands(self.launch, self.plan, init_file=init_file)
 
 
 def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_interpreter: bool = True,
@@ -283,8 +285,12 @@ class Run(HubObserver):
             command="\n".join(c.shell_text() for c in commands), host=socket.gethostname(),
             workdir=self.launch.head.workdir, runner_pid=os.getpid(), socket=None,
             world_size=None if self.launch.self_spawn else self.launch.world_size, status=RunStatus.STARTING.value)
+        self.evidence.data.run_id = self.run_id  # hints name it in their commands
         self.run_dir = paths.make_run_dir(self.run_id)  # 0700, with its stacks and torchrun folders
         self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
+        if uses_init_file(self.launch):  # the command recorded names the file this run uses, in its folder
+            await self.hub.update_run(command="\n".join(
+                c.shell_text() for c in self.prepared.user_commands(init_file=self._init_file())))
         await self.hub.serve_unix(self.socket_path)
         if remote_nodes(self.launch):
             # A lost node fails the run: the others are stopped (their collectives could only
@@ -316,14 +322,14 @@ class Run(HubObserver):
             socket=str(socket_path), token=self.token, run_key=self.run_key, run_id=run_id,
             log_dir=str(run_dir / "torchrun"), stacks_dir=str(run_dir / "stacks"),
             instrument=self.spec.telemetry.instrument, hash_every=self.spec.telemetry.hash_every,
-            init_file=str(self._init_file_folder() / "store") if uses_init_file(self.launch) else None)
+            init_file=self._init_file() if uses_init_file(self.launch) else None)
 
-    def _init_file_folder(self) -> Path:
-        """The private folder of ``{init_method:file}``'s file: made fresh (the file must not exist
-        before the run, torch's rule), removed after the run (``execute``)."""
+    def _init_file(self) -> str:
+        """``{init_method:file}``'s file, in a private folder of the run's: made fresh (the file must
+        not exist before the run, torch's rule), removed after the run (``execute``)."""
         folder = self._opened()[1] / "init-method"
         folder.mkdir(mode=0o700, exist_ok=True)
-        return folder
+        return str(folder / "store")
 
     def _create_nodes(self) -> list[NodeHandle]:
         nodes: list[NodeHandle] = []

@@ -74,7 +74,8 @@ def stacks_main(args: argparse.Namespace) -> int:
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED, as_json=args.json)
     capture = None
-    if runner_alive(run) and run.get("socket"):
+    alive = runner_alive(run)
+    if alive and run.get("socket"):
         try:
             capture = asyncio.run(request_stacks(run["socket"], args.timeout))
         except (OSError, ConnectionError) as error:
@@ -87,9 +88,7 @@ def stacks_main(args: argparse.Namespace) -> int:
     if capture is None:
         capture = last_stored_capture(run["id"])
         if capture is None:
-            return fail(f"run {run['id']} ({effective_status(run)}) has no stack capture: captures are taken when a "
-                        f"rank stalls, or on request while it runs (`rankwatch stacks {run['id']}`)",
-                        code=EXIT_FAILED, as_json=args.json)
+            return fail(no_capture_message(run, alive), code=EXIT_FAILED, as_json=args.json)
     if args.json:
         print(json.dumps(capture, default=str))
     else:
@@ -101,6 +100,18 @@ def stacks_main(args: argparse.Namespace) -> int:
         if capture.get("flight_recorder"):
             sys.stdout.write(format_flight_record(capture["flight_recorder"]))
     return 0
+
+
+def no_capture_message(run: dict[str, Any], alive: bool) -> str:
+    """Why ``rankwatch stacks`` has nothing to show, and what to run instead: a finished run's ranks
+    are gone, so asking again cannot capture them."""
+    run_id = run["id"]
+    if alive:
+        return (f"run {run_id} is running but sent no stacks and has none stored: its ranks may not have "
+                f"started yet; try again (`rankwatch stacks {run_id}`)")
+    return (f"run {run_id} has ended ({effective_status(run)}) and no stacks were captured while it ran "
+            "(they are taken when a rank stalls, or on request while the run goes on); what it left: "
+            f"`rankwatch runs show {run_id}` (its summary) and `rankwatch runs logs {run_id}`")
 
 
 async def request_stacks(socket_path: str, timeout: float) -> dict | None:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runner.diagnosis.stack_dumps import Frame
-from runner.diagnosis.stack_places import is_user_code
+from runner.diagnosis.stack_places import BACKWARD, Place, is_user_code, place_of
 from runner.view.format import format_bytes
 
 
@@ -82,6 +82,10 @@ class Evidence:
     """rank -> its GPU's memory at the last NVML sample that saw the rank's process on it."""
     gpu_mem_peaks: dict[int, int] = field(default_factory=dict)
     """rank -> the most its tensors held at once (torch's allocator; its newest ``gpu_mem_peak`` record)."""
+    finished: dict[int, float] = field(default_factory=dict)
+    """rank -> when its script ran to its end (its bootstrap reported exit code 0)."""
+    run_id: int | None = None
+    """The run's id, for the commands a hint names (``rankwatch runs logs 12``)."""
 
     def first_text(self) -> str:
         """Everything known about the first failure, as one searchable text."""
@@ -120,6 +124,12 @@ def launcher_hint(launcher: list[dict[str, Any]], key: str) -> Hint | None:
     return None
 
 
+def run_reference(run_id: int | None) -> str:
+    """How a command names this run: its id (``RUN``, the commands' own placeholder, only where no
+    run was recorded)."""
+    return "RUN" if run_id is None else str(run_id)
+
+
 def find_hints(evidence: Evidence) -> list[Hint]:
     hints: list[Hint] = []
     for check in RULES:
@@ -129,7 +139,7 @@ def find_hints(evidence: Evidence) -> list[Hint]:
     return hints
 
 
-def no_rank_reported(self_spawn: bool, spawn_call: str | None, cpu_mode: bool) -> Hint:
+def no_rank_reported(self_spawn: bool, spawn_call: str | None, cpu_mode: bool, run_id: int | None = None) -> Hint:
     """A job that exited 0 without one rank saying hello: it trained nothing Rankwatch saw.
 
     Seen: the PyTorch DDP tutorial series' ``multigpu.py`` takes ``nprocs`` from
@@ -143,13 +153,15 @@ def no_rank_reported(self_spawn: bool, spawn_call: str | None, cpu_mode: bool) -
         return Hint("no_rank_reported", f"the script started no rank: {spawn} started no process, or the script "
                     f"ended before it{without_gpus}",
                     "give the spawn a number of processes that fits this machine (nprocs=...), or pick GPUs "
-                    "(--gpus all) on a machine that has them; the script's own output is in `rankwatch runs logs`")
+                    "(--gpus all) on a machine that has them; the script's own output is in "
+                    f"`rankwatch runs logs {run_reference(run_id)}`")
     return Hint("no_rank_reported", "every process ended before its rank reported (before torch was imported, "
                 "or the script has no work to do)",
-                "check the script's own output (`rankwatch runs logs RUN`): a usage message, an early exit")
+                f"check the script's own output (`rankwatch runs logs {run_reference(run_id)}`): a usage message, "
+                "an early exit")
 
 
-def no_step_measured() -> Hint:
+def no_step_measured(run_id: int | None = None) -> Hint:
     """Every rank said hello and exited 0, and not one step or value came: the script trained nothing.
 
     Seen: PyTorch's FSDP2 example prints "Unable to locate sufficient 2 gpus" and
@@ -157,8 +169,8 @@ def no_step_measured() -> Hint:
     """
     return Hint("no_step_measured", "no rank stepped an optimizer or ran a backward pass: the script ended "
                 "before training (a check that failed, nothing to do) or trains without autograd",
-                "read the script's own output (`rankwatch runs logs RUN`); a loop Rankwatch cannot see can "
-                "report its own values with rankwatch.log(loss=...)")
+                f"read the script's own output (`rankwatch runs logs {run_reference(run_id)}`); a loop Rankwatch "
+                "cannot see can report its own values with rankwatch.log(loss=...)")
 
 
 @rule
@@ -316,6 +328,32 @@ def script_place(text: str, error: re.Pattern[str]) -> str | None:
     return place
 
 
+DDP_DEVICE_IDS_ON_CPU = re.compile(r"DistributedDataParallel device_ids and output_device arguments only work with "
+                                   r".*?but got device_ids (?P<ids>\[[^\]]*\]).*?module parameters "
+                                   r"\{device\(type='cpu'\)\}")
+
+
+@rule
+def ddp_device_ids_on_cpu(evidence: Evidence) -> Hint | None:
+    """``DDP(model, device_ids=[local_rank])``, the GPU recipe, on a model whose parameters are on the CPU.
+
+    Seen: a script written for GPUs run in CPU mode (gloo); torch raises "device_ids and output_device
+    arguments only work with single-device/multiple-device GPU modules or CPU modules".
+    """
+    text = evidence.cause_text()
+    found = DDP_DEVICE_IDS_ON_CPU.search(text)
+    if found is None:
+        return None
+    place = script_place(text, DDP_DEVICE_IDS_ON_CPU)
+    at = f" ({place})" if place else ""
+    mode = "; this run is in CPU mode (no GPU for the ranks)" if evidence.cpu_mode else ""
+    return Hint("ddp_device_ids_on_cpu", f"DistributedDataParallel was given device_ids={found['ids']} for a model "
+                f"whose parameters are on the CPU{at}: device_ids name GPUs, for a model already on one{mode}",
+                "on the CPU, wrap without them: DDP(model); with GPUs, move the model to its GPU first "
+                "(model.to(local_rank)) and keep device_ids=[local_rank]; for both: "
+                "DDP(model, device_ids=[local_rank] if torch.cuda.is_available() else None)")
+
+
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
 
 
@@ -391,14 +429,74 @@ COLLECTIVE_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|"
                                 r"Timed out waiting \d+ms for (?:recv|send) operation")
 
 
+PEER_GONE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing|"
+                       r"NCCL communicator was aborted|remote process exited|Broken pipe")
+"""What a rank says when a peer went away while it talked to it: an echo of the peer's end, not a cause."""
+FINISHED_SLACK_SECONDS = 0.5
+"""A peer's exit up to this long after the failure still came first (the two times are two processes' clocks)."""
+
+
+def traceback_place(traceback: str | None) -> Place | None:
+    """Where the last traceback in ``traceback`` was raised, named as a stack capture names a rank's place
+    (``runner.diagnosis.stack_places``): in a collective (which one), in backward, in its own code; None
+    when it has no frame."""
+    frames: list[Frame] = []
+    for line in (traceback or "").splitlines():
+        if line.lstrip().startswith("Traceback (most recent call last)"):
+            frames = []
+        found = TRACEBACK_FRAME.match(line)
+        if found is not None:
+            frames.append(Frame(found["file"], int(found["line"]), found["function"].strip()))
+    return place_of(frames) if frames else None
+
+
+@rule
+def mismatched_collective(evidence: Evidence) -> Hint | None:
+    """A rank failed waiting for peers (gloo: "Connection closed by peer"; NCCL: a timeout) in a
+    collective that a peer never entered: the peer had already finished its script, exit code 0.
+
+    Seen: the distributed tutorial's "wrong usage", ``if rank == 0: dist.barrier()``: rank 1 ends
+    normally, gloo fails rank 0's barrier with "a remote worker crashing", and nothing crashed.
+    """
+    first = evidence.first
+    if first is None or not evidence.finished:
+        return None
+    own_text = "\n".join([first.exception_line or "", first.traceback or ""])
+    if not (PEER_GONE.search(own_text) or COLLECTIVE_TIMEOUT.search(own_text)):
+        return None
+    place = traceback_place(first.traceback)
+    if place is not None and not place.waiting:
+        return None  # it failed in its own code, not while it waited for its peers
+    failed_at = getattr(first, "when", None)
+    finished = sorted(rank for rank, ended in evidence.finished.items()
+                      if rank != first.rank and (failed_at is None or ended <= failed_at + FINISHED_SLACK_SECONDS))
+    if not finished:
+        return None
+    if place is None:
+        waited = "waited in a collective"
+    else:
+        waited = "waited in backward (DDP all-reduces gradients there)" if place.kind == BACKWARD \
+            else place.what.replace("waits", "waited", 1)
+        if place.frame is not None:
+            waited += f" at {place.frame.file.rsplit('/', 1)[-1]}:{place.frame.line}"
+    peers = f"rank {finished[0]}" if len(finished) == 1 else "ranks " + ", ".join(map(str, finished))
+    had = "it had already finished its script" if len(finished) == 1 else "they had already finished their scripts"
+    cause = f"mismatched collectives: rank {first.rank} {waited}, which {peers} never entered: {had} (exit code 0)"
+    return Hint("mismatched_collective", cause,
+                "every rank must call the same collectives in the same order: one inside a rank-dependent "
+                "branch (`if rank == 0: dist.barrier()`) waits for ranks that never call it; call it on every "
+                "rank (move it out of the branch), and keep the work only one rank does inside the branch")
+
+
 @rule
 def collective_timeout(evidence: Evidence) -> Hint | None:
     if not COLLECTIVE_TIMEOUT.search(evidence.cause_text()):
         return None
     return Hint("collective_timeout",
                 "a collective timed out: some rank never reached it (hung, much slower, or took another code path)",
-                "look at the stalls and stacks above: the rank whose stack differs is the culprit; on a live run "
-                "`rankwatch stacks RUN` shows where every rank is")
+                "look at the stalls and stacks above: the rank whose stack differs is the culprit; "
+                f"`rankwatch stacks {run_reference(evidence.run_id)}` shows the last capture, taken when ranks "
+                "stalled (while a job runs, it takes a new one)")
 
 
 NCCL_ERROR = re.compile(r"NCCL error|nccl(?:System|Internal|UnhandledCuda|InvalidUsage|Remote|InvalidArgument)Error|"

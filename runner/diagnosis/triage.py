@@ -20,6 +20,10 @@ from torchrun's report. A rank that died of SIGKILL is looked up in the kernel
 log (``kernel_log``: was it the OOM killer?). A rank that exited with an argparse
 error (no traceback) gets that ``error:`` line as its exception line.
 
+A failure in a collective that a peer never entered because its script had ended
+(exit code 0; the ``finished`` ranks of the summary) is a mismatched collective:
+that hint leads the headline, not gloo's "a remote worker crashing".
+
 Hints come from ``runner.diagnosis.hints``. What the live monitors found (stalls,
 stack captures, stragglers, divergences; ``findings``) goes into the summary of
 every outcome as ``diagnostics``, and into the headline of a stopped run that was
@@ -39,6 +43,7 @@ from rankwatch._protocol import RankFailure, describe_end, signal_name
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import (
+    PEER_GONE,
     Evidence,
     GpuMemory,
     find_hints,
@@ -139,6 +144,8 @@ class TriageInput:
     """The script's arguments: torchrun passes the same ones to every rank."""
     seen: set[int] = field(default_factory=set)
     """Ranks that said hello: a run none said it in measured nothing, whatever its exit code."""
+    run_id: int | None = None
+    """The run's id, for the commands hints name (``rankwatch runs logs 12``)."""
     measured: set[int] = field(default_factory=set)
     """Ranks that sent at least one metric (a step, a ``rankwatch.log`` value, a printed value parsed)."""
     instrumented: bool = False
@@ -235,8 +242,7 @@ def _use_error_file(failure: RankFailure, path: str) -> None:
         failure.exception_line = recorded.message.strip().splitlines()[-1] if recorded.message.strip() else None
 
 
-CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing|"
-                         r"NCCL communicator was aborted|remote process exited|Broken pipe")
+CONSEQUENCE = PEER_GONE
 ECHO_WINDOW_SECONDS = 5.0
 STOPPING_SIGNALS = {signals.SIGTERM, signals.SIGINT}
 """How long after a peer's death its survivors' connection errors can still arrive."""
@@ -323,10 +329,10 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
             summary["headline"] = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
         elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
             summary["headline"] = "the job exited 0, but no rank ever reported: nothing was measured"
-            launcher = [no_rank_reported(data.self_spawn, data.spawn_call, data.cpu_mode), *launcher]
+            launcher = [no_rank_reported(data.self_spawn, data.spawn_call, data.cpu_mode, data.run_id), *launcher]
         elif not stopped and data.instrumented and not data.measured:
             summary["headline"] = "all ranks finished, but none made a training step: nothing was measured"
-            launcher = [no_step_measured(), *launcher]
+            launcher = [no_step_measured(data.run_id), *launcher]
         if launcher:
             summary["hints"] = [hint.to_json() for hint in launcher]
         if diagnostics:
@@ -347,6 +353,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         launcher=list(data.findings.launcher.values()), script_args=list(data.script_args),
         port_holders=dict(data.port_holders), world_size=data.world_size,
         rank_gpu_memory=dict(data.rank_gpu_memory), gpu_mem_peaks=dict(data.gpu_mem_peaks),
+        finished=finished_ranks(data, [c for c in (first, *others) if c is not None]), run_id=data.run_id,
         script_returned=first is not None and first.signal is not None
         and first.rank in data.exits and data.exits[first.rank][0] == 0)
     hints = find_hints(evidence)
@@ -357,7 +364,9 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
     else:
         how = describe_end(first)
         headline = f"rank {first.rank}{' on ' + first.host if first.host else ''} failed first ({how})"
-        if first.exception_line:
+        if hints and hints[0].key in LEADS_THE_HEADLINE:
+            headline += f": {hints[0].cause}"
+        elif first.exception_line:
             headline += f": {first.exception_line}"
         elif first.signal == "SIGKILL":
             headline += (": killed by the kernel's OOM killer (see the kernel log line)" if first.kernel_log
@@ -372,9 +381,25 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         "other_failures": [o.to_wire() for o in others],
         "hints": [h.to_json() for h in hints],
     }
+    finished = [{"rank": rank, "before": round(first.when - ended, 2) if first and first.when else None}
+                for rank, ended in sorted(evidence.finished.items())]
+    if finished:
+        summary["finished"] = finished
     if diagnostics:
         summary["diagnostics"] = diagnostics
     return summary
+
+
+LEADS_THE_HEADLINE = {"mismatched_collective"}
+"""Hints truer than the first failure's own words, which lead its headline instead of them: gloo's
+"a remote worker crashing" when the peer ran to its end."""
+
+
+def finished_ranks(data: TriageInput, failures: list[RankFailure]) -> dict[int, float]:
+    """rank -> when its script ran to its end (exit code 0), for the ranks of a failed run that did not
+    fail (one whose process died after its script returned did)."""
+    failed = {failure.rank for failure in failures}
+    return {rank: ended for rank, (code, ended) in data.exits.items() if code == 0 and rank not in failed}
 
 
 def hang_headline(findings: Findings) -> str | None:

@@ -25,9 +25,7 @@ in front and ``RANKWATCH_LAUNCH_MODE=self-spawn``).
 
 from __future__ import annotations
 
-import secrets
 import shlex
-import tempfile
 from dataclasses import dataclass, field
 
 from rankwatch import _templates as templates
@@ -77,10 +75,14 @@ class NodeCommand:
     rank_lines: tuple[str, ...] = ()
     """The script line each rank of this node runs, its templates expanded (``rank_lines``);
     empty when the arguments hold none."""
+    shell_env: tuple[tuple[str, str], ...] = ()
+    """Variables the shell sets when the line is pasted, each a shell expression written unquoted
+    (``"$(mktemp -d)"/store``): only in ``shell_text``, never in a process Rankwatch starts."""
 
     def shell_text(self) -> str:
         """One line a person can paste into a POSIX shell on that node."""
-        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        assignments = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in self.env.items()),
+                                *(f"{k}={expression}" for k, expression in self.shell_env)])
         command = shlex.join(self.argv)
         body = f"{assignments} {command}" if assignments else command
         return f"cd {shlex.quote(self.cwd)} && {body}"
@@ -211,13 +213,22 @@ def rank_lines(launch: ResolvedLaunch, node: ResolvedNode, plan: RendezvousPlan)
     return tuple(lines)
 
 
+BY_HAND_INIT_FILE = '"$(mktemp -d)"/store'
+"""``{init_method:file}``'s file in a command run by hand: in a fresh private (0700) folder of its own,
+as a run's is in the run's folder; the shell makes it once, before torchrun starts the ranks."""
+
+
 def build_node_command(
     launch: ResolvedLaunch,
     node: ResolvedNode,
     plan: RendezvousPlan,
     context: RunnerContext | None = None,
+    init_file: str | None = None,
 ) -> NodeCommand:
-    """The torchrun command for ``node``; with ``context``, the runner's instrumented form."""
+    """The torchrun command for ``node``; with ``context``, the runner's instrumented form.
+
+    ``init_file``: the file ``{init_method:file}`` names in the user's form (a run records its
+    own); without it, the shell makes a fresh private one (``BY_HAND_INIT_FILE``)."""
     if launch.self_spawn:
         return self_spawn_command(launch, node, context)
     argv = [node.python, "-m", TORCHRUN_MODULE,
@@ -231,10 +242,14 @@ def build_node_command(
         argv.append(f"--log-dir={context.log_dir}")
         env.update(runner_environment(launch, node, context))
     argv += script_part(launch, node, bootstrap=context is not None)
-    if context is None and uses_init_file(launch):  # by hand: a fresh path of the user's own
-        env[templates.INIT_FILE_VARIABLE] = f"{tempfile.gettempdir()}/rankwatch-init-{secrets.token_hex(4)}"
+    shell_env: tuple[tuple[str, str], ...] = ()
+    if context is None and uses_init_file(launch):
+        if init_file is not None:
+            env[templates.INIT_FILE_VARIABLE] = init_file
+        else:
+            shell_env = ((templates.INIT_FILE_VARIABLE, BY_HAND_INIT_FILE),)
     return NodeCommand(node=node, argv=tuple(argv), env=env, cwd=node.workdir,
-                       rank_lines=rank_lines(launch, node, plan))
+                       rank_lines=rank_lines(launch, node, plan), shell_env=shell_env)
 
 
 def self_spawn_command(launch: ResolvedLaunch, node: ResolvedNode, context: RunnerContext | None) -> NodeCommand:
@@ -250,5 +265,6 @@ def self_spawn_command(launch: ResolvedLaunch, node: ResolvedNode, context: Runn
     return NodeCommand(node=node, argv=tuple(argv), env=env, cwd=node.workdir)
 
 
-def build_commands(launch: ResolvedLaunch, plan: RendezvousPlan, context: RunnerContext | None = None) -> list[NodeCommand]:
-    return [build_node_command(launch, node, plan, context) for node in launch.nodes]
+def build_commands(launch: ResolvedLaunch, plan: RendezvousPlan, context: RunnerContext | None = None,
+                   init_file: str | None = None) -> list[NodeCommand]:
+    return [build_node_command(launch, node, plan, context, init_file) for node in launch.nodes]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner import paths, privacy
+from runner.probe import probe_interpreter
 from runner.profile.parse import SpecError
 from runner.profile.resolve import MachineFacts, ResolvedLaunch
 from runner.profile.spec import AUTO, CPU
@@ -116,6 +117,23 @@ def torch_missing(python: str) -> SpecError:
                                     f"install it there ({python} -m pip install torch) or pick another interpreter")
 
 
+BACKENDS_TO_PROBE = frozenset({"mpi"})
+"""Backends whose presence in the interpreter's torch is asked before a launch: MPI is only in torch
+built from source with it (pip and conda builds lack it). Asking imports torch there (seconds), so the
+common backends are not asked: gloo is in every build, and nccl's needs are checked from the GPUs."""
+
+
+def check_backend(python: str, backend: str) -> list[SpecError]:
+    """Whether ``python``'s torch has ``backend`` (``runner.probe``, worded as the launch form words it)."""
+    answer = probe_interpreter(python)
+    found = (answer.get("backends") or {}).get(backend) or {}
+    if found.get("available"):
+        return []
+    reason = found.get("reason") or answer.get("error") or "the interpreter could not be asked"
+    return [SpecError("backend", f"{backend} is not available in {python}: {reason}; use \"gloo\" (CPU) or "
+                                 "\"nccl\" (NVIDIA GPUs), or an interpreter whose torch was built with it")]
+
+
 def check_launch(launch: ResolvedLaunch, machine: MachineFacts, *, probe_interpreter: bool = True) -> list[SpecError]:
     """Every reason ``launch`` cannot start on this machine (empty when it can)."""
     spec = launch.spec
@@ -140,6 +158,8 @@ def check_launch(launch: ResolvedLaunch, machine: MachineFacts, *, probe_interpr
                 errors.append(SpecError("interpreter", f"{answer.problem}; give the path of a Python with torch"))
             elif not answer.has_torch:
                 errors.append(torch_missing(python))
+            elif launch.backend in BACKENDS_TO_PROBE:
+                errors.extend(check_backend(python, launch.backend))
     if probe_interpreter:  # about to launch (not for a preview): Rankwatch's own folders must be usable
         errors.extend(check_own_folders())
     for key in spec.env_dict:

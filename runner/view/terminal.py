@@ -523,6 +523,16 @@ def _gpu_text(entry: RankStats) -> str:
     return f", GPU {entry.gpu_index} {format_fixed(entry.gpu_util, '{:.0f}%')} (median){used}"
 
 
+def _finished_text(finished: dict[str, Any], failed_rank: int) -> str:
+    """``rank 1 (exit code 0, 0.02 s before rank 0 failed)``: a rank of a failed run whose script ran to its end."""
+    before = finished.get("before")
+    when = ""
+    if isinstance(before, (int, float)):
+        when = (f", {before:.2f} s before rank {failed_rank} failed" if before >= 0
+                else f", {-before:.2f} s after rank {failed_rank} failed")
+    return f"rank {finished.get('rank')} (exit code 0{when})"
+
+
 def render_summary(run: dict[str, Any], out: TextIO) -> None:
     """The block printed at the end of a run: outcome, first failure, hints, where to look."""
     summary = run.get("summary") or {}
@@ -560,6 +570,10 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
             what = other.get("signal") or (f"exit {other['exit_code']}" if other.get("exit_code") is not None else other.get("evidence"))
             described.append(f"rank {other['rank']} ({what})")
         out.write(f"  then:          {', '.join(described)}{' ...' if len(others) > 8 else ''}\n")
+    finished = summary.get("finished") or []
+    if finished and first:
+        out.write(f"  finished:      {', '.join(_finished_text(item, first['rank']) for item in finished[:8])}"
+                  f"{' ...' if len(finished) > 8 else ''}\n")
     for line in format_diagnostics(summary.get("diagnostics"), run.get("id")):
         out.write(line + "\n")
     for line in describe_losses(summary):

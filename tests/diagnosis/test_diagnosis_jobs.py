@@ -60,6 +60,25 @@ def test_an_exception_in_rank_1_names_rank_1_its_exception_and_the_raising_line(
     assert first["rank"] == 1 and first["traceback_source"] == "bootstrap" and first["evidence"] == "exception"
 
 
+def test_a_barrier_under_if_rank_0_is_named_a_mismatched_collective_not_a_crash_of_the_finished_rank():
+    """The tutorial's "wrong usage": rank 1 ends normally (exit 0), gloo fails rank 0's barrier with
+    "Connection closed by peer ... a remote worker crashing"."""
+    script = SCRIPTS / "diag_barrier_rank0.py"
+    result = rankwatch("run", "--plain", "--nproc-per-node", "2", str(script))
+    assert result.returncode == 1
+    block = summary_block(result.stderr)
+    line = marked_line(script, "BARRIER")
+    headline = block.splitlines()[1]
+    assert headline == (f"rank 0 on localhost failed first (exit code 1): mismatched collectives: rank 0 waited in "
+                        f"barrier at diag_barrier_rank0.py:{line}, which rank 1 never entered: it had already "
+                        "finished its script (exit code 0)")
+    assert "  finished:      rank 1 (exit code 0, " in block and "then:" not in block
+    assert "Connection closed by peer" in block  # gloo's own words, as the exception line under the headline
+    run, _events = stored()
+    assert run["summary"]["hints"][0]["key"] == "mismatched_collective"
+    assert [finished["rank"] for finished in run["summary"]["finished"]] == [1]
+
+
 def test_a_rank_killed_by_sigkill_is_named_with_the_signal_and_the_oom_killer_hint():
     result = rankwatch("run", "--plain", "--nproc-per-node", "2", str(SCRIPTS / "diag_sigkill.py"))
     assert result.returncode != 0

@@ -275,3 +275,44 @@ def test_a_remote_rank_that_vanished_is_worded_from_its_evidence():
     keys = [hint.key for hint in find_hints(Evidence(first=lost, first_is_remote=True))]
     assert keys == ["node_lost"]
     assert describe_end(RankFailure(rank=0, evidence="exception")) == "an uncaught exception"
+
+
+def barrier_failure(traceback: str, when: float = 104.1) -> RankFailure:
+    """Rank 0 of ``tests/scripts/diag_barrier_rank0.py`` (captured): gloo's error in ``dist.barrier()``."""
+    line = exception_line_from_tail(traceback.splitlines())
+    return RankFailure(rank=0, exit_code=1, exception_line=line, traceback=traceback, when=when,
+                       evidence="exception")
+
+
+def test_a_collective_a_peer_never_entered_because_it_finished_is_named_with_its_op_and_line():
+    """The tutorial's ``if rank == 0: dist.barrier()``: gloo says "a remote worker crashing"; rank 1 exited 0."""
+    captured = text("python_barrier_rank0.txt")
+    [hint] = find_hints(Evidence(first=barrier_failure(captured), finished={1: 100.0}))
+    assert hint.key == "mismatched_collective"
+    assert hint.cause == ("mismatched collectives: rank 0 waited in barrier at diag_barrier_rank0.py:21, which "
+                          "rank 1 never entered: it had already finished its script (exit code 0)")
+    assert "same collectives in the same order" in hint.advice and "if rank == 0:" in hint.advice
+    several = find_hints(Evidence(first=barrier_failure(captured), finished={3: 99.0, 1: 100.0}))
+    assert "which ranks 1, 3 never entered: they had already finished their scripts" in several[0].cause
+
+
+def test_a_peers_connection_error_without_a_finished_peer_or_outside_a_collective_is_no_mismatch():
+    captured = text("python_barrier_rank0.txt")
+    assert keys(Evidence(first=barrier_failure(captured))) == []  # the peer crashed: an echo, not a mismatch
+    assert keys(Evidence(first=barrier_failure(captured), finished={1: 110.0})) == []  # it ended after rank 0 failed
+    in_user_code = captured.replace('distributed_c10d.py", line 6371, in barrier', 'my_sockets.py", line 3, in send')
+    in_user_code = in_user_code.replace("/work/main/.venv/lib/python3.11/site-packages/torch/distributed/", "/home/a/")
+    assert keys(Evidence(first=barrier_failure(in_user_code), finished={1: 100.0})) == []
+    no_traceback = RankFailure(rank=0, exit_code=1, when=104.1, exception_line=barrier_failure(captured).exception_line)
+    [hint] = find_hints(Evidence(first=no_traceback, finished={1: 100.0}))
+    assert hint.cause.startswith("mismatched collectives: rank 0 waited in a collective, which rank 1 never entered")
+
+
+def test_ddp_device_ids_on_a_cpu_model_is_named_with_the_line_and_the_cpu_form():
+    """A GPU recipe, ``DDP(model, device_ids=[local_rank])``, with the model on the CPU (gloo, CPU mode)."""
+    [hint] = find_hints(rank_evidence(text("python_ddp_device_ids_cpu.txt"), cpu_mode=True))
+    assert hint.key == "ddp_device_ids_on_cpu"
+    assert hint.cause.startswith("DistributedDataParallel was given device_ids=[0] for a model whose parameters are "
+                                 "on the CPU (ddp_cpu_ids.py:6: model = torch.nn.parallel.DistributedDataParallel(")
+    assert hint.cause.endswith("; this run is in CPU mode (no GPU for the ranks)")
+    assert "DDP(model)" in hint.advice and "if torch.cuda.is_available() else None" in hint.advice

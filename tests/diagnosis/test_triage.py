@@ -292,3 +292,41 @@ def test_a_rank_that_aborts_after_its_script_returned_is_named_as_such_not_as_a_
     during = TriageInput(hosts={0: "localhost"}, seen={0})  # no exit 0 from the script: a crash in it
     during.report = parse_torchrun_report(ABORTED_AT_EXIT_REPORT.splitlines())
     assert [h["key"] for h in triage(during, 1, stopped=False)["hints"]] == ["native_crash"]
+
+
+def test_a_barrier_only_rank_0_called_is_named_a_mismatched_collective_and_the_finished_rank_is_listed():
+    """``tests/scripts/diag_barrier_rank0.py`` as triage got it: rank 0's barrier failed with gloo's "Connection
+    closed by peer ... a remote worker crashing" 4.12 s after rank 1's script ended with exit code 0."""
+    traceback = (DATA / "python_barrier_rank0.txt").read_text()
+    exception = traceback.strip().splitlines()[-1]
+    exc_type, _, message = exception.partition(": ")
+    data = TriageInput(exceptions={0: {"t": 104.12, "exc_type": exc_type, "message": message,
+                                       "traceback": traceback}},
+                       exits={0: (1, 104.2), 1: (0, 100.0)}, hosts={0: "localhost", 1: "localhost"},
+                       seen={0, 1}, measured={0, 1}, instrumented=True)
+    summary = triage(data, 1, stopped=False)
+    assert summary["headline"] == (
+        "rank 0 on localhost failed first (exit code 1): mismatched collectives: rank 0 waited in barrier at "
+        "diag_barrier_rank0.py:21, which rank 1 never entered: it had already finished its script (exit code 0)")
+    assert summary["first_failure"]["exception_line"] == exception  # gloo's own words stay, below the headline
+    assert summary["finished"] == [{"rank": 1, "before": 4.12}] and summary["other_failures"] == []
+    assert summary["hints"][0]["key"] == "mismatched_collective"
+    out = io.StringIO()
+    render_summary({"id": 64, "status": "failed", "exit_code": 1, "summary": summary}, out)
+    assert "  finished:      rank 1 (exit code 0, 4.12 s before rank 0 failed)\n" in out.getvalue()
+
+
+def test_hints_name_the_run_by_its_id():
+    """Seen: "check the script's own output (`rankwatch runs logs RUN`)" printed at the end of run 64."""
+    summary = triage(TriageInput(run_id=64), 0, stopped=False)
+    assert "`rankwatch runs logs 64`" in summary["hints"][0]["advice"]
+    stepless = triage(TriageInput(seen={0}, instrumented=True, run_id=64), 0, stopped=False)
+    assert "`rankwatch runs logs 64`" in stepless["hints"][0]["advice"]
+    spawned = triage(TriageInput(self_spawn=True, run_id=64), 0, stopped=False)
+    assert "`rankwatch runs logs 64`" in spawned["hints"][0]["advice"]
+    data = TriageInput(exits={0: (1, 100.0)}, run_id=64)
+    data.add_stderr(0, "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE)")
+    [timeout] = triage(data, 1, stopped=False)["hints"]
+    assert timeout["key"] == "collective_timeout" and "`rankwatch stacks 64`" in timeout["advice"]
+    for hint in [*summary["hints"], *stepless["hints"], *spawned["hints"], timeout]:
+        assert " RUN`" not in hint["advice"]

@@ -69,3 +69,20 @@ def test_standalone_picks_a_free_port_even_when_29500_is_taken():
         holder.close()
     assert result.returncode == 0, result.stderr[-2000:]
     assert len(hello_lines(result.stdout)) == 2
+
+
+def test_a_pasted_command_with_a_file_init_method_meets_in_a_fresh_private_folder(tmp_path):
+    """Seen: the command named ``/tmp/rankwatch-init-<8 hex>``, a guessable file in the shared /tmp."""
+    printed = rankwatch("command", "--nproc-per-node", "2", "--gpus", "cpu", str(SCRIPTS / "seed_tutorial.py"),
+                        "--init_method", "{init_method:file}", "--rank", "{rank}", "--world_size", "{world_size}")
+    assert printed.returncode == 0, printed.stderr
+    [line] = [text for text in printed.stdout.splitlines() if not text.startswith("#")]
+    assert "rankwatch-init" not in line
+    clean_env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH")}
+    by_hand = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120,
+                             env={**clean_env, "TMPDIR": str(tmp_path)})
+    assert by_hand.returncode == 0, by_hand.stderr[-2000:]
+    joined = sorted(re.findall(r"rank (\d) of 2 joins file://(\S+)", by_hand.stdout))
+    assert [rank for rank, _path in joined] == ["0", "1"] and joined[0][1] == joined[1][1]
+    folder = os.path.dirname(joined[0][1])
+    assert os.path.dirname(folder) == str(tmp_path) and os.stat(folder).st_mode & 0o777 == 0o700

@@ -78,13 +78,14 @@ def test_a_seed_tutorial_script_gets_its_own_rank_and_a_tcp_init_method_per_proc
 
 
 def test_a_file_init_method_is_a_fresh_file_that_is_gone_after_the_run(file_run):
-    result, _run, stored = file_run
+    result, run, stored = file_run
     assert result.returncode == 0, result.stderr
     assert set(stored["loss_steps"]) == {0, 1}
     [line] = [text for text in lines_of(stored, 1) if " joins " in text]
     path = Path(line.split(" joins file://", 1)[1])
     assert path.name == "store" and path.parent.name == "init-method"
     assert not path.exists() and not path.parent.exists()
+    assert f" RANKWATCH_INIT_FILE={path} " in run["command"]  # the command recorded names the file the run used
 
 
 def test_the_preview_shows_each_ranks_expanded_line_and_an_unknown_placeholder_is_named(home):

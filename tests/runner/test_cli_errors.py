@@ -197,3 +197,11 @@ def test_stop_of_a_lost_run_says_so(capsys):
                                   workdir="/", runner_pid=dead.pid, socket=None, world_size=1, status="running")
     code, _out, err = run_cli(capsys, "stop", str(run_id))
     assert code == 3 and "lost: its runner died without recording an end" in err
+
+
+def test_stacks_of_a_finished_run_without_a_capture_says_it_ended_and_what_it_left(capsys, two_rank_run):
+    """Seen: `rankwatch stacks 64` on a finished run said to run `rankwatch stacks 64`."""
+    code, out, err = run_cli(capsys, "stacks", str(two_rank_run))
+    assert code == 1 and out == ""
+    assert f"run {two_rank_run} has ended (succeeded) and no stacks were captured while it ran" in err
+    assert f"`rankwatch runs show {two_rank_run}`" in err and f"`rankwatch stacks {two_rank_run}`" not in err

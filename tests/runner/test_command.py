@@ -109,7 +109,11 @@ def test_the_preview_lists_each_ranks_line_and_the_runner_form_asks_the_workers_
     plain = build_node_command(launch, launch.head, plan)
     assert [line.split(": ", 1)[0] for line in plain.rank_lines] == ["rank 0", "rank 1"]
     assert plain.rank_lines[1].endswith("/w/t.py --rank 1 --im 'file://<a fresh file, removed after the run>'")
-    assert plain.env["RANKWATCH_INIT_FILE"].startswith("/")  # by hand: a path of the user's own
+    # by hand: a fresh private folder the shell makes (mktemp -d: 0700), not a guessable name in /tmp
+    assert "RANKWATCH_INIT_FILE" not in plain.env and "rankwatch-init" not in plain.shell_text()
+    assert ' RANKWATCH_INIT_FILE="$(mktemp -d)"/store ' in plain.shell_text()
+    recorded = build_node_command(launch, launch.head, plan, init_file="/runs/7/init-method/store")
+    assert recorded.env["RANKWATCH_INIT_FILE"] == "/runs/7/init-method/store" and "mktemp" not in recorded.shell_text()
     context = RunnerContext(socket="/s", token="t", run_key="k", run_id=1, log_dir="/l", stacks_dir="/st",
                             init_file="/run/init-method/store")
     runner = build_node_command(launch, launch.head, plan, context)

@@ -162,3 +162,23 @@ def test_the_full_probe_never_raises_and_refuses_what_is_not_python(tmp_path):
                          (f"/usr/bin/python{NUL}", "embedded null byte")):
         answer = probe_interpreter(python, timeout=20)
         assert answer["ok"] is False and says in answer["error"], answer
+
+
+def test_the_mpi_backend_is_refused_when_the_interpreters_torch_has_no_mpi(tmp_path):
+    """Seen: `--backend mpi` was accepted with a pip torch (no MPI), then every rank failed in init."""
+    import torch.distributed
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    machine = MachineFacts(cpu_count=2, gpus=GpuReport(available=False, reason="no NVIDIA driver"))
+    spec = spec_from_dict({"script": str(script), "nproc_per_node": 2, "gpus": "cpu", "backend": "mpi",
+                           "interpreter": sys.executable})
+    errors = check_launch(resolve(spec, machine, tmp_path), machine)
+    if torch.distributed.is_mpi_available():  # a torch built from source with MPI: nothing to refuse
+        assert errors == []
+        return
+    assert [error.field for error in errors] == ["backend"]
+    assert errors[0].message.startswith(f"mpi is not available in {sys.executable}: this torch build has no MPI")
+    gloo = spec_from_dict({"script": str(script), "nproc_per_node": 2, "gpus": "cpu", "backend": "gloo",
+                           "interpreter": sys.executable})
+    assert check_launch(resolve(gloo, machine, tmp_path), machine) == []

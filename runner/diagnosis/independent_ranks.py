@@ -92,11 +92,12 @@ def fabric_advice(facts: dict[str, Any], world_size: int, local_world_size: int)
         flags = " ".join(f"--env {setting}" for setting in settings)
         return (f"tell Fabric that torchrun started {world_size} processes: in the code, {in_code} before "
                 f"fabric.launch() (under torchrun launch() starts no process, it joins torchrun's); or without "
-                f"changing the code, `rankwatch run {flags} ...` (or these in the profile's env); not "
+                f"changing the code, `rankwatch run --nproc-per-node {devices} {flags} SCRIPT` (or these in the "
+                "profile's [env]); not "
                 "LT_CLI_USED=1, which `fabric run` sets but with which Fabric refuses the script's fabric.launch()")
     flags = " ".join(f"--env {setting}" for setting in ["LT_CLI_USED=1", *settings])
     return (f"launch it the way `fabric run` does, which sets Fabric's environment and runs torchrun: "
-            f"`rankwatch run --nproc-per-node {devices} {flags} SCRIPT` (or these in the profile's env); "
+            f"`rankwatch run --nproc-per-node {devices} {flags} SCRIPT` (or these in the profile's [env]); "
             f"Fabric() then joins torchrun's processes in one DDP job; or in the code: {in_code} followed "
             "by fabric.launch(), which under torchrun starts no process")
 
@@ -171,6 +172,8 @@ class IndependentRanks(HubObserver):
         self.clock = clock
         self.reports: dict[int, dict[str, Any]] = {}
         self.losses: dict[int, dict[tuple[str, int], float]] = {}
+        """rank -> {(source, step): loss} of its first ``LOSS_STEPS`` steps."""
+        self.past_first_steps: set[int] = set()
         self.first_notice: float | None = None
         self.published: dict[str, Any] | None = None
 
@@ -183,12 +186,15 @@ class IndependentRanks(HubObserver):
                 self.first_notice = self.clock()
 
     def _take_losses(self, message: Metrics) -> None:
-        kept = self.losses.get(message.rank)
-        if kept is not None and len(kept) >= LOSS_STEPS:
+        if message.rank in self.past_first_steps:
             return  # this rank's first steps are all in: nothing more to look at
         kept = self.losses.setdefault(message.rank, {})
         for _rank, _t, step, name, value, source in message.records:
-            if name == LOSS and step is not None and step < LOSS_STEPS and value is not None:
+            if step is None:
+                continue
+            if step >= LOSS_STEPS:
+                self.past_first_steps.add(message.rank)  # records come in step order
+            elif name == LOSS and value is not None:
                 kept[(source, step)] = value
 
     def tick(self, now: float) -> None:

@@ -13,7 +13,7 @@ import time
 
 from rankwatch import _protocol as protocol
 from runner.diagnosis.findings import Findings
-from runner.diagnosis.independent_ranks import SETTLE_SECONDS, IndependentRanks
+from runner.diagnosis.independent_ranks import LOSS_STEPS, SETTLE_SECONDS, IndependentRanks
 from runner.diagnosis.triage import TriageInput, triage
 from tests.diagnosis.fakes import FakeHub
 
@@ -178,8 +178,8 @@ def test_a_fabric_script_that_calls_launch_is_not_told_to_set_lt_cli_used():
     assert event["title"] == "Lightning Fabric runs 4 separate trainings under torchrun: no process group, their losses differ"
     advice = event["advice"]
     assert "LT_CLI_USED=1, which `fabric run` sets but with which Fabric refuses the script's fabric.launch()" in advice
-    assert ("`rankwatch run --env LT_ACCELERATOR=cuda --env LT_DEVICES=2 --env LT_STRATEGY=ddp "
-            "--env LT_NUM_NODES=2 ...`") in advice
+    assert ("`rankwatch run --nproc-per-node 2 --env LT_ACCELERATOR=cuda --env LT_DEVICES=2 --env LT_STRATEGY=ddp "
+            "--env LT_NUM_NODES=2 SCRIPT`") in advice
     assert 'Fabric(accelerator="cuda", devices=2, strategy="ddp", num_nodes=2) before fabric.launch()' in advice
 
 
@@ -190,3 +190,11 @@ def test_a_single_notice_or_other_notices_say_nothing():
     job.tick(SETTLE_SECONDS * 2)
     job.monitor.conclude()
     assert job.events() == [] and job.findings.launcher == {}
+
+
+def test_only_the_first_steps_losses_are_kept_and_later_batches_are_not_read():
+    job = Job()
+    job.losses(0, [float(step) for step in range(40)])
+    assert sorted(step for _source, step in job.monitor.losses[0]) == list(range(LOSS_STEPS))
+    job.losses(0, [99.0], first_step=3)  # a later batch of this rank is not even looked at
+    assert job.monitor.losses[0][("auto", 3)] == 3.0

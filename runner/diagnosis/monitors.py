@@ -9,6 +9,8 @@
   it also tells each capture which ranks progress (``progress_of``);
 * ``LaunchChecks``: scripts that do not fit torchrun (``notice`` messages, the
   holder of a port a rank could not listen on);
+* ``IndependentRanks``: ranks that train without a process group, as copies of one
+  training or each on its own (their ``no_process_group`` notices and first losses);
 * ``FlightRecorderMonitor``: the ranks' Flight Recorders, read after each stack
   capture, compared: the rank whose collectives are out of step;
 * ``StepWindows``: every rank's recent measured steps and whole-run phase totals, read by
@@ -32,6 +34,7 @@ from typing import Any
 from runner.diagnosis.bottleneck import BottleneckMonitor
 from runner.diagnosis.consistency import ConsistencyMonitor
 from runner.diagnosis.flight_records import FlightRecorderMonitor
+from runner.diagnosis.independent_ranks import IndependentRanks
 from runner.diagnosis.launcher import LaunchChecks
 from runner.diagnosis.stack_capture import StackCapture
 from runner.diagnosis.stalls import StallMonitor
@@ -98,7 +101,9 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
     hub.add_observer(launch_checks)
     flight_records = FlightRecorderMonitor(hub, run_dir / "stacks", findings)
     hub.add_observer(flight_records)
-    monitors: list = [facts, capture, launch_checks, flight_records]
+    independent_ranks = IndependentRanks(hub, findings)
+    hub.add_observer(independent_ranks)
+    monitors: list = [facts, capture, launch_checks, independent_ranks, flight_records]
     if telemetry.instrument:
         stalls = StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings)
         capture.progress_of = stalls.progress_of

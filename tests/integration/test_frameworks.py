@@ -17,7 +17,12 @@ that evaluation batches did not count as training data (samples per step).
 * the Hugging Face ``Trainer``, ``gradient_accumulation_steps=2``: the sum of what
   ``training_step`` returned in the step, and the logged ``loss`` (the mean over
   ranks); run with ``--parse-stdout``, its printed logs must become one parsed curve
-  per key.
+  per key;
+* Lightning Fabric, the loss passed to ``fabric.backward``; a plain ``Fabric()`` under
+  torchrun trains a whole copy per rank without a process group, which Rankwatch names
+  (live and in the summary) with the way Fabric wants to be launched; with that
+  environment (``--env LT_...``, what ``fabric run`` sets) the same script is one DDP job
+  and nothing is named.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from rankwatch._protocol import NO_PROCESS_GROUP, EventKind
 from runner.store.store import RunStore
 from tests.jobs import SCRIPTS, rankwatch
 
@@ -55,6 +61,7 @@ class FrameworkJob:
         self.result = rankwatch("run", "--plain", "--nproc-per-node", "2", *flags,
                                 str(FRAMEWORKS / script), str(records), env=environment, timeout=300)  # fmt: skip
         self.seconds = time.monotonic() - started
+        self.environment = environment
         output = self.result.stdout + self.result.stderr
         assert self.result.returncode == 0, self.result.stderr[-3000:] + self.result.stdout[-3000:]
         assert "rankwatch: instrumentation incomplete" not in output  # every hook in place
@@ -223,3 +230,70 @@ def test_hf_trainer_printed_logs_become_one_parsed_curve_per_key(hf_trainer):
     assert sorted(logged) == list(range(12))
     assert {step: f"{value:.4g}" for step, value in parsed["loss"].items()} == logged
     assert len(parsed["eval_loss"]) >= 2
+
+
+# -- Lightning Fabric -------------------------------------------------------------------------
+
+FABRIC_ENVIRONMENT = ("LT_CLI_USED=1", "LT_ACCELERATOR=cpu", "LT_DEVICES=2", "LT_STRATEGY=ddp")
+
+
+def _fabric_findings(job: FrameworkJob) -> tuple[list[dict], dict]:
+    """The run's ``no_process_group`` events and its summary, from the store."""
+    with RunStore(job.home / "data" / "runs.db", readonly=True) as store:
+        run_id = store.resolve_run_id("last")
+        events = [event for event in store.events(run_id, EventKind.LAUNCH_MISMATCH.value)
+                  if event["data"].get("key") == NO_PROCESS_GROUP]
+        return events, store.run(run_id)["summary"] or {}
+
+
+@pytest.fixture(scope="module")
+def fabric_plain(tmp_path_factory) -> FrameworkJob:
+    return _job(tmp_path_factory, "fabric-plain", "fabric_train.py")
+
+
+@pytest.fixture(scope="module")
+def fabric_ddp(tmp_path_factory) -> FrameworkJob:
+    return _job(tmp_path_factory, "fabric-ddp", "fabric_train.py",
+                *(word for setting in FABRIC_ENVIRONMENT for word in ("--env", setting)))
+
+
+def test_a_plain_fabric_under_torchrun_is_named_independent_copies_with_how_fabric_wants_to_be_launched(
+        fabric_plain):
+    for rank in RANKS:  # what Fabric itself says: two whole jobs of one process, no group
+        record = fabric_plain.records[rank]
+        assert (record["world_size"], record["global_rank"], record["strategy"], record["process_group"]) == (
+            1, 0, "SingleDeviceStrategy", False)
+    assert fabric_plain.records[0]["steps"] == fabric_plain.records[1]["steps"]  # the same training twice
+    events, summary = _fabric_findings(fabric_plain)
+    assert len(events) == 1
+    title = "Lightning Fabric runs 2 independent copies under torchrun: no process group, identical losses"
+    assert events[0]["data"]["title"] == title and events[0]["data"]["level"] == "warning"
+    live = ("[rankwatch] torchrun started 2 processes (WORLD_SIZE=2), but no rank had a process group by its 5th "
+            "optimizer step, and all report identical losses")
+    assert live in fabric_plain.result.stderr  # the event, as the terminal prints it
+    launch = " ".join(f"--env {setting}" for setting in FABRIC_ENVIRONMENT)
+    assert f"`rankwatch run --nproc-per-node 2 {launch} SCRIPT`" in events[0]["data"]["advice"]
+    [hint] = [hint for hint in summary["hints"] if hint["key"] == NO_PROCESS_GROUP]
+    assert "the script uses Lightning Fabric, which counts a world of 1 on every rank (SingleDeviceStrategy)" in (
+        hint["cause"])
+    shown = rankwatch("runs", "show", "last", env=fabric_plain.environment)
+    assert shown.returncode == 0, shown.stderr
+    assert "hint: torchrun started 2 processes" in shown.stdout and launch in shown.stdout
+
+
+def test_fabric_given_its_launch_environment_is_one_ddp_job_and_nothing_is_named(fabric_ddp):
+    for rank in RANKS:
+        record = fabric_ddp.records[rank]
+        assert (record["world_size"], record["global_rank"], record["strategy"], record["process_group"]) == (
+            2, rank, "DDPStrategy", True)
+        assert sorted(map(int, record["steps"])) == list(range(32))  # each rank its half of the data
+    assert fabric_ddp.records[0]["steps"] != fabric_ddp.records[1]["steps"]
+    events, summary = _fabric_findings(fabric_ddp)
+    assert events == [] and NO_PROCESS_GROUP not in [hint["key"] for hint in summary.get("hints") or []]
+
+
+def test_fabric_stored_loss_is_the_loss_passed_to_fabric_backward(fabric_plain, fabric_ddp):
+    for job in (fabric_plain, fabric_ddp):
+        for rank in RANKS:
+            reported = {int(step): value for step, value in job.records[rank]["steps"].items()}
+            _assert_equal_per_step(job.stored("loss", rank), reported)

@@ -310,3 +310,13 @@ def test_the_hub_refuses_an_observer_that_is_not_a_hub_observer():
     with pytest.raises(TypeError, match="OnlyMessages is not a HubObserver"):
         observers.add(OnlyMessages())
     observers.add(HubObserver())
+
+
+def test_a_no_process_group_notice_survives_the_wire_with_its_facts():
+    facts = {"steps": 5, "world_size": 2, "local_world_size": 2, "fabric": "lightning_fabric",
+             "fabric_environment": "LT_DEVICES=2", "fabric_strategy": "SingleDeviceStrategy", "fabric_world_size": 1,
+             "fabric_accelerator": "cpu", "fabric_launched": False}
+    notice = protocol.Notice(1, 1_700_000_000.0, protocol.NO_PROCESS_GROUP, facts)
+    decoded = protocol.decode_message(notice.encode())
+    assert decoded == notice
+    assert isinstance(decoded, protocol.Notice) and decoded.key == "no_process_group" and decoded.facts == facts

@@ -31,6 +31,7 @@ import sys
 from rankwatch import (
     _failures,
     _flight_recorder,
+    _group_check,
     _launch_checks,
     _output,
     _script,
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         _flight_recorder.enable()  # before the script (or the ranks it spawns) creates a process group
     if session is not None or legacy_argument is not None:
         _launch_checks.install(session.notice if session is not None else None, legacy_argument)
+    _group_check.install(session)  # a rank of a multi-rank job that trains without a process group
     try:
         if is_module:
             _script.run_module(name, args)

@@ -46,7 +46,12 @@ Worker (or agent) -> hub
               torchrun; rankwatch._launch_checks; the runner words it, runner.diagnosis.launcher):
               key "self_spawn": function, nprocs, file, line, function_name (the call site);
               key "local_rank_unpassed": option, value (what the script parsed), local_rank;
-              key "local_rank_spelling": passed, instead_of (the legacy option was respelled)
+              key "local_rank_spelling": passed, instead_of (the legacy option was respelled);
+              key "no_process_group" (``NO_PROCESS_GROUP``, rankwatch._group_check): steps,
+              world_size, local_world_size, and when the script imported Lightning Fabric: fabric,
+              fabric_environment, fabric_strategy, fabric_world_size, fabric_accelerator,
+              fabric_launched (a rank of a WORLD_SIZE > 1 job made that many optimizer steps
+              without a process group)
 
 Agent (remote node) -> hub, in addition (over TCP; the first line must be agent_hello
 with the run's token, and the hub refuses any other TCP client)
@@ -1578,6 +1583,10 @@ class FlightRecord(Message):
         if not isinstance(record, dict):
             raise ProtocolError("invalid", "flight_record: record must be an object")
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), record)
+
+
+NO_PROCESS_GROUP = "no_process_group"
+"""The ``notice`` key of a rank that trains without a process group (``rankwatch._group_check``)."""
 
 
 class Notice(Message):

@@ -55,7 +55,8 @@ def _where(record: dict[str, Any]) -> str:
 
 
 def describe_self_spawn(reports: dict[int, dict[str, Any]]) -> tuple[str, str, str]:
-    """(title, cause, advice) for ranks that call ``torch.multiprocessing.spawn`` under torchrun."""
+    """(title, cause, advice) for ranks that start their own ranks under torchrun (``torch.multiprocessing.spawn``,
+    or a ``multiprocessing.Process`` whose target calls ``init_process_group``)."""
     ranks = sorted(reports)
     first = reports[ranks[0]]
     function = first.get("function") or "torch.multiprocessing.spawn"
@@ -69,11 +70,11 @@ def describe_self_spawn(reports: dict[int, dict[str, Any]]) -> tuple[str, str, s
              "for torchrun's store at MASTER_ADDR:MASTER_PORT: a store that is not there when the script sets its "
              "own MASTER_PORT (a hang), or torchrun's own, shared with clashing ranks (errors)")
     script = os.path.basename(str(first.get("file") or "")) or "the script"
+    instead = "starting a Process per rank" if function.endswith(".Process") else "mp.spawn"
     advice = (f"let it start its own ranks: launch mode self-spawn (`rankwatch run --launch-mode self-spawn "
               f"{script}`; profile: launch_mode = \"self-spawn\"; auto picks it unless torchrun is chosen) starts "
               "it once and watches the processes it spawns as ranks; or make it a torchrun script: call the worker "
-              "function once instead of "
-              "mp.spawn, with rank=int(os.environ['RANK']) and world_size=int(os.environ['WORLD_SIZE']), and "
+              f"function once instead of {instead}, with rank=int(os.environ['RANK']) and world_size=int(os.environ['WORLD_SIZE']), and "
               "leave MASTER_ADDR/MASTER_PORT to torchrun")
     return title, cause, advice
 

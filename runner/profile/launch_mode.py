@@ -8,7 +8,9 @@ and recognises the processes it spawns as ranks (``rankwatch._spawn``). A single
 script (``DataParallel`` over several GPUs) is the one-process case of that mode.
 
 ``auto`` reads the script's text: a call of ``mp.spawn`` / ``torch.multiprocessing.spawn`` /
-``start_processes`` means ``self-spawn``, anything else ``torchrun``. A module (``-m``) or
+``start_processes``, or a ``Process(target=F)`` whose ``F`` reaches ``init_process_group``
+(PyTorch's "Writing Distributed Applications" harness, ``rankwatch._rank_starters``), means
+``self-spawn``, anything else ``torchrun``. A module (``-m``) or
 an unreadable script is not guessed at: ``torchrun``. The choice and its reason are said
 in the run's first event (``EventKind.LAUNCH_MODE``) and in the command preview.
 
@@ -28,6 +30,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rankwatch import _rank_starters as rank_starters
 from rankwatch import _templates as templates
 from runner.profile.spec import AUTO, SELF_SPAWN, TORCHRUN, LaunchSpec
 
@@ -38,8 +41,8 @@ SPAWN_CALL = re.compile(
     r"|start_processes))\s*\(",
     re.MULTILINE)
 """A call of torch's spawn outside a comment: ``mp.spawn(``, ``torch.multiprocessing.spawn(``,
-``start_processes(``. Python's own ``multiprocessing.Process`` is not one: such scripts
-start helpers, not ranks."""
+``start_processes(``. Python's own ``multiprocessing.Process`` starts ranks only when its
+target reaches ``init_process_group`` (``rank_starters``); otherwise it starts helpers."""
 TORCH_MULTIPROCESSING = re.compile(r"^\s*(?:import torch\.multiprocessing|from torch(?:\.multiprocessing)? import)",
                                    re.MULTILINE)
 
@@ -71,7 +74,8 @@ def choose_launch_mode(spec: LaunchSpec, script: str | None) -> LaunchModeChoice
         return LaunchModeChoice(TORCHRUN, "the arguments hold per-rank placeholders", "auto")
     found = spawn_call(script)
     if found is None:
-        return LaunchModeChoice(TORCHRUN, "the script does not call torch.multiprocessing.spawn", "auto")
+        return LaunchModeChoice(TORCHRUN, "the script does not start its own ranks (no torch.multiprocessing."
+                                          "spawn, no Process that calls init_process_group)", "auto")
     call, condition = found
     if condition is not None:
         flag = condition.flag
@@ -100,7 +104,7 @@ class SpawnCondition:
 
 def spawn_call(script: str) -> tuple[str, SpawnCondition | None] | None:
     """``("mp.spawn(...) on line N", its condition)`` for the script's first call of torch's
-    spawn, or ``None`` when it has none."""
+    spawn (or else its first ``Process`` that starts a rank), or ``None`` when it has none."""
     try:
         path = Path(script)
         if path.stat().st_size > MAX_SCRIPT_BYTES:
@@ -109,10 +113,13 @@ def spawn_call(script: str) -> tuple[str, SpawnCondition | None] | None:
     except OSError:
         return None
     found = SPAWN_CALL.search(text)
+    if found is not None and found.group("call") == "start_processes" and TORCH_MULTIPROCESSING.search(text) is None:
+        found = None  # someone else's start_processes
     if found is None:
-        return None
-    if found.group("call") == "start_processes" and TORCH_MULTIPROCESSING.search(text) is None:
-        return None  # someone else's start_processes
+        process = rank_starters.find_process_rank_start(text)
+        if process is None:
+            return None
+        return process.describe(), spawn_condition(text, process.line)
     line = text.count("\n", 0, found.start("call")) + 1
     return f"{found.group('call')}(...) on line {line}", spawn_condition(text, line)
 

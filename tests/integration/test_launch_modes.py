@@ -1,10 +1,13 @@
-"""Every way the tutorials start a job (issue 13): per-rank argument templates and self-spawning scripts.
+"""Every way the tutorials start a job (issues 13, 27): per-rank argument templates and self-spawning scripts.
 
-Five real runs (2 ranks each, gloo on CPU), each serving several assertions: a seed-tutorial
+Eight real runs (2 ranks each, gloo on CPU), each serving several assertions: a seed-tutorial
 script given ``--init_method {init_method} --rank {rank} --world_size {world_size}`` with a
 tcp:// and with a file:// init method; the DDP tutorial's ``mp.spawn`` script run to the end
 (its spawn indices joining the group in reverse), with rank 1 failing, and without a process
-group, detached, its stacks dumped, then stopped with ``rankwatch stop``. About 40 s on an idle 2-core machine.
+group, detached, its stacks dumped, then stopped with ``rankwatch stop``; the DDP tutorial
+series' ``multigpu.py`` (``init_process_group`` imported by name); the "Writing Distributed
+Applications" tutorial's ``mp.Process`` harness, with the spawn and the fork start method.
+About 70 s on an idle 2-core machine.
 """
 
 from __future__ import annotations
@@ -159,3 +162,57 @@ def test_stop_of_a_self_spawning_run_leaves_no_process_and_ranks_without_a_group
     finally:
         if psutil.pid_exists(info["pid"]):
             rankwatch("stop", str(info["run_id"]), "--force", env=home)
+
+
+def stored_losses(env: dict, run_id: int) -> dict[int, list[float]]:
+    """Each rank's stored losses in step order."""
+    with RunStore(Path(env["RANKWATCH_HOME"]) / "data" / "runs.db", readonly=True) as store:
+        rows = sorted((rank, step, value) for rank, _t, step, _name, value, _source
+                      in store.metrics(run_id, name="loss"))
+    losses: dict[int, list[float]] = {}
+    for rank, _step, value in rows:
+        losses.setdefault(rank, []).append(value)
+    return losses
+
+
+def printed_losses(folder: Path) -> dict[int, list[float]]:
+    """What each rank's script computed, one ``loss.item()`` per optimizer step (its ``--losses`` files)."""
+    return {int(path.stem.split("-")[1]): [float(line) for line in path.read_text().split()]
+            for path in folder.glob("rank-*.txt")}
+
+
+def test_a_spawned_script_that_imports_init_process_group_by_name_counts_each_optimizer_step(home, tmp_path):
+    """The DDP tutorial series' multigpu.py: its children bind the unwrapped function when they
+    re-import the script; each rank must still be measured from its first step, one step per
+    optimizer step (before: 2 per step, or steps lost to a 3 s wait for the rank)."""
+    epochs, steps_per_epoch = 10, 2048 // 2 // 32
+    result, run, stored = run_once(home, str(SCRIPTS / "ddp_series_multigpu.py"), "--", str(epochs), "1",
+                                   "--losses", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    [mode] = [event for event in stored["events"] if event["kind"] == "launch_mode"]
+    assert mode["data"]["mode"] == "self-spawn" and mode["data"]["chosen_by"] == "auto"
+    printed = printed_losses(tmp_path)
+    assert {rank: len(values) for rank, values in printed.items()} == {0: epochs * steps_per_epoch,
+                                                                      1: epochs * steps_per_epoch}
+    assert stored_losses(home, run["id"]) == printed  # every step, each the loss the script computed
+    for rank in (0, 1):
+        assert stored["ranks"][rank]["state"] == "exited"
+        assert f"[GPU{rank}] Epoch 9 | Batchsize: 32 | Steps: {steps_per_epoch}" in lines_of(stored, rank)
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_the_tutorials_process_harness_runs_once_and_its_processes_are_the_ranks(home, tmp_path, start_method):
+    """``Process(target=init_process, ...)`` per rank, MASTER_PORT set by hand: auto picks self-spawn
+    (under torchrun each rank would start two more, which hang), and the children are the ranks."""
+    steps = 50
+    result, run, stored = run_once(home, str(SCRIPTS / "process_harness.py"), "--", "--steps", str(steps),
+                                   "--losses", str(tmp_path), *(["--fork"] if start_method == "fork" else []))
+    assert result.returncode == 0, result.stderr
+    [mode] = [event for event in stored["events"] if event["kind"] == "launch_mode"]
+    assert mode["data"]["mode"] == "self-spawn" and mode["data"]["chosen_by"] == "auto"
+    assert "Process(target=init_process) on line" in mode["data"]["message"]
+    assert stored_losses(home, run["id"]) == printed_losses(tmp_path)
+    assert stored["loss_steps"] == {0: set(range(steps)), 1: set(range(steps))}
+    for rank in (0, 1):
+        assert stored["ranks"][rank]["state"] == "exited"
+        assert lines_of(stored, rank) == [f"Rank {rank} done after {steps} steps"]  # each rank's own line

@@ -12,7 +12,9 @@ happen, so this module watches for them and sends a ``notice`` to the runner
   children inherit ``TORCHELASTIC_USE_AGENT_STORE=True``; their
   ``init_process_group`` then waits for a store that nobody serves (or joins
   torchrun's store with clashing ranks). Seen by wrapping the two functions once
-  torch is imported; the call itself goes on unchanged.
+  torch is imported; the call itself goes on unchanged. The same for a
+  ``multiprocessing.Process`` whose target reaches ``init_process_group`` (PyTorch's
+  "Writing Distributed Applications" harness, ``_rank_starters``), seen at its ``start``.
 * ``local_rank_unpassed``: the script's argparse parser declares ``--local_rank``
   (or ``--local-rank``, torch.distributed.launch's argument), the runner's legacy
   option is off so nothing passed it, and the value the script got differs from
@@ -43,7 +45,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from rankwatch import _torch_hook
+from rankwatch import _rank_starters, _torch_hook
 
 Notify = Callable[..., None]
 """``notify(key, **facts)``: sends a ``notice`` message (``WorkerSession.notice``)."""
@@ -81,6 +83,7 @@ def install(notify: Notify | None, legacy_argument: str | None) -> None:
     argparse.ArgumentParser.parse_known_args = parse_known_args  # type: ignore[method-assign]
     if notify is not None:
         _torch_hook.call_when_imported(lambda torch: _wrap_spawn(torch, notify))
+        _torch_hook.call_when_imported(lambda torch: _wrap_process_start(notify))
 
 
 # ---- argparse ---------------------------------------------------------------------------------
@@ -179,3 +182,38 @@ def _spawn_wrapper(original: Callable, qualified_name: str, notify: Notify) -> C
     wrapper.__name__ = getattr(original, "__name__", "spawn")
     wrapper.__doc__ = getattr(original, "__doc__", None)
     return wrapper
+
+
+# ---- multiprocessing.Process ------------------------------------------------------------------
+
+
+def _wrap_process_start(notify: Notify) -> None:
+    """Report the first ``Process`` started under torchrun whose target starts a rank. Installed
+    once torch is imported: importing ``multiprocessing`` before the script runs would make the
+    bootstrap its ``__mp_main__`` (``_spawn.Launcher.install``)."""
+    import multiprocessing.process
+
+    base = multiprocessing.process.BaseProcess
+    original = base.start
+    if getattr(original, "_rankwatch_wrapped", False):
+        return
+    reported = [False]
+
+    def start(process):
+        if not reported[0] and AGENT_STORE in os.environ:
+            try:
+                target = getattr(process, "_target", None)
+                if target is not None and _rank_starters.starts_a_rank(target):
+                    reported[0] = True
+                    caller = sys._getframe(1)
+                    notify("self_spawn", function="multiprocessing.Process", nprocs=None,
+                           file=caller.f_code.co_filename, line=caller.f_lineno,
+                           function_name=caller.f_code.co_name)
+            except Exception:
+                pass
+        return original(process)
+
+    start._rankwatch_wrapped = True  # type: ignore[attr-defined]
+    start.__wrapped__ = original  # type: ignore[attr-defined]
+    start.__doc__ = original.__doc__
+    base.start = start  # type: ignore[method-assign]

@@ -101,6 +101,9 @@ class Reporter:
         self._stacks_path = stacks_path
         self._stacks_size = _file_size(stacks_path)
         self._control: deque[bytes] = deque()
+        self._early: list[protocol.Message] | None = None
+        """Control messages sent before ``identify`` (a spawned rank learning its rank): encoded then."""
+        self._early_lock = threading.Lock()
         self._connection: Connection | None = None
         self._unsent: deque[tuple[bytes, int]] = deque()
         """Encoded ``metrics`` lines not yet sent, with the number of records they hold."""
@@ -138,15 +141,39 @@ class Reporter:
     def start(self) -> None:
         self._thread.start()
 
+    def hold_until_identified(self) -> None:
+        """Keep control messages (a parameter digest) unencoded until ``identify`` gives the rank
+        they carry; records wait in the buffer anyway, as the thread has not started."""
+        if self._early is None:
+            self._early = []
+
+    def identify(self, hello: protocol.Hello, rank: int, stacks_path: str | None) -> None:
+        """Before ``start``: the process turned out to be ``rank`` (``_spawn.LateRank``)."""
+        self._hello = hello
+        self._rank = rank
+        self._stacks_path = stacks_path
+        self._stacks_size = _file_size(stacks_path)
+        with self._early_lock:
+            for message in self._early or ():
+                if hasattr(message, "rank"):
+                    message.rank = rank
+                self._control.append(message.encode())
+            self._early = None
+
     @property
     def rank(self) -> int:
         return self._rank
 
     def send(self, message: protocol.Message) -> None:
         """Queue a control message; sent in order, before ``close`` returns."""
-        if len(self._control) >= MAX_CONTROL:
+        if len(self._control) + len(self._early or ()) >= MAX_CONTROL:
             self._lost += 1
             return
+        if self._early is not None:
+            with self._early_lock:
+                if self._early is not None:
+                    self._early.append(message)
+                    return
         self._control.append(message.encode())
         self._wake.set()
 

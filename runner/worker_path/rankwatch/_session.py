@@ -11,8 +11,9 @@ Order matters and is fixed here:
 6. in forked children (DataLoader workers), switch telemetry off: nobody drains
    their copy of the queue and the hub socket belongs to the parent.
 
-A process spawned by a self-spawning script (``_spawn``) starts its session once it
-knows its rank, and watches its parent itself (step 1 is skipped).
+A process spawned by a self-spawning script (``_spawn``) prepares its session at once
+(steps 5 and 6: its steps are measured from the first) and begins it (steps 2 to 4)
+once it knows its rank; it watches its parent itself (step 1 is skipped).
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ EXIT_FLUSH_TIMEOUT = 2.0
 class WorkerSession:
     """Telemetry for one worker process, from ``start`` to ``finish``."""
 
-    def __init__(self, environment: WorkerEnvironment, reporter: Reporter, buffer: RecordBuffer):
+    def __init__(self, environment: WorkerEnvironment, reporter: Reporter, buffer: RecordBuffer,
+                 argv: list[str] | None = None):
         self.environment = environment
+        self._argv = list(argv or [])
         self.reporter = reporter
         self.buffer = buffer
         self._pid = os.getpid()
@@ -49,27 +52,38 @@ class WorkerSession:
     def start(cls, environment: WorkerEnvironment, argv: list[str], watch_parent: bool = True) -> WorkerSession:
         """Turn telemetry on for this process (see the module docstring for the order);
         ``watch_parent`` False: the caller chose how this process dies with its parent (``_spawn``)."""
+        session = cls.prepare(environment, argv, watch_parent)
+        session.begin()
+        return session
+
+    @classmethod
+    def prepare(cls, environment: WorkerEnvironment, argv: list[str], watch_parent: bool = True) -> WorkerSession:
+        """Steps 1, 5 and 6, and ``rankwatch.log``: from now on records gather in the buffer,
+        but nothing is sent (no ``hello``) until ``begin``. A spawned process measures its
+        training from its first step while it learns which rank it is (``_spawn.LateRank``)."""
         if watch_parent:
             _process.die_with_parent()
-        stacks_path = None
-        if environment.stacks_dir:
-            stacks_path = _stacks.install_stack_dumps(environment.stacks_dir, environment.rank)
         buffer = RecordBuffer(environment.queue_limit)
-        reporter = Reporter(
-            environment.address,
-            hello_fields(environment, argv),
-            buffer,
-            environment.rank,
-            stacks_path,
-        )
-        session = cls(environment, reporter, buffer)
+        reporter = Reporter(environment.address, hello_fields(environment, argv), buffer, environment.rank)
+        reporter.hold_until_identified()
+        session = cls(environment, reporter, buffer, argv)
         rankwatch._activate(buffer)
-        reporter.start()
-        _failures.install_thread_excepthook(session._report_thread_exception)
         if environment.instrument:
             _torch_hook.call_when_imported(session._instrument)
         os.register_at_fork(after_in_child=session._after_fork_in_child)
         return session
+
+    def begin(self, environment: WorkerEnvironment | None = None) -> None:
+        """Steps 2 to 4, as ``environment``'s rank when given (the rank learned after ``prepare``)."""
+        if environment is not None:
+            self.environment = environment
+        environment = self.environment
+        stacks_path = None
+        if environment.stacks_dir:
+            stacks_path = _stacks.install_stack_dumps(environment.stacks_dir, environment.rank)
+        self.reporter.identify(hello_fields(environment, self._argv), environment.rank, stacks_path)
+        self.reporter.start()
+        _failures.install_thread_excepthook(self._report_thread_exception)
 
     def report_exception(self, exc: BaseException, traceback_text: str, fatal: bool = True) -> None:
         """Send an ``exception`` message for ``exc`` (the one ending the process when ``fatal``)."""

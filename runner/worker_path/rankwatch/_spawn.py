@@ -1,22 +1,32 @@
-"""Self-spawning scripts: the processes a script starts with ``torch.multiprocessing.spawn`` are its ranks.
+"""Self-spawning scripts: the processes a script starts itself are its ranks.
 
 In the ``self-spawn`` launch mode (``RANKWATCH_LAUNCH_MODE=self-spawn``) the runner starts
 the script once, with the interpreter and this bootstrap, no torchrun. Two cases:
 
-* **The script spawns** (its text calls ``spawn(`` or ``start_processes(``, the official
-  DDP tutorial's ``mp.spawn(demo_basic, args=(world_size,), nprocs=world_size)``): the
-  main process is the launcher. Its output is attached *pending* (``_output``) and
-  declared the launcher's when it calls spawn. Each spawned function is wrapped
-  (``SpawnedRank``): the child dies with the main process (SIGTERM, so a stop ends it
-  cleanly), attaches its own output pending, and turns telemetry on as the rank it
-  turns out to be: its ``init_process_group`` rank (the explicit ``rank=`` when given,
-  at once, so a hang in the rendezvous is seen; else ``get_rank()`` once it returns), or
-  its spawn index when it has not entered a process group ``STANDALONE_AFTER_SECONDS``
-  after it started, or when it ends first. Its failure and exit are reported as that
-  rank's. Should the main process end without spawning (a failure before the call),
-  it reports it as rank 0.
-* **The script does not spawn** (``DataParallel``: one process drives every GPU): the
-  main process is rank 0 of 1, from the start.
+* **The script starts its ranks** (``_rank_starters``): with ``torch.multiprocessing.spawn``
+  / ``start_processes`` (the official DDP tutorial's ``mp.spawn(demo_basic, nprocs=N)``),
+  or with ``multiprocessing.Process(target=F)`` where ``F`` reaches ``init_process_group``
+  (the "Writing Distributed Applications" tutorial's harness). The main process is the
+  launcher. Its output is attached *pending* (``_output``) and declared the launcher's
+  when it starts the first rank. Each rank's function is wrapped (``SpawnedRank``,
+  ``ProcessRank``; a ``Process`` whose target does not reach a process group is a helper
+  and left alone): the child dies with the main process (SIGTERM, so a stop ends it
+  cleanly), attaches its own output pending, prepares its telemetry session at once (its
+  steps are measured from the first one) and begins it as the rank it turns out to be
+  (``LateRank``).
+* **The script does not** (``DataParallel``: one process drives every GPU): the main
+  process is rank 0 of 1, from the start.
+
+A child learns its rank by watching, not by wrapping ``init_process_group``: the DDP
+tutorial series' ``multigpu.py`` imports it by name (``from torch.distributed import
+init_process_group``) in a module the child re-imports before any wrapper could exist. A
+watcher thread looks every ``WATCH_INTERVAL`` at the process group (``get_rank()`` once it
+exists) and at the running ``init_process_group`` frames (the explicit ``rank=`` at once, so
+a hang in the rendezvous is seen as that rank's); a process not in a group
+``STANDALONE_AFTER_SECONDS`` after it started is its start index's rank (a script without a
+process group), and so is one that ends first. Its failure and exit are reported as that
+rank's. Should the main process end without starting a rank (a failure before the call),
+it reports it as rank 0.
 
 Standard library only; torch is reached through the modules the script imported.
 """
@@ -29,19 +39,28 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rankwatch import _output, _process, _torch_hook
+from rankwatch import _output, _process, _rank_starters, _torch_hook
 from rankwatch._environment import WorkerEnvironment
 
 STANDALONE_AFTER_SECONDS = 3.0
-"""A spawned process that has not entered ``init_process_group`` this long after it started
-is its spawn index's rank (a script without a process group)."""
+"""A spawned process that is not in (nor entering) a process group this long after it started
+is its start index's rank (a script without a process group)."""
+WATCH_INTERVAL = 0.05
+"""How often a spawned process that does not know its rank yet looks for it (``LateRank``)."""
 SPAWN_FUNCTIONS = ("spawn", "start_processes")
 SPAWN_CALL = re.compile(rb"\b(?:spawn|start_processes)\s*\(")
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
+C10D_FILE = "distributed_c10d.py"
+"""``init_process_group``'s source file: its frames are found by name and file, whatever
+decorators wrap it and whatever name the script imported it under."""
 
+PrepareSession = Callable[[WorkerEnvironment], Any]
+"""Prepares telemetry for an environment (``WorkerSession.prepare``: measures, sends nothing
+until its ``begin(environment)``); returns the session."""
 StartSession = Callable[[WorkerEnvironment], Any]
 """Starts telemetry for an environment (``_bootstrap``: ``WorkerSession.start``); returns the session."""
 
@@ -55,8 +74,8 @@ def rank_environ(rank: int, world_size: int, environ: Mapping[str, str] | None =
 
 
 def target_spawns(is_module: bool, name: str) -> bool:
-    """Whether the script (or module, ``-m``) calls ``spawn(`` / ``start_processes(``: its main
-    process is then a launcher, not a rank. One that cannot be found or read: assumed to."""
+    """Whether the script (or module, ``-m``) starts its own ranks (``_rank_starters``): its
+    main process is then a launcher, not a rank. One that cannot be found or read: assumed to."""
     return script_spawns(module_path(name) if is_module else name)
 
 
@@ -74,30 +93,38 @@ def module_path(name: str) -> str | None:
 
 
 def script_spawns(path: str | None) -> bool:
-    """Whether the file's text calls ``spawn(`` / ``start_processes(``; ``None`` or an
-    unreadable file: assumed to."""
+    """Whether the file's text calls ``spawn(`` / ``start_processes(`` or starts a ``Process``
+    whose target reaches ``init_process_group``; ``None`` or an unreadable file: assumed to."""
     if path is None:
         return True
     try:
         if os.path.getsize(path) > MAX_SCRIPT_BYTES:
             return True
         with open(path, "rb") as source:
-            return SPAWN_CALL.search(source.read()) is not None
+            text = source.read()
     except OSError:
         return True
+    if SPAWN_CALL.search(text) is not None:
+        return True
+    return _rank_starters.find_process_rank_start(text.decode("utf-8", errors="replace")) is not None
 
 
 class Launcher:
-    """The main process of a script that spawns its ranks."""
+    """The main process of a script that starts its ranks."""
 
     def __init__(self, start_session: StartSession) -> None:
         self.start_session = start_session
         self.spawned = False
         self._lock = threading.Lock()
+        self._process_ranks = 0
+        """Ranks started with ``Process`` so far: the next one's start index."""
 
     def install(self) -> None:
-        """Wrap torch's spawn functions once the script imports torch."""
+        """Wrap torch's spawn functions and ``Process.start`` once the script imports torch (not
+        before: importing ``multiprocessing`` while the bootstrap is ``__main__`` would make the
+        bootstrap multiprocessing's ``__mp_main__``, where spawned children's classes are looked up)."""
         _torch_hook.call_when_imported(self._wrap_spawn)
+        _torch_hook.call_when_imported(lambda torch: self._wrap_process_start())
 
     def session_without_spawn(self) -> Any:
         """The main process ended (or failed) without spawning: it was rank 0 of 1 after all."""
@@ -107,6 +134,14 @@ class Launcher:
             self.spawned = True  # one session at most
         environment = WorkerEnvironment.from_environ(rank_environ(0, 1))
         return None if environment is None else self.start_session(environment)
+
+    def _declare(self) -> None:
+        """The first rank is being started: this process's output is the launcher's."""
+        with self._lock:
+            first = not self.spawned
+            self.spawned = True
+        if first:
+            _output.declare_launcher()
 
     def _wrap_spawn(self, torch: Any) -> None:
         multiprocessing = getattr(torch, "multiprocessing", None) or sys.modules.get("torch.multiprocessing")
@@ -121,11 +156,7 @@ class Launcher:
         launcher = self
 
         def spawn(fn, args=(), nprocs=1, *rest, **kwargs):
-            with launcher._lock:
-                first = not launcher.spawned
-                launcher.spawned = True
-            if first:
-                _output.declare_launcher()
+            launcher._declare()
             return original(SpawnedRank(fn, nprocs if isinstance(nprocs, int) else 1, os.getpid()),
                             args, nprocs, *rest, **kwargs)
 
@@ -135,9 +166,58 @@ class Launcher:
         spawn.__doc__ = getattr(original, "__doc__", None)
         return spawn
 
+    def _wrap_process_start(self) -> None:
+        """``Process.start`` of every context (fork, spawn, forkserver): a process whose target
+        reaches ``init_process_group`` runs as a rank (``ProcessRank``); others are untouched."""
+        import multiprocessing.process
+
+        base = multiprocessing.process.BaseProcess
+        original = base.start
+        if getattr(original, "_rankwatch_spawn", False):
+            return
+        launcher = self
+
+        def start(process):
+            target = getattr(process, "_target", None)
+            if target is not None and not isinstance(target, (ProcessRank, SpawnedRank)) \
+                    and _rank_starters.starts_a_rank(target):
+                launcher._declare()
+                with launcher._lock:
+                    index = launcher._process_ranks
+                    launcher._process_ranks += 1
+                process._target = ProcessRank(target, index, os.getpid())
+            return original(process)
+
+        start._rankwatch_spawn = True  # type: ignore[attr-defined]
+        start.__wrapped__ = original  # type: ignore[attr-defined]
+        start.__doc__ = original.__doc__
+        base.start = start  # type: ignore[method-assign]
+
+
+def run_as_rank(call: Callable[[], Any], index: int, nprocs: int | None, parent: int) -> Any:
+    """Run ``call`` (a rank's function) in this started process as the rank it turns out to be."""
+    from rankwatch._session import WorkerSession
+
+    _process.die_with_parent(signal.SIGTERM, parent=parent)
+    _output.attach_output(pending=True)
+    argv = list(sys.argv)
+    rank = LateRank(index, nprocs, lambda environment: WorkerSession.prepare(environment, argv, watch_parent=False))
+    rank.arm()
+    try:
+        result = call()
+    except SystemExit as exc:
+        code = exc.code
+        rank.finish(0 if code is None else code if isinstance(code, int) else 1)
+        raise
+    except BaseException as exc:
+        rank.fail(exc)
+        raise
+    rank.finish(0)
+    return result
+
 
 class SpawnedRank:
-    """The function a spawned process runs, wrapped: ``fn(index, *args)`` as one rank.
+    """The function ``torch.multiprocessing.spawn`` runs, wrapped: ``fn(index, *args)`` as one rank.
 
     Pickled to the child by reference (this class) with the user's ``fn``, as ``fn`` alone
     would have been.
@@ -149,64 +229,68 @@ class SpawnedRank:
         self.parent = parent
 
     def __call__(self, index: int, *args: Any) -> Any:
-        from rankwatch._session import WorkerSession
+        return run_as_rank(lambda: self.fn(index, *args), index, self.nprocs, self.parent)
 
-        _process.die_with_parent(signal.SIGTERM, parent=self.parent)
-        _output.attach_output(pending=True)
-        rank = LateRank(index, self.nprocs, lambda environment: WorkerSession.start(
-            environment, list(sys.argv), watch_parent=False))
-        rank.arm()
-        try:
-            result = self.fn(index, *args)
-        except SystemExit as exc:
-            code = exc.code
-            rank.finish(0 if code is None else code if isinstance(code, int) else 1)
-            raise
-        except BaseException as exc:
-            rank.fail(exc)
-            raise
-        rank.finish(0)
-        return result
+
+class ProcessRank:
+    """The target of a ``multiprocessing.Process`` that is a rank, wrapped: ``target(*args)``.
+
+    The number of ranks is not known when one starts (the script starts them one by one):
+    the process group says it; without one, the start index's rank is one of ``index + 1``.
+    """
+
+    def __init__(self, target: Callable, index: int, parent: int) -> None:
+        self.target = target
+        self.index = index
+        self.parent = parent
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return run_as_rank(lambda: self.target(*args, **kwargs), self.index, None, self.parent)
 
 
 class LateRank:
-    """Telemetry for a spawned process whose rank is learned late (see the module docstring)."""
+    """Telemetry for a started process whose rank is learned late (see the module docstring)."""
 
-    def __init__(self, index: int, nprocs: int, start_session: StartSession) -> None:
+    def __init__(self, index: int, nprocs: int | None, prepare_session: PrepareSession) -> None:
         self.index = index
         self.nprocs = nprocs
-        self.start_session = start_session
         self.session: Any = None
         self._started = False
-        self._in_process_group = False
         self._lock = threading.Lock()
-        self._timer: threading.Timer | None = None
+        self._stop = threading.Event()
+        environment = WorkerEnvironment.from_environ(rank_environ(index, self._fallback_world_size()))
+        if environment is None:
+            return
+        try:
+            self.session = prepare_session(environment)
+        except Exception as exc:  # telemetry is optional, the training is not
+            sys.stderr.write(f"rankwatch: telemetry disabled ({type(exc).__name__}: {exc})\n")
 
     def arm(self) -> None:
-        """Watch ``init_process_group``; fall back on the spawn index after a while."""
-        _torch_hook.call_when_imported(self._wrap_init_process_group)
-        self._timer = threading.Timer(STANDALONE_AFTER_SECONDS, self._standalone)
-        self._timer.daemon = True
-        self._timer.start()
+        """Watch for the rank in the background (the training thread is never paused)."""
+        if self.session is None:
+            return
+        threading.Thread(target=self._watch, name="rankwatch-rank", daemon=True).start()
 
-    def start(self, rank: int, world_size: int) -> None:
-        """Turn telemetry on as ``rank`` of ``world_size`` (once; later calls do nothing)."""
+    def start(self, rank: int, world_size: int | None) -> None:
+        """Begin sending as ``rank`` of ``world_size`` (once; later calls do nothing)."""
         with self._lock:
             if self._started:
                 return
             self._started = True
-        if self._timer is not None:
-            self._timer.cancel()
-        environment = WorkerEnvironment.from_environ(rank_environ(rank, world_size))
-        if environment is None:
+        self._stop.set()
+        if self.session is None:
             return
+        world_size = world_size if world_size is not None and world_size > 0 else self._fallback_world_size()
+        environment = WorkerEnvironment.from_environ(rank_environ(rank, world_size))
         try:
-            self.session = self.start_session(environment)
+            self.session.begin(environment)
         except Exception as exc:  # telemetry is optional, the training is not
             sys.stderr.write(f"rankwatch: telemetry disabled ({type(exc).__name__}: {exc})\n")
+            self.session = None
 
     def finish(self, code: int) -> None:
-        self.start(self.index, self.nprocs)
+        self.start(*self._rank_now(include_frames=False) or (self.index, None))
         if self.session is not None:
             self.session.finish(code)
 
@@ -214,7 +298,7 @@ class LateRank:
         """Report the exception that ends this rank (the caller re-raises it)."""
         from rankwatch import _failures
 
-        self.start(self.index, self.nprocs)
+        self.start(*self._rank_now(include_frames=False) or (self.index, None))
         if self.session is None:
             return
         try:
@@ -223,38 +307,52 @@ class LateRank:
             pass
         self.session.finish(-int(signal.SIGINT) if isinstance(exc, KeyboardInterrupt) else 1)
 
-    def _standalone(self) -> None:
-        if not self._in_process_group:
-            self.start(self.index, self.nprocs)
+    def _fallback_world_size(self) -> int:
+        return self.nprocs if self.nprocs is not None else self.index + 1
 
-    def _wrap_init_process_group(self, torch: Any) -> None:
-        distributed = getattr(torch, "distributed", None)
-        original = getattr(distributed, "init_process_group", None)
-        if not callable(original) or getattr(original, "_rankwatch_spawn", False):
-            return
-        late = self
-
-        def init_process_group(*args, **kwargs):
-            late._in_process_group = True
-            world_size = kwargs.get("world_size", args[3] if len(args) > 3 else -1)
-            rank = kwargs.get("rank", args[4] if len(args) > 4 else -1)
-            if isinstance(rank, int) and rank >= 0:
-                late.start(rank, world_size if isinstance(world_size, int) and world_size > 0 else late.nprocs)
+    def _watch(self) -> None:
+        standalone_at = time.monotonic() + STANDALONE_AFTER_SECONDS
+        while not self._stop.is_set():
             try:
-                return original(*args, **kwargs)
-            finally:
-                late._after_init(distributed)
+                found = self._rank_now(include_frames=True)
+                if found is not None:
+                    self.start(*found)
+                elif time.monotonic() >= standalone_at and not self._entering_group():
+                    self.start(self.index, None)
+            except Exception:
+                self.start(self.index, None)
+            self._stop.wait(WATCH_INTERVAL)
 
-        init_process_group._rankwatch_spawn = True  # type: ignore[attr-defined]
-        init_process_group.__wrapped__ = original  # type: ignore[attr-defined]
-        init_process_group.__doc__ = getattr(original, "__doc__", None)
-        distributed.init_process_group = init_process_group
-        # ``from torch.distributed import init_process_group`` after this sees the wrapper too;
-        # a name imported before torch finished importing cannot be reached (the index is used).
-
-    def _after_init(self, distributed: Any) -> None:
+    def _rank_now(self, include_frames: bool) -> tuple[int, int | None] | None:
+        """``(rank, world size)`` from the process group, or from a running ``init_process_group``'s
+        explicit ``rank=``; None while neither says."""
+        distributed = sys.modules.get("torch.distributed")
         try:
-            rank, world_size = int(distributed.get_rank()), int(distributed.get_world_size())
+            if distributed is not None and distributed.is_available() and distributed.is_initialized():
+                return int(distributed.get_rank()), int(distributed.get_world_size())
         except Exception:
-            rank, world_size = self.index, self.nprocs
-        self.start(rank, world_size)
+            pass
+        if not include_frames:
+            return None
+        for frame in _init_process_group_frames():
+            arguments = frame.f_locals
+            rank, world_size = arguments.get("rank"), arguments.get("world_size")
+            if isinstance(rank, int) and rank >= 0:
+                return rank, world_size if isinstance(world_size, int) else None
+        return None
+
+    def _entering_group(self) -> bool:
+        return bool(_init_process_group_frames())
+
+
+def _init_process_group_frames() -> list[Any]:
+    """The frames of ``init_process_group`` running in any thread of this process, innermost
+    first (found by code name and file: the name the script imported it under does not matter)."""
+    frames = []
+    for frame in list(sys._current_frames().values()):
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "init_process_group" and code.co_filename.endswith(C10D_FILE):
+                frames.append(frame)
+            frame = frame.f_back
+    return frames

@@ -194,26 +194,49 @@ class Launcher:
         base.start = start  # type: ignore[method-assign]
 
 
-def run_as_rank(call: Callable[[], Any], index: int, nprocs: int | None, parent: int) -> Any:
-    """Run ``call`` (a rank's function) in this started process as the rank it turns out to be."""
-    from rankwatch._session import WorkerSession
+class AsRank:
+    """``with AsRank(index, nprocs, parent):`` the body is this started process's rank's work.
 
-    _process.die_with_parent(signal.SIGTERM, parent=parent)
-    _output.attach_output(pending=True)
-    argv = list(sys.argv)
-    rank = LateRank(index, nprocs, lambda environment: WorkerSession.prepare(environment, argv, watch_parent=False))
-    rank.arm()
-    try:
-        result = call()
-    except SystemExit as exc:
-        code = exc.code
-        rank.finish(0 if code is None else code if isinstance(code, int) else 1)
-        raise
-    except BaseException as exc:
-        rank.fail(exc)
-        raise
-    rank.finish(0)
-    return result
+    Entering: the process dies with its parent (SIGTERM, so a stop ends it cleanly), its
+    output is attached pending, its session prepared and its rank watched for (``LateRank``).
+    Leaving: its exit, or its failure with Rankwatch's frames hidden from the traceback that
+    the process prints and that ``torch.multiprocessing.spawn`` sends its parent (a context
+    manager rather than a wrapping function: no frame of ours sits between the caller and
+    the user's function).
+    """
+
+    def __init__(self, index: int, nprocs: int | None, parent: int) -> None:
+        self.index = index
+        self.nprocs = nprocs
+        self.parent = parent
+        self.rank: LateRank | None = None
+
+    def __enter__(self) -> AsRank:
+        from rankwatch._session import WorkerSession
+
+        _process.die_with_parent(signal.SIGTERM, parent=self.parent)
+        _output.attach_output(pending=True)
+        argv = list(sys.argv)
+        self.rank = LateRank(self.index, self.nprocs,
+                             lambda environment: WorkerSession.prepare(environment, argv, watch_parent=False))
+        self.rank.arm()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        rank = self.rank
+        if rank is None:
+            return False
+        if exc is None:
+            rank.finish(0)
+        elif isinstance(exc, SystemExit):
+            code = exc.code
+            rank.finish(0 if code is None else code if isinstance(code, int) else 1)
+        else:
+            from rankwatch import _failures
+
+            _failures.hide_own_frames(exc)
+            rank.fail(exc)
+        return False
 
 
 class SpawnedRank:
@@ -229,7 +252,8 @@ class SpawnedRank:
         self.parent = parent
 
     def __call__(self, index: int, *args: Any) -> Any:
-        return run_as_rank(lambda: self.fn(index, *args), index, self.nprocs, self.parent)
+        with AsRank(index, self.nprocs, self.parent):
+            return self.fn(index, *args)
 
 
 class ProcessRank:
@@ -245,7 +269,8 @@ class ProcessRank:
         self.parent = parent
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return run_as_rank(lambda: self.target(*args, **kwargs), self.index, None, self.parent)
+        with AsRank(self.index, None, self.parent):
+            return self.target(*args, **kwargs)
 
 
 class LateRank:

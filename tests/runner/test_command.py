@@ -143,6 +143,22 @@ def test_auto_launch_mode_starts_a_spawning_script_once_with_the_interpreter(tmp
     assert (chosen.mode, chosen.chosen_by) == ("self-spawn", "profile")
 
 
+
+def test_auto_launch_mode_starts_a_process_harness_once_and_leaves_a_helper_process_to_torchrun(tmp_path):
+    """PyTorch's "Writing Distributed Applications" harness starts its ranks with Process; a
+    script whose Process serves data is torchrun's."""
+    script = tmp_path / "run.py"
+    script.write_text("import os\nimport torch.distributed as dist\nfrom torch.multiprocessing import Process\n\n"
+                      "def init_process(rank, size):\n    dist.init_process_group('gloo', rank=rank, world_size=size)\n\n"
+                      "if __name__ == '__main__':\n    for rank in range(2):\n"
+                      "        Process(target=init_process, args=(rank, 2)).start()\n")
+    launch = resolve(LaunchSpec(script=str(script)), NO_GPU)
+    assert (launch.launch_mode.mode, launch.launch_mode.chosen_by) == ("self-spawn", "auto")
+    assert launch.launch_mode.reason == "the script starts its own ranks: Process(target=init_process) on line 10"
+    script.write_text(script.read_text().replace("target=init_process", "target=print"))
+    helper = resolve(LaunchSpec(script=str(script)), NO_GPU).launch_mode
+    assert helper.mode == "torchrun" and "no Process that calls init_process_group" in helper.reason
+
 IMAGENET_STYLE = """import argparse
 import torch.multiprocessing as mp
 parser = argparse.ArgumentParser()

@@ -55,7 +55,6 @@ from runner.launch.command import (
 )
 from runner.launch.nodes import LocalNode, NodeHandle
 from runner.launch.output import OutputLine
-from runner.launch.rendezvous import plan_rendezvous
 from runner.profile.check import check_launch
 from runner.profile.files import Profile, dumps_spec
 from runner.profile.parse import SpecErrors, spec_to_dict
@@ -64,6 +63,7 @@ from runner.profile.spec import SELF_SPAWN
 from runner.remote.addresses import remote_nodes
 from runner.remote.head import RemoteNodes
 from runner.remote.preflight import preflight_nodes
+from runner.remote.rendezvous import plan_rendezvous
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import shared_nvml
 from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage

@@ -25,15 +25,15 @@ from runner.format import (
 from runner.hub.client import HubClient
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
-from runner.store.store import RunNotFound, RunStore
-from runner.view.phase_bars import phase_lines
-from runner.view.rank_stats import (
+from runner.store.rank_stats import (
     BUILT_IN_METRICS,
     LoggedKey,
     RankStats,
     run_gpu_utilisation,
     run_statistics,
 )
+from runner.store.store import RunNotFound, RunStore
+from runner.view.phase_bars import phase_lines
 from runner.view.terminal import TerminalView, format_prefix, render_summary
 
 

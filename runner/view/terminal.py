@@ -25,9 +25,9 @@ from runner.format import (
     format_percent,
 )
 from runner.state import RankState, RunStatus
+from runner.store.rank_stats import BUILT_IN_METRICS, RankStats
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
 from runner.view.progress import PROGRESS_METRICS, ProgressTracker, compute_progress, progress_texts
-from runner.view.rank_stats import BUILT_IN_METRICS, RankStats
 
 if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
     from rich.console import Console

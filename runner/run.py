@@ -55,7 +55,6 @@ from runner.launch.command import (
 )
 from runner.launch.nodes import LocalNode, NodeHandle
 from runner.launch.output import OutputLine
-from runner.launch.rendezvous import plan_rendezvous
 from runner.profile.check import check_launch
 from runner.profile.files import Profile, dumps_spec
 from runner.profile.parse import SpecErrors, spec_to_dict
@@ -64,8 +63,9 @@ from runner.profile.spec import SELF_SPAWN
 from runner.remote.addresses import remote_nodes
 from runner.remote.head import RemoteNodes
 from runner.remote.preflight import preflight_nodes
+from runner.remote.rendezvous import plan_rendezvous
 from runner.sampling.gpu_report import GpuReport
-from runner.sampling.nvml import detect_machine
+from runner.sampling.nvml import shared_nvml
 from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_gpu_usage
 from runner.slurm.nodes import SlurmNodes
 from runner.slurm.preflight import preflight_slurm
@@ -90,6 +90,13 @@ class PreparedLaunch:
         """The commands to run the job by hand; ``init_file``: the file ``{init_method:file}`` names
         (a run's own; without it, a fresh private one the shell makes)."""
         return build_commands(self.launch, self.plan, init_file=init_file)
+
+
+def detect_machine() -> MachineFacts:
+    """This machine's facts for resolving a spec: usable CPUs and the GPUs (NVML, the sampler's
+    shared session). Composed here, above both: the spec's resolution knows no NVML, the sampling
+    no spec."""
+    return MachineFacts.detect(gpus=shared_nvml().report(with_processes=False))
 
 
 def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_interpreter: bool = True,

@@ -12,7 +12,6 @@ from __future__ import annotations
 from runner.interpreters import discover_interpreters
 from runner.launch.command import RendezvousPlan, build_commands
 from runner.launch.ports import free_port
-from runner.launch.rendezvous import plan_rendezvous
 from runner.profile.check import check_launch, torch_missing
 from runner.profile.files import (
     EXAMPLE_PROFILE,
@@ -53,6 +52,7 @@ from runner.profile.spec import (
     SlurmSpec,
     TelemetrySpec,
 )
+from runner.remote.rendezvous import plan_rendezvous
 from runner.slurm.script import render_by_hand
 
 __all__ = [

@@ -19,8 +19,8 @@ from typing import Any
 
 from rankwatch import _protocol
 from runner.store.liveness import effective_status, is_live
+from runner.store.rank_stats import run_statistics
 from runner.store.store import RunNotFound, RunStore
-from runner.view.rank_stats import run_statistics
 
 __all__ = ["RunNotFound", "RunRecords", "export_run", "loss_rows", "rank_results", "run_now", "run_records",
            "runs", "with_liveness"]
@@ -87,7 +87,7 @@ def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
 
 def rank_results(store: RunStore, run_id: int) -> dict[int, dict[str, Any]]:
     """Each rank's figures over the whole run, by rank: ``steps``, ``median_step_time``,
-    ``data_wait_share``, ``comm_wait_share``, ``samples_per_s``... (``runner.view.rank_stats``:
+    ``data_wait_share``, ``comm_wait_share``, ``samples_per_s``... (``runner.store.rank_stats``:
     what ``rankwatch show`` and the end of a plain run print)."""
     stats, _logged = run_statistics(store, run_id)
     return {entry.rank: entry.to_json() for entry in stats}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 
 from runner.launch.ports import free_port
@@ -14,7 +13,7 @@ from runner.sampling.gpu_report import GpuProcess, GpuReport
 from runner.sampling.nvml import shared_nvml
 from runner.sampling.process_names import with_local_names
 from runner.store.rank_processes import RunProcess, run_processes
-from runner.store.schema import StoreVersionError
+from runner.store.schema import StoreError, StoreVersionError
 from runner.store.store import RunNotFound, RunStore
 from runner.view.terminal import format_bytes
 
@@ -47,7 +46,7 @@ def gpu_process_owners(report: GpuReport) -> dict[int, RunProcess]:
     try:
         with RunStore(readonly=True) as store:
             return run_processes(store, pids)
-    except (RunNotFound, StoreVersionError, sqlite3.Error, OSError):
+    except (RunNotFound, StoreVersionError, StoreError, OSError):
         return {}
 
 

@@ -35,8 +35,8 @@ from runner.run import Run, prepare_launch
 from runner.sampling.nvml import shared_nvml
 from runner.slurm.script import render_by_hand
 from runner.state import RunStatus
+from runner.store.rank_stats import run_statistics
 from runner.store.store import RunStore
-from runner.view.rank_stats import run_statistics
 from runner.view.terminal import TerminalView, render_summary
 
 

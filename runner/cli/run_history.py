@@ -13,11 +13,7 @@ from pathlib import Path
 from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.exit_status import describe_exit_code
-from runner.hub.client import HubClient
-from runner.state import RunStatus
-from runner.store.liveness import effective_status, runner_alive
-from runner.store.store import RunNotFound, RunStore
-from runner.view.format import (
+from runner.format import (
     MISSING,
     format_amount,
     format_bytes,
@@ -26,14 +22,18 @@ from runner.view.format import (
     format_number,
     format_percent,
 )
-from runner.view.phase_bars import phase_lines
-from runner.view.rank_stats import (
+from runner.hub.client import HubClient
+from runner.state import RunStatus
+from runner.store.liveness import effective_status, runner_alive
+from runner.store.rank_stats import (
     BUILT_IN_METRICS,
     LoggedKey,
     RankStats,
     run_gpu_utilisation,
     run_statistics,
 )
+from runner.store.store import RunNotFound, RunStore
+from runner.view.phase_bars import phase_lines
 from runner.view.terminal import TerminalView, format_prefix, render_summary
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import BACKWARD, Place, is_user_code, place_of
-from runner.view.format import format_bytes
+from runner.format import format_bytes
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,8 @@ import subprocess
 import sys
 import time
 
-from runner.launch.process_tree import (
-    MARKER_VARIABLE,
-    find_job_pids,
-    set_parent_death_signal,
-    signal_pids,
-)
+from runner.launch.process_tree import find_job_pids, set_parent_death_signal, signal_pids
+from runner.processes import MARKER_VARIABLE
 
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 AWAITED_SIGNALS = STOP_SIGNALS | {signal.SIGCHLD}

@@ -6,8 +6,8 @@ of a job. Instead every process of a job carries an environment marker
 (``RANKWATCH_RUN_KEY=<job key>``, inherited from the runner's launch), and cleanup scans
 ``/proc/*/environ`` for it. The runner itself never carries the marker.
 
-Standard library only: the sentinel (``runner.launch.sentinel``) uses it in a bare
-interpreter that must start fast.
+Standard library only (and ``runner.processes``, the marker and whether a pid is alive): the
+sentinel (``runner.launch.sentinel``) uses it in a bare interpreter that must start fast.
 """
 
 from __future__ import annotations
@@ -19,12 +19,9 @@ import signal
 import time
 from collections.abc import Iterable
 
-MARKER_VARIABLE = "RANKWATCH_RUN_KEY"
+from runner.processes import is_zombie, marker_bytes, pid_alive
+
 PR_SET_PDEATHSIG = 1
-
-
-def marker_bytes(run_key: str) -> bytes:
-    return f"{MARKER_VARIABLE}={run_key}".encode()
 
 
 def find_job_pids(run_key: str) -> list[int]:
@@ -47,7 +44,7 @@ def find_job_pids(run_key: str) -> list[int]:
                 environ = handle.read()
         except OSError:
             continue  # gone, or another user's
-        if (needle + b"\0" in environ or environ.endswith(needle)) and not _is_zombie(pid):
+        if (needle + b"\0" in environ or environ.endswith(needle)) and not is_zombie(pid):
             found.append(pid)
     return found
 
@@ -60,17 +57,7 @@ def carries_marker(pid: int, run_key: str) -> bool:
             environ = handle.read()
     except OSError:
         return False
-    return (needle + b"\0" in environ or environ.endswith(needle)) and not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return True
-    # The state letter follows the command name, which is in parentheses and may hold spaces.
-    return stat[stat.rfind(b")") + 2: stat.rfind(b")") + 3] in (b"Z", b"X")
+    return (needle + b"\0" in environ or environ.endswith(needle)) and not is_zombie(pid)
 
 
 def signal_pids(pids: Iterable[int], sig: int) -> None:
@@ -107,17 +94,6 @@ def end_job(run_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: fl
     while time.monotonic() < deadline and find_job_pids(run_key):
         time.sleep(poll)
     return stubborn
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie (another user's process counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _is_zombie(pid)
 
 
 def set_parent_death_signal(sig: int = signal.SIGTERM, parent: int | None = None) -> None:

@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sqlite3
 import sys
 import time
 
 from runner.launch.process_tree import end_job
 from runner.store.lost_run import record_lost_run
+from runner.store.schema import StoreError
 
 GRACE_SECONDS = 3.0
 
@@ -50,7 +50,7 @@ def runner_ended_cleanly() -> bool:
 
 
 def _record_lost(store_path: str, run_id: int, died: float, processes_killed: int) -> None:
-    with contextlib.suppress(sqlite3.Error):  # nobody to tell: readers see the run as lost anyway
+    with contextlib.suppress(StoreError):  # nobody to tell: readers see the run as lost anyway
         record_lost_run(store_path, run_id, died=died, processes_killed=processes_killed)
 
 

@@ -32,7 +32,7 @@ class MachineFacts:
     @classmethod
     def detect(cls, gpus: GpuReport) -> MachineFacts:
         """This machine's usable CPUs, with ``gpus`` as reported by NVML or `rankwatch probe`
-        (NVML itself is queried by ``runner.sampling.nvml.detect_machine``)."""
+        (NVML itself is queried by ``runner.run.detect_machine``)."""
         return cls(cpu_count=usable_cpus(), gpus=gpus)
 
 

@@ -9,7 +9,7 @@ fix: the node cannot be reached (and why, as ssh said), the interpreter is
 missing, Rankwatch or torch is not installed for it, versions differ from the
 head's, the working directory or script is missing there. Then the head checks
 that it has an address the nodes can reach it at. (The rendezvous port on the
-head is checked by ``runner.launch.rendezvous``.)
+head is checked by ``runner.remote.rendezvous``.)
 
 ``probe_nodes`` returns the per-node facts too, for the GUI's node table.
 """

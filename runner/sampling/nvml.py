@@ -19,7 +19,6 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from runner.profile.resolve import MachineFacts
 from runner.sampling.gpu_report import GpuProcess, GpuReport, GpuSnapshot
 
 
@@ -156,8 +155,3 @@ def shared_nvml() -> Nvml:
         if _shared is None:
             _shared = Nvml()
         return _shared
-
-
-def detect_machine():
-    """This machine's facts for resolving a spec: usable CPUs and the GPUs (via NVML)."""
-    return MachineFacts.detect(gpus=shared_nvml().report(with_processes=False))

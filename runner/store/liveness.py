@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from runner.launch.process_tree import pid_alive
+from runner.processes import pid_alive
 from runner.state import RunStatus
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")

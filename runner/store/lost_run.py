@@ -36,7 +36,7 @@ def record_lost_run(store_path: str, run_id: int, *, died: float, processes_kill
     row was changed (False: the run had an end already).
 
     Raises:
-        sqlite3.Error: the store cannot be opened or written (locked beyond the busy
+        StoreError (``sqlite3.Error``): the store cannot be opened or written (locked beyond the busy
             timeout, disk full, read-only).
     """
     connection = sqlite3.connect(store_path, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None)

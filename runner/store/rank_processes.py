@@ -1,7 +1,7 @@
 """Which run, and which rank of it, a process on this machine belongs to: `rankwatch gpus` names them.
 
 Every process of a run carries the run's marker in its environment (``RANKWATCH_RUN_KEY``,
-``runner.launch.process_tree``), and the store knows each rank's pid (from its hello). A
+``runner.processes``), and the store knows each rank's pid (from its hello). A
 process belongs to a run when it carries the marker of a run whose runner is alive
 (``runner.store.liveness``); it is a rank when its pid is that rank's. The marker is what
 makes the pid trustworthy: a rank's pid on another node, or a pid the kernel gave to another
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from runner.launch.process_tree import MARKER_VARIABLE
+from runner.processes import MARKER_VARIABLE
 from runner.store.liveness import runner_alive
 
 LIVE_RUNS_LIMIT = 1000

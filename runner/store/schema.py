@@ -151,6 +151,12 @@ class StoreVersionError(RuntimeError):
     """The store was written by a newer Rankwatch."""
 
 
+StoreError = sqlite3.Error
+"""What the store raises when SQLite cannot open, read or write it (locked beyond the busy
+timeout, corrupt, full). Code outside ``runner.store`` catches this name, never ``sqlite3``'s:
+only the store speaks SQLite (an import-linter contract holds it)."""
+
+
 def migrate(connection: sqlite3.Connection) -> int:
     """Bring ``connection``'s database to ``SCHEMA_VERSION``; returns the version found.
 

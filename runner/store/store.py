@@ -40,6 +40,7 @@ from rankwatch._protocol import (
 )
 from runner import paths, privacy
 from runner.store.liveness import process_identity
+from runner.store.rank_stats import RANK_SUMMARY_COLUMNS, rank_summary_rows, run_statistics
 from runner.store.schema import TABLES, migrate
 
 BUSY_TIMEOUT_MS = 10_000
@@ -459,10 +460,8 @@ class RunStore:
 
     def export_csv(self, run_id: int, folder: Path) -> list[Path]:
         """One CSV per table, rows of this run only; then ``steps.csv`` (``steps``) and
-        ``rank_summary.csv`` (each rank's ``runner.view.rank_stats.RankStats``, what `runs show`
+        ``rank_summary.csv`` (each rank's ``runner.store.rank_stats.RankStats``, what `runs show`
         gives). Returns the files written. A value not measured is an empty cell."""
-        from runner.view.rank_stats import RANK_SUMMARY_COLUMNS, rank_summary_rows, run_statistics
-
         folder.mkdir(parents=True, exist_ok=True)
         written = []
         for table in TABLES:

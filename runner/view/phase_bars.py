@@ -12,7 +12,7 @@ phase rounded, the largest remainders first), so a straggler's longer forward sh
 from __future__ import annotations
 
 from rankwatch import _protocol as protocol
-from runner.view.format import MISSING, format_percent
+from runner.format import MISSING, format_percent
 
 LETTERS = {"data": "d", "h2d": "h", "forward": "F", "backward": "B", "comm": "c", "optimizer": "O", "rest": "·"}
 BAR_WIDTH = 24

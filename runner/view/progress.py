@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runner.format import format_duration
 from runner.state import RunStatus
-from runner.view.format import format_duration
 
 TOTAL_STEP_METRICS = ("total_steps", "max_steps", "num_steps")
 TOTAL_EPOCH_METRICS = ("epochs", "total_epochs", "num_epochs", "max_epochs")

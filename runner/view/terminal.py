@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rankwatch._protocol import describe_losses, working_without_steps
 from runner.diagnosis.report import format_diagnostics
 from runner.exit_status import describe_exit_code, describe_stop_reason
-from runner.state import RankState, RunStatus
-from runner.view.format import (
+from runner.format import (
     MISSING,
     format_amount,
     format_bytes,
@@ -25,9 +24,10 @@ from runner.view.format import (
     format_number,
     format_percent,
 )
+from runner.state import RankState, RunStatus
+from runner.store.rank_stats import BUILT_IN_METRICS, RankStats
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
 from runner.view.progress import PROGRESS_METRICS, ProgressTracker, compute_progress, progress_texts
-from runner.view.rank_stats import BUILT_IN_METRICS, RankStats
 
 if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
     from rich.console import Console

@@ -31,8 +31,8 @@ from runner.sampling.process_names import (
     with_local_names,
 )
 from runner.sampling.samplers import GpuSampler
+from runner.store.rank_stats import RANK_SUMMARY_COLUMNS, run_statistics
 from runner.store.store import STEP_TABLE_COLUMNS, RecordBatch, RunStore
-from runner.view.rank_stats import RANK_SUMMARY_COLUMNS, run_statistics
 from tests.fakes.fake_pynvml import (
     H200_MEMORY_TOTAL,
     FakeNvml,

@@ -18,8 +18,8 @@ from runner.exit_status import (
     process_exit_code,
     stopped_run_exit_code,
 )
+from runner.store.rank_stats import run_statistics
 from runner.store.store import RecordBatch, RunStore
-from runner.view.rank_stats import run_statistics
 
 STEP_TIMES = [0.10, 0.12, 0.50, 0.11]  # steps 1..4 (step 0 has no step time: nothing before it)
 DATA_WAITS = [0.02, 0.01, 0.01, 0.30, 0.01]  # steps 0..4

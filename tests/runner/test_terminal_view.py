@@ -185,7 +185,7 @@ def test_a_rank_working_without_steps_is_named_under_the_table_and_in_its_status
     (None, "–"), (float("nan"), "nan"), (float("inf"), "inf"), (3, "3.0000"),
 ])
 def test_format_number(value, text):
-    from runner.view.format import format_number
+    from runner.format import format_number
 
     assert format_number(value) == text
 
@@ -195,7 +195,7 @@ def test_format_number(value, text):
     (None, "–"),
 ])
 def test_format_amount(value, text):
-    from runner.view.format import format_amount
+    from runner.format import format_amount
 
     assert format_amount(value) == text
 

@@ -1,5 +1,8 @@
 """How numbers read in the terminal (and wherever plain text shows a value).
 
+At the bottom of the runner, beside ``runner.exit_status``: the terminal view, the CLI and the
+diagnosis's hints word a number alike, and none of them is below another.
+
 A value that was not measured is ``None`` and reads "–"; a measured value keeps
 enough digits to be told apart from zero (a loss of 1e-9 is "1.000e-09", not
 "0.0000").

@@ -1,4 +1,8 @@
-"""Choose the concrete rendezvous of a launch: ports picked or checked before anything starts."""
+"""Choose the concrete rendezvous of a launch: ports picked or checked before anything starts.
+
+Here, beside the nodes, not in ``runner.launch``: the rendezvous is where the nodes meet, so a
+multi-node job's endpoint names the head as the other nodes reach it (``runner.remote.addresses``).
+"""
 
 from __future__ import annotations
 

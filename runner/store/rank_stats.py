@@ -1,7 +1,9 @@
 """Per-rank statistics of a stored run: `rankwatch runs show` (text and ``--json``) and the end of `rankwatch run`.
 
 Everything is computed from the store's records, the record of truth, never from the
-live model: a value that was not measured is ``None`` (shown "–"), not 0.
+live model: a value that was not measured is ``None`` (shown "–"), not 0. A read of the store
+(SQL on its connection, the store's export writes it as ``rank_summary.csv``), so it lives in
+``runner.store``: the only part of the runner that speaks SQL.
 
 * ``steps``: optimizer steps the bootstrap counted (its step numbers start at 0, so
   the newest measured step + 1); ``None`` without zero-code instrumentation.

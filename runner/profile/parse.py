@@ -614,17 +614,18 @@ def _drop_none(table: dict[str, Any]) -> dict[str, Any]:
 def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
     """The TOML table for ``spec``: ``spec_from_dict(spec_to_dict(s)) == s``."""
     table: dict[str, Any] = {"version": spec.version}
-    table.update(_drop_none({
-        "description": spec.description,
+    table.update(_drop_none({"description": spec.description}))
+    values = {**_drop_none({
         "script": spec.script,
         "module": spec.module,
         "args": list(spec.args),
         "interpreter": spec.interpreter,
         "workdir": spec.workdir,
         "gpus": list(spec.gpus) if isinstance(spec.gpus, tuple) else spec.gpus,
-    }))
-    settings_tables = write_settings(spec)  # nproc_per_node, backend, ..., and [telemetry]
-    table.update({key: value for key, value in settings_tables.items() if not isinstance(value, dict)})
+    }), **write_settings(spec)}  # the settings: nproc_per_node, backend, ..., and [telemetry]
+    for name in (f.name for f in fields(spec)):  # keys in the order the spec declares them
+        if name in values and not isinstance(values[name], dict):
+            table[name] = values[name]
     if spec.env:
         table["env"] = dict(spec.env)
     rdzv = spec.rendezvous
@@ -633,7 +634,7 @@ def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
         "master_addr": rdzv.master_addr, "master_port": rdzv.master_port,
         "node_rank": rdzv.node_rank or None,
     })
-    table.update({key: value for key, value in settings_tables.items() if isinstance(value, dict)})
+    table.update({key: value for key, value in values.items() if isinstance(value, dict)})
     table["nodes"] = [
         _drop_none({"host": n.host, "processes": n.processes, "user": n.user, "port": n.port,
                     "python": n.python, "workdir": n.workdir})

@@ -297,6 +297,6 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
         if args.script_args:
             raise ValueError(f"arguments after a profile are not allowed ({' '.join(args.script_args)}); "
                              "put Rankwatch flags before the profile name, or script arguments in the profile's args")
-        profile = load_profile(args.target)
+        profile = load_profile(args.target, schema)
     spec = apply_overrides(profile.spec, args)
     return replace(profile, spec=spec)

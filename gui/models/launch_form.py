@@ -26,19 +26,25 @@ from typing import Any
 from gui.gateway.launch_spec import (
     ALL,
     AUTO,
+    CHECK,
+    COMBO,
     CPU,
     EXAMPLE_PROFILE,
+    INTEGER,
+    LINE,
+    NUMBER,
     SCHEMA_VERSION,
     GpuSelection,
     LaunchSpec,
     MachineFacts,
     NodeSpec,
+    PathSetting,
     RendezvousPlan,
     ResolvedLaunch,
     ResolvedNode,
     SpecError,
     SpecErrors,
-    TelemetrySpec,
+    all_settings,
     build_commands,
     check_launch,
     default_interpreter,
@@ -48,8 +54,8 @@ from gui.gateway.launch_spec import (
     render_by_hand,
     resolve,
     spec_from_dict,
-    spec_to_dict,
     torch_missing,
+    value_at,
 )
 from gui.gateway.probe_output import InterpreterInfo
 from gui.gateway.runner_rules import GpuReport
@@ -131,8 +137,14 @@ class FormState:
     """``auto``, ``torchrun`` or ``self-spawn`` (``runner.profile.launch_mode``)."""
     slurm: SlurmForm = SlurmForm()  # noqa: RUF009 (frozen: one shared default is safe)
     """The Slurm section (``gui.widgets.slurm_section``); off by default."""
+    settings: tuple[tuple[str, Any], ...] = ()
+    """The spec's settings (``runner.profile.schema``) this class has no field of its own for,
+    by dotted path (``telemetry.stall_timeout``): as the generic form's widget holds it (a check
+    box's bool, a choice, a line's text) for a setting with a label, else as loaded. A missing
+    one is its default."""
+    schema: type[LaunchSpec] = LaunchSpec
+    """The spec class the form edits (its settings decide the generic rows)."""
     # Not on the form: carried from the loaded profile.
-    telemetry: TelemetrySpec = TelemetrySpec()  # noqa: RUF009 (frozen: one shared default is safe)
     description: str | None = None
 
     @classmethod
@@ -160,9 +172,18 @@ class FormState:
             legacy_local_rank=spec.legacy_local_rank,
             launch_mode=spec.launch_mode,
             slurm=SlurmForm.from_spec(spec.slurm),
-            telemetry=spec.telemetry,
+            settings=tuple((item.path, form_value(item, value_at(spec, item.path)))
+                           for item in generic_settings(type(spec))),
+            schema=type(spec),
             description=spec.description,
         )
+
+    def setting(self, path: str) -> Any:
+        """The form value of the setting at ``path`` (see ``settings``); ``None``: its default."""
+        return dict(self.settings).get(path)
+
+    def with_setting(self, path: str, value: Any) -> FormState:
+        return replace(self, settings=(*((key, old) for key, old in self.settings if key != path), (path, value)))
 
     def split_args(self) -> list[str]:
         """Raises: SpecError (field ``args``) when the quoting is unbalanced."""
@@ -207,13 +228,65 @@ class FormState:
             rendezvous.update(master_addr=self.master_addr.strip() or None, master_port=self.master_port,
                               node_rank=self.node_rank or None)
         table["rendezvous"] = {key: value for key, value in rendezvous.items() if value is not None}
-        table["telemetry"] = spec_to_dict(LaunchSpec(telemetry=self.telemetry))["telemetry"]
+        values = dict(self.settings)
+        for item in generic_settings(self.schema):
+            value = table_value(item, values[item.path]) if item.path in values else None
+            if value is not None:
+                where = table
+                for part in item.path.split(".")[:-1]:
+                    where = where.setdefault(part, {})
+                where[item.name] = value
         table["nodes"] = [node.to_table() for node in self.nodes]
         slurm = self.slurm.to_table()
         if slurm is not None:  # Slurm allocates the nodes and places the rendezvous
             table["slurm"] = slurm
             del table["nodes"], table["rendezvous"]
         return table
+
+
+FORM_FIELDS = frozenset(f.name for f in fields(FormState))
+
+
+def generic_settings(schema: type[LaunchSpec]) -> list[PathSetting]:
+    """The spec's settings that ``FormState`` keeps in ``settings`` (no field of its own)."""
+    return [item for item in all_settings(schema) if item.path not in FORM_FIELDS]
+
+
+def form_value(item: PathSetting, value: Any) -> Any:
+    """A spec value as the setting's widget holds it (a line holds text; empty: the default or auto)."""
+    if not item.setting.label:
+        return value
+    widget = item.setting.form_widget
+    if widget == CHECK:
+        return bool(value)
+    if widget == COMBO:
+        return str(value)
+    if value is None or (item.setting.auto and value == AUTO):
+        return ""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def table_value(item: PathSetting, value: Any) -> Any:
+    """What the profile table holds for a widget's value; ``None`` leaves the key out (the default).
+
+    A number that does not read as one stays text, so the spec parser reports it with the
+    CLI's own message (``telemetry.stall_timeout: expected a number of seconds ...``).
+    """
+    if not item.setting.label or item.setting.form_widget != LINE:
+        return value
+    text = str(value).strip()
+    if not text:
+        return None
+    if item.setting.kind in (INTEGER, NUMBER):
+        for number in (int, float):
+            try:
+                return number(text)
+            except ValueError:
+                pass
+        return text
+    return value
 
 
 @dataclass(frozen=True)
@@ -352,12 +425,12 @@ class LaunchFormModel:
         interpreter_probed(InterpreterInfo): a probe result for some interpreter arrived.
     """
 
-    def __init__(self, base_dir: Path | None = None) -> None:
+    def __init__(self, base_dir: Path | None = None, schema: type[LaunchSpec] = LaunchSpec) -> None:
         self.state_replaced = Event()
         self.evaluated = Event()
         self.machine_changed = Event()
         self.interpreter_probed = Event()
-        self._state = FormState()
+        self._state = FormState(settings=FormState.from_spec(schema()).settings, schema=schema)
         self._baseline: dict[str, Any] | None = None
         self._profile_name: str | None = None
         self._base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
@@ -375,6 +448,11 @@ class LaunchFormModel:
     @property
     def evaluation(self) -> Evaluation:
         return self._evaluation
+
+    @property
+    def schema(self) -> type[LaunchSpec]:
+        """The spec class the form edits; its settings with a label are the generic rows."""
+        return self._state.schema
 
     @property
     def profile_name(self) -> str | None:
@@ -444,6 +522,17 @@ class LaunchFormModel:
         self._state = new_state
         self._reevaluate()
 
+    def update_setting(self, path: str, value: Any) -> None:
+        """Change one of the spec's settings (a dotted path, ``telemetry.stall_timeout``) to what
+        its widget holds, and re-evaluate.
+
+        Raises:
+            KeyError: a path that is not a setting the form keeps.
+        """
+        if all(item.path != path for item in generic_settings(self._state.schema)):
+            raise KeyError(f"not a setting of the form: {path}")
+        self.update(settings=self._state.with_setting(path, value).settings)
+
     def mark_saved(self, *, profile_name: str, base_dir: Path) -> None:
         """The form was just saved as ``profile_name``: it is the new baseline."""
         self._profile_name = profile_name
@@ -496,7 +585,7 @@ class LaunchFormModel:
         if report is None or self._profile_name != EXAMPLE_PROFILE:
             return state
         try:
-            spec = spec_from_dict(state.to_table())
+            spec = spec_from_dict(state.to_table(), state.schema)
         except (SpecError, SpecErrors):
             return state
         fitted = fit_example(spec, report)
@@ -547,7 +636,7 @@ class LaunchFormModel:
         try:
             if table is None:
                 self._state.split_args()  # raises the args error
-            spec = spec_from_dict(table or {})
+            spec = spec_from_dict(table or {}, self._state.schema)
         except SpecError as error:
             return Evaluation(spec=None, errors=((error.field, error.message),), commands=(), dirty=dirty)
         except SpecErrors as errors:

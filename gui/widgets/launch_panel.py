@@ -7,6 +7,9 @@ one again next to the disabled Launch button, and the command preview.
 
 Nothing here blocks: interpreter and GPU facts come from ``RunnerProbe`` (a
 ``QProcess``), interpreter discovery only looks at a few folders.
+
+The spec's settings with a form label (``runner.profile.schema``: telemetry's stall
+timeout, hash-every ...) get their rows from ``SettingsSection``, one group per section.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from gui.widgets.env_table import EnvTable
 from gui.widgets.gpu_picker import GpuPicker
 from gui.widgets.nodes_table import NodesTable
 from gui.widgets.profile_list import ProfileList
+from gui.widgets.settings_section import SettingsSection, form_sections
 from gui.widgets.slurm_section import SlurmSection
 
 LAUNCH_MODE_TIPS = {
@@ -214,6 +218,10 @@ class LaunchPanel(QWidget):
         left.addWidget(self._build_script_group())
         left.addWidget(self._build_interpreter_group())
         left.addWidget(self._build_gpu_group())
+        self.settings_sections = {title: SettingsSection(self._form, title, items)
+                                  for title, items in form_sections(self._form).items()}
+        for section in self.settings_sections.values():
+            left.addWidget(section)
         left.addStretch(1)
         right = QVBoxLayout()
         right.setSpacing(8)

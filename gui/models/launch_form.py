@@ -19,6 +19,7 @@ widgets subscribe to ``state_replaced`` (repopulate every field) and
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ from gui.models.slurm_form import SlurmForm
 ENTRY_SCRIPT = "script"
 ENTRY_MODULE = "module"
 CHECKING_GPUS = "Checking GPUs…"
+PLANNING_RENDEZVOUS = "Checking the rendezvous…"
 EDITED_SUFFIX = " (edited)"
 
 
@@ -323,6 +325,8 @@ class Evaluation:
     """Rendezvous values the runner picks anew at launch (the preview shows one such pick)."""
     warnings: tuple[tuple[str, str], ...] = ()
     """``(field, message)``: allowed, but probably not what was meant (more processes than cores)."""
+    planning: bool = False
+    """The rendezvous is being planned in the background: the preview shows the spec's own values."""
 
     @property
     def can_launch(self) -> bool:
@@ -437,6 +441,8 @@ class LaunchFormModel:
         self._gpu_report: GpuReport | None = None
         self._interpreters: dict[str, InterpreterInfo] = {}
         self._plan_cache: tuple[tuple, RendezvousPlan, list[tuple[str, str]]] | None = None
+        self._submit_plan: Callable[[Hashable, Callable[[], PlanResult]], None] | None = None
+        self._plan_wanted: Hashable | None = None
         self._evaluation = self._evaluate()
 
     # What the widgets read.
@@ -520,6 +526,21 @@ class LaunchFormModel:
         if new_state == self._state:
             return
         self._state = new_state
+        self._reevaluate()
+
+    def plan_in_background(self, submit: Callable[[Hashable, Callable[[], PlanResult]], None] | None) -> None:
+        """Plan rendezvous (DNS, ``ssh -G``) off this thread: ``submit(key, work)`` runs ``work``
+        elsewhere and hands its result back, on this thread, to ``plan_ready``
+        (``gui.models.rendezvous_planner``). ``None``: plan inline, as the runner does."""
+        self._submit_plan = submit
+
+    def plan_ready(self, key: Hashable, result: PlanResult) -> None:
+        """A background plan for ``key`` is done; used when the form still asks for it."""
+        if key != self._plan_wanted:
+            return
+        plan, errors = result
+        self._plan_cache = (key, plan, list(errors))  # type: ignore[arg-type]
+        self._plan_wanted = None
         self._reevaluate()
 
     def update_setting(self, path: str, value: Any) -> None:
@@ -650,7 +671,7 @@ class LaunchFormModel:
         info = self._interpreters.get(launch.head.python)
         if info is not None and not any(field == "interpreter" for field, _ in errors):
             errors += interpreter_errors(info, launch)
-        plan, plan_errors = self._plan(launch)
+        plan, plan_errors, planning = self._plan(launch)
         errors += plan_errors
         commands = tuple(
             CommandPreview(node_rank=command.node.node_rank, host=command.node.host,
@@ -660,24 +681,59 @@ class LaunchFormModel:
         )
         if spec.slurm is not None:  # the sbatch script, to submit the same job by hand
             commands = (CommandPreview(node_rank=0, host="sbatch script", text=render_by_hand(launch)),)
-        notice = CHECKING_GPUS if self._gpu_report is None else None
+        notice = CHECKING_GPUS if self._gpu_report is None else PLANNING_RENDEZVOUS if planning else None
         warning = cores_warning(launch, machine.cpu_count)
         return Evaluation(spec=spec, errors=tuple(errors), commands=commands, dirty=dirty,
                           notice=notice, launch=launch, picked_at_launch=picked_at_launch(spec),
-                          warnings=(warning,) if warning else ())
+                          warnings=(warning,) if warning else (), planning=planning)
 
-    def _plan(self, launch: ResolvedLaunch) -> tuple[RendezvousPlan, list[tuple[str, str]]]:
-        """The runner's own rendezvous plan (checks a requested port is free, names its holder).
+    def _plan(self, launch: ResolvedLaunch) -> tuple[RendezvousPlan, list[tuple[str, str]], bool]:
+        """The runner's own rendezvous plan (checks a requested port is free, names its holder),
+        and whether it is still being made in the background.
 
         Ports and job ids the runner picks are random, so the plan is kept while the
         rendezvous inputs stay the same: the preview does not change on every keystroke.
+        Only those inputs make a new plan; with a background planner, a plan that may wait
+        on the network (``may_wait_on_network``) is made there, and until it is back the
+        preview shows the spec's own values and Launch waits.
         """
         key = (launch.spec.rendezvous, launch.head.host, launch.head.is_local, len(launch.nodes))
-        if self._plan_cache is None or self._plan_cache[0] != key:
-            try:
-                plan, errors = plan_rendezvous(launch), []
-            except SpecErrors as failure:
-                plan = spec_plan(launch.spec)
-                errors = [(error.field, error.message) for error in failure.errors]
+        if self._plan_cache is not None and self._plan_cache[0] == key:
+            return self._plan_cache[1], list(self._plan_cache[2]), False
+        if self._submit_plan is None or not may_wait_on_network(launch):
+            self._plan_wanted = None
+            plan, errors = make_plan(launch)
             self._plan_cache = (key, plan, errors)
-        return self._plan_cache[1], list(self._plan_cache[2])
+            return plan, list(errors), False
+        if self._plan_wanted != key:
+            self._plan_wanted = key
+            self._submit_plan(key, lambda: make_plan(launch))
+        return spec_plan(launch.spec), [], True
+
+
+PlanResult = tuple[RendezvousPlan, list[tuple[str, str]]]
+
+
+def may_wait_on_network(launch: ResolvedLaunch) -> bool:
+    """Whether planning this rendezvous can wait on DNS or ``ssh -G`` (``runner.launch.rendezvous``):
+    c10d looks up the endpoint's host (or names the head for the other nodes); static does only
+    when it names the head for other nodes itself. Standalone, and static on one node, only
+    bind local ports."""
+    rendezvous = launch.spec.rendezvous
+    if rendezvous.mode == "c10d":
+        return True
+    return rendezvous.mode == "static" and rendezvous.master_addr is None and launch.spec.is_multi_node
+
+
+def make_plan(launch: ResolvedLaunch) -> PlanResult:
+    """``plan_rendezvous``, its refusal as field errors. May wait on DNS or ``ssh -G``.
+
+    Any other failure (ssh missing, a lookup gone wrong) is said on the rendezvous field
+    rather than lost on a background thread.
+    """
+    try:
+        return plan_rendezvous(launch), []
+    except SpecErrors as failure:
+        return spec_plan(launch.spec), [(error.field, error.message) for error in failure.errors]
+    except Exception as exc:
+        return spec_plan(launch.spec), [("rendezvous", f"could not be planned: {exc}")]

@@ -1,4 +1,4 @@
-"""The launch form's settings rows (telemetry).
+"""The launch form's settings rows (telemetry) and its rendezvous planning off the GUI thread.
 
 Real widgets (offscreen) against the real form model and the runner's own parser: a
 profile's ``[telemetry]`` is shown and edited in the Telemetry section, a bad value gets
@@ -8,14 +8,18 @@ appears on the form with no edit to the form or the panel.
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QCheckBox, QLineEdit
 
+import gui.models.launch_form as launch_form
 from gui.models.launch_form import FormState, LaunchFormModel
 from gui.models.profiles import ProfileListModel
+from gui.models.rendezvous_planner import RendezvousPlanner
 from gui.settings import AppSettings
 from gui.widgets.launch_panel import LaunchPanel
 from runner.profile.files import read_spec_file
@@ -142,3 +146,52 @@ def test_a_setting_declared_on_a_test_only_spec_appears_on_the_form_without_othe
     assert FormState.from_spec(SpecPlus(script="a.py", warmup_steps=4)).to_table()["warmup_steps"] == 4
     model.update_setting("telemetry.flush_every", "9")
     assert model.dirty and model.evaluation.spec.telemetry.flush_every == 9.0
+
+
+def test_rendezvous_planning_runs_once_off_the_gui_thread_while_an_endpoint_is_typed(qtbot, make_panel, script,
+                                                                                     monkeypatch):
+    """Planning a c10d rendezvous looks the endpoint's host up (DNS); here it takes 0.5 s."""
+    calls: list[str] = []
+    real = launch_form.plan_rendezvous
+
+    def slow_plan(launch):
+        calls.append(threading.current_thread().name)
+        time.sleep(0.5)
+        return real(launch)
+
+    monkeypatch.setattr(launch_form, "plan_rendezvous", slow_plan)
+    panel = make_panel()
+    qtbot.keyClicks(panel.entry.lineEdit(), str(script))
+    panel.rendezvous.setCurrentIndex(panel.rendezvous.findData("c10d"))
+    calls.clear()  # standalone, planned so far, binds nothing and looks nothing up: planned inline
+
+    started = time.monotonic()
+    qtbot.keyClicks(panel.endpoint, "localhost:29431")
+    typing = time.monotonic() - started
+    assert typing < 1.0, f"typing 15 characters took {typing:.1f} s: planned on the GUI thread"
+    assert not panel.launch_button.isEnabled() and panel.status.text() == "Checking the rendezvous…"
+
+    qtbot.waitUntil(lambda: not panel._form.evaluation.planning, timeout=10_000)
+    assert calls and set(calls) == {"rendezvous-planner"}
+    assert len(calls) <= 2  # debounced: not one plan per keystroke
+    assert panel.launch_button.isEnabled()
+    assert "--rdzv-endpoint=localhost:29431" in panel.preview.command_text()
+
+
+def test_the_planner_plans_only_the_latest_request_once_it_is_quiet():
+    delivered: list[tuple[object, object]] = []
+    done = threading.Event()
+
+    def deliver(key, result):
+        delivered.append((key, result))
+        done.set()
+
+    planner = RendezvousPlanner(deliver, delay=0.05)
+    try:
+        for key in range(5):
+            planner.submit(key, lambda key=key: f"plan {key}")
+        assert done.wait(5)
+        time.sleep(0.1)
+        assert delivered == [(4, "plan 4")]
+    finally:
+        planner.stop()

@@ -102,16 +102,6 @@ def setting_of(spec_field: Field) -> Setting | None:
     return spec_field.metadata.get(SETTING)
 
 
-def settings(cls: type) -> list[tuple[Field, Setting]]:
-    """The setting fields of a spec dataclass, in declaration order."""
-    found = []
-    for spec_field in fields(cls):
-        described = setting_of(spec_field)
-        if described is not None:
-            found.append((spec_field, described))
-    return found
-
-
 def is_table(spec_field: Field) -> bool:
     return bool(spec_field.metadata.get(TABLE))
 
@@ -155,11 +145,6 @@ def all_settings(cls: type, prefix: str = "") -> Iterator[PathSetting]:
             yield PathSetting(prefix + spec_field.name, spec_field.name, default_of(spec_field), described)
         elif is_table(spec_field):
             yield from all_settings(table_class(spec_field), f"{prefix}{spec_field.name}.")
-
-
-def form_settings(cls: type) -> list[PathSetting]:
-    """The settings the generic form shows (those with a label), in declaration order."""
-    return [item for item in all_settings(cls) if item.setting.label]
 
 
 def value_at(spec: Any, path: str) -> Any:

@@ -105,12 +105,12 @@ class TelemetrySpec:
     sample_interval: float = setting(
         1.0, NUMBER, low=0.25, high=60.0, unit="seconds", flag="--sample-interval", metavar="SECONDS",
         help="seconds between GPU and process samples (0.25 to 60, default 1)",
-        label="Sample every", section=TELEMETRY, placeholder="1 (seconds)")
+        label="Sample every (s)", section=TELEMETRY, placeholder="1 (seconds)")
     """Seconds between GPU / process samples (0.25 .. 60)."""
     stall_timeout: float | None = setting(
         None, NUMBER, low=1.0, high=86400.0, auto=True, unit="seconds", flag="--stall-timeout",
         metavar="SECONDS", help="flag a rank stalled after this long without progress (default: from its step times)",
-        label="Stall timeout", section=TELEMETRY, placeholder="auto (from the rank's step times)")
+        label="Stall timeout (s)", section=TELEMETRY, placeholder="auto (from the rank's step times)")
     """Seconds without progress before a rank is flagged stalled; ``None`` derives it
     from the rank's recent step times."""
     hash_every: int = setting(

@@ -699,6 +699,7 @@ class LaunchFormModel:
         """
         key = (launch.spec.rendezvous, launch.head.host, launch.head.is_local, len(launch.nodes))
         if self._plan_cache is not None and self._plan_cache[0] == key:
+            self._plan_wanted = None  # back to planned inputs: a plan still under way is not wanted
             return self._plan_cache[1], list(self._plan_cache[2]), False
         if self._submit_plan is None or not may_wait_on_network(launch):
             self._plan_wanted = None

@@ -17,6 +17,7 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QCheckBox, QLineEdit
 
 import gui.models.launch_form as launch_form
+from gui.gateway.probe_output import unavailable_report
 from gui.models.launch_form import FormState, LaunchFormModel
 from gui.models.profiles import ProfileListModel
 from gui.models.rendezvous_planner import RendezvousPlanner
@@ -195,3 +196,27 @@ def test_the_planner_plans_only_the_latest_request_once_it_is_quiet():
         assert delivered == [(4, "plan 4")]
     finally:
         planner.stop()
+
+
+def test_the_model_waits_for_a_background_plan_and_ignores_one_for_inputs_since_changed(script, tmp_path):
+    """Qt-free: the form hands slow plans to ``submit`` and uses only the answer it still wants."""
+    submitted: list[tuple[object, object]] = []
+    model = LaunchFormModel(base_dir=tmp_path)
+    model.plan_in_background(lambda key, work: submitted.append((key, work)))
+    model.set_gpu_report(unavailable_report("no GPUs here"))
+    model.update(entry=str(script), gpus="cpu", rendezvous_mode="c10d", endpoint="localhost:29432")
+
+    assert model.evaluation.planning and not model.evaluation.can_launch
+    assert model.evaluation.launch_blocker == "Checking the rendezvous…"
+    [(first_key, first_work)] = submitted
+    model.update(endpoint="localhost:29433")
+    [_, (second_key, second_work)] = submitted
+
+    model.plan_ready(first_key, first_work())  # for inputs the form no longer has: dropped
+    assert model.evaluation.planning
+    model.plan_ready(second_key, second_work())
+    assert not model.evaluation.planning and model.evaluation.can_launch
+    assert "--rdzv-endpoint=localhost:29433" in model.evaluation.commands[0].text
+
+    model.update(rendezvous_mode="standalone")  # binds nothing, looks nothing up: planned inline
+    assert not model.evaluation.planning and len(submitted) == 2

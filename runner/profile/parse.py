@@ -155,7 +155,20 @@ class _Reader:
 
 
 def _read_setting(reader: _Reader, key: str, default: Any, described: Setting) -> Any:
-    """One setting's value from the table, validated as its ``Setting`` says (errors recorded)."""
+    """One setting's value from the table, validated as its ``Setting`` says (errors recorded;
+    an invalid value reads as the default)."""
+    errors_before = len(reader.errors)
+    value = _read_setting_value(reader, key, default, described)
+    if described.check is not None and value is not None and len(reader.errors) == errors_before \
+            and value != AUTO:
+        problem = described.check(value)
+        if problem is not None:
+            reader.fail(key, problem)
+            return default
+    return value
+
+
+def _read_setting_value(reader: _Reader, key: str, default: Any, described: Setting) -> Any:
     kind = described.kind
     if kind == BOOL:
         return reader.boolean(key, default)
@@ -171,13 +184,7 @@ def _read_setting(reader: _Reader, key: str, default: Any, described: Setting) -
                              unit=described.unit, allow_auto=described.auto)
     if kind == CHOICE:
         return reader.choice(key, default, described.choices)
-    value = reader.optional_str(key, default)
-    if value is not None and described.check is not None:
-        problem = described.check(value)
-        if problem is not None:
-            reader.fail(key, problem)
-            return default
-    return value
+    return reader.optional_str(key, default)
 
 
 def read_settings(cls: type, reader: _Reader) -> dict[str, Any]:

@@ -53,7 +53,8 @@ class Setting:
     unit: str = ""
     """What a number counts (``seconds``), said in its type error."""
     check: Callable[[Any], str | None] | None = None
-    """More validation of a parsed value: the error message, or ``None`` when it is fine."""
+    """More validation of a value that passed the kind's own (not ``None``, not ``"auto"``):
+    the error message, or ``None`` when it is fine."""
     omit_default: bool = False
     """Leave the key out of a written profile while it holds the default."""
     flag: str | None = None

@@ -716,7 +716,7 @@ PlanResult = tuple[RendezvousPlan, list[tuple[str, str]]]
 
 
 def may_wait_on_network(launch: ResolvedLaunch) -> bool:
-    """Whether planning this rendezvous can wait on DNS or ``ssh -G`` (``runner.launch.rendezvous``):
+    """Whether planning this rendezvous can wait on DNS or ``ssh -G`` (``runner.remote.rendezvous``):
     c10d looks up the endpoint's host (or names the head for the other nodes); static does only
     when it names the head for other nodes itself. Standalone, and static on one node, only
     bind local ports."""

@@ -19,6 +19,7 @@ widgets subscribe to ``state_replaced`` (repopulate every field) and
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -26,19 +27,25 @@ from typing import Any
 from gui.gateway.launch_spec import (
     ALL,
     AUTO,
+    CHECK,
+    COMBO,
     CPU,
     EXAMPLE_PROFILE,
+    INTEGER,
+    LINE,
+    NUMBER,
     SCHEMA_VERSION,
     GpuSelection,
     LaunchSpec,
     MachineFacts,
     NodeSpec,
+    PathSetting,
     RendezvousPlan,
     ResolvedLaunch,
     ResolvedNode,
     SpecError,
     SpecErrors,
-    TelemetrySpec,
+    all_settings,
     build_commands,
     check_launch,
     default_interpreter,
@@ -48,8 +55,8 @@ from gui.gateway.launch_spec import (
     render_by_hand,
     resolve,
     spec_from_dict,
-    spec_to_dict,
     torch_missing,
+    value_at,
 )
 from gui.gateway.probe_output import InterpreterInfo
 from gui.gateway.runner_rules import GpuReport
@@ -59,6 +66,7 @@ from gui.models.slurm_form import SlurmForm
 ENTRY_SCRIPT = "script"
 ENTRY_MODULE = "module"
 CHECKING_GPUS = "Checking GPUs…"
+PLANNING_RENDEZVOUS = "Checking the rendezvous…"
 EDITED_SUFFIX = " (edited)"
 
 
@@ -131,8 +139,14 @@ class FormState:
     """``auto``, ``torchrun`` or ``self-spawn`` (``runner.profile.launch_mode``)."""
     slurm: SlurmForm = SlurmForm()  # noqa: RUF009 (frozen: one shared default is safe)
     """The Slurm section (``gui.widgets.slurm_section``); off by default."""
+    settings: tuple[tuple[str, Any], ...] = ()
+    """The spec's settings (``runner.profile.schema``) this class has no field of its own for,
+    by dotted path (``telemetry.stall_timeout``): as the generic form's widget holds it (a check
+    box's bool, a choice, a line's text) for a setting with a label, else as loaded. A missing
+    one is its default."""
+    schema: type[LaunchSpec] = LaunchSpec
+    """The spec class the form edits (its settings decide the generic rows)."""
     # Not on the form: carried from the loaded profile.
-    telemetry: TelemetrySpec = TelemetrySpec()  # noqa: RUF009 (frozen: one shared default is safe)
     description: str | None = None
 
     @classmethod
@@ -160,9 +174,18 @@ class FormState:
             legacy_local_rank=spec.legacy_local_rank,
             launch_mode=spec.launch_mode,
             slurm=SlurmForm.from_spec(spec.slurm),
-            telemetry=spec.telemetry,
+            settings=tuple((item.path, form_value(item, value_at(spec, item.path)))
+                           for item in generic_settings(type(spec))),
+            schema=type(spec),
             description=spec.description,
         )
+
+    def setting(self, path: str) -> Any:
+        """The form value of the setting at ``path`` (see ``settings``); ``None``: its default."""
+        return dict(self.settings).get(path)
+
+    def with_setting(self, path: str, value: Any) -> FormState:
+        return replace(self, settings=(*((key, old) for key, old in self.settings if key != path), (path, value)))
 
     def split_args(self) -> list[str]:
         """Raises: SpecError (field ``args``) when the quoting is unbalanced."""
@@ -207,13 +230,65 @@ class FormState:
             rendezvous.update(master_addr=self.master_addr.strip() or None, master_port=self.master_port,
                               node_rank=self.node_rank or None)
         table["rendezvous"] = {key: value for key, value in rendezvous.items() if value is not None}
-        table["telemetry"] = spec_to_dict(LaunchSpec(telemetry=self.telemetry))["telemetry"]
+        values = dict(self.settings)
+        for item in generic_settings(self.schema):
+            value = table_value(item, values[item.path]) if item.path in values else None
+            if value is not None:
+                where = table
+                for part in item.path.split(".")[:-1]:
+                    where = where.setdefault(part, {})
+                where[item.name] = value
         table["nodes"] = [node.to_table() for node in self.nodes]
         slurm = self.slurm.to_table()
         if slurm is not None:  # Slurm allocates the nodes and places the rendezvous
             table["slurm"] = slurm
             del table["nodes"], table["rendezvous"]
         return table
+
+
+FORM_FIELDS = frozenset(f.name for f in fields(FormState))
+
+
+def generic_settings(schema: type[LaunchSpec]) -> list[PathSetting]:
+    """The spec's settings that ``FormState`` keeps in ``settings`` (no field of its own)."""
+    return [item for item in all_settings(schema) if item.path not in FORM_FIELDS]
+
+
+def form_value(item: PathSetting, value: Any) -> Any:
+    """A spec value as the setting's widget holds it (a line holds text; empty: the default or auto)."""
+    if not item.setting.label:
+        return value
+    widget = item.setting.form_widget
+    if widget == CHECK:
+        return bool(value)
+    if widget == COMBO:
+        return str(value)
+    if value is None or (item.setting.auto and value == AUTO):
+        return ""
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def table_value(item: PathSetting, value: Any) -> Any:
+    """What the profile table holds for a widget's value; ``None`` leaves the key out (the default).
+
+    A number that does not read as one stays text, so the spec parser reports it with the
+    CLI's own message (``telemetry.stall_timeout: expected a number of seconds ...``).
+    """
+    if not item.setting.label or item.setting.form_widget != LINE:
+        return value
+    text = str(value).strip()
+    if not text:
+        return None
+    if item.setting.kind in (INTEGER, NUMBER):
+        for number in (int, float):
+            try:
+                return number(text)
+            except ValueError:
+                pass
+        return text
+    return value
 
 
 @dataclass(frozen=True)
@@ -250,6 +325,8 @@ class Evaluation:
     """Rendezvous values the runner picks anew at launch (the preview shows one such pick)."""
     warnings: tuple[tuple[str, str], ...] = ()
     """``(field, message)``: allowed, but probably not what was meant (more processes than cores)."""
+    planning: bool = False
+    """The rendezvous is being planned in the background: the preview shows the spec's own values."""
 
     @property
     def can_launch(self) -> bool:
@@ -352,18 +429,20 @@ class LaunchFormModel:
         interpreter_probed(InterpreterInfo): a probe result for some interpreter arrived.
     """
 
-    def __init__(self, base_dir: Path | None = None) -> None:
+    def __init__(self, base_dir: Path | None = None, schema: type[LaunchSpec] = LaunchSpec) -> None:
         self.state_replaced = Event()
         self.evaluated = Event()
         self.machine_changed = Event()
         self.interpreter_probed = Event()
-        self._state = FormState()
+        self._state = FormState(settings=FormState.from_spec(schema()).settings, schema=schema)
         self._baseline: dict[str, Any] | None = None
         self._profile_name: str | None = None
         self._base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
         self._gpu_report: GpuReport | None = None
         self._interpreters: dict[str, InterpreterInfo] = {}
         self._plan_cache: tuple[tuple, RendezvousPlan, list[tuple[str, str]]] | None = None
+        self._submit_plan: Callable[[Hashable, Callable[[], PlanResult]], None] | None = None
+        self._plan_wanted: Hashable | None = None
         self._evaluation = self._evaluate()
 
     # What the widgets read.
@@ -375,6 +454,11 @@ class LaunchFormModel:
     @property
     def evaluation(self) -> Evaluation:
         return self._evaluation
+
+    @property
+    def schema(self) -> type[LaunchSpec]:
+        """The spec class the form edits; its settings with a label are the generic rows."""
+        return self._state.schema
 
     @property
     def profile_name(self) -> str | None:
@@ -444,6 +528,32 @@ class LaunchFormModel:
         self._state = new_state
         self._reevaluate()
 
+    def plan_in_background(self, submit: Callable[[Hashable, Callable[[], PlanResult]], None] | None) -> None:
+        """Plan rendezvous (DNS, ``ssh -G``) off this thread: ``submit(key, work)`` runs ``work``
+        elsewhere and hands its result back, on this thread, to ``plan_ready``
+        (``gui.models.rendezvous_planner``). ``None``: plan inline, as the runner does."""
+        self._submit_plan = submit
+
+    def plan_ready(self, key: Hashable, result: PlanResult) -> None:
+        """A background plan for ``key`` is done; used when the form still asks for it."""
+        if key != self._plan_wanted:
+            return
+        plan, errors = result
+        self._plan_cache = (key, plan, list(errors))  # type: ignore[arg-type]
+        self._plan_wanted = None
+        self._reevaluate()
+
+    def update_setting(self, path: str, value: Any) -> None:
+        """Change one of the spec's settings (a dotted path, ``telemetry.stall_timeout``) to what
+        its widget holds, and re-evaluate.
+
+        Raises:
+            KeyError: a path that is not a setting the form keeps.
+        """
+        if all(item.path != path for item in generic_settings(self._state.schema)):
+            raise KeyError(f"not a setting of the form: {path}")
+        self.update(settings=self._state.with_setting(path, value).settings)
+
     def mark_saved(self, *, profile_name: str, base_dir: Path) -> None:
         """The form was just saved as ``profile_name``: it is the new baseline."""
         self._profile_name = profile_name
@@ -496,7 +606,7 @@ class LaunchFormModel:
         if report is None or self._profile_name != EXAMPLE_PROFILE:
             return state
         try:
-            spec = spec_from_dict(state.to_table())
+            spec = spec_from_dict(state.to_table(), state.schema)
         except (SpecError, SpecErrors):
             return state
         fitted = fit_example(spec, report)
@@ -547,7 +657,7 @@ class LaunchFormModel:
         try:
             if table is None:
                 self._state.split_args()  # raises the args error
-            spec = spec_from_dict(table or {})
+            spec = spec_from_dict(table or {}, self._state.schema)
         except SpecError as error:
             return Evaluation(spec=None, errors=((error.field, error.message),), commands=(), dirty=dirty)
         except SpecErrors as errors:
@@ -561,7 +671,7 @@ class LaunchFormModel:
         info = self._interpreters.get(launch.head.python)
         if info is not None and not any(field == "interpreter" for field, _ in errors):
             errors += interpreter_errors(info, launch)
-        plan, plan_errors = self._plan(launch)
+        plan, plan_errors, planning = self._plan(launch)
         errors += plan_errors
         commands = tuple(
             CommandPreview(node_rank=command.node.node_rank, host=command.node.host,
@@ -571,24 +681,60 @@ class LaunchFormModel:
         )
         if spec.slurm is not None:  # the sbatch script, to submit the same job by hand
             commands = (CommandPreview(node_rank=0, host="sbatch script", text=render_by_hand(launch)),)
-        notice = CHECKING_GPUS if self._gpu_report is None else None
+        notice = CHECKING_GPUS if self._gpu_report is None else PLANNING_RENDEZVOUS if planning else None
         warning = cores_warning(launch, machine.cpu_count)
         return Evaluation(spec=spec, errors=tuple(errors), commands=commands, dirty=dirty,
                           notice=notice, launch=launch, picked_at_launch=picked_at_launch(spec),
-                          warnings=(warning,) if warning else ())
+                          warnings=(warning,) if warning else (), planning=planning)
 
-    def _plan(self, launch: ResolvedLaunch) -> tuple[RendezvousPlan, list[tuple[str, str]]]:
-        """The runner's own rendezvous plan (checks a requested port is free, names its holder).
+    def _plan(self, launch: ResolvedLaunch) -> tuple[RendezvousPlan, list[tuple[str, str]], bool]:
+        """The runner's own rendezvous plan (checks a requested port is free, names its holder),
+        and whether it is still being made in the background.
 
         Ports and job ids the runner picks are random, so the plan is kept while the
         rendezvous inputs stay the same: the preview does not change on every keystroke.
+        Only those inputs make a new plan; with a background planner, a plan that may wait
+        on the network (``may_wait_on_network``) is made there, and until it is back the
+        preview shows the spec's own values and Launch waits.
         """
         key = (launch.spec.rendezvous, launch.head.host, launch.head.is_local, len(launch.nodes))
-        if self._plan_cache is None or self._plan_cache[0] != key:
-            try:
-                plan, errors = plan_rendezvous(launch), []
-            except SpecErrors as failure:
-                plan = spec_plan(launch.spec)
-                errors = [(error.field, error.message) for error in failure.errors]
+        if self._plan_cache is not None and self._plan_cache[0] == key:
+            self._plan_wanted = None  # back to planned inputs: a plan still under way is not wanted
+            return self._plan_cache[1], list(self._plan_cache[2]), False
+        if self._submit_plan is None or not may_wait_on_network(launch):
+            self._plan_wanted = None
+            plan, errors = make_plan(launch)
             self._plan_cache = (key, plan, errors)
-        return self._plan_cache[1], list(self._plan_cache[2])
+            return plan, list(errors), False
+        if self._plan_wanted != key:
+            self._plan_wanted = key
+            self._submit_plan(key, lambda: make_plan(launch))
+        return spec_plan(launch.spec), [], True
+
+
+PlanResult = tuple[RendezvousPlan, list[tuple[str, str]]]
+
+
+def may_wait_on_network(launch: ResolvedLaunch) -> bool:
+    """Whether planning this rendezvous can wait on DNS or ``ssh -G`` (``runner.remote.rendezvous``):
+    c10d looks up the endpoint's host (or names the head for the other nodes); static does only
+    when it names the head for other nodes itself. Standalone, and static on one node, only
+    bind local ports."""
+    rendezvous = launch.spec.rendezvous
+    if rendezvous.mode == "c10d":
+        return True
+    return rendezvous.mode == "static" and rendezvous.master_addr is None and launch.spec.is_multi_node
+
+
+def make_plan(launch: ResolvedLaunch) -> PlanResult:
+    """``plan_rendezvous``, its refusal as field errors. May wait on DNS or ``ssh -G``.
+
+    Any other failure (ssh missing, a lookup gone wrong) is said on the rendezvous field
+    rather than lost on a background thread.
+    """
+    try:
+        return plan_rendezvous(launch), []
+    except SpecErrors as failure:
+        return spec_plan(launch.spec), [(error.field, error.message) for error in failure.errors]
+    except Exception as exc:
+        return spec_plan(launch.spec), [("rendezvous", f"could not be planned: {exc}")]

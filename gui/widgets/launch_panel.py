@@ -6,7 +6,12 @@ command), which this panel shows: errors under the fields they concern, the firs
 one again next to the disabled Launch button, and the command preview.
 
 Nothing here blocks: interpreter and GPU facts come from ``RunnerProbe`` (a
-``QProcess``), interpreter discovery only looks at a few folders.
+``QProcess``), interpreter discovery only looks at a few folders, and the rendezvous
+(DNS, ``ssh -G``) is planned on a background thread once its fields are quiet
+(``gui.models.rendezvous_planner``).
+
+The spec's settings with a form label (``runner.profile.schema``: telemetry's stall
+timeout, hash-every ...) get their rows from ``SettingsSection``, one group per section.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -54,12 +59,14 @@ from gui.models.launch_form import (
     pick_free_port,
 )
 from gui.models.profiles import ProfileListModel
+from gui.models.rendezvous_planner import RendezvousPlanner
 from gui.settings import AppSettings
 from gui.widgets.command_preview import CommandPreviewPanel
 from gui.widgets.env_table import EnvTable
 from gui.widgets.gpu_picker import GpuPicker
 from gui.widgets.nodes_table import NodesTable
 from gui.widgets.profile_list import ProfileList
+from gui.widgets.settings_section import SettingsSection, form_sections
 from gui.widgets.slurm_section import SlurmSection
 
 LAUNCH_MODE_TIPS = {
@@ -106,6 +113,12 @@ def _auto_spin(maximum: int, tip: str) -> QSpinBox:
     return spin
 
 
+class _PlanDelivery(QObject):
+    """Hands a background plan to the GUI thread (a queued signal: emitted on the planner's thread)."""
+
+    plan_delivered = Signal(object, object)
+
+
 class LaunchPanel(QWidget):
     """Signals:
         launch_requested(LaunchSpec, str | None profile_name, Path base_dir): Launch was pressed
@@ -125,6 +138,10 @@ class LaunchPanel(QWidget):
         self._interpreter_errors: dict[str, str] = {}
         self._field_errors: dict[tuple[str, ...], QLabel] = {}
         self._populating = False
+        self._plan_delivery = _PlanDelivery(self)
+        self._plan_delivery.plan_delivered.connect(self._on_plan_delivered, Qt.ConnectionType.QueuedConnection)
+        self._planner = RendezvousPlanner(self._plan_delivery.plan_delivered.emit)
+        form.plan_in_background(self._planner.submit)
 
         self.profile_list = ProfileList(profiles, form)
         form_area = self._build_form()
@@ -214,6 +231,10 @@ class LaunchPanel(QWidget):
         left.addWidget(self._build_script_group())
         left.addWidget(self._build_interpreter_group())
         left.addWidget(self._build_gpu_group())
+        self.settings_sections = {title: SettingsSection(self._form, title, items)
+                                  for title, items in form_sections(self._form).items()}
+        for section in self.settings_sections.values():
+            left.addWidget(section)
         left.addStretch(1)
         right = QVBoxLayout()
         right.setSpacing(8)
@@ -481,6 +502,8 @@ class LaunchPanel(QWidget):
     def shutdown(self) -> None:
         self._gpu_refresh.stop()
         self._interpreter_scan.stop()
+        self._form.plan_in_background(None)
+        self._planner.stop()
 
     # Model -> widgets.
 
@@ -558,6 +581,9 @@ class LaunchPanel(QWidget):
             self.status.setText(f"Cannot launch: {blocker}" if evaluation.errors else str(blocker))
             self.status.setStyleSheet(ERROR_STYLE if evaluation.errors else "")
             self.status.setToolTip("\n".join(f"{field}: {message}" for field, message in evaluation.errors))
+
+    def _on_plan_delivered(self, key, result) -> None:
+        self._form.plan_ready(key, result)
 
     def _on_machine_changed(self, report) -> None:
         if report is not None and report.available and self.isVisible():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,45 +22,111 @@ from runner.profile.parse import (
     spec_from_dict,
     spec_to_dict,
 )
+from runner.profile.schema import (
+    BOOL,
+    CHOICE,
+    INTEGER,
+    NUMBER,
+    PathSetting,
+    all_settings,
+    is_table,
+    setting_of,
+)
 from runner.profile.spec import AUTO, LaunchSpec, NodeSpec, RendezvousSpec, SlurmSpec
 
 
-def add_spec_flags(parser: argparse.ArgumentParser) -> None:
+def add_spec_flags(parser: argparse.ArgumentParser, schema: type[LaunchSpec] = LaunchSpec) -> None:
+    """The launch flags: those of the spec's settings (``runner.profile.schema``), then the
+    ones with rules of their own (GPUs, nodes, rendezvous, Slurm ...)."""
     group = parser.add_argument_group("launch (as torchrun; given with a profile they override it)")
-    group.add_argument("--nproc-per-node", "--nproc_per_node", metavar="N|auto",
-                       help="processes per node (auto: one per picked GPU, or the CPU count)")
+    top_level = [item for item in all_settings(schema) if not item.table]
+    add_setting_flags(group, top_level)
     group.add_argument("--gpus", metavar="LIST|all|cpu", help='GPU indices such as 0,1 (CUDA_VISIBLE_DEVICES), "all" or "cpu"')
-    group.add_argument("--backend", choices=("auto", "nccl", "gloo", "mpi"), help="exported as RANKWATCH_BACKEND")
     group.add_argument("--interpreter", "--python", metavar="PATH", help="Python with torch (default: this one)")
     group.add_argument("--workdir", metavar="DIR", help="working directory (default: here)")
     group.add_argument("--env", metavar="KEY=VALUE", action="append", default=[], help="extra environment (repeatable)")
     group.add_argument("--nnodes-hosts", "--hosts", dest="hosts", metavar="HOST[:N],...",
                        help="nodes, first one is the head (e.g. localhost,node2:4)")
-    group.add_argument("--max-restarts", type=int, metavar="N", help="restart the workers up to N times after a failure")
-    group.add_argument("--omp-num-threads", metavar="N|auto",
-                       help="OMP_NUM_THREADS for each worker (auto: cores / processes per node)")
     group.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous endpoint")
     group.add_argument("--rdzv-id", metavar="ID", help="c10d rendezvous job id")
     group.add_argument("--master-addr", metavar="HOST", help="static rendezvous master address")
     group.add_argument("--master-port", type=int, metavar="PORT", help="static rendezvous master port (0: a free one)")
-    group.add_argument("--legacy-local-rank", action="store_true", default=None,
-                       help="pass --local_rank=N to the script (torch.distributed.launch style)")
-    group.add_argument("--launch-mode", choices=("auto", "torchrun", "self-spawn"),
-                       help="torchrun: one process per rank; self-spawn: start the script once and watch the "
-                            "processes it spawns (torch.multiprocessing.spawn) as ranks, or it as the only rank "
-                            "(DataParallel); auto (default): self-spawn when the script calls torch's spawn")
-    group.add_argument("--no-instrument", action="store_true", default=None,
-                       help="no zero-code instrumentation (logs, exits and rankwatch.log only)")
-    group.add_argument("--parse-stdout", action="store_true", default=None, help="also read metrics from printed lines (loss, val_loss, lr, ...; HF Trainer and nanoGPT formats); each key is its own curve")
-    group.add_argument("--stall-timeout", type=float, metavar="SECONDS",
-                       help="flag a rank stalled after this long without progress (default: from its step times)")
-    group.add_argument("--hash-every", type=int, metavar="N",
-                       help="every N steps check that parameters are identical on all ranks (DDP consistency)")
+    add_setting_flags(group, [item for item in all_settings(schema) if item.table])
     group.add_argument("--module", "-m", dest="module", metavar="MODULE", help="run a module (python -m style) instead of a script")
+    parser.set_defaults(spec_schema=schema)
     add_slurm_flags(parser)
     parser.add_argument("--example", action="store_true", help="the bundled example: one rank per GPU (at most 2), or 2 CPU ranks without a GPU")
     parser.add_argument("target", nargs="?", metavar="PROFILE|FILE.toml|SCRIPT", help="what to run")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="arguments for the script")
+
+
+def flag_dest(item: PathSetting) -> str:
+    """Where argparse keeps a setting's flag: its name (``no_<name>`` for a flag that turns it off)."""
+    return f"no_{item.name}" if item.setting.negative else item.name
+
+
+def add_setting_flags(group: argparse._ArgumentGroup, items: list[PathSetting]) -> None:
+    """One flag per setting that names one; every flag's default is ``None`` (not given)."""
+    for item in items:
+        described = item.setting
+        if described.flag is None:
+            continue
+        names = (described.flag, *described.aliases)
+        options: dict[str, Any] = {"dest": flag_dest(item), "default": None, "help": described.help}
+        if described.kind == BOOL:
+            options["action"] = "store_true"
+        else:
+            if described.metavar:
+                options["metavar"] = described.metavar
+            if described.kind == CHOICE:
+                options["choices"] = described.choices
+            elif described.kind == INTEGER and not described.auto:
+                options["type"] = int
+            elif described.kind == NUMBER and not described.auto:
+                options["type"] = float
+        group.add_argument(*names, **options)
+
+
+def _flag_value(item: PathSetting, given: Any) -> Any:
+    """A flag's value as the spec holds it: ``"auto"`` or a number where auto is allowed.
+
+    Raises:
+        SpecErrors: neither a number nor "auto".
+    """
+    described = item.setting
+    if described.kind == BOOL:
+        return not described.negative
+    if described.kind in (INTEGER, NUMBER) and described.auto and isinstance(given, str):
+        if given == AUTO:
+            return AUTO if described.kind == INTEGER else None
+        try:
+            return int(given) if described.kind == INTEGER else float(given)
+        except ValueError:
+            kind = "an integer" if described.kind == INTEGER else "a number"
+            raise SpecErrors([SpecError(item.path, f'expected {kind} or "auto", got {given!r}')]) from None
+    return given
+
+
+def apply_setting_flags(spec: Any, args: argparse.Namespace, prefix: str = "") -> Any:
+    """``spec`` with the settings whose flags were given (nested tables included).
+
+    Raises:
+        SpecErrors: a flag's value is neither a number nor "auto" where auto is allowed.
+    """
+    changes: dict[str, Any] = {}
+    for spec_field in fields(spec):
+        described = setting_of(spec_field)
+        if described is not None and described.flag is not None:
+            item = PathSetting(prefix + spec_field.name, spec_field.name, None, described)
+            given = getattr(args, flag_dest(item), None)
+            if given is not None and given is not False:
+                changes[spec_field.name] = _flag_value(item, given)
+        elif described is None and is_table(spec_field):
+            table = getattr(spec, spec_field.name)
+            changed = apply_setting_flags(table, args, f"{prefix}{spec_field.name}.")
+            if changed is not table:
+                changes[spec_field.name] = changed
+    return replace(spec, **changes) if changes else spec
 
 
 def _auto_or_int(field: str, text: str) -> int | str:
@@ -115,13 +181,10 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
     Raises:
         SpecErrors: a flag's value is invalid.
     """
+    spec = apply_setting_flags(spec, args)  # nproc_per_node, backend, ..., the [telemetry] flags
     changes: dict[str, Any] = {}  # LaunchSpec field -> new value, for dataclasses.replace
-    if args.nproc_per_node is not None:
-        changes["nproc_per_node"] = _auto_or_int("nproc_per_node", args.nproc_per_node)
     if args.gpus is not None:
         changes["gpus"] = _gpus(args.gpus)
-    if args.backend is not None:
-        changes["backend"] = args.backend
     if args.interpreter is not None:
         changes["interpreter"] = args.interpreter
     if args.workdir is not None:
@@ -131,14 +194,6 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
     nodes = _nodes(args.hosts) if args.hosts else spec.nodes
     if args.hosts:
         changes["nodes"] = nodes
-    if args.max_restarts is not None:
-        changes["max_restarts"] = args.max_restarts
-    if args.omp_num_threads is not None:
-        changes["omp_num_threads"] = _auto_or_int("omp_num_threads", args.omp_num_threads)
-    if args.legacy_local_rank:
-        changes["legacy_local_rank"] = True
-    if getattr(args, "launch_mode", None) is not None:
-        changes["launch_mode"] = args.launch_mode
     rendezvous = spec.rendezvous
     if args.rdzv_endpoint or args.rdzv_id:
         if args.rdzv_endpoint and parse_host_port(args.rdzv_endpoint) is None:
@@ -152,19 +207,8 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
         rendezvous = replace(rendezvous, mode="c10d")
     if rendezvous is not spec.rendezvous:
         changes["rendezvous"] = rendezvous
-    telemetry = spec.telemetry
-    if args.no_instrument:
-        telemetry = replace(telemetry, instrument=False)
-    if args.parse_stdout:
-        telemetry = replace(telemetry, parse_stdout=True)
-    if args.stall_timeout is not None:
-        telemetry = replace(telemetry, stall_timeout=args.stall_timeout)
-    if args.hash_every is not None:
-        telemetry = replace(telemetry, hash_every=args.hash_every)
-    if telemetry is not spec.telemetry:
-        changes["telemetry"] = telemetry
     spec = apply_slurm_flags(replace(spec, **changes), args)
-    return spec_from_dict(spec_to_dict(spec))  # the same validation as a profile file
+    return spec_from_dict(spec_to_dict(spec), type(spec))  # the same validation as a profile file
 
 
 # ---- Slurm (runner.slurm): the [slurm] table from flags -------------------------------------
@@ -234,24 +278,25 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
         SpecErrors: invalid values.
         ValueError: nothing to run was given (message says what to give).
     """
+    schema: type[LaunchSpec] = getattr(args, "spec_schema", LaunchSpec)
     if args.example:
         profile = example_profile()
     elif args.module:
         cwd = str(Path.cwd())
         module_args = ([args.target] if args.target else []) + list(args.script_args)
-        spec = LaunchSpec(module=args.module, args=tuple(module_args), workdir=cwd,
+        spec = schema(module=args.module, args=tuple(module_args), workdir=cwd,
                           gpus="all", rendezvous=RendezvousSpec())
         profile = Profile(name=args.module, path=None, spec=spec)
     elif args.target is None:
         raise ValueError("nothing to run: give a profile name, a .toml file, a script, or --example")
     elif is_script_target(args.target):
         script = Path(args.target).expanduser().resolve()
-        spec = LaunchSpec(script=str(script), args=tuple(args.script_args), workdir=str(Path.cwd()))
+        spec = schema(script=str(script), args=tuple(args.script_args), workdir=str(Path.cwd()))
         profile = Profile(name=script.stem, path=None, spec=spec)
     else:
         if args.script_args:
             raise ValueError(f"arguments after a profile are not allowed ({' '.join(args.script_args)}); "
                              "put Rankwatch flags before the profile name, or script arguments in the profile's args")
-        profile = load_profile(args.target)
+        profile = load_profile(args.target, schema)
     spec = apply_overrides(profile.spec, args)
     return replace(profile, spec=spec)

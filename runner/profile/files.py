@@ -58,8 +58,8 @@ def profile_path(name: str) -> Path:
     return paths.profiles_dir() / f"{name}.toml"
 
 
-def read_spec_file(path: Path) -> LaunchSpec:
-    """Parse one TOML file into a spec.
+def read_spec_file(path: Path, schema: type[LaunchSpec] = LaunchSpec) -> LaunchSpec:
+    """Parse one TOML file into a spec (of ``schema``, ``runner.profile.parse.spec_from_dict``).
 
     Raises:
         ProfileError: the file is missing or unreadable.
@@ -75,11 +75,11 @@ def read_spec_file(path: Path) -> LaunchSpec:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecErrors([SpecError("toml", f"not valid TOML: {exc}")]) from None
-    return spec_from_dict(table)
+    return spec_from_dict(table, schema)
 
 
-def load_profile(name_or_path: str) -> Profile:
-    """A saved profile by name, or any TOML file by path.
+def load_profile(name_or_path: str, schema: type[LaunchSpec] = LaunchSpec) -> Profile:
+    """A saved profile by name, or any TOML file by path (read as a ``schema``).
 
     Raises:
         ProfileError: no such profile or file.
@@ -87,7 +87,7 @@ def load_profile(name_or_path: str) -> Profile:
     """
     if looks_like_path(name_or_path):
         path = Path(name_or_path).expanduser().resolve()
-        return Profile(name=path.stem, path=path, spec=read_spec_file(path))
+        return Profile(name=path.stem, path=path, spec=read_spec_file(path, schema))
     if name_or_path == EXAMPLE_PROFILE and not profile_path(EXAMPLE_PROFILE).exists():
         return example_profile()
     path = profile_path(name_or_path)
@@ -95,7 +95,7 @@ def load_profile(name_or_path: str) -> Profile:
         known = ", ".join(list_profiles()) or "none yet"
         raise ProfileError(f"no profile named {name_or_path!r} (saved profiles: {known}); "
                            "see `rankwatch profiles list`, or give a path to a .toml file")
-    return Profile(name=name_or_path, path=path, spec=read_spec_file(path))
+    return Profile(name=name_or_path, path=path, spec=read_spec_file(path, schema))
 
 
 def list_profiles() -> list[str]:

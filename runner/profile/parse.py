@@ -11,15 +11,24 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, TypeVar
 
 from rankwatch import _templates as templates
+from runner.profile.schema import (
+    BOOL,
+    CHOICE,
+    INTEGER,
+    NUMBER,
+    Setting,
+    default_of,
+    is_table,
+    setting_of,
+    table_class,
+)
 from runner.profile.spec import (
     ALL,
     AUTO,
-    BACKENDS,
     CPU,
-    LAUNCH_MODES,
     RENDEZVOUS_MODES,
     SCHEMA_VERSION,
     SELF_SPAWN,
@@ -28,7 +37,6 @@ from runner.profile.spec import (
     NodeSpec,
     RendezvousSpec,
     SlurmSpec,
-    TelemetrySpec,
 )
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -117,12 +125,14 @@ class _Reader:
             return default
         return value
 
-    def number(self, key: str, default, *, low: float, high: float):
+    def number(self, key: str, default, *, low: float, high: float, unit: str = "seconds", allow_auto=False):
         value = self.table.get(key, default)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(key, f"expected a number of seconds, got {value!r}")
+            expected = f"a number of {unit}" if unit else "a number"
+            self.fail(key, f"expected {expected} between {low:g} and {high:g}"
+                           + (' or "auto"' if allow_auto else "") + f", got {value!r}")
             return default
         if not low <= value <= high:
             self.fail(key, f"{value} is out of range; must be between {low} and {high}")
@@ -142,6 +152,81 @@ class _Reader:
             return value
         self.fail(key, f"expected a table ([{self.name(key)}]), got {_type_name(value)}")
         return {}
+
+
+def _read_setting(reader: _Reader, key: str, default: Any, described: Setting) -> Any:
+    """One setting's value from the table, validated as its ``Setting`` says (errors recorded;
+    an invalid value reads as the default)."""
+    errors_before = len(reader.errors)
+    value = _read_setting_value(reader, key, default, described)
+    if described.check is not None and value is not None and len(reader.errors) == errors_before \
+            and value != AUTO:
+        problem = described.check(value)
+        if problem is not None:
+            reader.fail(key, problem)
+            return default
+    return value
+
+
+def _read_setting_value(reader: _Reader, key: str, default: Any, described: Setting) -> Any:
+    kind = described.kind
+    if kind == BOOL:
+        return reader.boolean(key, default)
+    if kind == INTEGER:
+        low = int(described.low) if described.low is not None else 0
+        high = int(described.high) if described.high is not None else None
+        return reader.integer(key, default, low=low, high=high, allow_auto=described.auto)
+    if kind == NUMBER:
+        if described.auto and reader.table.get(key) == AUTO:
+            return None
+        return reader.number(key, default, low=described.low if described.low is not None else float("-inf"),
+                             high=described.high if described.high is not None else float("inf"),
+                             unit=described.unit, allow_auto=described.auto)
+    if kind == CHOICE:
+        return reader.choice(key, default, described.choices)
+    return reader.optional_str(key, default)
+
+
+def read_settings(cls: type, reader: _Reader) -> dict[str, Any]:
+    """The values of ``cls``'s setting fields (and its nested settings tables) in the reader's
+    table, by field name; an invalid value is recorded as an error and its default is used."""
+    values: dict[str, Any] = {}
+    for spec_field in fields(cls):
+        described = setting_of(spec_field)
+        if described is not None:
+            values[spec_field.name] = _read_setting(reader, spec_field.name, default_of(spec_field), described)
+        elif is_table(spec_field):
+            values[spec_field.name] = read_settings_table(table_class(spec_field), reader, spec_field.name)
+    return values
+
+
+SpecT = TypeVar("SpecT")
+
+
+def read_settings_table(cls: type[SpecT], reader: _Reader, key: str) -> SpecT:
+    """A nested table whose fields are all settings (``[telemetry]``); unknown keys are errors."""
+    table = _Reader(reader.sub_table(key), f"{reader.name(key)}.", reader.errors)
+    table.reject_unknown([f.name for f in fields(cls)])  # type: ignore[arg-type]
+    return cls(**read_settings(cls, table))
+
+
+def write_settings(spec: Any) -> dict[str, Any]:
+    """The TOML entries of ``spec``'s settings (nested tables included): ``None`` is left out
+    (an auto number is written ``"auto"``), and so is a default the setting omits."""
+    table: dict[str, Any] = {}
+    for spec_field in fields(spec):
+        value = getattr(spec, spec_field.name)
+        described = setting_of(spec_field)
+        if described is not None:
+            if described.omit_default and value == default_of(spec_field):
+                continue
+            if value is None and described.kind == NUMBER and described.auto:
+                value = AUTO
+            if value is not None:
+                table[spec_field.name] = value
+        elif is_table(spec_field):
+            table[spec_field.name] = write_settings(value)
+    return table
 
 
 def text_problem(text: str) -> str | None:
@@ -344,28 +429,6 @@ def _parse_module(reader: _Reader) -> str | None:
     return module
 
 
-def _parse_telemetry(reader: _Reader, errors: list[SpecError]) -> TelemetrySpec:
-    tel = _Reader(reader.sub_table("telemetry"), "telemetry.", errors)
-    tel.reject_unknown([f.name for f in fields(TelemetrySpec)])
-    pattern = tel.optional_str("loss_pattern")
-    if pattern is not None:
-        try:
-            compiled = re.compile(pattern)
-            if compiled.groups < 1:
-                tel.fail("loss_pattern", "needs one capturing group around the number, e.g. 'loss[:=]\\s*([-+.\\deE]+)'")
-        except re.error as exc:
-            tel.fail("loss_pattern", f"not a valid regular expression ({exc})")
-    stall = tel.table.get("stall_timeout", AUTO)
-    return TelemetrySpec(
-        instrument=tel.boolean("instrument", True),
-        parse_stdout=tel.boolean("parse_stdout", False),
-        loss_pattern=pattern,
-        sample_interval=tel.number("sample_interval", 1.0, low=0.25, high=60.0),
-        stall_timeout=None if stall == AUTO else tel.number("stall_timeout", None, low=1.0, high=86400.0),
-        hash_every=tel.integer("hash_every", 0, low=0),
-    )
-
-
 # ---- [slurm] ------------------------------------------------------------------------------
 
 SLURM_TIME_LIMIT = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
@@ -505,22 +568,21 @@ def _check_entry_point(reader: _Reader, script: str | None, module: str | None) 
         reader.fail("script", "is empty: give the path of the training script")
 
 
-TOP_LEVEL_KEYS = [
-    "version", "script", "module", "args", "interpreter", "workdir", "env", "nproc_per_node",
-    "gpus", "backend", "nodes", "rendezvous", "max_restarts", "omp_num_threads",
-    "legacy_local_rank", "launch_mode", "telemetry", "slurm", "description",
-]
+TOP_LEVEL_KEYS = [f.name for f in fields(LaunchSpec)]
+
+LaunchSpecT = TypeVar("LaunchSpecT", bound=LaunchSpec)
 
 
-def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
-    """Build a spec from a TOML table.
+def spec_from_dict(table: Mapping[str, Any], schema: type[LaunchSpecT] = LaunchSpec) -> LaunchSpecT:  # type: ignore[assignment]
+    """Build a spec from a TOML table. ``schema``: the spec class (a subclass with more
+    settings reads them too, ``runner.profile.schema``).
 
     Raises:
         SpecErrors: every invalid field, each naming the field and what is allowed.
     """
     errors: list[SpecError] = []
     reader = _Reader(table, "", errors)
-    reader.reject_unknown(TOP_LEVEL_KEYS)
+    reader.reject_unknown([f.name for f in fields(schema)])
     version = reader.integer("version", SCHEMA_VERSION, low=1)
     if isinstance(version, int) and version > SCHEMA_VERSION:
         reader.fail("version", f"{version} is newer than this Rankwatch understands ({SCHEMA_VERSION}); upgrade rankwatch")
@@ -528,26 +590,20 @@ def spec_from_dict(table: Mapping[str, Any]) -> LaunchSpec:
     module = _parse_module(reader)
     _check_entry_point(reader, script, module)
     nodes = _parse_nodes(reader, errors)
-    spec = LaunchSpec(
+    spec = schema(
         script=script,
         module=module,
         args=_parse_args(reader),
         interpreter=reader.optional_str("interpreter"),
         workdir=reader.optional_str("workdir"),
         env=_parse_env(reader),
-        nproc_per_node=reader.integer("nproc_per_node", AUTO, low=1, high=1024, allow_auto=True),
         gpus=_parse_gpus(reader),
-        backend=reader.choice("backend", AUTO, BACKENDS),
         nodes=nodes,
         rendezvous=_parse_rendezvous(reader, errors, len(nodes)),
-        max_restarts=reader.integer("max_restarts", 0, low=0, high=1000),
-        omp_num_threads=reader.integer("omp_num_threads", AUTO, low=1, high=1024, allow_auto=True),
-        legacy_local_rank=reader.boolean("legacy_local_rank", False),
-        launch_mode=reader.choice("launch_mode", AUTO, LAUNCH_MODES),
-        telemetry=_parse_telemetry(reader, errors),
         slurm=_parse_slurm(reader, errors),
         description=reader.optional_str("description"),
         version=SCHEMA_VERSION,
+        **read_settings(schema, reader),  # nproc_per_node, backend, ..., [telemetry]
     )
     if spec.slurm is not None:
         _check_slurm_fields(table, spec, errors)
@@ -565,21 +621,18 @@ def _drop_none(table: dict[str, Any]) -> dict[str, Any]:
 def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
     """The TOML table for ``spec``: ``spec_from_dict(spec_to_dict(s)) == s``."""
     table: dict[str, Any] = {"version": spec.version}
-    table.update(_drop_none({
-        "description": spec.description,
+    table.update(_drop_none({"description": spec.description}))
+    values = {**_drop_none({
         "script": spec.script,
         "module": spec.module,
         "args": list(spec.args),
         "interpreter": spec.interpreter,
         "workdir": spec.workdir,
-        "nproc_per_node": spec.nproc_per_node,
         "gpus": list(spec.gpus) if isinstance(spec.gpus, tuple) else spec.gpus,
-        "backend": spec.backend,
-        "max_restarts": spec.max_restarts,
-        "omp_num_threads": spec.omp_num_threads,
-        "legacy_local_rank": spec.legacy_local_rank,
-        "launch_mode": spec.launch_mode if spec.launch_mode != AUTO else None,
-    }))
+    }), **write_settings(spec)}  # the settings: nproc_per_node, backend, ..., and [telemetry]
+    for name in (f.name for f in fields(spec)):  # keys in the order the spec declares them
+        if name in values and not isinstance(values[name], dict):
+            table[name] = values[name]
     if spec.env:
         table["env"] = dict(spec.env)
     rdzv = spec.rendezvous
@@ -588,13 +641,7 @@ def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
         "master_addr": rdzv.master_addr, "master_port": rdzv.master_port,
         "node_rank": rdzv.node_rank or None,
     })
-    tel = spec.telemetry
-    table["telemetry"] = _drop_none({
-        "instrument": tel.instrument, "parse_stdout": tel.parse_stdout,
-        "loss_pattern": tel.loss_pattern, "sample_interval": tel.sample_interval,
-        "stall_timeout": AUTO if tel.stall_timeout is None else tel.stall_timeout,
-        "hash_every": tel.hash_every,
-    })
+    table.update({key: value for key, value in values.items() if isinstance(value, dict)})
     table["nodes"] = [
         _drop_none({"host": n.host, "processes": n.processes, "user": n.user, "port": n.port,
                     "python": n.python, "workdir": n.workdir})

@@ -9,8 +9,11 @@ are resolved against a machine in ``runner.profile.resolve``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Union
+
+from runner.profile.schema import BOOL, CHOICE, INTEGER, NUMBER, SETTINGS_TABLE, TEXT, setting
 
 SCHEMA_VERSION = 1
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
@@ -59,22 +62,61 @@ class RendezvousSpec:
     """Static mode: the rank of the node this command is for (0 on the head)."""
 
 
+def loss_pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot read a loss from a printed line, or ``None``."""
+    try:
+        compiled = re.compile(pattern)
+    except re.error as exc:
+        return f"not a valid regular expression ({exc})"
+    if compiled.groups < 1:
+        return "needs one capturing group around the number, e.g. 'loss[:=]\\s*([-+.\\deE]+)'"
+    return None
+
+
+TELEMETRY = "Telemetry"
+"""The launch form's section for ``TelemetrySpec``."""
+
+
 @dataclass(frozen=True)
 class TelemetrySpec:
-    """What the workers measure and how the runner watches them."""
+    """What the workers measure and how the runner watches them (a profile's ``[telemetry]``).
 
-    instrument: bool = True
+    Each field is a ``setting``: its TOML key, CLI flag and form row come from it.
+    """
+
+    instrument: bool = setting(
+        True, BOOL, flag="--no-instrument", negative=True,
+        help="no zero-code instrumentation (logs, exits and rankwatch.log only)",
+        label="Instrument", section=TELEMETRY, placeholder="Zero-code instrumentation",
+        tip="Measure loss, step time and data wait without changing the script; "
+            "off: logs, exits and rankwatch.log only")
     """Zero-code instrumentation (loss, step time, data wait). Off: logs and exits only."""
-    parse_stdout: bool = False
+    parse_stdout: bool = setting(
+        False, BOOL, flag="--parse-stdout",
+        help="also read metrics from printed lines (loss, val_loss, lr, ...; HF Trainer and nanoGPT formats); "
+             "each key is its own curve",
+        label="Parse stdout", section=TELEMETRY, placeholder="Also read metrics from printed lines")
     """Also read loss values from printed lines (labelled ``parsed``)."""
-    loss_pattern: str | None = None
+    loss_pattern: str | None = setting(
+        None, TEXT, check=loss_pattern_problem,
+        help="regular expression with one group around the loss in a printed line (default: the built-in one)",
+        label="Loss pattern", section=TELEMETRY, placeholder="built-in (loss=, loss:, HF, nanoGPT)")
     """Regex with one group for the value; ``None`` uses the built-in pattern."""
-    sample_interval: float = 1.0
+    sample_interval: float = setting(
+        1.0, NUMBER, low=0.25, high=60.0, unit="seconds", flag="--sample-interval", metavar="SECONDS",
+        help="seconds between GPU and process samples (0.25 to 60, default 1)",
+        label="Sample every (s)", section=TELEMETRY, placeholder="1 (seconds)")
     """Seconds between GPU / process samples (0.25 .. 60)."""
-    stall_timeout: float | None = None
+    stall_timeout: float | None = setting(
+        None, NUMBER, low=1.0, high=86400.0, auto=True, unit="seconds", flag="--stall-timeout",
+        metavar="SECONDS", help="flag a rank stalled after this long without progress (default: from its step times)",
+        label="Stall timeout (s)", section=TELEMETRY, placeholder="auto (from the rank's step times)")
     """Seconds without progress before a rank is flagged stalled; ``None`` derives it
     from the rank's recent step times."""
-    hash_every: int = 0
+    hash_every: int = setting(
+        0, INTEGER, low=0, flag="--hash-every", metavar="N",
+        help="every N steps check that parameters are identical on all ranks (DDP consistency)",
+        label="Hash every", section=TELEMETRY, placeholder="0 (off), or N steps")
     """Check every N steps that parameters are identical on all ranks (0 = off)."""
 
 
@@ -114,7 +156,9 @@ class SlurmSpec:
 class LaunchSpec:
     """Everything torchrun needs, plus what Rankwatch adds around it.
 
-    Exactly one of ``script`` / ``module`` is set.
+    Exactly one of ``script`` / ``module`` is set. A field declared with ``setting`` (or a
+    ``settings_table``) is read, written, offered as a flag and shown on the form from that
+    declaration alone (``runner.profile.schema``); the others have rules of their own.
     """
 
     script: str | None = None
@@ -125,23 +169,33 @@ class LaunchSpec:
     workdir: str | None = None
     """``None`` is the directory Rankwatch is started from."""
     env: tuple[tuple[str, str], ...] = ()
-    nproc_per_node: int | str = AUTO
+    nproc_per_node: int | str = setting(
+        AUTO, INTEGER, low=1, high=1024, auto=True, flag="--nproc-per-node", aliases=("--nproc_per_node",),
+        metavar="N|auto", help="processes per node (auto: one per picked GPU, or the CPU count)")
     """``"auto"`` = number of picked GPUs, or the CPU count in CPU mode."""
     gpus: GpuSelection = ALL
-    backend: str = AUTO
+    backend: str = setting(AUTO, CHOICE, choices=BACKENDS, flag="--backend", help="exported as RANKWATCH_BACKEND")
     """``auto`` = nccl with GPUs, gloo on CPU. Exported as RANKWATCH_BACKEND."""
     nodes: tuple[NodeSpec, ...] = (NodeSpec(),)
     rendezvous: RendezvousSpec = field(default_factory=RendezvousSpec)
-    max_restarts: int = 0
-    omp_num_threads: int | str = AUTO
+    max_restarts: int = setting(0, INTEGER, low=0, high=1000, flag="--max-restarts", metavar="N",
+                                help="restart the workers up to N times after a failure")
+    omp_num_threads: int | str = setting(
+        AUTO, INTEGER, low=1, high=1024, auto=True, flag="--omp-num-threads", metavar="N|auto",
+        help="OMP_NUM_THREADS for each worker (auto: cores / processes per node)")
     """``"auto"`` = cores divided by local processes (at least 1)."""
-    legacy_local_rank: bool = False
+    legacy_local_rank: bool = setting(False, BOOL, flag="--legacy-local-rank",
+                                      help="pass --local_rank=N to the script (torch.distributed.launch style)")
     """Pass ``--local_rank=N`` to scripts written for ``torch.distributed.launch``."""
-    launch_mode: str = AUTO
+    launch_mode: str = setting(
+        AUTO, CHOICE, choices=LAUNCH_MODES, omit_default=True, flag="--launch-mode",
+        help="torchrun: one process per rank; self-spawn: start the script once and watch the processes it "
+             "spawns (torch.multiprocessing.spawn) as ranks, or it as the only rank (DataParallel); "
+             "auto (default): self-spawn when the script calls torch's spawn")
     """``torchrun`` (one process per rank), ``self-spawn`` (the script is started once and
     starts its own ranks, ``torch.multiprocessing.spawn``; or one process, ``DataParallel``), or
     ``auto`` (self-spawn when the script calls torch's spawn; ``runner.profile.launch_mode``)."""
-    telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
+    telemetry: TelemetrySpec = field(default_factory=TelemetrySpec, metadata=SETTINGS_TABLE)
     slurm: SlurmSpec | None = None
     """Set: the job runs on a Slurm cluster, and ``nodes``/``rendezvous``/``gpus`` are Slurm's."""
     description: str | None = None

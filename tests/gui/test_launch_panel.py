@@ -265,6 +265,7 @@ def test_a_second_node_needs_a_multi_node_rendezvous_and_gets_its_own_command(qt
     assert panel.endpoint.isVisible() and not panel.master_addr.isVisible()
     qtbot.keyClicks(panel.endpoint, "node0:29400")
     assert not rendezvous_error.isVisible()
+    qtbot.waitUntil(lambda: not panel._form.evaluation.planning, timeout=10_000)  # planned off the GUI thread
     assert panel.preview.node_box.isVisible() and panel.preview.node_box.count() == 2
     commands = [command.text for command in panel._form.evaluation.commands]
     assert panel.preview.command_text() == commands[0]

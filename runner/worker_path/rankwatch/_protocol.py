@@ -1354,6 +1354,17 @@ def _required_int(fields: dict[str, Any], name: str) -> int:
     return value
 
 
+MAX_PID = 1 << 22
+"""Linux's ``PID_MAX_LIMIT``: no process id is above it."""
+
+
+def as_pid(value: object) -> int | None:
+    """A process id (1 .. ``MAX_PID``) from a JSON number; None for anything else: a pid of 0 or
+    -1 names a process group or every process to ``kill``, and no sampler can follow it."""
+    pid = as_int(value)
+    return pid if pid is not None and 0 < pid <= MAX_PID else None
+
+
 def _texts(value: object) -> list[str]:
     return [clean_text(item) for item in value if type(item) is str] if isinstance(value, list) else []
 
@@ -1392,7 +1403,7 @@ class Hello(Message):
                    run_key=as_text(fields.get("run_key")), local_rank=as_int(fields.get("local_rank")),
                    node_rank=as_int(fields.get("node_rank")), world_size=as_int(fields.get("world_size")),
                    local_world_size=as_int(fields.get("local_world_size")),
-                   host=as_text(fields.get("host"), MAX_NAME_CHARS * 2), pid=as_int(fields.get("pid")),
+                   host=as_text(fields.get("host"), MAX_NAME_CHARS * 2), pid=as_pid(fields.get("pid")),
                    python=as_text(fields.get("python")), python_version=as_text(fields.get("python_version")),
                    torch=as_text(fields.get("torch")), restart=as_int(fields.get("restart")),
                    argv=_texts(fields.get("argv")))
@@ -1635,7 +1646,7 @@ class AgentHello(Message):
     def from_wire(cls, fields: dict[str, Any]) -> AgentHello:
         return cls(as_int(fields.get("node_rank")), token=as_text(fields.get("token")),
                    run_key=as_text(fields.get("run_key")), host=as_text(fields.get("host"), MAX_NAME_CHARS * 2),
-                   pid=as_int(fields.get("pid")), version=as_text(fields.get("version")),
+                   pid=as_pid(fields.get("pid")), version=as_text(fields.get("version")),
                    torch=as_text(fields.get("torch")))
 
 

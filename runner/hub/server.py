@@ -46,7 +46,7 @@ from pathlib import Path
 from rankwatch import _protocol as protocol
 from runner.hub.freshness import WATCHED
 from runner.hub.ingest import Ingest
-from runner.hub.lines import OVERSIZED, STREAM_LIMIT, ClientConduct, read_bounded_line
+from runner.hub.lines import OVERSIZED, STREAM_LIMIT, ClientConduct, peer_pid, read_bounded_line
 from runner.hub.observer import Observers
 from runner.hub.publisher import Publisher, SocketSubscriber
 
@@ -143,6 +143,9 @@ class ConnectionServer:
         self._producers: set[asyncio.Task[None]] = set()
         """Handlers of connections that may still send records (not subscribers)."""
         self._servers: list[asyncio.base_events.Server] = []
+        self.proven_pids: dict[int, int] = {}
+        """rank -> the pid its hello named, where the kernel says that process connected (``peer_pid``):
+        the only pids the runner may signal as that rank (a hello's pid alone is the sender's word)."""
 
     async def serve_unix(self, path: Path) -> None:
         path.unlink(missing_ok=True)
@@ -286,6 +289,7 @@ class ConnectionServer:
             if isinstance(message, protocol.Hello):
                 connection.role, connection.rank = "worker", message.rank
                 self.worker_connections += 1
+                self._prove_pid(connection, message)
                 self.ingest.hello(message)
                 self._reply(connection, protocol.Pace(self.worker_latency))
             elif isinstance(message, protocol.AgentHello):
@@ -308,6 +312,19 @@ class ConnectionServer:
         connection.conduct.record_bad("not_allowed_first")
         self.stats["bad_first_message"] += 1
         return not connection.conduct.should_disconnect()
+
+    def proven_pid(self, rank: int) -> int | None:
+        """The pid ``rank``'s worker proved is its own (see ``proven_pids``); None: none proven."""
+        return self.proven_pids.get(rank)
+
+    def _prove_pid(self, connection: Connection, hello: protocol.Hello) -> None:
+        connected = peer_pid(connection.writer)
+        if hello.pid is not None and connected == hello.pid:
+            self.proven_pids[hello.rank] = hello.pid
+        else:
+            self.proven_pids.pop(hello.rank, None)
+            if hello.pid is not None:
+                self.stats["hello_pid_unproven"] += 1
 
     def _got_role(self, connection: Connection) -> None:
         self._waiting[connection.over_tcp].pop(connection, None)

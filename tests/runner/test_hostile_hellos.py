@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
+from runner.diagnosis.stack_capture import StackCapture
+from runner.launch.process_tree import carries_marker
 from runner.sampling.samplers import ProcessSampler
 from tests.hubs import hello, open_hub
+
+WORKER_PATH = str(Path(__file__).resolve().parents[2] / "runner" / "worker_path")
 
 
 def test_a_hello_with_pid_minus_one_costs_no_other_rank_its_sampling(tmp_path, caplog):
@@ -35,3 +44,66 @@ def test_a_hello_with_pid_minus_one_costs_no_other_rank_its_sampling(tmp_path, c
     assert [row.rank for row in rows] == [1, 1, 1]  # every sample, despite the bad entry
     assert not [record for record in caplog.records if record.exc_info]  # no traceback
     assert len([record for record in caplog.records if "cannot sample process -1" in record.getMessage()]) == 1
+
+
+RANK_PROCESS = """
+import os, socket, sys, time
+sys.path.insert(0, sys.argv[3])
+from rankwatch import _protocol as protocol
+connection = socket.socket(socket.AF_UNIX)
+connection.connect(sys.argv[1])
+connection.sendall(protocol.Hello(rank=int(sys.argv[2]), token="secret-token", host="h", local_rank=0, node_rank=0,
+                                  pid=os.getpid()).encode())
+print("ready", flush=True)
+time.sleep(30)
+"""
+
+
+def test_stacks_signal_only_a_process_that_proved_it_is_the_rank(tmp_path):
+    """A forged hello naming a process of the run (torchrun, the keeper: they carry the marker,
+    and SIGUSR2's default action kills) gets it refused; a rank that connected from its own pid
+    is signalled."""
+    run_key = "run-key-of-this-test"
+    marked = {**os.environ, "RANKWATCH_RUN_KEY": run_key}
+    torchrun_like = subprocess.Popen(["sleep", "30"], env=marked)  # of the run, never said hello itself
+    stranger = subprocess.Popen(["sleep", "30"])
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    for rank in (0, 1, 2):
+        (stacks / f"rank-{rank}.txt").write_text("")
+
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        rank_process = subprocess.Popen([sys.executable, "-c", RANK_PROCESS, str(socket_path), "2", WORKER_PATH],
+                                        env=marked, stdout=subprocess.PIPE, text=True)
+        writers = []
+        for rank, pid in ((0, torchrun_like.pid), (1, stranger.pid)):  # forged: sent by this process
+            _, writer = await asyncio.open_unix_connection(str(socket_path))
+            writer.write(hello(rank, pid=pid))
+            await writer.drain()
+            writers.append(writer)
+        assert await asyncio.to_thread(rank_process.stdout.readline) == "ready\n"
+        await asyncio.sleep(0.3)
+        capture = StackCapture(hub, stacks, is_local=lambda row: True, wait_seconds=0.5,
+                               is_ours=lambda pid: carries_marker(pid, run_key), proven_pid=hub.proven_pid)
+        capture.capture_stacks()
+        await asyncio.sleep(1.0)
+        for writer in writers:
+            writer.close()
+        await hub.close()
+        return capture.latest, rank_process
+    rank_process = None
+    try:
+        result, rank_process = asyncio.run(scenario())
+        assert torchrun_like.poll() is None, "a process of the run that is no rank was signalled"
+        assert stranger.poll() is None, "a stranger was signalled"
+        assert rank_process.wait(5) == -signal.SIGUSR2  # the rank itself was (no handler here: it dies of it)
+        refused = {m["rank"]: m["why"] for m in result["missing"]}
+        assert f"refused to signal pid {torchrun_like.pid}" in refused[0]
+        assert f"refused to signal pid {stranger.pid}" in refused[1]
+    finally:
+        for process in (torchrun_like, stranger, rank_process):
+            if process is not None:
+                process.kill()
+                process.wait()
+

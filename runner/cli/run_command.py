@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from dataclasses import replace
@@ -35,7 +36,7 @@ from runner.run import Run, prepare_launch
 from runner.sampling.nvml import shared_nvml
 from runner.slurm.script import render_by_hand
 from runner.state import RunStatus
-from runner.store.store import RunStore
+from runner.store.store import RunStore, is_store_full
 from runner.view.rank_stats import run_statistics
 from runner.view.terminal import TerminalView, render_summary
 
@@ -114,7 +115,14 @@ def run_main(args: argparse.Namespace) -> int:
     if view:
         view.start()
     try:
-        exit_code = asyncio.run(run.execute())
+        try:
+            exit_code = asyncio.run(run.execute())
+        except (sqlite3.Error, OSError) as error:
+            if run.run_id is not None or not is_store_full(error):
+                raise
+            # the disk filled (or went read-only) between the checks and the store's first write
+            return fail(f"cannot record the run in {run.store_path} ({error}): the disk holding it is full or "
+                        "not writable; free some space there, or set RANKWATCH_HOME to a folder on another disk")
         if view and view.shows_results and run.run_id is not None:
             with RunStore(readonly=True) as store:  # before stop: the live table's last frame shows them
                 view.show_results(run_statistics(store, run.run_id)[0])

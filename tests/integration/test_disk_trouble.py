@@ -11,6 +11,7 @@ the right to mount they are skipped, saying so.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import subprocess
@@ -48,6 +49,32 @@ def read_only_disk(tmp_path):
     mount_tmpfs(folder, "1m", read_only=True)
     yield folder
     unmount(folder)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    folder = tmp_path / "full"
+    mount_tmpfs(folder, "1m")
+    with contextlib.suppress(OSError), open(folder / "filler", "wb") as filler:
+        while True:
+            filler.write(b"\0" * 65536)
+            filler.flush()
+    yield folder
+    unmount(folder)
+
+
+@pytest.mark.parametrize("home", ["home", "home/not-yet"])
+def test_a_full_data_disk_at_start_says_what_is_full_where_and_how_much_is_needed(full_disk, home):
+    """No traceback, exit 2, nothing launched (the store's first write once failed with
+    ``database or disk is full`` / ``disk I/O error``)."""
+    env = {**os.environ, "RANKWATCH_HOME": str(full_disk / home)}
+    result = rankwatch("run", "--plain", "--nproc-per-node", "1", str(SCRIPTS / "print_then_wait.py"), env=env,
+                       timeout=60)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert f"the disk holding {full_disk / home / 'data'} is full" in line
+    assert "a run needs at least 2.0 MiB" in line and "Traceback" not in result.stderr
+    assert not (full_disk / home / "data" / "runs.db").exists()
 
 
 @pytest.mark.parametrize("home", ["home", "home/not-yet"])

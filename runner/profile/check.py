@@ -199,6 +199,9 @@ def check_own_folders() -> list[SpecError]:
     errors: list[SpecError] = []
     folders = [paths.data_dir()]
     store = paths.store_path()
+    foreign = paths.data_dir_problem()
+    if foreign is not None:
+        return [SpecError("data folder", foreign)]
     if store.parent != folders[0]:
         folders.append(store.parent)
     for folder in folders:

@@ -440,7 +440,8 @@ class ConnectionServer:
     def _refuse(self, connection: Connection, why: str, what: str | None = None) -> None:
         if connection.over_tcp:
             self.stats["refused_tcp"] += 1
-        self.refusals.refuse(f"a {what} with a {why}" if what else why, connection.peer)
+        article = "an" if what and what[0] in "aeiou" else "a"
+        self.refusals.refuse(f"{article} {what} with a {why}" if what else why, connection.peer)
         with contextlib.suppress(Exception):
             connection.writer.write(protocol.Error(why).encode())
 

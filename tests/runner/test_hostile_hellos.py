@@ -8,11 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from rankwatch import _protocol as protocol
 from runner.diagnosis.stack_capture import StackCapture
 from runner.launch.process_tree import carries_marker
 from runner.sampling.samplers import ProcessSampler
+from runner.store.store import RunStore
 from tests.hubs import hello, open_hub
 
 WORKER_PATH = str(Path(__file__).resolve().parents[2] / "runner" / "worker_path")
@@ -107,3 +110,37 @@ def test_stacks_signal_only_a_process_that_proved_it_is_the_rank(tmp_path):
                 process.kill()
                 process.wait()
 
+
+
+def test_a_forged_negative_drop_count_is_no_count(tmp_path):
+    """A heartbeat's ``dropped: -1`` once read "-1 records dropped"; a count is never negative."""
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        _, writer = await asyncio.open_unix_connection(str(socket_path))
+        writer.write(hello(0))
+        writer.write(protocol.encode("heartbeat", rank=0, t=time.time(), step=3, dropped=5, sent=10))
+        writer.write(protocol.encode("heartbeat", rank=0, t=time.time(), step=4, dropped=-1, sent=-7))
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        row = hub.model.ranks[0]
+        writer.close()
+        await hub.close()
+        return row
+    row = asyncio.run(scenario())
+    assert row.step == 4 and row.dropped == 5  # the forged count changed nothing
+
+
+def test_a_refused_agent_hello_reads_as_english_over_tcp(tmp_path):
+    async def scenario():
+        hub, _socket_path = await open_hub(tmp_path)
+        port = await hub.serve_tcp("127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(protocol.AgentHello(node_rank=1, token="wrong", host="h").encode())
+        await writer.drain()
+        await reader.read()
+        writer.close()
+        await hub.close()
+        with RunStore(tmp_path / "runs.db", readonly=True) as store:
+            return [event["data"]["message"] for event in store.events(hub.run_id, kind="refused")]
+    [message] = asyncio.run(scenario())
+    assert "an agent_hello with a wrong or missing token" in message

@@ -276,6 +276,13 @@ def as_int(value: object) -> int | None:
     return None
 
 
+def as_count(value: object) -> int | None:
+    """``as_int`` of a count: None for a negative number (no count is; a forged ``dropped: -1``
+    would read "-1 records dropped")."""
+    number = as_int(value)
+    return number if number is not None and number >= 0 else None
+
+
 def as_float(value: object) -> float | None:
     """A finite float from a JSON number; None for anything else (booleans included)."""
     kind = type(value)
@@ -1518,7 +1525,7 @@ class Heartbeat(Message):
     def from_wire(cls, fields: dict[str, Any]) -> Heartbeat:
         working = fields.get("working")
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_int(fields.get("step")),
-                   as_int(fields.get("dropped")), as_int(fields.get("sent")),
+                   as_count(fields.get("dropped")), as_count(fields.get("sent")),
                    working if type(working) is bool else None)
 
 

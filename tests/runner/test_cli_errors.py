@@ -78,6 +78,13 @@ def test_flag_errors_name_the_flag(script):
     assert result.returncode == 2 and "gpus: expected indices" in result.stderr
 
 
+@pytest.mark.parametrize("hosts", [",,", "a,,b", "a,"])
+def test_an_empty_entry_in_hosts_is_an_error_not_a_localhost_node(script, hosts):
+    result = rankwatch("run", "--hosts", hosts, str(script))
+    assert result.returncode == 2, result.stderr
+    assert f"nodes: --hosts {hosts!r}: an empty entry" in result.stderr
+
+
 def test_run_without_target_says_what_to_give():
     result = rankwatch("run")
     assert result.returncode == 2 and "give a profile name, a .toml file, a script, or --example" in result.stderr

@@ -123,7 +123,9 @@ def run_main(args: argparse.Namespace) -> int:
             # the disk filled (or went read-only) between the checks and the store's first write
             return fail(f"cannot record the run in {run.store_path} ({error}): the disk holding it is full or "
                         "not writable; free some space there, or set RANKWATCH_HOME to a folder on another disk")
-        if view and view.shows_results and run.run_id is not None:
+        # the whole run's figures come from the store: one that stopped taking records (disk full)
+        # holds only the run's start, and the last frame would mix them with the live step
+        if view and view.shows_results and run.run_id is not None and run.hub.store_incomplete is None:
             with RunStore(readonly=True) as store:  # before stop: the live table's last frame shows them
                 view.show_results(run_statistics(store, run.run_id)[0])
     finally:

@@ -14,6 +14,8 @@ import collections
 import contextlib
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from runner.hub.writer import RESERVE_BYTES
+from runner.view.terminal import WHOLE_RUN_CAPTION
 from tests.jobs import SCRIPTS, rankwatch
 
 pytestmark = pytest.mark.torchrun
@@ -153,3 +156,25 @@ def test_a_full_data_disk_leaves_the_output_and_exit_code_of_plain_torchrun(fill
     told = [line for line in watched.stderr.splitlines()
             if "disk full" in line.lower() and "store incomplete" not in line]
     assert len(told) == 1, told  # the user is told once, while it happens (wording: core's)
+
+
+def test_the_last_frame_after_a_mid_run_full_disk_shows_no_stored_figures_as_the_whole_run(tmp_path):
+    """The last frame once put the store's figures (its first 50 steps: all the full disk let it
+    keep) under "whole run:" beside the live step 399. Run in a terminal (``script``) for the table."""
+    if shutil.which("script") is None:
+        pytest.skip("script (util-linux) is needed to give the run a terminal")
+    disk = tmp_path / "disk"
+    mount_tmpfs(disk, "4m")
+    try:
+        env = {**os.environ, "RANKWATCH_HOME": str(disk / "home"), "COLUMNS": "160", "LINES": "40"}
+        command = shlex.join([sys.executable, "-m", "runner", "run", "--nproc-per-node", "2", "--gpus", "cpu",
+                              str(SCRIPTS / "steps_then_fill_disk.py"), str(disk / "home" / "data")])
+        typescript = tmp_path / "typescript"
+        result = subprocess.run(["script", "-qc", command, str(typescript)], capture_output=True, timeout=240,
+                                env=env)
+        shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", typescript.read_text(errors="replace"))
+    finally:
+        unmount(disk)
+    assert result.returncode == 0, shown[-3000:]
+    assert "store incomplete: disk full" in shown and "400 steps" in shown
+    assert WHOLE_RUN_CAPTION.split(";")[0] not in shown

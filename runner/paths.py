@@ -97,15 +97,45 @@ def private_data_dir() -> Path:
     of it, once (it holds the store and the run folders).
 
     Raises:
+        DataDirError: it, ``RANKWATCH_HOME`` or the store in it belongs to another user.
         OSError: it cannot be created (read-only file system, no permission...).
     """
     folder = data_dir()
     if folder in _checked_data_dirs:
         return folder
+    problem = data_dir_problem()
+    if problem is not None:
+        raise DataDirError(problem)
     privacy.make_private_dir(folder)
+    problem = data_dir_problem()  # made by someone else meanwhile?
+    if problem is not None:
+        raise DataDirError(problem)
     privacy.tighten_old_data(folder)
     _checked_data_dirs.add(folder)
     return folder
+
+
+class DataDirError(PermissionError):
+    """The data folder (or ``RANKWATCH_HOME``, or the store in it) belongs to another user."""
+
+
+def data_dir_problem() -> str | None:
+    """Why the data folder may not be used (``privacy.foreign_owner_problem`` of
+    ``RANKWATCH_HOME``, the data folder and the store's files), with what to do; None when
+    they are missing or the user's own."""
+    home = _home_override()
+    folder = data_dir()
+    candidates = [home] if home else []
+    candidates.append(folder)
+    store = folder / "runs.db"
+    candidates += [store, Path(f"{store}-wal"), Path(f"{store}-shm"), Path(f"{store}-journal")]
+    for path in candidates:
+        problem = privacy.foreign_owner_problem(path)
+        if problem is not None:
+            where = "RANKWATCH_HOME" if path == home else "Rankwatch's data"
+            return (f"{problem}: another user prepared {where} there and could read the runs' secrets; "
+                    f"remove it, or set RANKWATCH_HOME to a folder of yours")
+    return None
 
 
 _checked_data_dirs: set[Path] = set()

@@ -163,6 +163,34 @@ def private_dir_problem(path: Path | str) -> str | None:
     return None
 
 
+def foreign_owner_problem(path: Path | str) -> str | None:
+    """Why ``path`` (if it exists) may not be used as Rankwatch's own: it, or what a symbolic
+    link there leads to, belongs to another user (who could read what is written into it, or
+    swap it). ``None`` when it is missing or ours.
+
+    A folder or store someone else prepared (a planted ``data/`` 0777, an empty ``runs.db``
+    0666) is refused, never written into: SQLite would create its ``-wal`` and ``-shm`` with
+    that file's mode, readable by that user, and the store holds every launch's secrets.
+    """
+    try:
+        link = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"{path} cannot be checked ({error.strerror or error})"
+    uid = os.getuid()
+    if link.st_uid != uid:
+        return f"{path} belongs to uid {link.st_uid}, not to you (uid {uid})"
+    if stat.S_ISLNK(link.st_mode):
+        try:
+            target = os.stat(path)
+        except OSError:
+            return None  # a dangling link of ours: creating through it fails on its own
+        if target.st_uid != uid:
+            return f"{path} leads to {os.path.realpath(path)}, which belongs to uid {target.st_uid}, not to you"
+    return None
+
+
 def claim_private_dir(path: Path) -> str | None:
     """Create ``path`` 0700 if it is missing (atomically: ``mkdir`` fails if anything is
     there), then check it. Returns why it cannot be used, or ``None`` when it can."""

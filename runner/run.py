@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,6 +55,7 @@ from runner.launch.command import (
 )
 from runner.launch.nodes import LocalNode, NodeHandle
 from runner.launch.output import OutputLine
+from runner.masking import masked_env, masked_pairs
 from runner.profile.check import check_launch
 from runner.profile.files import Profile, dumps_spec
 from runner.profile.parse import SpecErrors, spec_to_dict
@@ -119,6 +120,12 @@ def prepare_launch(profile: Profile, machine: MachineFacts | None = None, probe_
     else:
         plan = plan_rendezvous(launch) if check_ports else RendezvousPlan(mode=launch.spec.rendezvous.mode)
     return PreparedLaunch(profile=profile, launch=launch, plan=plan, machine=machine)
+
+
+def _recorded_command(commands: list[NodeCommand]) -> str:
+    """The command lines stored with the run (what ``runs show`` and the GUI show): secret-looking
+    variables masked (``runner.masking``); the processes started get their values."""
+    return "\n".join(replace(command, env=masked_env(command.env)).shell_text() for command in commands)
 
 
 def start_sentinel(run_key: str, store_path: Path, run_id: int) -> subprocess.Popen:
@@ -286,18 +293,18 @@ class Run(HubObserver):
         commands = self.prepared.user_commands()
         # a self-spawning script is recorded as such (run again, it runs the same way; views label its lines)
         ran = self.spec.with_changes(launch_mode=SELF_SPAWN) if self.launch.self_spawn else self.spec
+        ran = ran.with_changes(env=masked_pairs(ran.env))  # the record shows no secret; the job gets it
         self.run_id = await self.hub.create_run(
             spec_to_dict(ran),
             run_key=self.run_key, profile=profile.name, spec_toml=dumps_spec(ran),
-            command="\n".join(c.shell_text() for c in commands), host=socket.gethostname(),
+            command=_recorded_command(commands), host=socket.gethostname(),
             workdir=self.launch.head.workdir, runner_pid=os.getpid(), socket=None,
             world_size=None if self.launch.self_spawn else self.launch.world_size, status=RunStatus.STARTING.value)
         self.evidence.data.run_id = self.run_id  # hints name it in their commands
         self.run_dir = paths.make_run_dir(self.run_id)  # 0700, with its stacks and torchrun folders
         self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
         if uses_init_file(self.launch):  # the command recorded names the file this run uses, in its folder
-            await self.hub.update_run(command="\n".join(
-                c.shell_text() for c in self.prepared.user_commands(init_file=self._init_file())))
+            await self.hub.update_run(command=_recorded_command(self.prepared.user_commands(init_file=self._init_file())))
         await self.hub.serve_unix(self.socket_path)
         if remote_nodes(self.launch):
             # A lost node fails the run: the others are stopped (their collectives could only

@@ -36,7 +36,8 @@ from runner.sampling.nvml import shared_nvml
 from runner.slurm.script import render_by_hand
 from runner.state import RunStatus
 from runner.store.rank_stats import run_statistics
-from runner.store.store import RunStore
+from runner.store.schema import StoreError
+from runner.store.store import RunStore, is_store_full
 from runner.view.terminal import TerminalView, render_summary
 
 
@@ -114,8 +115,17 @@ def run_main(args: argparse.Namespace) -> int:
     if view:
         view.start()
     try:
-        exit_code = asyncio.run(run.execute())
-        if view and view.shows_results and run.run_id is not None:
+        try:
+            exit_code = asyncio.run(run.execute())
+        except (StoreError, OSError) as error:
+            if run.run_id is not None or not is_store_full(error):
+                raise
+            # the disk filled (or went read-only) between the checks and the store's first write
+            return fail(f"cannot record the run in {run.store_path} ({error}): the disk holding it is full or "
+                        "not writable; free some space there, or set RANKWATCH_HOME to a folder on another disk")
+        # the whole run's figures come from the store: one that stopped taking records (disk full)
+        # holds only the run's start, and the last frame would mix them with the live step
+        if view and view.shows_results and run.run_id is not None and run.hub.store_incomplete is None:
             with RunStore(readonly=True) as store:  # before stop: the live table's last frame shows them
                 view.show_results(run_statistics(store, run.run_id)[0])
     finally:

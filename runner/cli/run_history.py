@@ -378,7 +378,10 @@ def attach_main(args: argparse.Namespace) -> int:
         with _open_store() as store:
             final = store.run(run["id"])
             ended = bool(final.get("ended"))
-            if ended and view.shows_results:  # before stop: the live table's last frame shows them
+            # before stop: the live table's last frame shows them (not from a store the disk cut short:
+            # its figures end where the storing did, and would be mixed with the live step)
+            complete = not (final.get("summary") or {}).get("store_incomplete")
+            if ended and complete and view.shows_results:
                 view.show_results(run_statistics(store, run["id"])[0])
     finally:
         view.stop()

@@ -161,6 +161,9 @@ def _env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 def _nodes(text: str) -> tuple[NodeSpec, ...]:
     nodes = []
     for item in text.split(","):
+        if not item.strip():  # ",," is no list of three machines
+            raise SpecErrors([SpecError("nodes", f"--hosts {text!r}: an empty entry; give HOST[:N],... "
+                                                 "(localhost for this machine)")])
         host, _, count = item.strip().partition(":")
         nodes.append(NodeSpec(host=host or "localhost", processes=_auto_or_int("nodes", count) if count else AUTO))
     return tuple(nodes)

@@ -95,7 +95,7 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
     facts = RankFacts(hub, triage_input, local_node_ranks)
     is_ours = (lambda pid: carries_marker(pid, run_key)) if run_key else None
     capture = StackCapture(hub, run_dir / "stacks", is_local=is_local, on_result=findings.set_stacks,
-                           is_ours=is_ours, remote_capture=remote_capture)
+                           is_ours=is_ours, remote_capture=remote_capture, proven_pid=hub.proven_pid)
     hub.add_observer(capture)
     launch_checks = LaunchChecks(hub, findings, triage_input, is_local=is_local)
     hub.add_observer(launch_checks)

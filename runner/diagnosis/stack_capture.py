@@ -82,7 +82,8 @@ class StackCapture(HubObserver):
                  remote_capture: Callable[[list[Any]], list[int]] | None = None,
                  wait_seconds: float = WAIT_SECONDS,
                  progress_of: Callable[[Any, float], dict[str, Any]] | None = None,
-                 is_ours: Callable[[int], bool] | None = None):
+                 is_ours: Callable[[int], bool] | None = None,
+                 proven_pid: Callable[[int], int | None] | None = None):
         self.hub = hub
         self.progress_of = progress_of
         """row, now -> {step, idle_seconds, stalled, progressing} (``StallMonitor.progress_of``); None: unknown."""
@@ -94,6 +95,11 @@ class StackCapture(HubObserver):
         self.is_ours = is_ours
         """pid -> whether the run started that process: a hello's pid is the worker's word, and a
         signal to a pid that is not the run's could reach any process of the user."""
+        self.proven_pid = proven_pid
+        """rank -> the pid its worker proved is its own (``Hub.proven_pid``: the process that
+        connected), or None. Given, only that pid is ever signalled as the rank: a forged hello
+        naming torchrun, the keeper or a rank's child (they carry the marker too, and
+        ``STACK_SIGNAL``'s default action kills) is refused."""
         self.count = 0
         self.latest: dict[str, Any] | None = None
         self._pending: _Pending | None = None
@@ -121,6 +127,10 @@ class StackCapture(HubObserver):
         for row in sorted(rows, key=lambda r: r.rank):
             if not self.is_local(row):
                 remote.append(row)
+                continue
+            if self.proven_pid is not None and self.proven_pid(row.rank) != row.pid:
+                missing.append({"rank": row.rank, "why": f"refused to signal pid {row.pid}: it is not proven to be "
+                                                         "the rank's own process (its hello did not come from it)"})
                 continue
             if self.is_ours is not None and not self.is_ours(row.pid):
                 missing.append({"rank": row.rank, "why": f"refused to signal pid {row.pid}: it is not a process "

@@ -145,6 +145,10 @@ class Hub:
 
     # ---- what the runner feeds in (event loop) -------------------------------------------------
 
+    def proven_pid(self, rank: int) -> int | None:
+        """The pid ``rank``'s worker proved is its own process (``ConnectionServer.proven_pids``)."""
+        return self.server.proven_pid(rank)
+
     def add_observer(self, observer: HubObserver) -> None:
         self.observers.add(observer)
 

@@ -45,6 +45,8 @@ class Ingest:
         self.pending = RecordBatch()
         self.rejected: dict[int, Counter[str]] = {}
         """rank -> reason -> records left out at ingest (what the store could not hold)."""
+        self._rejected_examples: dict[int, dict[str, str]] = {}
+        """rank -> reason -> the name of the first record left out for it."""
         self._rejected_reported: dict[int, int] = {}
         self._exited_ranks: set[int] = set()
         self._on_pending = on_pending
@@ -136,18 +138,22 @@ class Ingest:
         """The hot path (100k+ records/s): the records were validated while decoding."""
         rejected = 0
         if message.rejected:
-            rejected = self.reject(message.rank, message.rejected)
+            rejected = self.reject(message.rank, message.rejected, message.examples)
         records = message.records
         self.pending.metrics += records
         self.model.on_metric_batch(message.rank, records, rejected)
         if len(self.pending) >= FLUSH_NOW_RECORDS:
             self._on_full_batch()
 
-    def reject(self, rank: int, reasons: dict[str, int]) -> int:
-        """Count records of ``rank`` that could not be stored (the first ones are told at once);
-        returns how many."""
+    def reject(self, rank: int, reasons: dict[str, int], examples: dict[str, str] | None = None) -> int:
+        """Count records of ``rank`` that could not be stored (the first ones are told at once,
+        quoting ``examples``: reason -> a rejected record's name); returns how many."""
         counts = self.rejected.setdefault(rank, Counter())
         counts.update(reasons)
+        if examples:
+            known = self._rejected_examples.setdefault(rank, {})
+            for reason, name in examples.items():
+                known.setdefault(reason, name)
         total = sum(reasons.values())
         self.stats["records_rejected"] += total
         self.model.on_rejected(rank, total)
@@ -165,10 +171,12 @@ class Ingest:
         counts = self.rejected[rank]
         total = sum(counts.values())
         self._rejected_reported[rank] = total
-        why = ", ".join(f"{reason}: {count}" for reason, count in counts.most_common())
+        examples = self._rejected_examples.get(rank, {})
+        why = ", ".join(f"{reason}: {count}" + (f", e.g. {examples[reason]!r}" if reason in examples else "")
+                        for reason, count in counts.most_common())
         self.add_event(EventKind.RECORDS_REJECTED, rank,
                        f"rank {rank}: {total} record{'s' if total != 1 else ''} dropped, the store cannot hold "
-                       f"them ({why})", count=total, reasons=dict(counts))
+                       f"them ({why})", count=total, reasons=dict(counts), examples=dict(examples))
 
     def worker_lost(self, rank: int, t: float) -> None:
         """A worker's connection (to this hub, or to its node's agent) ended without ``exit``."""

@@ -9,15 +9,38 @@ connection (and never the hub its memory).
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
 from rankwatch._protocol import MAX_LINE_BYTES
 
+_PEER_CREDENTIALS = struct.Struct("3i")
+"""``struct ucred``: pid, uid, gid."""
+
 OVERSIZED = object()
 """Returned in place of a line that was longer than the bound (already discarded)."""
 
 STREAM_LIMIT = MAX_LINE_BYTES + 1
+
+
+def peer_pid(writer: asyncio.StreamWriter) -> int | None:
+    """The pid of the process that connected to this Unix socket, as the kernel tells it
+    (``SO_PEERCRED``, translated into this pid namespace); None over TCP or where unknown.
+
+    A hello's pid is the worker's word; this is proof: a worker whose hello names the pid
+    that connected is that process (the reporter connects from the rank process itself).
+    """
+    sock = writer.get_extra_info("socket")
+    if sock is None or sock.family != socket.AF_UNIX or not hasattr(socket, "SO_PEERCRED"):
+        return None
+    try:
+        credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER_CREDENTIALS.size)
+    except OSError:
+        return None
+    pid = _PEER_CREDENTIALS.unpack(credentials)[0]
+    return pid if pid > 0 else None
 
 
 async def read_bounded_line(reader: asyncio.StreamReader) -> bytes | object | None:

@@ -22,7 +22,10 @@ store (each is counted in the hub's stats):
   on the Unix socket);
 * at most ``MAX_PREAUTH_CONNECTIONS`` connections (per listener kind) may wait
   without a role: a new one closes the oldest waiting one (so holding connections
-  open cannot lock an agent out, and costs the holder its oldest);
+  open cannot lock an agent out, and costs the holder its oldest) -- except one
+  younger than ``PREAUTH_GRACE_SECONDS`` that has bytes to read (its hello is
+  already there, queued behind the others of a burst: 1,024 ranks starting at once),
+  or younger than ``SILENT_GRACE_SECONDS`` (connected, its hello on the way);
 * refusals are events only for the first ``REFUSALS_IN_FULL`` (each with its
   reason); after that they are counted, and one ``refused`` event per
   ``REFUSED_SUMMARY_SECONDS`` (and one at the end) says how many and why;
@@ -35,9 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
 import hmac
 import os
+import struct
+import termios
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
@@ -46,7 +52,7 @@ from pathlib import Path
 from rankwatch import _protocol as protocol
 from runner.hub.freshness import WATCHED
 from runner.hub.ingest import Ingest
-from runner.hub.lines import OVERSIZED, STREAM_LIMIT, ClientConduct, read_bounded_line
+from runner.hub.lines import OVERSIZED, STREAM_LIMIT, ClientConduct, peer_pid, read_bounded_line
 from runner.hub.observer import Observers
 from runner.hub.publisher import Publisher, SocketSubscriber
 
@@ -56,6 +62,12 @@ PREAUTH_SECONDS = 60.0
 TCP_PREAUTH_SECONDS = 10.0
 """A TCP client must authenticate (agent_hello with the token) within this time."""
 MAX_PREAUTH_CONNECTIONS = 64
+PREAUTH_GRACE_SECONDS = 2.0
+"""A waiting connection with bytes to read is kept this long beyond the limit: its first line is
+there, just not read yet (a burst of connections is accepted before any of them is read)."""
+SILENT_GRACE_SECONDS = 0.25
+"""A waiting connection that has sent nothing yet is kept this long beyond the limit: a rank
+sends its hello right after connecting, but a busy machine can run the hub in between."""
 MAX_UNREAD_BYTES = 256 << 10
 """Pongs (and errors) waiting for a client that does not read them."""
 REFUSALS_IN_FULL = 5
@@ -91,6 +103,22 @@ class Connection:
     def unread_bytes(self) -> int:
         transport = self.writer.transport
         return transport.get_write_buffer_size() if transport is not None else 0
+
+
+def _has_input(connection: Connection) -> bool:
+    """Whether the client sent a line not read yet: in the stream's buffer (a whole line), or
+    bytes in the kernel's. A part of a line already read is no hello waiting its turn."""
+    buffered = connection.reader._buffer  # type: ignore[attr-defined]
+    if buffered:
+        return b"\n" in buffered
+    sock = connection.writer.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        pending = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return False
+    return bool(struct.unpack("i", pending)[0])
 
 
 class Refusals:
@@ -140,9 +168,13 @@ class ConnectionServer:
         self._waiting: dict[bool, OrderedDict[Connection, None]] = {False: OrderedDict(), True: OrderedDict()}
         """Connections without a role yet, oldest first (Unix: False, TCP: True)."""
         self._evicted: set[Connection] = set()
+        self._limit_scheduled = {False: False, True: False}
         self._producers: set[asyncio.Task[None]] = set()
         """Handlers of connections that may still send records (not subscribers)."""
         self._servers: list[asyncio.base_events.Server] = []
+        self.proven_pids: dict[int, int] = {}
+        """rank -> the pid its hello named, where the kernel says that process connected (``peer_pid``):
+        the only pids the runner may signal as that rank (a hello's pid alone is the sender's word)."""
 
     async def serve_unix(self, path: Path) -> None:
         path.unlink(missing_ok=True)
@@ -207,14 +239,40 @@ class ConnectionServer:
             self._closed(connection)
 
     def _wait_for_role(self, connection: Connection) -> None:
-        waiting = self._waiting[connection.over_tcp]
-        waiting[connection] = None
-        while len(waiting) > MAX_PREAUTH_CONNECTIONS:
-            oldest, _ = waiting.popitem(last=False)
+        """Count ``connection`` among those waiting for a role; beyond the limit, close the oldest
+        that has nothing to say (or has been given its grace), so that holding connections open
+        costs the holder, and a rank whose hello waits to be read is never taken for one."""
+        self._waiting[connection.over_tcp][connection] = None
+        self._limit_waiting(connection.over_tcp)
+
+    def _limit_waiting(self, over_tcp: bool) -> None:
+        waiting = self._waiting[over_tcp]
+        excess = len(waiting) - MAX_PREAUTH_CONNECTIONS
+        if excess <= 0:
+            return
+        now = time.monotonic()
+        spared = False
+        for candidate in list(waiting)[:MAX_PREAUTH_CONNECTIONS]:  # oldest first, a bounded look
+            if excess <= 0:
+                break
+            age = now - candidate.opened
+            if age < SILENT_GRACE_SECONDS or (age < PREAUTH_GRACE_SECONDS and _has_input(candidate)):
+                spared = True
+                continue
+            del waiting[candidate]
+            excess -= 1
             self.stats["preauth_evicted"] += 1
-            self._evicted.add(oldest)
-            if oldest.task is not None:
-                oldest.task.cancel()
+            self._evicted.add(candidate)
+            if candidate.task is not None:
+                candidate.task.cancel()
+        if spared and excess > 0 and not self._limit_scheduled[over_tcp]:
+            # look again once the spared ones had their time, even if no one connects meanwhile
+            self._limit_scheduled[over_tcp] = True
+            asyncio.get_running_loop().call_later(SILENT_GRACE_SECONDS, self._limit_again, over_tcp)
+
+    def _limit_again(self, over_tcp: bool) -> None:
+        self._limit_scheduled[over_tcp] = False
+        self._limit_waiting(over_tcp)
 
     async def _serve(self, connection: Connection) -> None:
         reader = connection.reader
@@ -286,6 +344,7 @@ class ConnectionServer:
             if isinstance(message, protocol.Hello):
                 connection.role, connection.rank = "worker", message.rank
                 self.worker_connections += 1
+                self._prove_pid(connection, message)
                 self.ingest.hello(message)
                 self._reply(connection, protocol.Pace(self.worker_latency))
             elif isinstance(message, protocol.AgentHello):
@@ -308,6 +367,19 @@ class ConnectionServer:
         connection.conduct.record_bad("not_allowed_first")
         self.stats["bad_first_message"] += 1
         return not connection.conduct.should_disconnect()
+
+    def proven_pid(self, rank: int) -> int | None:
+        """The pid ``rank``'s worker proved is its own (see ``proven_pids``); None: none proven."""
+        return self.proven_pids.get(rank)
+
+    def _prove_pid(self, connection: Connection, hello: protocol.Hello) -> None:
+        connected = peer_pid(connection.writer)
+        if hello.pid is not None and connected == hello.pid:
+            self.proven_pids[hello.rank] = hello.pid
+        else:
+            self.proven_pids.pop(hello.rank, None)
+            if hello.pid is not None:
+                self.stats["hello_pid_unproven"] += 1
 
     def _got_role(self, connection: Connection) -> None:
         self._waiting[connection.over_tcp].pop(connection, None)
@@ -368,7 +440,8 @@ class ConnectionServer:
     def _refuse(self, connection: Connection, why: str, what: str | None = None) -> None:
         if connection.over_tcp:
             self.stats["refused_tcp"] += 1
-        self.refusals.refuse(f"a {what} with a {why}" if what else why, connection.peer)
+        article = "an" if what and what[0] in "aeiou" else "a"
+        self.refusals.refuse(f"{article} {what} with a {why}" if what else why, connection.peer)
         with contextlib.suppress(Exception):
             connection.writer.write(protocol.Error(why).encode())
 

@@ -199,6 +199,9 @@ def check_own_folders() -> list[SpecError]:
     errors: list[SpecError] = []
     folders = [paths.data_dir()]
     store = paths.store_path()
+    foreign = paths.data_dir_problem()
+    if foreign is not None:
+        return [SpecError("data folder", foreign)]
     if store.parent != folders[0]:
         folders.append(store.parent)
     for folder in folders:
@@ -206,11 +209,42 @@ def check_own_folders() -> list[SpecError]:
         if problem is not None:
             errors.append(SpecError("data folder", f"cannot write to {folder} ({problem}); make it writable, "
                                                    "or set RANKWATCH_HOME to a writable folder for Rankwatch's data"))
+        else:
+            problem = _too_full(folder)
+            if problem is not None:
+                errors.append(SpecError("data folder", problem))
     try:
         paths.socket_dir()
     except OSError as error:
         errors.append(SpecError("socket folder", str(error)))
     return errors
+
+
+MIN_FREE_BYTES = 2 << 20
+"""Room a run needs on the data disk to start: the store's schema and write-ahead log, and the
+1 MiB the runner sets aside for the run's end (``runner.hub.writer.RESERVE_BYTES``)."""
+
+
+def _too_full(folder: Path) -> str | None:
+    """What is full, where and how much is needed, when the disk holding ``folder`` has less
+    than ``MIN_FREE_BYTES`` free for this user; ``None`` otherwise (or when it cannot be told)."""
+    try:
+        disk = os.statvfs(folder)
+    except OSError:
+        return None
+    free = disk.f_bavail * disk.f_frsize
+    if free >= MIN_FREE_BYTES:
+        return None
+    return (f"the disk holding {folder} is full: {_size(free)} free, a run needs at least {_size(MIN_FREE_BYTES)} "
+            "there (its store and log); free some space, or set RANKWATCH_HOME to a folder on another disk")
+
+
+def _size(count: int) -> str:
+    if count < 1 << 10:
+        return f"{count} B"
+    if count < 1 << 20:
+        return f"{count / (1 << 10):.0f} KiB"
+    return f"{count / (1 << 20):.1f} MiB"
 
 
 def _unwritable(folder: Path, store: Path) -> str | None:

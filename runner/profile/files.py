@@ -69,8 +69,11 @@ def read_spec_file(path: Path, schema: type[LaunchSpec] = LaunchSpec) -> LaunchS
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                           "a profile is a TOML file saved as UTF-8") from None
     except OSError as exc:
-        raise ProfileError(f"{path}: cannot read ({exc.strerror})") from None
+        raise ProfileError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -86,7 +89,10 @@ def load_profile(name_or_path: str, schema: type[LaunchSpec] = LaunchSpec) -> Pr
         SpecErrors: the file is not a valid spec.
     """
     if looks_like_path(name_or_path):
-        path = Path(name_or_path).expanduser().resolve()
+        try:
+            path = Path(name_or_path).expanduser().resolve()
+        except (RuntimeError, OSError):  # RuntimeError: a symbolic link loop (before Python 3.13)
+            raise ProfileError(f"{name_or_path}: cannot read (a symbolic link that leads back to itself)") from None
         return Profile(name=path.stem, path=path, spec=read_spec_file(path, schema))
     if name_or_path == EXAMPLE_PROFILE and not profile_path(EXAMPLE_PROFILE).exists():
         return example_profile()

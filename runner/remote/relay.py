@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch import _protocol as protocol
-from runner.hub.lines import OVERSIZED, STREAM_LIMIT, read_bounded_line
+from runner.hub.lines import OVERSIZED, STREAM_LIMIT, peer_pid, read_bounded_line
 
 Forward = Callable[[protocol.Message | dict[str, Any]], Awaitable[None]]
 """Sends a worker's message on to the head: as decoded (its fields), or typed."""
@@ -83,7 +83,8 @@ class WorkerRelay:
                 if message is None:
                     continue
                 if message["type"] == protocol.Hello.TYPE:
-                    self._remember(protocol.Hello.from_wire(dict(message, rank=rank)))
+                    again = protocol.Hello.from_wire(dict(message, rank=rank))
+                    self._remember(again, proven=again.pid is not None and peer_pid(writer) == again.pid)
                     message.pop("token", None)
                 message["rank"] = rank  # the rank this connection said hello as
                 exited = exited or message["type"] == "exit"
@@ -121,14 +122,18 @@ class WorkerRelay:
                 with contextlib.suppress(ConnectionError):
                     await writer.drain()
                 return None
-            self._remember(hello)
+            self._remember(hello, proven=hello.pid is not None and peer_pid(writer) == hello.pid)
             message.pop("token", None)
             await self.forward(message)
             return hello.rank
 
-    def _remember(self, hello: protocol.Hello) -> None:
-        if hello.pid is not None:
+    def _remember(self, hello: protocol.Hello, proven: bool) -> None:
+        """``proven``: the hello came from the pid it names (``peer_pid``); only such a pid is
+        sampled and signalled for its stack as the rank's, never a pid a hello merely names."""
+        if proven and hello.pid is not None:
             self.pids = {**self.pids, hello.rank: hello.pid}  # replaced, not changed: the sampler thread reads it
+        elif hello.rank in self.pids:
+            self.pids = {r: pid for r, pid in self.pids.items() if r != hello.rank}
         if hello.local_rank is not None:
             self.local_ranks[hello.local_rank] = hello.rank
 

@@ -68,6 +68,13 @@ class ProcessSampler(PeriodicSampler):
         self._pids = pids
         self._emit = emit
         self._processes: dict[int, psutil.Process] = {}
+        self._told: set[tuple[int, object]] = set()
+        """(rank, pid) pairs already logged as unusable: once each, never a traceback per sample."""
+
+    def _unusable(self, rank: int, pid: object, error: Exception) -> None:
+        if (rank, pid) not in self._told:
+            self._told.add((rank, pid))
+            log.warning("rank %s: cannot sample process %r (%s); its CPU and memory are not measured", rank, pid, error)
 
     def _tree(self, pid: int) -> list[psutil.Process]:
         root = self._processes.get(pid)
@@ -94,6 +101,9 @@ class ProcessSampler(PeriodicSampler):
                 tree = self._tree(pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 self._processes.pop(pid, None)
+                continue
+            except (ValueError, TypeError, OverflowError) as error:  # not a pid: costs only its own rank
+                self._unusable(rank, pid, error)
                 continue
             cpu = rss = threads = 0.0
             for process in tree:

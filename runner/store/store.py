@@ -183,6 +183,7 @@ def _prepare_private_file(path: Path) -> None:
     are private from the start too; files an older version left readable are tightened.
 
     Raises:
+        PermissionError: the store or one of its files belongs to another user (planted).
         OSError: the folder or the file cannot be created (read-only file system...).
     """
     if path.parent == paths.data_dir():
@@ -195,6 +196,9 @@ def _prepare_private_file(path: Path) -> None:
         with contextlib.suppress(FileExistsError):
             os.close(privacy.create_private_file(path, os.O_WRONLY | os.O_EXCL))
     for suffix in ("-wal", "-shm", "-journal", ""):
+        problem = privacy.foreign_owner_problem(f"{path}{suffix}")
+        if problem is not None:
+            raise PermissionError(f"{problem}: another user could read the store; remove it")
         privacy.tighten(f"{path}{suffix}")
 
 

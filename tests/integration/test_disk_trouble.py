@@ -11,8 +11,11 @@ the right to mount they are skipped, saying so.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from runner.hub.writer import RESERVE_BYTES
+from runner.view.terminal import WHOLE_RUN_CAPTION
 from tests.jobs import SCRIPTS, rankwatch
 
 pytestmark = pytest.mark.torchrun
@@ -48,6 +52,32 @@ def read_only_disk(tmp_path):
     mount_tmpfs(folder, "1m", read_only=True)
     yield folder
     unmount(folder)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    folder = tmp_path / "full"
+    mount_tmpfs(folder, "1m")
+    with contextlib.suppress(OSError), open(folder / "filler", "wb") as filler:
+        while True:
+            filler.write(b"\0" * 65536)
+            filler.flush()
+    yield folder
+    unmount(folder)
+
+
+@pytest.mark.parametrize("home", ["home", "home/not-yet"])
+def test_a_full_data_disk_at_start_says_what_is_full_where_and_how_much_is_needed(full_disk, home):
+    """No traceback, exit 2, nothing launched (the store's first write once failed with
+    ``database or disk is full`` / ``disk I/O error``)."""
+    env = {**os.environ, "RANKWATCH_HOME": str(full_disk / home)}
+    result = rankwatch("run", "--plain", "--nproc-per-node", "1", str(SCRIPTS / "print_then_wait.py"), env=env,
+                       timeout=60)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert f"the disk holding {full_disk / home / 'data'} is full" in line
+    assert "a run needs at least 2.0 MiB" in line and "Traceback" not in result.stderr
+    assert not (full_disk / home / "data" / "runs.db").exists()
 
 
 @pytest.mark.parametrize("home", ["home", "home/not-yet"])
@@ -126,3 +156,25 @@ def test_a_full_data_disk_leaves_the_output_and_exit_code_of_plain_torchrun(fill
     told = [line for line in watched.stderr.splitlines()
             if "disk full" in line.lower() and "store incomplete" not in line]
     assert len(told) == 1, told  # the user is told once, while it happens (wording: core's)
+
+
+def test_the_last_frame_after_a_mid_run_full_disk_shows_no_stored_figures_as_the_whole_run(tmp_path):
+    """The last frame once put the store's figures (its first 50 steps: all the full disk let it
+    keep) under "whole run:" beside the live step 399. Run in a terminal (``script``) for the table."""
+    if shutil.which("script") is None:
+        pytest.skip("script (util-linux) is needed to give the run a terminal")
+    disk = tmp_path / "disk"
+    mount_tmpfs(disk, "4m")
+    try:
+        env = {**os.environ, "RANKWATCH_HOME": str(disk / "home"), "COLUMNS": "160", "LINES": "40"}
+        command = shlex.join([sys.executable, "-m", "runner", "run", "--nproc-per-node", "2", "--gpus", "cpu",
+                              str(SCRIPTS / "steps_then_fill_disk.py"), str(disk / "home" / "data")])
+        typescript = tmp_path / "typescript"
+        result = subprocess.run(["script", "-qc", command, str(typescript)], capture_output=True, timeout=240,
+                                env=env)
+        shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", typescript.read_text(errors="replace"))
+    finally:
+        unmount(disk)
+    assert result.returncode == 0, shown[-3000:]
+    assert "store incomplete: disk full" in shown and "400 steps" in shown
+    assert WHOLE_RUN_CAPTION.split(";")[0] not in shown

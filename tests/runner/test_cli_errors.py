@@ -53,6 +53,20 @@ def test_invalid_profile_gives_one_line_naming_the_field_and_exit_2(case, script
         store.resolve_run_id("last")
 
 
+def test_a_profile_that_cannot_be_read_is_one_line_naming_the_file_and_exit_2(tmp_path):
+    """A symbolic link loop once gave a traceback; bytes that are not UTF-8 an error without the file."""
+    loop = tmp_path / "loop.toml"
+    loop.symlink_to(loop)
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'script = "caf\xe9.py"\n')
+    for profile, expected in ((loop, "cannot read (a symbolic link that leads back to itself)"),
+                              (latin, "not UTF-8 text (byte 0xe9 at offset 13)")):
+        result = rankwatch("run", str(profile), timeout=60)
+        assert result.returncode == 2, result.stderr
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith(f"rankwatch: {profile}: ") and expected in line
+
+
 def test_unknown_profile_name_lists_the_saved_ones():
     result = rankwatch("run", "no-such-profile")
     assert result.returncode == 2
@@ -62,6 +76,13 @@ def test_unknown_profile_name_lists_the_saved_ones():
 def test_flag_errors_name_the_flag(script):
     result = rankwatch("run", "--gpus", "one,two", str(script))
     assert result.returncode == 2 and "gpus: expected indices" in result.stderr
+
+
+@pytest.mark.parametrize("hosts", [",,", "a,,b", "a,"])
+def test_an_empty_entry_in_hosts_is_an_error_not_a_localhost_node(script, hosts):
+    result = rankwatch("run", "--hosts", hosts, str(script))
+    assert result.returncode == 2, result.stderr
+    assert f"nodes: --hosts {hosts!r}: an empty entry" in result.stderr
 
 
 def test_run_without_target_says_what_to_give():

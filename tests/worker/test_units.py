@@ -16,7 +16,7 @@ from rankwatch._connection import parse_address
 from rankwatch._environment import WorkerEnvironment, legacy_local_rank_argument
 from rankwatch._instrument import batch_size
 from rankwatch._loss import StepLoss
-from rankwatch._values import PendingCopy, PendingSum, capture
+from rankwatch._values import NOT_A_NUMBER, PendingCopy, PendingSum, capture
 
 
 def test_buffer_never_grows_past_its_limit_and_counts_drops():
@@ -38,14 +38,15 @@ def test_log_is_a_no_op_until_activated_then_queues_one_record():
     buffer = RecordBuffer(10)
     rankwatch._activate(buffer)
     try:
-        rankwatch.log(step=4, loss=0.5, tokens=128, flag=True, name="skipped")
+        rankwatch.log(step=4, loss=0.5, tokens=128, flag=True, name="not a number")
         rankwatch.log(loss=0.25)
     finally:
         rankwatch._activate(None)
 
     first, second = buffer.drain()
     assert first[0] == KIND_LOG and first[2] == 4
-    assert first[3] == {"loss": 0.5, "tokens": 128, "flag": 1}
+    # a value it cannot read goes as NOT_A_NUMBER: the hub rejects that one record and counts it
+    assert first[3] == {"loss": 0.5, "tokens": 128, "flag": 1, "name": NOT_A_NUMBER}
     assert second[3] == {"loss": 0.25} and isinstance(second[2], int)
 
 

@@ -276,6 +276,13 @@ def as_int(value: object) -> int | None:
     return None
 
 
+def as_count(value: object) -> int | None:
+    """``as_int`` of a count: None for a negative number (no count is; a forged ``dropped: -1``
+    would read "-1 records dropped")."""
+    number = as_int(value)
+    return number if number is not None and number >= 0 else None
+
+
 def as_float(value: object) -> float | None:
     """A finite float from a JSON number; None for anything else (booleans included)."""
     kind = type(value)
@@ -465,6 +472,8 @@ class MetricRejection:
     TIME = "time not a plausible timestamp"
     STEP = "step out of range"
     NAME = "name not text"
+    NAME_TOO_LONG = f"name longer than {MAX_NAME_CHARS} characters"
+    NOT_A_NUMBER = "value not a number"
     VALUE = "value out of range"
     SOURCE = "source not text"
 
@@ -472,9 +481,11 @@ class MetricRejection:
 KNOWN_SOURCES = frozenset({SOURCE_AUTO, SOURCE_LOG, SOURCE_PARSED})
 
 
-def metric_records(rank: int, items: object, rejected: dict[str, int]) -> list[MetricRow]:
+def metric_records(rank: int, items: object, rejected: dict[str, int],
+                   examples: dict[str, str] | None = None) -> list[MetricRow]:
     """The records of one ``metrics`` message's items, as plain ``MetricRow`` tuples; what
-    cannot be stored is left out and counted in ``rejected`` by reason (``MetricRejection``).
+    cannot be stored is left out and counted in ``rejected`` by reason (``MetricRejection``),
+    and ``examples`` gets the name of the first item left out for each reason (where it has one).
 
     The hot path of the hub (200k records/s): the usual item (a float time, an int step, a
     short ASCII name, a float value, a known source) passes one combined check and becomes
@@ -505,7 +516,7 @@ def metric_records(rank: int, items: object, rejected: dict[str, int]) -> list[M
             elif length == STEP_ROW_LENGTH:
                 records += _step_row_records(rank, item, rejected)
                 continue
-        record = _unusual_metric(rank, item, rejected)
+        record = _unusual_metric(rank, item, rejected, examples)
         if record is not None:
             append(record)
     return records
@@ -653,9 +664,15 @@ def _unusual_step_row(rank: int, row: list[Any], rejected: dict[str, int]) -> li
     return []
 
 
-def _unusual_metric(rank: int, item: object, rejected: dict[str, int]) -> MetricRow | None:
-    """The record of an item that is not of the usual shape, or None (counted in ``rejected``)."""
+def _unusual_metric(rank: int, item: object, rejected: dict[str, int],
+                    examples: dict[str, str] | None = None) -> MetricRow | None:
+    """The record of an item that is not of the usual shape, or None (counted in ``rejected``).
+
+    A name is never cut short (two long names could become one key) and a value that is not a
+    number (a string, a list) is never taken as "not measured": either item is left out, alone.
+    """
     reason = MetricRejection.MALFORMED
+    name: object = None
     if type(item) is list and len(item) == 5:
         t, step, name, value, source = item
         time_value = as_time(t)
@@ -665,15 +682,25 @@ def _unusual_metric(rank: int, item: object, rejected: dict[str, int]) -> Metric
             reason = MetricRejection.STEP
         elif type(name) is not str or not name or not is_storable_text(name):
             reason = MetricRejection.NAME
+        elif len(name) > MAX_NAME_CHARS:
+            reason = MetricRejection.NAME_TOO_LONG
         elif type(value) is int and not INT64_MIN <= value <= INT64_MAX:
             reason = MetricRejection.VALUE
+        elif value is not None and type(value) not in (int, float, bool):  # a boolean: a gap, as before
+            reason = MetricRejection.NOT_A_NUMBER
         elif type(source) is not str or not source or not source.isascii():
             reason = MetricRejection.SOURCE
         else:
             step_value = as_int(step) if type(step) in (int, float) else None  # other types: no step
-            return (rank, time_value, step_value, name[:MAX_NAME_CHARS], as_float(value), source[:MAX_SOURCE_CHARS])
+            return (rank, time_value, step_value, name, as_float(value), source[:MAX_SOURCE_CHARS])
     rejected[reason] = rejected.get(reason, 0) + 1
+    if examples is not None and reason not in examples and type(name) is str and name:
+        examples[reason] = clean_text(name, EXAMPLE_NAME_CHARS) + ("…" if len(name) > EXAMPLE_NAME_CHARS else "")
     return None
+
+
+EXAMPLE_NAME_CHARS = 40
+"""How much of a rejected item's name its ``records_rejected`` event quotes."""
 
 
 class LogLine(tuple[int | None, float, str, str, str | None]):
@@ -1354,6 +1381,17 @@ def _required_int(fields: dict[str, Any], name: str) -> int:
     return value
 
 
+MAX_PID = 1 << 22
+"""Linux's ``PID_MAX_LIMIT``: no process id is above it."""
+
+
+def as_pid(value: object) -> int | None:
+    """A process id (1 .. ``MAX_PID``) from a JSON number; None for anything else: a pid of 0 or
+    -1 names a process group or every process to ``kill``, and no sampler can follow it."""
+    pid = as_int(value)
+    return pid if pid is not None and 0 < pid <= MAX_PID else None
+
+
 def _texts(value: object) -> list[str]:
     return [clean_text(item) for item in value if type(item) is str] if isinstance(value, list) else []
 
@@ -1392,7 +1430,7 @@ class Hello(Message):
                    run_key=as_text(fields.get("run_key")), local_rank=as_int(fields.get("local_rank")),
                    node_rank=as_int(fields.get("node_rank")), world_size=as_int(fields.get("world_size")),
                    local_world_size=as_int(fields.get("local_world_size")),
-                   host=as_text(fields.get("host"), MAX_NAME_CHARS * 2), pid=as_int(fields.get("pid")),
+                   host=as_text(fields.get("host"), MAX_NAME_CHARS * 2), pid=as_pid(fields.get("pid")),
                    python=as_text(fields.get("python")), python_version=as_text(fields.get("python_version")),
                    torch=as_text(fields.get("torch")), restart=as_int(fields.get("restart")),
                    argv=_texts(fields.get("argv")))
@@ -1402,13 +1440,16 @@ class Metrics(Message):
     """A batch of one rank's metric records. ``rejected`` (not on the wire) counts what
     ``from_wire`` left out, by reason."""
 
-    __slots__ = ("rank", "records", "rejected")
+    __slots__ = ("rank", "records", "rejected", "examples")
     TYPE = "metrics"
 
-    def __init__(self, rank: int, records: list[MetricRow], rejected: dict[str, int] | None = None) -> None:
+    def __init__(self, rank: int, records: list[MetricRow], rejected: dict[str, int] | None = None,
+                 examples: dict[str, str] | None = None) -> None:
         self.rank = rank
         self.records = records
         self.rejected = rejected or {}
+        self.examples = examples or {}
+        """reason -> the name of the first item left out for it (the event quotes it)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {"rank": self.rank, "items": [list(record[1:]) for record in self.records]}
@@ -1419,7 +1460,8 @@ class Metrics(Message):
         if rank is None:
             rank = _required_int(fields, "rank")
         rejected: dict[str, int] = {}
-        return cls(rank, metric_records(rank, fields.get("items"), rejected), rejected)
+        examples: dict[str, str] = {}
+        return cls(rank, metric_records(rank, fields.get("items"), rejected, examples), rejected, examples)
 
 
 def encode_metric_items(rank: int, items: list[list[Any]]) -> bytes:
@@ -1483,7 +1525,7 @@ class Heartbeat(Message):
     def from_wire(cls, fields: dict[str, Any]) -> Heartbeat:
         working = fields.get("working")
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_int(fields.get("step")),
-                   as_int(fields.get("dropped")), as_int(fields.get("sent")),
+                   as_count(fields.get("dropped")), as_count(fields.get("sent")),
                    working if type(working) is bool else None)
 
 
@@ -1635,7 +1677,7 @@ class AgentHello(Message):
     def from_wire(cls, fields: dict[str, Any]) -> AgentHello:
         return cls(as_int(fields.get("node_rank")), token=as_text(fields.get("token")),
                    run_key=as_text(fields.get("run_key")), host=as_text(fields.get("host"), MAX_NAME_CHARS * 2),
-                   pid=as_int(fields.get("pid")), version=as_text(fields.get("version")),
+                   pid=as_pid(fields.get("pid")), version=as_text(fields.get("version")),
                    torch=as_text(fields.get("torch")))
 
 

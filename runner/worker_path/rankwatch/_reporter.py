@@ -451,6 +451,7 @@ class Reporter:
         items: list[list] = []
         sizes: list[int] = []
         last_step = self._last_step
+        longest = protocol.MAX_NAME_CHARS
         for record in records:
             try:
                 step = record[2]
@@ -473,7 +474,10 @@ class Reporter:
                 elif record[0] == KIND_LOG:
                     ready = {name: _read(value) for name, value in record[3].items()}
                     t, source = record[1], protocol.SOURCE_LOG
-                    items += ([t, step, name, value, source] for name, value in ready.items())
+                    # a name too long for the store goes cut just past the bound: the hub rejects that record
+                    # alone and says so (whole, it could make the line too long, costing every record in it)
+                    items += ([t, step, name if len(name) <= longest else name[:longest + 1], value, source]
+                              for name, value in ready.items())
                     sizes += [1] * len(ready)
             except _NotReady:
                 self._deferred.append(record)

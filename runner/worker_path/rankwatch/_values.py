@@ -121,11 +121,15 @@ def copy_to_host(tensor: Any) -> PendingCopy:
     return PendingCopy(host, event)
 
 
+NOT_A_NUMBER = "not a number"
+"""Sent in place of a value ``capture`` cannot read (a string, a list): the hub rejects the one
+record, counts it and says which and why, rather than it vanishing unseen."""
+
+
 def capture_all(scalars: dict[str, Any]) -> dict[str, Any]:
-    """``capture`` each value; skipped values are left out."""
+    """``capture`` each value; one that cannot be read becomes ``NOT_A_NUMBER``."""
     captured = {}
     for name, value in scalars.items():
-        value = capture(value)
-        if value is not None:
-            captured[name] = value
+        read = capture(value)
+        captured[name] = NOT_A_NUMBER if read is None else read
     return captured

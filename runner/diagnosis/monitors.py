@@ -12,7 +12,8 @@
 * ``FlightRecorderMonitor``: the ranks' Flight Recorders, read after each stack
   capture, compared: the rank whose collectives are out of step;
 * ``StepWindows``: every rank's recent measured steps and whole-run phase totals, read by
-* ``StragglerMonitor``: the rank that slows every step, and in which phase, and
+* ``StragglerMonitor``: the rank that slows every step beyond the machine's noise, and in
+  which phase (named once it held, withdrawn by an event), and
 * ``BottleneckMonitor``: what limits each rank and the run (input, communication, launch,
   compute, a straggler), live and at the end (``conclude``);
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
@@ -106,6 +107,7 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
         windows = StepWindows()
         hub.add_observer(windows)
         stragglers = StragglerMonitor(hub, windows, findings)
+        # in this order: the stragglers' conclude keeps the run's stragglers the bottleneck's end verdict reads
         monitors += [stragglers, BottleneckMonitor(hub, windows, stragglers, findings)]
     if telemetry.hash_every > 0:
         consistency = ConsistencyMonitor(hub, findings)

@@ -22,8 +22,8 @@ error (no traceback) gets that ``error:`` line as its exception line.
 
 Hints come from ``runner.diagnosis.hints``. What the live monitors found (stalls,
 stack captures, stragglers, divergences; ``findings``) goes into the summary of
-every outcome as ``diagnostics``, and into the headline of a stopped run that was
-hanging.
+every outcome as ``diagnostics`` (stragglers only into a run's that did not fail or hang:
+``without_stragglers``), and into the headline of a stopped run that was hanging.
 """
 
 from __future__ import annotations
@@ -319,6 +319,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         warnings = [hint for hint in launcher if data.findings.launcher[hint.key].get("level") != "info"]
         if stopped and hang:
             summary["headline"] = f"stopped on request; {hang}"
+            diagnostics = without_stragglers(diagnostics)
         elif stopped and warnings:
             summary["headline"] = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
         elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
@@ -372,9 +373,21 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         "other_failures": [o.to_wire() for o in others],
         "hints": [h.to_json() for h in hints],
     }
+    diagnostics = without_stragglers(diagnostics)
     if diagnostics:
         summary["diagnostics"] = diagnostics
     return summary
+
+
+def without_stragglers(diagnostics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The diagnostics of a failed or hung run: a straggler found while the job still trained does not
+    explain its end, so neither its line nor a straggler verdict is repeated there (the events keep them)."""
+    if not diagnostics:
+        return diagnostics
+    kept = {key: value for key, value in diagnostics.items() if key != "stragglers"}
+    if (kept.get("bottleneck") or {}).get("verdict") == "straggler":
+        del kept["bottleneck"]
+    return kept or None
 
 
 def hang_headline(findings: Findings) -> str | None:

@@ -6,11 +6,12 @@
 * ``StackCapture``: every rank's stacks on demand (``Run.dump_stacks``, the
   GUI's button, ``rankwatch stacks``) and on a stall;
 * ``StallMonitor``: hang detection (needs the step telemetry of instrumentation);
-  it also tells each capture which ranks progress (``progress_of``);
+  it also tells each capture, and the Flight Recorder comparison after it, which ranks
+  progress (``progress_of``);
 * ``LaunchChecks``: scripts that do not fit torchrun (``notice`` messages, the
   holder of a port a rank could not listen on);
 * ``FlightRecorderMonitor``: the ranks' Flight Recorders, read after each stack
-  capture, compared: the rank whose collectives are out of step;
+  capture, compared when ranks are stuck: the rank whose collectives are out of step;
 * ``StepWindows``: every rank's recent measured steps and whole-run phase totals, read by
 * ``StragglerMonitor``: the rank that slows every step beyond the machine's noise, and in
   which phase (named once it held, withdrawn by an event), and
@@ -102,7 +103,7 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
     monitors: list = [facts, capture, launch_checks, flight_records]
     if telemetry.instrument:
         stalls = StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings)
-        capture.progress_of = stalls.progress_of
+        capture.progress_of = flight_records.progress_of = stalls.progress_of
         monitors.append(stalls)
         windows = StepWindows()
         hub.add_observer(windows)

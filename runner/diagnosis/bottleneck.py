@@ -7,7 +7,9 @@ measured steps' span, and on a GPU from the GPU's utilisation (NVML, sampled by 
 verdict                     when
 ==========================  ===============================================================
 ``straggler``               (the run) one rank's data or compute phases hold the others up:
-                            ``stragglers`` flagged it, named with the phase
+                            ``stragglers`` named it (the one straggler rule: beyond the
+                            machine's noise, held), named with the phase; at the end, one
+                            the run's summary keeps (named for a share of its steps)
 ``input-bound``             ``data`` is at least ``INPUT_SHARE`` of the span (and no less
                             than ``comm``): the device waits for batches
 ``communication-bound``     ``comm`` (exposed communication) is at least
@@ -218,8 +220,8 @@ class BottleneckMonitor:
         return judge(steps.run_shares(), steps.clock, steps.run_gpu_busy(), steps.measured_steps)
 
     def _judge_run(self, ranks: dict[int, Verdict], live: bool) -> Verdict:
-        """A straggler (flagged now, live; ever, at the end) is the run's verdict; otherwise the ranks'
-        mean shares judged as one."""
+        """A straggler (named now, live; kept by ``StragglerMonitor.conclude``, which runs first, at the
+        end) is the run's verdict; otherwise the ranks' mean shares judged as one."""
         flagged = (self.stragglers.flagged if live else self.findings.stragglers).values()
         if flagged:
             worst = max(flagged, key=lambda record: record.get("excess") or 0.0)

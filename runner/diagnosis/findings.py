@@ -21,7 +21,8 @@ class Findings:
     """One per stall of a rank: {rank, step, since, seconds, threshold, resumed_after (None: never)}, and
     ``finished_after`` (seconds from ``since``) when the rank, still stalled, then exited 0 on its own."""
     stragglers: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """rank -> its worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess}."""
+    """rank -> its worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess, margin,
+    held_steps}; after ``StragglerMonitor.conclude`` only the ranks named for a share of their steps (``share``)."""
     divergences: list[dict[str, Any]] = field(default_factory=list)
     """{step, ranks, reference}: parameters that differed across replicas."""
     consistency_checks: int = 0

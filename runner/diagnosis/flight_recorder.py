@@ -15,6 +15,14 @@ makes it (torch's dump: ``pg_config``, ``pg_status``, ``entries``) or ``{"error"
 NCCL's own dump-on-timeout files (``TORCH_FR_DUMP_TEMP_FILE<rank>``, a pickle of the
 same dict) are read with ``read_dump_file``.
 
+The records are read by each rank when its stack file grew, so at slightly different
+moments: in a job that progresses, rank 0 may already be in #1599 when rank 1's record,
+read a moment earlier, ends at #1598. Such a snapshot says nothing about who is missing
+from what, so ``analyse`` compares collectives only when ranks are stuck (``stuck``: the
+ranks that made no progress, as the stall monitor saw them; None when progress is
+unknown, e.g. without step telemetry): when every rank progresses it says so and names
+nobody.
+
 Output (``analyse``)::
 
     {message: str | None, culprits: [rank], seq: int | None, group: str | None,
@@ -26,14 +34,16 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 MAX_DUMP_BYTES = 64 << 20
 
 
-def analyse(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Compare the ranks' Flight Recorders (module docstring)."""
+def analyse(records: dict[int, dict[str, Any]], stuck: Collection[int] | None = None) -> dict[str, Any]:
+    """Compare the ranks' Flight Recorders (module docstring); ``stuck``: the ranks that made no progress
+    (None: not known), an empty one: every rank progresses, so nothing is compared."""
     errors = {rank: str(record["error"]) for rank, record in records.items() if record.get("error")}
     groups: dict[str, dict[int, dict[str, Any]]] = {}
     for rank, record in sorted(records.items()):
@@ -43,6 +53,10 @@ def analyse(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
             groups.setdefault(group, {})[rank] = state
     result: dict[str, Any] = {"message": None, "culprits": [], "seq": None, "group": None,
                               "ranks": {}, "errors": errors, "lines": []}
+    progressing = stuck is not None and not stuck and bool(groups)
+    if progressing:
+        result["message"] = (f"all {len(records) - len(errors)} ranks are progressing: their records were read "
+                             "at different moments, so their collectives are not compared")
     for group, states in sorted(groups.items()):
         for rank, state in states.items():
             result["ranks"].setdefault(rank, {})[group] = {
@@ -53,7 +67,7 @@ def analyse(records: dict[int, dict[str, Any]]) -> dict[str, Any]:
                 result.update(found)
     if result["message"] is None and groups:
         result["message"] = _all_in_step(groups)
-    result["lines"] = describe_ranks(groups, errors)
+    result["lines"] = describe_ranks(groups, errors, pending=not progressing)
     return result
 
 
@@ -108,14 +122,17 @@ def format_flight_record(event: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def describe_ranks(groups: dict[str, dict[int, dict[str, Any]]], errors: dict[int, str]) -> list[str]:
+def describe_ranks(groups: dict[str, dict[int, dict[str, Any]]], errors: dict[int, str],
+                   pending: bool = True) -> list[str]:
+    """One line per rank and group; ``pending``: mark a collective entered and not completed "(waiting)"
+    (not for ranks that progress: they were only passing through it)."""
     lines = []
     for group, states in sorted(groups.items()):
         for rank, state in sorted(states.items()):
             entered = state["entered"]
             completed = state["completed"]
             where = "nothing" if entered is None else f"#{entered['seq']} {_op(entered)}"
-            if entered is not None and completed is not None and entered["seq"] > completed:
+            if pending and entered is not None and completed is not None and entered["seq"] > completed:
                 where += " (waiting)"
             done = "–" if completed is None else f"#{completed}"
             lines.append(f"rank {rank} [{_group_name(group)}]: last entered {where}, last completed {done}")

@@ -8,7 +8,12 @@ new one came for ``SETTLE_SECONDS`` (or every running rank answered), it compare
 them (``runner.diagnosis.flight_recorder``), writes every record and the analysis
 to ``<run_dir>/stacks/flight-recorder-<n>.json`` (0600), and adds the event::
 
-    flight_recorder {message, culprits, seq, group, lines, errors, ranks (answered), path}
+    flight_recorder {message, culprits, seq, group, lines, errors, ranks (answered), path, stuck}
+
+Collectives are compared only when ranks are stuck (``flight_recorder``): the progress of
+every rank (``progress_of``, the stall monitor's, as for the stack capture) is taken when
+the first record of a capture arrives. A comparison of a progressing job is not a finding:
+its event says so, and the run's summary does not keep it.
 
 NCCL's dump-on-timeout files found in the stacks folder (``nccl-trace-rank-*``,
 where the launch points ``TORCH_FR_DUMP_TEMP_FILE``) are read as records of the
@@ -20,6 +25,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +47,29 @@ class FlightRecorderMonitor(HubObserver):
         self.folder = Path(folder)
         self.findings = findings if findings is not None else Findings()
         self.records: dict[int, dict[str, Any]] = {}
+        self.progress_of: Callable[[Any, float], dict[str, Any]] | None = None
+        """row, now -> {step, idle_seconds, stalled, progressing} (``StallMonitor.progress_of``); None: unknown."""
+        self._stuck: set[int] | None = None
         self._last_arrival: float | None = None
         self._captures = 0
 
     def on_message(self, message: Message) -> None:
         if isinstance(message, FlightRecord):
+            if not self.records:
+                self._stuck = self._stuck_ranks()
             self.records[message.rank] = message.record
             self._last_arrival = _monotonic()
+
+    def _stuck_ranks(self) -> set[int] | None:
+        """The running ranks that do not progress now; None when no rank's progress is known."""
+        if self.progress_of is None:
+            return None
+        now = time.time()
+        progress = {row.rank: self.progress_of(row, now).get("progressing")
+                    for row in self.hub.model.ranks.values() if not RankState(row.state).finished}
+        if all(value is None for value in progress.values()):
+            return None
+        return {rank for rank, value in progress.items() if value is not True}
 
     def tick(self, now: float) -> None:
         if self._last_arrival is None:
@@ -56,10 +79,12 @@ class FlightRecorderMonitor(HubObserver):
         self._last_arrival = None
         records, self.records = self.records, {}
         self._add_nccl_dumps(records)
-        self.publish(records)
+        stuck, self._stuck = self._stuck, None
+        self.publish(records, stuck)
 
-    def publish(self, records: dict[int, dict[str, Any]]) -> dict[str, Any]:
-        result = analyse(records)
+    def publish(self, records: dict[int, dict[str, Any]], stuck: set[int] | None = None) -> dict[str, Any]:
+        """Compare ``records`` (``stuck``: the ranks that made no progress; None: not known), store and say it."""
+        result = analyse(records, stuck)
         self._captures += 1
         path = self.folder / f"flight-recorder-{self._captures}.json"
         try:
@@ -72,9 +97,11 @@ class FlightRecorderMonitor(HubObserver):
         except OSError as error:
             result["path"] = None
             result["not_stored"] = f"{type(error).__name__}: {error}"
-        self.findings.flight_recorder = {key: result.get(key) for key in
-                                         ("message", "culprits", "seq", "group", "lines", "path")}
+        if stuck is None or stuck:  # a snapshot of ranks that progress is not a finding of the run
+            self.findings.flight_recorder = {key: result.get(key) for key in
+                                             ("message", "culprits", "seq", "group", "lines", "path")}
         fields = {key: result.get(key) for key in ("culprits", "seq", "group", "lines", "errors", "path")}
+        fields["stuck"] = None if stuck is None else sorted(stuck)
         fields["errors"] = {str(rank): why for rank, why in (result.get("errors") or {}).items()}
         self.hub.add_event(EventKind.FLIGHT_RECORDER, None, result["message"] or "no collective recorded",
                            ranks=sorted(records), **fields)
@@ -100,6 +127,4 @@ class FlightRecorderMonitor(HubObserver):
 
 
 def _monotonic() -> float:
-    import time
-
     return time.monotonic()

@@ -6,15 +6,17 @@
 * ``StackCapture``: every rank's stacks on demand (``Run.dump_stacks``, the
   GUI's button, ``rankwatch stacks``) and on a stall;
 * ``StallMonitor``: hang detection (needs the step telemetry of instrumentation);
-  it also tells each capture which ranks progress (``progress_of``);
+  it also tells each capture, and the Flight Recorder comparison after it, which ranks
+  progress (``progress_of``);
 * ``LaunchChecks``: scripts that do not fit torchrun (``notice`` messages, the
   holder of a port a rank could not listen on);
 * ``IndependentRanks``: ranks that train without a process group, as copies of one
   training or each on its own (their ``no_process_group`` notices and first losses);
 * ``FlightRecorderMonitor``: the ranks' Flight Recorders, read after each stack
-  capture, compared: the rank whose collectives are out of step;
+  capture, compared when ranks are stuck: the rank whose collectives are out of step;
 * ``StepWindows``: every rank's recent measured steps and whole-run phase totals, read by
-* ``StragglerMonitor``: the rank that slows every step, and in which phase, and
+* ``StragglerMonitor``: the rank that slows every step beyond the machine's noise, and in
+  which phase (named once it held, withdrawn by an event), and
 * ``BottleneckMonitor``: what limits each rank and the run (input, communication, launch,
   compute, a straggler), live and at the end (``conclude``);
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
@@ -106,11 +108,12 @@ def start_monitors(hub, launch, run_dir: Path, triage_input: TriageInput, run_ke
     monitors: list = [facts, capture, launch_checks, independent_ranks, flight_records]
     if telemetry.instrument:
         stalls = StallMonitor(hub, telemetry.stall_timeout, capture=capture, findings=findings)
-        capture.progress_of = stalls.progress_of
+        capture.progress_of = flight_records.progress_of = stalls.progress_of
         monitors.append(stalls)
         windows = StepWindows()
         hub.add_observer(windows)
         stragglers = StragglerMonitor(hub, windows, findings)
+        # in this order: the stragglers' conclude keeps the run's stragglers the bottleneck's end verdict reads
         monitors += [stragglers, BottleneckMonitor(hub, windows, stragglers, findings)]
     if telemetry.hash_every > 0:
         consistency = ConsistencyMonitor(hub, findings)

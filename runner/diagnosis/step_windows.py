@@ -10,7 +10,12 @@ Per rank it keeps:
 * the step times of its last ``WINDOW_STEPS`` steps (every step has one);
 * its last ``WINDOW_STEPS`` **measured** steps (those whose phases were timed, every step or
   every few steps: ``rankwatch._phases.split_every``): the phases (``PHASES`` order, None where
-  not measured), the clock, the compute time the hub derived;
+  not measured), the clock, the compute time the hub derived and the run-queue wait
+  (``cpu_wait``) the worker read;
+* a longer history of its last ``HISTORY_STEPS`` measured steps and of its last
+  ``HISTORY_STEPS`` steps' times, each step with the rank's time so far (its step times
+  added up): the straggler monitor compares two windows of the same steps on every rank;
+* its first and last step numbers (how many steps it made: a straggler's share of the run);
 * the whole run's sum of each phase and count of measured steps (the end-of-run verdict);
 * its GPU's utilisation (NVML, percent), sampled from the live model at each tick while the
   rank steps: the evidence that tells a GPU that computes from one that waits for the host.
@@ -21,12 +26,15 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rankwatch import _protocol as protocol
 from rankwatch._protocol import Message, Metrics
 from runner.hub.observer import HubObserver
 
 WINDOW_STEPS = 10
+HISTORY_STEPS = 32
+"""Measured steps (and step times) kept per rank for the straggler monitor's two windows."""
 GPU_BUSY_WINDOW = 30
 """GPU utilisation samples kept per rank (about one a second)."""
 
@@ -39,6 +47,18 @@ class MeasuredStep:
     clock: str | None
     phases: list[float | None]
     compute_time: float | None
+    cpu_wait: float | None = None
+    """Seconds the training thread waited for a CPU outside its waits (Linux run queue)."""
+    elapsed: float = 0.0
+    """The rank's step times added up to this step: how long its steps ran so far."""
+
+
+class TimedStep(NamedTuple):
+    """One step's time, with the rank's step times added up to it."""
+
+    step: int
+    step_time: float
+    elapsed: float
 
 
 @dataclass
@@ -47,6 +67,12 @@ class RankSteps:
 
     step_times: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW_STEPS))
     measured: deque[MeasuredStep] = field(default_factory=lambda: deque(maxlen=WINDOW_STEPS))
+    history: deque[MeasuredStep] = field(default_factory=lambda: deque(maxlen=HISTORY_STEPS))
+    """The last ``HISTORY_STEPS`` measured steps (the straggler monitor's two windows)."""
+    step_history: deque[TimedStep] = field(default_factory=lambda: deque(maxlen=HISTORY_STEPS))
+    elapsed: float = 0.0
+    """Its step times added up."""
+    first_step: int | None = None
     last_step: int | None = None
     clock: str | None = None
     phase_totals: list[float | None] = field(default_factory=lambda: [None] * len(protocol.PHASES))
@@ -54,6 +80,13 @@ class RankSteps:
     gpu_busy: deque[float] = field(default_factory=lambda: deque(maxlen=GPU_BUSY_WINDOW))
     gpu_busy_total: float = 0.0
     gpu_busy_samples: int = 0
+
+    @property
+    def step_count(self) -> int:
+        """Steps from its first to its last (0 before a step)."""
+        if self.first_step is None or self.last_step is None:
+            return 0
+        return self.last_step - self.first_step + 1
 
     def window_shares(self) -> dict[str, float | None] | None:
         return protocol.phase_shares(step.phases for step in self.measured)
@@ -69,7 +102,8 @@ class RankSteps:
         return self.gpu_busy_total / self.gpu_busy_samples / 100.0 if self.gpu_busy_samples else None
 
 
-_SERIES = frozenset({protocol.STEP_TIME, protocol.PHASE_CLOCK, protocol.COMPUTE_TIME, *protocol.PHASE_METRICS})
+_SERIES = frozenset({protocol.STEP_TIME, protocol.PHASE_CLOCK, protocol.COMPUTE_TIME, protocol.CPU_WAIT,
+                     *protocol.PHASE_METRICS})
 
 
 class StepWindows(HubObserver):
@@ -108,13 +142,19 @@ class StepWindows(HubObserver):
             step_time = values.get(protocol.STEP_TIME)
             if step_time is not None:
                 steps.step_times.append(step_time)
+                steps.elapsed += step_time
+                steps.step_history.append(TimedStep(step, step_time, steps.elapsed))
             steps.last_step = step if steps.last_step is None else max(steps.last_step, step)
+            steps.first_step = step if steps.first_step is None else min(steps.first_step, step)
             clock = protocol.clock_name(values.get(protocol.PHASE_CLOCK))
             if clock is None:
                 continue
             phases = [values.get(name) for name in protocol.PHASE_METRICS]
             steps.clock = clock
-            steps.measured.append(MeasuredStep(step, clock, phases, values.get(protocol.COMPUTE_TIME)))
+            measured = MeasuredStep(step, clock, phases, values.get(protocol.COMPUTE_TIME), values.get(protocol.CPU_WAIT),
+                                    steps.elapsed)
+            steps.measured.append(measured)
+            steps.history.append(measured)
             steps.measured_steps += 1
             totals = steps.phase_totals
             for index, value in enumerate(phases):

@@ -1,58 +1,109 @@
-"""Stragglers: the rank that makes every step slower, and in which phase.
+"""Stragglers: the rank that makes every step slower, and in which phase -- named only when it beats the noise.
 
 With DDP every step ends in an all-reduce, so every rank's *step time* is the
 slowest rank's: the fast ranks simply wait inside the collective. Step time alone
 therefore cannot name the straggler (pytorch/pytorch#71303, traceopt-ai/traceml#252).
 What still differs is where a rank spends its step: its **phases**, on the step's own
-clock (``rankwatch._phases``; the GPU's on a GPU). Over each rank's last measured steps
-(``step_windows``: medians, one slow step is not a straggler):
+clock (``rankwatch._phases``; the GPU's on a GPU). Two causes are compared:
 
-* **waiting for data**: its ``data`` phase exceeds the other ranks' median by the
-  margin -- the others wait for it in the all-reduce;
+* **waiting for data**: its ``data`` phase against the other ranks' -- the others wait
+  for it in the all-reduce;
 * **computing**: its compute time (the step less its waits for data, for communication
-  and, on the CPU clock, for a CPU) exceeds the other ranks' median by the margin: the
-  others wait for it in the collectives while every step time is equal. The phase named
-  is the one of forward, backward, optimizer, host-to-device and rest whose excess over
-  the others' median is largest. Without exposed communication on any rank (no process
-  group: the steps are not synchronised), its step time exceeding the others' by the
-  margin, when data does not explain it.
+  and, on the CPU clock, for a CPU) against the others'. The phase named is the one of
+  forward, backward, optimizer, host-to-device and rest whose excess over the others'
+  median is largest. Without exposed communication on any rank (no process group: the
+  steps are not synchronised), its step time, when data does not explain it.
 
 A value that was not measured is never read as 0: data is compared only among ranks that
 measured it (``MIN_STEPS`` of the window), compute time likewise.
 
-The margin is ``max(ABSOLUTE_MARGIN_SECONDS, RELATIVE_MARGIN x the others' median)``
-of the quantity compared for compute time, of the step time otherwise (a step
-stretched by waits, for a CPU included, must not hide a rank computing twice as
-long); a flagged rank is cleared when its excess falls under half of it.
+**The rule.** On a shared machine a healthy rank's phases move with everything else that
+runs there: a neighbour's burst puts it on the run queue, its DataLoader's work (or its
+workers) waits for a CPU, and the next second it is another rank's turn. So a finding must
+beat the noise, persist, and be withdrawn explicitly. Each rank's steps are read in two
+disjoint windows of ``WINDOW`` measured steps, the same steps on every rank (they end at
+the last step every rank has reported; ``step_windows`` keeps the history). In each
+window, per cause:
+
+    excess = its median  -  the median of the other ranks' medians
+    margin = max(ABSOLUTE_MARGIN_SECONDS, RELATIVE_MARGIN x the others' median)
+           + NOISE_Z x 1.25 x sigma x sqrt(1 / its steps + 1 / the others' steps)
+           + (data only, CPU clock) contention x the others' median
+
+* the others' median is of the compared quantity, for data of the step time (30 ms more
+  data wait in a 300 ms step is not a straggler);
+* ``sigma`` is the ranks' own spread: 1.4826 x the median absolute deviation of every
+  compared rank's steps from that rank's own median (the rank's and the others'): the
+  ``NOISE_Z`` term is ``NOISE_Z`` standard errors of the difference of two medians
+  (a median's is about 1.25 sigma / sqrt(n)). A steady machine has a small sigma; one
+  whose ranks' steps jump has a large one;
+* ``contention`` is the run-queue share: ``cpu_wait / (compute_time + cpu_wait)``, the
+  share of the time the training thread wanted a CPU and waited for one (the worker's
+  ``cpu_wait``), the largest of the compared ranks'. Compute time already leaves the
+  run-queue wait out; a data phase does not (it is a wait, but the batch it waits for is
+  made by the rank's own thread or its DataLoader workers, which queue as long), so up to
+  that share of the others' data phase may be the machine's.
+
+A rank whose excess reaches the margin in both windows, in the same cause, is a
+*candidate*; it is **named** (an event ``straggler`` with ``active: true``) once it held
+for ``HOLD_SECONDS`` more of its own steps (their step times added up): either its two
+windows ending that long before the last ones showed it too (steps that came in one
+batch, a worker that sends every 2 s while nobody watches, are judged as if they had
+come one by one), or it stayed a candidate at every evaluation (each monitor tick that
+brought new steps) for that long. A neighbour's burst on one rank that covers most of
+both windows for a moment is gone by then. A named rank is **withdrawn** (``active:
+false``, with the reason) when its excess is under half its margin in every cause in both
+windows, held as long. A rank that finishes is no longer judged, and is not withdrawn.
+
+The run's summary (``conclude``) keeps a rank only when it was named for at least
+``SUMMARY_SHARE`` of its steps (from the first step of the earlier window that began its
+finding to the first of the earlier window that began its recovery, or its last step): a
+straggler of a moment is in the events, not in the summary.
 
 Events (``rank`` is the straggler)::
 
-    straggler {message, active: true, cause: "data"|"compute", phase, step, step_time, data_wait,
-               compute_time, others_step_time, others_data_wait, others_compute_time,
-               excess (s per step), window (steps)}      # data_wait, compute_time: null if not measured
-    straggler {message, active: false, step}       # no longer a straggler
+    straggler {message, active: true, cause: "data"|"compute", phase, step, since_step, step_time,
+               data_wait, compute_time, others_step_time, others_data_wait, others_compute_time,
+               excess, margin (s per step), window (steps)}   # data_wait, compute_time: null if not measured
+    straggler {message, active: false, step, held_steps}       # withdrawn: no longer beats the noise
 """
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from rankwatch import _protocol as protocol
 from rankwatch._protocol import EventKind
 from runner.diagnosis.findings import Findings
-from runner.diagnosis.step_windows import RankSteps, StepWindows
+from runner.diagnosis.step_windows import MeasuredStep, RankSteps, StepWindows
 from runner.state import RankState
 
+WINDOW = 6
+"""Measured steps per window; a verdict reads the rank's last two windows (module docstring)."""
 MIN_STEPS = 5
-RELATIVE_MARGIN = 0.15
-ABSOLUTE_MARGIN_SECONDS = 0.010
+"""A value measured in fewer of a window's steps is not measured."""
+RELATIVE_MARGIN = 0.10
+ABSOLUTE_MARGIN_SECONDS = 0.002
+NOISE_Z = 2.5
+"""Standard errors of the difference of the medians an excess must add to the margin."""
+MEDIAN_ERROR = 1.25
+"""A median of n normal values has a standard error of about 1.25 sigma / sqrt(n)."""
+MAD_TO_SIGMA = 1.4826
+HOLD_SECONDS = 0.4
+"""How long (the rank's own step times added up) a finding or a recovery must go on holding after both
+windows first showed it, before it is said."""
+SUMMARY_SHARE = 0.2
+"""The share of a rank's steps it must have been a straggler for to be in the run's summary."""
 COMPUTE_PHASES = (*protocol.COMPUTING_PHASES, "rest")
 """The phases a rank works in, one of which names a compute straggler (the loop's own work too)."""
 
 
 class StepSummary(NamedTuple):
-    """One rank's medians over its window, in seconds; None where not measured."""
+    """One rank's window: medians in seconds (None where not measured) and the spread around them."""
 
     step_time: float
     data_wait: float | None = None
@@ -60,13 +111,19 @@ class StepSummary(NamedTuple):
     compute_time: float | None = None
     phases: tuple[float | None, ...] | None = None
     """Each phase's median (``PHASES`` order), for naming the phase a straggler computes longer in."""
+    contention: float | None = None
+    """The run-queue share of its time outside waits (CPU clock): cpu_wait / (compute_time + cpu_wait)."""
+    step_deviations: tuple[float, ...] = ()
+    """Each step's distance from the median, per quantity: the noise the margin grows with."""
+    data_deviations: tuple[float, ...] = ()
+    compute_deviations: tuple[float, ...] = ()
 
 
 def straggler_verdict(mine: StepSummary | tuple, others: list[StepSummary] | list[tuple]) -> dict[str, Any] | None:
-    """Whether the rank summarised by ``mine`` holds the ``others`` up (module docstring).
+    """Whether the rank summarised by ``mine`` holds the ``others`` up, beyond the noise (module docstring).
 
     Returns {cause, phase, excess, margin, others_step_time, others_data_wait,
-    others_compute_time} when it is a straggler, else None.
+    others_compute_time} when its excess reaches the margin in a cause, else None.
     """
     if not others:
         return None
@@ -80,6 +137,15 @@ def straggler_verdict(mine: StepSummary | tuple, others: list[StepSummary] | lis
         return {"cause": "compute", "phase": _slowest_phase(me, summaries), "excess": excess["compute"],
                 "margin": margins["compute"], **base}
     return None
+
+
+def below_half_margin(mine: StepSummary | tuple, others: list[StepSummary] | list[tuple]) -> bool:
+    """Whether a named rank looks recovered now (hysteresis: its excess is under half the margin in every cause)."""
+    if not others:
+        return True
+    excess, base = _excesses(StepSummary(*mine), [StepSummary(*other) for other in others])
+    margins = base["margins"]
+    return all(value is None or value < margins[cause] / 2 for cause, value in excess.items())
 
 
 def _slowest_phase(me: StepSummary, others: list[StepSummary]) -> str | None:
@@ -98,33 +164,47 @@ def _slowest_phase(me: StepSummary, others: list[StepSummary]) -> str | None:
     return best
 
 
-def below_half_margin(mine: StepSummary | tuple, others: list[StepSummary] | list[tuple]) -> bool:
-    """Whether a flagged rank has recovered (hysteresis: its excess is under half the margin)."""
-    if not others:
-        return True
-    excess, base = _excesses(StepSummary(*mine), [StepSummary(*other) for other in others])
-    margins = base["margins"]
-    return all(value is None or value < margins[cause] / 2 for cause, value in excess.items())
-
-
 def _excesses(me: StepSummary, others: list[StepSummary]) -> tuple[dict[str, float | None], dict[str, Any]]:
-    """Per cause, how much longer ``me`` takes than the others' median (None: not comparable)."""
+    """Per cause, how much longer ``me`` takes than the others' median (None: not comparable), and the margins."""
     others_step = statistics.median(other.step_time for other in others)
     others_wait = _median_of([other.data_wait for other in others])
     others_compute = _median_of([other.compute_time for other in others])
-    margin = max(ABSOLUTE_MARGIN_SECONDS, RELATIVE_MARGIN * others_step)
-    compute_margin = margin
-    data = None if me.data_wait is None or others_wait is None else me.data_wait - others_wait
+    contention = max((summary.contention for summary in (me, *others) if summary.contention is not None),
+                     default=0.0)
+    data = data_margin = None
+    if me.data_wait is not None and others_wait is not None:
+        data = me.data_wait - others_wait
+        data_margin = (_base_margin(others_step) + _noise(me, others, "data_deviations")
+                       + contention * others_wait)
     if me.compute_time is not None and others_compute is not None:
         compute: float | None = me.compute_time - others_compute
-        compute_margin = max(ABSOLUTE_MARGIN_SECONDS, RELATIVE_MARGIN * others_compute)
+        compute_margin = _base_margin(others_compute) + _noise(me, others, "compute_deviations")
     elif me.compute_time is None and others_compute is None:
         compute = me.step_time - others_step  # steps not synchronised: step time is the compute
+        compute_margin = _base_margin(others_step) + _noise(me, others, "step_deviations")
     else:
-        compute = None  # measured on some ranks only: not comparable
+        compute, compute_margin = None, _base_margin(others_step)  # measured on some ranks only: not comparable
     return ({"data": data, "compute": compute},
-            {"margins": {"data": margin, "compute": compute_margin}, "others_step_time": others_step, "others_data_wait": others_wait,
-             "others_compute_time": others_compute})
+            {"margins": {"data": data_margin, "compute": compute_margin}, "others_step_time": others_step,
+             "others_data_wait": others_wait, "others_compute_time": others_compute})
+
+
+def _base_margin(others_median: float) -> float:
+    """The margin on a quiet machine: a share of the others' value, and at least a few milliseconds.
+
+    The data margin's share is of the others' step time (a rank that waits 30 ms more for data
+    in a 300 ms step is noise; in a 60 ms step it is not)."""
+    return max(ABSOLUTE_MARGIN_SECONDS, RELATIVE_MARGIN * others_median)
+
+
+def _noise(me: StepSummary, others: list[StepSummary], field: str) -> float:
+    """``NOISE_Z`` standard errors of (its median - the others' median), from the ranks' own spread."""
+    mine = getattr(me, field)
+    theirs = [deviation for other in others for deviation in getattr(other, field)]
+    if not mine or not theirs:
+        return 0.0
+    sigma = MAD_TO_SIGMA * statistics.median([*mine, *theirs])
+    return NOISE_Z * MEDIAN_ERROR * sigma * math.sqrt(1 / len(mine) + 1 / len(theirs))
 
 
 def _median_of(values: list[float | None]) -> float | None:
@@ -132,39 +212,93 @@ def _median_of(values: list[float | None]) -> float | None:
     return statistics.median(measured) if measured else None
 
 
+@dataclass
+class _Streak:
+    """A candidate finding (or a named rank's recovery) that has to hold before it is said."""
+
+    cause: str | None
+    since_step: int | None
+    """The first step of the earlier window when both windows first showed it (where its evidence begins)."""
+    held_from: float
+    """The rank's step times added up to the end of the later window then: it must hold from there."""
+
+
 class StragglerMonitor:
-    """Judges each rank against the others on ``tick``, from the shared step windows."""
+    """Judges each rank against the others on ``tick``, from the shared step windows (module docstring)."""
 
     def __init__(self, hub, windows: StepWindows, findings: Findings | None = None):
         self.hub = hub
         self.windows = windows
         self.findings = findings if findings is not None else Findings()
         self.flagged: dict[int, dict[str, Any]] = {}
+        """rank -> its record, while it is named (the live bottleneck verdict reads it)."""
+        self._candidates: dict[int, _Streak] = {}
+        self._recoveries: dict[int, _Streak] = {}
 
     def tick(self, now: float) -> None:
         if not self.windows.take_changed():
             return
-        summaries = {}
+        live = {}
         for rank, steps in self.windows.ranks.items():
             row = self.hub.model.ranks.get(rank)
             if row is not None and RankState(row.state).finished:
+                self._candidates.pop(rank, None)
                 continue
-            if len(steps.step_times) >= MIN_STEPS:
-                summaries[rank] = summarise(steps)
-        if len(summaries) < 2:
+            if len(steps.step_history) >= MIN_STEPS:
+                live[rank] = steps
+        if len(live) < 2:
             return
-        for rank, mine in summaries.items():
-            others = [value for other, value in summaries.items() if other != rank]
-            if rank in self.flagged:
-                if below_half_margin(mine, others):
-                    self._clear(rank)
+        # the same steps on every rank: windows end at the last step every rank has reported
+        ends = (min((steps.history[-1].step for steps in live.values() if steps.history), default=None),
+                min(steps.step_history[-1].step for steps in live.values()))
+        judged = _judged_pairs(live, *ends)
+        earlier_ends = _ends_before(live, *ends)  # HOLD_SECONDS earlier: the steps may have come in one batch
+        judged_then = _judged_pairs(live, *earlier_ends) if earlier_ends is not None else {}
+        for rank, steps in live.items():
+            if rank not in judged:
                 continue
-            verdict = straggler_verdict(mine, others)
-            if verdict is not None:
-                self._flag(rank, mine, verdict, len(self.windows.ranks[rank].step_times))
+            mine, verdict, recovered = judged[rank]
+            _mine, verdict_then, recovered_then = judged_then.get(rank, (None, None, False))
+            span = window_span(steps, *ends)
+            if rank in self.flagged:
+                if recovered and recovered_then:
+                    self._recoveries.pop(rank, None)
+                    self._clear(rank, window_span(steps, *earlier_ends)[0] if earlier_ends else span[0])
+                else:
+                    self._judge_recovery(rank, recovered, span)
+                continue
+            if verdict is not None and verdict_then is not None and verdict_then["cause"] == verdict["cause"]:
+                self._candidates.pop(rank, None)
+                self._flag(rank, mine, verdict, window_span(steps, *earlier_ends)[0] if earlier_ends else span[0])
+            else:
+                self._judge_candidate(rank, mine, verdict, span)
 
-    def _flag(self, rank: int, mine: StepSummary, verdict: dict[str, Any], window: int) -> None:
-        step_time, data_wait, compute, _phases = mine
+    def _judge_candidate(self, rank: int, mine: StepSummary, verdict: dict[str, Any] | None,
+                         span: tuple[int | None, float]) -> None:
+        """``verdict``: both windows show it, in that cause; ``span``: ``window_span``."""
+        if verdict is None:
+            self._candidates.pop(rank, None)
+            return
+        streak = self._candidates.get(rank)
+        if streak is None or streak.cause != verdict["cause"]:
+            streak = self._candidates[rank] = _Streak(verdict["cause"], *span)
+        if span[1] - streak.held_from >= HOLD_SECONDS - 1e-9:
+            del self._candidates[rank]
+            self._flag(rank, mine, verdict, streak.since_step)
+
+    def _judge_recovery(self, rank: int, recovered: bool, span: tuple[int | None, float]) -> None:
+        if not recovered:
+            self._recoveries.pop(rank, None)
+            return
+        streak = self._recoveries.get(rank)
+        if streak is None:
+            streak = self._recoveries[rank] = _Streak(None, *span)
+        if span[1] - streak.held_from >= HOLD_SECONDS - 1e-9:
+            del self._recoveries[rank]
+            self._clear(rank, streak.since_step)
+
+    def _flag(self, rank: int, mine: StepSummary, verdict: dict[str, Any], since_step: int | None) -> None:
+        step_time, data_wait, compute = mine.step_time, mine.data_wait, mine.compute_time
         others_step, others_wait = verdict["others_step_time"], verdict["others_data_wait"]
         others_compute = verdict["others_compute_time"]
         phase = verdict.get("phase")
@@ -183,34 +317,151 @@ class StragglerMonitor:
                        f"on the other ranks; data wait {_ms(data_wait)})")
         steps = self.windows.ranks[rank]
         record = {"rank": rank, "cause": verdict["cause"], "phase": phase, "step": steps.last_step,
-                  "step_time": round(step_time, 6), "data_wait": _rounded(data_wait),
+                  "since_step": since_step, "step_time": round(step_time, 6), "data_wait": _rounded(data_wait),
                   "compute_time": _rounded(compute), "others_step_time": round(others_step, 6),
                   "others_data_wait": _rounded(others_wait), "others_compute_time": _rounded(others_compute),
-                  "excess": round(verdict["excess"], 6), "window": window}
+                  "excess": round(verdict["excess"], 6), "margin": round(verdict["margin"], 6),
+                  "window": WINDOW}
         self.flagged[rank] = record
-        worst = self.findings.stragglers.get(rank)
-        if worst is None or record["excess"] > worst["excess"]:
-            self.findings.stragglers[rank] = {**record, "message": message}
+        finding = self.findings.stragglers.get(rank)
+        held = finding.get("held_steps", 0) if finding else 0
+        if finding is None or record["excess"] > finding["excess"]:
+            finding = self.findings.stragglers[rank] = {**record, "message": message}
+        finding.update(held_steps=held, active_since=since_step)
         self.hub.add_event(EventKind.STRAGGLER, rank, message, active=True, **{k: v for k, v in record.items() if k != "rank"})
 
-    def _clear(self, rank: int) -> None:
+    def _clear(self, rank: int, until_step: int | None) -> None:
+        """Withdraw a named rank: its excess stayed under half the margin since ``until_step``."""
         self.flagged.pop(rank, None)
-        self.hub.add_event(EventKind.STRAGGLER, rank, f"rank {rank} is no longer a straggler", active=False,
-                           step=self.windows.ranks[rank].last_step)
+        held = self._close_finding(rank, until_step)
+        self.hub.add_event(EventKind.STRAGGLER, rank, f"rank {rank} is no longer a straggler: since step {until_step} its "
+                           "excess over the other ranks stayed under half the noise margin",
+                           active=False, step=self.windows.ranks[rank].last_step, held_steps=held)
+
+    def _close_finding(self, rank: int, until_step: int | None) -> int | None:
+        """Add the steps since the rank was named (from the window where it began) to its finding's count."""
+        finding = self.findings.stragglers.get(rank)
+        if finding is None:
+            return None
+        since = finding.pop("active_since", None)
+        if since is not None and until_step is not None:
+            finding["held_steps"] = finding.get("held_steps", 0) + max(0, until_step - since)
+        return finding.get("held_steps")
+
+    def conclude(self) -> None:
+        """The run's stragglers: those named for at least ``SUMMARY_SHARE`` of their steps (module docstring)."""
+        for rank in list(self.findings.stragglers):
+            steps = self.windows.ranks.get(rank)
+            if rank in self.flagged:
+                self._close_finding(rank, None if steps is None or steps.last_step is None else steps.last_step + 1)
+            finding = self.findings.stragglers[rank]
+            total = steps.step_count if steps is not None else 0
+            held = min(finding.get("held_steps") or 0, total)
+            if total <= 0 or held / total < SUMMARY_SHARE:
+                del self.findings.stragglers[rank]
+                continue
+            finding.update(held_steps=held, steps=total, share=round(held / total, 3))
+            finding["message"] = f"{finding['message']}; for {held} of its {total} steps"
 
 
-def summarise(steps: RankSteps) -> StepSummary:
-    """Medians over a rank's windows; a value measured fewer than ``MIN_STEPS`` times is not measured."""
-    measured = list(steps.measured)
+def _window(items: list, end: int | None, earlier: bool) -> list:
+    """The last ``WINDOW`` of ``items`` (steps, oldest first) up to step ``end``, or the ``WINDOW`` before them."""
+    upto = [item for item in items if end is None or item.step <= end]
+    return upto[-2 * WINDOW:-WINDOW] if earlier else upto[-WINDOW:]
+
+
+def _judged_pairs(live: dict[int, RankSteps], measured_end: int | None, steps_end: int
+                  ) -> dict[int, tuple[StepSummary, dict[str, Any] | None, bool]]:
+    """Per rank whose two windows (ending at these steps) are both there: its later window, the verdict
+    both windows give (None unless both show it, in the same cause) and whether both look recovered."""
+    later = {rank: summarise(steps, measured_end, steps_end) for rank, steps in live.items()}
+    earlier = {rank: summarise(steps, measured_end, steps_end, earlier=True) for rank, steps in live.items()}
+    judged = {}
+    for rank in live:
+        mine, before = later[rank], earlier[rank]
+        if mine is None or before is None:
+            continue
+        others = [value for other, value in later.items() if other != rank and value is not None]
+        others_before = [value for other, value in earlier.items() if other != rank and value is not None]
+        verdict = straggler_verdict(mine, others)
+        verdict_before = straggler_verdict(before, others_before)
+        both = (verdict if verdict is not None and verdict_before is not None
+                and verdict_before["cause"] == verdict["cause"] else None)
+        judged[rank] = (mine, both, below_half_margin(mine, others) and below_half_margin(before, others_before))
+    return judged
+
+
+def _ends_before(live: dict[int, RankSteps], measured_end: int | None, steps_end: int) -> tuple[int | None, int] | None:
+    """The ends of windows ``HOLD_SECONDS`` (of each rank's steps) before these, the earliest over the ranks;
+    None when the history does not reach back so far."""
+    found: list[tuple[int | None, int]] = []
+    for steps in live.values():
+        timed = _before(list(steps.step_history), steps_end)
+        measured = _before(list(steps.history), measured_end) if steps.history and measured_end is not None else None
+        if timed is None or (steps.history and measured_end is not None and measured is None):
+            return None
+        found.append((measured, timed))
+    measured_ends = [end for end, _timed in found if end is not None]
+    return (min(measured_ends) if measured_ends else None), min(timed for _end, timed in found)
+
+
+def _before(items: list, end: int | None) -> int | None:
+    """The last step among ``items`` that ran ``HOLD_SECONDS`` before step ``end`` ended."""
+    upto = [item for item in items if end is None or item.step <= end]
+    if not upto:
+        return None
+    until = upto[-1].elapsed - HOLD_SECONDS + 1e-9
+    earlier = [item.step for item in upto if item.elapsed <= until]
+    return earlier[-1] if earlier else None
+
+
+def window_span(steps: RankSteps, measured_end: int | None, steps_end: int) -> tuple[int | None, float]:
+    """The first step of the rank's earlier window, and its step times added up to the end of the later one."""
+    history: list[Any] = list(steps.history) if steps.history else list(steps.step_history)
+    end = measured_end if steps.history else steps_end
+    later = _window(history, end, False)
+    earlier = _window(history, end, True) or later
+    if not later:
+        return None, steps.elapsed
+    return earlier[0].step, later[-1].elapsed
+
+
+def summarise(steps: RankSteps, measured_end: int | None = None, steps_end: int | None = None,
+              earlier: bool = False) -> StepSummary | None:
+    """Medians and spreads over one of a rank's two windows (the later one, or ``earlier``) of the steps up
+    to ``measured_end`` (measured steps) and ``steps_end`` (step times); None with fewer than ``MIN_STEPS``
+    step times there. A value measured fewer than ``MIN_STEPS`` times is not measured."""
+    timed = _window(list(steps.step_history), steps_end, earlier)
+    if len(timed) < MIN_STEPS:
+        return None
+    measured: list[MeasuredStep] = _window(list(steps.history), measured_end, earlier)
+    step_times = [item.step_time for item in timed]
     phases = tuple(_window_median([step.phases[index] for step in measured]) for index in range(len(protocol.PHASES)))
-    return StepSummary(statistics.median(steps.step_times), phases[0],
-                       _window_median([step.compute_time for step in measured]),
-                       phases if any(value is not None for value in phases) else None)
+    computes = [step.compute_time for step in measured]
+    compute = _window_median(computes)
+    waits = [step.cpu_wait for step in measured if step.cpu_wait is not None and step.clock == protocol.CLOCK_CPU]
+    contention = None
+    if compute is not None and len(waits) >= MIN_STEPS:
+        queued = statistics.median(waits)
+        contention = queued / (compute + queued) if compute + queued > 0 else 0.0
+    return StepSummary(statistics.median(step_times), phases[0], compute,
+                       phases if any(value is not None for value in phases) else None, contention,
+                       _deviations(step_times), _deviations([step.phases[0] for step in measured]),
+                       _deviations(computes))
 
 
 def _window_median(values: list[float | None]) -> float | None:
     measured = [value for value in values if value is not None]
     return statistics.median(measured) if len(measured) >= MIN_STEPS else None
+
+
+def _deviations(values: Sequence[float | None]) -> tuple[float, ...]:
+    """Each measured value's distance from their median; none when fewer than ``MIN_STEPS`` were measured."""
+    measured = [value for value in values if value is not None]
+    if len(measured) < MIN_STEPS:
+        return ()
+    middle = statistics.median(measured)
+    return tuple(abs(value - middle) for value in measured)
 
 
 def _rounded(value: float | None) -> float | None:

@@ -26,8 +26,8 @@ that hint leads the headline, not gloo's "a remote worker crashing".
 
 Hints come from ``runner.diagnosis.hints``. What the live monitors found (stalls,
 stack captures, stragglers, divergences; ``findings``) goes into the summary of
-every outcome as ``diagnostics``, and into the headline of a stopped run that was
-hanging.
+every outcome as ``diagnostics`` (stragglers only into a run's that did not fail or hang:
+``without_stragglers``), and into the headline of a stopped run that was hanging.
 """
 
 from __future__ import annotations
@@ -325,6 +325,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         warnings = [hint for hint in launcher if data.findings.launcher[hint.key].get("level") != "info"]
         if stopped and hang:
             summary["headline"] = f"stopped on request; {hang}"
+            diagnostics = without_stragglers(diagnostics)
         elif stopped and warnings:
             summary["headline"] = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
         elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
@@ -385,6 +386,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
                 for rank, ended in sorted(evidence.finished.items())]
     if finished:
         summary["finished"] = finished
+    diagnostics = without_stragglers(diagnostics)
     if diagnostics:
         summary["diagnostics"] = diagnostics
     return summary
@@ -400,6 +402,17 @@ def finished_ranks(data: TriageInput, failures: list[RankFailure]) -> dict[int, 
     fail (one whose process died after its script returned did)."""
     failed = {failure.rank for failure in failures}
     return {rank: ended for rank, (code, ended) in data.exits.items() if code == 0 and rank not in failed}
+
+
+def without_stragglers(diagnostics: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The diagnostics of a failed or hung run: a straggler found while the job still trained does not
+    explain its end, so neither its line nor a straggler verdict is repeated there (the events keep them)."""
+    if not diagnostics:
+        return diagnostics
+    kept = {key: value for key, value in diagnostics.items() if key != "stragglers"}
+    if (kept.get("bottleneck") or {}).get("verdict") == "straggler":
+        del kept["bottleneck"]
+    return kept or None
 
 
 def hang_headline(findings: Findings) -> str | None:

@@ -12,7 +12,11 @@ import pickle
 import pytest
 
 from rankwatch._flight_recorder import from_trace
+from rankwatch._protocol import FlightRecord
+from runner.diagnosis.findings import Findings
 from runner.diagnosis.flight_recorder import analyse, read_dump_file
+from runner.diagnosis.flight_records import FlightRecorderMonitor
+from tests.diagnosis.fakes import FakeHub
 
 
 def entry(seq: int, op: str = "gloo:all_reduce", sizes=((4,),), retired: bool = True) -> dict:
@@ -89,3 +93,46 @@ def test_the_flight_recorder_is_switched_on_by_the_name_this_torch_reads_without
     # torch 2.14 here: the current name only (the NCCL one makes every rank print a deprecation)
     assert environ == {"TORCH_FR_BUFFER_SIZE": str(_flight_recorder.DEFAULT_ENTRIES)}
     assert _flight_recorder._torch_before((99, 0)) and not _flight_recorder._torch_before((2, 0))
+
+
+def skewed_snapshot() -> dict[int, dict]:
+    """Seen on a healthy 2-rank job (issue 27): rank 0's record was read in all_reduce #1599, rank 1's a moment
+    earlier, after #1598."""
+    ahead = from_trace(trace([entry(seq) for seq in range(1590, 1600)], completed=1598, world=2))
+    behind = from_trace(trace([entry(seq) for seq in range(1590, 1599)], completed=1598, world=2))
+    return {0: ahead, 1: behind}
+
+
+def test_the_collectives_of_ranks_that_all_progress_are_not_compared():
+    records = skewed_snapshot()
+    result = analyse(records, stuck=set())
+    assert result["culprits"] == [] and result["seq"] is None
+    assert result["message"] == ("all 2 ranks are progressing: their records were read at different moments, so "
+                                 "their collectives are not compared")
+    assert "rank 0 [default group]: last entered #1599 gloo:all_reduce, last completed #1598" in result["lines"]
+    stuck = analyse(records, stuck={0})  # a rank that does not progress: compared, as without progress
+    assert stuck["culprits"] == [1] == analyse(records)["culprits"]
+    assert stuck["message"].startswith("rank 1 never entered collective #1599 (gloo:all_reduce) that rank 0 is")
+
+
+@pytest.mark.parametrize("progressing", [True, False])
+def test_a_capture_of_a_progressing_job_names_no_rank_that_never_entered_a_collective(tmp_path, progressing):
+    """``rankwatch stacks`` on a healthy job said "rank 1 never entered collective #1599 ... that rank 0 is
+    waiting in" next to "all 2 ranks are progressing": the monitor now asks whether the ranks progress."""
+    hub = FakeHub()
+    for rank in range(2):
+        hub.hello(rank, pid=1000 + rank)
+    findings = Findings()
+    monitor = FlightRecorderMonitor(hub, tmp_path, findings)
+    monitor.progress_of = lambda row, now: {"step": 800, "idle_seconds": 0.0, "stalled": not progressing,
+                                            "progressing": progressing}
+    for rank, record in skewed_snapshot().items():
+        monitor.on_message(FlightRecord.from_wire({"type": "flight_record", "rank": rank, "record": record}))
+    monitor.tick(0.0)  # every running rank answered
+    [event] = hub.of_kind("flight_recorder")
+    if progressing:
+        assert event["culprits"] == [] and event["stuck"] == [] and "are progressing" in event["message"]
+        assert findings.flight_recorder is None  # a snapshot of a healthy job is not a finding of the run
+    else:
+        assert event["culprits"] == [1] and event["stuck"] == [0, 1]
+        assert findings.flight_recorder["message"].startswith("rank 1 never entered collective #1599")

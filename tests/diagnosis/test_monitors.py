@@ -18,7 +18,13 @@ from runner.diagnosis.stalls import (
     stall_threshold,
 )
 from runner.diagnosis.step_windows import StepWindows
-from runner.diagnosis.stragglers import StragglerMonitor, straggler_verdict
+from runner.diagnosis.stragglers import (
+    HOLD_SECONDS,
+    WINDOW,
+    StepSummary,
+    StragglerMonitor,
+    straggler_verdict,
+)
 from runner.state import RankState
 from tests.diagnosis.fakes import FakeHub
 
@@ -260,24 +266,34 @@ def test_a_rank_that_stopped_a_moment_after_the_stalled_one_is_not_called_progre
 
 
 def step_message(rank: int, number: int, step_time: float, compute: float | None = None,
-                 data_wait: float | None = None, timed: bool = True) -> protocol.Metrics:
+                 data_wait: float | None = None, timed: bool = True, cpu_wait: float | None = None) -> protocol.Metrics:
     """One step as the bootstrap reports it, a step row: its phases on the CPU clock when ``timed``, the
     compute in ``forward``, a data phase only where a DataLoader was waited for, the rest of the step in
-    ``comm`` (the others' wait in the all-reduce) when ``compute`` is given, else in ``rest``."""
+    ``comm`` (the others' wait in the all-reduce) when ``compute`` is given, else in ``rest``; ``cpu_wait``
+    the run-queue wait (compute time leaves it out, as the hub derives it)."""
     t = time.time()
     phases = None
     if timed:
         if compute is None:
             phases = ["cpu", data_wait, None, None, None, None, None, step_time - (data_wait or 0.0)]
         else:
-            phases = ["cpu", data_wait, None, compute, None, step_time - compute - (data_wait or 0.0), None, None]
-    row = [t, number, 0.5, step_time, data_wait, 0, None, False, phases]
+            phases = ["cpu", data_wait, None, compute + (cpu_wait or 0.0), None,
+                      step_time - compute - (cpu_wait or 0.0) - (data_wait or 0.0), None, None]
+    row = [t, number, 0.5, step_time, data_wait, 0, cpu_wait, False, phases]
     return protocol.Metrics.from_wire({"type": "metrics", "rank": rank, "items": [row]})
 
 
 def straggler_monitor(hub, findings: Findings | None = None) -> tuple[StragglerMonitor, StepWindows]:
     windows = StepWindows()
     return StragglerMonitor(hub, windows, findings), windows
+
+
+def run_steps(monitor: StragglerMonitor, windows: StepWindows, numbers, step_of) -> None:
+    """Each step of every rank of the hub (``step_of(rank, number)`` -> its step message), one tick per step."""
+    for number in numbers:
+        for rank in sorted(monitor.hub.model.ranks):
+            windows.on_message(step_of(rank, number))
+        monitor.tick(time.time())
 
 
 def test_under_ddp_the_rank_that_waits_for_data_is_the_straggler_not_the_others():
@@ -298,34 +314,105 @@ def test_small_differences_are_noise():
     assert straggler_verdict((0.105, 0.005), [(0.100, 0.001)]) is None
 
 
-def test_the_straggler_monitor_flags_once_and_clears_when_the_rank_recovers():
+def test_the_margin_grows_with_the_ranks_own_spread():
+    """30 ms more compute beats a steady machine's margin, not one whose steps jump by 20 ms."""
+    steady = [0.001] * 8
+    jumpy = [0.0, 0.02, 0.005, 0.015, 0.02, 0.0, 0.01, 0.02]
+    mine = StepSummary(0.2, None, 0.13, compute_deviations=tuple(steady))
+    assert straggler_verdict(mine, [StepSummary(0.2, None, 0.10, compute_deviations=tuple(steady))])["cause"] == "compute"
+    noisy = StepSummary(0.2, None, 0.13, compute_deviations=tuple(jumpy))
+    assert straggler_verdict(noisy, [StepSummary(0.2, None, 0.10, compute_deviations=tuple(jumpy))]) is None
+
+
+def test_a_data_phase_on_a_machine_whose_ranks_wait_for_a_cpu_must_beat_that_wait_too():
+    """Half the time outside waits on the run queue: up to half the others' data phase is the machine's."""
+    quiet = StepSummary(0.1, 0.030, 0.02, contention=0.0)
+    busy = StepSummary(0.1, 0.030, 0.02, contention=0.5)
+    assert straggler_verdict(StepSummary(0.1, 0.050, 0.02, contention=0.0), [quiet])["cause"] == "data"
+    assert straggler_verdict(StepSummary(0.1, 0.050, 0.02, contention=0.5), [busy]) is None
+    assert straggler_verdict(StepSummary(0.1, 0.080, 0.02, contention=0.5), [busy])["cause"] == "data"
+
+
+def test_a_straggler_is_named_once_two_windows_showed_it_and_it_held_and_is_withdrawn_with_an_event():
+    """200 ms steps, windows of 6: at step 11 both windows (1-5, 6-11) show rank 1 waiting for data; it still
+    does ``HOLD_SECONDS`` (2 steps) later, so it is named at step 13."""
+    assert (WINDOW, HOLD_SECONDS) == (6, 0.4)
     hub, findings = stepping_hub(3), Findings()
     monitor, windows = straggler_monitor(hub, findings)
-    for number in range(1, 8):
-        for rank in range(3):
-            windows.on_message(step_message(rank, number, 0.2, 0.015, data_wait=0.18 if rank == 1 else 0.002))
-        monitor.tick(time.time())
+
+    def slow_data(rank, number):
+        return step_message(rank, number, 0.2, 0.015, data_wait=0.18 if rank == 1 and number <= 40 else 0.002)
+
+    run_steps(monitor, windows, range(1, 13), slow_data)
+    assert hub.of_kind("straggler") == []  # seen, not yet held
+    run_steps(monitor, windows, range(13, 41), slow_data)
     [event] = hub.of_kind("straggler")
-    assert event["rank"] == 1 and event["active"] and event["cause"] == "data" and event["step"] == 5
-    assert event["phase"] == "data"
+    assert event["rank"] == 1 and event["active"] and event["cause"] == "data"
+    assert event["step"] == 13 and event["since_step"] == 1 and event["window"] == WINDOW
+    assert event["phase"] == "data" and 0 < event["margin"] < event["excess"]
     assert event["data_wait"] == pytest.approx(0.18) and event["others_data_wait"] == pytest.approx(0.002)
     assert "rank 1 is a straggler: it waits for data (180 ms of its 200 ms step" in event["message"]
     assert findings.stragglers[1]["cause"] == "data"
-    for number in range(8, 20):
-        for rank in range(3):
-            windows.on_message(step_message(rank, number, 0.2, 0.015, data_wait=0.002))
-        monitor.tick(time.time())
-    assert [(e["rank"], e["active"]) for e in hub.of_kind("straggler")] == [(1, True), (1, False)]
+    run_steps(monitor, windows, range(41, 80), slow_data)
+    events = hub.of_kind("straggler")
+    assert [(e["rank"], e["active"]) for e in events] == [(1, True), (1, False)]
+    # both windows are fast again at step 50 (39..44 has 4 fast steps of 6), still at 52: withdrawn,
+    # named for steps 1..38
+    withdrawn = events[1]
+    assert withdrawn["step"] == 52 and withdrawn["held_steps"] == 38
+    assert withdrawn["message"] == ("rank 1 is no longer a straggler: since step 39 its excess over the other "
+                                    "ranks stayed under half the noise margin")
+    monitor.conclude()
+    assert findings.stragglers[1]["share"] == pytest.approx(38 / 79, abs=0.001)
+    assert findings.stragglers[1]["message"].endswith("; for 38 of its 79 steps")
+
+
+def test_steps_that_arrive_in_one_batch_are_judged_as_if_they_had_come_one_by_one():
+    """Nobody watches: the workers send every 2 s. 40 steps of 50 ms at once: rank 1, computing three times
+    longer since the start, is named in that one evaluation (its windows held 0.4 s earlier too); a rank
+    slowed in the last 14 steps only is not (0.4 s earlier its windows did not show it)."""
+    hub = stepping_hub(3)
+    monitor, windows = straggler_monitor(hub)
+    for rank in range(3):
+        for number in range(1, 41):
+            slow = rank == 1 or (rank == 2 and number > 26)
+            windows.on_message(step_message(rank, number, 0.050, 0.030 if slow else 0.010))
+    monitor.tick(time.time())
+    [event] = hub.of_kind("straggler")
+    assert event["rank"] == 1 and event["step"] == 40 and event["cause"] == "compute"
+
+
+def test_a_rank_slowed_for_a_few_steps_is_never_named():
+    """A neighbour's burst: rank 1 waits 150 ms for data for 8 steps (1.6 s), then rank 0 does; nobody is named."""
+    hub = stepping_hub(2)
+    monitor, windows = straggler_monitor(hub)
+
+    def burst(rank, number):
+        slowed = (rank == 1 and 10 <= number < 18) or (rank == 0 and 25 <= number < 33)
+        return step_message(rank, number, 0.2, 0.015, data_wait=0.15 if slowed else 0.002)
+
+    run_steps(monitor, windows, range(1, 60), burst)
+    assert hub.of_kind("straggler") == []
+
+
+def test_a_straggler_of_a_moment_is_in_the_events_not_in_the_summary():
+    """Named for 18 of 199 steps: under ``SUMMARY_SHARE``, so the summary does not keep it."""
+    hub, findings = stepping_hub(2), Findings()
+    monitor, windows = straggler_monitor(hub, findings)
+    run_steps(monitor, windows, range(1, 201),
+              lambda rank, number: step_message(rank, number, 0.2, 0.015,
+                                                data_wait=0.18 if rank == 1 and number <= 20 else 0.002))
+    assert [e["active"] for e in hub.of_kind("straggler")] == [True, False]
+    monitor.conclude()
+    assert findings.stragglers == {}
 
 
 def test_under_ddp_the_rank_that_computes_longest_is_named_with_its_phase_though_every_step_time_is_equal():
     """No DataLoader (no data phase): the fast ranks wait 60 ms in the all-reduce, rank 1 does not."""
     hub, findings = stepping_hub(3), Findings()
     monitor, windows = straggler_monitor(hub, findings)
-    for number in range(1, 8):
-        for rank in range(3):
-            windows.on_message(step_message(rank, number, 0.100, 0.090 if rank == 1 else 0.030))
-        monitor.tick(time.time())
+    run_steps(monitor, windows, range(1, 20),
+              lambda rank, number: step_message(rank, number, 0.100, 0.090 if rank == 1 else 0.030))
     [event] = hub.of_kind("straggler")
     assert event["rank"] == 1 and event["cause"] == "compute" and event["data_wait"] is None
     assert event["phase"] == "forward"
@@ -334,15 +421,23 @@ def test_under_ddp_the_rank_that_computes_longest_is_named_with_its_phase_though
     assert "most in forward: 90 ms" in event["message"]
 
 
+def test_a_rank_waiting_for_a_cpu_longer_than_the_others_is_not_computing_longer():
+    """Rank 1 waits 60 ms per step on the run queue (its compute time leaves it out): no straggler."""
+    hub = stepping_hub(3)
+    monitor, windows = straggler_monitor(hub)
+    run_steps(monitor, windows, range(1, 30),
+              lambda rank, number: step_message(rank, number, 0.100, 0.030, cpu_wait=0.060 if rank == 1 else 0.001))
+    assert hub.of_kind("straggler") == []
+
+
 def test_phases_on_every_few_steps_only_still_name_the_rank_that_computes_longest():
     """Steps faster than 10 ms are timed every few steps (``split_every``): the measured window is its own
     last timed steps, not the last steps'."""
     hub, findings = stepping_hub(2), Findings()
     monitor, windows = straggler_monitor(hub, findings)
-    for number in range(1, 41):
-        for rank in range(2):
-            windows.on_message(step_message(rank, number, 0.100, 0.090 if rank == 1 else 0.030, timed=number % 4 == 0))
-        monitor.tick(time.time())
+    run_steps(monitor, windows, range(1, 81),
+              lambda rank, number: step_message(rank, number, 0.100, 0.090 if rank == 1 else 0.030,
+                                                timed=number % 4 == 0))
     [event] = hub.of_kind("straggler")
     assert event["rank"] == 1 and event["cause"] == "compute"
     assert event["compute_time"] == pytest.approx(0.090) and event["others_compute_time"] == pytest.approx(0.030)
@@ -352,21 +447,16 @@ def test_a_data_phase_measured_on_some_ranks_only_is_never_compared_with_zero():
     """Ranks 0 and 1 wait 100 ms for their DataLoader, rank 2 has none (and waits for them in the all-reduce)."""
     hub = stepping_hub(3)
     monitor, windows = straggler_monitor(hub)
-    for number in range(1, 15):
-        for rank in range(3):
-            waits = rank != 2
-            windows.on_message(step_message(rank, number, 0.2, 0.05, 0.1 if waits else None))
-        monitor.tick(time.time())
+    run_steps(monitor, windows, range(1, 30),
+              lambda rank, number: step_message(rank, number, 0.2, 0.05, 0.1 if rank != 2 else None))
     assert hub.of_kind("straggler") == []
 
 
 def test_balanced_ranks_without_data_or_process_group_are_not_stragglers():
     hub = stepping_hub(2)
     monitor, windows = straggler_monitor(hub)
-    for number in range(1, 30):
-        windows.on_message(step_message(0, number, 0.050 + 0.001 * (number % 3)))
-        windows.on_message(step_message(1, number, 0.051))
-        monitor.tick(time.time())
+    run_steps(monitor, windows, range(1, 30),
+              lambda rank, number: step_message(rank, number, 0.050 + 0.001 * (number % 3) if rank == 0 else 0.051))
     assert hub.of_kind("straggler") == []
 
 
@@ -374,7 +464,7 @@ def test_steps_stretched_by_waiting_for_a_cpu_do_not_hide_a_rank_computing_three
     """The margin follows the others' compute time, not their 250 ms steps (mostly CPU wait)."""
     verdict = straggler_verdict((0.250, None, 0.038), [(0.250, None, 0.013)])
     assert verdict["cause"] == "compute" and verdict["excess"] == pytest.approx(0.025)
-    assert straggler_verdict((0.250, None, 0.015), [(0.250, None, 0.013)]) is None
+    assert straggler_verdict((0.250, None, 0.014), [(0.250, None, 0.013)]) is None
 
 
 def test_compute_time_measured_on_one_rank_only_names_nobody():

@@ -198,6 +198,28 @@ def test_a_successful_run_keeps_its_findings():
     assert "diagnostics" not in triage(TriageInput(), 0, stopped=False)
 
 
+def test_failure_and_hang_summaries_do_not_repeat_a_straggler():
+    """A straggler found while the job trained does not explain how it ended: only a finished run's
+    summary says it (the events keep it)."""
+    straggler = {"rank": 1, "cause": "compute", "excess": 0.02, "message": "rank 1 is a straggler: x"}
+    verdict = {"verdict": "straggler", "rank": 1, "phase": "forward", "action": "look at rank 1",
+               "message": "rank 1 is a straggler: x"}
+    hung = hang_findings()
+    hung.stragglers[1], hung.bottleneck = dict(straggler), dict(verdict)
+    hang = format_diagnostics(triage(TriageInput(findings=hung), 130, stopped=True)["diagnostics"], 3)
+    assert hang[0].startswith("  stalled:") and not any("a straggler" in line for line in hang)
+    failing = Findings()
+    failing.stragglers[1], failing.bottleneck = dict(straggler), dict(verdict)
+    failing.consistency_checks = 2
+    data = TriageInput(findings=failing, seen={0, 1}, exits={1: (1, 10.0)})
+    failed = triage(data, 1, stopped=False)
+    assert failed["outcome"] == "failed"
+    assert format_diagnostics(failed["diagnostics"]) == ["  parameters:    identical on every rank at all 2 checks"]
+    alone = Findings()
+    alone.stragglers[1] = dict(straggler)
+    assert "diagnostics" not in triage(TriageInput(findings=alone, seen={0, 1}), 1, stopped=False)
+
+
 def test_a_job_that_exits_0_without_a_rank_is_not_called_finished():
     """Seen: the DDP tutorial series' multigpu.py spawns torch.cuda.device_count() = 0 ranks in CPU mode."""
     summary = triage(TriageInput(seen={0, 1}, measured={0, 1}, instrumented=True), 0, stopped=False)

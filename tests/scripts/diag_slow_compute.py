@@ -5,7 +5,12 @@ time each rank computes apart from its wait in collectives tells the slow one.
 ``--slow-rank -1`` is the balanced job. ``--extra graph``: its forward applies the layers
 ``--factor`` times (forward and backward both grow); ``--extra before-backward``: after the
 forward, before its backward, it does ``--factor - 1`` times the forward's work outside
-autograd (a metric, a check run on one rank only): only its forward phase grows.
+autograd (a metric, a check run on one rank only): only its forward phase grows;
+``--extra rows``: its batch has ``--factor`` times the rows (``--factor 1.3``: 30 % more compute
+in forward and backward, the same all-reduce). ``--data-work N``: every rank's batches come from a
+DataLoader (no workers) whose samples each cost a few N x N matrix products on the training
+thread, the same on every rank: a data phase that a busy machine stretches on one rank, then
+another (the noise a straggler must beat).
 """
 import argparse
 
@@ -15,10 +20,11 @@ import torch.distributed as dist
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--slow-rank", type=int, default=1)
-parser.add_argument("--factor", type=int, default=3)
+parser.add_argument("--factor", type=float, default=3)
 parser.add_argument("--width", type=int, default=384)
-parser.add_argument("--extra", choices=("graph", "before-backward"), default="graph")
+parser.add_argument("--extra", choices=("graph", "before-backward", "rows"), default="graph")
 parser.add_argument("--batch", type=int, default=64, help="rows per step: compute grows with it, the all-reduce does not")
+parser.add_argument("--data-work", type=int, default=0, help="N: each sample costs N x N matrix products (0: no DataLoader)")
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -30,7 +36,7 @@ class Stack(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.layers = torch.nn.ModuleList(torch.nn.Linear(args.width, args.width) for _ in range(3))
-        self.passes = args.factor if rank == args.slow_rank and args.extra == "graph" else 1
+        self.passes = round(args.factor) if rank == args.slow_rank and args.extra == "graph" else 1
 
     def forward(self, inputs):
         outputs = 0
@@ -44,9 +50,28 @@ class Stack(torch.nn.Module):
 
 model = torch.nn.parallel.DistributedDataParallel(Stack())
 optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
-inputs = torch.randn(args.batch, args.width)
-extra_passes = args.factor - 1 if rank == args.slow_rank and args.extra == "before-backward" else 0
+rows = round(args.batch * args.factor) if rank == args.slow_rank and args.extra == "rows" else args.batch
+inputs = torch.randn(rows, args.width)  # SLOW: more rows on the slow rank with --extra rows
+extra_passes = round(args.factor) - 1 if rank == args.slow_rank and args.extra == "before-backward" else 0
+
+
+class Samples(torch.utils.data.Dataset):
+    """Samples made on the training thread with some CPU work each (``--data-work``)."""
+
+    def __len__(self):
+        return args.steps * args.batch
+
+    def __getitem__(self, index):
+        matrix = torch.full((args.data_work, args.data_work), 1.0 / args.data_work)
+        for _ in range(3):
+            matrix = torch.tanh(matrix @ matrix)
+        return matrix.sum()
+
+
+batches = iter(torch.utils.data.DataLoader(Samples(), batch_size=8)) if args.data_work else None
 for _step in range(args.steps):
+    if batches is not None:
+        next(batches)  # the DataLoader's work: the batch itself is not used (the rows stay the same)
     optimizer.zero_grad()
     loss = model(inputs).pow(2).mean()
     with torch.no_grad():

@@ -406,12 +406,13 @@ def finished_ranks(data: TriageInput, failures: list[RankFailure]) -> dict[int, 
 
 def without_stragglers(diagnostics: dict[str, Any] | None) -> dict[str, Any] | None:
     """The diagnostics of a failed or hung run: a straggler found while the job still trained does not
-    explain its end, so neither its line nor a straggler verdict is repeated there (the events keep them)."""
+    explain its end, so neither its line nor a straggler verdict is repeated there (the events keep them),
+    and neither is a bottleneck that could not be determined (a run that failed after a few steps)."""
     if not diagnostics:
         return diagnostics
     kept = {key: value for key, value in diagnostics.items() if key != "stragglers"}
-    if (kept.get("bottleneck") or {}).get("verdict") == "straggler":
-        del kept["bottleneck"]
+    if (kept.get("bottleneck") or {}).get("verdict") in ("straggler", None):
+        kept.pop("bottleneck", None)
     return kept or None
 
 

@@ -220,6 +220,20 @@ def test_failure_and_hang_summaries_do_not_repeat_a_straggler():
     assert "diagnostics" not in triage(TriageInput(findings=alone, seen={0, 1}), 1, stopped=False)
 
 
+def test_a_failed_runs_summary_leaves_out_a_bottleneck_that_was_not_determined():
+    """Five steps, then a failure: "not determined: 1 step(s) had their phases timed" explains nothing there."""
+    undetermined = {"verdict": None, "evidence": "not measured: 1 step(s) had their phases timed, 5 are needed"}
+    failing = Findings()
+    failing.bottleneck = dict(undetermined)
+    assert "diagnostics" not in triage(TriageInput(findings=failing, seen={0, 1}, exits={1: (1, 10.0)}), 1,
+                                       stopped=False)
+    finished = Findings()
+    finished.bottleneck = dict(undetermined)
+    summary = triage(TriageInput(findings=finished, seen={0, 1}, measured={0, 1}, instrumented=True), 0,
+                     stopped=False)
+    assert summary["diagnostics"]["bottleneck"]["verdict"] is None  # a finished run still says why not
+
+
 def test_a_job_that_exits_0_without_a_rank_is_not_called_finished():
     """Seen: the DDP tutorial series' multigpu.py spawns torch.cuda.device_count() = 0 ranks in CPU mode."""
     summary = triage(TriageInput(seen={0, 1}, measured={0, 1}, instrumented=True), 0, stopped=False)

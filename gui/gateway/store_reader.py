@@ -171,10 +171,13 @@ class StoreReader(QObject):
     def _deliver(self, job: _Job[Any], poll: Poll[Any] | None, *, value: Any = None, error: str | None = None) -> None:
         if poll is not None and (poll.stopped or (error is None and not poll._changed(value))):
             return
-        if error is None:
-            self._delivered.emit((job, poll, job.on_done, value))
-        elif job.on_error is not None:
-            self._delivered.emit((job, poll, job.on_error, error))
+        callback, result = (job.on_done, value) if error is None else (job.on_error, error)
+        if callback is None:
+            return
+        try:
+            self._delivered.emit((job, poll, callback, result))
+        except RuntimeError:  # the reader itself was deleted (the window closed) during the read: nobody to tell
+            pass
 
     # ---- the GUI thread ----------------------------------------------------------------------
 

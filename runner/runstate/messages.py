@@ -14,7 +14,7 @@ through, and ``to_wire`` gives back what ``from_wire`` read.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar
 
@@ -25,17 +25,23 @@ from rankwatch._protocol import (
     GpuSample,
     LogLine,
     MetricRecord,
-    MetricRow,
     ProcessSample,
 )
 
 __all__ = [
-    "Bye", "Event", "EventKind", "GpuSample", "HistoryEnd", "HubMessage", "LogLine", "MetricRecord", "MetricRow",
+    "Bye", "Event", "EventKind", "GpuSample", "HistoryEnd", "HubMessage", "JsonObject", "LogLine", "MetricItem", "MetricRecord",
     "NodeInfo", "ProcessSample", "RankInfo", "RunInfo", "SnapshotMessage", "UpdateMessage", "decode_hub_line",
     "decode_hub_message",
 ]
 
 _RowT = TypeVar("_RowT", bound="_Row")
+
+JsonObject = dict[str, Any]
+"""A JSON object as the hub sends it: the wire side of the typed values below (nothing else)."""
+
+MetricItem = Sequence[Any]
+"""A metric record as published: ``(rank, t, step, name, value, source)`` (``MetricRecord``, or
+the list it is on the wire: 100k of them a second are not copied into tuples)."""
 
 
 def _int(value: object) -> int | None:
@@ -56,7 +62,7 @@ def _share_map(value: object) -> dict[str, float | None] | None:
     return {str(key): _float(share) for key, share in value.items()}
 
 
-def _summary(value: object) -> dict[str, Any] | None:
+def _summary(value: object) -> JsonObject | None:
     """The run's triage summary: an object on the wire, JSON text in older store rows."""
     if isinstance(value, str):
         try:
@@ -66,7 +72,7 @@ def _summary(value: object) -> dict[str, Any] | None:
     return dict(value) if isinstance(value, Mapping) else None
 
 
-_DECODERS: dict[str, Any] = {"int": _int, "float": _float, "str": _text, "shares": _share_map,
+_DECODERS: dict[str, Callable[[object], Any]] = {"int": _int, "float": _float, "str": _text, "shares": _share_map,
                              "summary": _summary}
 
 
@@ -85,10 +91,10 @@ class _Row:
         return cls._completed(cls._decoded(data))
 
     @classmethod
-    def _decoded(cls, data: Mapping[str, Any]) -> dict[str, Any]:
+    def _decoded(cls, data: Mapping[str, Any]) -> JsonObject:
         """The keys ``data`` carries, typed (the others under ``extra``)."""
         known = _field_names(cls)
-        values: dict[str, Any] = {}
+        values: JsonObject = {}
         for name in known:
             if name in data:
                 values[name] = _DECODERS[cls.KINDS.get(name, "int")](data[name])
@@ -96,10 +102,10 @@ class _Row:
         return values
 
     @classmethod
-    def _completed(cls: type[_RowT], values: dict[str, Any]) -> _RowT:
+    def _completed(cls: type[_RowT], values: JsonObject) -> _RowT:
         return cls(**values)
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> JsonObject:
         data = dict(self.extra)
         for item in fields(self):
             if item.name != "extra":
@@ -143,7 +149,7 @@ class RunInfo(_Row):
     runner_pid: int | None = None
     socket: str | None = None
     world_size: int | None = None
-    summary: dict[str, Any] | None = None
+    summary: JsonObject | None = None
 
 
 _RANK_FLOATS = ("loss", "step_time", "data_wait_share", "comm_wait_share", "samples_per_s", "steps_per_s",
@@ -197,7 +203,7 @@ class RankInfo(_Row):
     gpu_mem_peak: int | None = None
 
     @classmethod
-    def _completed(cls, values: dict[str, Any]) -> RankInfo:
+    def _completed(cls, values: JsonObject) -> RankInfo:
         if values.get("state") is None:
             values.pop("state", None)
         if values.get("rank") is None:
@@ -219,7 +225,7 @@ class NodeInfo(_Row):
     detail: str | None = None
 
     @classmethod
-    def _completed(cls, values: dict[str, Any]) -> NodeInfo:
+    def _completed(cls, values: JsonObject) -> NodeInfo:
         if values.get("node_rank") is None:
             values["node_rank"] = 0
         return cls(**values)
@@ -254,7 +260,7 @@ class SnapshotMessage:
                    _rows(RankInfo, data.get("ranks")), _rows(NodeInfo, data.get("nodes")),
                    dict(spec) if isinstance(spec, Mapping) else {})
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> JsonObject:
         return {"type": self.TYPE, "run": None if self.run is None else self.run.to_wire(),
                 "ranks": [row.to_wire() for row in self.ranks], "nodes": [node.to_wire() for node in self.nodes],
                 "spec": dict(self.spec)}
@@ -268,7 +274,7 @@ class UpdateMessage:
 
     TYPE: ClassVar[str] = protocol.Update.TYPE
     t: float = 0.0
-    metrics: tuple[MetricRow, ...] = ()
+    metrics: tuple[MetricItem, ...] = ()
     """``(rank, t, step, name, value, source)`` each (``MetricRecord``)."""
     logs: tuple[LogLine, ...] = ()
     events: tuple[Event, ...] = ()
@@ -281,19 +287,27 @@ class UpdateMessage:
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> UpdateMessage:
-        """Records through the contract's own decoders (``rankwatch._protocol.Update.from_wire``:
-        a malformed record is left out, an event of an unknown kind too)."""
-        update = protocol.Update.from_wire(dict(data))
+        """Logs, events and samples through the contract's own decoders
+        (``rankwatch._protocol.Update.from_wire``: a malformed record is left out, an event of an
+        unknown kind becomes a warning). Metrics, by far the most records, were validated by the
+        hub that sent them: each is taken as it is when it has the six fields of a record."""
+        update = protocol.Update.from_wire({key: value for key, value in data.items() if key != "metrics"})
         ranks = tuple(row for row in update.ranks if protocol.as_int(row.get("rank")) is not None)
-        return cls(update.t, tuple(update.metrics), tuple(update.logs), tuple(update.events), tuple(update.gpus),
-                   tuple(update.procs), ranks, update.run, tuple(update.nodes), update.decimated)
+        return cls(update.t, _metric_rows(data.get("metrics")), tuple(update.logs), tuple(update.events),
+                   tuple(update.gpus), tuple(update.procs), ranks, update.run, tuple(update.nodes), update.decimated)
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> JsonObject:
         return {"type": self.TYPE, "t": self.t, "metrics": [list(record) for record in self.metrics],
                 "logs": [line.to_wire() for line in self.logs], "events": [event.to_wire() for event in self.events],
                 "gpus": [sample.to_wire() for sample in self.gpus], "procs": [sample.to_wire() for sample in self.procs],
                 "ranks": [dict(row) for row in self.ranks], "run": None if self.run is None else dict(self.run),
                 "nodes": [dict(node) for node in self.nodes], "decimated": self.decimated}
+
+
+def _metric_rows(value: object) -> tuple[MetricItem, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(item for item in value if (type(item) is list or type(item) is MetricRecord) and len(item) == 6)
 
 
 @dataclass(frozen=True)
@@ -302,7 +316,7 @@ class HistoryEnd:
 
     TYPE: ClassVar[str] = protocol.HistoryEnd.TYPE
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> JsonObject:
         return {"type": self.TYPE}
 
 
@@ -313,7 +327,7 @@ class Bye:
     TYPE: ClassVar[str] = protocol.Bye.TYPE
     reason: str = "ended"
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> JsonObject:
         return {"type": self.TYPE, "reason": self.reason}
 
 

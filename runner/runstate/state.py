@@ -27,7 +27,7 @@ from runner.runstate.messages import (
     Bye,
     HistoryEnd,
     HubMessage,
-    MetricRow,
+    MetricItem,
     NodeInfo,
     ProcessSample,
     RankInfo,
@@ -146,7 +146,7 @@ class RunState:
             kept.append(sample)
         return kept
 
-    def pair_data_wait(self, record: MetricRow) -> tuple[int, float, float | None] | None:
+    def pair_data_wait(self, record: MetricItem) -> tuple[int, float, float | None] | None:
         """``(step, t, share)`` once both the step time and the data wait of a step arrived (either
         order), as the hub pairs them; None otherwise. The one place a subscriber computes it."""
         rank, t, step, name, value, _source = record
@@ -194,6 +194,16 @@ class RunState:
         return compute_progress(step=self.current_step(), last_value=last_value, args=self.spec.get("args") or [],
                                 tracker=self.progress, run=run, finished=self.finished,
                                 now=time.time() if now is None else now)
+
+    def working_text(self, rank: int, now: float) -> str:
+        """``working without steps for 42 s (since step 311)`` while the rank works without
+        stepping (an evaluation, a checkpoint), its steps counted as everywhere (:func:`steps_done`);
+        empty otherwise (``rankwatch._protocol.working_without_steps``)."""
+        row = self.ranks.get(rank)
+        if row is None or row.working_since is None:
+            return ""
+        return protocol.working_without_steps({"working_since": row.working_since, "step": steps_done(row.step)},
+                                              now)
 
     def process_figures(self, rank: int) -> tuple[float | None, int | None]:
         """``(cpu_percent, rss_bytes)`` of the rank's process: the newest measured, which for a

@@ -162,7 +162,7 @@ def test_plain_status_lines_carry_the_header_and_the_logged_keys():
     view.print_status()
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("[rankwatch] run 7 · p · running · epoch 3 · 11 steps")
-    assert lines[1].startswith("[rankwatch] rank 0 running: step 10, loss 0.5000, ")
+    assert lines[1].startswith("[rankwatch] rank 0 running: step 11, loss 0.5000, ")
     assert lines[1].endswith(", lr 3.000e-04, grad_norm 1.2500, val_loss 2.000e-09")
     assert lines[2].endswith(", lr 3.000e-04, grad_norm 0.5000, val_loss –")
 
@@ -174,10 +174,10 @@ def test_a_rank_working_without_steps_is_named_under_the_table_and_in_its_status
                                          {"rank": 1, "state": "running", "step": 310, "working_since": None}]})
     view.print_status()
     lines = out.getvalue().splitlines()
-    assert lines[1].startswith("[rankwatch] rank 0 running, working without steps for 42 s (since step 310): step 310, ")
-    assert lines[2].startswith("[rankwatch] rank 1 running: step 310, ")
+    assert lines[1].startswith("[rankwatch] rank 0 running, working without steps for 42 s (since step 311): step 311, ")
+    assert lines[2].startswith("[rankwatch] rank 1 running: step 311, ")  # its 311th step: index 310
     table = rendered(view)
-    assert "rank 0 working without steps for 42 s (since step 310)" in table and "rank 1 working" not in table
+    assert "rank 0 working without steps for 42 s (since step 311)" in table and "rank 1 working" not in table
 
 
 @pytest.mark.parametrize(("value", "text"), [

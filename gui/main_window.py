@@ -438,7 +438,7 @@ class MainWindow(QMainWindow):
     def _on_panel_state_changed(self, panel: MonitorPanel, state: str) -> None:
         old = self._last_states.get(id(panel))
         self._last_states[id(panel)] = state
-        notice = run_end_notice(old, state, panel.run_id, (panel.model.run or {}).get("profile"),
+        notice = run_end_notice(old, state, panel.run_id, None if panel.model.run is None else panel.model.run.profile,
                                 panel.diagnosis.headline)
         if notice is not None:
             if not self._run_is_seen(panel):

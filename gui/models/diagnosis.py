@@ -478,9 +478,8 @@ class DiagnosisModel:
 
     @property
     def summary(self) -> dict[str, Any] | None:
-        run = self.monitor.run or {}
-        summary = run.get("summary")
-        if isinstance(summary, dict):
+        summary = None if self.monitor.run is None else self.monitor.run.summary
+        if summary is not None:
             return summary
         return self._finished_summary
 
@@ -618,18 +617,18 @@ class DiagnosisModel:
         fates = {fate.rank: fate for fate in self.other_failures if fate.rank is not None}
         if first is not None and first.rank is not None:
             fates[first.rank] = first
-        ranks = {row["rank"]: row for row in self.monitor.rank_rows() if isinstance(row.get("rank"), int)}
+        ranks = {row.rank: row for row in self.monitor.rank_rows()}
         lines = []
         for rank in sorted(set(ranks) | set(fates)):
-            row = ranks.get(rank, {})
+            row = ranks.get(rank)
             fate = fates.get(rank)
-            state = str(row.get("state") or "")
-            host = str(row.get("host") or (fate.host if fate else "") or "")
+            state = "" if row is None else row.state
+            host = str((row.host if row is not None else None) or (fate.host if fate else "") or "")
             if fate is not None:
                 how = fate.how
                 detail = fate.exception_line or ""
             else:
-                exit_code = _int(row.get("exit_code"))
+                exit_code = None if row is None else row.exit_code
                 how = how_text(exit_code, None) if exit_code is not None else ""
                 detail = ""
             is_first = first is not None and first.rank == rank

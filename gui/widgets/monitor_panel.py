@@ -611,13 +611,13 @@ class MonitorPanel(QWidget):
             self.status_label.clear()
             self.status_label.setStyleSheet("")
         else:
-            parts = [f"Run {run.get('id', self.run_id)}"]
-            if run.get("profile"):
-                parts.append(str(run["profile"]))
-            if run.get("world_size"):
-                parts.append(f"{run['world_size']} ranks" + (f" on {run['host']}" if run.get("host") else ""))
+            parts = [f"Run {self.run_id if run.id is None else run.id}"]
+            if run.profile:
+                parts.append(run.profile)
+            if run.world_size:
+                parts.append(f"{run.world_size} ranks" + (f" on {run.host}" if run.host else ""))
             self.title_label.setText(" · ".join(parts))
-            status = str(run.get("status") or "")
+            status = run.status or ""
             color = STATUS_COLORS.get(status)
             tip = ""
             if self._detached and not self.model.finished:
@@ -631,10 +631,11 @@ class MonitorPanel(QWidget):
         self._update_buttons()
 
     def _update_summary(self) -> None:
-        run = self.model.run or {}
-        summary = run.get("summary")
+        run = self.model.run
+        status = None if run is None else run.status
+        summary = None if run is None else run.summary
         if summary is None or summary == self._summary_shown:
-            if self.model.finished and run.get("status") == RunStatus.SUCCEEDED.value and self._summary_shown is None:
+            if self.model.finished and status == RunStatus.SUCCEEDED.value and self._summary_shown is None:
                 self._summary_shown = "succeeded"
                 self._show_banner(f"Run {self.run_id} finished successfully.", "info")
             return
@@ -644,8 +645,8 @@ class MonitorPanel(QWidget):
         if self.failure_banner.banner is not None:
             self.banner.hide()  # the diagnosis banner says it, with Details
         else:
-            text = headline or str(run.get("status"))
-            self._show_banner(f"Run {self.run_id} {run.get('status')}: {text}", "info")
+            text = headline or str(status)
+            self._show_banner(f"Run {self.run_id} {status}: {text}", "info")
         if details:
             self.events_view.appendPlainText("\n".join(["", f"== {headline}", *details]))
 

@@ -13,6 +13,7 @@ from gui.charts import ticks
 from gui.charts.axis import seconds_spacing
 from gui.charts.readout import ReadoutRow, format_value, pick_rows
 from gui.gateway.probe_output import unavailable_report
+from gui.gateway.run_state import RankInfo
 from gui.gateway.runner_rules import RunStatus
 from gui.models import layout
 from gui.models.charts import (
@@ -159,11 +160,11 @@ def test_the_triage_verdict_wins_over_the_rank_row_in_every_panel():
                "other_failures": [{"rank": 0, "exit_code": -15, "signal": "SIGTERM"}]}
     assert rank_exits(summary) == {1: (1, None), 0: (-15, "SIGTERM")}
     # The store's row for rank 0 says 1 (its own exit message); the triage says SIGTERM.
-    assert rank_ended_by({"rank": 0, "exit_code": 1, "state": "stopped"}, summary, finished=True) == "SIGTERM"
-    assert rank_ended_by({"rank": 1, "exit_code": 1}, summary, finished=True) == "exit code 1"
-    assert rank_ended_by({"rank": 2, "exit_code": 0}, summary, finished=True) == "exit code 0"
-    assert rank_ended_by({"rank": 3}, None, finished=True) == "–"
-    assert rank_ended_by({"rank": 3}, None, finished=False) == ""  # still running: nothing to say
+    assert rank_ended_by(RankInfo(rank=0, exit_code=1, state="stopped"), summary, finished=True) == "SIGTERM"
+    assert rank_ended_by(RankInfo(rank=1, exit_code=1), summary, finished=True) == "exit code 1"
+    assert rank_ended_by(RankInfo(rank=2, exit_code=0), summary, finished=True) == "exit code 0"
+    assert rank_ended_by(RankInfo(rank=3), None, finished=True) == "–"
+    assert rank_ended_by(RankInfo(rank=3), None, finished=False) == ""  # still running: nothing to say
 
 
 # ---- progress ---------------------------------------------------------------------------------

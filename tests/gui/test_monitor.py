@@ -13,12 +13,14 @@ import signal
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from live_run import LiveRun
 from PySide6.QtCore import Qt
 
+from gui.gateway.run_state import RankInfo
 from gui.models import monitor
 from gui.models.monitor import RANK_COLUMNS, LogBuffer, LogEntry, MonitorModel
 from gui.widgets.log_view import LogView
@@ -307,7 +309,7 @@ def test_model_pairs_step_time_and_data_wait_into_a_share():
 def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_results_read():
     newest = {"rank": 0, "step_time": 0.0215, "data_wait_share": 0.01, "comm_wait_share": 0.46}
     result = {"steps": 96, "median_step_time": 0.0159, "data_wait_share": 0.02, "comm_wait_share": 0.03}
-    running, ended = {**newest, "state": "running"}, {**newest, "state": "exited"}
+    running, ended = RankInfo.from_wire({**newest, "state": "running"}), RankInfo.from_wire({**newest, "state": "exited"})
     assert monitor.rank_timing(running, result) == monitor.RankTiming(0.0215, 0.01, 0.46)  # results of a past incarnation
     assert monitor.rank_timing(ended) == monitor.RankTiming(0.0215, 0.01, 0.46)  # not read yet
     assert monitor.rank_timing(ended, result) == monitor.RankTiming(0.0159, 0.02, 0.03, whole_run_steps=96)
@@ -318,16 +320,16 @@ def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_r
 
 
 def test_a_rank_working_without_steps_says_so_in_the_diagnosis_column_unless_a_finding_does():
-    evaluating = {"rank": 0, "state": "running", "step": 310, "working_since": 1000.0}
+    evaluating = RankInfo(rank=0, state="running", step=310, working_since=1000.0)
     cells = dict(zip(RANK_COLUMNS, monitor.rank_cells(evaluating, 1042.0), strict=True))
     assert cells["Diagnosis"] == "working without steps for 42 s (since step 310)"
-    assert dict(zip(RANK_COLUMNS, monitor.rank_cells({**evaluating, "step": None}, 1042.0), strict=True))[
+    assert dict(zip(RANK_COLUMNS, monitor.rank_cells(replace(evaluating, step=None), 1042.0), strict=True))[
         "Diagnosis"] == "working for 42 s, no step yet"  # loading, before its first step
     noted = dict(zip(RANK_COLUMNS, monitor.rank_cells(evaluating, 1042.0, note="straggler"), strict=True))
     assert noted["Diagnosis"] == "straggler"
-    ended = dict(zip(RANK_COLUMNS, monitor.rank_cells({**evaluating, "state": "exited"}, 1042.0), strict=True))
+    ended = dict(zip(RANK_COLUMNS, monitor.rank_cells(replace(evaluating, state="exited"), 1042.0), strict=True))
     assert ended["Diagnosis"] == ""
-    assert dict(zip(RANK_COLUMNS, monitor.rank_cells({**evaluating, "working_since": None}, 1042.0),
+    assert dict(zip(RANK_COLUMNS, monitor.rank_cells(replace(evaluating, working_since=None), 1042.0),
                     strict=True))["Diagnosis"] == ""
 
 

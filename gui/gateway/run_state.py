@@ -1,0 +1,27 @@
+"""The run as the hub's messages build it, for the GUI (``runner.runstate``): the typed
+messages and the one reducer the terminal view renders too. The GUI's models take these
+names from here (only the gateway reaches into ``runner``)."""
+
+from __future__ import annotations
+
+from runner.runstate.messages import (
+    Bye,
+    Event,
+    EventKind,
+    HistoryEnd,
+    HubMessage,
+    LogLine,
+    NodeInfo,
+    RankInfo,
+    RunInfo,
+    SnapshotMessage,
+    UpdateMessage,
+    decode_hub_message,
+    event_of,
+)
+from runner.runstate.state import Changes, RunState, measured_process, steps_done
+
+__all__ = [
+    "Bye", "Changes", "Event", "EventKind", "HistoryEnd", "HubMessage", "LogLine", "NodeInfo", "RankInfo", "RunInfo", "RunState",
+    "SnapshotMessage", "UpdateMessage", "decode_hub_message", "event_of", "measured_process", "steps_done",
+]

@@ -19,9 +19,10 @@ from runner.runstate.messages import (
     decode_hub_message,
     event_of,
 )
-from runner.runstate.state import Changes, RunState, measured_process, steps_done
+from runner.runstate.state import Changes, RunState, measured_process, steps_done, working_text
 
 __all__ = [
     "Bye", "Changes", "Event", "EventKind", "HistoryEnd", "HubMessage", "LogLine", "NodeInfo", "RankInfo", "RunInfo", "RunState",
     "SnapshotMessage", "UpdateMessage", "decode_hub_message", "event_of", "measured_process", "steps_done",
+    "working_text",
 ]

@@ -33,6 +33,8 @@ from gui.gateway.run_state import (
     UpdateMessage,
     decode_hub_message,
     measured_process,
+    steps_done,
+    working_text,
 )
 from gui.gateway.runner_rules import Progress, RankState
 from gui.models import NOT_MEASURED, Event
@@ -137,7 +139,8 @@ PHASES_COLUMN = "Where the step goes"
 RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %", "Comm wait %",
                 PHASES_COLUMN, "Heartbeat", "Ended by", "Diagnosis")
 """``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Step`` says
-how many steps ``GradScaler`` skipped, when any; ``Where the step goes`` is drawn as a stacked
+the steps the rank made (its newest step index + 1: the header's and ``runs show``'s count) and
+how many of them ``GradScaler`` skipped, when any; ``Where the step goes`` is drawn as a stacked
 bar of the step's phases (``gui.models.phases``; its text lists the shares, its sort key is the
 share spent computing); ``Ended by`` says it as every panel does (``gui.models.exits``);
 ``Diagnosis`` holds the diagnosis model's note for the rank (failed first, stalled, straggler,
@@ -247,7 +250,8 @@ def skipped_steps(row: RankInfo, result: dict[str, Any] | None = None) -> int:
 
 
 def step_text(step: Any, skipped: int) -> str:
-    """``640``, or ``640 (3 skipped)`` when ``GradScaler`` skipped some."""
+    """``640``, or ``640 (3 skipped)`` when ``GradScaler`` skipped some: the steps done
+    (``steps_done``), as the header and ``runs show`` count them."""
     text = _text(step)
     return f"{text} ({skipped:,} skipped)" if skipped else text
 
@@ -271,7 +275,7 @@ def rank_cells(row: RankInfo, now: float, note: str = "", summary: dict[str, Any
         _text(row.pid),
         "cpu" if gpu is None else str(gpu),
         _text(row.state),
-        step_text(row.step, skipped_steps(row, result)),
+        step_text(steps_done(row.step), skipped_steps(row, result)),
         format_loss(row.loss),
         NOT_MEASURED if step_time is None else f"{1000.0 * step_time:.1f}",
         NOT_MEASURED if share is None else f"{100.0 * share:.0f}",
@@ -279,7 +283,7 @@ def rank_cells(row: RankInfo, now: float, note: str = "", summary: dict[str, Any
         rank_phases_of(row, result).text(),
         "" if finished else NOT_MEASURED if age is None else format_age(age),
         rank_ended_by(row, summary, finished),
-        note or ("" if finished else _protocol.working_without_steps(row.to_wire(), now)),
+        note or ("" if finished else working_text(row, now)),
     )
 
 

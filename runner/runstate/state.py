@@ -200,10 +200,7 @@ class RunState:
         stepping (an evaluation, a checkpoint), its steps counted as everywhere (:func:`steps_done`);
         empty otherwise (``rankwatch._protocol.working_without_steps``)."""
         row = self.ranks.get(rank)
-        if row is None or row.working_since is None:
-            return ""
-        return protocol.working_without_steps({"working_since": row.working_since, "step": steps_done(row.step)},
-                                              now)
+        return "" if row is None else working_text(row, now)
 
     def process_figures(self, rank: int) -> tuple[float | None, int | None]:
         """``(cpu_percent, rss_bytes)`` of the rank's process: the newest measured, which for a
@@ -213,6 +210,14 @@ class RunState:
             return sample.cpu_percent, sample.rss_bytes
         row = self.ranks.get(rank)
         return (None, None) if row is None else (row.cpu_percent, row.rss_bytes)
+
+
+def working_text(row: RankInfo, now: float) -> str:
+    """``working without steps for 42 s (since step 311)`` for a rank that works without stepping,
+    its steps counted as everywhere (:func:`steps_done`); empty otherwise."""
+    if row.working_since is None:
+        return ""
+    return protocol.working_without_steps({"working_since": row.working_since, "step": steps_done(row.step)}, now)
 
 
 def measured_process(sample: ProcessSample) -> bool:

@@ -29,6 +29,7 @@ from gui.widgets.rank_table import state_tint
 from rankwatch import _protocol
 from runner.profile.spec import LaunchSpec
 from runner.store.store import RunStore
+from runner.view.rank_stats import run_statistics
 
 pytestmark = pytest.mark.gui
 
@@ -90,6 +91,25 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
     assert re.search(r"epoch 0/4 · \d+/200 steps", panel.progress.position_label.text())
     qtbot.waitUntil(lambda: "ETA" in panel.progress.timing_label.text(), timeout=3000)
     assert panel.progress.bar.isVisible()
+
+
+def test_the_rank_table_counts_steps_as_the_header_and_runs_show_do(qtbot, panel, live_run):
+    """Issue 28: the rank table said "Step 639" under a header of "640/640 steps", and `runs show`
+    said 640: a step index in one place, the steps done in the others. One count everywhere."""
+    runner = live_run(ranks=2, rate_hz=50, total_steps=12, slow_rank=None)
+    panel.attach(runner.run_id)
+    qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=20_000)
+    table = panel.rank_table
+    qtbot.waitUntil(lambda: table.table_model.rowCount() == 2, timeout=5000)
+    table.refresh()
+    panel.progress.refresh()
+    made = len(runner.sent(0, _protocol.STEP_TIME))  # the steps `runs show` counts (its step rows)
+    assert made == 12
+    header = re.search(r"([\d,]+)(?:/[\d,]+)? steps", panel.progress.position_label.text())
+    assert header is not None and header.group(1) == "12"
+    assert [table.cell_text(rank, "Step") for rank in range(2)] == ["12", "12"]
+    with RunStore(readonly=True) as store:
+        assert [entry.steps for entry in run_statistics(store, runner.run_id)[0]] == [12, 12]
 
 
 def test_launch_from_spec_runs_the_detached_runner_and_stops_it(qtbot, tmp_path, monkeypatch):
@@ -322,7 +342,7 @@ def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_r
 def test_a_rank_working_without_steps_says_so_in_the_diagnosis_column_unless_a_finding_does():
     evaluating = RankInfo(rank=0, state="running", step=310, working_since=1000.0)
     cells = dict(zip(RANK_COLUMNS, monitor.rank_cells(evaluating, 1042.0), strict=True))
-    assert cells["Diagnosis"] == "working without steps for 42 s (since step 310)"
+    assert cells["Diagnosis"] == "working without steps for 42 s (since step 311)"  # 311 steps done
     assert dict(zip(RANK_COLUMNS, monitor.rank_cells(replace(evaluating, step=None), 1042.0), strict=True))[
         "Diagnosis"] == "working for 42 s, no step yet"  # loading, before its first step
     noted = dict(zip(RANK_COLUMNS, monitor.rank_cells(evaluating, 1042.0, note="straggler"), strict=True))

@@ -189,7 +189,7 @@ def test_a_finished_rank_shows_its_whole_run_and_the_clocks_are_named():
     assert phases.whole_run and phases.shares == SHARES and "its whole run (640 timed steps)" in phases.tooltip()
     assert not rank_phases_of(replace(row, state="running"), result).whole_run  # live: its recent steps
     cells = dict(zip(RANK_COLUMNS, rank_cells(row, 0.0, result=result), strict=True))
-    assert cells["Step"] == "9 (3 skipped)"
+    assert cells["Step"] == "10 (3 skipped)"  # steps 0..9
     assert cells[PHASES_COLUMN].startswith("data 10 %")
     assert clocks_text([phases]) == "GPU clock"
     assert clocks_text([phases, RankPhases(0, SHARES, "cpu")]) == "GPU and CPU clocks"

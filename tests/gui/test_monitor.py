@@ -112,6 +112,24 @@ def test_the_rank_table_counts_steps_as_the_header_and_runs_show_do(qtbot, panel
         assert [entry.steps for entry in run_statistics(store, runner.run_id)[0]] == [12, 12]
 
 
+def test_the_logs_filter_offers_only_the_ranks_of_the_run_the_tab_shows(qtbot, panel, live_run):
+    """Issue 28: after an 8-rank run, the next 2-rank run in the same tab offered "Rank 0 … Rank 7"."""
+    def offered() -> list[str]:
+        choice = panel.log_view.rank_choice
+        return [choice.itemText(index) for index in range(choice.count())]
+
+    first = live_run(ranks=8, rate_hz=20)
+    panel.attach(first.run_id)
+    qtbot.waitUntil(lambda: "Rank 7" in offered(), timeout=8000)
+    first.finish()
+    qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=20_000)
+    second = live_run(ranks=2, rate_hz=20)
+    panel.attach(second.run_id)
+    qtbot.waitUntil(lambda: panel.model.run_id == second.run_id and len(panel.model.ranks) == 2, timeout=8000)
+    panel.log_view.refresh()
+    assert offered() == ["All ranks", "Launcher", "Rank 0", "Rank 1"]
+
+
 def test_launch_from_spec_runs_the_detached_runner_and_stops_it(qtbot, tmp_path, monkeypatch):
     # The runner's own launch, with fake ranks instead of torchrun (``live_run.py run --detach``).
     command = lambda spec_path: [sys.executable, str(LIVE_RUN), "run", "--detach", "--json", str(spec_path)]  # noqa: E731

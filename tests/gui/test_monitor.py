@@ -371,6 +371,18 @@ def test_a_rank_working_without_steps_says_so_in_the_diagnosis_column_unless_a_f
                     strict=True))["Diagnosis"] == ""
 
 
+def test_the_memory_chart_of_a_process_that_is_gone_ends_at_its_last_known_value():
+    """Issue 28: after Ctrl-C or `stop` the memory chart dropped to 0.0 (a sample of a process that
+    was gone, all zeros, charted as a measurement)."""
+    model = MonitorModel()
+    model.apply(snapshot())
+    model.apply({"type": "update", "v": 1, "procs": [[1.0, 0, 42, 97.0, 300 << 20, 9]]})
+    model.apply({"type": "update", "v": 1, "procs": [[2.0, 0, 42, 0.0, 0, 0]]})
+    rss = model.series(monitor.RSS_BYTES)[0]
+    assert list(rss.values.values) == [300 << 20]
+    assert list(model.series(monitor.CPU_PERCENT)[0].values.values) == [97.0]
+
+
 def test_model_prefers_measured_loss_over_parsed_lines():
     model = MonitorModel()
     model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 1, "loss", 9.0, "parsed"]]})

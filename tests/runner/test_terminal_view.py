@@ -246,3 +246,19 @@ def test_the_live_table_refreshes_on_its_thread_while_lines_print_without_deadlo
     assert not feeder.is_alive(), "printing lines and refreshing the table deadlocked"
     text = screen.getvalue()
     assert "line 1" in text and "run 7 · p · running" in text and "1.000e-03" in text  # the lr column
+
+
+def test_a_stopped_ranks_cpu_and_memory_are_its_last_known_figures_not_zeros():
+    """Issue 28: after Ctrl-C or `stop` the table showed `CPU % 0` and `RSS 0 B`: the sample taken
+    after the process was gone (nothing read) counted as a measurement. An older runner still sends
+    it (and the rank row it set); the view keeps the last sample that measured the process."""
+    view, _out, _err = plain_view()
+    view.handle(snapshot())
+    view.handle({"type": "update", "procs": [[1001.0, 0, 42, 97.0, 300 << 20, 9], [1001.0, 1, 43, 95.0, 310 << 20, 9]],
+                 "ranks": [{"rank": 0, "state": "running", "step": 10, "cpu_percent": 97.0, "rss_bytes": 300 << 20}]})
+    view.handle({"type": "update", "procs": [[1002.0, 0, 42, 0.0, 0, 0]],
+                 "ranks": [{"rank": 0, "state": "stopped", "step": 10, "cpu_percent": 0.0, "rss_bytes": 0}]})
+    table = rendered(view)
+    row = next(line for line in table.splitlines() if line.strip().startswith("0 "))
+    assert "300 MiB" in row and " 97 " in row
+    assert "0 B" not in table

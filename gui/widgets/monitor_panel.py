@@ -51,6 +51,7 @@ from gui.gateway import store_reads
 from gui.gateway.launch_spec import LaunchSpec
 from gui.gateway.link import RunnerLink
 from gui.gateway.process import CommandBuilder, RunnerProcess, runner_command
+from gui.gateway.run_state import HubMessage, SnapshotMessage
 from gui.gateway.runner_rules import RankState, RunStatus
 from gui.gateway.store_reader import store_reader
 from gui.gateway.store_reads import RunNotFound
@@ -358,10 +359,9 @@ class MonitorPanel(QWidget):
 
     # ---- link events -----------------------------------------------------------------
 
-    def _on_message_received(self, message: dict) -> None:
-        kind = message.get("type")
+    def _on_message_received(self, message: HubMessage) -> None:
         self.model.apply(message)
-        if kind == "snapshot":
+        if isinstance(message, SnapshotMessage):
             self.run_id = self.model.run_id if self.model.run_id is not None else self.run_id
             if self.banner.property("level") == "info":
                 self.banner.hide()

@@ -14,6 +14,7 @@ from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.exit_status import describe_exit_code
 from runner.hub.client import HubClient
+from runner.runstate.messages import Bye
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
@@ -427,7 +428,7 @@ async def _follow(socket_path: str, view: TerminalView) -> bool:
 
 
 async def _show_messages(client: HubClient, view: TerminalView) -> None:
-    async for message in client.messages():
+    async for message in client.hub_messages():
         view.handle(message)
-        if message["type"] == "bye":
+        if isinstance(message, Bye):
             return

@@ -168,6 +168,7 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self.launch_panel.launch_requested.connect(self._on_launch_requested)
         self.history.open_run_requested.connect(self._on_open_run_requested)
+        self.history.runs_listed.connect(self._on_runs_listed)
         self.monitors.panel_state_changed.connect(self._on_panel_state_changed)
         self.monitors.current_panel_changed.connect(self._on_current_panel_changed)
         self.monitors.panel_closed.connect(self._on_panel_closed)
@@ -393,6 +394,14 @@ class MainWindow(QMainWindow):
             panel.attach(run_id)
         self.tabs.setCurrentWidget(self.monitors)
         self._update_run_controls()
+
+    def _on_runs_listed(self, rows: list) -> None:
+        """A tab detached from a run that has ended since shows it as the store has it now: not
+        green "running" rows with ageing heartbeats while History says how it ended."""
+        ended = {row.run_id for row in rows if not row.live}
+        for panel in self.monitors.panels():
+            if panel.is_detached and panel.run_id in ended:
+                panel.attach(panel.run_id)
 
     def _on_live_runs_hint_due(self) -> None:
         if self.monitors.live_panels():

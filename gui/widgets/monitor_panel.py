@@ -269,6 +269,11 @@ class MonitorPanel(QWidget):
             self._load_from_store(run_id)
         self._update_buttons()
 
+    @property
+    def is_detached(self) -> bool:
+        """Detached from a run that went on: what it shows is as of then, and nothing updates it."""
+        return self._detached
+
     def has_live_run(self) -> bool:
         """Watching (or launching) a run that has not ended."""
         return self.process.is_running() or (self._live and not self.model.finished)

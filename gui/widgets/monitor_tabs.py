@@ -90,11 +90,12 @@ class MonitorTabs(QTabWidget):
         return self.add_panel()
 
     def panel_for_run(self, run_id: int) -> tuple[MonitorPanel, bool]:
-        """The tab to open run ``run_id`` in, and whether it shows that run already."""
+        """The tab to open run ``run_id`` in, and whether it shows that run already. A tab detached
+        from it shows it as it was then: the run is opened again in that tab."""
         for panel in self.panels():
             if panel.run_id == run_id and panel.model.run is not None:
                 self.setCurrentWidget(panel)
-                return panel, True
+                return panel, not panel.is_detached
         return self.panel_for_launch(), False
 
     def live_panels(self) -> list[MonitorPanel]:

@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 
 from gui.gateway.launch_spec import EXAMPLE_PROFILE, ProfileError, SpecErrors
 from gui.gateway.probe import RunnerProbe
+from gui.gateway.run_state import HUNG
 from gui.gateway.runner_rules import paths
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.notices import APP_NAME, run_end_notice, window_title
@@ -408,7 +409,7 @@ class MainWindow(QMainWindow):
             return
         live = [row for row in self.history.rows() if getattr(row, "live", False)]
         if live:
-            runs = ", ".join(str(row.run_id) for row in live[:5])
+            runs = ", ".join(f"{row.run_id}{' hung' if row.status == HUNG else ''}" for row in live[:5])
             self.statusBar().showMessage(
                 f"{len(live)} job{'s are' if len(live) != 1 else ' is'} still running (run {runs}): "
                 "attach from History (double-click) or Run ▸ Attach", 20000)
@@ -485,7 +486,7 @@ class MainWindow(QMainWindow):
     def _update_run_controls(self) -> None:
         panel = self.monitor
         self.stop_action.setEnabled(panel.has_live_run())
-        state = panel.model.status if panel.model.run is not None else None
+        state = panel.model.shown_status if panel.model.run is not None else None
         live = len(self.monitors.live_panels())
         text = f"Run {panel.run_id}: {state}" if panel.run_id is not None and state else ""
         if live > 1:

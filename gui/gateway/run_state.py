@@ -19,10 +19,18 @@ from runner.runstate.messages import (
     decode_hub_message,
     event_of,
 )
-from runner.runstate.state import Changes, RunState, measured_process, steps_done, working_text
+from runner.runstate.state import (
+    HUNG,
+    Changes,
+    RunState,
+    measured_process,
+    shown_status,
+    steps_done,
+    working_text,
+)
 
 __all__ = [
-    "Bye", "Changes", "Event", "EventKind", "HistoryEnd", "HubMessage", "LogLine", "NodeInfo", "RankInfo", "RunInfo", "RunState",
-    "SnapshotMessage", "UpdateMessage", "decode_hub_message", "event_of", "measured_process", "steps_done",
+    "HUNG", "Bye", "Changes", "Event", "EventKind", "HistoryEnd", "HubMessage", "LogLine", "NodeInfo", "RankInfo", "RunInfo", "RunState",
+    "SnapshotMessage", "UpdateMessage", "decode_hub_message", "event_of", "measured_process", "shown_status", "steps_done",
     "working_text",
 ]

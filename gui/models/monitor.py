@@ -402,11 +402,12 @@ class MonitorModel:
     def _apply_update(self, message: UpdateMessage) -> None:
         if message.decimated:
             self.decimated_updates += 1
+        shown = self.shown_status
         changes = self.state.apply(message)
         if changes.run:
             self.run_changed.emit()
-        if changes.status:
-            self.status_changed.emit(str(self.status))
+        if changes.status or self.shown_status != shown:
+            self.status_changed.emit(str(self.shown_status))
         added = 0
         if message.metrics:
             added += self.add_metric_rows(message.metrics)
@@ -584,6 +585,12 @@ class MonitorModel:
     @property
     def status(self) -> str | None:
         return self.state.status
+
+    @property
+    def shown_status(self) -> str | None:
+        """The status the person sees: ``hung`` while the run goes with a stalled rank
+        (``runner.runstate.state.shown_status``, as History and ``runs list`` say it)."""
+        return self.state.shown_status
 
     @property
     def run_id(self) -> int | None:

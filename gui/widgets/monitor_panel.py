@@ -51,7 +51,7 @@ from gui.gateway import store_reads
 from gui.gateway.launch_spec import LaunchSpec
 from gui.gateway.link import RunnerLink
 from gui.gateway.process import CommandBuilder, RunnerProcess, runner_command
-from gui.gateway.run_state import HubMessage, SnapshotMessage
+from gui.gateway.run_state import HUNG, HubMessage, SnapshotMessage
 from gui.gateway.runner_rules import RankState, RunStatus
 from gui.gateway.store_reader import store_reader
 from gui.gateway.store_reads import RunNotFound
@@ -83,6 +83,7 @@ STATUS_COLORS = {
     RunStatus.FAILED.value: STATE_COLORS[RankState.FAILED.value],
     RunStatus.STOPPED.value: STATE_COLORS[RankState.STOPPED.value],
     RunStatus.LOST.value: STATE_COLORS[RankState.LOST.value],
+    HUNG: STATE_COLORS[RankState.FAILED.value],  # running, but a rank makes no progress: red, as its banner
 }
 
 
@@ -622,7 +623,7 @@ class MonitorPanel(QWidget):
             if run.world_size:
                 parts.append(f"{run.world_size} ranks" + (f" on {run.host}" if run.host else ""))
             self.title_label.setText(" · ".join(parts))
-            status = run.status or ""
+            status = self.model.shown_status or ""
             color = STATUS_COLORS.get(status)
             tip = ""
             if self._detached and not self.model.finished:

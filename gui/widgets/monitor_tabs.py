@@ -111,7 +111,7 @@ class MonitorTabs(QTabWidget):
         index = self.indexOf(panel)
         if index < 0:
             return
-        state = state or panel.model.status or ""
+        state = state or panel.model.shown_status or ""
         title = "Launching…" if state == LAUNCHING and panel.run_id is None else (
             "No run" if panel.run_id is None else f"Run {panel.run_id}")
         self.setTabText(index, title)

@@ -15,6 +15,7 @@ from runner.cli.output import EXIT_FAILED, fail
 from runner.exit_status import describe_exit_code
 from runner.hub.client import HubClient
 from runner.runstate.messages import Bye
+from runner.runstate.state import shown_status
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
@@ -109,13 +110,14 @@ def list_main(args: argparse.Namespace) -> int:
             runs = store.runs(limit=args.limit, live_only=args.live)
             for run in runs:
                 run["gpu_util"] = run_gpu_utilisation(store, run["id"])
+            stalled = store.stalled_runs([run["id"] for run in runs if run.get("ended") is None])
     except RunNotFound as error:
         if args.json:
             print("[]")
             return 0
         return fail(str(error), code=EXIT_FAILED)
     for run in runs:
-        run["status"] = effective_status(run)
+        run["status"] = shown_status(effective_status(run), ["stalled"] if run["id"] in stalled else [])
     if args.live:
         runs = [r for r in runs if r["status"] != RunStatus.LOST.value]
     if args.json:

@@ -35,8 +35,20 @@ from runner.runstate.messages import (
     SnapshotMessage,
     UpdateMessage,
 )
-from runner.state import RunStatus
+from runner.state import RankState, RunStatus
 from runner.view.progress import Progress, ProgressTracker, compute_progress
+
+HUNG = "hung"
+"""How every surface names a run that is running while a rank of it makes no progress (the stall
+monitor marked it ``stalled``): a condition of the running run, not a status the runner records.
+The header, History, ``runs list`` and the notices say it alike (:func:`shown_status`)."""
+
+
+def shown_status(status: str | None, rank_states: Iterable[str | None]) -> str | None:
+    """The run's status as it is shown: :data:`HUNG` while it runs with a stalled rank."""
+    if status == RunStatus.RUNNING.value and any(state == RankState.STALLED.value for state in rank_states):
+        return HUNG
+    return status
 
 
 def steps_done(step: int | None) -> int | None:
@@ -166,6 +178,11 @@ class RunState:
     @property
     def status(self) -> str | None:
         return None if self.run is None else self.run.status
+
+    @property
+    def shown_status(self) -> str | None:
+        """The status every surface shows (:func:`shown_status`: ``hung`` while a rank stalls)."""
+        return shown_status(self.status, (row.state for row in self.ranks.values()))
 
     @property
     def finished(self) -> bool:

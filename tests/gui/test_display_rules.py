@@ -13,7 +13,7 @@ from gui.charts import ticks
 from gui.charts.axis import seconds_spacing
 from gui.charts.readout import ReadoutRow, format_value, pick_rows
 from gui.gateway.probe_output import unavailable_report
-from gui.gateway.run_state import RankInfo
+from gui.gateway.run_state import HUNG, RankInfo
 from gui.gateway.runner_rules import RunStatus
 from gui.models import layout
 from gui.models.charts import (
@@ -132,7 +132,8 @@ def test_a_run_that_ends_while_watched_live_is_notified_once():
 def test_every_run_status_has_its_colour():
     # The status badge, the run's tab and the runs list colour a run by its status; a Slurm
     # run waiting in the queue is "pending", coloured as waiting (not as running).
-    assert set(STATUS_COLORS) == {status.value for status in RunStatus}
+    assert set(STATUS_COLORS) == {status.value for status in RunStatus} | {HUNG}  # running, a rank stalled
+    assert STATUS_COLORS[HUNG] == STATUS_COLORS[RunStatus.FAILED.value]  # red, as its banner
     assert STATUS_COLORS[RunStatus.PENDING.value] == STATUS_COLORS[RunStatus.STARTING.value]
     assert STATUS_COLORS[RunStatus.PENDING.value] != STATUS_COLORS[RunStatus.RUNNING.value]
 

@@ -168,16 +168,6 @@ def format_age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def format_duration(seconds: float | None) -> str:
-    """``1:02:03`` or ``2:03``; empty when unknown."""
-    if seconds is None or math.isnan(seconds):
-        return ""
-    seconds = int(max(0, round(seconds)))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
 def format_loss(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NOT_MEASURED

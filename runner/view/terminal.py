@@ -420,7 +420,8 @@ class TerminalView:
         if progress.fraction is not None:
             position += f" ({100 * progress.fraction:.0f}%)"
         run_id = "?" if run is None or run.id is None else run.id
-        parts = [f"run {run_id}", (run.profile if run is not None else None) or "", status, position, timing]
+        shown = self.state.shown_status or status  # "hung" while a rank stalls, as the GUI and History say
+        parts = [f"run {run_id}", (run.profile if run is not None else None) or "", shown, position, timing]
         return " · ".join(part for part in parts if part)
 
     def _table(self, width: int | None = None):

@@ -262,3 +262,14 @@ def test_a_stopped_ranks_cpu_and_memory_are_its_last_known_figures_not_zeros():
     row = next(line for line in table.splitlines() if line.strip().startswith("0 "))
     assert "300 MiB" in row and " 97 " in row
     assert "0 B" not in table
+
+
+def test_a_run_with_a_stalled_rank_is_hung_in_the_header():
+    """Issue 28: a hang is one condition of the run, named alike in the terminal, the GUI and History."""
+    view, _out, _err = plain_view()
+    view.handle(snapshot())
+    assert " · running · " in view.header(now=1010.0)
+    view.handle({"type": "update", "ranks": [{"rank": 1, "state": "stalled", "step": 10}]})
+    assert " · hung · " in view.header(now=1010.0)
+    view.handle({"type": "update", "ranks": [{"rank": 1, "state": "running", "step": 11}]})
+    assert " · running · " in view.header(now=1010.0)

@@ -29,9 +29,32 @@ from rankwatch._protocol import (
 )
 
 __all__ = [
-    "Bye", "Event", "EventKind", "GpuSample", "HistoryEnd", "HubMessage", "JsonObject", "LogLine", "MetricItem", "MetricRecord",
-    "NodeInfo", "ProcessSample", "RankInfo", "RunInfo", "SnapshotMessage", "UpdateMessage", "decode_hub_line",
+    "EVENT_FIELDS",
+    "Bye",
+    "Event",
+    "EventFields",
+    "EventKind",
+    "GpuSample",
+    "HistoryEnd",
+    "HubMessage",
+    "JsonObject",
+    "LaunchModeFields",
+    "LogLine",
+    "MetricItem",
+    "MetricRecord",
+    "NodeInfo",
+    "ProcessSample",
+    "RankInfo",
+    "ResumedFields",
+    "RunFinishedFields",
+    "RunInfo",
+    "SnapshotMessage",
+    "StalledFields",
+    "StoppingFields",
+    "UpdateMessage",
+    "decode_hub_line",
     "decode_hub_message",
+    "fields_of",
 ]
 
 _RowT = TypeVar("_RowT", bound="_Row")
@@ -229,6 +252,69 @@ class NodeInfo(_Row):
         if values.get("node_rank") is None:
             values["node_rank"] = 0
         return cls(**values)
+
+
+# ---- the fields of the event kinds their readers use, typed ------------------------------------
+
+@dataclass(frozen=True)
+class StoppingFields(_Row):
+    """``stopping``: who or what stops the run (``runner.exit_status.describe_stop_reason``)."""
+
+    KINDS: ClassVar[dict[str, str]] = {"stopped_by": "str"}
+    stopped_by: str | None = None
+
+
+@dataclass(frozen=True)
+class LaunchModeFields(_Row):
+    """``launch_mode``: how the script is started (``torchrun`` or ``self-spawn``), why, and who chose."""
+
+    KINDS: ClassVar[dict[str, str]] = {"mode": "str", "reason": "str", "chosen_by": "str"}
+    mode: str | None = None
+    reason: str | None = None
+    chosen_by: str | None = None
+
+
+@dataclass(frozen=True)
+class StalledFields(_Row):
+    """``stalled``: the step the rank is stuck at, for how long, and the threshold it passed."""
+
+    KINDS: ClassVar[dict[str, str]] = {"seconds": "float", "threshold": "float"}
+    step: int | None = None
+    seconds: float | None = None
+    threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class ResumedFields(_Row):
+    """``resumed``: the step a stalled rank made, and how long it had stalled."""
+
+    KINDS: ClassVar[dict[str, str]] = {"stalled_seconds": "float"}
+    step: int | None = None
+    stalled_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class RunFinishedFields(_Row):
+    """``run_finished``: the recorded status, exit code and triage summary."""
+
+    KINDS: ClassVar[dict[str, str]] = {"status": "str", "summary": "summary"}
+    status: str | None = None
+    exit_code: int | None = None
+    summary: JsonObject | None = None
+
+
+EventFields = StoppingFields | LaunchModeFields | StalledFields | ResumedFields | RunFinishedFields
+EVENT_FIELDS: dict[EventKind, type[EventFields]] = {
+    EventKind.STOPPING: StoppingFields, EventKind.LAUNCH_MODE: LaunchModeFields, EventKind.STALLED: StalledFields,
+    EventKind.RESUMED: ResumedFields, EventKind.RUN_FINISHED: RunFinishedFields,
+}
+"""The kinds whose fields a reader uses, typed; the others keep ``Event.fields`` as sent."""
+
+
+def fields_of(event: Event) -> EventFields | None:
+    """The event's own fields, typed, for the kinds in :data:`EVENT_FIELDS`; None for the others."""
+    kind = EVENT_FIELDS.get(event.kind)
+    return None if kind is None else kind.from_wire(event.fields)
 
 
 def _rows(cls: type[_RowT], value: object) -> tuple[_RowT, ...]:

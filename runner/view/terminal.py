@@ -19,14 +19,16 @@ from runner.diagnosis.report import format_diagnostics
 from runner.exit_status import describe_exit_code, describe_stop_reason
 from runner.runstate.messages import (
     Bye,
-    Event,
     EventKind,
     HubMessage,
+    LaunchModeFields,
     RankInfo,
     RunInfo,
     SnapshotMessage,
+    StoppingFields,
     UpdateMessage,
     decode_hub_message,
+    fields_of,
 )
 from runner.runstate.state import RunState, steps_done
 from runner.state import RankState, RunStatus
@@ -266,9 +268,10 @@ class TerminalView:
                              without_torch_prefix(line.line, line.rank), line.stream)
         for event in events:
             kind = event.kind
-            if kind is EventKind.STOPPING:
-                self._say_stopping(event)
-            elif kind is EventKind.LAUNCH_MODE and event.fields.get("mode") == "self-spawn":
+            fields = fields_of(event)
+            if isinstance(fields, StoppingFields):
+                self._say_stopping(fields)
+            elif isinstance(fields, LaunchModeFields) and fields.mode == "self-spawn":
                 self._print_line("[rankwatch]", event.message, "stderr")  # torchrun goes without saying
             elif kind in NOTABLE_EVENTS and not (
                     self.stopping_since is not None and kind in EXPECTED_WHILE_STOPPING):
@@ -276,8 +279,8 @@ class TerminalView:
         if any(self.ranks[rank].gpu_index is not None for rank in _ranks_in(message) if rank in self.ranks):
             self.cpu_mode = False
 
-    def _say_stopping(self, event: Event) -> None:
-        why = event.fields.get("stopped_by")
+    def _say_stopping(self, fields: StoppingFields) -> None:
+        why = fields.stopped_by
         hint = None
         if self.interrupt_kills:
             hint = "Ctrl-C again kills at once" if why == describe_stop_reason("SIGINT") else "Ctrl-C kills at once"

@@ -17,8 +17,11 @@ from runner.runstate.messages import (
     RankInfo,
     RunInfo,
     SnapshotMessage,
+    StalledFields,
+    StoppingFields,
     UpdateMessage,
     decode_hub_message,
+    fields_of,
 )
 from runner.runstate.state import RunState, steps_done
 from tests.hubs import fake_worker, open_hub
@@ -117,3 +120,14 @@ def test_the_data_wait_share_pairs_step_time_and_data_wait_in_either_order():
     paired = state.pair_data_wait(protocol.MetricRecord(0, 1.1, 5, protocol.STEP_TIME, 0.2, "auto"))
     assert paired is not None and paired[0] == 5 and paired[2] == 0.25
 
+
+
+def test_the_fields_of_the_kinds_readers_use_are_typed():
+    stalled = protocol.Event(5.0, EventKind.STALLED, 1, "rank 1 stalled", {"step": 7, "seconds": 6.0,
+                                                                             "threshold": 5.0, "extra": "kept"})
+    assert fields_of(stalled) == StalledFields(step=7, seconds=6.0, threshold=5.0)
+    assert fields_of(stalled).extra == {"extra": "kept"}  # type: ignore[union-attr]
+    stopping = UpdateMessage.from_wire({"events": [{"kind": "stopping", "t": 1.0, "rank": None, "message": "m",
+                                                    "stopped_by": "SIGINT (Ctrl-C)"}]}).events[0]
+    assert fields_of(stopping) == StoppingFields(stopped_by="SIGINT (Ctrl-C)")
+    assert fields_of(protocol.Event(1.0, EventKind.WARNING, None, "w")) is None  # its fields stay as sent

@@ -83,7 +83,7 @@ STATUS_COLORS = {
     RunStatus.FAILED.value: STATE_COLORS[RankState.FAILED.value],
     RunStatus.STOPPED.value: STATE_COLORS[RankState.STOPPED.value],
     RunStatus.LOST.value: STATE_COLORS[RankState.LOST.value],
-    HUNG: STATE_COLORS[RankState.FAILED.value],  # running, but a rank makes no progress: red, as its banner
+    HUNG: STATE_COLORS[RankState.STALLED.value],  # running, but a rank makes no progress: as its stalled rows
 }
 
 

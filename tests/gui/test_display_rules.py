@@ -133,7 +133,7 @@ def test_every_run_status_has_its_colour():
     # The status badge, the run's tab and the runs list colour a run by its status; a Slurm
     # run waiting in the queue is "pending", coloured as waiting (not as running).
     assert set(STATUS_COLORS) == {status.value for status in RunStatus} | {HUNG}  # running, a rank stalled
-    assert STATUS_COLORS[HUNG] == STATUS_COLORS[RunStatus.FAILED.value]  # red, as its banner
+    assert STATUS_COLORS[HUNG] != STATUS_COLORS[RunStatus.RUNNING.value]  # not the green of a healthy run
     assert STATUS_COLORS[RunStatus.PENDING.value] == STATUS_COLORS[RunStatus.STARTING.value]
     assert STATUS_COLORS[RunStatus.PENDING.value] != STATUS_COLORS[RunStatus.RUNNING.value]
 

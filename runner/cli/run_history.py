@@ -14,7 +14,7 @@ from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.exit_status import describe_exit_code
 from runner.hub.client import HubClient
-from runner.runstate.messages import Bye
+from runner.runstate.messages import Bye, NodeInfo, RunInfo
 from runner.runstate.state import shown_status
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
@@ -152,26 +152,28 @@ def show_main(args: argparse.Namespace) -> int:
             stats, logged = run_statistics(store, run["id"])
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED, as_json=args.json)
-    run["status"] = effective_status(run)
+    # a live run with a stalled rank is hung, as `runs list`, the terminal and the GUI say
+    run["status"] = shown_status(effective_status(run), [row.get("state") for row in rows.values()])
     if args.json:
         ranks = [{**rows.get(entry.rank, {}), **entry.to_json()} for entry in stats]
         print(json.dumps({"run": run, "ranks": ranks, "nodes": nodes, "metrics": metric_names,
                           "logged": [key.to_json() for key in logged]}, default=str))
         return 0
-    print(f"run {run['id']}  {run['status']}  exit code {MISSING if run['exit_code'] is None else run['exit_code']}")
-    print(f"  profile:  {run['profile'] or MISSING}")
-    print(f"  started:  {_when(run['started'] or run['created'])}  ({_duration(run)})")
-    print(f"  host:     {run['host']}   workdir: {run['workdir']}")
+    info = RunInfo.from_wire(run)  # the stored run, in the type the hub's subscribers get
+    print(f"run {info.id}  {info.status}  exit code {MISSING if info.exit_code is None else info.exit_code}")
+    print(f"  profile:  {info.profile or MISSING}")
+    print(f"  started:  {_when(info.started or info.created)}  ({_duration(run)})")
+    print(f"  host:     {info.host}   workdir: {info.workdir}")
     built_in = [name for name in metric_names if name in BUILT_IN_METRICS]
     print(f"  metrics:  {', '.join(built_in) or 'none measured'}"
           f"{'; logged: ' + ', '.join(key.name for key in logged) if logged else ''}")
     print("  command:")
-    for line in (run["command"] or "").splitlines():
+    for line in (info.command or "").splitlines():
         print(f"    {line}")
     if nodes and len(nodes) > 1:
         print("  nodes:")
-        for node in nodes:
-            print(f"    node {node['node_rank']}  {node['host']:<20} {node['state']:<9} {node['detail'] or ''}")
+        for node in (NodeInfo.from_wire(row) for row in nodes):
+            print(f"    node {node.node_rank}  {node.host or '':<20} {node.state or '':<9} {node.detail or ''}")
     print("  ranks:")
     for line in format_rank_table(stats):
         print(f"    {line}")
@@ -185,7 +187,7 @@ def show_main(args: argparse.Namespace) -> int:
         print("  logged by the script (newest value per rank):")
         for line in format_logged_keys(logged):
             print(f"    {line}")
-    if run.get("summary"):
+    if info.summary:
         render_summary(run, sys.stdout)
     return 0
 

@@ -259,7 +259,7 @@ def test_a_failed_run_opened_from_history_shows_the_same_diagnosis(qtbot, panel)
 
 # ---- a hang: stalled ranks, the banner, the stacks view, Dump stacks --------------------------
 
-def test_a_hung_run_is_hung_in_the_header_history_and_runs_list_not_running(qtbot, panel, replay, capsys):
+def test_a_hung_run_is_hung_in_the_header_history_and_runs_list_and_show_not_running(qtbot, panel, replay, capsys):
     """Issue 28: a hang was red in the banner but "running" in the header pill, History, `runs list`
     and the notices. Running with a stalled rank is one condition, shown alike everywhere."""
     runner = replay("hang")
@@ -276,6 +276,8 @@ def test_a_hung_run_is_hung_in_the_header_history_and_runs_list_not_running(qtbo
     capsys.readouterr()
     assert cli_main(["runs", "list", "--json"]) == 0
     assert {run["id"]: run["status"] for run in json.loads(capsys.readouterr().out)}[runner.run_id] == "hung"
+    assert cli_main(["runs", "show", str(runner.run_id), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["status"] == "hung"
 
 
 def test_a_hang_flags_the_stalled_ranks_and_the_stacks_view_names_the_sleeping_rank_as_the_culprit(

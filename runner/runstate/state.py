@@ -74,6 +74,9 @@ class RunState:
     """A run as its subscriber knows it. Not thread-safe: one thread applies and reads."""
 
     def __init__(self) -> None:
+        self._start_over()
+
+    def _start_over(self) -> None:
         self.run: RunInfo | None = None
         self.spec: dict[str, Any] = {}
         self.ranks: dict[int, RankInfo] = {}
@@ -105,7 +108,7 @@ class RunState:
 
     def apply_snapshot(self, message: SnapshotMessage) -> Changes:
         """Start over: a snapshot is the whole run (another run's ranks do not survive it)."""
-        self.__init__()  # type: ignore[misc]
+        self._start_over()
         self.spec = dict(message.spec)
         self.run = message.run
         self.ranks = {row.rank: row for row in message.ranks}

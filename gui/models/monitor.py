@@ -644,7 +644,7 @@ class MonitorModel:
         return self.state.current_step()
 
     def progress(self, now: float | None = None) -> Progress:
-        """Step, epoch, elapsed and an ETA when the total is known (``runner.view.progress``)."""
+        """Step, epoch, elapsed and an ETA when the total is known (``runner.runstate.progress``)."""
         return self.state.progress_now(self.last_value, time.time() if now is None else now)
 
     # ---- loading a finished run ----------------------------------------------------

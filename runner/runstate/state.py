@@ -7,7 +7,7 @@ is derived from them, once, so that the terminal, the GUI and the history cannot
 * the current step and the steps done (``640/640``: the newest step index + 1, everywhere);
 * the data-wait share of each step, paired from step time and data wait as the hub pairs them
   (``rankwatch._protocol.StepPairs``);
-* progress and ETA (``runner.view.progress``);
+* progress and ETA (``runner.runstate.progress``);
 * each rank's newest process sample that measured something: a process that is gone keeps
   its last known values, never zeros.
 
@@ -35,8 +35,8 @@ from runner.runstate.messages import (
     SnapshotMessage,
     UpdateMessage,
 )
+from runner.runstate.progress import Progress, ProgressTracker, compute_progress
 from runner.state import RankState, RunStatus
-from runner.view.progress import Progress, ProgressTracker, compute_progress
 
 HUNG = "hung"
 """How every surface names a run that is running while a rank of it makes no progress (the stall
@@ -209,7 +209,7 @@ class RunState:
         return steps_done(self.current_step())
 
     def progress_now(self, last_value: Callable[[Sequence[str]], float | None], now: float | None = None) -> Progress:
-        """Step, epoch, elapsed and ETA (``runner.view.progress.compute_progress``)."""
+        """Step, epoch, elapsed and ETA (``runner.runstate.progress.compute_progress``)."""
         run = None if self.run is None else self.run.to_wire()
         return compute_progress(step=self.current_step(), last_value=last_value, args=self.spec.get("args") or [],
                                 tracker=self.progress, run=run, finished=self.finished,

@@ -30,6 +30,7 @@ from runner.runstate.messages import (
     decode_hub_message,
     fields_of,
 )
+from runner.runstate.progress import PROGRESS_METRICS, progress_texts
 from runner.runstate.state import RunState, steps_done
 from runner.state import RankState, RunStatus
 from runner.view.format import (
@@ -41,7 +42,6 @@ from runner.view.format import (
     format_percent,
 )
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
-from runner.view.progress import PROGRESS_METRICS, progress_texts
 from runner.view.rank_stats import BUILT_IN_METRICS, RankStats
 
 if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)

@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
 
 from gui.gateway.launch_spec import EXAMPLE_PROFILE, ProfileError, SpecErrors
 from gui.gateway.probe import RunnerProbe
+from gui.gateway.run_state import HUNG
 from gui.gateway.runner_rules import paths
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.notices import APP_NAME, run_end_notice, window_title
@@ -168,6 +169,7 @@ class MainWindow(QMainWindow):
         self._build_actions()
         self.launch_panel.launch_requested.connect(self._on_launch_requested)
         self.history.open_run_requested.connect(self._on_open_run_requested)
+        self.history.runs_listed.connect(self._on_runs_listed)
         self.monitors.panel_state_changed.connect(self._on_panel_state_changed)
         self.monitors.current_panel_changed.connect(self._on_current_panel_changed)
         self.monitors.panel_closed.connect(self._on_panel_closed)
@@ -394,12 +396,20 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.monitors)
         self._update_run_controls()
 
+    def _on_runs_listed(self, rows: list) -> None:
+        """A tab detached from a run that has ended since shows it as the store has it now: not
+        green "running" rows with ageing heartbeats while History says how it ended."""
+        ended = {row.run_id for row in rows if not row.live}
+        for panel in self.monitors.panels():
+            if panel.is_detached and panel.run_id in ended:
+                panel.attach(panel.run_id)
+
     def _on_live_runs_hint_due(self) -> None:
         if self.monitors.live_panels():
             return
         live = [row for row in self.history.rows() if getattr(row, "live", False)]
         if live:
-            runs = ", ".join(str(row.run_id) for row in live[:5])
+            runs = ", ".join(f"{row.run_id}{' hung' if row.status == HUNG else ''}" for row in live[:5])
             self.statusBar().showMessage(
                 f"{len(live)} job{'s are' if len(live) != 1 else ' is'} still running (run {runs}): "
                 "attach from History (double-click) or Run ▸ Attach", 20000)
@@ -438,7 +448,7 @@ class MainWindow(QMainWindow):
     def _on_panel_state_changed(self, panel: MonitorPanel, state: str) -> None:
         old = self._last_states.get(id(panel))
         self._last_states[id(panel)] = state
-        notice = run_end_notice(old, state, panel.run_id, (panel.model.run or {}).get("profile"),
+        notice = run_end_notice(old, state, panel.run_id, None if panel.model.run is None else panel.model.run.profile,
                                 panel.diagnosis.headline)
         if notice is not None:
             if not self._run_is_seen(panel):
@@ -476,7 +486,7 @@ class MainWindow(QMainWindow):
     def _update_run_controls(self) -> None:
         panel = self.monitor
         self.stop_action.setEnabled(panel.has_live_run())
-        state = panel.model.status if panel.model.run is not None else None
+        state = panel.model.shown_status if panel.model.run is not None else None
         live = len(self.monitors.live_panels())
         text = f"Run {panel.run_id}: {state}" if panel.run_id is not None and state else ""
         if live > 1:

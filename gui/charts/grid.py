@@ -244,7 +244,7 @@ class ChartGrid(QWidget):
                 self._add_chart(logged_chart(name))
                 added.append(name)
         dark = palette_is_dark(self.palette())
-        world = int((self.model.run or {}).get("world_size") or 0)
+        world = (None if self.model.run is None else self.model.run.world_size) or 0
         for name, chart in self.charts.items():
             definition = self._defs[name]
             by_key = self.model.series(name)

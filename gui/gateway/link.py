@@ -22,6 +22,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtNetwork import QLocalSocket
 
 from rankwatch import _protocol
+from runner.runstate.messages import Bye, decode_hub_line
 
 SLICE_S = 0.02
 """Seconds of reading and handling messages before yielding to the event loop."""
@@ -34,7 +35,8 @@ class RunnerLink(QObject):
 
     Signals:
         subscribed: connected and ``subscribe`` sent (again after each reconnect).
-        message_received(dict): one decoded hub message.
+        message_received(object): one hub message, typed (``runner.runstate.messages``: snapshot,
+            update, history_end, bye; other types are not a run's and are not emitted).
         run_ended(str): the hub said ``bye`` (the run is over); the link then closes.
         connection_lost(str): could not connect, or the runner vanished without ``bye``.
     """
@@ -200,15 +202,17 @@ class RunnerLink(QObject):
         if not line.strip():
             return
         try:
-            message = _protocol.decode(line, _protocol.HUB_TYPES)
+            message = decode_hub_line(line)
         except _protocol.ProtocolError:
             self.lines_dropped += 1
             return
         self.messages_received += 1
+        if message is None:
+            return
         self.message_received.emit(message)
-        if message.get("type") == "bye":
+        if isinstance(message, Bye):
             self._ended = True
-            self.run_ended.emit(str(message.get("reason") or "ended"))
+            self.run_ended.emit(message.reason)
             self._closing = True
             self._retry_timer.stop()
             self._socket.disconnectFromServer()

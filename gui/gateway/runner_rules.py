@@ -13,9 +13,9 @@ from runner import paths
 from runner.diagnosis.stack_places import plural
 from runner.diagnosis.stacks import ensure_verdict
 from runner.privacy import adopt_private_umask
+from runner.runstate.progress import Progress, ProgressTracker, compute_progress, progress_texts
 from runner.sampling.gpu_report import GpuProcess, GpuReport, GpuSnapshot
 from runner.state import NodeState, RankState, RunStatus
-from runner.view.progress import Progress, ProgressTracker, compute_progress, progress_texts
 
 __all__ = [
     "GpuProcess", "GpuReport", "GpuSnapshot", "NodeState", "Progress", "ProgressTracker", "RankState", "RunStatus",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch import _protocol
+from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
 from runner.store.rank_stats import run_statistics
 from runner.store.store import RunNotFound, RunStore
@@ -67,7 +68,11 @@ def run_now(run_id: int) -> dict[str, Any]:
 
 def runs(store: RunStore, limit: int) -> list[dict[str, Any]]:
     """The newest ``limit`` runs, each with its liveness."""
-    return [with_liveness(run) for run in store.runs(limit=limit)]
+    rows = [with_liveness(run) for run in store.runs(limit=limit)]
+    stalled = store.stalled_runs([row["id"] for row in rows if row["live"]])
+    for row in rows:  # a live run with a stalled rank is hung, as its header and `runs list` say
+        row["effective_status"] = shown_status(row["effective_status"], ["stalled"] if row["id"] in stalled else [])
+    return rows
 
 
 def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:

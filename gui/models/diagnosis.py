@@ -41,14 +41,6 @@ from rankwatch._protocol import as_int as _int
 ERROR, WARNING, INFO = "error", "warning", "info"
 """Banner levels."""
 
-FLIGHT_RECORDER = EventKind.FLIGHT_RECORDER.value
-STALLED, RESUMED, STRAGGLER, DIVERGENCE, STACKS, NODE_LOST, RANK_FAILED, RUN_FINISHED, LAUNCH_MISMATCH = (
-    EventKind.STALLED.value, EventKind.RESUMED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value,
-    EventKind.STACKS.value, EventKind.NODE_LOST.value, EventKind.RANK_FAILED.value, EventKind.RUN_FINISHED.value,
-    EventKind.LAUNCH_MISMATCH.value)
-EXCEPTION, CONNECTION_LOST, STOPPING, BOTTLENECK = (EventKind.EXCEPTION.value, EventKind.CONNECTION_LOST.value,
-                                                    EventKind.STOPPING.value, EventKind.BOTTLENECK.value)
-"""Event kinds, as the contract defines them (``rankwatch._protocol.EventKind``)."""
 
 NO_RANK_REPORTED = "no_rank_reported"
 """The summary hint of a job that exited 0 with no rank ever reporting (``runner.diagnosis.hints``)."""
@@ -283,9 +275,9 @@ def divergence_text(event: dict[str, Any]) -> str:
 def _early_failure_text(event: dict[str, Any]) -> str:
     """``rank 1 raised ValueError: ...``, ``rank 0 failed (exit code 1)``, ``rank 1 disconnected ...``."""
     rank = event.get("rank")
-    if event.get("kind") == EXCEPTION:
+    if event.get("kind") == EventKind.EXCEPTION.value:
         return f"rank {rank} raised {event.get('message') or event.get('exc_type') or 'an exception'}"
-    if event.get("kind") == CONNECTION_LOST:
+    if event.get("kind") == EventKind.CONNECTION_LOST.value:
         return f"rank {rank} disconnected without an exit message (killed?)"
     code = _int(event.get("exit_code"))
     return f"rank {rank} failed" + (f" ({how_text(code, None)})" if code is not None else "")
@@ -397,7 +389,7 @@ class DiagnosisModel:
             return  # moved or deleted: the summary's verdict is still shown in the findings
         if isinstance(capture, dict) and isinstance(capture.get("groups"), list):
             capture.pop("threads", None)
-            self.capture = {**capture, "kind": STACKS}
+            self.capture = {**capture, "kind": EventKind.STACKS.value}
             self.captures += 1
             self.stacks_received.emit(self.capture)
 
@@ -407,60 +399,60 @@ class DiagnosisModel:
         for event in events:
             kind = event.get("kind")
             rank = event.get("rank")
-            if kind == STALLED and isinstance(rank, int):
+            if kind == EventKind.STALLED.value and isinstance(rank, int):
                 self.stalls[rank] = event
-                self._note(Finding(STALLED, rank, _int(event.get("step")), str(event.get("message") or
+                self._note(Finding(EventKind.STALLED.value, rank, _int(event.get("step")), str(event.get("message") or
                                    _stall_line([event], _float(event.get("t")) or time.time())), True,
                                    _float(event.get("t"))))
-            elif kind == RESUMED and isinstance(rank, int):
+            elif kind == EventKind.RESUMED.value and isinstance(rank, int):
                 self.stalls.pop(rank, None)
-                self._close(STALLED, rank, f"resumed at step {event.get('step')}")
-            elif kind == STRAGGLER and isinstance(rank, int):
+                self._close(EventKind.STALLED.value, rank, f"resumed at step {event.get('step')}")
+            elif kind == EventKind.STRAGGLER.value and isinstance(rank, int):
                 if event.get("active", True):
                     self.stragglers[rank] = event
-                    self._note(Finding(STRAGGLER, rank, _int(event.get("step")), straggler_text(event), True,
+                    self._note(Finding(EventKind.STRAGGLER.value, rank, _int(event.get("step")), straggler_text(event), True,
                                        _float(event.get("t"))))
                 else:
                     self.stragglers.pop(rank, None)
-                    self._close(STRAGGLER, rank, f"no longer a straggler at step {event.get('step')}")
-            elif kind == DIVERGENCE:
+                    self._close(EventKind.STRAGGLER.value, rank, f"no longer a straggler at step {event.get('step')}")
+            elif kind == EventKind.DIVERGENCE.value:
                 self.divergences.append(event)
                 ranks = tuple(r for r in event.get("ranks") or [] if isinstance(r, int))
-                self._note(Finding(DIVERGENCE, _int(rank), _int(event.get("step")), divergence_text(event), True,
+                self._note(Finding(EventKind.DIVERGENCE.value, _int(rank), _int(event.get("step")), divergence_text(event), True,
                                    _float(event.get("t")), ranks))
-            elif kind == STACKS and is_capture(event):
+            elif kind == EventKind.STACKS.value and is_capture(event):
                 self.capture = event
                 self.captures += 1
                 layout = self.stacks_layout()
-                self._note(Finding(STACKS, None, None, f"stacks ({layout.reason}): {layout.verdict}", False,
+                self._note(Finding(EventKind.STACKS.value, None, None, f"stacks ({layout.reason}): {layout.verdict}", False,
                                    _float(event.get("t"))))
                 self.stacks_received.emit(event)
-            elif kind == FLIGHT_RECORDER:  # the ranks' collectives compared after a capture
+            elif kind == EventKind.FLIGHT_RECORDER.value:  # the ranks' collectives compared after a capture
                 culprits = tuple(r for r in event.get("culprits") or [] if isinstance(r, int))
-                self._note(Finding(FLIGHT_RECORDER, culprits[0] if len(culprits) == 1 else None, None,
+                self._note(Finding(EventKind.FLIGHT_RECORDER.value, culprits[0] if len(culprits) == 1 else None, None,
                                    f"collectives (Flight Recorder): {event.get('message')}", bool(culprits),
                                    _float(event.get("t")), culprits))
-            elif kind == LAUNCH_MISMATCH and isinstance(event.get("key"), str):
+            elif kind == EventKind.LAUNCH_MISMATCH.value and isinstance(event.get("key"), str):
                 self.launch_mismatches[event["key"]] = event
-                self._note(Finding(LAUNCH_MISMATCH, _int(rank), None,
+                self._note(Finding(EventKind.LAUNCH_MISMATCH.value, _int(rank), None,
                                    str(event.get("title") or event.get("cause") or event.get("message") or ""),
                                    event.get("level") != "info", _float(event.get("t"))))
-            elif kind == NODE_LOST:
+            elif kind == EventKind.NODE_LOST.value:
                 node_rank = _int(event.get("node_rank"))
                 self.lost_nodes[node_rank if node_rank is not None else -1] = event
-                self._note(Finding(NODE_LOST, None, None, str(event.get("message") or "a node was lost"), True,
+                self._note(Finding(EventKind.NODE_LOST.value, None, None, str(event.get("message") or "a node was lost"), True,
                                    _float(event.get("t"))))
-            elif kind in (RANK_FAILED, EXCEPTION) and isinstance(rank, int):
-                if kind == RANK_FAILED or event.get("fatal", True):
+            elif kind in (EventKind.RANK_FAILED.value, EventKind.EXCEPTION.value) and isinstance(rank, int):
+                if kind == EventKind.RANK_FAILED.value or event.get("fatal", True):
                     self.early_failures.append(event)
-            elif kind == CONNECTION_LOST and isinstance(rank, int):
+            elif kind == EventKind.CONNECTION_LOST.value and isinstance(rank, int):
                 if not self._stopping:  # ranks stopped on request drop their connections too
                     self.early_failures.append(event)
-            elif kind == STOPPING:
+            elif kind == EventKind.STOPPING.value:
                 self._stopping = True
-            elif kind == BOTTLENECK:
+            elif kind == EventKind.BOTTLENECK.value:
                 self.live_bottleneck = event
-            elif kind == RUN_FINISHED and isinstance(event.get("summary"), dict):
+            elif kind == EventKind.RUN_FINISHED.value and isinstance(event.get("summary"), dict):
                 self._finished_summary = event["summary"]
             else:
                 continue
@@ -478,9 +470,8 @@ class DiagnosisModel:
 
     @property
     def summary(self) -> dict[str, Any] | None:
-        run = self.monitor.run or {}
-        summary = run.get("summary")
-        if isinstance(summary, dict):
+        summary = None if self.monitor.run is None else self.monitor.run.summary
+        if summary is not None:
             return summary
         return self._finished_summary
 
@@ -547,39 +538,39 @@ class DiagnosisModel:
         diagnostics = self.diagnostics
         for stall in diagnostics.get("stalls") or []:  # how the run's end closed a stall the events left open
             if stall.get("finished_after") is not None:
-                close_finding(found, STALLED, _int(stall.get("rank")), stall_outcome(stall))
-        if STALLED not in kinds:
+                close_finding(found, EventKind.STALLED.value, _int(stall.get("rank")), stall_outcome(stall))
+        if EventKind.STALLED.value not in kinds:
             for stall in diagnostics.get("stalls") or []:
                 after = stall.get("resumed_after")
                 where = f"at step {stall.get('step')}" if stall.get("step") is not None else "before its first step"
                 hung = after is None and stall.get("finished_after") is None
-                found.append(Finding(STALLED, _int(stall.get("rank")), _int(stall.get("step")),
+                found.append(Finding(EventKind.STALLED.value, _int(stall.get("rank")), _int(stall.get("step")),
                                      f"rank {stall.get('rank')} stalled {where} (no progress for "
                                      f"{_float(stall.get('seconds')) or 0:.0f} s){stall_outcome(stall)}", hung,
                                      _float(stall.get("since"))))
-        if STRAGGLER not in kinds:
+        if EventKind.STRAGGLER.value not in kinds:
             for straggler in diagnostics.get("stragglers") or []:
-                found.append(Finding(STRAGGLER, _int(straggler.get("rank")), _int(straggler.get("step")),
+                found.append(Finding(EventKind.STRAGGLER.value, _int(straggler.get("rank")), _int(straggler.get("step")),
                                      straggler_text(straggler, past=True), False))
-        if DIVERGENCE not in kinds:
+        if EventKind.DIVERGENCE.value not in kinds:
             for divergence in diagnostics.get("divergences") or []:
-                found.append(Finding(DIVERGENCE, _int((divergence.get("ranks") or [None])[0]),
+                found.append(Finding(EventKind.DIVERGENCE.value, _int((divergence.get("ranks") or [None])[0]),
                                      _int(divergence.get("step")), divergence_text(divergence), False,
                                      ranks=tuple(divergence.get("ranks") or ())))
-        if STACKS not in kinds and isinstance(diagnostics.get("stacks"), dict):
+        if EventKind.STACKS.value not in kinds and isinstance(diagnostics.get("stacks"), dict):
             stacks = diagnostics["stacks"]
             verdict = stacks.get("verdict") if isinstance(stacks.get("verdict"), dict) else {}
             text = f"stacks ({stacks.get('reason')}): {verdict.get('message') or 'captured'}"
-            found.append(Finding(STACKS, None, None, text, False, _float(stacks.get("t"))))
+            found.append(Finding(EventKind.STACKS.value, None, None, text, False, _float(stacks.get("t"))))
         flight = diagnostics.get("flight_recorder")
-        if FLIGHT_RECORDER not in kinds and isinstance(flight, dict) and flight.get("message"):
+        if EventKind.FLIGHT_RECORDER.value not in kinds and isinstance(flight, dict) and flight.get("message"):
             culprits = tuple(r for r in flight.get("culprits") or [] if isinstance(r, int))
-            found.append(Finding(FLIGHT_RECORDER, culprits[0] if len(culprits) == 1 else None, None,
+            found.append(Finding(EventKind.FLIGHT_RECORDER.value, culprits[0] if len(culprits) == 1 else None, None,
                                  f"collectives (Flight Recorder): {flight['message']}", False, ranks=culprits))
-        if LAUNCH_MISMATCH not in kinds:
+        if EventKind.LAUNCH_MISMATCH.value not in kinds:
             for record in diagnostics.get("launcher") or []:
                 if isinstance(record, dict):
-                    found.append(Finding(LAUNCH_MISMATCH, None, None, str(record.get("title") or record.get("cause")),
+                    found.append(Finding(EventKind.LAUNCH_MISMATCH.value, None, None, str(record.get("title") or record.get("cause")),
                                          record.get("level") != "info",
                                          ranks=tuple(r for r in record.get("ranks") or [] if isinstance(r, int))))
         return found
@@ -618,18 +609,18 @@ class DiagnosisModel:
         fates = {fate.rank: fate for fate in self.other_failures if fate.rank is not None}
         if first is not None and first.rank is not None:
             fates[first.rank] = first
-        ranks = {row["rank"]: row for row in self.monitor.rank_rows() if isinstance(row.get("rank"), int)}
+        ranks = {row.rank: row for row in self.monitor.rank_rows()}
         lines = []
         for rank in sorted(set(ranks) | set(fates)):
-            row = ranks.get(rank, {})
+            row = ranks.get(rank)
             fate = fates.get(rank)
-            state = str(row.get("state") or "")
-            host = str(row.get("host") or (fate.host if fate else "") or "")
+            state = "" if row is None else row.state
+            host = str((row.host if row is not None else None) or (fate.host if fate else "") or "")
             if fate is not None:
                 how = fate.how
                 detail = fate.exception_line or ""
             else:
-                exit_code = _int(row.get("exit_code"))
+                exit_code = None if row is None else row.exit_code
                 how = how_text(exit_code, None) if exit_code is not None else ""
                 detail = ""
             is_first = first is not None and first.rank == rank
@@ -650,20 +641,20 @@ class DiagnosisModel:
                 if lost and lost not in text:
                     text += f" · {lost}"
                 return Banner(ERROR, text, "failure", first.rank if first else None,
-                              more=len([f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)]))
-            interesting = [f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)
-                           or (f.kind == LAUNCH_MISMATCH and f.active)]
+                              more=len([f for f in findings if f.kind in (EventKind.STALLED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value)]))
+            interesting = [f for f in findings if f.kind in (EventKind.STALLED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value)
+                           or (f.kind == EventKind.LAUNCH_MISMATCH.value and f.active)]
             nothing = next((hint.get("key") for hint in summary.get("hints") or []
                             if hint.get("key") in (NO_RANK_REPORTED, NO_STEP_MEASURED)), None)
             if outcome == "succeeded" and nothing:
                 return Banner(WARNING, self.headline, nothing)  # exit code 0, yet nothing was measured
-            if outcome == "stopped" and any(f.kind == STALLED for f in interesting):
+            if outcome == "stopped" and any(f.kind == EventKind.STALLED.value for f in interesting):
                 return Banner(WARNING, self.headline, "hang", more=len(interesting) - 1)
-            if outcome == "stopped" and any(f.kind == LAUNCH_MISMATCH for f in interesting):
-                return Banner(WARNING, self.headline, LAUNCH_MISMATCH, more=len(interesting) - 1)
+            if outcome == "stopped" and any(f.kind == EventKind.LAUNCH_MISMATCH.value for f in interesting):
+                return Banner(WARNING, self.headline, EventKind.LAUNCH_MISMATCH.value, more=len(interesting) - 1)
             if interesting:
                 parts = []
-                for kind in (STALLED, STRAGGLER, DIVERGENCE, LAUNCH_MISMATCH):
+                for kind in (EventKind.STALLED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value, EventKind.LAUNCH_MISMATCH.value):
                     texts = list(dict.fromkeys(f.text for f in interesting if f.kind == kind))
                     if texts:
                         parts.append(texts[0])
@@ -673,11 +664,11 @@ class DiagnosisModel:
             bottleneck = self.bottleneck
             if bottleneck is not None and bottleneck.problem:
                 lead = self.headline or outcome or "the run ended"
-                return Banner(INFO, f"{lead}; {bottleneck.text}", BOTTLENECK, bottleneck.rank)
+                return Banner(INFO, f"{lead}; {bottleneck.text}", EventKind.BOTTLENECK.value, bottleneck.rank)
             return None
         candidates: list[Banner] = []
         if self.lost_nodes:
-            candidates.append(Banner(ERROR, self._lost_nodes_text(), NODE_LOST))
+            candidates.append(Banner(ERROR, self._lost_nodes_text(), EventKind.NODE_LOST.value))
         if self.stalls and not self.monitor.finished:
             stalls = list(self.stalls.values())
             text = _stall_line(stalls, now)
@@ -689,7 +680,7 @@ class DiagnosisModel:
         for event in self.launch_mismatches.values():
             if event.get("level") != "info":
                 candidates.append(Banner(WARNING, f"{event.get('title') or event.get('cause')} (see Diagnosis)",
-                                         LAUNCH_MISMATCH, _int(event.get("rank"))))
+                                         EventKind.LAUNCH_MISMATCH.value, _int(event.get("rank"))))
         if self.early_failures and not candidates:
             event = min(self.early_failures, key=lambda e: _float(e.get("t")) or 0.0)
             candidates.append(Banner(ERROR, f"{_early_failure_text(event)}; waiting for the runner's diagnosis…",
@@ -697,13 +688,13 @@ class DiagnosisModel:
         # the straggler that holds the others up most first (as the bottleneck verdict names it)
         for rank, event in sorted(self.stragglers.items(), key=lambda item: (-(_float(item[1].get("excess")) or 0.0),
                                                                             item[0])):
-            candidates.append(Banner(WARNING, straggler_text(event), STRAGGLER, rank))
+            candidates.append(Banner(WARNING, straggler_text(event), EventKind.STRAGGLER.value, rank))
         for event in self.divergences[-1:]:
-            candidates.append(Banner(WARNING, divergence_text(event), DIVERGENCE, _int(event.get("rank"))))
+            candidates.append(Banner(WARNING, divergence_text(event), EventKind.DIVERGENCE.value, _int(event.get("rank"))))
         bottleneck = self.bottleneck
         if (bottleneck is not None and bottleneck.problem
                 and not (bottleneck.verdict == STRAGGLER_VERDICT and self.stragglers)):
-            candidates.append(Banner(INFO, bottleneck.text, BOTTLENECK, bottleneck.rank))
+            candidates.append(Banner(INFO, bottleneck.text, EventKind.BOTTLENECK.value, bottleneck.rank))
         if not candidates:
             return None
         top = candidates[0]

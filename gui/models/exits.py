@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gui.gateway.run_state import RankInfo
 from rankwatch._protocol import UNKNOWN_END as UNKNOWN
 from rankwatch._protocol import as_int as _int
 from rankwatch._protocol import ended_by
@@ -39,13 +40,12 @@ def rank_exits(summary: dict[str, Any] | None) -> dict[int, tuple[int | None, st
     return found
 
 
-def rank_ended_by(row: dict[str, Any], summary: dict[str, Any] | None, finished: bool) -> str:
+def rank_ended_by(row: RankInfo, summary: dict[str, Any] | None, finished: bool) -> str:
     """What a rank's "Ended by" says: the triage's verdict, else its row; empty while it runs."""
-    rank = _int(row.get("rank"))
-    verdict = rank_exits(summary).get(rank) if rank is not None else None
+    verdict = rank_exits(summary).get(row.rank)
     if verdict is not None and (verdict[0] is not None or verdict[1]):
         return ended_by(*verdict)
-    code = _int(row.get("exit_code"))
+    code = row.exit_code
     if code is not None:
         return ended_by(code)
     return UNKNOWN if finished else NOT_ENDED

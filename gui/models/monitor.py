@@ -22,13 +22,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from gui.gateway.runner_rules import (
-    Progress,
-    ProgressTracker,
-    RankState,
-    RunStatus,
-    compute_progress,
+from gui.gateway.run_state import (
+    HubMessage,
+    LogLine,
+    NodeInfo,
+    RankInfo,
+    RunInfo,
+    RunState,
+    SnapshotMessage,
+    UpdateMessage,
+    decode_hub_message,
+    measured_process,
+    steps_done,
+    working_text,
 )
+from gui.gateway.runner_rules import Progress, RankState
 from gui.models import NOT_MEASURED, Event
 from gui.models.exits import rank_ended_by
 from gui.models.phases import RankPhases, rank_phases
@@ -131,7 +139,8 @@ PHASES_COLUMN = "Where the step goes"
 RANK_COLUMNS = ("Node", "Rank", "Host", "PID", "GPU", "State", "Step", "Loss", "Step ms", "Data wait %", "Comm wait %",
                 PHASES_COLUMN, "Heartbeat", "Ended by", "Diagnosis")
 """``Node`` sorts by (node rank, rank), so sorting by it groups the ranks by node; ``Step`` says
-how many steps ``GradScaler`` skipped, when any; ``Where the step goes`` is drawn as a stacked
+the steps the rank made (its newest step index + 1: the header's and ``runs show``'s count) and
+how many of them ``GradScaler`` skipped, when any; ``Where the step goes`` is drawn as a stacked
 bar of the step's phases (``gui.models.phases``; its text lists the shares, its sort key is the
 share spent computing); ``Ended by`` says it as every panel does (``gui.models.exits``);
 ``Diagnosis`` holds the diagnosis model's note for the rank (failed first, stalled, straggler,
@@ -159,16 +168,6 @@ def format_age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def format_duration(seconds: float | None) -> str:
-    """``1:02:03`` or ``2:03``; empty when unknown."""
-    if seconds is None or math.isnan(seconds):
-        return ""
-    seconds = int(max(0, round(seconds)))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
 def format_loss(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NOT_MEASURED
@@ -178,16 +177,15 @@ def format_loss(value: float | None) -> str:
     return f"{value:.4f}"
 
 
-def heartbeat_age(row: dict[str, Any], now: float) -> float | None:
-    last_seen = row.get("last_seen")
-    if last_seen is None or finished_rank(row):
+def heartbeat_age(row: RankInfo, now: float) -> float | None:
+    if row.last_seen is None or finished_rank(row):
         return None
-    return now - float(last_seen)
+    return now - row.last_seen
 
 
-def finished_rank(row: dict[str, Any]) -> bool:
+def finished_rank(row: RankInfo) -> bool:
     try:
-        return RankState(row.get("state")).finished
+        return RankState(row.state).finished
     except ValueError:
         return False
 
@@ -216,7 +214,7 @@ class RankTiming:
     """Set when the figures are the whole run's (the median over this many steps)."""
 
 
-def rank_timing(row: dict[str, Any], result: dict[str, Any] | None = None) -> RankTiming:
+def rank_timing(row: RankInfo, result: dict[str, Any] | None = None) -> RankTiming:
     """The newest step's figures while the rank runs; once it ended and the run's results were
     read (``MonitorModel.rank_results``), its whole run's: the median step, the shares over
     every step. A last step (a checkpoint, the final all-reduce) is no summary: seen "comm
@@ -224,30 +222,31 @@ def rank_timing(row: dict[str, Any], result: dict[str, Any] | None = None) -> Ra
     if result is not None and finished_rank(row) and result.get("median_step_time") is not None:
         return RankTiming(result["median_step_time"], result.get("data_wait_share"), result.get("comm_wait_share"),
                           result.get("steps"))
-    return RankTiming(row.get("step_time"), row.get("data_wait_share"), row.get("comm_wait_share"))
+    return RankTiming(row.step_time, row.data_wait_share, row.comm_wait_share)
 
 
-def rank_phases_of(row: dict[str, Any], result: dict[str, Any] | None = None) -> RankPhases:
+def rank_phases_of(row: RankInfo, result: dict[str, Any] | None = None) -> RankPhases:
     """Where the rank's steps go (``gui.models.phases.rank_phases``): its recent steps while it
     runs, its whole run once it ended and the run's figures were read (as :func:`rank_timing`)."""
     return rank_phases(row, result, finished_rank(row))
 
 
-def skipped_steps(row: dict[str, Any], result: dict[str, Any] | None = None) -> int:
+def skipped_steps(row: RankInfo, result: dict[str, Any] | None = None) -> int:
     """Steps ``GradScaler`` skipped on the rank (counted among its steps): the whole run's once it
     ended and the figures were read, else the hub's count."""
     if result is not None and finished_rank(row) and result.get("skipped_steps") is not None:
         return int(result["skipped_steps"])
-    return int(row.get("skipped_steps") or 0)
+    return int(row.skipped_steps or 0)
 
 
 def step_text(step: Any, skipped: int) -> str:
-    """``640``, or ``640 (3 skipped)`` when ``GradScaler`` skipped some."""
+    """``640``, or ``640 (3 skipped)`` when ``GradScaler`` skipped some: the steps done
+    (``steps_done``), as the header and ``runs show`` count them."""
     text = _text(step)
     return f"{text} ({skipped:,} skipped)" if skipped else text
 
 
-def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[str, Any] | None = None,
+def rank_cells(row: RankInfo, now: float, note: str = "", summary: dict[str, Any] | None = None,
                result: dict[str, Any] | None = None) -> tuple[str, ...]:
     """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order; ``summary`` is the
     run's triage (how it says a rank ended wins over the row); ``result`` the rank's whole-run
@@ -256,39 +255,39 @@ def rank_cells(row: dict[str, Any], now: float, note: str = "", summary: dict[st
     share = timing.data_wait_share
     comm_share = timing.comm_wait_share
     step_time = timing.step_time
-    gpu = row.get("gpu_index")
+    gpu = row.gpu_index
     finished = finished_rank(row)
     age = heartbeat_age(row, now)
     return (
-        _text(row.get("node_rank")),
-        _text(row.get("rank")),
-        _text(row.get("host")),
-        _text(row.get("pid")),
+        _text(row.node_rank),
+        _text(row.rank),
+        _text(row.host),
+        _text(row.pid),
         "cpu" if gpu is None else str(gpu),
-        _text(row.get("state")),
-        step_text(row.get("step"), skipped_steps(row, result)),
-        format_loss(row.get("loss")),
+        _text(row.state),
+        step_text(steps_done(row.step), skipped_steps(row, result)),
+        format_loss(row.loss),
         NOT_MEASURED if step_time is None else f"{1000.0 * step_time:.1f}",
         NOT_MEASURED if share is None else f"{100.0 * share:.0f}",
         NOT_MEASURED if comm_share is None else f"{100.0 * comm_share:.0f}",
         rank_phases_of(row, result).text(),
         "" if finished else NOT_MEASURED if age is None else format_age(age),
         rank_ended_by(row, summary, finished),
-        note or ("" if finished else _protocol.working_without_steps(row, now)),
+        note or ("" if finished else working_text(row, now)),
     )
 
 
-def rank_sort_keys(row: dict[str, Any], now: float, note: str = "",
+def rank_sort_keys(row: RankInfo, now: float, note: str = "",
                    result: dict[str, Any] | None = None) -> tuple[Any, ...]:
     """Numbers where the column is numeric, so sorting by step or loss is numeric; the figures
     shown (:func:`rank_timing`)."""
     timing = rank_timing(row, result)
     step_time = timing.step_time
     return (
-        (row.get("node_rank") or 0) * 1_000_000 + (row.get("rank") or 0), row.get("rank"), row.get("host") or "", row.get("pid"), row.get("gpu_index"), row.get("state") or "",
-        row.get("step"), row.get("loss"), None if step_time is None else 1000.0 * step_time,
+        (row.node_rank or 0) * 1_000_000 + row.rank, row.rank, row.host or "", row.pid, row.gpu_index, row.state,
+        row.step, row.loss, None if step_time is None else 1000.0 * step_time,
         timing.data_wait_share, timing.comm_wait_share, rank_phases_of(row, result).compute_share,
-        heartbeat_age(row, now), row.get("exit_code"), note,
+        heartbeat_age(row, now), row.exit_code, note,
     )
 
 
@@ -319,21 +318,16 @@ class MonitorModel:
         self._clear()
 
     def _clear(self) -> None:
-        self.run: dict[str, Any] | None = None
-        self.spec: dict[str, Any] = {}
-        self.ranks: dict[int, dict[str, Any]] = {}
+        self.state = RunState()
+        """The run, its ranks and nodes and what derives from them (``runner.runstate``): the
+        terminal view renders the same state."""
         self.rank_results: dict[int, dict[str, Any]] = {}
         """Each rank's whole-run figures, read from the store once the run ended (``set_rank_results``)."""
-        self.nodes: dict[int, dict[str, Any]] = {}
         self.logs = LogBuffer(self._log_limit)
         self.events: deque[dict[str, Any]] = deque(maxlen=self._event_limit)
         self.events_total = 0
         self._series: dict[str, dict[int, dict[str, Series]]] = {}
-        self._step_pairs: dict[int, _protocol.StepPairs] = {}
-        self._progress = ProgressTracker()
         self.gpu_memory_total: dict[int, float] = {}
-        self.history_done = False
-        self.end_reason: str | None = None
         self.decimated_updates = 0
         self.messages_applied = 0
         self.points_total = 0
@@ -369,77 +363,58 @@ class MonitorModel:
 
     # ---- applying messages ---------------------------------------------------------
 
-    def apply(self, message: dict[str, Any]) -> None:
-        """Apply one decoded hub message. Unknown types are ignored (newer hubs)."""
-        kind = message.get("type")
+    def apply(self, message: dict[str, Any] | HubMessage) -> None:
+        """Apply one hub message, as the link decoded it or typed already. Unknown types are
+        ignored (newer hubs)."""
+        typed = decode_hub_message(message) if isinstance(message, dict) else message
         self.messages_applied += 1
-        if kind == "snapshot":
-            self._apply_snapshot(message)
-        elif kind == "update":
-            self._apply_update(message)
-        elif kind == "history_end":
-            self.history_done = True
-            self.history_finished.emit()
-        elif kind == "bye":
-            self.end_reason = str(message.get("reason") or "ended")
-            self.ended.emit(self.end_reason)
+        if isinstance(typed, SnapshotMessage):
+            self._apply_snapshot(typed)
+        elif isinstance(typed, UpdateMessage):
+            self._apply_update(typed)
+        elif typed is not None:
+            changes = self.state.apply(typed)
+            if changes.history_done:
+                self.history_finished.emit()
+            if changes.ended:
+                self.ended.emit(self.end_reason)
 
-    def _apply_snapshot(self, message: dict[str, Any]) -> None:
+    def _apply_snapshot(self, message: SnapshotMessage) -> None:
         self._clear()
-        self.spec = message.get("spec") or {}
-        self._set_run(message.get("run"))
-        for row in message.get("ranks") or []:
-            self._merge_rank(row)
-        for node in message.get("nodes") or []:
-            self.nodes[int(node.get("node_rank", 0))] = dict(node)
+        self.state.apply(message)
         self.reset.emit()
+        self.run_changed.emit()
+        if self.status is not None:
+            self.status_changed.emit(str(self.status))
         self.ranks_changed.emit()
         self.nodes_changed.emit()
 
-    def _apply_update(self, message: dict[str, Any]) -> None:
-        if message.get("decimated"):
+    def _apply_update(self, message: UpdateMessage) -> None:
+        if message.decimated:
             self.decimated_updates += 1
-        if message.get("run"):
-            self._set_run(message["run"])
-        ranks = message.get("ranks") or []
-        for row in ranks:
-            self._merge_rank(row)
-        nodes = message.get("nodes") or []
-        for node in nodes:
-            self.nodes[int(node.get("node_rank", 0))] = {**self.nodes.get(int(node.get("node_rank", 0)), {}), **node}
+        shown = self.shown_status
+        changes = self.state.apply(message)
+        if changes.run:
+            self.run_changed.emit()
+        if changes.status or self.shown_status != shown:
+            self.status_changed.emit(str(self.shown_status))
         added = 0
-        if message.get("metrics"):
-            added += self.add_metric_rows(message["metrics"])
-        if message.get("gpus"):
-            added += self.add_gpu_rows(message["gpus"])
-        if message.get("procs"):
-            added += self.add_process_rows(message["procs"])
-        if message.get("logs"):
-            self.add_log_rows(message["logs"])
-        if message.get("events"):
-            self.add_events(message["events"])
-        if ranks:
+        if message.metrics:
+            added += self.add_metric_rows(message.metrics)
+        if message.gpus:
+            added += self.add_gpu_rows(message.gpus)
+        if message.procs:
+            added += self.add_process_rows(message.procs)
+        if message.logs:
+            self._add_log_lines(message.logs)
+        if message.events:
+            self.add_events([event.to_wire() for event in message.events])
+        if changes.ranks:
             self.ranks_changed.emit()
-        if nodes:
+        if changes.nodes:
             self.nodes_changed.emit()
         if added:
             self.points_added.emit()
-
-    def _set_run(self, run: dict[str, Any] | None) -> None:
-        if not run:
-            return
-        old_status = self.run.get("status") if self.run else None
-        self.run = {**(self.run or {}), **run}
-        self.run_changed.emit()
-        if self.run.get("status") != old_status:
-            self.status_changed.emit(str(self.run.get("status")))
-
-    def _merge_rank(self, row: dict[str, Any]) -> None:
-        if row.get("rank") is None:
-            return
-        rank = int(row["rank"])
-        merged = self.ranks.setdefault(rank, {"rank": rank})
-        merged.update(row)
 
     def add_metric_rows(self, rows: Iterable[list | tuple]) -> int:
         """Protocol metric items ``[rank, t, step, name, value, source]``; returns points added."""
@@ -460,29 +435,23 @@ class MonitorModel:
             group[1].append(t)
             group[2].append(value)
             if name in (_protocol.STEP_TIME, _protocol.DATA_WAIT) and step is not None:
-                self._pair_data_wait(rank, step, t, name, value, groups)
+                paired = self.state.pair_data_wait((rank, t, step, name, value, source))
+                if paired is not None:
+                    share = groups.setdefault((DATA_WAIT_SHARE, rank, _protocol.SOURCE_AUTO), ([], [], []))
+                    share[0].append(paired[0])
+                    share[1].append(paired[1])
+                    share[2].append(paired[2])
         count = 0
         for (name, rank, source), (steps, times, values) in groups.items():
             series = self._series_for_write(name, rank, source)
             series.append(_numbers(steps), times, _numbers(values))
             count += len(values)
             if name != DATA_WAIT_SHARE:
-                self._progress.note_steps(steps, times)
+                self.state.note_steps(steps, times)
             if self.first_t is None and times:
                 self.first_t = float(min(times))
         self.points_total += count
         return count
-
-    def _pair_data_wait(self, rank: int, step: Any, t: float, name: str, value: Any, groups: dict) -> None:
-        pairs = self._step_pairs.get(rank)
-        if pairs is None:
-            pairs = self._step_pairs[rank] = _protocol.StepPairs()
-        paired = pairs.add(step, t, name, value)
-        if paired is not None:
-            group = groups.setdefault((DATA_WAIT_SHARE, rank, _protocol.SOURCE_AUTO), ([], [], []))
-            group[0].append(paired[0])
-            group[1].append(paired[1])
-            group[2].append(paired[2])
 
     def add_gpu_rows(self, rows: Iterable[list | tuple]) -> int:
         """Protocol GPU samples ``[t, index, util, mem_used, mem_total, power_w, temp_c, sm_mhz]``."""
@@ -508,10 +477,15 @@ class MonitorModel:
         return count
 
     def add_process_rows(self, rows: Iterable[list | tuple]) -> int:
-        """Protocol process samples ``[t, rank, pid, cpu_percent, rss_bytes, threads]``."""
+        """Protocol process samples ``[t, rank, pid, cpu_percent, rss_bytes, threads]``. A sample of a
+        process that was gone (nothing read: all zeros) is no point of its charts: they end at its
+        last known values (``runner.runstate.state.measured_process``)."""
         by_rank: dict[int, tuple[list, list, list]] = {}
         for row in rows:
             if len(row) < 5 or row[1] is None:
+                continue
+            sample = _protocol.ProcessSample.from_wire(row)
+            if sample is not None and not measured_process(sample):
                 continue
             t, rank, _pid, cpu, rss = row[:5]
             group = by_rank.setdefault(int(rank), ([], [], []))
@@ -529,16 +503,14 @@ class MonitorModel:
         return count
 
     def add_log_rows(self, rows: Iterable[list | tuple]) -> None:
-        """Protocol log items ``[rank, t, stream, line, node]``."""
-        entries = []
-        for row in rows:
-            if len(row) < 4:
-                continue
-            rank, t, stream, line = row[:4]
-            node = row[4] if len(row) > 4 else None
-            entries.append(LogEntry(None if rank is None else int(rank), float(t or 0.0), str(stream or "stdout"),
-                                    str(line), node))
-            self._progress.note_line(str(line))
+        """Protocol log items ``[rank, t, stream, line, node]`` (a stored run's, a test's)."""
+        lines = [line for line in (LogLine.from_wire(row) for row in rows) if line is not None]
+        for line in lines:
+            self.state.progress.note_line(line.line)
+        self._add_log_lines(lines)
+
+    def _add_log_lines(self, lines: Iterable[LogLine]) -> None:
+        entries = [LogEntry(line.rank, line.t, line.stream, line.line, line.node) for line in lines]
         if entries:
             self.logs.extend(entries)
             self.logs_added.emit()
@@ -576,27 +548,55 @@ class MonitorModel:
     # ---- reading -------------------------------------------------------------------
 
     @property
+    def run(self) -> RunInfo | None:
+        return self.state.run
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.state.spec
+
+    @property
+    def ranks(self) -> dict[int, RankInfo]:
+        """This run's ranks (a new snapshot replaces them)."""
+        return self.state.ranks
+
+    @property
+    def nodes(self) -> dict[int, NodeInfo]:
+        return self.state.nodes
+
+    @property
+    def history_done(self) -> bool:
+        return self.state.history_done
+
+    @property
+    def end_reason(self) -> str | None:
+        return self.state.end_reason
+
+    @property
     def status(self) -> str | None:
-        return None if self.run is None else self.run.get("status")
+        return self.state.status
+
+    @property
+    def shown_status(self) -> str | None:
+        """The status the person sees: ``hung`` while the run goes with a stalled rank
+        (``runner.runstate.state.shown_status``, as History and ``runs list`` say it)."""
+        return self.state.shown_status
 
     @property
     def run_id(self) -> int | None:
-        return None if self.run is None else self.run.get("id")
+        return None if self.run is None else self.run.id
 
     @property
     def finished(self) -> bool:
-        try:
-            return self.status is not None and RunStatus(self.status).finished
-        except ValueError:
-            return False
+        return self.state.finished
 
     @property
     def t0(self) -> float:
         """Zero of the time axis: when the run started (or its first record)."""
-        if self.run:
-            for key in ("started", "created"):
-                if self.run.get(key):
-                    return float(self.run[key])
+        if self.run is not None:
+            for when in (self.run.started, self.run.created):
+                if when:
+                    return when
         return self.first_t or 0.0
 
     def series_names(self) -> list[str]:
@@ -613,13 +613,13 @@ class MonitorModel:
     def has_gpu_samples(self) -> bool:
         return bool(self._series.get(GPU_UTILIZATION))
 
-    def rank_rows(self) -> list[dict[str, Any]]:
+    def rank_rows(self) -> list[RankInfo]:
         return [self.ranks[rank] for rank in sorted(self.ranks)]
 
     def skipped_steps(self) -> int:
         """Steps ``GradScaler`` skipped, as the header counts them: the most any rank skipped (under
         DDP every rank skips the same steps, as the steps are counted by the rank furthest on)."""
-        return max((skipped_steps(row, self.rank_results.get(int(row["rank"]))) for row in self.rank_rows()),
+        return max((skipped_steps(row, self.rank_results.get(row.rank)) for row in self.rank_rows()),
                    default=0)
 
     def set_rank_results(self, results: dict[int, dict[str, Any]]) -> None:
@@ -641,16 +641,11 @@ class MonitorModel:
         return None
 
     def current_step(self) -> int | None:
-        steps = [row["step"] for row in self.ranks.values() if row.get("step") is not None]
-        if steps:
-            return int(max(steps))
-        return None if self._progress.last_step is None else int(self._progress.last_step)
+        return self.state.current_step()
 
     def progress(self, now: float | None = None) -> Progress:
-        """Step, epoch, elapsed and an ETA when the total is known (``runner.view.progress``)."""
-        return compute_progress(step=self.current_step(), last_value=self.last_value,
-                                args=self.spec.get("args") or [], tracker=self._progress, run=self.run,
-                                finished=self.finished, now=time.time() if now is None else now)
+        """Step, epoch, elapsed and an ETA when the total is known (``runner.runstate.progress``)."""
+        return self.state.progress_now(self.last_value, time.time() if now is None else now)
 
     # ---- loading a finished run ----------------------------------------------------
 
@@ -662,18 +657,19 @@ class MonitorModel:
         run = records.run
         spec = _spec_from_toml(run.get("spec_toml"))
         public_run = {k: v for k, v in run.items() if k not in ("spec_toml",)}
-        model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": public_run,
-                     "ranks": records.ranks, "nodes": records.nodes, "spec": spec})
+        model.apply(SnapshotMessage(RunInfo.from_wire(public_run), _typed(RankInfo, records.ranks),
+                                    _typed(NodeInfo, records.nodes), spec))
         for chunk in records.metric_chunks:
             model.add_metric_rows(chunk)
         model.add_gpu_rows(records.gpu_samples)
+        model.state.note_process_samples(records.process_samples)
         model.add_process_rows(records.process_samples)
         model.add_log_rows(records.logs)
         model.logs.total = max(model.logs.total, records.log_total)
         model.add_events(records.events)
         model.rank_results = records.rank_results
         model._fill_rank_rows_from_series()
-        model.history_done = True
+        model.state.history_done = True
         model.points_added.emit()
         model.ranks_changed.emit()
         return model
@@ -684,11 +680,12 @@ class MonitorModel:
                                    (DATA_WAIT_SHARE, "data_wait_share", 1.0),
                                    (_protocol.SAMPLES_PER_SECOND, "samples_per_s", 1.0)):
             for rank, series in self.series(name).items():
-                row = self.ranks.setdefault(rank, {"rank": rank})
-                if row.get(field) is None and len(series):
-                    row[field] = series.values.last * scale
-                    if row.get("step") is None and not math.isnan(series.steps.last):
-                        row["step"] = int(series.steps.last)
+                row = self.ranks.get(rank) or RankInfo(rank=rank)
+                if getattr(row, field) is None and len(series):
+                    known: dict[str, Any] = {"rank": rank, field: series.values.last * scale}
+                    if row.step is None and not math.isnan(series.steps.last):
+                        known["step"] = int(series.steps.last)
+                    self.state.merge_rank(known)
 
 
 def format_event(event: dict[str, Any]) -> str:
@@ -719,6 +716,16 @@ def summary_lines(summary: dict[str, Any] | None) -> tuple[str, list[str]]:
         details.append(f"Traceback of rank {first.get('rank')}:")
         details.extend(str(first["traceback"]).rstrip().splitlines())
     return headline, details
+
+
+def _typed(cls: type[RankInfo] | type[NodeInfo], rows: Iterable[dict[str, Any]]) -> tuple[Any, ...]:
+    typed = []
+    for row in rows:
+        try:
+            typed.append(cls.from_wire(row))
+        except ValueError:
+            continue
+    return tuple(typed)
 
 
 def _numbers(values: list) -> list:

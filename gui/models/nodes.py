@@ -12,8 +12,8 @@ view's node filter).
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from gui.gateway.run_state import NodeInfo
 from gui.models.monitor import MonitorModel
 
 NODE_COLUMNS = ("Node", "Host", "State", "Processes", "Ranks", "Since", "Detail")
@@ -35,13 +35,13 @@ def compact_ranks(ranks: list[int]) -> str:
     return ", ".join(parts)
 
 
-def since_text(node: dict[str, Any]) -> str:
+def since_text(node: NodeInfo) -> str:
     """``lost at 12:03:04``, ``failed at ...``, ``running since ...`` (local time)."""
-    changed = node.get("changed")
+    changed = node.changed
     if changed is None:
         return ""
-    when = time.strftime("%H:%M:%S", time.localtime(float(changed)))
-    state = str(node.get("state") or "")
+    when = time.strftime("%H:%M:%S", time.localtime(changed))
+    state = node.state or ""
     if state in FINISHED_NODE_STATES:
         return f"{state} at {when}"
     return f"{state} since {when}" if state else when
@@ -50,35 +50,34 @@ def since_text(node: dict[str, Any]) -> str:
 def ranks_by_node(model: MonitorModel) -> dict[int, list[int]]:
     grouped: dict[int, list[int]] = {}
     for row in model.rank_rows():
-        node = row.get("node_rank")
-        grouped.setdefault(int(node) if node is not None else 0, []).append(int(row["rank"]))
+        grouped.setdefault(row.node_rank or 0, []).append(row.rank)
     return grouped
 
 
-def node_rows(model: MonitorModel) -> list[dict[str, Any]]:
+def node_rows(model: MonitorModel) -> list[NodeInfo]:
     """The NODE rows in node order; a run without any (an older runner) gets one per host of its ranks."""
     if model.nodes:
         return [model.nodes[node_rank] for node_rank in sorted(model.nodes)]
-    hosts: dict[int, dict[str, Any]] = {}
+    hosts: dict[int, str] = {}
+    processes: dict[int, int] = {}
     for row in model.rank_rows():
-        node_rank = int(row.get("node_rank") or 0)
-        hosts.setdefault(node_rank, {"node_rank": node_rank, "host": row.get("host") or "", "state": None,
-                                     "processes": 0, "changed": None, "detail": None})
-        hosts[node_rank]["processes"] += 1
-    return [hosts[n] for n in sorted(hosts)]
+        node_rank = row.node_rank or 0
+        hosts.setdefault(node_rank, row.host or "")
+        processes[node_rank] = processes.get(node_rank, 0) + 1
+    return [NodeInfo(node_rank=n, host=hosts[n], processes=processes[n]) for n in sorted(hosts)]
 
 
-def node_cells(node: dict[str, Any], ranks: list[int]) -> tuple[str, ...]:
+def node_cells(node: NodeInfo, ranks: list[int]) -> tuple[str, ...]:
     """The nodes table's texts for one NODE row, in :data:`NODE_COLUMNS` order."""
-    processes = node.get("processes")
+    processes = node.processes
     return (
-        str(node.get("node_rank", "")),
-        str(node.get("host") or ""),
-        str(node.get("state") or ""),
+        str(node.node_rank),
+        node.host or "",
+        node.state or "",
         "–" if processes is None else str(processes),  # not known: not measured
         compact_ranks(ranks),
         since_text(node),
-        str(node.get("detail") or ""),
+        node.detail or "",
     )
 
 
@@ -86,7 +85,7 @@ def node_count(model: MonitorModel) -> int:
     """How many machines the run uses (from its NODE rows, else its ranks' node ranks)."""
     if model.nodes:
         return len(model.nodes)
-    return len({row.get("node_rank") or 0 for row in model.rank_rows()}) if model.ranks else 0
+    return len({row.node_rank or 0 for row in model.rank_rows()}) if model.ranks else 0
 
 
 def is_multi_node(model: MonitorModel) -> bool:
@@ -95,7 +94,7 @@ def is_multi_node(model: MonitorModel) -> bool:
 
 def log_nodes(model: MonitorModel, recent: int = 2000) -> list[str]:
     """Host labels seen on log lines (and NODE rows), head first, for the log view's node filter."""
-    labels = [str(node.get("host")) for node in node_rows(model) if node.get("host")]
+    labels = [node.host for node in node_rows(model) if node.host]
     entries = model.logs.entries
     for index in range(max(0, len(entries) - recent), len(entries)):
         label = entries[index].node

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gui.gateway.run_state import RankInfo
 from gui.models import NOT_MEASURED
 from rankwatch import _protocol
 
@@ -126,14 +127,14 @@ class RankPhases:
         return "\n".join(lines)
 
 
-def rank_phases(row: dict[str, Any], result: dict[str, Any] | None = None, finished: bool = False) -> RankPhases:
+def rank_phases(row: RankInfo, result: dict[str, Any] | None = None, finished: bool = False) -> RankPhases:
     """A rank's phases: its recent steps' (the hub's row) while it runs; once it ended
     (``finished``) and the run's figures were read (``MonitorModel.rank_results``), its whole run's."""
-    rank = int(row.get("rank") or 0)
+    rank = row.rank
     if result is not None and finished and result.get("phase_shares"):
-        return RankPhases(rank, result["phase_shares"], result.get("phase_clock") or row.get("phase_clock"),
+        return RankPhases(rank, result["phase_shares"], result.get("phase_clock") or row.phase_clock,
                           whole_run=True, steps=result.get("measured_steps"))
-    return RankPhases(rank, row.get("phase_shares"), row.get("phase_clock"))
+    return RankPhases(rank, row.phase_shares, row.phase_clock)
 
 
 def clocks_text(rows: list[RankPhases]) -> str:

@@ -30,16 +30,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.run_state import EventKind
 from gui.gateway.runner_rules import RankState
 from gui.models.diagnosis import (
-    DIVERGENCE,
     ERROR,
     INFO,
-    LAUNCH_MISMATCH,
-    NODE_LOST,
-    STACKS,
-    STALLED,
-    STRAGGLER,
     WARNING,
     DiagnosisModel,
     clock,
@@ -50,8 +45,9 @@ from gui.widgets.throttled import RefreshThrottle
 
 RANK_HEADERS = ("Rank", "Host", "State", "How it ended", "Detail")
 FINDING_HEADERS = ("Time", "Finding", "Rank", "What")
-FINDING_NAMES = {STALLED: "stalled", STRAGGLER: "straggler", DIVERGENCE: "divergence", STACKS: "stacks",
-                 NODE_LOST: "node lost", LAUNCH_MISMATCH: "launcher mismatch"}
+FINDING_NAMES = {EventKind.STALLED.value: "stalled", EventKind.STRAGGLER.value: "straggler",
+                 EventKind.DIVERGENCE.value: "divergence", EventKind.STACKS.value: "stacks",
+                 EventKind.NODE_LOST.value: "node lost", EventKind.LAUNCH_MISMATCH.value: "launcher mismatch"}
 """How the findings table names each kind of finding (every kind the model notes)."""
 
 
@@ -291,7 +287,7 @@ class DiagnosisPanel(QWidget):
             rank = (finding.ranks and ", ".join(map(str, finding.ranks))) or ("" if finding.rank is None
                                                                            else str(finding.rank))
             texts = (clock(finding.t), FINDING_NAMES.get(finding.kind, finding.kind), rank, finding.text)
-            color = level_color(ERROR if finding.kind == NODE_LOST else "warning")
+            color = level_color(ERROR if finding.kind == EventKind.NODE_LOST.value else "warning")
             for column, text in enumerate(texts):
                 item = QTableWidgetItem(text)
                 item.setToolTip(finding.text)

@@ -107,6 +107,8 @@ class HistoryPanel(QWidget):
     """
 
     open_run_requested = Signal(int)
+    runs_listed = Signal(list)
+    """The runs as the store has them now (``RunRow``), after each read."""
     overlay_shown = Signal(list)
     export_finished = Signal(str)
 
@@ -219,6 +221,7 @@ class HistoryPanel(QWidget):
         live = sum(1 for row in rows if row.live)
         self.status_label.setText(f"{len(rows)} runs" + (f", {live} live" if live else ""))
         self._update_buttons()
+        self.runs_listed.emit(rows)
 
     def _on_failed(self, message: str) -> None:
         self.status_label.setText(message)

@@ -151,6 +151,7 @@ class LogView(QWidget):
     def _on_model_reset(self) -> None:
         self._rebuild_needed = True
         self._throttle.mark_dirty()
+        self._forget_ranks()
         if self.node_choice.count() > 1 and not log_nodes(self.model):
             # Another run: its nodes are not the last one's.
             self.node_choice.blockSignals(True)
@@ -197,8 +198,20 @@ class LogView(QWidget):
             return False
         return not needle or needle in log_text(entry).lower()
 
+    def _forget_ranks(self) -> None:
+        """Another run (a snapshot starts the model over): its ranks are not the last one's."""
+        kept = self.rank_choice.currentData()
+        self.rank_choice.blockSignals(True)
+        while self.rank_choice.count() > 2:  # "All ranks", "Launcher"
+            self.rank_choice.removeItem(2)
+        self._known_ranks = set()
+        index = self.rank_choice.findData(kept)
+        self.rank_choice.setCurrentIndex(max(0, index))
+        self.rank_choice.blockSignals(False)
+
     def _update_rank_choices(self) -> None:
-        ranks = set(self.model.ranks) | {e.rank for e in list(self.model.logs.entries)[-2000:] if e.rank is not None}
+        ranks = set(self.model.state.rank_set()) | {
+            e.rank for e in list(self.model.logs.entries)[-2000:] if e.rank is not None}
         new = sorted(ranks - self._known_ranks)
         if not new:
             return

@@ -51,6 +51,7 @@ from gui.gateway import store_reads
 from gui.gateway.launch_spec import LaunchSpec
 from gui.gateway.link import RunnerLink
 from gui.gateway.process import CommandBuilder, RunnerProcess, runner_command
+from gui.gateway.run_state import HUNG, HubMessage, SnapshotMessage
 from gui.gateway.runner_rules import RankState, RunStatus
 from gui.gateway.store_reader import store_reader
 from gui.gateway.store_reads import RunNotFound
@@ -82,6 +83,7 @@ STATUS_COLORS = {
     RunStatus.FAILED.value: STATE_COLORS[RankState.FAILED.value],
     RunStatus.STOPPED.value: STATE_COLORS[RankState.STOPPED.value],
     RunStatus.LOST.value: STATE_COLORS[RankState.LOST.value],
+    HUNG: STATE_COLORS[RankState.STALLED.value],  # running, but a rank makes no progress: as its stalled rows
 }
 
 
@@ -268,6 +270,11 @@ class MonitorPanel(QWidget):
             self._load_from_store(run_id)
         self._update_buttons()
 
+    @property
+    def is_detached(self) -> bool:
+        """Detached from a run that went on: what it shows is as of then, and nothing updates it."""
+        return self._detached
+
     def has_live_run(self) -> bool:
         """Watching (or launching) a run that has not ended."""
         return self.process.is_running() or (self._live and not self.model.finished)
@@ -358,10 +365,9 @@ class MonitorPanel(QWidget):
 
     # ---- link events -----------------------------------------------------------------
 
-    def _on_message_received(self, message: dict) -> None:
-        kind = message.get("type")
+    def _on_message_received(self, message: HubMessage) -> None:
         self.model.apply(message)
-        if kind == "snapshot":
+        if isinstance(message, SnapshotMessage):
             self.run_id = self.model.run_id if self.model.run_id is not None else self.run_id
             if self.banner.property("level") == "info":
                 self.banner.hide()
@@ -611,13 +617,13 @@ class MonitorPanel(QWidget):
             self.status_label.clear()
             self.status_label.setStyleSheet("")
         else:
-            parts = [f"Run {run.get('id', self.run_id)}"]
-            if run.get("profile"):
-                parts.append(str(run["profile"]))
-            if run.get("world_size"):
-                parts.append(f"{run['world_size']} ranks" + (f" on {run['host']}" if run.get("host") else ""))
+            parts = [f"Run {self.run_id if run.id is None else run.id}"]
+            if run.profile:
+                parts.append(run.profile)
+            if run.world_size:
+                parts.append(f"{run.world_size} ranks" + (f" on {run.host}" if run.host else ""))
             self.title_label.setText(" · ".join(parts))
-            status = str(run.get("status") or "")
+            status = self.model.shown_status or ""
             color = STATUS_COLORS.get(status)
             tip = ""
             if self._detached and not self.model.finished:
@@ -631,10 +637,11 @@ class MonitorPanel(QWidget):
         self._update_buttons()
 
     def _update_summary(self) -> None:
-        run = self.model.run or {}
-        summary = run.get("summary")
+        run = self.model.run
+        status = None if run is None else run.status
+        summary = None if run is None else run.summary
         if summary is None or summary == self._summary_shown:
-            if self.model.finished and run.get("status") == RunStatus.SUCCEEDED.value and self._summary_shown is None:
+            if self.model.finished and status == RunStatus.SUCCEEDED.value and self._summary_shown is None:
                 self._summary_shown = "succeeded"
                 self._show_banner(f"Run {self.run_id} finished successfully.", "info")
             return
@@ -644,8 +651,8 @@ class MonitorPanel(QWidget):
         if self.failure_banner.banner is not None:
             self.banner.hide()  # the diagnosis banner says it, with Details
         else:
-            text = headline or str(run.get("status"))
-            self._show_banner(f"Run {self.run_id} {run.get('status')}: {text}", "info")
+            text = headline or str(status)
+            self._show_banner(f"Run {self.run_id} {status}: {text}", "info")
         if details:
             self.events_view.appendPlainText("\n".join(["", f"== {headline}", *details]))
 

@@ -90,11 +90,12 @@ class MonitorTabs(QTabWidget):
         return self.add_panel()
 
     def panel_for_run(self, run_id: int) -> tuple[MonitorPanel, bool]:
-        """The tab to open run ``run_id`` in, and whether it shows that run already."""
+        """The tab to open run ``run_id`` in, and whether it shows that run already. A tab detached
+        from it shows it as it was then: the run is opened again in that tab."""
         for panel in self.panels():
             if panel.run_id == run_id and panel.model.run is not None:
                 self.setCurrentWidget(panel)
-                return panel, True
+                return panel, not panel.is_detached
         return self.panel_for_launch(), False
 
     def live_panels(self) -> list[MonitorPanel]:
@@ -110,7 +111,7 @@ class MonitorTabs(QTabWidget):
         index = self.indexOf(panel)
         if index < 0:
             return
-        state = state or panel.model.status or ""
+        state = state or panel.model.shown_status or ""
         title = "Launching…" if state == LAUNCHING and panel.run_id is None else (
             "No run" if panel.run_id is None else f"Run {panel.run_id}")
         self.setTabText(index, title)

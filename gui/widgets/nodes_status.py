@@ -84,15 +84,15 @@ class NodesStatus(QWidget):
         ranks = ranks_by_node(self.model)
         self.table.setRowCount(len(nodes))
         for row, node in enumerate(nodes):
-            cells = node_cells(node, ranks.get(int(node.get("node_rank") or 0), []))
-            tint = node_tint(node.get("state"))
+            cells = node_cells(node, ranks.get(node.node_rank, []))
+            tint = node_tint(node.state)
             for column, text in enumerate(cells):
                 item = self.table.item(row, column)
                 if item is None:
                     item = QTableWidgetItem()
                     self.table.setItem(row, column, item)
                 item.setText(text)
-                item.setToolTip(str(node.get("detail") or text))
+                item.setToolTip(node.detail or text)
                 item.setBackground(QBrush(tint) if tint is not None else QBrush())
                 if column == STATE_COLUMN:
                     item.setFont(self._bold)

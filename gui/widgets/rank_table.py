@@ -47,6 +47,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.gateway.run_state import RankInfo
 from gui.gateway.runner_rules import RankState
 from gui.models.diagnosis import Bottleneck
 from gui.models.monitor import (
@@ -133,14 +134,14 @@ class RankTableModel(ColumnTableModel):
                                    self._result(row))[column]
             return float("-inf") if value is None else value
         if role == NODE_ROLE:
-            return row.get("node_rank") or 0
+            return row.node_rank or 0
         if role == PHASES_ROLE:
             return self._phases[index.row()]
         if role == Qt.ItemDataRole.BackgroundRole:
-            tint = state_tint(row.get("state"))
+            tint = state_tint(row.state)
             return QBrush(tint) if tint is not None else None
         if role == Qt.ItemDataRole.ForegroundRole:
-            if column == HEARTBEAT_COLUMN and row.get("state") == RankState.RUNNING.value:
+            if column == HEARTBEAT_COLUMN and row.state == RankState.RUNNING.value:
                 age = heartbeat_age(row, self._now)
                 if age is not None and age > STALE_HEARTBEAT_S:
                     return QBrush(STATE_COLORS[RankState.STALLED.value])
@@ -154,7 +155,7 @@ class RankTableModel(ColumnTableModel):
                 return int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole:
-            if column == STATE_COLUMN and row.get("state") == RankState.STALLED.value:
+            if column == STATE_COLUMN and row.state == RankState.STALLED.value:
                 return "No progress for longer than the stall timeout"
             if column == DIAGNOSIS_COLUMN and self._cells[index.row()][column]:
                 return self._cells[index.row()][column]
@@ -167,8 +168,8 @@ class RankTableModel(ColumnTableModel):
             if column == STEP_COLUMN and (skipped := skipped_steps(row, self._result(row))):
                 return (f"GradScaler skipped {skipped:,} of its steps (inf or NaN gradients): "
                         "counted as steps, the weights left as they were")
-            if row.get("dropped"):
-                return f"{row['dropped']} telemetry records dropped by this rank"
+            if row.dropped:
+                return f"{row.dropped} telemetry records dropped by this rank"
         return None
 
     def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
@@ -176,19 +177,19 @@ class RankTableModel(ColumnTableModel):
             return WHOLE_RUN_COLUMNS.get(self.columns[section])
         return super().headerData(section, orientation, role)
 
-    def _result(self, row: dict[str, Any]) -> dict[str, Any] | None:
-        return self.model.rank_results.get(int(row["rank"])) if row.get("rank") is not None else None
+    def _result(self, row: RankInfo) -> dict[str, Any] | None:
+        return self.model.rank_results.get(row.rank)
 
     def refresh(self, now: float | None = None) -> None:
         """Take the model's current rows (a reset only when the set of ranks changed)."""
         self._now = time.time() if now is None else now
         rows = self.model.rank_rows()
         self._notes = self.notes_provider(self._now) if self.notes_provider is not None else {}
-        summary = (self.model.run or {}).get("summary")
-        cells = [rank_cells(row, self._now, self._notes.get(int(row["rank"]), ""), summary, self._result(row))
+        summary = None if self.model.run is None else self.model.run.summary
+        cells = [rank_cells(row, self._now, self._notes.get(row.rank, ""), summary, self._result(row))
                  for row in rows]
         phases = [rank_phases_of(row, self._result(row)) for row in rows]
-        same_ranks = [r.get("rank") for r in rows] == [r.get("rank") for r in self.rows]
+        same_ranks = [r.rank for r in rows] == [r.rank for r in self.rows]
         if same_ranks:
             self.rows, self._cells, self._phases = rows, cells, phases
             if rows:
@@ -203,7 +204,7 @@ class RankTableModel(ColumnTableModel):
         return list(self._phases)
 
     def rank_at(self, row: int) -> int | None:
-        return self.rows[row].get("rank") if 0 <= row < len(self.rows) else None
+        return self.rows[row].rank if 0 <= row < len(self.rows) else None
 
 
 class NodeSeparatorDelegate(QStyledItemDelegate):

@@ -19,6 +19,7 @@ from runner.diagnosis.flight_recorder import format_flight_record
 from runner.diagnosis.stacks import format_stacks
 from runner.hub.client import HubClient
 from runner.profile.resolve import default_interpreter
+from runner.runstate.messages import Bye, EventKind, HubMessage, UpdateMessage
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
 
@@ -127,7 +128,7 @@ async def request_stacks(socket_path: str, timeout: float) -> dict | None:
     try:
         await client.send(protocol.DumpStacks())
         found: dict[str, dict] = {}
-        messages = client.messages()
+        messages = client.hub_messages()
         capture = await asyncio.wait_for(_next_events(messages, found, protocol.EventKind.STACKS), timeout)
         if capture is not None and "flight_recorder" not in found:  # the Flight Recorders follow the capture
             with contextlib.suppress(asyncio.TimeoutError):
@@ -142,19 +143,19 @@ async def request_stacks(socket_path: str, timeout: float) -> dict | None:
         client.close()
 
 
-async def _next_events(messages: AsyncIterator[dict[str, Any]], found: dict[str, dict],
-                       wanted: protocol.EventKind) -> dict | None:
+async def _next_events(messages: AsyncIterator[HubMessage], found: dict[str, dict],
+                       wanted: EventKind) -> dict | None:
     """Read updates until an event of kind ``wanted``; every stacks and flight_recorder event seen
-    goes into ``found`` (one update may carry both)."""
-    kinds = (protocol.EventKind.STACKS.value, protocol.EventKind.FLIGHT_RECORDER.value)
+    goes into ``found`` (one update may carry both, as published)."""
+    kinds = (EventKind.STACKS, EventKind.FLIGHT_RECORDER)
     async for message in messages:
-        if message["type"] == protocol.Bye.TYPE:
+        if isinstance(message, Bye):
             return None
-        if message["type"] != protocol.Update.TYPE:
+        if not isinstance(message, UpdateMessage):
             continue
-        for event in message.get("events") or []:
-            if event.get("kind") in kinds and event["kind"] not in found:
-                found[event["kind"]] = event
+        for event in message.events:
+            if event.kind in kinds and event.kind.value not in found:
+                found[event.kind.value] = event.to_wire()
         if wanted.value in found:
             return found[wanted.value]
     return None

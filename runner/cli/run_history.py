@@ -23,6 +23,8 @@ from runner.format import (
     format_percent,
 )
 from runner.hub.client import HubClient
+from runner.runstate.messages import Bye, NodeInfo, RunInfo
+from runner.runstate.state import shown_status
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.rank_stats import (
@@ -108,13 +110,14 @@ def list_main(args: argparse.Namespace) -> int:
             runs = store.runs(limit=args.limit, live_only=args.live)
             for run in runs:
                 run["gpu_util"] = run_gpu_utilisation(store, run["id"])
+            stalled = store.stalled_runs([run["id"] for run in runs if run.get("ended") is None])
     except RunNotFound as error:
         if args.json:
             print("[]")
             return 0
         return fail(str(error), code=EXIT_FAILED)
     for run in runs:
-        run["status"] = effective_status(run)
+        run["status"] = shown_status(effective_status(run), ["stalled"] if run["id"] in stalled else [])
     if args.live:
         runs = [r for r in runs if r["status"] != RunStatus.LOST.value]
     if args.json:
@@ -149,26 +152,28 @@ def show_main(args: argparse.Namespace) -> int:
             stats, logged = run_statistics(store, run["id"])
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED, as_json=args.json)
-    run["status"] = effective_status(run)
+    # a live run with a stalled rank is hung, as `runs list`, the terminal and the GUI say
+    run["status"] = shown_status(effective_status(run), [row.get("state") for row in rows.values()])
     if args.json:
         ranks = [{**rows.get(entry.rank, {}), **entry.to_json()} for entry in stats]
         print(json.dumps({"run": run, "ranks": ranks, "nodes": nodes, "metrics": metric_names,
                           "logged": [key.to_json() for key in logged]}, default=str))
         return 0
-    print(f"run {run['id']}  {run['status']}  exit code {MISSING if run['exit_code'] is None else run['exit_code']}")
-    print(f"  profile:  {run['profile'] or MISSING}")
-    print(f"  started:  {_when(run['started'] or run['created'])}  ({_duration(run)})")
-    print(f"  host:     {run['host']}   workdir: {run['workdir']}")
+    info = RunInfo.from_wire(run)  # the stored run, in the type the hub's subscribers get
+    print(f"run {info.id}  {info.status}  exit code {MISSING if info.exit_code is None else info.exit_code}")
+    print(f"  profile:  {info.profile or MISSING}")
+    print(f"  started:  {_when(info.started or info.created)}  ({_duration(run)})")
+    print(f"  host:     {info.host}   workdir: {info.workdir}")
     built_in = [name for name in metric_names if name in BUILT_IN_METRICS]
     print(f"  metrics:  {', '.join(built_in) or 'none measured'}"
           f"{'; logged: ' + ', '.join(key.name for key in logged) if logged else ''}")
     print("  command:")
-    for line in (run["command"] or "").splitlines():
+    for line in (info.command or "").splitlines():
         print(f"    {line}")
     if nodes and len(nodes) > 1:
         print("  nodes:")
-        for node in nodes:
-            print(f"    node {node['node_rank']}  {node['host']:<20} {node['state']:<9} {node['detail'] or ''}")
+        for node in (NodeInfo.from_wire(row) for row in nodes):
+            print(f"    node {node.node_rank}  {node.host or '':<20} {node.state or '':<9} {node.detail or ''}")
     print("  ranks:")
     for line in format_rank_table(stats):
         print(f"    {line}")
@@ -182,7 +187,7 @@ def show_main(args: argparse.Namespace) -> int:
         print("  logged by the script (newest value per rank):")
         for line in format_logged_keys(logged):
             print(f"    {line}")
-    if run.get("summary"):
+    if info.summary:
         render_summary(run, sys.stdout)
     return 0
 
@@ -430,7 +435,7 @@ async def _follow(socket_path: str, view: TerminalView) -> bool:
 
 
 async def _show_messages(client: HubClient, view: TerminalView) -> None:
-    async for message in client.messages():
+    async for message in client.hub_messages():
         view.handle(message)
-        if message["type"] == "bye":
+        if isinstance(message, Bye):
             return

@@ -29,6 +29,7 @@ from typing import Any
 from rankwatch import _protocol as protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.launch.process_tree import end_job, find_job_pids, signal_pids
+from runner.runstate.messages import Bye, decode_hub_line
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, is_runner_process, runner_alive
 from runner.store.store import RunNotFound, RunStore
@@ -139,7 +140,7 @@ async def _send_stop(socket_path: str, force: bool, timeout: float) -> None:
             if not line:
                 return  # the runner closed the connection: it has ended
             try:
-                if protocol.decode(line)["type"] == "bye":
+                if isinstance(decode_hub_line(line), Bye):
                     return
             except protocol.ProtocolError:
                 continue

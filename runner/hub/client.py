@@ -16,6 +16,7 @@ from typing import Any
 
 from rankwatch import _protocol as protocol
 from runner.hub.lines import OVERSIZED, STREAM_LIMIT, read_bounded_line
+from runner.runstate.messages import HubMessage, decode_hub_message
 
 
 class HubClient:
@@ -39,6 +40,14 @@ class HubClient:
     async def send(self, message: protocol.Message) -> None:
         self.writer.write(message.encode())
         await self.writer.drain()
+
+    async def hub_messages(self) -> AsyncIterator[HubMessage]:
+        """The run's messages, typed (``runner.runstate.messages``), until the hub hangs up; the
+        ones that are not a run's (``pong``, ``error``, ``pace``) are left out."""
+        async for fields in self.messages():
+            message = decode_hub_message(fields)
+            if message is not None:
+                yield message
 
     async def messages(self) -> AsyncIterator[dict[str, Any]]:
         """The hub's messages (decoded fields), until it hangs up."""

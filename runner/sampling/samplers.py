@@ -106,14 +106,19 @@ class ProcessSampler(PeriodicSampler):
                 self._unusable(rank, pid, error)
                 continue
             cpu = rss = threads = 0.0
+            measured = 0
             for process in tree:
                 try:
                     with process.oneshot():
                         cpu += process.cpu_percent(None)
                         rss += process.memory_info().rss
                         threads += process.num_threads()
+                    measured += 1
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     self._processes.pop(process.pid, None)
+            if not measured:  # the rank's process is gone: no figures, not zeros (its last sample stands)
+                self._processes.pop(pid, None)
+                continue
             rows.append(ProcessSample(now, rank, pid, round(cpu, 1), int(rss), int(threads)))
         if rows:
             self._emit(rows)

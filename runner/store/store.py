@@ -350,6 +350,15 @@ class RunStore:
         rows = self.connection.execute(f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", (limit,))
         return [_run_dict(row) for row in rows]
 
+    def stalled_runs(self, run_ids: list[int]) -> set[int]:
+        """Which of ``run_ids`` have a rank the stall monitor marked ``stalled`` (as of its last commit)."""
+        if not run_ids:
+            return set()
+        marks = ", ".join("?" for _ in run_ids)
+        rows = self.connection.execute(
+            f"SELECT DISTINCT run_id FROM ranks WHERE state = 'stalled' AND run_id IN ({marks})", run_ids)
+        return {int(row[0]) for row in rows}
+
     def ranks(self, run_id: int) -> list[dict[str, Any]]:
         rows = self.connection.execute("SELECT * FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,))
         return [dict(row) for row in rows]

@@ -11,9 +11,10 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rankwatch._protocol import describe_losses, working_without_steps
+from rankwatch._protocol import describe_losses
 from runner.diagnosis.report import format_diagnostics
 from runner.exit_status import describe_exit_code, describe_stop_reason
 from runner.format import (
@@ -24,10 +25,24 @@ from runner.format import (
     format_number,
     format_percent,
 )
+from runner.runstate.messages import (
+    Bye,
+    EventKind,
+    HubMessage,
+    LaunchModeFields,
+    RankInfo,
+    RunInfo,
+    SnapshotMessage,
+    StoppingFields,
+    UpdateMessage,
+    decode_hub_message,
+    fields_of,
+)
+from runner.runstate.progress import PROGRESS_METRICS, progress_texts
+from runner.runstate.state import RunState, steps_done
 from runner.state import RankState, RunStatus
 from runner.store.rank_stats import BUILT_IN_METRICS, RankStats
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
-from runner.view.progress import PROGRESS_METRICS, ProgressTracker, compute_progress, progress_texts
 
 if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
     from rich.console import Console
@@ -41,10 +56,12 @@ STATE_STYLE = {
     RankState.LOST.value: "red",
 }
 PLAIN_STATUS_SECONDS = 30.0
-NOTABLE_EVENTS = {"rank_failed", "stalled", "resumed", "straggler", "divergence", "node_lost", "warning", "refused",
-                  "stopping", "connection_lost", "stacks", "launch_mismatch", "slurm", "slurm_submitted",
-                  "records_rejected", "store_incomplete"}
-EXPECTED_WHILE_STOPPING = {"connection_lost"}
+NOTABLE_EVENTS = frozenset({
+    EventKind.RANK_FAILED, EventKind.STALLED, EventKind.RESUMED, EventKind.STRAGGLER, EventKind.DIVERGENCE,
+    EventKind.NODE_LOST, EventKind.WARNING, EventKind.REFUSED, EventKind.STOPPING, EventKind.CONNECTION_LOST,
+    EventKind.STACKS, EventKind.LAUNCH_MISMATCH, EventKind.SLURM, EventKind.SLURM_SUBMITTED,
+    EventKind.RECORDS_REJECTED, EventKind.STORE_INCOMPLETE})
+EXPECTED_WHILE_STOPPING = frozenset({EventKind.CONNECTION_LOST})
 """Events a stop causes by design (the ranks it ends disconnect): not news while stopping."""
 LOGGED_COLUMN_MIN_WIDTH = 12
 DEFAULT_WIDTH = 120
@@ -83,7 +100,7 @@ class LoggedValues:
     def __init__(self) -> None:
         self.newest: dict[str, dict[int, tuple[float, float | None]]] = {}
 
-    def add_rows(self, rows: list) -> None:
+    def add_rows(self, rows: Sequence[Any]) -> None:
         """Protocol metric rows ``[rank, t, step, name, value, source]``.
 
         This runs in the runner's event loop for `rankwatch run` (100k+ rows a second), so the
@@ -139,13 +156,12 @@ class TerminalView:
         self.multi_node = multi_node
         self.interrupt_kills = interrupt_kills
         """``rankwatch run``: Ctrl-C during a stop kills at once (say so when the stop begins)."""
-        self.ranks: dict[int, dict[str, Any]] = {}
-        self.run: dict[str, Any] | None = None
+        self.state = RunState()
+        """The run as the hub's messages built it (``runner.runstate``): what the table shows."""
         self.spec_args: list = []
         self.launcher = "torchrun"
         """How lines of no rank are labelled: ``script`` when the script started its own ranks."""
         self.logged = LoggedValues()
-        self.progress = ProgressTracker()
         self.cpu_mode = True
         self.ended = False
         self.stopping_since: float | None = None
@@ -183,79 +199,88 @@ class TerminalView:
 
     # ---- messages --------------------------------------------------------------------
 
-    def handle(self, message: dict[str, Any]) -> None:
+    @property
+    def ranks(self) -> dict[int, RankInfo]:
+        return self.state.ranks
+
+    @property
+    def run(self) -> RunInfo | None:
+        return self.state.run
+
+    def handle(self, message: dict[str, Any] | HubMessage) -> None:
+        """One hub message: as decoded from its line (``attach``), or typed already."""
+        typed = decode_hub_message(message) if isinstance(message, dict) else message
+        if typed is None:
+            return
         with self._lock:
-            self._handle(message)
+            self._handle(typed)
         self._flush_lines()
 
-    def _handle(self, message: dict[str, Any]) -> None:
-        kind = message.get("type")
-        if kind == "snapshot":
-            self.run = message.get("run")
-            self.spec_args = list((message.get("spec") or {}).get("args") or [])
-            if (message.get("spec") or {}).get("launch_mode") == "self-spawn":
+    def _handle(self, message: HubMessage) -> None:
+        if isinstance(message, SnapshotMessage):
+            self.state.apply(message)
+            self.spec_args = list(self.state.spec.get("args") or [])
+            if self.state.spec.get("launch_mode") == "self-spawn":
                 self.launcher = "script"
-            for row in message.get("ranks") or []:
-                self.ranks[row["rank"]] = row
-                if row.get("gpu_index") is not None:  # attached to a run on GPUs: their columns from the start
-                    self.cpu_mode = False
-            if len(message.get("nodes") or []) > 1:
+            if any(row.gpu_index is not None for row in message.ranks):
+                self.cpu_mode = False  # attached to a run on GPUs: their columns from the start
+            if len(message.nodes) > 1:
                 self.multi_node = True
-            if (self.run or {}).get("status") == RunStatus.STOPPING.value:
+            if self.state.status == RunStatus.STOPPING.value:
                 self.stopping_since = time.monotonic()
-        elif kind == "update":
+        elif isinstance(message, UpdateMessage):
             self._on_update(message)
-        elif kind == "bye":
+        elif isinstance(message, Bye):
+            self.state.apply(message)
             self.ended = True
             if self.stopping_since is not None:
                 self._say_stopped(self.stopping_since)
             if self._live is None and self.status_every:
                 self._print_final_header()  # plain mode: the run's last state, once (ranks: show_results)
+        else:
+            self.state.apply(message)
         if (self._live is None and self.status_every and not self.ended
                 and time.monotonic() - self._last_status >= self.status_every):
             self._last_status = time.monotonic()
             self._print_status()
 
-    def _on_update(self, message: dict[str, Any]) -> None:
-        if message.get("run"):
-            self.run = message["run"]
-        events = message.get("events") or []
+    def _on_update(self, message: UpdateMessage) -> None:
+        self.state.apply(message)
+        events = message.events
         # A stop is known before the lines it causes are printed (they may share this update).
         if self.stopping_since is None and (
-                (self.run or {}).get("status") == RunStatus.STOPPING.value
-                or any(event.get("kind") == "stopping" for event in events)):
+                self.state.status == RunStatus.STOPPING.value
+                or any(event.kind is EventKind.STOPPING for event in events)):
             self.stopping_since = time.monotonic()
-        metrics = message.get("metrics")
+        metrics = message.metrics
         if metrics:
             self.logged.add_rows(metrics)
             # Rows come in the order they were stored; the rate needs a mark every half second,
             # not every row: a sample of the batch and its newest row.
-            sample = metrics[::max(1, len(metrics) // PROGRESS_SAMPLES_PER_BATCH)]
+            sample = list(metrics[::max(1, len(metrics) // PROGRESS_SAMPLES_PER_BATCH)])
             sample.append(metrics[-1])
-            self.progress.note_steps([row[2] for row in sample], [row[1] for row in sample])
-        for rank, _t, stream, line, node in message.get("logs") or []:
-            self.progress.note_line(line)
-            if rank is None and self.stopping_since is not None:
+            self.state.note_steps([row[2] for row in sample], [row[1] for row in sample])
+        for line in message.logs:
+            if line.rank is None and self.stopping_since is not None:
                 self.hidden_launcher_lines += 1
                 continue
-            self._print_line(format_prefix(rank, node, self.multi_node, self.launcher), without_torch_prefix(line, rank),
-                             stream)
+            self._print_line(format_prefix(line.rank, line.node, self.multi_node, self.launcher),
+                             without_torch_prefix(line.line, line.rank), line.stream)
         for event in events:
-            kind = event.get("kind")
-            if kind == "stopping":
-                self._say_stopping(event)
-            elif kind == "launch_mode" and event.get("mode") == "self-spawn":  # torchrun goes without saying
-                self._print_line("[rankwatch]", event.get("message", ""), "stderr")
+            kind = event.kind
+            fields = fields_of(event)
+            if isinstance(fields, StoppingFields):
+                self._say_stopping(fields)
+            elif isinstance(fields, LaunchModeFields) and fields.mode == "self-spawn":
+                self._print_line("[rankwatch]", event.message, "stderr")  # torchrun goes without saying
             elif kind in NOTABLE_EVENTS and not (
                     self.stopping_since is not None and kind in EXPECTED_WHILE_STOPPING):
-                self._print_line("[rankwatch]", event.get("message", ""), "stderr", style="yellow")
-        for row in message.get("ranks") or []:
-            self.ranks[row["rank"]] = row
-            if row.get("gpu_index") is not None:
-                self.cpu_mode = False
+                self._print_line("[rankwatch]", event.message, "stderr", style="yellow")
+        if any(self.ranks[rank].gpu_index is not None for rank in _ranks_in(message) if rank in self.ranks):
+            self.cpu_mode = False
 
-    def _say_stopping(self, event: dict[str, Any]) -> None:
-        why = event.get("stopped_by")
+    def _say_stopping(self, fields: StoppingFields) -> None:
+        why = fields.stopped_by
         hint = None
         if self.interrupt_kills:
             hint = "Ctrl-C again kills at once" if why == describe_stop_reason("SIGINT") else "Ctrl-C kills at once"
@@ -264,7 +289,7 @@ class TerminalView:
 
     def _say_stopped(self, stopping_since: float) -> None:
         seconds = time.monotonic() - stopping_since
-        run_id = (self.run or {}).get("id")
+        run_id = None if self.run is None else self.run.id
         note = ""
         if self.hidden_launcher_lines and run_id is not None:
             note = (f"; torchrun's {self.hidden_launcher_lines} line(s) about it: "
@@ -331,7 +356,7 @@ class TerminalView:
 
     def _print_final_header(self) -> None:
         """The run's header once it ended; each rank's result comes from the store (``show_results``)."""
-        if any(row.get("step") is not None for row in self.ranks.values()):
+        if any(row.step is not None for row in self.ranks.values()):
             self._print_line("[rankwatch]", self.header(), "stdout")
 
     def _logged_text(self, rank: int) -> str:
@@ -342,20 +367,21 @@ class TerminalView:
         lines = []
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
-            if row.get("step") is None or RankState(row.get("state", "waiting")).finished:
+            if row.step is None or RankState(row.state).finished:
                 continue
-            usage = (f"cpu {format_fixed(row.get('cpu_percent'), '{:.0f}%')}, rss {format_bytes(row.get('rss_bytes'))}"
+            cpu_percent, rss_bytes = self.state.process_figures(rank)
+            usage = (f"cpu {format_fixed(cpu_percent, '{:.0f}%')}, rss {format_bytes(rss_bytes)}"
                      if self.cpu_mode else
-                     f"gpu {row.get('gpu_index', MISSING)} {format_fixed(row.get('gpu_util'), '{:.0f}%')}, "
-                     f"mem {format_bytes(row.get('gpu_mem_used'))}")
+                     f"gpu {MISSING if row.gpu_index is None else row.gpu_index} "
+                     f"{format_fixed(row.gpu_util, '{:.0f}%')}, mem {format_bytes(row.gpu_mem_used)}")
             logged = self._logged_text(rank)
-            working = working_without_steps(row, time.time())
-            lines.append(f"rank {rank} {row.get('state')}{f', {working}' if working else ''}: step {row.get('step')}, "
-                         f"loss {format_number(row.get('loss'))}, "
-                         f"{format_amount(row.get('step_time'), 1000)} ms/step, "
-                         f"data wait {format_percent(row.get('data_wait_share'))}, "
-                         f"comm wait {format_percent(row.get('comm_wait_share'))}, "
-                         f"{format_amount(row.get('samples_per_s'))} samples/s, {usage}{logged}")
+            working = self.state.working_text(rank, time.time())
+            lines.append(f"rank {rank} {row.state}{f', {working}' if working else ''}: "
+                         f"step {steps_done(row.step)}, loss {format_number(row.loss)}, "
+                         f"{format_amount(row.step_time, 1000)} ms/step, "
+                         f"data wait {format_percent(row.data_wait_share)}, "
+                         f"comm wait {format_percent(row.comm_wait_share)}, "
+                         f"{format_amount(row.samples_per_s)} samples/s, {usage}{logged}")
         if lines:
             self._print_line("[rankwatch]", self.header(), "stdout")
         for line in lines:
@@ -386,26 +412,19 @@ class TerminalView:
     # ---- the header and the table ----------------------------------------------------
 
     def current_step(self) -> int | None:
-        steps = [row["step"] for row in self.ranks.values() if row.get("step") is not None]
-        if steps:
-            return int(max(steps))
-        return None if self.progress.last_step is None else int(self.progress.last_step)
+        return self.state.current_step()
 
     def header(self, now: float | None = None) -> str:
         """``run 3 · example · running · epoch 2/10 · step 120/640 (19%) · elapsed 1:05 · ETA 4:31``."""
-        run = self.run or {}
-        status = run.get("status", RunStatus.STARTING.value)
-        try:
-            finished = RunStatus(status).finished
-        except ValueError:
-            finished = False
-        progress = compute_progress(step=self.current_step(), last_value=self.logged.last_value,
-                                    args=self.spec_args, tracker=self.progress, run=run, finished=finished,
-                                    now=time.time() if now is None else now)
+        run = self.run
+        status = (run.status if run is not None else None) or RunStatus.STARTING.value
+        progress = self.state.progress_now(self.logged.last_value, now)
         position, timing = progress_texts(progress, status)
         if progress.fraction is not None:
             position += f" ({100 * progress.fraction:.0f}%)"
-        parts = [f"run {run.get('id', '?')}", run.get("profile") or "", status, position, timing]
+        run_id = "?" if run is None or run.id is None else run.id
+        shown = self.state.shown_status or status  # "hung" while a rank stalls, as the GUI and History say
+        parts = [f"run {run_id}", (run.profile if run is not None else None) or "", shown, position, timing]
         return " · ".join(part for part in parts if part)
 
     def _table(self, width: int | None = None):
@@ -447,8 +466,8 @@ class TerminalView:
         figures = {rank: self._figures(rank, row) for rank, row in self.ranks.items()}
         now = time.time()
         working = [f"rank {rank} {text}" for rank, row in sorted(self.ranks.items())
-                   if not RankState(row.get("state", "waiting")).finished
-                   and (text := working_without_steps(row, now))]
+                   if not RankState(row.state).finished
+                   and (text := self.state.working_text(rank, now))]
         captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []), *working,
                     *([f"logged: {', '.join(logged_names)} (too narrow to show values)"] if caption else [])]
         table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), caption_justify="left",
@@ -463,7 +482,7 @@ class TerminalView:
                    *([PHASES_COLUMN] if show_phases else [])]
         columns += ["CPU %", "RSS"] if self.cpu_mode else ["GPU", "GPU %", "GPU mem"]
         columns += ["seen"]
-        show_exit = any(row.get("exit_code") is not None for row in self.ranks.values())
+        show_exit = any(row.exit_code is not None for row in self.ranks.values())
         if show_exit:  # once a rank has ended: its exit code as the diagnosis states it
             columns += ["exit"]
         for name in columns:
@@ -476,24 +495,25 @@ class TerminalView:
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
             shown = figures[rank]
-            age = now - row["last_seen"] if row.get("last_seen") else None
-            state = str(row.get("state"))
-            cells = [str(rank), *([row.get("host") or MISSING] if self.multi_node else []),
+            age = now - row.last_seen if row.last_seen else None
+            state = row.state
+            cpu_percent, rss_bytes = self.state.process_figures(rank)
+            cells: list[Any] = [str(rank), *([row.host or MISSING] if self.multi_node else []),
                      Text(state, style=STATE_STYLE.get(state, "")),
-                     MISSING if row.get("step") is None else str(row["step"]), format_number(shown.get("loss")),
+                     MISSING if row.step is None else str(steps_done(row.step)), format_number(shown.get("loss")),
                      format_amount(shown.get("step_time"), 1000), format_percent(shown.get("data_wait_share")),
                      *([format_percent(shown.get("comm_wait_share"))] if show_comm else []),
                      format_amount(shown.get("samples_per_s")),
                      *([phase_bar(shown.get("phase_shares"), PHASES_COLUMN_WIDTH)] if show_phases else [])]
             if self.cpu_mode:
-                cells += [format_fixed(row.get("cpu_percent"), "{:.0f}"), format_bytes(row.get("rss_bytes"))]
+                cells += [format_fixed(cpu_percent, "{:.0f}"), format_bytes(rss_bytes)]
             else:
-                cells += [str(row["gpu_index"]) if row.get("gpu_index") is not None else MISSING,
+                cells += [str(row.gpu_index) if row.gpu_index is not None else MISSING,
                           format_fixed(shown.get("gpu_util"), "{:.0f}"), format_bytes(shown.get("gpu_mem_used"))]
-            finished = RankState(row.get("state", "waiting")).finished
+            finished = RankState(row.state).finished
             cells.append(MISSING if finished or age is None else f"{max(0.0, age):.0f} s")
             if show_exit:
-                cells.append(describe_exit_code(row.get("exit_code")))
+                cells.append(describe_exit_code(row.exit_code))
             if logged_columns:
                 cells += [format_number(self.logged.value(name, rank)) for name in logged_names]
             if logged_width is not None:
@@ -502,17 +522,21 @@ class TerminalView:
             table.add_row(*cells)
         return table
 
-    def _figures(self, rank: int, row: dict[str, Any]) -> dict[str, Any]:
+    def _figures(self, rank: int, row: RankInfo) -> dict[str, Any]:
         """The loss, step time and shares shown for ``rank``: the live row's newest step while the
         run goes, its whole-run figures from the store once ``show_results`` gave them."""
         result = self._results.get(rank) if self._results is not None else None
         if result is None:
-            return row
-        return {"loss": result.last_loss if result.last_loss is not None else row.get("loss"),
+            return row.to_wire()
+        return {"loss": result.last_loss if result.last_loss is not None else row.loss,
                 "step_time": result.median_step_time, "data_wait_share": result.data_wait_share,
                 "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s,
                 "phase_shares": result.phase_shares,
                 "gpu_util": result.gpu_util, "gpu_mem_used": result.gpu_mem_used_peak}
+
+
+def _ranks_in(message: UpdateMessage) -> list[int]:
+    return [rank for rank in (row.get("rank") for row in message.ranks) if isinstance(rank, int)]
 
 
 def _gpu_text(entry: RankStats) -> str:

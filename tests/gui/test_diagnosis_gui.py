@@ -23,6 +23,7 @@ from live_run import LiveRun
 from PySide6.QtCore import Qt
 from replay_run import ReplayRun, load_fixture, store_fixture
 
+from gui.gateway import store_reads
 from gui.models.diagnosis import ERROR, WARNING, DiagnosisModel
 from gui.models.monitor import MonitorModel
 from gui.models.stacks import layout_capture
@@ -30,6 +31,8 @@ from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.rank_table import state_tint
 from gui.widgets.stacks_view import CULPRIT_COLOR, CULPRIT_MARK, NO_CAPTURE_ENDED
 from rankwatch import _protocol
+from runner.cli.main import main as cli_main
+from runner.store.store import RunStore
 
 pytestmark = pytest.mark.gui
 
@@ -255,6 +258,27 @@ def test_a_failed_run_opened_from_history_shows_the_same_diagnosis(qtbot, panel)
 
 
 # ---- a hang: stalled ranks, the banner, the stacks view, Dump stacks --------------------------
+
+def test_a_hung_run_is_hung_in_the_header_history_and_runs_list_and_show_not_running(qtbot, panel, replay, capsys):
+    """Issue 28: a hang was red in the banner but "running" in the header pill, History, `runs list`
+    and the notices. Running with a stalled rank is one condition, shown alike everywhere."""
+    runner = replay("hang")
+    attached(qtbot, panel, runner)
+    runner.send_events("rank_started")
+    qtbot.waitUntil(lambda: panel.status_label.text() == "running", timeout=3000)
+    runner.send_events("stalled", now=True, rank_states={0: "stalled", 1: "stalled"})
+    qtbot.waitUntil(lambda: panel.failure_banner.isVisible(), timeout=3000)
+    qtbot.waitUntil(lambda: panel.status_label.text() == "hung", timeout=3000)
+    assert panel.model.status == "running"  # the runner's record: the run goes on
+    with RunStore(readonly=True) as store:
+        listed = {row["id"]: row["effective_status"] for row in store_reads.runs(store, 10)}
+    assert listed[runner.run_id] == "hung"  # History
+    capsys.readouterr()
+    assert cli_main(["runs", "list", "--json"]) == 0
+    assert {run["id"]: run["status"] for run in json.loads(capsys.readouterr().out)}[runner.run_id] == "hung"
+    assert cli_main(["runs", "show", str(runner.run_id), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run"]["status"] == "hung"
+
 
 def test_a_hang_flags_the_stalled_ranks_and_the_stacks_view_names_the_sleeping_rank_as_the_culprit(
         qtbot, panel, replay):

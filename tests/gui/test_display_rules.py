@@ -13,6 +13,7 @@ from gui.charts import ticks
 from gui.charts.axis import seconds_spacing
 from gui.charts.readout import ReadoutRow, format_value, pick_rows
 from gui.gateway.probe_output import unavailable_report
+from gui.gateway.run_state import HUNG, RankInfo
 from gui.gateway.runner_rules import RunStatus
 from gui.models import layout
 from gui.models.charts import (
@@ -131,7 +132,8 @@ def test_a_run_that_ends_while_watched_live_is_notified_once():
 def test_every_run_status_has_its_colour():
     # The status badge, the run's tab and the runs list colour a run by its status; a Slurm
     # run waiting in the queue is "pending", coloured as waiting (not as running).
-    assert set(STATUS_COLORS) == {status.value for status in RunStatus}
+    assert set(STATUS_COLORS) == {status.value for status in RunStatus} | {HUNG}  # running, a rank stalled
+    assert STATUS_COLORS[HUNG] != STATUS_COLORS[RunStatus.RUNNING.value]  # not the green of a healthy run
     assert STATUS_COLORS[RunStatus.PENDING.value] == STATUS_COLORS[RunStatus.STARTING.value]
     assert STATUS_COLORS[RunStatus.PENDING.value] != STATUS_COLORS[RunStatus.RUNNING.value]
 
@@ -159,11 +161,11 @@ def test_the_triage_verdict_wins_over_the_rank_row_in_every_panel():
                "other_failures": [{"rank": 0, "exit_code": -15, "signal": "SIGTERM"}]}
     assert rank_exits(summary) == {1: (1, None), 0: (-15, "SIGTERM")}
     # The store's row for rank 0 says 1 (its own exit message); the triage says SIGTERM.
-    assert rank_ended_by({"rank": 0, "exit_code": 1, "state": "stopped"}, summary, finished=True) == "SIGTERM"
-    assert rank_ended_by({"rank": 1, "exit_code": 1}, summary, finished=True) == "exit code 1"
-    assert rank_ended_by({"rank": 2, "exit_code": 0}, summary, finished=True) == "exit code 0"
-    assert rank_ended_by({"rank": 3}, None, finished=True) == "–"
-    assert rank_ended_by({"rank": 3}, None, finished=False) == ""  # still running: nothing to say
+    assert rank_ended_by(RankInfo(rank=0, exit_code=1, state="stopped"), summary, finished=True) == "SIGTERM"
+    assert rank_ended_by(RankInfo(rank=1, exit_code=1), summary, finished=True) == "exit code 1"
+    assert rank_ended_by(RankInfo(rank=2, exit_code=0), summary, finished=True) == "exit code 0"
+    assert rank_ended_by(RankInfo(rank=3), None, finished=True) == "–"
+    assert rank_ended_by(RankInfo(rank=3), None, finished=False) == ""  # still running: nothing to say
 
 
 # ---- progress ---------------------------------------------------------------------------------

@@ -13,12 +13,14 @@ import signal
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from live_run import LiveRun
 from PySide6.QtCore import Qt
 
+from gui.gateway.run_state import RankInfo
 from gui.models import monitor
 from gui.models.monitor import RANK_COLUMNS, LogBuffer, LogEntry, MonitorModel
 from gui.widgets.log_view import LogView
@@ -26,6 +28,7 @@ from gui.widgets.monitor_panel import DETACHED, DISCONNECTED, MonitorPanel
 from gui.widgets.rank_table import state_tint
 from rankwatch import _protocol
 from runner.profile.spec import LaunchSpec
+from runner.store.rank_stats import run_statistics
 from runner.store.store import RunStore
 
 pytestmark = pytest.mark.gui
@@ -88,6 +91,43 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
     assert re.search(r"epoch 0/4 · \d+/200 steps", panel.progress.position_label.text())
     qtbot.waitUntil(lambda: "ETA" in panel.progress.timing_label.text(), timeout=3000)
     assert panel.progress.bar.isVisible()
+
+
+def test_the_rank_table_counts_steps_as_the_header_and_runs_show_do(qtbot, panel, live_run):
+    """Issue 28: the rank table said "Step 639" under a header of "640/640 steps", and `runs show`
+    said 640: a step index in one place, the steps done in the others. One count everywhere."""
+    runner = live_run(ranks=2, rate_hz=50, total_steps=12, slow_rank=None)
+    panel.attach(runner.run_id)
+    qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=20_000)
+    table = panel.rank_table
+    qtbot.waitUntil(lambda: table.table_model.rowCount() == 2, timeout=5000)
+    table.refresh()
+    panel.progress.refresh()
+    made = len(runner.sent(0, _protocol.STEP_TIME))  # the steps `runs show` counts (its step rows)
+    assert made == 12
+    header = re.search(r"([\d,]+)(?:/[\d,]+)? steps", panel.progress.position_label.text())
+    assert header is not None and header.group(1) == "12"
+    assert [table.cell_text(rank, "Step") for rank in range(2)] == ["12", "12"]
+    with RunStore(readonly=True) as store:
+        assert [entry.steps for entry in run_statistics(store, runner.run_id)[0]] == [12, 12]
+
+
+def test_the_logs_filter_offers_only_the_ranks_of_the_run_the_tab_shows(qtbot, panel, live_run):
+    """Issue 28: after an 8-rank run, the next 2-rank run in the same tab offered "Rank 0 … Rank 7"."""
+    def offered() -> list[str]:
+        choice = panel.log_view.rank_choice
+        return [choice.itemText(index) for index in range(choice.count())]
+
+    first = live_run(ranks=8, rate_hz=20)
+    panel.attach(first.run_id)
+    qtbot.waitUntil(lambda: "Rank 7" in offered(), timeout=8000)
+    first.finish()
+    qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=20_000)
+    second = live_run(ranks=2, rate_hz=20)
+    panel.attach(second.run_id)
+    qtbot.waitUntil(lambda: panel.model.run_id == second.run_id and len(panel.model.ranks) == 2, timeout=8000)
+    panel.log_view.refresh()
+    assert offered() == ["All ranks", "Launcher", "Rank 0", "Rank 1"]
 
 
 def test_launch_from_spec_runs_the_detached_runner_and_stops_it(qtbot, tmp_path, monkeypatch):
@@ -307,7 +347,7 @@ def test_model_pairs_step_time_and_data_wait_into_a_share():
 def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_results_read():
     newest = {"rank": 0, "step_time": 0.0215, "data_wait_share": 0.01, "comm_wait_share": 0.46}
     result = {"steps": 96, "median_step_time": 0.0159, "data_wait_share": 0.02, "comm_wait_share": 0.03}
-    running, ended = {**newest, "state": "running"}, {**newest, "state": "exited"}
+    running, ended = RankInfo.from_wire({**newest, "state": "running"}), RankInfo.from_wire({**newest, "state": "exited"})
     assert monitor.rank_timing(running, result) == monitor.RankTiming(0.0215, 0.01, 0.46)  # results of a past incarnation
     assert monitor.rank_timing(ended) == monitor.RankTiming(0.0215, 0.01, 0.46)  # not read yet
     assert monitor.rank_timing(ended, result) == monitor.RankTiming(0.0159, 0.02, 0.03, whole_run_steps=96)
@@ -318,17 +358,29 @@ def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_r
 
 
 def test_a_rank_working_without_steps_says_so_in_the_diagnosis_column_unless_a_finding_does():
-    evaluating = {"rank": 0, "state": "running", "step": 310, "working_since": 1000.0}
+    evaluating = RankInfo(rank=0, state="running", step=310, working_since=1000.0)
     cells = dict(zip(RANK_COLUMNS, monitor.rank_cells(evaluating, 1042.0), strict=True))
-    assert cells["Diagnosis"] == "working without steps for 42 s (since step 310)"
-    assert dict(zip(RANK_COLUMNS, monitor.rank_cells({**evaluating, "step": None}, 1042.0), strict=True))[
+    assert cells["Diagnosis"] == "working without steps for 42 s (since step 311)"  # 311 steps done
+    assert dict(zip(RANK_COLUMNS, monitor.rank_cells(replace(evaluating, step=None), 1042.0), strict=True))[
         "Diagnosis"] == "working for 42 s, no step yet"  # loading, before its first step
     noted = dict(zip(RANK_COLUMNS, monitor.rank_cells(evaluating, 1042.0, note="straggler"), strict=True))
     assert noted["Diagnosis"] == "straggler"
-    ended = dict(zip(RANK_COLUMNS, monitor.rank_cells({**evaluating, "state": "exited"}, 1042.0), strict=True))
+    ended = dict(zip(RANK_COLUMNS, monitor.rank_cells(replace(evaluating, state="exited"), 1042.0), strict=True))
     assert ended["Diagnosis"] == ""
-    assert dict(zip(RANK_COLUMNS, monitor.rank_cells({**evaluating, "working_since": None}, 1042.0),
+    assert dict(zip(RANK_COLUMNS, monitor.rank_cells(replace(evaluating, working_since=None), 1042.0),
                     strict=True))["Diagnosis"] == ""
+
+
+def test_the_memory_chart_of_a_process_that_is_gone_ends_at_its_last_known_value():
+    """Issue 28: after Ctrl-C or `stop` the memory chart dropped to 0.0 (a sample of a process that
+    was gone, all zeros, charted as a measurement)."""
+    model = MonitorModel()
+    model.apply(snapshot())
+    model.apply({"type": "update", "v": 1, "procs": [[1.0, 0, 42, 97.0, 300 << 20, 9]]})
+    model.apply({"type": "update", "v": 1, "procs": [[2.0, 0, 42, 0.0, 0, 0]]})
+    rss = model.series(monitor.RSS_BYTES)[0]
+    assert list(rss.values.values) == [300 << 20]
+    assert list(model.series(monitor.CPU_PERCENT)[0].values.values) == [97.0]
 
 
 def test_model_prefers_measured_loss_over_parsed_lines():

@@ -22,6 +22,7 @@ from live_run import LiveRun
 from PySide6.QtCore import Qt
 from replay_run import ReplayRun, load_fixture, store_fixture
 
+from gui.gateway.run_state import NodeInfo
 from gui.models.launch_form import LaunchFormModel, pick_free_port
 from gui.models.nodes import compact_ranks, since_text
 from gui.widgets.command_preview import CommandPreviewPanel
@@ -144,7 +145,7 @@ def test_one_node_hides_the_node_column_and_tab(qtbot, panel):
         panel.rank_table.refresh()
         assert panel.rank_table.view.isColumnHidden(0)
         assert not panel.tabs.isTabVisible(panel.tabs.indexOf(panel.nodes_status))
-        assert since_text({"state": "exited", "changed": 0.0}) == f"exited at {clock(0.0)}"
+        assert since_text(NodeInfo(state="exited", changed=0.0)) == f"exited at {clock(0.0)}"
     finally:
         runner.close()
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from gui.gateway.link import RunnerLink
+from gui.gateway.run_state import HistoryEnd, HubMessage, UpdateMessage
 from rankwatch._protocol import LogLine, MetricRecord
 from runner import paths
 from runner.hub.hub import Hub
@@ -77,11 +78,11 @@ def test_the_link_reads_a_history_of_a_hundred_thousand_records_whole(qtbot, tmp
     link = RunnerLink()
     counts = {"metrics": 0, "logs": 0, "history_end": 0}
 
-    def on_message(message: dict) -> None:
-        if message["type"] == "update":
-            counts["metrics"] += len(message.get("metrics") or [])
-            counts["logs"] += len(message.get("logs") or [])
-        elif message["type"] == "history_end":
+    def on_message(message: HubMessage) -> None:
+        if isinstance(message, UpdateMessage):
+            counts["metrics"] += len(message.metrics)
+            counts["logs"] += len(message.logs)
+        elif isinstance(message, HistoryEnd):
             counts["history_end"] += 1
 
     link.message_received.connect(on_message)

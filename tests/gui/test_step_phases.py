@@ -10,11 +10,13 @@ publishes.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QColor
 
+from gui.gateway.run_state import RankInfo
 from gui.models.diagnosis import INFO, DiagnosisModel
 from gui.models.monitor import (
     NOT_MEASURED,
@@ -87,7 +89,7 @@ def test_a_rank_that_computes_longer_has_the_wider_forward_and_is_the_named_stra
     assert list(widths[0]) == list(_protocol.PHASES)  # in the terminal's order, every phase measured
     tooltip = cell_tooltip(panel, 1, PHASES_COLUMN)
     assert "on the CPU clock" in tooltip and "rank 1, its recent measured steps" in tooltip
-    forward = panel.model.ranks[1]["phase_shares"]["forward"]
+    forward = (panel.model.ranks[1].phase_shares or {})["forward"]
     assert f"forward: {format_share(forward)}" in tooltip  # the hub's share, as it computed it
     assert table.legend.isVisible() and "on the CPU clock" in table.legend.text()
 
@@ -129,7 +131,7 @@ def test_a_rank_that_computes_longer_has_the_wider_forward_and_is_the_named_stra
     stored.attach(runner.run_id)
     qtbot.waitUntil(lambda: stored.model.history_done and len(bar_widths(stored)) == 3, timeout=10_000)
     assert bar_widths(stored) == {rank: {phase: rect.width() for phase, rect in segment_rects(
-        rank_phases_of({"rank": rank, "state": "exited"}, results[rank]), QRect(0, 0, 300, 14))} for rank in range(3)}
+        rank_phases_of(RankInfo(rank=rank, state="exited"), results[rank]), QRect(0, 0, 300, 14))} for rank in range(3)}
     assert bar_widths(stored)[1]["forward"] > 1.5 * bar_widths(stored)[0]["forward"]
     stored.rank_table.refresh()
     assert "Bottleneck (whole run" in stored.rank_table.verdict
@@ -181,14 +183,13 @@ def test_every_phase_has_its_own_colour_and_a_readable_label_colour():
 
 
 def test_a_finished_rank_shows_its_whole_run_and_the_clocks_are_named():
-    row = {"rank": 2, "state": "exited", "phase_shares": {"forward": 1.0}, "phase_clock": "gpu", "step": 9,
-           "skipped_steps": 1}
+    row = RankInfo(rank=2, state="exited", phase_shares={"forward": 1.0}, phase_clock="gpu", step=9, skipped_steps=1)
     result = {"phase_shares": SHARES, "phase_clock": "gpu", "measured_steps": 640, "skipped_steps": 3}
     phases = rank_phases_of(row, result)
     assert phases.whole_run and phases.shares == SHARES and "its whole run (640 timed steps)" in phases.tooltip()
-    assert not rank_phases_of({**row, "state": "running"}, result).whole_run  # live: its recent steps
+    assert not rank_phases_of(replace(row, state="running"), result).whole_run  # live: its recent steps
     cells = dict(zip(RANK_COLUMNS, rank_cells(row, 0.0, result=result), strict=True))
-    assert cells["Step"] == "9 (3 skipped)"
+    assert cells["Step"] == "10 (3 skipped)"  # steps 0..9
     assert cells[PHASES_COLUMN].startswith("data 10 %")
     assert clocks_text([phases]) == "GPU clock"
     assert clocks_text([phases, RankPhases(0, SHARES, "cpu")]) == "GPU and CPU clocks"

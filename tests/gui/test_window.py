@@ -121,6 +121,30 @@ def test_a_run_ending_in_front_of_the_person_is_not_notified(qtbot, window, runn
     assert "finished" in window.statusBar().currentMessage()
 
 
+def test_a_detached_run_opened_from_history_is_watched_again_and_a_detached_tab_follows_its_end(
+        qtbot, window, runners, monkeypatch):
+    """Issue 28: after Detach, History ▸ Attach brought back the stale tab ("970/2,560 steps when
+    detached") and nothing updated; once the run ended the tab still showed "running" rows while
+    History said succeeded."""
+    runner = runners(ranks=2, rate_hz=20)
+    panel = launch_into(window, runner, monkeypatch)
+    qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= 3, timeout=5000)
+    panel.detach()
+    seen = panel.model.current_step() or 0
+    qtbot.waitUntil(lambda: runner.step >= seen + 10, timeout=5000)
+    window._on_open_run_requested(runner.run_id)  # History ▸ Attach (or a double-click)
+    assert window.monitor is panel and window.monitors.count() == 1
+    qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= seen + 10, timeout=5000)
+    assert panel.has_live_run() and not panel.is_detached
+
+    panel.detach()
+    runner.finish()
+    qtbot.waitUntil(lambda: runner.ended, timeout=10_000)
+    window.history.refresh_now()
+    qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=10_000)
+    assert {row.state for row in panel.model.rank_rows()} == {"exited"}
+
+
 def test_help_lists_the_shortcuts_and_the_version(qtbot, window):
     menus = {action.text(): action.menu() for action in window.menuBar().actions()}
     assert [action.text() for action in menus["&Help"].actions()] == ["&Keyboard shortcuts", "&About Rankwatch"]

@@ -68,7 +68,7 @@ def test_live_table_shows_a_row_per_rank():
     console = Console(file=io.StringIO(), width=160)
     console.print(view._table())
     table = console.file.getvalue()
-    assert "run 4 · p · running" in table
+    assert "run 4 · p · hung" in table  # running, rank 1 stalled: hung, as the GUI and History say
     assert "0.5000" in table and "1.5000" in table and "40%" in table and "stalled" in table and "20.0" in table
 
 

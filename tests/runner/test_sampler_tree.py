@@ -52,3 +52,23 @@ def test_descendants_are_the_whole_tree(tree, monkeypatch, children_files):
 
     assert sorted(found) == sorted(process.pid for process in tree.children(recursive=True))
     assert len(found) == 2
+
+
+def test_a_rank_whose_process_is_gone_gets_no_sample_of_zeros():
+    """Issue 28: after Ctrl-C or `stop` the summary showed CPU % 0 and RSS 0 B and the memory chart
+    dropped to 0.0: the sampler recorded a process it could no longer read as zeros. Nothing was
+    measured, so nothing is recorded: the rank's last sample stands as its last known values."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    emitted: list = []
+    sampler = samplers.ProcessSampler(1.0, lambda: {0: process.pid}, emitted.extend)
+    try:
+        sampler.sample()
+        assert [sample.rank for sample in emitted] == [0] and (emitted[0].rss_bytes or 0) > 0
+        process.kill()
+        process.wait()
+        emitted.clear()
+        sampler.sample()
+        assert emitted == []
+    finally:
+        process.kill()
+        process.wait()

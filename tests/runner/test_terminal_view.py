@@ -162,7 +162,7 @@ def test_plain_status_lines_carry_the_header_and_the_logged_keys():
     view.print_status()
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("[rankwatch] run 7 · p · running · epoch 3 · 11 steps")
-    assert lines[1].startswith("[rankwatch] rank 0 running: step 10, loss 0.5000, ")
+    assert lines[1].startswith("[rankwatch] rank 0 running: step 11, loss 0.5000, ")
     assert lines[1].endswith(", lr 3.000e-04, grad_norm 1.2500, val_loss 2.000e-09")
     assert lines[2].endswith(", lr 3.000e-04, grad_norm 0.5000, val_loss –")
 
@@ -174,10 +174,10 @@ def test_a_rank_working_without_steps_is_named_under_the_table_and_in_its_status
                                          {"rank": 1, "state": "running", "step": 310, "working_since": None}]})
     view.print_status()
     lines = out.getvalue().splitlines()
-    assert lines[1].startswith("[rankwatch] rank 0 running, working without steps for 42 s (since step 310): step 310, ")
-    assert lines[2].startswith("[rankwatch] rank 1 running: step 310, ")
+    assert lines[1].startswith("[rankwatch] rank 0 running, working without steps for 42 s (since step 311): step 311, ")
+    assert lines[2].startswith("[rankwatch] rank 1 running: step 311, ")  # its 311th step: index 310
     table = rendered(view)
-    assert "rank 0 working without steps for 42 s (since step 310)" in table and "rank 1 working" not in table
+    assert "rank 0 working without steps for 42 s (since step 311)" in table and "rank 1 working" not in table
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -246,3 +246,30 @@ def test_the_live_table_refreshes_on_its_thread_while_lines_print_without_deadlo
     assert not feeder.is_alive(), "printing lines and refreshing the table deadlocked"
     text = screen.getvalue()
     assert "line 1" in text and "run 7 · p · running" in text and "1.000e-03" in text  # the lr column
+
+
+def test_a_stopped_ranks_cpu_and_memory_are_its_last_known_figures_not_zeros():
+    """Issue 28: after Ctrl-C or `stop` the table showed `CPU % 0` and `RSS 0 B`: the sample taken
+    after the process was gone (nothing read) counted as a measurement. An older runner still sends
+    it (and the rank row it set); the view keeps the last sample that measured the process."""
+    view, _out, _err = plain_view()
+    view.handle(snapshot())
+    view.handle({"type": "update", "procs": [[1001.0, 0, 42, 97.0, 300 << 20, 9], [1001.0, 1, 43, 95.0, 310 << 20, 9]],
+                 "ranks": [{"rank": 0, "state": "running", "step": 10, "cpu_percent": 97.0, "rss_bytes": 300 << 20}]})
+    view.handle({"type": "update", "procs": [[1002.0, 0, 42, 0.0, 0, 0]],
+                 "ranks": [{"rank": 0, "state": "stopped", "step": 10, "cpu_percent": 0.0, "rss_bytes": 0}]})
+    table = rendered(view)
+    row = next(line for line in table.splitlines() if line.strip().startswith("0 "))
+    assert "300 MiB" in row and " 97 " in row
+    assert "0 B" not in table
+
+
+def test_a_run_with_a_stalled_rank_is_hung_in_the_header():
+    """Issue 28: a hang is one condition of the run, named alike in the terminal, the GUI and History."""
+    view, _out, _err = plain_view()
+    view.handle(snapshot())
+    assert " · running · " in view.header(now=1010.0)
+    view.handle({"type": "update", "ranks": [{"rank": 1, "state": "stalled", "step": 10}]})
+    assert " · hung · " in view.header(now=1010.0)
+    view.handle({"type": "update", "ranks": [{"rank": 1, "state": "running", "step": 11}]})
+    assert " · running · " in view.header(now=1010.0)

@@ -1,4 +1,4 @@
-"""A run's progress (epoch, step, elapsed, ETA), the same in the GUI and the terminal.
+"""A run's progress (epoch, step, elapsed, ETA), derived once for the terminal and the GUI (part of RunState).
 
 Qt-free and I/O-free: the GUI's monitor model and the terminal view each feed a
 :class:`ProgressTracker` the (step, time) pairs and log lines they receive, and call

@@ -132,6 +132,10 @@ def test_a_thousand_unauthenticated_tcp_connections_cost_little_memory_and_few_r
         while not ready.is_set():
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)
+        for _ in range(100):  # a connection whose bytes the loaded hub has not read yet is spared until it has
+            if len(hub.server._waiting[True]) <= server.MAX_PREAUTH_CONNECTIONS:
+                break
+            await asyncio.sleep(0.1)
         grown = rss_bytes() - before
         waiting = len(hub.server._waiting[True])
         release.set()

@@ -41,6 +41,7 @@ import contextlib
 import fcntl
 import functools
 import hmac
+import itertools
 import os
 import struct
 import termios
@@ -251,13 +252,11 @@ class ConnectionServer:
         if excess <= 0:
             return
         now = time.monotonic()
-        spared = False
-        for candidate in list(waiting)[:MAX_PREAUTH_CONNECTIONS]:  # oldest first, a bounded look
+        for candidate in list(itertools.islice(waiting, 2 * MAX_PREAUTH_CONNECTIONS)):  # oldest first, bounded
             if excess <= 0:
                 break
             age = now - candidate.opened
             if age < SILENT_GRACE_SECONDS or (age < PREAUTH_GRACE_SECONDS and _has_input(candidate)):
-                spared = True
                 continue
             del waiting[candidate]
             excess -= 1
@@ -265,7 +264,7 @@ class ConnectionServer:
             self._evicted.add(candidate)
             if candidate.task is not None:
                 candidate.task.cancel()
-        if spared and excess > 0 and not self._limit_scheduled[over_tcp]:
+        if excess > 0 and not self._limit_scheduled[over_tcp]:
             # look again once the spared ones had their time, even if no one connects meanwhile
             self._limit_scheduled[over_tcp] = True
             asyncio.get_running_loop().call_later(SILENT_GRACE_SECONDS, self._limit_again, over_tcp)

@@ -81,20 +81,26 @@ def signal_pids(pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def end_job(run_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: float = 0.1) -> list[int]:
+def end_job(run_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: float = 0.1,
+            terminate: bool = False) -> list[int]:
     """Give the job ``grace`` seconds to end, then SIGKILL every process still carrying its marker.
 
-    Nothing here sends SIGTERM: the job has been asked to stop already, through torchrun
-    (the runner's SIGTERM, or torchrun's parent-death signal when the runner died), and
-    torchrun passes it on to each worker's process group exactly once, as on a Ctrl-C.
-    A second SIGTERM to torchrun would abort its orderly shutdown halfway (its handler
-    raises again inside the first one's clean-up) and leave behind what it had not ended
-    yet; a second one to a worker would run a user's SIGTERM handler twice.
+    Nothing here sends SIGTERM unless ``terminate``: while torchrun lives, the job has been
+    asked to stop already, through torchrun (the runner's SIGTERM, or torchrun's parent-death
+    signal when the runner died), and torchrun passes it on to each worker's process group
+    exactly once, as on a Ctrl-C. A second SIGTERM to torchrun would abort its orderly
+    shutdown halfway (its handler raises again inside the first one's clean-up) and leave
+    behind what it had not ended yet; a second one to a worker would run a user's SIGTERM
+    handler twice. ``terminate``: torchrun has ended already, so what is left (a rank's
+    child, a helper it started in a session of its own, ranks torchrun never stopped because
+    it was killed) was never asked by anyone: SIGTERM it once first.
 
     ``also`` adds pids that might not carry the marker (e.g. torchrun when it was started
     with a clean environment). Returns the pids that needed SIGKILL.
     """
     also = list(also)
+    if terminate:
+        signal_pids(find_job_pids(run_key) + [p for p in also if pid_alive(p)], signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         alive = find_job_pids(run_key) + [p for p in also if pid_alive(p)]

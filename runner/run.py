@@ -471,7 +471,9 @@ class Run(HubObserver):
             return code  # a remote node that dropped out: already recorded LOST, with the time
         if self.slurm is not None:
             return code  # runner.slurm records its nodes as Slurm reports them
-        state = NodeState.EXITED if code == 0 else NodeState.FAILED
+        # a stop on request ends torchrun with SIGTERM's or SIGKILL's status: that is no failure of the node's
+        state = (NodeState.EXITED if code == 0 else NodeState.STOPPED if self._stop_requested.is_set()
+                 else NodeState.FAILED)
         try:
             await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
                                        detail=f"torchrun exit status {code}")

@@ -288,6 +288,7 @@ class Run(HubObserver):
         self.evidence.data.run_id = self.run_id  # hints name it in their commands
         self.run_dir = paths.make_run_dir(self.run_id)  # 0700, with its stacks and torchrun folders
         self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
+        paths.remove_stale_sockets(self.socket_path.parent)  # what SIGKILLed runners left there
         if uses_init_file(self.launch):  # the command recorded names the file this run uses, in its folder
             await self.hub.update_run(command="\n".join(
                 c.shell_text() for c in self.prepared.user_commands(init_file=self._init_file())))

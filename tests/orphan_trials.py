@@ -54,6 +54,9 @@ class Trial:
     end_seconds: float | None = None
     """From the last rank's end (its children up, plus its planned run time) or the kill/stop to
     the runner's return; ``None`` when the runner was SIGKILLed."""
+    gone_seconds: float | None = None
+    """From the ending (as for ``survivors``) until no process with the run's marker was alive;
+    ``None`` when some survived."""
     node_state: str | None = None
     """The local node's state as the store recorded it."""
     run_key: str = ""
@@ -118,7 +121,7 @@ def _sentinel_pid(run_key: str) -> int | None:
 
 def _wait_until_gone(run_key: str, deadline: float) -> list[str]:
     while processes_with_marker(run_key) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.1)
     left = []
     for process in processes_with_marker(run_key):
         try:
@@ -175,6 +178,7 @@ def run_trial(ending: str) -> Trial:
         else:
             runner.wait(SURVIVAL_LIMIT_SECONDS)
         trial.survivors = _wait_until_gone(trial.run_key, event + SURVIVAL_LIMIT_SECONDS)
+        trial.gone_seconds = None if trial.survivors else max(0.0, time.monotonic() - event)
         trial.output = output.text()
         with RunStore(readonly=True) as store:
             nodes = store.nodes(run["id"])

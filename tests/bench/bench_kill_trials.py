@@ -12,12 +12,14 @@ rank 1 raises (``failure``), both ranks return (``success``), the runner and its
 SIGKILLed together, torchrun is SIGKILLed, or the runner gets a Ctrl-C (``stop``). A trial
 counts the processes with the run's marker still alive 10 s after the ending (after the
 runner returned, for an ending of the job itself), the asyncio tracebacks the runner printed,
-and how long after the job's end the runner returned. Trials run one at a time (``--trials``
-of each ending, interleaved: failure, success, ..., failure, ...), each in a fresh Rankwatch
-home; what a trial leaves behind is killed (by its run's marker only) before the next starts.
+how long after the job's end the runner returned, and how long after the ending the last
+process with the marker was gone (for an ending of the job itself, after the runner returned:
+0 means it left nothing to wait for). Trials run one at a time (``--trials`` of each ending,
+interleaved: failure, success, ..., failure, ...) in a Rankwatch home of the bench's own; what
+a trial leaves behind is killed (by its run's marker only) before the next starts.
 
 Prints one line per trial, then per ending: trials, trials with survivors, survivors in all,
-tracebacks, and the runner's return time (median and max). Exits 1 when any trial left a
+tracebacks, the runner's return time and the time until all were gone (median and max). Exits 1 when any trial left a
 survivor or printed a traceback.
 """
 
@@ -46,9 +48,10 @@ def fresh_home() -> None:
 
 def describe(number: int, trial: Trial) -> str:
     returned = "-" if trial.end_seconds is None else f"{trial.end_seconds:5.1f} s"
+    gone = "-" if trial.gone_seconds is None else f"{trial.gone_seconds:4.1f} s"
     line = (f"{trial.ending:<27} trial {number:>2}: survivors {len(trial.survivors)}  "
             f"tracebacks {len(trial.asyncio_tracebacks)}  exit {trial.exit_code}  node {trial.node_state}  "
-            f"runner returned after {returned}")
+            f"runner returned after {returned}  all gone after {gone}")
     return line + "".join(f"\n    alive: {survivor}" for survivor in trial.survivors)
 
 
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             print(describe(number, trial), flush=True)
     print(f"\n{sum(len(t) for t in results.values())} trials in {time.monotonic() - started:.0f} s\n")
     print(f"{'ending':<27} {'trials':>6} {'with survivors':>14} {'survivors':>9} {'tracebacks':>10} "
-          f"{'returned (median / max)':>24}")
+          f"{'returned (median / max)':>24} {'all gone (median / max)':>24}")
     failed = False
     for ending, trials in results.items():
         survivors = sum(len(trial.survivors) for trial in trials)
@@ -79,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         failed = failed or survivors > 0 or tracebacks > 0
         returns = [trial.end_seconds for trial in trials if trial.end_seconds is not None]
         returned = f"{statistics.median(returns):.1f} / {max(returns):.1f} s" if returns else "- (runner killed)"
+        gone_after = [trial.gone_seconds for trial in trials if trial.gone_seconds is not None]
+        gone = f"{statistics.median(gone_after):.1f} / {max(gone_after):.1f} s" if gone_after else "-"
         print(f"{ending:<27} {len(trials):>6} {sum(bool(t.survivors) for t in trials):>14} {survivors:>9} "
-              f"{tracebacks:>10} {returned:>24}")
+              f"{tracebacks:>10} {returned:>24} {gone:>24}")
     return 1 if failed else 0
 
 

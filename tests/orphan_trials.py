@@ -37,6 +37,8 @@ END_TIMEOUT_SECONDS = 60.0
 ASYNCIO_TRACEBACK_WORDS = ("CancelledError", "Exception in callback", "Task exception was never retrieved",
                            "Unhandled exception in client_connected_cb")
 """What the runner's terminal must never show: asyncio's own tracebacks (issue 30, point 6)."""
+ASYNCIO_TRACEBACK_HEADERS = ASYNCIO_TRACEBACK_WORDS[1:]
+"""The first line of each such traceback (to count them)."""
 
 
 @dataclass
@@ -63,7 +65,14 @@ class Trial:
 
     @property
     def asyncio_tracebacks(self) -> list[str]:
+        """The lines of the runner's output that belong to asyncio's tracebacks."""
         return [line for line in self.output.splitlines() if any(word in line for word in ASYNCIO_TRACEBACK_WORDS)]
+
+    @property
+    def asyncio_traceback_count(self) -> int:
+        """How many tracebacks those lines are (at least one when there are any)."""
+        lines = self.asyncio_tracebacks
+        return max(sum(any(word in line for word in ASYNCIO_TRACEBACK_HEADERS) for line in lines), bool(lines))
 
 
 class _Output:

@@ -50,7 +50,7 @@ def describe(number: int, trial: Trial) -> str:
     returned = "-" if trial.end_seconds is None else f"{trial.end_seconds:5.1f} s"
     gone = "-" if trial.gone_seconds is None else f"{trial.gone_seconds:4.1f} s"
     line = (f"{trial.ending:<27} trial {number:>2}: survivors {len(trial.survivors)}  "
-            f"tracebacks {len(trial.asyncio_tracebacks)}  exit {trial.exit_code}  node {trial.node_state}  "
+            f"tracebacks {trial.asyncio_traceback_count}  exit {trial.exit_code}  node {trial.node_state}  "
             f"runner returned after {returned}  all gone after {gone}")
     return line + "".join(f"\n    alive: {survivor}" for survivor in trial.survivors)
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for ending, trials in results.items():
         survivors = sum(len(trial.survivors) for trial in trials)
-        tracebacks = sum(len(trial.asyncio_tracebacks) for trial in trials)
+        tracebacks = sum(trial.asyncio_traceback_count for trial in trials)
         failed = failed or survivors > 0 or tracebacks > 0
         returns = [trial.end_seconds for trial in trials if trial.end_seconds is not None]
         returned = f"{statistics.median(returns):.1f} / {max(returns):.1f} s" if returns else "- (runner killed)"

@@ -134,7 +134,7 @@ def _wait_until_gone(run_key: str, deadline: float) -> list[str]:
     left = []
     for process in processes_with_marker(run_key):
         try:
-            left.append(f"{process.pid} {' '.join(process.cmdline())[:120]}")
+            left.append(f"{process.pid} {' '.join(process.cmdline()).replace(chr(10), ' ')[:120]}")
         except psutil.Error:
             continue
     return left

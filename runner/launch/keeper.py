@@ -54,6 +54,7 @@ import time
 
 from runner.launch.process_tree import (
     MARKER_VARIABLE,
+    NODE_VARIABLE,
     find_job_pids,
     set_parent_death_signal,
     signal_pids,
@@ -88,10 +89,11 @@ class Keeper:
                 os.kill(self.child.pid, signal.SIGTERM)
 
     def what_is_left(self) -> set[int]:
-        """The run's processes still alive, but for the keeper and its parent (an agent carries
-        the marker too)."""
+        """The node's processes of the run still alive, but for the keeper and its parent (an agent
+        carries the marker too). Only this node's: another node of the run on the same machine
+        (``--hosts localhost:2,127.0.0.1:2``) is its own keeper's to end."""
         run_key = os.environ.get(MARKER_VARIABLE)
-        left = set(find_job_pids(run_key)) if run_key else set()
+        left = set(find_job_pids(run_key, os.environ.get(NODE_VARIABLE))) if run_key else set()
         left.discard(self.parent)
         return left
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable
 
 MARKER_VARIABLE = "RANKWATCH_RUN_KEY"
+NODE_VARIABLE = "RANKWATCH_NODE_RANK"
 PR_SET_PDEATHSIG = 1
 
 
@@ -27,9 +28,20 @@ def marker_bytes(run_key: str) -> bytes:
     return f"{MARKER_VARIABLE}={run_key}".encode()
 
 
-def find_job_pids(run_key: str) -> list[int]:
-    """Pids of live processes whose environment carries this job's marker (ours only)."""
+def _has_entry(environ: bytes, entry: bytes) -> bool:
+    """Whether ``entry`` (``NAME=value``) is one of the NUL-separated entries of ``environ``."""
+    return (environ.startswith(entry + b"\0") or b"\0" + entry + b"\0" in environ or environ == entry
+            or environ.endswith(b"\0" + entry))
+
+
+def find_job_pids(run_key: str, node_rank: str | None = None) -> list[int]:
+    """Pids of live processes whose environment carries this job's marker (ours only).
+
+    ``node_rank``: only those of that node (``RANKWATCH_NODE_RANK``, which every node's torchrun
+    and all it starts inherit): several nodes of a run can share a machine, and one node's end
+    is not another's."""
     needle = marker_bytes(run_key)
+    node_entry = f"{NODE_VARIABLE}={node_rank}".encode() if node_rank is not None else None
     own = os.getpid()
     found = []
     try:
@@ -47,7 +59,8 @@ def find_job_pids(run_key: str) -> list[int]:
                 environ = handle.read()
         except OSError:
             continue  # gone, or another user's
-        if (needle + b"\0" in environ or environ.endswith(needle)) and not _is_zombie(pid):
+        if (needle + b"\0" in environ or environ.endswith(needle)) and not _is_zombie(pid) and (
+                node_entry is None or _has_entry(environ, node_entry)):
             found.append(pid)
     return found
 
@@ -82,7 +95,7 @@ def signal_pids(pids: Iterable[int], sig: int) -> None:
 
 
 def end_job(run_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: float = 0.1,
-            terminate: bool = False) -> list[int]:
+            terminate: bool = False, node_rank: str | None = None) -> list[int]:
     """Give the job ``grace`` seconds to end, then SIGKILL every process still carrying its marker.
 
     Nothing here sends SIGTERM unless ``terminate``: while torchrun lives, the job has been
@@ -96,21 +109,22 @@ def end_job(run_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: fl
     it was killed) was never asked by anyone: SIGTERM it once first.
 
     ``also`` adds pids that might not carry the marker (e.g. torchrun when it was started
-    with a clean environment). Returns the pids that needed SIGKILL.
+    with a clean environment); ``node_rank`` limits it to one node's processes
+    (``find_job_pids``). Returns the pids that needed SIGKILL.
     """
     also = list(also)
     if terminate:
-        signal_pids(find_job_pids(run_key) + [p for p in also if pid_alive(p)], signal.SIGTERM)
+        signal_pids(find_job_pids(run_key, node_rank) + [p for p in also if pid_alive(p)], signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        alive = find_job_pids(run_key) + [p for p in also if pid_alive(p)]
+        alive = find_job_pids(run_key, node_rank) + [p for p in also if pid_alive(p)]
         if not alive:
             return []
         time.sleep(poll)
-    stubborn = sorted(set(find_job_pids(run_key)) | {p for p in also if pid_alive(p)})
+    stubborn = sorted(set(find_job_pids(run_key, node_rank)) | {p for p in also if pid_alive(p)})
     signal_pids(stubborn, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and find_job_pids(run_key):
+    while time.monotonic() < deadline and find_job_pids(run_key, node_rank):
         time.sleep(poll)
     return stubborn
 

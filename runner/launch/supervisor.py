@@ -30,7 +30,7 @@ from collections.abc import Callable
 from runner import paths, priority, privacy
 from runner.launch.command import NodeCommand
 from runner.launch.output import OutputLine, RankLineSplitter
-from runner.launch.process_tree import end_job, parent_death_signal_for
+from runner.launch.process_tree import NODE_VARIABLE, end_job, parent_death_signal_for
 from runner.launch.worker_output import WorkerOutput
 
 READ_CHUNK = 64 * 1024
@@ -180,8 +180,9 @@ class TorchrunSupervisor:
             raise RuntimeError("torchrun was not started")
         returncode = await self.process.wait()
         if not self._stopping:  # a stop sweeps (``stop``); otherwise the keeper did, unless it was killed
+            node_rank = self.command.env.get(NODE_VARIABLE)  # this node's: another may share the machine
             await asyncio.get_running_loop().run_in_executor(
-                None, lambda: end_job(self.run_key, grace=KEEPER_GRACE_SECONDS, terminate=True))
+                None, lambda: end_job(self.run_key, grace=KEEPER_GRACE_SECONDS, terminate=True, node_rank=node_rank))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.gather(*self._readers[:2], self._output.drained()),
                                    timeout=OUTPUT_DRAIN_SECONDS)

@@ -203,3 +203,23 @@ def test_the_ranks_of_a_sigkilled_torchrun_are_ended_by_the_keeper(tmp_path):
     torchrun.kill()
     assert keeper.wait(timeout=20) == -signal.SIGKILL  # as torchrun ended
     assert processes_with_marker(run_key) == []
+
+
+def test_the_keeper_ends_only_its_own_nodes_leftovers(tmp_path):
+    """Two nodes of a run on one machine (``--hosts localhost:2,127.0.0.1:2``): the first node's
+    torchrun ending must not end the second node's processes, which carry the same run marker."""
+    script = tmp_path / "torchrun_with_a_child.py"
+    script.write_text(LEAVES_A_CHILD)
+    run_key = f"keeper-leftover-{os.getpid()}-two-nodes"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RANKWATCH_RUN_KEY": run_key}
+    other_node = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                  env={**env, "RANKWATCH_NODE_RANK": "1"})
+    try:
+        keeper = subprocess.Popen([sys.executable, "-m", "runner.launch.keeper", "1", "", "--", sys.executable,
+                                   str(script), "ignore", "exit", str(tmp_path / "up")],
+                                  env={**env, "RANKWATCH_NODE_RANK": "0"})
+        assert keeper.wait(timeout=20) == 0
+        assert [process.pid for process in processes_with_marker(run_key)] == [other_node.pid]
+    finally:
+        other_node.kill()
+        other_node.wait()

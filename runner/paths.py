@@ -17,8 +17,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import socket
+import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import platformdirs
@@ -205,6 +208,46 @@ def _fallback_socket_folder(problem: str) -> Path:
         print(f"rankwatch: not using the usual socket folder: {problem}; using {_fallback_socket_dir} instead",
               file=sys.stderr)
     return _fallback_socket_dir
+
+
+STALE_SOCKET_MIN_AGE_SECONDS = 60.0
+"""A socket file younger than this is never taken for stale: a runner starting beside this one
+may be between its ``bind`` and its ``listen``, when connecting is refused too."""
+
+
+def remove_stale_sockets(folder: Path, min_age: float = STALE_SOCKET_MIN_AGE_SECONDS) -> list[Path]:
+    """Remove the sockets in ``folder`` that nobody listens on any more: those a SIGKILLed runner
+    (its hub's, its workers' output) or agent left behind. A socket is stale when connecting to
+    it is refused; one that accepts, or answers anything else (busy, slow), belongs to a live
+    process and stays. Returns what was removed. Never raises: a leftover costs a file, not a run.
+    """
+    removed: list[Path] = []
+    now = time.time()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (not entry.name.endswith(".sock") or not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid()
+                or now - info.st_mtime < min_age):
+            continue
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.setblocking(False)
+            probe.connect(entry.path)
+        except ConnectionRefusedError:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            pass  # someone listens (busy), or the file went: not ours to remove
+        finally:
+            probe.close()
+    return removed
 
 
 def _remove_if_empty(folder: Path) -> None:

@@ -303,6 +303,7 @@ class Run(HubObserver):
         self.evidence.data.run_id = self.run_id  # hints name it in their commands
         self.run_dir = paths.make_run_dir(self.run_id)  # 0700, with its stacks and torchrun folders
         self.socket_path = paths.socket_dir() / f"{self.run_key[:16]}.sock"
+        paths.remove_stale_sockets(self.socket_path.parent)  # what SIGKILLed runners left there
         if uses_init_file(self.launch):  # the command recorded names the file this run uses, in its folder
             await self.hub.update_run(command=_recorded_command(self.prepared.user_commands(init_file=self._init_file())))
         await self.hub.serve_unix(self.socket_path)
@@ -485,7 +486,9 @@ class Run(HubObserver):
             return code  # a remote node that dropped out: already recorded LOST, with the time
         if self.slurm is not None:
             return code  # runner.slurm records its nodes as Slurm reports them
-        state = NodeState.EXITED if code == 0 else NodeState.FAILED
+        # a stop on request ends torchrun with SIGTERM's or SIGKILL's status: that is no failure of the node's
+        state = (NodeState.EXITED if code == 0 else NodeState.STOPPED if self._stop_requested.is_set()
+                 else NodeState.FAILED)
         try:
             await self.hub.update_node(handle.node.node_rank, handle.node.host, state.value,
                                        detail=f"torchrun exit status {code}")

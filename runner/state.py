@@ -68,11 +68,16 @@ class RankState(str, Enum):
 
 
 class NodeState(str, Enum):
-    """A node of a multi-node job: PREFLIGHT -> STARTING -> RUNNING -> EXITED | FAILED | LOST."""
+    """A node of a multi-node job: PREFLIGHT -> STARTING -> RUNNING -> EXITED | FAILED | STOPPED | LOST.
+
+    ``STOPPED``: the run was stopped on request (Ctrl-C, ``rankwatch stop``, the GUI) and the
+    node's torchrun ended of that stop, not of a failure of its own.
+    """
 
     PREFLIGHT = "preflight"
     STARTING = "starting"
     RUNNING = "running"
     EXITED = "exited"
     FAILED = "failed"
+    STOPPED = "stopped"
     LOST = "lost"

@@ -19,6 +19,12 @@ of its own) and the keeper starts torchrun. The keeper:
   deadline: ``grace`` seconds later it SIGKILLs every process still carrying the run's
   marker (torchrun older than 2.11 waits 30 s before its own SIGKILL), except the
   process that started it;
+* once torchrun has exited, however it ended (its job succeeded or failed, it was stopped,
+  it was SIGKILLed), ends what it left behind: a rank's child that ignores SIGTERM or lives
+  in a session of its own, or the ranks themselves when torchrun was killed. Without a stop,
+  they get one SIGTERM then; whatever still carries the marker when the grace period ends
+  gets SIGKILL. Only then does the keeper exit, so its exit means the node's processes are
+  gone;
 * passes that first stop on to torchrun (one SIGTERM) only when it came from the process
   that started it: the runner's or agent's stop, or their death (a parent-death signal
   carries the dead parent's pid). A stop sent by anyone else was sent to torchrun too:
@@ -46,11 +52,18 @@ import subprocess
 import sys
 import time
 
-from runner.launch.process_tree import find_job_pids, set_parent_death_signal, signal_pids
+from runner.launch.process_tree import (
+    NODE_VARIABLE,
+    find_job_pids,
+    set_parent_death_signal,
+    signal_pids,
+)
 from runner.processes import MARKER_VARIABLE
 
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 AWAITED_SIGNALS = STOP_SIGNALS | {signal.SIGCHLD}
+LEFTOVER_POLL_SECONDS = 0.1
+"""After torchrun's exit, how often the keeper looks whether what it left behind has ended."""
 
 
 class Keeper:
@@ -75,15 +88,44 @@ class Keeper:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.child.pid, signal.SIGTERM)
 
-    def end_what_is_left(self) -> None:
-        """The grace period is over: SIGKILL whatever of the run is left (never the keeper's parent,
-        an agent carries the marker too)."""
+    def what_is_left(self) -> set[int]:
+        """The node's processes of the run still alive, but for the keeper and its parent (an agent
+        carries the marker too). Only this node's: another node of the run on the same machine
+        (``--hosts localhost:2,127.0.0.1:2``) is its own keeper's to end."""
         run_key = os.environ.get(MARKER_VARIABLE)
-        stubborn = set(find_job_pids(run_key)) if run_key else set()
-        stubborn.discard(self.parent)
+        left = set(find_job_pids(run_key, os.environ.get(NODE_VARIABLE))) if run_key else set()
+        left.discard(self.parent)
+        return left
+
+    def end_what_is_left(self) -> None:
+        """The grace period is over: SIGKILL whatever of the run is left."""
+        stubborn = self.what_is_left()
         if self.child is not None:
             stubborn.add(self.child.pid)
         signal_pids(stubborn, signal.SIGKILL)
+
+    def end_leftovers(self) -> None:
+        """torchrun has exited: end what it left behind before the keeper exits.
+
+        torchrun waits only for the ranks themselves, so a rank's child that ignores SIGTERM
+        (a helper, a server, a stuck DataLoader-like worker) or one in a session of its own
+        outlives it, as do the ranks when torchrun itself was SIGKILLed. After a stop, the grace
+        period already runs (torchrun passed the stop on); otherwise nobody asked them yet, so
+        they get one SIGTERM now and the grace period starts. Either way, what is left when it
+        ends gets SIGKILL. Stop signals that arrive meanwhile stay pending: nothing is left to
+        pass them on to.
+        """
+        if self.swept or not self.what_is_left():
+            return
+        if self.deadline is None:
+            signal_pids(self.what_is_left(), signal.SIGTERM)
+            self.deadline = time.monotonic() + self.grace
+        while time.monotonic() < self.deadline:
+            time.sleep(min(LEFTOVER_POLL_SECONDS, max(0.0, self.deadline - time.monotonic())))
+            if not self.what_is_left():
+                return
+        self.end_what_is_left()
+        self.swept = True
 
     def run(self, argv: list[str], child_pythonpath: str) -> int:
         """Start torchrun, wait for it; returns its raw wait status.
@@ -107,6 +149,8 @@ class Keeper:
         while True:
             pid, status = os.waitpid(child.pid, os.WNOHANG)
             if pid:
+                self.child = None
+                self.end_leftovers()
                 return status
             received: signal.struct_siginfo | None
             if self.deadline is None or self.swept:

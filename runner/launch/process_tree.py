@@ -21,12 +21,24 @@ from collections.abc import Iterable
 
 from runner.processes import is_zombie, marker_bytes, pid_alive
 
+NODE_VARIABLE = "RANKWATCH_NODE_RANK"
 PR_SET_PDEATHSIG = 1
 
 
-def find_job_pids(run_key: str) -> list[int]:
-    """Pids of live processes whose environment carries this job's marker (ours only)."""
+def _has_entry(environ: bytes, entry: bytes) -> bool:
+    """Whether ``entry`` (``NAME=value``) is one of the NUL-separated entries of ``environ``."""
+    return (environ.startswith(entry + b"\0") or b"\0" + entry + b"\0" in environ or environ == entry
+            or environ.endswith(b"\0" + entry))
+
+
+def find_job_pids(run_key: str, node_rank: str | None = None) -> list[int]:
+    """Pids of live processes whose environment carries this job's marker (ours only).
+
+    ``node_rank``: only those of that node (``RANKWATCH_NODE_RANK``, which every node's torchrun
+    and all it starts inherit): several nodes of a run can share a machine, and one node's end
+    is not another's."""
     needle = marker_bytes(run_key)
+    node_entry = f"{NODE_VARIABLE}={node_rank}".encode() if node_rank is not None else None
     own = os.getpid()
     found = []
     try:
@@ -44,7 +56,8 @@ def find_job_pids(run_key: str) -> list[int]:
                 environ = handle.read()
         except OSError:
             continue  # gone, or another user's
-        if (needle + b"\0" in environ or environ.endswith(needle)) and not is_zombie(pid):
+        if (needle + b"\0" in environ or environ.endswith(needle)) and not is_zombie(pid) and (
+                node_entry is None or _has_entry(environ, node_entry)):
             found.append(pid)
     return found
 
@@ -68,30 +81,37 @@ def signal_pids(pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def end_job(run_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: float = 0.1) -> list[int]:
+def end_job(run_key: str, grace: float = 5.0, also: Iterable[int] = (), poll: float = 0.1,
+            terminate: bool = False, node_rank: str | None = None) -> list[int]:
     """Give the job ``grace`` seconds to end, then SIGKILL every process still carrying its marker.
 
-    Nothing here sends SIGTERM: the job has been asked to stop already, through torchrun
-    (the runner's SIGTERM, or torchrun's parent-death signal when the runner died), and
-    torchrun passes it on to each worker's process group exactly once, as on a Ctrl-C.
-    A second SIGTERM to torchrun would abort its orderly shutdown halfway (its handler
-    raises again inside the first one's clean-up) and leave behind what it had not ended
-    yet; a second one to a worker would run a user's SIGTERM handler twice.
+    Nothing here sends SIGTERM unless ``terminate``: while torchrun lives, the job has been
+    asked to stop already, through torchrun (the runner's SIGTERM, or torchrun's parent-death
+    signal when the runner died), and torchrun passes it on to each worker's process group
+    exactly once, as on a Ctrl-C. A second SIGTERM to torchrun would abort its orderly
+    shutdown halfway (its handler raises again inside the first one's clean-up) and leave
+    behind what it had not ended yet; a second one to a worker would run a user's SIGTERM
+    handler twice. ``terminate``: torchrun has ended already, so what is left (a rank's
+    child, a helper it started in a session of its own, ranks torchrun never stopped because
+    it was killed) was never asked by anyone: SIGTERM it once first.
 
     ``also`` adds pids that might not carry the marker (e.g. torchrun when it was started
-    with a clean environment). Returns the pids that needed SIGKILL.
+    with a clean environment); ``node_rank`` limits it to one node's processes
+    (``find_job_pids``). Returns the pids that needed SIGKILL.
     """
     also = list(also)
+    if terminate:
+        signal_pids(find_job_pids(run_key, node_rank) + [p for p in also if pid_alive(p)], signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        alive = find_job_pids(run_key) + [p for p in also if pid_alive(p)]
+        alive = find_job_pids(run_key, node_rank) + [p for p in also if pid_alive(p)]
         if not alive:
             return []
         time.sleep(poll)
-    stubborn = sorted(set(find_job_pids(run_key)) | {p for p in also if pid_alive(p)})
+    stubborn = sorted(set(find_job_pids(run_key, node_rank)) | {p for p in also if pid_alive(p)})
     signal_pids(stubborn, signal.SIGKILL)
     deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and find_job_pids(run_key):
+    while time.monotonic() < deadline and find_job_pids(run_key, node_rank):
         time.sleep(poll)
     return stubborn
 

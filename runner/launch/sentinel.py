@@ -8,10 +8,12 @@ parent-death signal and stops its workers; the sentinel gives it ``GRACE_SECONDS
 SIGKILLs every process still carrying the job's marker, and records in the run
 store that the run was lost, when and how (``runner.store.lost_run``).
 
-If the sentinel dies with the runner, torchrun alone ends the job: it SIGKILLs its
-workers' process groups after its own bounded grace period (the runner starts it
-with ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``), and readers see the run as lost because
-its runner is gone (``runner.store.liveness``).
+If the sentinel dies with the runner, torchrun and its keeper end the job: torchrun
+SIGKILLs its workers' process groups after its own bounded grace period (the runner
+starts it with ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``), and the keeper
+(``runner.launch.keeper``) SIGKILLs whatever still carries the marker after its own,
+torchrun's exit notwithstanding; readers see the run as lost because its runner is
+gone (``runner.store.liveness``).
 
 Usage: ``python -m runner.launch.sentinel JOB_KEY [STORE_PATH RUN_ID]``
 Standard library only, so it starts in ~20 ms.

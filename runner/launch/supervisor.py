@@ -30,7 +30,7 @@ from collections.abc import Callable
 from runner import paths, priority, privacy
 from runner.launch.command import NodeCommand
 from runner.launch.output import OutputLine, RankLineSplitter
-from runner.launch.process_tree import end_job, parent_death_signal_for
+from runner.launch.process_tree import NODE_VARIABLE, end_job, parent_death_signal_for
 from runner.launch.worker_output import WorkerOutput
 
 READ_CHUNK = 64 * 1024
@@ -46,9 +46,11 @@ SHUTDOWN_TIMEOUT_VARIABLE = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 KEEPER_GRACE_SECONDS = TORCHRUN_SHUTDOWN_SECONDS + 1
 """After a stop, torchrun's keeper SIGKILLs whatever of the run is left this much later: a
 second after torchrun's own deadline, whatever the torch version."""
-OUTPUT_DRAIN_SECONDS = 10.0
-"""After torchrun exits: how long its and the workers' output pipes may take to end (a process
-that inherited them, a worker's straggling child, can hold them open)."""
+OUTPUT_DRAIN_SECONDS = 2.0
+"""After torchrun's keeper exits, and with it every process of the node's job (the keeper ends
+what torchrun left behind, ``runner.launch.keeper``): how long its and the workers' output
+pipes may take to end. Only a process that dropped the job's marker can still hold one open;
+what it already wrote is read either way."""
 
 
 def compose_environment(command: NodeCommand, worker_path: str | None = None) -> dict[str, str]:
@@ -169,11 +171,18 @@ class TorchrunSupervisor:
             output.flush_stale(now)
 
     async def wait(self) -> int:
-        """Wait for torchrun to exit and its and its workers' output to be read; returns the
-        exit status."""
+        """Wait for torchrun to exit, every process of the job on this node to end, and its and
+        its workers' output to be read; returns the exit status.
+
+        The keeper ends what torchrun left behind before it exits; should the keeper itself
+        have been killed, what is left gets SIGTERM here, and SIGKILL after the keeper's grace."""
         if self.process is None or self._output is None:
             raise RuntimeError("torchrun was not started")
         returncode = await self.process.wait()
+        if not self._stopping:  # a stop sweeps (``stop``); otherwise the keeper did, unless it was killed
+            node_rank = self.command.env.get(NODE_VARIABLE)  # this node's: another may share the machine
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: end_job(self.run_key, grace=KEEPER_GRACE_SECONDS, terminate=True, node_rank=node_rank))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(asyncio.gather(*self._readers[:2], self._output.drained()),
                                    timeout=OUTPUT_DRAIN_SECONDS)

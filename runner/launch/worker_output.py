@@ -182,6 +182,8 @@ class WorkerOutput:
         self._connections: set[asyncio.Task] = set()
         self._idle = asyncio.Event()
         self._idle.set()
+        self._closing: asyncio.Event | None = None
+        """Set by ``close``: every connection ends where it stands (made on the loop, in ``start``)."""
 
     @property
     def environment(self) -> dict[str, str]:
@@ -193,6 +195,7 @@ class WorkerOutput:
         Raises:
             OSError: the socket cannot be made (its folder is gone, the path is too long).
         """
+        self._closing = asyncio.Event()
         self._server = await asyncio.start_unix_server(self._serve, path=str(self.path), limit=1024)
         self.path.chmod(0o600)
 
@@ -205,7 +208,8 @@ class WorkerOutput:
         assembler = pipe = pipe_file = None
         try:
             with contextlib.suppress(asyncio.TimeoutError, ValueError, OSError):
-                parsed = parse_header(await asyncio.wait_for(reader.readline(), HEADER_TIMEOUT_SECONDS))
+                header = await self._unless_closing(reader.readline(), HEADER_TIMEOUT_SECONDS)
+                parsed = parse_header(header) if header is not None else None
                 if parsed is None:
                     return
                 if parsed.stream == LAUNCHER_STREAM:
@@ -218,7 +222,7 @@ class WorkerOutput:
                 self._settle(assembler)
                 pipe = _PipeReader(assembler, functools.partial(self._route, assembler))
                 await asyncio.get_running_loop().connect_read_pipe(lambda: pipe, pipe_file)
-                await pipe.closed
+                await self._unless_closing(pipe.closed)
         finally:
             writer.close()
             if pipe is not None and pipe.transport is not None:
@@ -232,6 +236,24 @@ class WorkerOutput:
             self._connections.discard(task)
             if not self._connections:
                 self._idle.set()
+
+    async def _unless_closing(self, awaitable, timeout: float | None = None):
+        """``awaitable``'s result, or ``None`` once ``close`` was called (or after ``timeout``).
+
+        A connection ends this way rather than by cancelling its task: asyncio's stream server
+        asks a finished connection task for its exception, which for a cancelled one raises
+        (and prints a traceback) instead of answering.
+        """
+        assert self._closing is not None  # started
+        work = asyncio.ensure_future(awaitable)
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            done, _ = await asyncio.wait({work, closing}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            if not work.done():
+                work.cancel()
+        return work.result() if work in done else None
 
     def _emit(self, lines: list[OutputLine]) -> None:
         if lines:
@@ -298,8 +320,7 @@ class WorkerOutput:
         deliver their last partial lines, and remove the socket."""
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._closing is not None:
+            self._closing.set()
+        await asyncio.gather(*self._connections, return_exceptions=True)
         self.path.unlink(missing_ok=True)

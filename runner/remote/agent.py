@@ -217,6 +217,7 @@ class Agent:
         self.relay = WorkerRelay(local_token, self._forward)
         try:
             socket_path = paths.socket_dir() / f"agent-{launch.run_key[:12]}-{launch.node_rank}.sock"
+            paths.remove_stale_sockets(socket_path.parent)  # what SIGKILLed agents and runners left there
             workspace = paths.private_dir(workspace_of(launch.run_key, launch.node_rank))
             (workspace / "stacks").mkdir(exist_ok=True)
             await self.relay.serve(socket_path)

@@ -8,6 +8,7 @@ agent's own cleanup.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 
+import psutil
 import pytest
 
 from runner import paths
@@ -61,13 +63,13 @@ class FakeHead:
         self.server.close()
 
 
-def start_agent(head: FakeHead, run_key: str, mode: str, workdir) -> subprocess.Popen:
+def start_agent(head: FakeHead, run_key: str, mode: str, workdir, *mode_args: str) -> subprocess.Popen:
     env = dict(os.environ, RANKWATCH_RUN_KEY=run_key)  # as the head's remote command sets it
     agent = subprocess.Popen([sys.executable, "-m", "runner", "agent"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     launch = LaunchMessage(
         token="the-run_key-token", head_host="127.0.0.1", head_port=head.port, run_key=run_key, run=7, node_rank=1,
-        host="node-b", argv=(sys.executable, str(SCRIPTS / "remote_fake_node.py"), mode),
+        host="node-b", argv=(sys.executable, str(SCRIPTS / "remote_fake_node.py"), mode, *mode_args),
         env={"RANKWATCH_NODE_RANK": "1", "RANKWATCH_NODE_HOST": "node-b"}, cwd=str(workdir), grace=2.0,
         sample_interval=0.25)
     agent.stdin.write(launch.encode())
@@ -134,3 +136,41 @@ def test_agent_stops_its_workers_when_the_head_goes_away_or_asks(head, tmp_path,
         [node_exit] = head.of_type("node_exit")
         expected = "ssh session" if how == "stdin ends" else "asked to stop"
         assert expected in node_exit["reason"]
+
+
+def test_a_child_left_behind_by_the_nodes_torchrun_is_ended_before_the_agent_reports(head, tmp_path):
+    """torchrun ends of itself, its worker's child (in a session of its own, ignoring SIGTERM) would live
+    on: the node ends it as the head's does (issue 30), SIGKILL after the keeper's grace period."""
+    run_key = "agenttest" + os.urandom(4).hex()
+    agent = start_agent(head, run_key, "exit", tmp_path, "child")
+    try:
+        agent.wait(timeout=30)
+        assert agent.returncode == 3, agent.stderr.read()
+        assert processes_with_marker(run_key) == []
+        assert head.messages[-1]["type"] == "node_exit"
+    finally:
+        kill_what_is_left(run_key)
+
+
+def test_a_sigkilled_agent_leaves_nothing_of_its_node_behind(head, tmp_path):
+    """The agent dies (OOM killer, kill -9): its torchrun's keeper stops torchrun and, after the grace
+    period, kills what is left, a worker's child that ignores SIGTERM included."""
+    run_key = "agenttest" + os.urandom(4).hex()
+    agent = start_agent(head, run_key, "forever", tmp_path, "child")
+    try:
+        wait_for(lambda: len(processes_with_marker(run_key)) >= 4, 20, what="agent, keeper, torchrun and its child")
+        agent.kill()
+        agent.wait(timeout=5)
+        killed = time.monotonic()
+        while processes_with_marker(run_key) and time.monotonic() - killed < 10:
+            time.sleep(0.2)
+        assert processes_with_marker(run_key) == []
+    finally:
+        kill_what_is_left(run_key)
+
+
+def kill_what_is_left(run_key: str) -> None:
+    """What a failing test left behind (by its run's marker: ours only)."""
+    for process in processes_with_marker(run_key):
+        with contextlib.suppress(psutil.Error):
+            process.kill()

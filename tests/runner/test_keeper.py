@@ -3,6 +3,7 @@ and ends as torchrun ended. Real processes; a small script stands in for torchru
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,8 +11,9 @@ import sys
 import time
 
 import psutil
+import pytest
 
-from tests.jobs import REPO, wait_for
+from tests.jobs import REPO, processes_with_marker, wait_for
 
 CHILD = """
 import os, signal, sys, time
@@ -132,3 +134,92 @@ def test_a_worker_tells_its_torchrun_from_a_stranger_by_the_run_marker():
     plain = subprocess.run([sys.executable, "-c", ASK_PARENT], env=not_ours, capture_output=True, text=True,
                            timeout=20)
     assert plain.stdout.strip() == "False"  # not started by torchrun: nothing can be told
+
+
+# ---- what torchrun leaves behind (issue 30) ------------------------------------------------------------
+
+LEAVES_A_CHILD = """
+import os, subprocess, sys, time
+ready_read, ready_write = os.pipe()
+subprocess.Popen([sys.executable, "-c", "import os, signal, sys, time\\n"
+                  "signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[2] == 'ignore' else signal.SIG_DFL)\\n"
+                  "os.write(int(sys.argv[1]), b'up')\\n"
+                  "while True: time.sleep(0.1)", str(ready_write), sys.argv[1]],
+                 pass_fds=[ready_write], start_new_session=sys.argv[1] == 'ignore')
+os.read(ready_read, 2)
+open(sys.argv[3], "w").close()
+if sys.argv[2] == "exit":
+    sys.exit(0)
+while True:
+    time.sleep(0.1)
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers_of_ours():
+    """Whatever a failing test below left behind (by its marker: ours only) is killed after it."""
+    yield
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.environ().get("RANKWATCH_RUN_KEY", "").startswith(f"keeper-leftover-{os.getpid()}-"):
+                process.kill()
+
+
+def start_torchrun_with_a_child(tmp_path, child_on_sigterm: str, torchrun_does: str, grace: float
+                                ) -> tuple[subprocess.Popen, str]:
+    """A keeper whose "torchrun" starts a child (one that ``ignore``s SIGTERM, in a session of its own, or
+    one that ``die``s of it) and then ``exit``s or ``stay``s."""
+    script = tmp_path / "torchrun_with_a_child.py"
+    script.write_text(LEAVES_A_CHILD)
+    run_key = f"keeper-leftover-{os.getpid()}-{child_on_sigterm}-{torchrun_does}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RANKWATCH_RUN_KEY": run_key}
+    keeper = subprocess.Popen([sys.executable, "-m", "runner.launch.keeper", str(grace), "", "--",
+                               sys.executable, str(script), child_on_sigterm, torchrun_does, str(tmp_path / "up")],
+                              env=env)
+    wait_for(lambda: (tmp_path / "up").exists(), 30, what="torchrun's child")
+    return keeper, run_key
+
+
+def test_a_child_that_ignores_sigterm_and_outlives_torchrun_is_killed_before_the_keeper_exits(tmp_path):
+    """torchrun returns once its ranks have; a rank's helper in a session of its own that ignores SIGTERM
+    would live on with ppid 1. The keeper SIGTERMs it, SIGKILLs it after the grace period, then exits as
+    torchrun did."""
+    keeper, run_key = start_torchrun_with_a_child(tmp_path, "ignore", "exit", grace=1.0)
+    assert keeper.wait(timeout=20) == 0
+    assert processes_with_marker(run_key) == []
+
+
+def test_a_child_that_obeys_sigterm_ends_at_once_after_torchrun(tmp_path):
+    keeper, run_key = start_torchrun_with_a_child(tmp_path, "die", "exit", grace=20.0)
+    started = time.monotonic()
+    assert keeper.wait(timeout=20) == 0
+    assert time.monotonic() - started < 5  # its SIGTERM ended it: no grace period to sit out
+    assert processes_with_marker(run_key) == []
+
+
+def test_the_ranks_of_a_sigkilled_torchrun_are_ended_by_the_keeper(tmp_path):
+    keeper, run_key = start_torchrun_with_a_child(tmp_path, "ignore", "stay", grace=1.0)
+    [torchrun] = psutil.Process(keeper.pid).children()
+    torchrun.kill()
+    assert keeper.wait(timeout=20) == -signal.SIGKILL  # as torchrun ended
+    assert processes_with_marker(run_key) == []
+
+
+def test_the_keeper_ends_only_its_own_nodes_leftovers(tmp_path):
+    """Two nodes of a run on one machine (``--hosts localhost:2,127.0.0.1:2``): the first node's
+    torchrun ending must not end the second node's processes, which carry the same run marker."""
+    script = tmp_path / "torchrun_with_a_child.py"
+    script.write_text(LEAVES_A_CHILD)
+    run_key = f"keeper-leftover-{os.getpid()}-two-nodes"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RANKWATCH_RUN_KEY": run_key}
+    other_node = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                  env={**env, "RANKWATCH_NODE_RANK": "1"})
+    try:
+        keeper = subprocess.Popen([sys.executable, "-m", "runner.launch.keeper", "1", "", "--", sys.executable,
+                                   str(script), "ignore", "exit", str(tmp_path / "up")],
+                                  env={**env, "RANKWATCH_NODE_RANK": "0"})
+        assert keeper.wait(timeout=20) == 0
+        assert [process.pid for process in processes_with_marker(run_key)] == [other_node.pid]
+    finally:
+        other_node.kill()
+        other_node.wait()

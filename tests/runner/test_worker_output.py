@@ -339,3 +339,35 @@ def test_pending_output_waits_for_its_rank_and_is_the_launchers_when_none_comes(
     assert [text for rank, text in everything if rank == 3] == ["before anyone knows whose", "ready", "after"]
     assert sorted(text for rank, text in everything if rank is None) == sorted(
         ["before anyone knows whose", "ready", "after"] * 2)  # the launcher's, and the unclaimed one's at its end
+
+
+def test_closing_while_a_straggler_holds_a_pipe_ends_it_quietly_and_at_once(tmp_path):
+    """A dead rank's child that still holds the rank's output pipe (issue 30): ``close`` ends that
+    connection without asyncio's tracebacks (a cancelled server task prints one per pipe) and without
+    waiting for the straggler."""
+    script = tmp_path / "straggler.py"
+    script.write_text("import subprocess, sys\nprint('rank says bye', flush=True)\n"
+                      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(5)'])\n")
+
+    async def scenario():
+        problems = []
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: problems.append(context))
+        received = []
+        output = WorkerOutput(paths.socket_dir() / "out-straggler.sock", received.extend)
+        await output.start()
+        env = {**os.environ, "PYTHONPATH": str(WORKER_PATH), "RANK": "0", "LOCAL_RANK": "0", **output.environment}
+        process = await asyncio.create_subprocess_exec(sys.executable, "-m", "rankwatch._bootstrap", str(script),
+                                                        env=env)
+        await process.wait()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(output.drained(), 0.5)  # the straggler holds both pipes
+        started = time.monotonic()
+        await output.close()
+        closed_in = time.monotonic() - started
+        await asyncio.sleep(0.1)  # the done callbacks of the server's tasks run
+        return received, problems, closed_in
+
+    received, problems, closed_in = asyncio.run(scenario())
+    assert [line.text for line in received] == ["rank says bye"]
+    assert problems == []
+    assert closed_in < 1.0

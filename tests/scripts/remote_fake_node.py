@@ -3,11 +3,13 @@
 It speaks the real protocol to the agent's relay (RANKWATCH_SOCKET, with the token the
 agent gave it), prints one line the way torchrun prefixes rank 0's output, and then
 either exits with status 3 without the worker's exit message (``exit``) or runs until
-it is stopped (``forever``).
+it is stopped (``forever``). A second argument ``child`` first starts a child that ignores
+SIGTERM in a session of its own (a helper that would outlive the job, issue 30).
 """
 import json
 import os
 import socket
+import subprocess
 import sys
 import time
 
@@ -24,6 +26,16 @@ send(connection, "hello", token=os.environ["RANKWATCH_TOKEN"], run_key=os.enviro
      torch=None, restart=0, argv=["fake"])
 send(connection, "metrics", rank=0, items=[[time.time(), 0, "loss", 0.5, "log"]])
 print("[rw:0]:hello from the fake worker", flush=True)
+if sys.argv[2:] == ["child"]:
+    ready_read, ready_write = os.pipe()
+    subprocess.Popen([sys.executable, "-c", "import os, signal, sys, time\n"
+                      "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                      "os.write(int(sys.argv[1]), b'up')\n"
+                      "while True: time.sleep(0.1)", str(ready_write)],
+                     pass_fds=[ready_write], start_new_session=True, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
+    os.close(ready_write)
+    os.read(ready_read, 2)
 if sys.argv[1] == "exit":
     time.sleep(0.3)  # let the relay read the messages before the connection ends
     sys.exit(3)

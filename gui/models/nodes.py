@@ -17,7 +17,7 @@ from gui.gateway.run_state import NodeInfo
 from gui.models.monitor import MonitorModel
 
 NODE_COLUMNS = ("Node", "Host", "State", "Processes", "Ranks", "Since", "Detail")
-FINISHED_NODE_STATES = ("exited", "failed", "lost")
+FINISHED_NODE_STATES = ("exited", "failed", "stopped", "lost")
 
 
 def compact_ranks(ranks: list[int]) -> str:

@@ -30,6 +30,7 @@ NODE_STATE_COLORS: dict[str, QColor] = {
     NodeState.RUNNING.value: STATE_COLORS[RankState.RUNNING.value],
     NodeState.EXITED.value: STATE_COLORS[RankState.EXITED.value],
     NodeState.FAILED.value: STATE_COLORS[RankState.FAILED.value],
+    NodeState.STOPPED.value: STATE_COLORS[RankState.STOPPED.value],
     NodeState.LOST.value: STATE_COLORS[RankState.LOST.value],
 }
 STATE_COLUMN = NODE_COLUMNS.index("State")

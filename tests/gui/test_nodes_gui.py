@@ -88,6 +88,13 @@ def test_a_lost_node_is_shown_lost_with_its_time_and_its_rank_too(qtbot, panel):
         runner.close()
 
 
+def test_a_node_stopped_on_request_reads_stopped_at_its_time_in_the_stopped_colour():
+    """A Ctrl-C or `rankwatch stop` ends a node as stopped (issue 30), not failed."""
+    node = NodeInfo(node_rank=0, host="localhost", state="stopped", changed=1_000_000.0)
+    assert since_text(node) == f"stopped at {clock(1_000_000.0)}"
+    assert node_tint("stopped") not in (None, node_tint("failed"), node_tint("exited"))
+
+
 def test_log_lines_are_tagged_with_their_host_and_can_be_filtered_by_node(qtbot, panel):
     fixture = load_fixture("two_nodes_lost")
     run_id = store_fixture(fixture)

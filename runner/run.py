@@ -519,6 +519,9 @@ class Run(HubObserver):
         triaged = {failure["rank"]: failure.get("exit_code")
                    for failure in [summary.get("first_failure") or {}, *(summary.get("other_failures") or [])]
                    if failure.get("rank") is not None}
+        # Ended because another rank failed (torchrun's SIGTERM, a peer gone): stopped (runner.exit_status).
+        after_another = {failure["rank"] for failure in summary.get("other_failures") or []
+                         if failure.get("after") is not None}
         for row in self.hub.model.ranks.values():
             state = RankState(row.state)
             reported = report.for_rank(row.rank) if report else None
@@ -531,7 +534,8 @@ class Run(HubObserver):
                 continue
             if state == RankState.LOST:  # its node dropped out (runner.remote)
                 continue
-            if row.rank == first or (row.rank in failed_with_exception and not stopped):
+            if row.rank == first or (row.rank in failed_with_exception and not stopped
+                                     and row.rank not in after_another):
                 new_state = RankState.FAILED
             elif stopped or summary["outcome"] == "failed":
                 new_state = RankState.STOPPED

@@ -47,7 +47,8 @@ class RankState(str, Enum):
                              |   \\--no progress for the stall timeout--^
                              +--exit 0--> EXITED
                              +--exception / exit != 0 / signal--> FAILED
-                             +--stopped by the launcher after another rank failed--> STOPPED
+                             +--ended because another rank failed (the launcher's SIGTERM, or a peer
+                             |  went away: runner.exit_status)--> STOPPED
                              +--its node dropped out--> LOST
 
     WAITING covers ranks known from the plan (or from their output) that have not

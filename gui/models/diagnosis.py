@@ -28,13 +28,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gui.gateway.runner_rules import ended_by, failure_end_words
 from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
 from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
 from rankwatch._protocol import Bottleneck as Verdicts
-from rankwatch._protocol import EventKind, RankFailure, how_it_ended, stall_outcome
+from rankwatch._protocol import EventKind, RankFailure, stall_outcome
 from rankwatch._protocol import as_float as _float
 from rankwatch._protocol import as_int as _int
 
@@ -65,11 +66,6 @@ HEALTHY_VERDICTS = frozenset({Verdicts.COMPUTE.value})
 def clock(t: float | None) -> str:
     """``12:03:04`` (local time), or empty."""
     return "" if t is None else time.strftime("%H:%M:%S", time.localtime(float(t)))
-
-
-def how_text(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
-    """``exit code 1``, ``SIGKILL``, or what is known without a status (``_protocol.how_it_ended``)."""
-    return how_it_ended(exit_code, signal, evidence)
 
 
 def _ms(seconds: Any) -> str:
@@ -287,8 +283,10 @@ def _early_failure_text(event: dict[str, Any]) -> str:
         return f"rank {rank} raised {event.get('message') or event.get('exc_type') or 'an exception'}"
     if event.get("kind") == CONNECTION_LOST:
         return f"rank {rank} disconnected without an exit message (killed?)"
+    if event.get("stopped_by_failure"):  # only an echo of another's failure (runner.exit_status)
+        return str(event.get("message") or f"rank {rank} stopped after another rank failed")
     code = _int(event.get("exit_code"))
-    return f"rank {rank} failed" + (f" ({how_text(code, None)})" if code is not None else "")
+    return f"rank {rank} failed" + (f" ({ended_by(code)})" if code is not None else "")
 
 
 def _stall_line(stalls: list[dict[str, Any]], now: float) -> str:
@@ -590,7 +588,7 @@ class DiagnosisModel:
         notes: dict[int, list[str]] = {}
         first = self.first_failure
         if first is not None and first.rank is not None:
-            notes.setdefault(first.rank, []).append(f"failed first: {first.how}")
+            notes.setdefault(first.rank, []).append(f"failed first: {failure_end_words(first)}")
         live = not self.monitor.finished
         if live:
             for rank, event in self.stalls.items():
@@ -626,11 +624,11 @@ class DiagnosisModel:
             state = str(row.get("state") or "")
             host = str(row.get("host") or (fate.host if fate else "") or "")
             if fate is not None:
-                how = fate.how
+                how = failure_end_words(fate)
                 detail = fate.exception_line or ""
             else:
                 exit_code = _int(row.get("exit_code"))
-                how = how_text(exit_code, None) if exit_code is not None else ""
+                how = ended_by(exit_code) if exit_code is not None else ""
                 detail = ""
             is_first = first is not None and first.rank == rank
             lines.append(RankLine(rank, host, state, ("failed first: " if is_first else "") + how, detail, is_first))

@@ -1,9 +1,9 @@
 """How a rank (or a run) ended, in one wording for every panel (Qt-free).
 
-The rank table, the Diagnosis panel and the history all say it through
-:func:`ended_by` (defined in the contract, ``rankwatch._protocol``, with the rest of
-how a rank ended): ``exit code 1``, ``SIGTERM``, ``SIGKILL`` -- never "Exit 1" in one
-place and "signal SIGTERM (exit code -15)" in another. A negative exit status is
+The rank table, the Diagnosis panel and the history all say it through the runner's
+one wording (``runner.exit_status``, through the gateway): ``exit code 1``, ``SIGTERM``,
+``SIGKILL``, ``SIGTERM, stopped after rank 1 failed`` -- never "Exit 1" in one place and
+"signal SIGTERM (exit code -15)" in another. A negative exit status is
 how Python's ``subprocess`` and torchrun report a process killed by a signal, so
 it is named by its signal.
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rankwatch._protocol import UNKNOWN_END as UNKNOWN
+from gui.gateway.runner_rules import UNKNOWN_END as UNKNOWN
+from gui.gateway.runner_rules import ended_by, rank_end_words
 from rankwatch._protocol import as_int as _int
-from rankwatch._protocol import ended_by
 
 __all__ = ["NOT_ENDED", "UNKNOWN", "ended_by", "rank_ended_by", "rank_exits"]
 
@@ -27,15 +27,17 @@ NOT_ENDED = ""
 """A rank that is still running has no end to tell."""
 
 
-def rank_exits(summary: dict[str, Any] | None) -> dict[int, tuple[int | None, str | None]]:
-    """rank -> (exit code, signal name) as the run's triage found them (first failure and others)."""
+def rank_exits(summary: dict[str, Any] | None) -> dict[int, tuple[int | None, str | None, int | None]]:
+    """rank -> (exit code, signal name, the rank whose failure it followed) as the run's triage found
+    them (first failure and others)."""
     if not isinstance(summary, dict):
         return {}
     fates = [summary.get("first_failure"), *list(summary.get("other_failures") or [])]
-    found: dict[int, tuple[int | None, str | None]] = {}
+    found: dict[int, tuple[int | None, str | None, int | None]] = {}
     for fate in reversed(fates):  # the first failure wins over a repeat in "others"
         if isinstance(fate, dict) and _int(fate.get("rank")) is not None:
-            found[_int(fate["rank"])] = (_int(fate.get("exit_code")), fate.get("signal") or None)
+            found[_int(fate["rank"])] = (_int(fate.get("exit_code")), fate.get("signal") or None,
+                                         _int(fate.get("after")))
     return found
 
 
@@ -43,8 +45,9 @@ def rank_ended_by(row: dict[str, Any], summary: dict[str, Any] | None, finished:
     """What a rank's "Ended by" says: the triage's verdict, else its row; empty while it runs."""
     rank = _int(row.get("rank"))
     verdict = rank_exits(summary).get(rank) if rank is not None else None
-    if verdict is not None and (verdict[0] is not None or verdict[1]):
-        return ended_by(*verdict)
+    if verdict is not None and (verdict[0] is not None or verdict[1] or verdict[2] is not None):
+        code, signal, after = verdict
+        return rank_end_words(code, signal, after=after)
     code = _int(row.get("exit_code"))
     if code is not None:
         return ended_by(code)

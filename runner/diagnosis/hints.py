@@ -23,6 +23,7 @@ from typing import Any
 
 from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import BACKWARD, Place, is_user_code, place_of
+from runner.exit_status import PEER_GONE
 from runner.format import format_bytes
 
 
@@ -429,9 +430,6 @@ COLLECTIVE_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|"
                                 r"Timed out waiting \d+ms for (?:recv|send) operation")
 
 
-PEER_GONE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing|"
-                       r"NCCL communicator was aborted|remote process exited|Broken pipe")
-"""What a rank says when a peer went away while it talked to it: an echo of the peer's end, not a cause."""
 FINISHED_SLACK_SECONDS = 0.5
 """A peer's exit up to this long after the failure still came first (the two times are two processes' clocks)."""
 

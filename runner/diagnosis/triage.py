@@ -33,17 +33,15 @@ every outcome as ``diagnostics`` (stragglers only into a run's that did not fail
 from __future__ import annotations
 
 import re
-import signal as signals
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch._protocol import RankFailure, describe_end, signal_name
+from rankwatch._protocol import RankFailure
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import (
-    PEER_GONE,
     Evidence,
     GpuMemory,
     find_hints,
@@ -53,6 +51,13 @@ from runner.diagnosis.hints import (
 )
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
 from runner.diagnosis.torchrun_report import TorchrunReport
+from runner.exit_status import (
+    STOPPING_SIGNALS,
+    describe_end_of,
+    is_stopping_signal,
+    only_says_peer_gone,
+    signal_name,
+)
 from runner.launch.ports import port_holder
 
 TAIL_LINES = 200
@@ -242,23 +247,20 @@ def _use_error_file(failure: RankFailure, path: str) -> None:
         failure.exception_line = recorded.message.strip().splitlines()[-1] if recorded.message.strip() else None
 
 
-CONSEQUENCE = PEER_GONE
 ECHO_WINDOW_SECONDS = 5.0
-STOPPING_SIGNALS = {signals.SIGTERM, signals.SIGINT}
 """How long after a peer's death its survivors' connection errors can still arrive."""
 
 
 def is_consequence(failure: RankFailure) -> bool:
     """A failure that only reports that another rank went away (not a cause of its own)."""
-    return bool(failure.exception_line and CONSEQUENCE.search(failure.exception_line))
+    return only_says_peer_gone(failure.exception_line)
 
 
 def is_echo(failure: RankFailure) -> bool:
     """A failure that follows another's: a survivor's connection error, or a rank ended by
     SIGTERM/SIGINT (what torchrun sends the others once one failed). Seen: two ranks' exits
     reaped in the same instant, the SIGTERMed one stamped 0.2 ms before the one that exited 2."""
-    stopped = failure.exit_code is not None and failure.exit_code < 0 and -failure.exit_code in STOPPING_SIGNALS
-    return stopped or is_consequence(failure)
+    return is_stopping_signal(failure.exit_code) or is_consequence(failure)
 
 
 def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailure]]:
@@ -296,6 +298,10 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
         root = data.report.root_cause if data.report else None
         first = next((c for c in candidates if root is not None and c.rank == root.rank), candidates[0])
     others = [c for c in candidates if c is not first]
+    if first.rank is not None and not is_echo(first):
+        for other in others:  # ended because the first failed: stopped, not failed (runner.exit_status)
+            if is_echo(other):
+                other.after = first.rank
     return first, others
 
 
@@ -363,7 +369,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         if hints:
             headline += f": {hints[0].cause}"
     else:
-        how = describe_end(first)
+        how = describe_end_of(first.exit_code, first.signal, first.evidence)
         headline = f"rank {first.rank}{' on ' + first.host if first.host else ''} failed first ({how})"
         if hints and hints[0].key in LEADS_THE_HEADLINE:
             headline += f": {hints[0].cause}"

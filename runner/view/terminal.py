@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from rankwatch._protocol import describe_losses, working_without_steps
 from runner.diagnosis.report import format_diagnostics
-from runner.exit_status import describe_exit_code, describe_stop_reason
+from runner.exit_status import (
+    describe_exit_code,
+    describe_stop_reason,
+    ended_by,
+    failure_end_words,
+    how_it_ended,
+)
 from runner.format import (
     MISSING,
     format_amount,
@@ -530,7 +536,7 @@ def _finished_text(finished: dict[str, Any], failed_rank: int) -> str:
     if isinstance(before, (int, float)):
         when = (f", {before:.2f} s before rank {failed_rank} failed" if before >= 0
                 else f", {-before:.2f} s after rank {failed_rank} failed")
-    return f"rank {finished.get('rank')} (exit code 0{when})"
+    return f"rank {finished.get('rank')} ({ended_by(0)}{when})"
 
 
 def render_summary(run: dict[str, Any], out: TextIO) -> None:
@@ -545,13 +551,9 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
         out.write(f"{summary['headline']}\n")
     first = summary.get("first_failure")
     if first:
-        how = []
-        if first.get("exit_code") is not None:
-            how.append(f"exit code {first['exit_code']}")
-        if first.get("signal"):
-            how.append(first["signal"])
+        how = how_it_ended(first.get("exit_code"), first.get("signal"))
         where = f" on {first['host']}" if first.get("host") else ""
-        out.write(f"  first to fail: rank {first['rank']}{where} ({', '.join(how) or 'no exit code'};"
+        out.write(f"  first to fail: rank {first['rank']}{where} ({how};"
                   f" known from: {first.get('evidence')})\n")
         if first.get("exception_line"):
             out.write(f"  exception:     {first['exception_line']}\n")
@@ -565,10 +567,7 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
             out.write(f"  kernel log:    {first['kernel_log']}\n")
     others = summary.get("other_failures") or []
     if others:
-        described = []
-        for other in others[:8]:
-            what = other.get("signal") or (f"exit {other['exit_code']}" if other.get("exit_code") is not None else other.get("evidence"))
-            described.append(f"rank {other['rank']} ({what})")
+        described = [f"rank {other['rank']} ({failure_end_words(other)})" for other in others[:8]]
         out.write(f"  then:          {', '.join(described)}{' ...' if len(others) > 8 else ''}\n")
     finished = summary.get("finished") or []
     if finished and first:

@@ -268,13 +268,14 @@ def test_the_first_failure_decides_not_the_survivors_noise():
 
 def test_a_remote_rank_that_vanished_is_worded_from_its_evidence():
     from runner.diagnosis.hints import Evidence, find_hints
-    from runner.diagnosis.triage import RankFailure, describe_end
+    from runner.diagnosis.triage import RankFailure
+    from runner.exit_status import describe_end_of
 
     lost = RankFailure(rank=1, host="node2", evidence="connection lost", when=1.0)
-    assert describe_end(lost) == "its connection dropped without an exit: killed, or its node went away"
+    assert describe_end_of(None, None, lost.evidence) == "its connection dropped without an exit: killed, or its node went away"
     keys = [hint.key for hint in find_hints(Evidence(first=lost, first_is_remote=True))]
     assert keys == ["node_lost"]
-    assert describe_end(RankFailure(rank=0, evidence="exception")) == "an uncaught exception"
+    assert describe_end_of(None, None, "exception") == "an uncaught exception"
 
 
 def barrier_failure(traceback: str, when: float = 104.1) -> RankFailure:

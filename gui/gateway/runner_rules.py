@@ -1,6 +1,6 @@
 """The runner's Qt-free values and rules that the GUI shows as they are (one truth in both).
 
-The states of a run, a rank and a node; how a rank ended, in words (``exit_status``); progress as the terminal view counts it; how a
+The states of a run, a rank and a node; a hint and its keys (``Hint``, ``HintKey``); how a rank ended, in words (``exit_status``); progress as the terminal view counts it; how a
 stack capture's verdict is worded; the GPU report the probe parses; where Rankwatch
 keeps its files (``paths``, which ``RANKWATCH_HOME`` moves) and its private-file umask.
 Only this gateway package reaches into ``runner``; the GUI's models and widgets take
@@ -10,6 +10,7 @@ these names from here (an import-linter contract in ``pyproject.toml``).
 from __future__ import annotations
 
 from runner import paths
+from runner.diagnosis.hints import Hint, HintKey
 from runner.diagnosis.stack_places import plural
 from runner.diagnosis.stacks import ensure_verdict
 from runner.exit_status import (
@@ -27,6 +28,27 @@ from runner.state import NodeState, RankState, RunStatus
 from runner.view.progress import Progress, ProgressTracker, compute_progress, progress_texts
 
 __all__ = [
-    "EVIDENCE_WORDS", "TRACEBACK_SOURCE_WORDS", "UNKNOWN_END", "GpuProcess", "GpuReport", "GpuSnapshot", "NodeState", "Progress", "ProgressTracker", "RankState", "RunStatus",
-    "adopt_private_umask", "compute_progress", "ended_by", "ensure_verdict", "failure_end_words", "how_it_ended", "paths", "plural", "progress_texts", "rank_end_words",
+    "EVIDENCE_WORDS",
+    "TRACEBACK_SOURCE_WORDS",
+    "UNKNOWN_END",
+    "GpuProcess",
+    "GpuReport",
+    "GpuSnapshot",
+    "Hint",
+    "HintKey",
+    "NodeState",
+    "Progress",
+    "ProgressTracker",
+    "RankState",
+    "RunStatus",
+    "adopt_private_umask",
+    "compute_progress",
+    "ended_by",
+    "ensure_verdict",
+    "failure_end_words",
+    "how_it_ended",
+    "paths",
+    "plural",
+    "progress_texts",
+    "rank_end_words",
 ]

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gui.gateway.runner_rules import ended_by, failure_end_words
+from gui.gateway.runner_rules import Hint, HintKey, ended_by, failure_end_words
 from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
@@ -51,10 +51,9 @@ EXCEPTION, CONNECTION_LOST, STOPPING, BOTTLENECK = (EventKind.EXCEPTION.value, E
                                                     EventKind.STOPPING.value, EventKind.BOTTLENECK.value)
 """Event kinds, as the contract defines them (``rankwatch._protocol.EventKind``)."""
 
-NO_RANK_REPORTED = "no_rank_reported"
-"""The summary hint of a job that exited 0 with no rank ever reporting (``runner.diagnosis.hints``)."""
-NO_STEP_MEASURED = "no_step_measured"
-"""The summary hint of a job whose ranks all reported and exited 0 without one training step."""
+NOTHING_MEASURED = (HintKey.NO_RANK_REPORTED, HintKey.NO_STEP_MEASURED)
+"""The summary hints of a job that exited 0 and measured nothing: no rank ever reported, or none made
+a training step (``runner.diagnosis.hints``)."""
 
 CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
 """A straggler's cause, as the banner and the rank table say it."""
@@ -71,17 +70,6 @@ def clock(t: float | None) -> str:
 def _ms(seconds: Any) -> str:
     value = _float(seconds)
     return "?" if value is None else f"{1000.0 * value:.0f} ms"
-
-
-@dataclass(frozen=True)
-class Hint:
-    key: str
-    cause: str
-    advice: str
-
-    @property
-    def text(self) -> str:
-        return f"{self.cause} → {self.advice}" if self.advice else self.cause
 
 
 @dataclass(frozen=True)
@@ -508,8 +496,7 @@ class DiagnosisModel:
 
     @property
     def hints(self) -> list[Hint]:
-        return [Hint(str(h.get("key") or ""), str(h.get("cause") or ""), str(h.get("advice") or ""))
-                for h in (self.summary or {}).get("hints") or [] if isinstance(h, dict)]
+        return [Hint.from_json(h) for h in (self.summary or {}).get("hints") or [] if isinstance(h, dict)]
 
     @property
     def diagnostics(self) -> dict[str, Any]:
@@ -651,8 +638,7 @@ class DiagnosisModel:
                               more=len([f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)]))
             interesting = [f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)
                            or (f.kind == LAUNCH_MISMATCH and f.active)]
-            nothing = next((hint.get("key") for hint in summary.get("hints") or []
-                            if hint.get("key") in (NO_RANK_REPORTED, NO_STEP_MEASURED)), None)
+            nothing = next((hint.key.value for hint in self.hints if hint.key in NOTHING_MEASURED), None)
             if outcome == "succeeded" and nothing:
                 return Banner(WARNING, self.headline, nothing)  # exit code 0, yet nothing was measured
             if outcome == "stopped" and any(f.kind == STALLED for f in interesting):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gui.gateway.runner_rules import (
+    Hint,
     Progress,
     ProgressTracker,
     RankState,
@@ -711,9 +712,8 @@ def summary_lines(summary: dict[str, Any] | None) -> tuple[str, list[str]]:
         return "", []
     headline = str(summary.get("headline") or summary.get("outcome") or "")
     details = []
-    for hint in summary.get("hints") or []:
-        if isinstance(hint, dict):
-            details.append(f"Hint: {hint.get('cause', '')}. {hint.get('advice', '')}".strip())
+    for hint in (Hint.from_json(h) for h in summary.get("hints") or [] if isinstance(h, dict)):
+        details.append(f"Hint: {hint.cause}. {hint.advice}".strip())
     first = summary.get("first_failure")
     if isinstance(first, dict) and first.get("traceback"):
         details.append(f"Traceback of rank {first.get('rank')}:")

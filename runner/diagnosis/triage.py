@@ -44,6 +44,7 @@ from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import (
     Evidence,
     GpuMemory,
+    HintKey,
     find_hints,
     launcher_hint,
     no_rank_reported,
@@ -398,7 +399,7 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
     return summary
 
 
-LEADS_THE_HEADLINE = {"mismatched_collective"}
+LEADS_THE_HEADLINE = {HintKey.MISMATCHED_COLLECTIVE}
 """Hints truer than the first failure's own words, which lead its headline instead of them: gloo's
 "a remote worker crashing" when the peer ran to its end."""
 

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rankwatch._protocol import describe_losses, working_without_steps
+from runner.diagnosis.hints import Hint
 from runner.diagnosis.report import format_diagnostics
 from runner.exit_status import (
     describe_exit_code,
@@ -586,8 +587,8 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
                   f"{stored.get('logs', MISSING)} log lines{until}\n")
         if lost.get("not_stored"):
             out.write(f"  not stored:    {lost['not_stored']}\n")
-    for hint in summary.get("hints") or []:
-        out.write(f"  hint: {hint['cause']}\n        -> {hint['advice']}\n")
+    for hint in (Hint.from_json(h) for h in summary.get("hints") or [] if isinstance(h, dict)):
+        out.write(f"  hint: {hint.cause}\n        -> {hint.advice}\n")
     if run.get("id") is not None:
         out.write(f"  details: rankwatch runs show {run['id']}   logs: rankwatch runs logs {run['id']}\n")
     out.flush()

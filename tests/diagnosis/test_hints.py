@@ -317,3 +317,17 @@ def test_ddp_device_ids_on_a_cpu_model_is_named_with_the_line_and_the_cpu_form()
                                  "on the CPU (ddp_cpu_ids.py:6: model = torch.nn.parallel.DistributedDataParallel(")
     assert hint.cause.endswith("; this run is in CPU mode (no GPU for the ranks)")
     assert "DDP(model)" in hint.advice and "if torch.cuda.is_available() else None" in hint.advice
+
+
+def test_a_hint_is_one_type_with_one_enum_of_keys_from_the_rules_to_the_gui():
+    from gui.models import diagnosis as gui_diagnosis
+    from runner.diagnosis.hints import Hint, HintKey
+
+    assert gui_diagnosis.Hint is Hint  # no twin in the GUI
+    [hint] = find_hints(Evidence(first=RankFailure(rank=2, exit_code=-11, signal="SIGSEGV")))
+    assert hint.key is HintKey.NATIVE_CRASH
+    wire = hint.to_json()
+    assert wire["key"] == "native_crash" and type(wire["key"]) is str  # the stored summary holds plain text
+    assert Hint.from_json(wire) == hint
+    assert Hint.from_json({"key": "from_a_newer_runner", "cause": "c"}) == Hint(HintKey.OTHER, "c", "")
+    assert Hint(HintKey.KILLED, "cause", "advice").text == "cause → advice"

@@ -1,8 +1,9 @@
 """The runner's Qt-free values and rules that the GUI shows as they are (one truth in both).
 
-The states of a run, a rank and a node; a hint and its keys (``Hint``, ``HintKey``); how a rank ended, in words (``exit_status``); progress as the terminal view counts it; how a
-stack capture's verdict is worded; the GPU report the probe parses; where Rankwatch
-keeps its files (``paths``, which ``RANKWATCH_HOME`` moves) and its private-file umask.
+The states of a run, a rank and a node; a hint and its keys (``Hint``, ``HintKey``); a doctor
+check (``DoctorCheck``, ``CheckStatus``); how a rank ended, in words (``exit_status``); progress
+as the terminal view counts it; how a stack capture's verdict is worded; the GPU report the probe
+parses; where Rankwatch keeps its files (``paths``, which ``RANKWATCH_HOME`` moves) and its private-file umask.
 Only this gateway package reaches into ``runner``; the GUI's models and widgets take
 these names from here (an import-linter contract in ``pyproject.toml``).
 """
@@ -10,6 +11,7 @@ these names from here (an import-linter contract in ``pyproject.toml``).
 from __future__ import annotations
 
 from runner import paths
+from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
 from runner.diagnosis.hints import Hint, HintKey
 from runner.diagnosis.stack_places import plural
 from runner.diagnosis.stacks import ensure_verdict
@@ -31,6 +33,8 @@ __all__ = [
     "EVIDENCE_WORDS",
     "TRACEBACK_SOURCE_WORDS",
     "UNKNOWN_END",
+    "CheckStatus",
+    "DoctorCheck",
     "GpuProcess",
     "GpuReport",
     "GpuSnapshot",

@@ -36,7 +36,9 @@ from runner import paths
 from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.hints import GpuMemory
 from runner.diagnosis.monitors import start_monitors
-from runner.diagnosis.triage import TriageInput, triage
+from runner.diagnosis.summary import RunSummary, StopRequest
+from runner.diagnosis.triage import TriageInput
+from runner.diagnosis.triage import conclude as conclude_summary
 from runner.exit_status import (
     EXIT_KILLED,
     EXIT_NOT_STARTED,
@@ -71,7 +73,7 @@ from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_
 from runner.slurm.nodes import SlurmNodes
 from runner.slurm.preflight import preflight_slurm
 from runner.slurm.script import slurm_plan
-from runner.state import NodeState, RankState, RunStatus
+from runner.state import NodeState, Outcome, RankState, RunStatus
 from runner.telemetry.printed_metrics import Point, PrintedMetrics
 from runner.telemetry.stdout_parser import StdoutMetrics
 
@@ -543,12 +545,6 @@ class Run(HubObserver):
                 new_state = RankState.EXITED
             self.hub.model.on_exit(row.rank, row.exit_code, new_state)
 
-    def _note_losses(self, summary: dict[str, Any]) -> None:
-        """What the store lacks (records dropped, refused, a full disk), in the summary and its headline."""
-        summary.update(self.hub.losses())
-        if summary.get("store_incomplete"):
-            summary["headline"] += f" (store incomplete: {summary['store_incomplete']})"
-
     async def _finish(self, exit_code: int, stopped: bool) -> int:
         # Slurm ending the job (time limit, preemption, a scancel from outside) stopped the ranks.
         ranks_stopped = stopped or (self.slurm is not None and self.slurm.ended_from_outside)
@@ -561,15 +557,12 @@ class Run(HubObserver):
                     conclude()
                 except Exception as error:  # a broken monitor must not lose the run's end
                     self.hub.add_event(EventKind.WARNING, None, f"monitor {type(monitor).__name__} failed: {error}")
-        summary = triage(self.evidence.conclude(), exit_code, ranks_stopped)
-        if stopped:
-            who = describe_stop_reason(self._stop_reason)
-            how = "killed (SIGKILL)" if exit_code == stopped_run_exit_code(killed=True) else "ended with SIGTERM"
-            summary["stopped_by"] = who
-            if summary.get("headline") == "stopped on request":  # no finding to lead with: say who and how
-                summary["headline"] = f"stopped on request ({who}): the job was {how}"
+        stop = (StopRequest(describe_stop_reason(self._stop_reason),
+                            killed=exit_code == stopped_run_exit_code(killed=True)) if stopped else None)
+        # What the store lacks (records dropped, refused, a full disk) is in the summary and its headline.
+        summary = conclude_summary(self.evidence.conclude(), exit_code, ranks_stopped, stop,
+                                   self.hub.losses()).to_wire()
         self._final_rank_states(summary, ranks_stopped)
-        self._note_losses(summary)
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
         if self.slurm is not None:  # Slurm's own record of the end, in the summary
             status, exit_code = await self.slurm.conclude(summary, status, exit_code)
@@ -581,7 +574,7 @@ class Run(HubObserver):
         return exit_code
 
     async def _finish_unstarted(self, message: str) -> int:
-        summary = {"outcome": "failed", "headline": message, "exit_code": EXIT_NOT_STARTED}
+        summary = RunSummary(Outcome.FAILED, message, EXIT_NOT_STARTED).to_wire()
         self.hub.add_event(EventKind.RUN_FINISHED, None, message, status=RunStatus.FAILED.value,
                            exit_code=EXIT_NOT_STARTED, summary=summary)
         await self.hub.update_run(ended=time.time(), status=RunStatus.FAILED.value, exit_code=EXIT_NOT_STARTED,

@@ -77,3 +77,24 @@ class NodeState(str, Enum):
     EXITED = "exited"
     FAILED = "failed"
     LOST = "lost"
+
+
+class Outcome(str, Enum):
+    """How a run ended, as its summary says it (``summary["outcome"]``, ``RunSummary.outcome``).
+
+    ``SUCCEEDED``, ``FAILED`` and ``STOPPED`` as the run's status; ``LOST``: the runner died and its
+    watchdog recorded the end (``runner.store.lost_run``); the others are Slurm ending the job
+    from outside (``runner.slurm.outcome``): its time limit, a preemption, someone's scancel, ...
+    """
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+    DEADLINE = "deadline"
+    NODE_FAIL = "node_fail"
+    BOOT_FAIL = "boot_fail"
+    OUT_OF_MEMORY = "out_of_memory"

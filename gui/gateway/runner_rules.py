@@ -1,6 +1,6 @@
 """The runner's Qt-free values and rules that the GUI shows as they are (one truth in both).
 
-The states of a run, a rank and a node; a hint and its keys (``Hint``, ``HintKey``); a doctor
+The states of a run, a rank and a node, and how a run ended (``Outcome``); a hint and its keys (``Hint``, ``HintKey``); a doctor
 check (``DoctorCheck``, ``CheckStatus``); how a rank ended, in words (``exit_status``); progress
 as the terminal view counts it; how a stack capture's verdict is worded; the GPU report the probe
 parses; where Rankwatch keeps its files (``paths``, which ``RANKWATCH_HOME`` moves) and its private-file umask.
@@ -26,7 +26,7 @@ from runner.exit_status import (
 )
 from runner.privacy import adopt_private_umask
 from runner.sampling.gpu_report import GpuProcess, GpuReport, GpuSnapshot
-from runner.state import NodeState, RankState, RunStatus
+from runner.state import NodeState, Outcome, RankState, RunStatus
 from runner.view.progress import Progress, ProgressTracker, compute_progress, progress_texts
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "Hint",
     "HintKey",
     "NodeState",
+    "Outcome",
     "Progress",
     "ProgressTracker",
     "RankState",

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gui.gateway.runner_rules import Hint, HintKey, ended_by, failure_end_words
+from gui.gateway.runner_rules import Hint, HintKey, Outcome, ended_by, failure_end_words
 from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
@@ -477,7 +477,7 @@ class DiagnosisModel:
 
     @property
     def failed(self) -> bool:
-        return self.outcome == "failed"
+        return self.outcome == Outcome.FAILED
 
     @property
     def headline(self) -> str:
@@ -630,7 +630,7 @@ class DiagnosisModel:
             outcome = summary.get("outcome")
             first = self.first_failure
             lost = self._lost_nodes_text()
-            if outcome == "failed":
+            if outcome == Outcome.FAILED:
                 text = self.headline or "the run failed"
                 if lost and lost not in text:
                     text += f" · {lost}"
@@ -639,11 +639,11 @@ class DiagnosisModel:
             interesting = [f for f in findings if f.kind in (STALLED, STRAGGLER, DIVERGENCE)
                            or (f.kind == LAUNCH_MISMATCH and f.active)]
             nothing = next((hint.key.value for hint in self.hints if hint.key in NOTHING_MEASURED), None)
-            if outcome == "succeeded" and nothing:
+            if outcome == Outcome.SUCCEEDED and nothing:
                 return Banner(WARNING, self.headline, nothing)  # exit code 0, yet nothing was measured
-            if outcome == "stopped" and any(f.kind == STALLED for f in interesting):
+            if outcome == Outcome.STOPPED and any(f.kind == STALLED for f in interesting):
                 return Banner(WARNING, self.headline, "hang", more=len(interesting) - 1)
-            if outcome == "stopped" and any(f.kind == LAUNCH_MISMATCH for f in interesting):
+            if outcome == Outcome.STOPPED and any(f.kind == LAUNCH_MISMATCH for f in interesting):
                 return Banner(WARNING, self.headline, LAUNCH_MISMATCH, more=len(interesting) - 1)
             if interesting:
                 parts = []

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rankwatch._protocol import RankFailure
@@ -44,6 +44,7 @@ from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import (
     Evidence,
     GpuMemory,
+    Hint,
     HintKey,
     find_hints,
     launcher_hint,
@@ -51,6 +52,7 @@ from runner.diagnosis.hints import (
     no_step_measured,
 )
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
+from runner.diagnosis.summary import RunSummary, StopRequest
 from runner.diagnosis.torchrun_report import TorchrunReport
 from runner.exit_status import (
     STOPPING_SIGNALS,
@@ -60,6 +62,7 @@ from runner.exit_status import (
     signal_name,
 )
 from runner.launch.ports import port_holder
+from runner.state import Outcome
 
 TAIL_LINES = 200
 
@@ -320,32 +323,52 @@ def note_stalls_that_finished(data: TriageInput) -> None:
 
 
 def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
-    """The summary stored with the run and printed at the end of ``rankwatch run``."""
+    """The summary stored with the run and printed at the end of ``rankwatch run``, as JSON
+    (:func:`conclude`'s ``RunSummary.to_wire``)."""
+    return conclude(data, exit_code, stopped).to_wire()
+
+
+def conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopRequest | None = None,
+             losses: dict[str, Any] | None = None) -> RunSummary:
+    """The run's summary, whole: nothing edits it afterwards.
+
+    ``stopped``: the ranks were stopped (on request, or by Slurm from outside); ``stop``: who asked
+    and how it ended, when it was a request (its words lead the headline when nothing else does);
+    ``losses``: what the store lacks (``Hub.losses``), named in the headline when the store is
+    incomplete.
+    """
+    summary = _conclude(data, exit_code, stopped, stop)
+    losses = losses or {}
+    incomplete = losses.get("store_incomplete")
+    return replace(summary, losses=tuple(losses.get("losses") or ()), store_incomplete=incomplete,
+                   headline=summary.headline + (f" (store incomplete: {incomplete})" if incomplete else ""))
+
+
+def _conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopRequest | None) -> RunSummary:
     note_stalls_that_finished(data)
     diagnostics = data.findings.to_json()
     if stopped or exit_code == 0:
-        summary = ({"outcome": "stopped", "headline": "stopped on request", "exit_code": exit_code} if stopped
-                   else {"outcome": "succeeded", "headline": "all ranks finished", "exit_code": 0})
+        headline = "stopped on request" if stopped else "all ranks finished"
         hang = hang_headline(data.findings)
         launcher = [hint for hint in (launcher_hint(list(data.findings.launcher.values()), key)
                                       for key in data.findings.launcher) if hint is not None]
         warnings = [hint for hint in launcher if data.findings.launcher[hint.key].get("level") != "info"]
         if stopped and hang:
-            summary["headline"] = f"stopped on request; {hang}"
+            headline = f"stopped on request; {hang}"
             diagnostics = without_stragglers(diagnostics)
         elif stopped and warnings:
-            summary["headline"] = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
+            headline = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
+        elif stopped and stop is not None:  # no finding to lead with: say who and how
+            headline = f"stopped on request ({stop.who}): the job was {stop.how}"
         elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
-            summary["headline"] = "the job exited 0, but no rank ever reported: nothing was measured"
+            headline = "the job exited 0, but no rank ever reported: nothing was measured"
             launcher = [no_rank_reported(data.self_spawn, data.spawn_call, data.cpu_mode, data.run_id), *launcher]
         elif not stopped and data.instrumented and not data.measured:
-            summary["headline"] = "all ranks finished, but none made a training step: nothing was measured"
+            headline = "all ranks finished, but none made a training step: nothing was measured"
             launcher = [no_step_measured(data.run_id), *launcher]
-        if launcher:
-            summary["hints"] = [hint.to_json() for hint in launcher]
-        if diagnostics:
-            summary["diagnostics"] = diagnostics
-        return summary
+        return RunSummary(Outcome.STOPPED if stopped else Outcome.SUCCEEDED, headline, exit_code if stopped else 0,
+                          hints=tuple(launcher), diagnostics=diagnostics or None,
+                          stopped_by=stop.who if stop is not None else None)
     first, others = first_failure(data)
     kernel_log = None
     if first is not None and first.signal == "SIGKILL" and first.rank not in data.remote_ranks:
@@ -365,38 +388,29 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         script_returned=first is not None and first.signal is not None
         and first.rank in data.exits and data.exits[first.rank][0] == 0)
     hints = find_hints(evidence)
+    finished = tuple({"rank": rank, "before": round(first.when - ended, 2) if first and first.when else None}
+                     for rank, ended in sorted(evidence.finished.items()))
+    return RunSummary(Outcome.FAILED, failure_headline(first, hints, exit_code), exit_code, first_failure=first,
+                      other_failures=tuple(others), hints=tuple(hints), finished=finished,
+                      diagnostics=without_stragglers(diagnostics) or None,
+                      stopped_by=stop.who if stop is not None else None)
+
+
+def failure_headline(first: RankFailure | None, hints: list[Hint], exit_code: int) -> str:
+    """``rank 1 on node-a failed first (exit code 1): ValueError: ...``."""
     if first is None:
         headline = f"the job failed (exit code {exit_code}) before any rank reported"
-        if hints:
-            headline += f": {hints[0].cause}"
-    else:
-        how = describe_end_of(first.exit_code, first.signal, first.evidence)
-        headline = f"rank {first.rank}{' on ' + first.host if first.host else ''} failed first ({how})"
-        if hints and hints[0].key in LEADS_THE_HEADLINE:
-            headline += f": {hints[0].cause}"
-        elif first.exception_line:
-            headline += f": {first.exception_line}"
-        elif first.signal == "SIGKILL":
-            headline += (": killed by the kernel's OOM killer (see the kernel log line)" if first.kernel_log
-                         else ": killed from outside (the kernel's OOM killer is the usual cause)")
-        elif hints:
-            headline += f": {hints[0].cause}"
-    summary = {
-        "outcome": "failed",
-        "headline": headline,
-        "exit_code": exit_code,
-        "first_failure": first.to_wire() if first else None,
-        "other_failures": [o.to_wire() for o in others],
-        "hints": [h.to_json() for h in hints],
-    }
-    finished = [{"rank": rank, "before": round(first.when - ended, 2) if first and first.when else None}
-                for rank, ended in sorted(evidence.finished.items())]
-    if finished:
-        summary["finished"] = finished
-    diagnostics = without_stragglers(diagnostics)
-    if diagnostics:
-        summary["diagnostics"] = diagnostics
-    return summary
+        return headline + (f": {hints[0].cause}" if hints else "")
+    how = describe_end_of(first.exit_code, first.signal, first.evidence)
+    headline = f"rank {first.rank}{' on ' + first.host if first.host else ''} failed first ({how})"
+    if hints and hints[0].key in LEADS_THE_HEADLINE:
+        return headline + f": {hints[0].cause}"
+    if first.exception_line:
+        return headline + f": {first.exception_line}"
+    if first.signal == "SIGKILL":
+        return headline + (": killed by the kernel's OOM killer (see the kernel log line)" if first.kernel_log
+                           else ": killed from outside (the kernel's OOM killer is the usual cause)")
+    return headline + (f": {hints[0].cause}" if hints else "")
 
 
 LEADS_THE_HEADLINE = {HintKey.MISMATCHED_COLLECTIVE}

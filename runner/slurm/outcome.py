@@ -22,13 +22,14 @@ import signal
 from typing import Any
 
 from runner.slurm.states import ENDINGS, JobRecord
-from runner.state import RunStatus
+from runner.state import Outcome, RunStatus
 
 ENDED_FROM_OUTSIDE = frozenset({"TIMEOUT", "PREEMPTED", "DEADLINE"})
 """The job was ended by Slurm's rules, not by a rank: the ranks count as stopped."""
 PREFIXED = frozenset({"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
-OUTCOMES = {"CANCELLED": "cancelled", "TIMEOUT": "timeout", "PREEMPTED": "preempted", "DEADLINE": "deadline",
-            "NODE_FAIL": "node_fail", "BOOT_FAIL": "boot_fail", "OUT_OF_MEMORY": "out_of_memory"}
+OUTCOMES = {state: Outcome(state.lower()).value for state in
+            ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY")}
+"""Slurm's state of a job it ended -> the summary's outcome (``runner.state.Outcome``)."""
 EXIT_CANCELLED = 128 + signal.SIGTERM
 """``rankwatch run``'s exit code for a job cancelled from outside (as if it got SIGTERM)."""
 EXIT_ENDED_BY_SLURM = 1
@@ -84,7 +85,7 @@ def _conclude(summary: dict[str, Any], status: RunStatus, exit_code: int, *, rec
                         "output_tail": output_tail or None}
     name = f"Slurm job {job_id}"
     if failure is not None:
-        summary["outcome"] = "failed"
+        summary["outcome"] = Outcome.FAILED.value
         summary["headline"] = failure
         if output_tail:
             summary["headline"] += f"; its output ends with: {output_tail[-1]}"

@@ -560,13 +560,13 @@ class Run(HubObserver):
         stop = (StopRequest(describe_stop_reason(self._stop_reason),
                             killed=exit_code == stopped_run_exit_code(killed=True)) if stopped else None)
         # What the store lacks (records dropped, refused, a full disk) is in the summary and its headline.
-        summary = conclude_summary(self.evidence.conclude(), exit_code, ranks_stopped, stop,
-                                   self.hub.losses()).to_wire()
-        self._final_rank_states(summary, ranks_stopped)
+        concluded = conclude_summary(self.evidence.conclude(), exit_code, ranks_stopped, stop, self.hub.losses())
+        self._final_rank_states(concluded.to_wire(), ranks_stopped)
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
         if self.slurm is not None:  # Slurm's own record of the end, in the summary
-            status, exit_code = await self.slurm.conclude(summary, status, exit_code)
-        self.hub.add_event(EventKind.RUN_FINISHED, None, summary["headline"], status=status.value,
+            concluded, status, exit_code = await self.slurm.conclude(concluded, status, exit_code)
+        summary = concluded.to_wire()
+        self.hub.add_event(EventKind.RUN_FINISHED, None, concluded.headline, status=status.value,
                            exit_code=exit_code, summary=summary)
         await self.hub.update_run(ended=time.time(), status=status.value, exit_code=exit_code, summary=summary)
         await self.hub.close(reason=status.value)

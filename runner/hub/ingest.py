@@ -187,15 +187,17 @@ class Ingest:
                        f"them ({why})", count=total, reasons=dict(counts), examples=dict(examples))
 
     def exit(self, message: protocol.Exit) -> None:
-        """A rank's own last word. One that failed only because a peer went away is stopped after
-        the first failure, without a code: torchrun's report gives it (``runner.exit_status``)."""
+        """A rank's own last word. One that failed only because a peer went away after another rank
+        failed is stopped after that failure, without a code: torchrun's report gives it
+        (``runner.exit_status``). Its peer may also have finished its script instead (a collective
+        the other never entered): then no rank failed before, and it is the failure."""
         rank, code = message.rank, message.code
         self._exited_ranks.add(rank)
-        if code != 0 and rank in self._peer_gone and self._first_failed != rank:
+        if code != 0 and rank in self._peer_gone and self._first_failed not in (None, rank):
             after = self._first_failed
             self.model.on_exit(rank, None, RankState.STOPPED)
-            self.add_event(EventKind.RANK_FAILED, rank, rank_exit_message(rank, code, after, stopped_by_failure=True),
-                           t=message.t, after=after, stopped_by_failure=True)
+            self.add_event(EventKind.RANK_FAILED, rank, rank_exit_message(rank, code, after), t=message.t, after=after,
+                           stopped_by_failure=True)
             return
         if code != 0 and self._first_failed is None:
             self._first_failed = rank

@@ -94,6 +94,7 @@ def test_a_barrier_under_if_rank_0_is_named_a_mismatched_collective_not_a_crash_
                         "finished its script (exit code 0)")
     assert "  finished:      rank 1 (exit code 0, " in block and "then:" not in block
     assert "Connection closed by peer" in block  # gloo's own words, as the exception line under the headline
+    assert "[rankwatch] rank 0 exited with code 1\n" in result.stderr  # it failed: no rank failed before it
     run, _events = stored()
     assert run["summary"]["hints"][0]["key"] == "mismatched_collective"
     assert [finished["rank"] for finished in run["summary"]["finished"]] == [1]

@@ -108,3 +108,14 @@ def test_every_form_of_one_ending_comes_from_one_module():
     assert rank_exit_message(0, None, stopped_by_failure=True) == "rank 0 stopped after another rank failed"
     assert rank_exit_message(1, 1) == "rank 1 exited with code 1"
     assert describe_exit_code(-15) == "SIGTERM (-15)"
+
+
+def test_a_rank_whose_peer_finished_its_script_is_the_failure_not_stopped_after_one():
+    """A collective the peer never entered (it ran to its end, exit 0): the same "Connection closed by
+    peer", but no rank failed before it, so it failed itself (triage: a mismatched collective)."""
+    hub, model = ingest()
+    hub.message(protocol.Exit(1, 100.0, 0))
+    hub.message(protocol.ExceptionReport(0, 100.1, "RuntimeError", PEER_GONE, "tb", "MainThread", True))
+    hub.message(protocol.Exit(0, 100.1, 1))
+    assert [event.message for event in hub.take_batch().events][-1] == "rank 0 exited with code 1"
+    assert (model.ranks[0].state, model.ranks[0].exit_code) == ("failed", 1)

@@ -1,9 +1,10 @@
 """The runner's Qt-free values and rules that the GUI shows as they are (one truth in both).
 
-The states of a run, a rank and a node, and how a run ended (``Outcome``); a hint and its keys (``Hint``, ``HintKey``); a doctor
-check (``DoctorCheck``, ``CheckStatus``); how a rank ended, in words (``exit_status``); progress
-as the terminal view counts it; how a stack capture's verdict is worded; the GPU report the probe
-parses; where Rankwatch keeps its files (``paths``, which ``RANKWATCH_HOME`` moves) and its private-file umask.
+The states of a run, a rank and a node, and how a run ended (``Outcome``, ``RunSummary``); a
+hint and its keys (``Hint``, ``HintKey``); a doctor check (``DoctorCheck``, ``CheckStatus``); how
+a rank ended, in words (``exit_status``); progress as the terminal view counts it; how a stack
+capture's verdict is worded; the GPU report the probe parses; where Rankwatch keeps its files
+(``paths``, which ``RANKWATCH_HOME`` moves) and its private-file umask.
 Only this gateway package reaches into ``runner``; the GUI's models and widgets take
 these names from here (an import-linter contract in ``pyproject.toml``).
 """
@@ -15,6 +16,7 @@ from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
 from runner.diagnosis.hints import Hint, HintKey
 from runner.diagnosis.stack_places import plural
 from runner.diagnosis.stacks import ensure_verdict
+from runner.diagnosis.summary import RunSummary
 from runner.exit_status import (
     EVIDENCE_WORDS,
     TRACEBACK_SOURCE_WORDS,
@@ -46,6 +48,7 @@ __all__ = [
     "ProgressTracker",
     "RankState",
     "RunStatus",
+    "RunSummary",
     "adopt_private_umask",
     "compute_progress",
     "ended_by",

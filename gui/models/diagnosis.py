@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gui.gateway.runner_rules import Hint, HintKey, Outcome, ended_by, failure_end_words
+from gui.gateway.runner_rules import Hint, HintKey, Outcome, RunSummary, ended_by, failure_end_words
 from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
@@ -332,6 +332,8 @@ class DiagnosisModel:
         self.lost_nodes: dict[int, dict[str, Any]] = {}
         self.launch_mismatches: dict[str, dict[str, Any]] = {}
         """key -> the ``launch_mismatch`` event (the first rank that showed it)."""
+        self._decoded: tuple[dict[str, Any], RunSummary] | None = None
+        """The summary last decoded, and the dict it was decoded from."""
         self.early_failures: list[dict[str, Any]] = []
         """``exception``, ``rank_failed`` and ``connection_lost`` events: what is known of a
         failure before the runner's triage names the first one (at the end of the run)."""
@@ -471,9 +473,19 @@ class DiagnosisModel:
         return self._finished_summary
 
     @property
-    def outcome(self) -> str | None:
+    def run_summary(self) -> RunSummary | None:
+        """The summary decoded once (the runner's ``RunSummary``), while the run's row holds it."""
         summary = self.summary
-        return None if summary is None else summary.get("outcome")
+        if summary is None:
+            return None
+        if self._decoded is None or self._decoded[0] is not summary:
+            self._decoded = (summary, RunSummary.from_wire(summary))
+        return self._decoded[1]
+
+    @property
+    def outcome(self) -> Outcome | None:
+        decoded = self.run_summary
+        return None if decoded is None else decoded.outcome
 
     @property
     def failed(self) -> bool:
@@ -481,22 +493,23 @@ class DiagnosisModel:
 
     @property
     def headline(self) -> str:
-        summary = self.summary or {}
-        return str(summary.get("headline") or "")
+        decoded = self.run_summary
+        return "" if decoded is None else decoded.headline
 
     @property
     def first_failure(self) -> RankFailure | None:
-        first = (self.summary or {}).get("first_failure")
-        return RankFailure.from_wire(first) if isinstance(first, dict) else None
+        decoded = self.run_summary
+        return None if decoded is None else decoded.first_failure
 
     @property
     def other_failures(self) -> list[RankFailure]:
-        return [RankFailure.from_wire(o) for o in (self.summary or {}).get("other_failures") or []
-                if isinstance(o, dict)]
+        decoded = self.run_summary
+        return [] if decoded is None else list(decoded.other_failures)
 
     @property
     def hints(self) -> list[Hint]:
-        return [Hint.from_json(h) for h in (self.summary or {}).get("hints") or [] if isinstance(h, dict)]
+        decoded = self.run_summary
+        return [] if decoded is None else list(decoded.hints)
 
     @property
     def diagnostics(self) -> dict[str, Any]:
@@ -627,7 +640,7 @@ class DiagnosisModel:
         summary = self.summary
         findings = self.findings()
         if summary is not None:
-            outcome = summary.get("outcome")
+            outcome = self.outcome
             first = self.first_failure
             lost = self._lost_nodes_text()
             if outcome == Outcome.FAILED:
@@ -651,12 +664,12 @@ class DiagnosisModel:
                     texts = list(dict.fromkeys(f.text for f in interesting if f.kind == kind))
                     if texts:
                         parts.append(texts[0])
-                lead = self.headline or outcome or "the run ended"
+                lead = self.headline or (outcome.value if outcome else "the run ended")
                 return Banner(WARNING, f"{lead}, but {'; '.join(parts)}", "findings",
                               more=max(0, len(interesting) - len(parts)))
             bottleneck = self.bottleneck
             if bottleneck is not None and bottleneck.problem:
-                lead = self.headline or outcome or "the run ended"
+                lead = self.headline or (outcome.value if outcome else "the run ended")
                 return Banner(INFO, f"{lead}; {bottleneck.text}", BOTTLENECK, bottleneck.rank)
             return None
         candidates: list[Banner] = []

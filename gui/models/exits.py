@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from gui.gateway.runner_rules import UNKNOWN_END as UNKNOWN
-from gui.gateway.runner_rules import ended_by, rank_end_words
+from gui.gateway.runner_rules import RunSummary, ended_by, rank_end_words
 from rankwatch._protocol import as_int as _int
 
 __all__ = ["NOT_ENDED", "UNKNOWN", "ended_by", "rank_ended_by", "rank_exits"]
@@ -32,12 +32,11 @@ def rank_exits(summary: dict[str, Any] | None) -> dict[int, tuple[int | None, st
     them (first failure and others)."""
     if not isinstance(summary, dict):
         return {}
-    fates = [summary.get("first_failure"), *list(summary.get("other_failures") or [])]
+    decoded = RunSummary.from_wire(summary)
     found: dict[int, tuple[int | None, str | None, int | None]] = {}
-    for fate in reversed(fates):  # the first failure wins over a repeat in "others"
-        if isinstance(fate, dict) and _int(fate.get("rank")) is not None:
-            found[_int(fate["rank"])] = (_int(fate.get("exit_code")), fate.get("signal") or None,
-                                         _int(fate.get("after")))
+    for fate in reversed([decoded.first_failure, *decoded.other_failures]):  # the first wins over a repeat
+        if fate is not None and fate.rank is not None:
+            found[fate.rank] = (fate.exit_code, fate.signal or None, fate.after)
     return found
 
 

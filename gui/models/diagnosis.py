@@ -271,8 +271,6 @@ def _early_failure_text(event: dict[str, Any]) -> str:
         return f"rank {rank} raised {event.get('message') or event.get('exc_type') or 'an exception'}"
     if event.get("kind") == CONNECTION_LOST:
         return f"rank {rank} disconnected without an exit message (killed?)"
-    if event.get("stopped_by_failure"):  # only an echo of another's failure (runner.exit_status)
-        return str(event.get("message") or f"rank {rank} stopped after another rank failed")
     code = _int(event.get("exit_code"))
     return f"rank {rank} failed" + (f" ({ended_by(code)})" if code is not None else "")
 

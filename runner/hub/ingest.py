@@ -196,8 +196,8 @@ class Ingest:
         if code != 0 and rank in self._peer_gone and self._first_failed not in (None, rank):
             after = self._first_failed
             self.model.on_exit(rank, None, RankState.STOPPED)
-            self.add_event(EventKind.RANK_FAILED, rank, rank_exit_message(rank, code, after), t=message.t, after=after,
-                           stopped_by_failure=True)
+            self.add_event(EventKind.RANK_STOPPED, rank, rank_exit_message(rank, code, after), t=message.t,
+                           after=after, stopped_by_failure=True)
             return
         if code != 0 and self._first_failed is None:
             self._first_failed = rank

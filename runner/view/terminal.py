@@ -48,7 +48,7 @@ STATE_STYLE = {
     RankState.LOST.value: "red",
 }
 PLAIN_STATUS_SECONDS = 30.0
-NOTABLE_EVENTS = {"rank_failed", "stalled", "resumed", "straggler", "divergence", "node_lost", "warning", "refused",
+NOTABLE_EVENTS = {"rank_failed", "rank_stopped", "stalled", "resumed", "straggler", "divergence", "node_lost", "warning", "refused",
                   "stopping", "connection_lost", "stacks", "launch_mismatch", "slurm", "slurm_submitted",
                   "records_rejected", "store_incomplete"}
 EXPECTED_WHILE_STOPPING = {"connection_lost"}

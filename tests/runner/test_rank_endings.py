@@ -92,7 +92,8 @@ def test_the_live_line_of_a_rank_ended_by_a_peers_failure_says_it_was_stopped_an
     hub.message(protocol.Exit(0, 100.1, 1))
     events = [(event.kind, event.rank, event.message) for event in hub.take_batch().events]
     assert events == [("exception", 1, "ValueError: batch 3 has 7 features"), ("rank_failed", 1, "rank 1 exited with code 1"),
-                      ("exception", 0, f"RuntimeError: {PEER_GONE}"), ("rank_failed", 0, "rank 0 stopped after rank 1 failed")]
+                      ("exception", 0, f"RuntimeError: {PEER_GONE}"),
+                      ("rank_stopped", 0, "rank 0 stopped after rank 1 failed")]
     rows = {rank: row for rank, row in model.ranks.items()}
     assert (rows[1].state, rows[1].exit_code) == ("failed", 1)
     # Not "1": torchrun's report (its SIGTERM) gives the code at the end, so the table never contradicts it.

@@ -843,6 +843,9 @@ class EventKind(str, Enum):
     """A rank ended with exit code 0: exit_code."""
     RANK_FAILED = "rank_failed"
     """A rank ended with a non-zero exit code: exit_code."""
+    RANK_STOPPED = "rank_stopped"
+    """A rank ended because another failed (its error only says a peer went away): after (the rank
+    that failed before it, or null), stopped_by_failure; no exit code: torchrun's report gives it."""
     EXCEPTION = "exception"
     """The uncaught exception that ends a rank: exc_type, exc_message, traceback, thread."""
     THREAD_EXCEPTION = "thread_exception"

@@ -19,6 +19,13 @@ message, sent before the process is really gone) is used only when torchrun repo
 nothing for it; a rank that vanished without either has no exit code ("–") and its
 state says what is known (``stopped``, ``lost``).
 
+**A rank that ended because another failed** (torchrun's SIGTERM once one rank failed, or
+its own error that only says a peer went away, "Connection closed by peer") did not fail by
+itself: its state is ``stopped`` and every surface says so the same way, ``stopped after rank 1
+failed`` (:func:`rank_end_words`). Its exit code follows the rule above (torchrun's SIGTERM
+beats the "exit code 1" its dying interpreter announced); while the run goes on and torchrun has
+not reported it yet, it has none ("–"), rather than a code the report will contradict.
+
 **The ``rankwatch run`` process** exits with the run's code, except when the process
 itself received the signal that stopped the run: then it exits like any shell job
 killed by signal N, 128 + N: **130 after Ctrl-C** (SIGINT), **143 after SIGTERM**,
@@ -27,9 +34,11 @@ killed by signal N, 128 + N: **130 after Ctrl-C** (SIGINT), **143 after SIGTERM*
 
 from __future__ import annotations
 
+import re
 import signal
+from typing import Any
 
-from rankwatch._protocol import UNKNOWN_END, signal_name
+from rankwatch._protocol import Evidence, RankFailure
 
 SIGNAL_BASE = 128
 EXIT_STOPPED = SIGNAL_BASE + int(signal.SIGTERM)
@@ -65,9 +74,129 @@ def describe_stop_reason(reason: str | None) -> str:
     return STOP_REASONS.get(reason, SUBSCRIBER_STOP if "subscriber" in reason else reason)
 
 
+# ---- how a rank ended, in words: the one wording every surface uses ------------------------
+#
+# Three forms of one status, each for its place:
+#   describe_exit_code  a table's "exit" cell            ``1``, ``SIGTERM (-15)``, ``–``
+#   ended_by            a phrase, a panel, a rank row    ``exit code 1``, ``SIGTERM``, ``–``
+#   describe_end_of     a failure's headline             ``exit code 1``, ``signal SIGKILL``
+# and, for a rank that ended because another failed, ``stopped after rank 1 failed`` before them
+# (rank_end_words, rank_exit_message).
+
+UNKNOWN_END = "\u2013"
+"""A rank that ended without a known status: not measured ("–")."""
+
+STOPPING_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+"""What torchrun (or a person) sends to stop ranks: a rank ended by one did not fail by itself."""
+PEER_GONE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing|"
+                       r"NCCL communicator was aborted|remote process exited|Broken pipe")
+"""What a rank says when a peer went away while it talked to it: an echo of the peer's end, not a cause."""
+
+EVIDENCE_WORDS = {
+    Evidence.EXCEPTION: "its uncaught exception (reported by the worker)",
+    Evidence.CONNECTION_LOST: "its connection to the runner dropped without an exit message",
+    Evidence.EXIT_CODE: "its exit status",
+    Evidence.TORCHRUN_REPORT: "torchrun's failure report",
+}
+TRACEBACK_SOURCE_WORDS = {"bootstrap": "reported by the worker", "error file": "from torchrun's error file",
+                          "torchrun report": "from torchrun's report"}
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    """``-15`` -> ``SIGTERM``: the signal a negative exit status names (torchrun's and Python's
+    convention for death by signal N); None for an ordinary exit."""
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+def is_stopping_signal(exit_code: int | None) -> bool:
+    """A death by SIGTERM or SIGINT: the rank was stopped, by torchrun or a person."""
+    return exit_code is not None and exit_code < 0 and -exit_code in STOPPING_SIGNALS
+
+
+def only_says_peer_gone(exception_line: str | None) -> bool:
+    """An error that only reports that another rank went away (not a cause of its own)."""
+    return bool(exception_line and PEER_GONE.search(exception_line))
+
+
 def describe_exit_code(exit_code: int | None) -> str:
-    """A rank's exit code as people read it: ``0``, ``1``, ``SIGTERM (-15)``, "–" when unknown."""
+    """A rank's exit code as a table's cell: ``0``, ``1``, ``SIGTERM (-15)``, "–" when unknown."""
     if exit_code is None:
         return UNKNOWN_END
     name = signal_name(exit_code)
     return f"{name} ({exit_code})" if name else str(exit_code)
+
+
+def ended_by(exit_code: int | None, signal: str | None = None) -> str:
+    """``exit code 0``, ``exit code 1``, ``SIGTERM``, ``SIGKILL``; ``–`` when nothing is known.
+
+    ``signal`` is a name already given (``SIGKILL``); else a negative ``exit_code`` names it.
+    """
+    if signal:
+        return signal if signal.startswith(("SIG", "signal ")) else f"SIG{signal}"
+    if exit_code is None:
+        return UNKNOWN_END
+    return signal_name(exit_code) or f"exit code {exit_code}"
+
+
+def describe_end_of(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
+    """How a rank ended, as a failure's headline says it: ``signal SIGKILL``, ``exit code 1``,
+    or what is known without an exit status (from the evidence)."""
+    if signal:
+        return f"signal {signal}"
+    if exit_code is not None:
+        return f"exit code {exit_code}"
+    return _end_without_status(evidence)
+
+
+def how_it_ended(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
+    """How a rank ended, as a table or a panel says it: ``SIGKILL``, ``exit code 1`` (``ended_by``),
+    or what is known without an exit status."""
+    if signal or exit_code is not None:
+        return ended_by(exit_code, signal)
+    return _end_without_status(evidence)
+
+
+def _end_without_status(evidence: str | None) -> str:
+    if evidence == Evidence.CONNECTION_LOST:
+        return "its connection dropped without an exit: killed, or its node went away"
+    if evidence == Evidence.EXCEPTION:
+        return "an uncaught exception"
+    return "no exit code known"
+
+
+def stopped_after_words(after: int | None) -> str:
+    """``stopped after rank 1 failed``: a rank that ended because another failed."""
+    return "stopped after " + ("another rank failed" if after is None else f"rank {after} failed")
+
+
+def rank_end_words(exit_code: int | None, signal: str | None = None, evidence: str | None = None,
+                   after: int | None = None, stopped_by_failure: bool = False) -> str:
+    """How one rank ended, for a rank row, a panel or the summary's list: ``exit code 1``,
+    ``SIGKILL``; a rank that ended because rank 1 failed (``after``, or ``stopped_by_failure``
+    when which one is not known): ``SIGTERM, stopped after rank 1 failed``."""
+    if after is None and not stopped_by_failure:
+        return how_it_ended(exit_code, signal, evidence)
+    words = stopped_after_words(after)
+    return f"{ended_by(exit_code, signal)}, {words}" if signal or exit_code is not None else words
+
+
+def failure_end_words(failure: RankFailure | dict[str, Any]) -> str:
+    """:func:`rank_end_words` of a summary's failure (a ``RankFailure`` or its wire form)."""
+    if isinstance(failure, dict):
+        failure = RankFailure.from_wire(failure)
+    return rank_end_words(failure.exit_code, failure.signal, failure.evidence, failure.after)
+
+
+def rank_exit_message(rank: int, exit_code: int | None, after: int | None = None,
+                      stopped_by_failure: bool = False) -> str:
+    """The live line of a rank's exit message: ``rank 1 exited with code 1``, ``rank 0 stopped after
+    rank 1 failed`` (no code: torchrun's report gives it, and its SIGTERM beats the dying
+    interpreter's "exit code 1")."""
+    if after is not None or stopped_by_failure:
+        return f"rank {rank} {stopped_after_words(after)}"
+    return f"rank {rank} exited with code {exit_code}"

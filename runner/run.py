@@ -36,7 +36,9 @@ from runner import paths
 from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.hints import GpuMemory
 from runner.diagnosis.monitors import start_monitors
-from runner.diagnosis.triage import TriageInput, triage
+from runner.diagnosis.summary import RunSummary, StopRequest
+from runner.diagnosis.triage import TriageInput
+from runner.diagnosis.triage import conclude as conclude_summary
 from runner.exit_status import (
     EXIT_KILLED,
     EXIT_NOT_STARTED,
@@ -71,7 +73,7 @@ from runner.sampling.samplers import GpuSampler, ProcessSampler, gpu_rows, rank_
 from runner.slurm.nodes import SlurmNodes
 from runner.slurm.preflight import preflight_slurm
 from runner.slurm.script import slurm_plan
-from runner.state import NodeState, RankState, RunStatus
+from runner.state import NodeState, Outcome, RankState, RunStatus
 from runner.telemetry.printed_metrics import Point, PrintedMetrics
 from runner.telemetry.stdout_parser import StdoutMetrics
 
@@ -522,6 +524,9 @@ class Run(HubObserver):
         triaged = {failure["rank"]: failure.get("exit_code")
                    for failure in [summary.get("first_failure") or {}, *(summary.get("other_failures") or [])]
                    if failure.get("rank") is not None}
+        # Ended because another rank failed (torchrun's SIGTERM, a peer gone): stopped (runner.exit_status).
+        after_another = {failure["rank"] for failure in summary.get("other_failures") or []
+                         if failure.get("after") is not None}
         for row in self.hub.model.ranks.values():
             state = RankState(row.state)
             reported = report.for_rank(row.rank) if report else None
@@ -534,19 +539,14 @@ class Run(HubObserver):
                 continue
             if state == RankState.LOST:  # its node dropped out (runner.remote)
                 continue
-            if row.rank == first or (row.rank in failed_with_exception and not stopped):
+            if row.rank == first or (row.rank in failed_with_exception and not stopped
+                                     and row.rank not in after_another):
                 new_state = RankState.FAILED
             elif stopped or summary["outcome"] == "failed":
                 new_state = RankState.STOPPED
             else:
                 new_state = RankState.EXITED
             self.hub.model.on_exit(row.rank, row.exit_code, new_state)
-
-    def _note_losses(self, summary: dict[str, Any]) -> None:
-        """What the store lacks (records dropped, refused, a full disk), in the summary and its headline."""
-        summary.update(self.hub.losses())
-        if summary.get("store_incomplete"):
-            summary["headline"] += f" (store incomplete: {summary['store_incomplete']})"
 
     async def _finish(self, exit_code: int, stopped: bool) -> int:
         # Slurm ending the job (time limit, preemption, a scancel from outside) stopped the ranks.
@@ -560,19 +560,16 @@ class Run(HubObserver):
                     conclude()
                 except Exception as error:  # a broken monitor must not lose the run's end
                     self.hub.add_event(EventKind.WARNING, None, f"monitor {type(monitor).__name__} failed: {error}")
-        summary = triage(self.evidence.conclude(), exit_code, ranks_stopped)
-        if stopped:
-            who = describe_stop_reason(self._stop_reason)
-            how = "killed (SIGKILL)" if exit_code == stopped_run_exit_code(killed=True) else "ended with SIGTERM"
-            summary["stopped_by"] = who
-            if summary.get("headline") == "stopped on request":  # no finding to lead with: say who and how
-                summary["headline"] = f"stopped on request ({who}): the job was {how}"
-        self._final_rank_states(summary, ranks_stopped)
-        self._note_losses(summary)
+        stop = (StopRequest(describe_stop_reason(self._stop_reason),
+                            killed=exit_code == stopped_run_exit_code(killed=True)) if stopped else None)
+        # What the store lacks (records dropped, refused, a full disk) is in the summary and its headline.
+        concluded = conclude_summary(self.evidence.conclude(), exit_code, ranks_stopped, stop, self.hub.losses())
+        self._final_rank_states(concluded.to_wire(), ranks_stopped)
         status = RunStatus.STOPPED if stopped else RunStatus.SUCCEEDED if exit_code == 0 else RunStatus.FAILED
         if self.slurm is not None:  # Slurm's own record of the end, in the summary
-            status, exit_code = await self.slurm.conclude(summary, status, exit_code)
-        self.hub.add_event(EventKind.RUN_FINISHED, None, summary["headline"], status=status.value,
+            concluded, status, exit_code = await self.slurm.conclude(concluded, status, exit_code)
+        summary = concluded.to_wire()
+        self.hub.add_event(EventKind.RUN_FINISHED, None, concluded.headline, status=status.value,
                            exit_code=exit_code, summary=summary)
         await self.hub.update_run(ended=time.time(), status=status.value, exit_code=exit_code, summary=summary)
         await self.hub.close(reason=status.value)
@@ -580,7 +577,7 @@ class Run(HubObserver):
         return exit_code
 
     async def _finish_unstarted(self, message: str) -> int:
-        summary = {"outcome": "failed", "headline": message, "exit_code": EXIT_NOT_STARTED}
+        summary = RunSummary(Outcome.FAILED, message, EXIT_NOT_STARTED).to_wire()
         self.hub.add_event(EventKind.RUN_FINISHED, None, message, status=RunStatus.FAILED.value,
                            exit_code=EXIT_NOT_STARTED, summary=summary)
         await self.hub.update_run(ended=time.time(), status=RunStatus.FAILED.value, exit_code=EXIT_NOT_STARTED,

@@ -47,7 +47,8 @@ class RankState(str, Enum):
                              |   \\--no progress for the stall timeout--^
                              +--exit 0--> EXITED
                              +--exception / exit != 0 / signal--> FAILED
-                             +--stopped by the launcher after another rank failed--> STOPPED
+                             +--ended because another rank failed (the launcher's SIGTERM, or a peer
+                             |  went away: runner.exit_status)--> STOPPED
                              +--its node dropped out--> LOST
 
     WAITING covers ranks known from the plan (or from their output) that have not
@@ -81,3 +82,24 @@ class NodeState(str, Enum):
     FAILED = "failed"
     STOPPED = "stopped"
     LOST = "lost"
+
+
+class Outcome(str, Enum):
+    """How a run ended, as its summary says it (``summary["outcome"]``, ``RunSummary.outcome``).
+
+    ``SUCCEEDED``, ``FAILED`` and ``STOPPED`` as the run's status; ``LOST``: the runner died and its
+    watchdog recorded the end (``runner.store.lost_run``); the others are Slurm ending the job
+    from outside (``runner.slurm.outcome``): its time limit, a preemption, someone's scancel, ...
+    """
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    LOST = "lost"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+    DEADLINE = "deadline"
+    NODE_FAIL = "node_fail"
+    BOOT_FAIL = "boot_fail"
+    OUT_OF_MEMORY = "out_of_memory"

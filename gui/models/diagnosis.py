@@ -28,13 +28,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gui.gateway.runner_rules import Hint, HintKey, Outcome, RunSummary, ended_by, failure_end_words
 from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
 from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
 from rankwatch._protocol import Bottleneck as Verdicts
-from rankwatch._protocol import EventKind, RankFailure, how_it_ended, stall_outcome
+from rankwatch._protocol import EventKind, RankFailure, stall_outcome
 from rankwatch._protocol import as_float as _float
 from rankwatch._protocol import as_int as _int
 
@@ -42,10 +43,9 @@ ERROR, WARNING, INFO = "error", "warning", "info"
 """Banner levels."""
 
 
-NO_RANK_REPORTED = "no_rank_reported"
-"""The summary hint of a job that exited 0 with no rank ever reporting (``runner.diagnosis.hints``)."""
-NO_STEP_MEASURED = "no_step_measured"
-"""The summary hint of a job whose ranks all reported and exited 0 without one training step."""
+NOTHING_MEASURED = (HintKey.NO_RANK_REPORTED, HintKey.NO_STEP_MEASURED)
+"""The summary hints of a job that exited 0 and measured nothing: no rank ever reported, or none made
+a training step (``runner.diagnosis.hints``)."""
 
 CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
 """A straggler's cause, as the banner and the rank table say it."""
@@ -59,25 +59,9 @@ def clock(t: float | None) -> str:
     return "" if t is None else time.strftime("%H:%M:%S", time.localtime(float(t)))
 
 
-def how_text(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
-    """``exit code 1``, ``SIGKILL``, or what is known without a status (``_protocol.how_it_ended``)."""
-    return how_it_ended(exit_code, signal, evidence)
-
-
 def _ms(seconds: Any) -> str:
     value = _float(seconds)
     return "?" if value is None else f"{1000.0 * value:.0f} ms"
-
-
-@dataclass(frozen=True)
-class Hint:
-    key: str
-    cause: str
-    advice: str
-
-    @property
-    def text(self) -> str:
-        return f"{self.cause} → {self.advice}" if self.advice else self.cause
 
 
 @dataclass(frozen=True)
@@ -280,7 +264,7 @@ def _early_failure_text(event: dict[str, Any]) -> str:
     if event.get("kind") == EventKind.CONNECTION_LOST.value:
         return f"rank {rank} disconnected without an exit message (killed?)"
     code = _int(event.get("exit_code"))
-    return f"rank {rank} failed" + (f" ({how_text(code, None)})" if code is not None else "")
+    return f"rank {rank} failed" + (f" ({ended_by(code)})" if code is not None else "")
 
 
 def _stall_line(stalls: list[dict[str, Any]], now: float) -> str:
@@ -338,6 +322,8 @@ class DiagnosisModel:
         self.lost_nodes: dict[int, dict[str, Any]] = {}
         self.launch_mismatches: dict[str, dict[str, Any]] = {}
         """key -> the ``launch_mismatch`` event (the first rank that showed it)."""
+        self._decoded: tuple[dict[str, Any], RunSummary] | None = None
+        """The summary last decoded, and the dict it was decoded from."""
         self.early_failures: list[dict[str, Any]] = []
         """``exception``, ``rank_failed`` and ``connection_lost`` events: what is known of a
         failure before the runner's triage names the first one (at the end of the run)."""
@@ -476,33 +462,43 @@ class DiagnosisModel:
         return self._finished_summary
 
     @property
-    def outcome(self) -> str | None:
+    def run_summary(self) -> RunSummary | None:
+        """The summary decoded once (the runner's ``RunSummary``), while the run's row holds it."""
         summary = self.summary
-        return None if summary is None else summary.get("outcome")
+        if summary is None:
+            return None
+        if self._decoded is None or self._decoded[0] is not summary:
+            self._decoded = (summary, RunSummary.from_wire(summary))
+        return self._decoded[1]
+
+    @property
+    def outcome(self) -> Outcome | None:
+        decoded = self.run_summary
+        return None if decoded is None else decoded.outcome
 
     @property
     def failed(self) -> bool:
-        return self.outcome == "failed"
+        return self.outcome == Outcome.FAILED
 
     @property
     def headline(self) -> str:
-        summary = self.summary or {}
-        return str(summary.get("headline") or "")
+        decoded = self.run_summary
+        return "" if decoded is None else decoded.headline
 
     @property
     def first_failure(self) -> RankFailure | None:
-        first = (self.summary or {}).get("first_failure")
-        return RankFailure.from_wire(first) if isinstance(first, dict) else None
+        decoded = self.run_summary
+        return None if decoded is None else decoded.first_failure
 
     @property
     def other_failures(self) -> list[RankFailure]:
-        return [RankFailure.from_wire(o) for o in (self.summary or {}).get("other_failures") or []
-                if isinstance(o, dict)]
+        decoded = self.run_summary
+        return [] if decoded is None else list(decoded.other_failures)
 
     @property
     def hints(self) -> list[Hint]:
-        return [Hint(str(h.get("key") or ""), str(h.get("cause") or ""), str(h.get("advice") or ""))
-                for h in (self.summary or {}).get("hints") or [] if isinstance(h, dict)]
+        decoded = self.run_summary
+        return [] if decoded is None else list(decoded.hints)
 
     @property
     def diagnostics(self) -> dict[str, Any]:
@@ -581,7 +577,7 @@ class DiagnosisModel:
         notes: dict[int, list[str]] = {}
         first = self.first_failure
         if first is not None and first.rank is not None:
-            notes.setdefault(first.rank, []).append(f"failed first: {first.how}")
+            notes.setdefault(first.rank, []).append(f"failed first: {failure_end_words(first)}")
         live = not self.monitor.finished
         if live:
             for rank, event in self.stalls.items():
@@ -617,11 +613,11 @@ class DiagnosisModel:
             state = "" if row is None else row.state
             host = str((row.host if row is not None else None) or (fate.host if fate else "") or "")
             if fate is not None:
-                how = fate.how
+                how = failure_end_words(fate)
                 detail = fate.exception_line or ""
             else:
                 exit_code = None if row is None else row.exit_code
-                how = how_text(exit_code, None) if exit_code is not None else ""
+                how = ended_by(exit_code) if exit_code is not None else ""
                 detail = ""
             is_first = first is not None and first.rank == rank
             lines.append(RankLine(rank, host, state, ("failed first: " if is_first else "") + how, detail, is_first))
@@ -633,10 +629,10 @@ class DiagnosisModel:
         summary = self.summary
         findings = self.findings()
         if summary is not None:
-            outcome = summary.get("outcome")
+            outcome = self.outcome
             first = self.first_failure
             lost = self._lost_nodes_text()
-            if outcome == "failed":
+            if outcome == Outcome.FAILED:
                 text = self.headline or "the run failed"
                 if lost and lost not in text:
                     text += f" · {lost}"
@@ -644,13 +640,12 @@ class DiagnosisModel:
                               more=len([f for f in findings if f.kind in (EventKind.STALLED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value)]))
             interesting = [f for f in findings if f.kind in (EventKind.STALLED.value, EventKind.STRAGGLER.value, EventKind.DIVERGENCE.value)
                            or (f.kind == EventKind.LAUNCH_MISMATCH.value and f.active)]
-            nothing = next((hint.get("key") for hint in summary.get("hints") or []
-                            if hint.get("key") in (NO_RANK_REPORTED, NO_STEP_MEASURED)), None)
-            if outcome == "succeeded" and nothing:
+            nothing = next((hint.key.value for hint in self.hints if hint.key in NOTHING_MEASURED), None)
+            if outcome == Outcome.SUCCEEDED and nothing:
                 return Banner(WARNING, self.headline, nothing)  # exit code 0, yet nothing was measured
-            if outcome == "stopped" and any(f.kind == EventKind.STALLED.value for f in interesting):
+            if outcome == Outcome.STOPPED and any(f.kind == EventKind.STALLED.value for f in interesting):
                 return Banner(WARNING, self.headline, "hang", more=len(interesting) - 1)
-            if outcome == "stopped" and any(f.kind == EventKind.LAUNCH_MISMATCH.value for f in interesting):
+            if outcome == Outcome.STOPPED and any(f.kind == EventKind.LAUNCH_MISMATCH.value for f in interesting):
                 return Banner(WARNING, self.headline, EventKind.LAUNCH_MISMATCH.value, more=len(interesting) - 1)
             if interesting:
                 parts = []
@@ -658,12 +653,12 @@ class DiagnosisModel:
                     texts = list(dict.fromkeys(f.text for f in interesting if f.kind == kind))
                     if texts:
                         parts.append(texts[0])
-                lead = self.headline or outcome or "the run ended"
+                lead = self.headline or (outcome.value if outcome else "the run ended")
                 return Banner(WARNING, f"{lead}, but {'; '.join(parts)}", "findings",
                               more=max(0, len(interesting) - len(parts)))
             bottleneck = self.bottleneck
             if bottleneck is not None and bottleneck.problem:
-                lead = self.headline or outcome or "the run ended"
+                lead = self.headline or (outcome.value if outcome else "the run ended")
                 return Banner(INFO, f"{lead}; {bottleneck.text}", EventKind.BOTTLENECK.value, bottleneck.rank)
             return None
         candidates: list[Banner] = []

@@ -4,8 +4,8 @@ The runner does the checking (``runner.diagnosis.doctor``: it runs the probe in 
 chosen interpreter and asks NVML, which the GUI may not do); the panel runs
 ``python -m runner doctor --json --interpreter PATH`` in the background and hands
 the output here. :func:`parse_doctor_output` turns the JSON into
-:class:`DoctorReport`: the verdicts (``checks``: key, status ok|info|warn|fail,
-message) and the facts grouped into :class:`Section` s a person reads top to
+:class:`DoctorReport`: the verdicts (``checks``: the runner's ``DoctorCheck``, key,
+status ok|info|warn|fail, message) and the facts grouped into :class:`Section` s a person reads top to
 bottom (system, interpreter, GPUs, backends, port, threads,
 ``CUDA_VISIBLE_DEVICES``, environment).
 
@@ -19,9 +19,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from gui.gateway.runner_rules import CheckStatus, DoctorCheck
 from gui.models import Event
 
-OK, INFO, WARN, FAIL = "ok", "info", "warn", "fail"
+OK, INFO, WARN, FAIL = CheckStatus.OK, CheckStatus.INFO, CheckStatus.WARN, CheckStatus.FAIL
 STATUS_ORDER = (FAIL, WARN, INFO, OK)
 STATUS_WORDS = {OK: "ok", INFO: "info", WARN: "warning", FAIL: "failed"}
 IDLE, RUNNING, DONE, FAILED = "idle", "running", "done", "failed"
@@ -29,13 +30,6 @@ IDLE, RUNNING, DONE, FAILED = "idle", "running", "done", "failed"
 
 class DoctorError(ValueError):
     """The doctor's output is not its JSON report (it crashed, or is too old to know --json)."""
-
-
-@dataclass(frozen=True)
-class Check:
-    key: str
-    status: str
-    message: str
 
 
 @dataclass(frozen=True)
@@ -49,7 +43,7 @@ class Section:
 class DoctorReport:
     ok: bool
     seconds: float | None
-    checks: tuple[Check, ...]
+    checks: tuple[DoctorCheck, ...]
     sections: tuple[Section, ...]
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -68,7 +62,7 @@ class DoctorReport:
         took = f" (checked in {self.seconds:.1f} s)" if self.seconds is not None else ""
         return f"{'Ready' if self.ok else 'Not ready'}: {', '.join(parts) or 'no checks'}{took}"
 
-    def check(self, key: str) -> Check | None:
+    def check(self, key: str) -> DoctorCheck | None:
         return next((check for check in self.checks if check.key == key), None)
 
     def section(self, title: str) -> Section | None:
@@ -109,8 +103,7 @@ def parse_doctor_output(text: str) -> DoctorReport:
         raise DoctorError(f"the doctor's report is not valid JSON ({error})") from None
     if not isinstance(data, dict) or not isinstance(data.get("checks"), list):
         raise DoctorError("the doctor's output has no checks")
-    checks = tuple(Check(str(c.get("key") or "?"), str(c.get("status") or INFO), str(c.get("message") or ""))
-                   for c in data["checks"] if isinstance(c, dict))
+    checks = tuple(DoctorCheck.from_json(c) for c in data["checks"] if isinstance(c, dict))
     seconds = data.get("seconds")
     return DoctorReport(ok=bool(data.get("ok", not any(c.status == FAIL for c in checks))),
                         seconds=float(seconds) if isinstance(seconds, (int, float)) else None,

@@ -36,7 +36,7 @@ from gui.gateway.run_state import (
     steps_done,
     working_text,
 )
-from gui.gateway.runner_rules import Progress, RankState
+from gui.gateway.runner_rules import Hint, Progress, RankState
 from gui.models import NOT_MEASURED, Event
 from gui.models.exits import rank_ended_by
 from gui.models.phases import RankPhases, rank_phases
@@ -708,9 +708,8 @@ def summary_lines(summary: dict[str, Any] | None) -> tuple[str, list[str]]:
         return "", []
     headline = str(summary.get("headline") or summary.get("outcome") or "")
     details = []
-    for hint in summary.get("hints") or []:
-        if isinstance(hint, dict):
-            details.append(f"Hint: {hint.get('cause', '')}. {hint.get('advice', '')}".strip())
+    for hint in (Hint.from_json(h) for h in summary.get("hints") or [] if isinstance(h, dict)):
+        details.append(f"Hint: {hint.cause}. {hint.advice}".strip())
     first = summary.get("first_failure")
     if isinstance(first, dict) and first.get("traceback"):
         details.append(f"Traceback of rank {first.get('rank')}:")

@@ -163,7 +163,7 @@ class DoctorPanel(QWidget):
                 if column == 0:
                     item.setForeground(QBrush(color))
                     item.setFont(self._bold)
-                    item.setData(Qt.ItemDataRole.UserRole, check.status)
+                    item.setData(Qt.ItemDataRole.UserRole, check.status.value)
                 self.checks.setItem(row, column, item)
         self.checks.resizeRowsToContents()
         self.sections.clear()

@@ -28,6 +28,7 @@ The report (``rankwatch doctor --json``)::
       "cuda_visible_devices": {"environment": null, "picked": "all" | "cpu" | [0, 1],
                                "rankwatch_sets": "" | "0,1"},
       "checks": [{"key": "driver", "status": "ok"|"info"|"warn"|"fail", "message": "..."}, ...]
+                                     # DoctorCheck.to_json() (runner.diagnosis.doctor_checks)
     }
 """
 
@@ -43,6 +44,7 @@ from typing import Any
 
 import psutil
 
+from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
 from runner.launch.ports import port_holder, port_is_free
 from runner.probe import probe_interpreter
 from runner.sampling.gpu_report import GpuReport
@@ -52,8 +54,8 @@ TORCHRUN_DEFAULT_PORT = 29500
 DOCTOR_PROBE_TIMEOUT_SECONDS = 30
 
 
-def _check(key: str, status: str, message: str) -> dict[str, str]:
-    return {"key": key, "status": status, "message": message}
+def _check(key: str, status: str, message: str) -> DoctorCheck:
+    return DoctorCheck(key, CheckStatus(status), message)
 
 
 def system_facts() -> dict[str, Any]:
@@ -129,13 +131,14 @@ def run_doctor(interpreter: str, port: int = TORCHRUN_DEFAULT_PORT, processes: i
         "threads": threads,
         "cuda_visible_devices": visible,
     }
-    result["checks"] = judge(result)
-    result["ok"] = not any(c["status"] == "fail" for c in result["checks"])
+    checks = judge(result)
+    result["checks"] = [check.to_json() for check in checks]
+    result["ok"] = not any(check.status == CheckStatus.FAIL for check in checks)
     result["seconds"] = round(time.monotonic() - started, 2)
     return result
 
 
-def judge(facts: dict[str, Any]) -> list[dict[str, str]]:
+def judge(facts: dict[str, Any]) -> list[DoctorCheck]:
     """The verdicts, in the order a person reads them."""
     checks = []
     gpus, probe = facts["gpus"], facts["interpreter"]
@@ -171,7 +174,7 @@ def judge(facts: dict[str, Any]) -> list[dict[str, str]]:
     return checks
 
 
-def _interpreter_checks(probe: dict[str, Any], gpus: dict[str, Any]) -> list[dict[str, str]]:
+def _interpreter_checks(probe: dict[str, Any], gpus: dict[str, Any]) -> list[DoctorCheck]:
     if not probe.get("ok"):
         return [_check("interpreter", "fail", probe.get("error") or f"{probe.get('python')} cannot run torch")]
     checks = [_check("interpreter", "ok", f"{probe['python']}: Python {probe['python_version']}, torch {probe['torch']}")]
@@ -205,7 +208,7 @@ def _interpreter_checks(probe: dict[str, Any], gpus: dict[str, Any]) -> list[dic
     return checks
 
 
-def _threads_check(threads: dict[str, Any]) -> dict[str, str]:
+def _threads_check(threads: dict[str, Any]) -> DoctorCheck:
     processes, cores = threads["processes"], threads["usable_cpus"]
     value = threads["omp_num_threads"]
     if value is None:
@@ -224,7 +227,7 @@ def _threads_check(threads: dict[str, Any]) -> dict[str, str]:
                                        f"on {cores} cores")
 
 
-def _visible_devices_checks(visible: dict[str, Any], count: int) -> list[dict[str, str]]:
+def _visible_devices_checks(visible: dict[str, Any], count: int) -> list[DoctorCheck]:
     checks = []
     environment, picked = visible["environment"], visible["picked"]
     if isinstance(picked, list):
@@ -271,7 +274,7 @@ def _gib(value: int | None) -> str:
     return "?" if value is None else f"{value / (1 << 30):.1f} GiB"
 
 
-STATUS_MARK = {"ok": "ok  ", "info": "info", "warn": "WARN", "fail": "FAIL"}
+STATUS_MARK = {CheckStatus.OK: "ok  ", CheckStatus.INFO: "info", CheckStatus.WARN: "WARN", CheckStatus.FAIL: "FAIL"}
 
 
 def format_report(result: dict[str, Any]) -> str:
@@ -298,8 +301,8 @@ def format_report(result: dict[str, Any]) -> str:
     lines.append(f"backends:    usable: {', '.join(backends['usable']) or 'none'}"
                  + ("; not usable: " + ", ".join(backends["unusable"]) if backends["unusable"] else ""))
     lines.append("")
-    for check in result["checks"]:
-        lines.append(f"[{STATUS_MARK.get(check['status'], check['status'])}] {check['message']}")
+    for check in (DoctorCheck.from_json(c) for c in result["checks"] if isinstance(c, dict)):
+        lines.append(f"[{STATUS_MARK[check.status]}] {check.message}")
     lines.append("")
     lines.append(f"{'ready' if result['ok'] else 'NOT ready'} (checked in {result['seconds']:.1f} s)")
     return "\n".join(lines) + "\n"

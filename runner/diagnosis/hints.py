@@ -18,22 +18,77 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
+from rankwatch._protocol import NO_PROCESS_GROUP
 from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import BACKWARD, Place, is_user_code, place_of
+from runner.exit_status import PEER_GONE
 from runner.format import format_bytes
+
+
+class HintKey(str, Enum):
+    """What a hint is about: one value per known cause, for its producers (the rules below, the
+    launcher checks, ``independent_ranks``) and its readers (triage's headline, the GUI). A launcher
+    mismatch's key is the worker's notice key (``rankwatch._launch_checks``, ``_group_check``).
+
+    ``OTHER`` is what a reader makes of a key it does not know (a summary stored by another version).
+    """
+
+    ADDRESS_IN_USE = "address_in_use"
+    COLLECTIVE_TIMEOUT = "collective_timeout"
+    CRASH_AFTER_THE_SCRIPT_RETURNED = "crash_after_the_script_returned"
+    CUDA_OUT_OF_MEMORY = "cuda_out_of_memory"
+    CUDA_UNAVAILABLE = "cuda_unavailable"
+    DDP_DEVICE_IDS_ON_CPU = "ddp_device_ids_on_cpu"
+    DUPLICATE_RANK = "duplicate_rank"
+    KILLED = "killed"
+    LEGACY_LOCAL_RANK = "legacy_local_rank"
+    LOCAL_RANK_SPELLING = "local_rank_spelling"
+    LOCAL_RANK_UNPASSED = "local_rank_unpassed"
+    MISMATCHED_COLLECTIVE = "mismatched_collective"
+    MISSING_MODULE = "missing_module"
+    NATIVE_CRASH = "native_crash"
+    NCCL_ERROR = "nccl_error"
+    NO_PROCESS_GROUP = NO_PROCESS_GROUP
+    NO_RANK_REPORTED = "no_rank_reported"
+    NO_STEP_MEASURED = "no_step_measured"
+    NODE_LOST = "node_lost"
+    OOM_KILLER = "oom_killer"
+    RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
+    SELF_SPAWN = "self_spawn"
+    TWO_RANKS_ONE_GPU = "two_ranks_one_gpu"
+    UNEXPECTED_LOCAL_RANK = "unexpected_local_rank"
+    OTHER = "other"
 
 
 @dataclass(frozen=True)
 class Hint:
-    key: str
+    """A known cause and what to do about it: in the summary's ``hints`` (``to_json``), read back by
+    the CLI and the GUI (``from_json``)."""
+
+    key: HintKey
     cause: str
     advice: str
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"key": self.key.value, "cause": self.cause, "advice": self.advice}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Hint:
+        """Lenient: a key this version does not know is ``OTHER``; missing texts are empty."""
+        try:
+            key = HintKey(str(data.get("key") or ""))
+        except ValueError:
+            key = HintKey.OTHER
+        return cls(key, str(data.get("cause") or ""), str(data.get("advice") or ""))
+
+    @property
+    def text(self) -> str:
+        """``cause → advice``, as one line."""
+        return f"{self.cause} → {self.advice}" if self.advice else self.cause
 
 
 @dataclass(frozen=True)
@@ -120,7 +175,7 @@ def launcher_hint(launcher: list[dict[str, Any]], key: str) -> Hint | None:
     """The hint for a launcher mismatch seen while the run went on (worded by ``runner.diagnosis.launcher``)."""
     for record in launcher:
         if record.get("key") == key:
-            return Hint(key, str(record.get("cause") or key), str(record.get("advice") or ""))
+            return Hint.from_json({"key": key, "cause": record.get("cause") or key, "advice": record.get("advice")})
     return None
 
 
@@ -150,12 +205,12 @@ def no_rank_reported(self_spawn: bool, spawn_call: str | None, cpu_mode: bool, r
         spawn = f"its {spawn_call}" if spawn_call else "its spawn call"
         without_gpus = (": a count taken from torch.cuda.device_count() is 0 in CPU mode (no GPU for the ranks)"
                         if cpu_mode else "")
-        return Hint("no_rank_reported", f"the script started no rank: {spawn} started no process, or the script "
+        return Hint(HintKey.NO_RANK_REPORTED, f"the script started no rank: {spawn} started no process, or the script "
                     f"ended before it{without_gpus}",
                     "give the spawn a number of processes that fits this machine (nprocs=...), or pick GPUs "
                     "(--gpus all) on a machine that has them; the script's own output is in "
                     f"`rankwatch runs logs {run_reference(run_id)}`")
-    return Hint("no_rank_reported", "every process ended before its rank reported (before torch was imported, "
+    return Hint(HintKey.NO_RANK_REPORTED, "every process ended before its rank reported (before torch was imported, "
                 "or the script has no work to do)",
                 f"check the script's own output (`rankwatch runs logs {run_reference(run_id)}`): a usage message, "
                 "an early exit")
@@ -167,7 +222,7 @@ def no_step_measured(run_id: int | None = None) -> Hint:
     Seen: PyTorch's FSDP2 example prints "Unable to locate sufficient 2 gpus" and
     exits 0 on a machine without two GPUs; Rankwatch said "all ranks finished".
     """
-    return Hint("no_step_measured", "no rank stepped an optimizer or ran a backward pass: the script ended "
+    return Hint(HintKey.NO_STEP_MEASURED, "no rank stepped an optimizer or ran a backward pass: the script ended "
                 "before training (a check that failed, nothing to do) or trains without autograd",
                 f"read the script's own output (`rankwatch runs logs {run_reference(run_id)}`); a loop Rankwatch "
                 "cannot see can report its own values with rankwatch.log(loss=...)")
@@ -242,7 +297,7 @@ def duplicate_rank_argument(evidence: Evidence) -> Hint | None:
               "world_size and init_method (env:// reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or pass "
               "rank=int(os.environ['RANK']), world_size=int(os.environ['WORLD_SIZE']); to keep the script's "
               "arguments, start one process per rank yourself, each with its own --rank, not through torchrun")
-    return Hint("duplicate_rank", cause, advice)
+    return Hint(HintKey.DUPLICATE_RANK, cause, advice)
 
 
 @rule
@@ -254,12 +309,12 @@ def address_in_use(evidence: Evidence) -> Hint | None:
     where = f"port {which}" if which else "the rendezvous port"
     held = evidence.port_holders.get(which) if which is not None else None
     if held and held.get("rank") is not None:
-        return Hint("address_in_use", f"{where} is held by rank {held['rank']} of this very run (pid {held.get('pid')})",
+        return Hint(HintKey.ADDRESS_IN_USE, f"{where} is held by rank {held['rank']} of this very run (pid {held.get('pid')})",
                     "two ranks tried to host the same store: give every rank its own RANK (torchrun does) and let "
                     "only rank 0 host it (dist.init_process_group with init_method env://)")
     holder = evidence.port_holder(int(which)) if which and evidence.port_holder is not None else None
     by = f" by {holder}" if holder else ""
-    return Hint("address_in_use", f"{where} is already in use{by} (often a leftover of an earlier run)",
+    return Hint(HintKey.ADDRESS_IN_USE, f"{where} is already in use{by} (often a leftover of an earlier run)",
                 "pick another master/rendezvous port, use the standalone rendezvous (a free port is picked), "
                 "or stop the process holding it (`ss -ltnp` shows it)")
 
@@ -278,11 +333,11 @@ def cuda_unavailable(evidence: Evidence) -> Hint | None:
         return None
     found = match.group(0)
     if "too old" in found or "insufficient" in found:
-        return Hint("cuda_unavailable", "the NVIDIA driver is too old for this torch build's CUDA",
+        return Hint(HintKey.CUDA_UNAVAILABLE, "the NVIDIA driver is too old for this torch build's CUDA",
                     "update the driver, or install a torch build for an older CUDA "
                     "(`rankwatch doctor` shows both versions)")
     if "not compiled with CUDA" in found or ("NCCL" in found and "GPUs" not in found):
-        return Hint("cuda_unavailable", "this torch build has no CUDA/NCCL (a CPU-only build)",
+        return Hint(HintKey.CUDA_UNAVAILABLE, "this torch build has no CUDA/NCCL (a CPU-only build)",
                     "install a CUDA build of torch in the chosen interpreter, or run in CPU mode "
                     "(--gpus cpu --backend gloo)")
     nccl = " with the nccl backend" if "NCCL" in found or evidence.backend == "nccl" else ""
@@ -290,17 +345,17 @@ def cuda_unavailable(evidence: Evidence) -> Hint | None:
         place = script_place(evidence.cause_text(), NO_DRIVER)
         at = f" ({place})" if place else ""
         if nccl:
-            return Hint("cuda_unavailable", f"this run is in CPU mode (no GPU for the ranks), but the script asks "
+            return Hint(HintKey.CUDA_UNAVAILABLE, f"this run is in CPU mode (no GPU for the ranks), but the script asks "
                         f"for the nccl backend itself{at}",
                         "let the script pick the backend Rankwatch exports: "
                         "dist.init_process_group(os.environ.get('RANKWATCH_BACKEND', 'gloo')); or pick GPUs "
                         "(--gpus all) on a machine that has them (`rankwatch doctor` shows what this one has)")
-        return Hint("cuda_unavailable", f"this run is in CPU mode (no GPU for the ranks), but the script asks "
+        return Hint(HintKey.CUDA_UNAVAILABLE, f"this run is in CPU mode (no GPU for the ranks), but the script asks "
                     f"for a CUDA device itself{at}",
                     "pick GPUs (--gpus all) on a machine that has them (`rankwatch doctor` shows what this one "
                     "has), or have the script choose its device from what there is: "
                     "device = 'cuda' if torch.cuda.is_available() else 'cpu'")
-    return Hint("cuda_unavailable", f"CUDA is not available here (no NVIDIA GPU or driver){nccl}",
+    return Hint(HintKey.CUDA_UNAVAILABLE, f"CUDA is not available here (no NVIDIA GPU or driver){nccl}",
                 "run in CPU mode with gloo (--gpus cpu --backend gloo) and let the script pick the backend "
                 "Rankwatch exports: dist.init_process_group(os.environ.get('RANKWATCH_BACKEND', 'gloo')); "
                 "or run on a machine with an NVIDIA GPU and driver (`rankwatch doctor` shows what this one has)")
@@ -347,7 +402,7 @@ def ddp_device_ids_on_cpu(evidence: Evidence) -> Hint | None:
     place = script_place(text, DDP_DEVICE_IDS_ON_CPU)
     at = f" ({place})" if place else ""
     mode = "; this run is in CPU mode (no GPU for the ranks)" if evidence.cpu_mode else ""
-    return Hint("ddp_device_ids_on_cpu", f"DistributedDataParallel was given device_ids={found['ids']} for a model "
+    return Hint(HintKey.DDP_DEVICE_IDS_ON_CPU, f"DistributedDataParallel was given device_ids={found['ids']} for a model "
                 f"whose parameters are on the CPU{at}: device_ids name GPUs, for a model already on one{mode}",
                 "on the CPU, wrap without them: DDP(model); with GPUs, move the model to its GPU first "
                 "(model.to(local_rank)) and keep device_ids=[local_rank]; for both: "
@@ -367,7 +422,7 @@ def cuda_out_of_memory(evidence: Evidence) -> Hint | None:
     what = f" allocating {size.group(1)}" if size else ""
     where = f" on GPU {gpu.group(1)}" if gpu else ""
     measured = _oom_memory(evidence, gpu.group(1) if gpu else None)
-    return Hint("cuda_out_of_memory", f"CUDA ran out of memory{what}{where}{measured}",
+    return Hint(HintKey.CUDA_OUT_OF_MEMORY, f"CUDA ran out of memory{what}{where}{measured}",
                 "lower the per-GPU batch size (and use gradient accumulation), use mixed precision or "
                 "activation checkpointing; check that no other process uses the GPU (`rankwatch gpus`); "
                 "for fragmentation set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
@@ -409,7 +464,7 @@ def two_ranks_one_gpu(evidence: Evidence) -> Hint | None:
             return None
         (host, index), ranks_on_it = shared
         cause = f"ranks {', '.join(map(str, ranks_on_it))} ran on the same GPU {index}{' of ' + host if host else ''}"
-    return Hint("two_ranks_one_gpu", cause,
+    return Hint(HintKey.TWO_RANKS_ONE_GPU, cause,
                 "give each rank its own GPU: torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before "
                 "init_process_group and DDP(model, device_ids=[local_rank]); pick at least as many GPUs as "
                 "processes per node")
@@ -429,9 +484,6 @@ COLLECTIVE_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|"
                                 r"Timed out waiting \d+ms for (?:recv|send) operation")
 
 
-PEER_GONE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crashing|"
-                       r"NCCL communicator was aborted|remote process exited|Broken pipe")
-"""What a rank says when a peer went away while it talked to it: an echo of the peer's end, not a cause."""
 FINISHED_SLACK_SECONDS = 0.5
 """A peer's exit up to this long after the failure still came first (the two times are two processes' clocks)."""
 
@@ -482,7 +534,7 @@ def mismatched_collective(evidence: Evidence) -> Hint | None:
     peers = f"rank {finished[0]}" if len(finished) == 1 else "ranks " + ", ".join(map(str, finished))
     had = "it had already finished its script" if len(finished) == 1 else "they had already finished their scripts"
     cause = f"mismatched collectives: rank {first.rank} {waited}, which {peers} never entered: {had} (exit code 0)"
-    return Hint("mismatched_collective", cause,
+    return Hint(HintKey.MISMATCHED_COLLECTIVE, cause,
                 "every rank must call the same collectives in the same order: one inside a rank-dependent "
                 "branch (`if rank == 0: dist.barrier()`) waits for ranks that never call it; call it on every "
                 "rank (move it out of the branch), and keep the work only one rank does inside the branch")
@@ -492,7 +544,7 @@ def mismatched_collective(evidence: Evidence) -> Hint | None:
 def collective_timeout(evidence: Evidence) -> Hint | None:
     if not COLLECTIVE_TIMEOUT.search(evidence.cause_text()):
         return None
-    return Hint("collective_timeout",
+    return Hint(HintKey.COLLECTIVE_TIMEOUT,
                 "a collective timed out: some rank never reached it (hung, much slower, or took another code path)",
                 "look at the stalls and stacks above: the rank whose stack differs is the culprit; "
                 f"`rankwatch stacks {run_reference(evidence.run_id)}` shows the last capture, taken when ranks "
@@ -512,7 +564,7 @@ def nccl_error(evidence: Evidence) -> Hint | None:
     kind = re.search(r"(unhandled system error|unhandled cuda error|internal error|invalid usage|remote process exited"
                      r"|invalid argument)", text)
     what = f" ({kind.group(1)})" if kind else ""
-    return Hint("nccl_error", f"NCCL failed{what}",
+    return Hint(HintKey.NCCL_ERROR, f"NCCL failed{what}",
                 'rerun with NCCL_DEBUG=INFO (profile [env] NCCL_DEBUG = "INFO", or --env NCCL_DEBUG=INFO) to see '
                 "which peer, transport or device failed; system errors are often the network interface "
                 "(NCCL_SOCKET_IFNAME) or a small /dev/shm in containers (--shm-size)")
@@ -530,7 +582,7 @@ def rendezvous_timeout(evidence: Evidence) -> Hint | None:
         return None
     count = CLIENTS_JOINED.search(text)
     joined = f" ({count.group(1)} of {count.group(2)} joined)" if count else ""
-    return Hint("rendezvous_timeout", f"the rendezvous timed out: not every node or rank joined{joined}",
+    return Hint(HintKey.RENDEZVOUS_TIMEOUT, f"the rendezvous timed out: not every node or rank joined{joined}",
                 "start every node with the same node count and rendezvous endpoint (or master address and port), "
                 "make sure that address and port are reachable from every node (firewall, the right interface), "
                 "and that no rank failed before it could join (see its log)")
@@ -559,7 +611,7 @@ def legacy_local_rank(evidence: Evidence) -> Hint | None:
     if required is None and not re.search(r"KeyError: 'LOCAL_RANK'|unrecognized arguments: --local[-_]rank", text):
         return None
     option = required.group("option") if required else "--local_rank"
-    return Hint("legacy_local_rank", f"the script expects {option} (written for torch.distributed.launch)",
+    return Hint(HintKey.LEGACY_LOCAL_RANK, f"the script expects {option} (written for torch.distributed.launch)",
                 f"turn on the legacy option (--legacy-local-rank; profile: legacy_local_rank = true): each rank then "
                 f"gets {option}=<its LOCAL_RANK>; or read int(os.environ['LOCAL_RANK']) in the script")
 
@@ -575,11 +627,11 @@ def unexpected_local_rank(evidence: Evidence) -> Hint | None:
     passed = unrecognized.group("option")
     declared = declared_local_rank(text)
     if declared is not None and declared != passed:
-        return Hint("local_rank_spelling", f"the script takes {declared}, but the legacy option passed {passed} "
+        return Hint(HintKey.LOCAL_RANK_SPELLING, f"the script takes {declared}, but the legacy option passed {passed} "
                                            "(its argument parser could not be seen to pass the right spelling)",
                     f"accept both spellings in the script: parser.add_argument('{declared}', '{passed}', type=int); "
                     "or turn the legacy option off and read int(os.environ['LOCAL_RANK'])")
-    return Hint("unexpected_local_rank", "the script does not take --local_rank (its usage lists no local rank "
+    return Hint(HintKey.UNEXPECTED_LOCAL_RANK, "the script does not take --local_rank (its usage lists no local rank "
                                          "option), but the legacy option passes it",
                 "turn the legacy --local_rank option off (profile: legacy_local_rank = false)")
 
@@ -595,7 +647,7 @@ def missing_module(evidence: Evidence) -> Hint | None:
     if match:
         module = match.group(1).split(".")[0]
         python = evidence.interpreter or "the chosen interpreter"
-        return Hint("missing_module", f"module {module!r} is not installed in {python}",
+        return Hint(HintKey.MISSING_MODULE, f"module {module!r} is not installed in {python}",
                     f"install it there ({python} -m pip install {module}) or pick the interpreter of the "
                     "environment where it is installed")
     return None
@@ -609,7 +661,7 @@ def killed_from_outside(evidence: Evidence) -> Hint | None:
     confirmed = getattr(first, "kernel_log", None)
     pid = getattr(first, "pid", None)
     if confirmed:
-        return Hint("oom_killer", f"rank {first.rank} was killed by the kernel's OOM killer "
+        return Hint(HintKey.OOM_KILLER, f"rank {first.rank} was killed by the kernel's OOM killer "
                                   f"(kernel log: {confirmed})",
                     "the machine ran out of RAM: lower the batch size or DataLoader num_workers/prefetch_factor, "
                     "load less into memory per rank, or run fewer processes per node")
@@ -621,7 +673,7 @@ def killed_from_outside(evidence: Evidence) -> Hint | None:
         checked = "its pid is unknown, so the kernel log could not be checked"
     else:
         checked = f"the kernel log has no OOM record for pid {pid}: something else may have sent it"
-    return Hint("killed", f"rank {first.rank} was killed from outside (SIGKILL); the kernel's OOM killer "
+    return Hint(HintKey.KILLED, f"rank {first.rank} was killed from outside (SIGKILL); the kernel's OOM killer "
                           f"is the usual cause ({checked})",
                 "watch the RSS column while it runs (RAM per rank); if memory grows, lower the batch size or "
                 "DataLoader workers; otherwise look for who sent the signal (a scheduler's memory limit, a "
@@ -635,7 +687,7 @@ def lost_remote_rank(evidence: Evidence) -> Hint | None:
             or first.evidence != "connection lost"):
         return None
     where = first.host or "its node"
-    return Hint("node_lost", f"rank {first.rank} on {where} vanished without an exit code: its node's agent "
+    return Hint(HintKey.NODE_LOST, f"rank {first.rank} on {where} vanished without an exit code: its node's agent "
                              "lost contact with the head (network or ssh failure, or the machine went down)",
                 f"check that {where} is up and reachable (`ssh {where} true`), look at its kernel log "
                 "(dmesg) for an OOM kill, and see the node's state and time in the Nodes table")
@@ -659,11 +711,11 @@ def crash_after_the_script_returned(evidence: Evidence) -> Hint | None:
     cause = (f"rank {first.rank}'s script ran to its end (exit code 0), then the process died of "
              f"{first.signal} while Python shut down: the failure is in the shutdown, after the script's last line")
     if TERMINATE_WITHOUT_EXCEPTION in "\n".join(evidence.stderr_tails.get(first.rank, [])):
-        return Hint("crash_after_the_script_returned", cause,
+        return Hint(HintKey.CRASH_AFTER_THE_SCRIPT_RETURNED, cause,
                     f'"{TERMINATE_WITHOUT_EXCEPTION}": a C++ thread (the gloo/NCCL process group\'s) was '
                     "still running when the interpreter exited, a known upstream abort; call "
                     "torch.distributed.destroy_process_group() at the end of the script to make it rarer")
-    return Hint("crash_after_the_script_returned", cause,
+    return Hint(HintKey.CRASH_AFTER_THE_SCRIPT_RETURNED, cause,
                 "look at what runs at exit: atexit handlers, extensions' destructors, threads left running "
                 "(rerun with --env PYTHONFAULTHANDLER=1 to get the stack at the crash)")
 
@@ -674,7 +726,7 @@ def native_crash(evidence: Evidence) -> Hint | None:
     if first is None or first.signal not in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE") \
             or evidence.script_returned:  # after the script: crash_after_the_script_returned says it
         return None
-    return Hint("native_crash", f"rank {first.rank} crashed in native code ({first.signal})",
+    return Hint(HintKey.NATIVE_CRASH, f"rank {first.rank} crashed in native code ({first.signal})",
                 "this is a crash in C/C++/CUDA code (torch, an extension, a DataLoader worker): rerun with "
                 "PYTHONFAULTHANDLER=1 (--env PYTHONFAULTHANDLER=1) to get the Python stack at the crash, and "
                 "check for mismatched library versions (`rankwatch doctor`)")

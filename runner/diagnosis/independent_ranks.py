@@ -33,6 +33,7 @@ from typing import Any
 
 from rankwatch._protocol import LOSS, NO_PROCESS_GROUP, EventKind, Message, Metrics, Notice
 from runner.diagnosis.findings import Findings
+from runner.diagnosis.hints import HintKey
 from runner.hub.observer import HubObserver
 
 LOSS_STEPS = 16
@@ -159,7 +160,7 @@ def describe(reports: dict[int, dict[str, Any]], losses: dict[int, dict[tuple[st
         runs = f"{len(copies)} independent copies" if copies else f"{len(ranks)} separate trainings"
         title = f"Lightning Fabric runs {runs} under torchrun: {evidence}"
         advice = fabric_advice(fabric, world, local_world)
-    return {"key": NO_PROCESS_GROUP, "level": level, "ranks": ranks, "title": title, "cause": cause,
+    return {"key": HintKey.NO_PROCESS_GROUP.value, "level": level, "ranks": ranks, "title": title, "cause": cause,
             "advice": advice}
 
 

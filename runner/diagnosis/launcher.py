@@ -34,11 +34,13 @@ from typing import Any
 
 from rankwatch._protocol import EventKind, ExceptionReport, Message, Notice
 from runner.diagnosis.findings import Findings
+from runner.diagnosis.hints import HintKey
 from runner.diagnosis.triage import TriageInput
 from runner.hub.observer import HubObserver
 from runner.launch.ports import PortHolder, port_holder
 
-SELF_SPAWN, LOCAL_RANK_UNPASSED, LOCAL_RANK_SPELLING = "self_spawn", "local_rank_unpassed", "local_rank_spelling"
+SELF_SPAWN, LOCAL_RANK_UNPASSED, LOCAL_RANK_SPELLING = (HintKey.SELF_SPAWN, HintKey.LOCAL_RANK_UNPASSED,
+                                                        HintKey.LOCAL_RANK_SPELLING)
 ADDRESS_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
 PORT = re.compile(r"port[:= ]+(\d{2,5})")
 

@@ -33,27 +33,36 @@ every outcome as ``diagnostics`` (stragglers only into a run's that did not fail
 from __future__ import annotations
 
 import re
-import signal as signals
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rankwatch._protocol import RankFailure, describe_end, signal_name
+from rankwatch._protocol import RankFailure
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import (
-    PEER_GONE,
     Evidence,
     GpuMemory,
+    Hint,
+    HintKey,
     find_hints,
     launcher_hint,
     no_rank_reported,
     no_step_measured,
 )
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
+from runner.diagnosis.summary import RunSummary, StopRequest
 from runner.diagnosis.torchrun_report import TorchrunReport
+from runner.exit_status import (
+    STOPPING_SIGNALS,
+    describe_end_of,
+    is_stopping_signal,
+    only_says_peer_gone,
+    signal_name,
+)
 from runner.launch.ports import port_holder
+from runner.state import Outcome
 
 TAIL_LINES = 200
 
@@ -242,23 +251,20 @@ def _use_error_file(failure: RankFailure, path: str) -> None:
         failure.exception_line = recorded.message.strip().splitlines()[-1] if recorded.message.strip() else None
 
 
-CONSEQUENCE = PEER_GONE
 ECHO_WINDOW_SECONDS = 5.0
-STOPPING_SIGNALS = {signals.SIGTERM, signals.SIGINT}
 """How long after a peer's death its survivors' connection errors can still arrive."""
 
 
 def is_consequence(failure: RankFailure) -> bool:
     """A failure that only reports that another rank went away (not a cause of its own)."""
-    return bool(failure.exception_line and CONSEQUENCE.search(failure.exception_line))
+    return only_says_peer_gone(failure.exception_line)
 
 
 def is_echo(failure: RankFailure) -> bool:
     """A failure that follows another's: a survivor's connection error, or a rank ended by
     SIGTERM/SIGINT (what torchrun sends the others once one failed). Seen: two ranks' exits
     reaped in the same instant, the SIGTERMed one stamped 0.2 ms before the one that exited 2."""
-    stopped = failure.exit_code is not None and failure.exit_code < 0 and -failure.exit_code in STOPPING_SIGNALS
-    return stopped or is_consequence(failure)
+    return is_stopping_signal(failure.exit_code) or is_consequence(failure)
 
 
 def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailure]]:
@@ -296,6 +302,10 @@ def first_failure(data: TriageInput) -> tuple[RankFailure | None, list[RankFailu
         root = data.report.root_cause if data.report else None
         first = next((c for c in candidates if root is not None and c.rank == root.rank), candidates[0])
     others = [c for c in candidates if c is not first]
+    if first.rank is not None and not is_echo(first):
+        for other in others:  # ended because the first failed: stopped, not failed (runner.exit_status)
+            if is_echo(other):
+                other.after = first.rank
     return first, others
 
 
@@ -313,32 +323,52 @@ def note_stalls_that_finished(data: TriageInput) -> None:
 
 
 def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
-    """The summary stored with the run and printed at the end of ``rankwatch run``."""
+    """The summary stored with the run and printed at the end of ``rankwatch run``, as JSON
+    (:func:`conclude`'s ``RunSummary.to_wire``)."""
+    return conclude(data, exit_code, stopped).to_wire()
+
+
+def conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopRequest | None = None,
+             losses: dict[str, Any] | None = None) -> RunSummary:
+    """The run's summary, whole: nothing edits it afterwards.
+
+    ``stopped``: the ranks were stopped (on request, or by Slurm from outside); ``stop``: who asked
+    and how it ended, when it was a request (its words lead the headline when nothing else does);
+    ``losses``: what the store lacks (``Hub.losses``), named in the headline when the store is
+    incomplete.
+    """
+    summary = _conclude(data, exit_code, stopped, stop)
+    losses = losses or {}
+    incomplete = losses.get("store_incomplete")
+    return replace(summary, losses=tuple(losses.get("losses") or ()), store_incomplete=incomplete,
+                   headline=summary.headline + (f" (store incomplete: {incomplete})" if incomplete else ""))
+
+
+def _conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopRequest | None) -> RunSummary:
     note_stalls_that_finished(data)
     diagnostics = data.findings.to_json()
     if stopped or exit_code == 0:
-        summary = ({"outcome": "stopped", "headline": "stopped on request", "exit_code": exit_code} if stopped
-                   else {"outcome": "succeeded", "headline": "all ranks finished", "exit_code": 0})
+        headline = "stopped on request" if stopped else "all ranks finished"
         hang = hang_headline(data.findings)
         launcher = [hint for hint in (launcher_hint(list(data.findings.launcher.values()), key)
                                       for key in data.findings.launcher) if hint is not None]
         warnings = [hint for hint in launcher if data.findings.launcher[hint.key].get("level") != "info"]
         if stopped and hang:
-            summary["headline"] = f"stopped on request; {hang}"
+            headline = f"stopped on request; {hang}"
             diagnostics = without_stragglers(diagnostics)
         elif stopped and warnings:
-            summary["headline"] = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
+            headline = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
+        elif stopped and stop is not None:  # no finding to lead with: say who and how
+            headline = f"stopped on request ({stop.who}): the job was {stop.how}"
         elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
-            summary["headline"] = "the job exited 0, but no rank ever reported: nothing was measured"
+            headline = "the job exited 0, but no rank ever reported: nothing was measured"
             launcher = [no_rank_reported(data.self_spawn, data.spawn_call, data.cpu_mode, data.run_id), *launcher]
         elif not stopped and data.instrumented and not data.measured:
-            summary["headline"] = "all ranks finished, but none made a training step: nothing was measured"
+            headline = "all ranks finished, but none made a training step: nothing was measured"
             launcher = [no_step_measured(data.run_id), *launcher]
-        if launcher:
-            summary["hints"] = [hint.to_json() for hint in launcher]
-        if diagnostics:
-            summary["diagnostics"] = diagnostics
-        return summary
+        return RunSummary(Outcome.STOPPED if stopped else Outcome.SUCCEEDED, headline, exit_code if stopped else 0,
+                          hints=tuple(launcher), diagnostics=diagnostics or None,
+                          stopped_by=stop.who if stop is not None else None)
     first, others = first_failure(data)
     kernel_log = None
     if first is not None and first.signal == "SIGKILL" and first.rank not in data.remote_ranks:
@@ -358,41 +388,32 @@ def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
         script_returned=first is not None and first.signal is not None
         and first.rank in data.exits and data.exits[first.rank][0] == 0)
     hints = find_hints(evidence)
+    finished = tuple({"rank": rank, "before": round(first.when - ended, 2) if first and first.when else None}
+                     for rank, ended in sorted(evidence.finished.items()))
+    return RunSummary(Outcome.FAILED, failure_headline(first, hints, exit_code), exit_code, first_failure=first,
+                      other_failures=tuple(others), hints=tuple(hints), finished=finished,
+                      diagnostics=without_stragglers(diagnostics) or None,
+                      stopped_by=stop.who if stop is not None else None)
+
+
+def failure_headline(first: RankFailure | None, hints: list[Hint], exit_code: int) -> str:
+    """``rank 1 on node-a failed first (exit code 1): ValueError: ...``."""
     if first is None:
         headline = f"the job failed (exit code {exit_code}) before any rank reported"
-        if hints:
-            headline += f": {hints[0].cause}"
-    else:
-        how = describe_end(first)
-        headline = f"rank {first.rank}{' on ' + first.host if first.host else ''} failed first ({how})"
-        if hints and hints[0].key in LEADS_THE_HEADLINE:
-            headline += f": {hints[0].cause}"
-        elif first.exception_line:
-            headline += f": {first.exception_line}"
-        elif first.signal == "SIGKILL":
-            headline += (": killed by the kernel's OOM killer (see the kernel log line)" if first.kernel_log
-                         else ": killed from outside (the kernel's OOM killer is the usual cause)")
-        elif hints:
-            headline += f": {hints[0].cause}"
-    summary = {
-        "outcome": "failed",
-        "headline": headline,
-        "exit_code": exit_code,
-        "first_failure": first.to_wire() if first else None,
-        "other_failures": [o.to_wire() for o in others],
-        "hints": [h.to_json() for h in hints],
-    }
-    finished = [{"rank": rank, "before": round(first.when - ended, 2) if first and first.when else None}
-                for rank, ended in sorted(evidence.finished.items())]
-    if finished:
-        summary["finished"] = finished
-    diagnostics = without_stragglers(diagnostics)
-    if diagnostics:
-        summary["diagnostics"] = diagnostics
-    return summary
+        return headline + (f": {hints[0].cause}" if hints else "")
+    how = describe_end_of(first.exit_code, first.signal, first.evidence)
+    headline = f"rank {first.rank}{' on ' + first.host if first.host else ''} failed first ({how})"
+    if hints and hints[0].key in LEADS_THE_HEADLINE:
+        return headline + f": {hints[0].cause}"
+    if first.exception_line:
+        return headline + f": {first.exception_line}"
+    if first.signal == "SIGKILL":
+        return headline + (": killed by the kernel's OOM killer (see the kernel log line)" if first.kernel_log
+                           else ": killed from outside (the kernel's OOM killer is the usual cause)")
+    return headline + (f": {hints[0].cause}" if hints else "")
 
 
-LEADS_THE_HEADLINE = {"mismatched_collective"}
+LEADS_THE_HEADLINE = {HintKey.MISMATCHED_COLLECTIVE}
 """Hints truer than the first failure's own words, which lead its headline instead of them: gloo's
 "a remote worker crashing" when the peer ran to its end."""
 

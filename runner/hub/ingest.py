@@ -23,6 +23,7 @@ from typing import Any
 
 from rankwatch import _protocol as protocol
 from rankwatch._protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
+from runner.exit_status import only_says_peer_gone, rank_exit_message
 from runner.hub.live_model import LiveModel
 from runner.hub.observer import Observers
 from runner.state import RankState
@@ -49,6 +50,10 @@ class Ingest:
         """rank -> reason -> the name of the first record left out for it."""
         self._rejected_reported: dict[int, int] = {}
         self._exited_ranks: set[int] = set()
+        self._peer_gone: set[int] = set()
+        """Ranks whose fatal exception only says a peer went away (an echo of another's failure)."""
+        self._first_failed: int | None = None
+        """The first rank that failed by itself (its exit or fatal exception), as seen live."""
         self._on_pending = on_pending
         """Something is pending: the hub flushes soon; at once (within ``FLUSH_SECONDS``) when
         the argument is True (urgent: a log line, an event, a hello), else at the run's
@@ -96,6 +101,9 @@ class Ingest:
         self._on_pending(True)
         row = self.model.on_hello(hello)
         self._exited_ranks.discard(row.rank)  # a restarted rank starts afresh
+        self._peer_gone.discard(row.rank)
+        if self._first_failed == row.rank:
+            self._first_failed = None
         self.add_event(EventKind.RANK_STARTED, row.rank, f"rank {row.rank} started on {row.host} (pid {row.pid})",
                        host=row.host, pid=row.pid, local_rank=row.local_rank, node_rank=row.node_rank,
                        restart=row.restart)
@@ -110,15 +118,15 @@ class Ingest:
             self.model.on_heartbeat(message)
         elif isinstance(message, protocol.ExceptionReport):
             fatal = message.fatal  # a dying thread is worth an event, not a failure
+            if fatal and only_says_peer_gone(f"{message.exc_type}: {message.message}"):
+                self._peer_gone.add(message.rank)
+            elif fatal and self._first_failed is None:
+                self._first_failed = message.rank
             self.add_event(EventKind.EXCEPTION if fatal else EventKind.THREAD_EXCEPTION, message.rank,
                            f"{message.exc_type}: {message.message}", t=message.t, exc_type=message.exc_type,
                            exc_message=message.message, traceback=message.traceback, thread=message.thread)
         elif isinstance(message, protocol.Exit):
-            rank, code = message.rank, message.code
-            self._exited_ranks.add(rank)
-            self.model.on_exit(rank, code, RankState.EXITED if code == 0 else RankState.FAILED)
-            self.add_event(EventKind.RANK_EXITED if code == 0 else EventKind.RANK_FAILED, rank,
-                           f"rank {rank} exited with code {code}", t=message.t, exit_code=code)
+            self.exit(message)
         elif isinstance(message, protocol.ParamHash):
             self.add_event(EventKind.PARAM_HASH, message.rank, "parameter fingerprint", t=message.t,
                            step=message.step, digest=message.digest)
@@ -177,6 +185,25 @@ class Ingest:
         self.add_event(EventKind.RECORDS_REJECTED, rank,
                        f"rank {rank}: {total} record{'s' if total != 1 else ''} dropped, the store cannot hold "
                        f"them ({why})", count=total, reasons=dict(counts), examples=dict(examples))
+
+    def exit(self, message: protocol.Exit) -> None:
+        """A rank's own last word. One that failed only because a peer went away after another rank
+        failed is stopped after that failure, without a code: torchrun's report gives it
+        (``runner.exit_status``). Its peer may also have finished its script instead (a collective
+        the other never entered): then no rank failed before, and it is the failure."""
+        rank, code = message.rank, message.code
+        self._exited_ranks.add(rank)
+        if code != 0 and rank in self._peer_gone and self._first_failed not in (None, rank):
+            after = self._first_failed
+            self.model.on_exit(rank, None, RankState.STOPPED)
+            self.add_event(EventKind.RANK_STOPPED, rank, rank_exit_message(rank, code, after), t=message.t,
+                           after=after, stopped_by_failure=True)
+            return
+        if code != 0 and self._first_failed is None:
+            self._first_failed = rank
+        self.model.on_exit(rank, code, RankState.EXITED if code == 0 else RankState.FAILED)
+        self.add_event(EventKind.RANK_EXITED if code == 0 else EventKind.RANK_FAILED, rank,
+                       rank_exit_message(rank, code), t=message.t, exit_code=code)
 
     def worker_lost(self, rank: int, t: float) -> None:
         """A worker's connection (to this hub, or to its node's agent) ended without ``exit``."""

@@ -27,10 +27,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
-from rankwatch._protocol import AgentHello, NodeExit
+from rankwatch._protocol import AgentHello, NodeExit, RankFailure
 from runner import paths
+from runner.diagnosis.summary import RunSummary
 from runner.hub.hub import Hub
 from runner.launch.command import RendezvousPlan, RunnerContext
 from runner.launch.nodes import NodeHandle
@@ -336,10 +336,11 @@ class SlurmNodes(RemoteNodes):
         """Slurm ended the job (time limit, preemption, a scancel not from Rankwatch)."""
         return self.job is not None and outcome.ended_from_outside(self.job.record, self.job.cancel_requested)
 
-    async def conclude(self, summary: dict[str, Any], status: RunStatus, exit_code: int) -> tuple[RunStatus, int]:
-        """Slurm's side of the end, into ``summary``; returns the run's status and exit code."""
+    async def conclude(self, summary: RunSummary, status: RunStatus,
+                       exit_code: int) -> tuple[RunSummary, RunStatus, int]:
+        """The summary with Slurm's side of the end, and the run's status and exit code."""
         if self.job is None:
-            return status, exit_code
+            return summary, status, exit_code
         if self.failure is None and not self._connected and self.job.record is not None and \
                 self.job.record.ended and not self.job.cancel_requested:
             record = self.job.record
@@ -348,13 +349,13 @@ class SlurmNodes(RemoteNodes):
         result = outcome.conclude(summary, status, exit_code, record=self.job.record, job_id=self.job.job_id,
                                   cancel_requested=self.job.cancel_requested, failure=self.failure,
                                   rank_rows=list(self.hub.model.ranks.values()), output_tail=tail,
-                                  failed_node_code=self._failed_node_code(summary))
+                                  failed_node_code=self._failed_node_code(summary.first_failure))
         await self.close()
         return result
 
-    def _failed_node_code(self, summary: dict[str, Any]) -> int | None:
+    def _failed_node_code(self, first: RankFailure | None) -> int | None:
         """torchrun's exit status on the node of the rank that failed first (``None``: unknown)."""
-        rank = (summary.get("first_failure") or {}).get("rank")
+        rank = first.rank if first is not None else None
         row = self.hub.model.ranks.get(rank) if rank is not None else None
         handle = self.nodes.get(row.node_rank) if row is not None and row.node_rank is not None else None
         code = handle.exit_message.code if handle is not None and handle.exit_message is not None else None

@@ -19,16 +19,19 @@ Every Slurm run's summary also carries ``slurm``: Slurm's own final record.
 from __future__ import annotations
 
 import signal
+from dataclasses import replace
 from typing import Any
 
+from runner.diagnosis.summary import RunSummary
 from runner.slurm.states import ENDINGS, JobRecord
-from runner.state import RunStatus
+from runner.state import Outcome, RunStatus
 
 ENDED_FROM_OUTSIDE = frozenset({"TIMEOUT", "PREEMPTED", "DEADLINE"})
 """The job was ended by Slurm's rules, not by a rank: the ranks count as stopped."""
 PREFIXED = frozenset({"NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY"})
-OUTCOMES = {"CANCELLED": "cancelled", "TIMEOUT": "timeout", "PREEMPTED": "preempted", "DEADLINE": "deadline",
-            "NODE_FAIL": "node_fail", "BOOT_FAIL": "boot_fail", "OUT_OF_MEMORY": "out_of_memory"}
+OUTCOMES = {state: Outcome(state.lower()).value for state in
+            ("CANCELLED", "TIMEOUT", "PREEMPTED", "DEADLINE", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY")}
+"""Slurm's state of a job it ended -> the summary's outcome (``runner.state.Outcome``)."""
 EXIT_CANCELLED = 128 + signal.SIGTERM
 """``rankwatch run``'s exit code for a job cancelled from outside (as if it got SIGTERM)."""
 EXIT_ENDED_BY_SLURM = 1
@@ -59,66 +62,61 @@ def describe_ranks(rows: list[Any]) -> str:
     return ", ".join(parts)
 
 
-def conclude(summary: dict[str, Any], status: RunStatus, exit_code: int, *, record: JobRecord | None,
+def conclude(summary: RunSummary, status: RunStatus, exit_code: int, *, record: JobRecord | None,
              job_id: str | None, cancel_requested: bool, failure: str | None, rank_rows: list[Any],
-             output_tail: list[str], failed_node_code: int | None = None) -> tuple[RunStatus, int]:
-    """Put Slurm's side of the end into ``summary`` (in place); returns the run's status and exit code.
+             output_tail: list[str], failed_node_code: int | None = None) -> tuple[RunSummary, RunStatus, int]:
+    """The run's summary with Slurm's side of the end (a new value: ``summary`` is left as it is),
+    and the run's status and exit code.
 
     ``failed_node_code`` is the exit status of torchrun on the node of the first failed rank:
     the run's exit code, rather than that of a node Slurm stopped afterwards (``srun
     --kill-on-bad-exit`` ends the other nodes when one fails).
     """
     if job_id is None:
-        return status, exit_code
-    status, exit_code = _conclude(summary, status, exit_code, record=record, job_id=job_id,
-                                  cancel_requested=cancel_requested, failure=failure, rank_rows=rank_rows,
-                                  output_tail=output_tail, failed_node_code=failed_node_code)
-    summary["exit_code"] = exit_code
-    return status, exit_code
+        return summary, status, exit_code
+    (outcome, headline), status, exit_code = _conclude(
+        summary.outcome, summary.headline, status, exit_code, record=record, job_id=job_id,
+        cancel_requested=cancel_requested, failure=failure, rank_rows=rank_rows, output_tail=output_tail,
+        failed_node_code=failed_node_code)
+    slurm = {"job_id": job_id, **(record.to_json() if record else {}), "output_tail": output_tail or None}
+    return (replace(summary, outcome=outcome, headline=headline, exit_code=exit_code,
+                    extra={**summary.extra, "slurm": slurm}), status, exit_code)
 
 
-def _conclude(summary: dict[str, Any], status: RunStatus, exit_code: int, *, record: JobRecord | None,
+def _conclude(outcome: Outcome, headline: str, status: RunStatus, exit_code: int, *, record: JobRecord | None,
               job_id: str, cancel_requested: bool, failure: str | None, rank_rows: list[Any],
-              output_tail: list[str], failed_node_code: int | None) -> tuple[RunStatus, int]:
-    summary["slurm"] = {"job_id": job_id, **(record.to_json() if record else {}),
-                        "output_tail": output_tail or None}
+              output_tail: list[str], failed_node_code: int | None) -> tuple[tuple[Outcome, str], RunStatus, int]:
+    """((outcome, headline), status, exit code) once Slurm's record of the end is taken into account."""
     name = f"Slurm job {job_id}"
     if failure is not None:
-        summary["outcome"] = "failed"
-        summary["headline"] = failure
-        if output_tail:
-            summary["headline"] += f"; its output ends with: {output_tail[-1]}"
-        return RunStatus.FAILED, exit_code or EXIT_ENDED_BY_SLURM
+        tail = f"; its output ends with: {output_tail[-1]}" if output_tail else ""
+        return (Outcome.FAILED, failure + tail), RunStatus.FAILED, exit_code or EXIT_ENDED_BY_SLURM
     if record is None or not record.ended:
         if status != RunStatus.SUCCEEDED:
-            summary["headline"] += f" ({name}: Slurm had not recorded the end when Rankwatch finished)"
-        return status, exit_code
+            headline += f" ({name}: Slurm had not recorded the end when Rankwatch finished)"
+        return (outcome, headline), status, exit_code
     state = record.state
     ranks = describe_ranks(rank_rows)
     if state == "CANCELLED" and cancel_requested:
         if not rank_rows:
-            summary["headline"] = f"stopped on request while pending in Slurm ({name} cancelled before it started)"
-        else:
-            summary["headline"] += f" ({name} cancelled)"
-        return status, exit_code
+            return ((outcome, f"stopped on request while pending in Slurm ({name} cancelled before it started)"),
+                    status, exit_code)
+        return (outcome, headline + f" ({name} cancelled)"), status, exit_code
     if ended_from_outside(record, cancel_requested):
-        summary["outcome"] = OUTCOMES[state]
         words = {"CANCELLED": "was cancelled outside Rankwatch (scancel by a user or an administrator)",
                  "TIMEOUT": f"reached its time limit ({record.time_limit}) after {record.run_time}",
                  "PREEMPTED": "was preempted (Slurm gave its nodes to a job of higher priority)",
                  "DEADLINE": "passed its deadline"}[state]
-        summary["headline"] = f"{name} {words}; {ranks}"
+        ended = (Outcome(OUTCOMES[state]), f"{name} {words}; {ranks}")
         if state == "CANCELLED":
-            return RunStatus.STOPPED, EXIT_CANCELLED
-        return RunStatus.FAILED, exit_code or record.exit_status or EXIT_ENDED_BY_SLURM
+            return ended, RunStatus.STOPPED, EXIT_CANCELLED
+        return ended, RunStatus.FAILED, exit_code or record.exit_status or EXIT_ENDED_BY_SLURM
     if status == RunStatus.FAILED and failed_node_code:
         exit_code = failed_node_code
     if state in PREFIXED:
-        summary["outcome"] = OUTCOMES[state]
-        summary["headline"] = f"{name}: {ENDINGS[state]} ({record.reason or state}); {summary['headline']}"
-        return RunStatus.FAILED, exit_code or record.exit_status or EXIT_ENDED_BY_SLURM
+        return ((Outcome(OUTCOMES[state]), f"{name}: {ENDINGS[state]} ({record.reason or state}); {headline}"),
+                RunStatus.FAILED, exit_code or record.exit_status or EXIT_ENDED_BY_SLURM)
     if state == "COMPLETED" or (state == "FAILED" and status == RunStatus.FAILED):
-        return status, exit_code
-    summary["headline"] += f" (Slurm: {record.describe()})"
-    return status, exit_code
+        return (outcome, headline), status, exit_code
+    return (outcome, headline + f" (Slurm: {record.describe()})"), status, exit_code
 

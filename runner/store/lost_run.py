@@ -22,6 +22,8 @@ import sqlite3
 import time
 from typing import Any
 
+from runner.state import Outcome
+
 BUSY_TIMEOUT_SECONDS = 10.0
 UNFINISHED_RANK_STATES = ("waiting", "running", "stalled")
 WORKER_SOURCES = ("auto", "log")
@@ -94,7 +96,7 @@ def _summary(connection: sqlite3.Connection, run_id: int, *, runner_pid: int | N
     who = f"the runner (pid {runner_pid})" if runner_pid else "the runner"
     killed = f"; {processes_killed} process(es) needed SIGKILL" if processes_killed else ""
     summary: dict[str, Any] = {
-        "outcome": "lost",
+        "outcome": Outcome.LOST.value,
         "headline": (f"{who} died at {time.strftime('%H:%M:%S', time.localtime(died))} without recording the end "
                      f"(killed, e.g. by SIGKILL or the OOM killer, or crashed); its watchdog stopped the job{killed}"),
         "runner_lost": {"runner_pid": runner_pid, "died": died, "processes_killed": processes_killed,

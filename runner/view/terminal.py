@@ -15,8 +15,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rankwatch._protocol import describe_losses
+from runner.diagnosis.hints import Hint
 from runner.diagnosis.report import format_diagnostics
-from runner.exit_status import describe_exit_code, describe_stop_reason
+from runner.exit_status import (
+    describe_exit_code,
+    describe_stop_reason,
+    ended_by,
+    failure_end_words,
+    how_it_ended,
+)
 from runner.format import (
     MISSING,
     format_amount,
@@ -57,7 +64,7 @@ STATE_STYLE = {
 }
 PLAIN_STATUS_SECONDS = 30.0
 NOTABLE_EVENTS = frozenset({
-    EventKind.RANK_FAILED, EventKind.STALLED, EventKind.RESUMED, EventKind.STRAGGLER, EventKind.DIVERGENCE,
+    EventKind.RANK_FAILED, EventKind.RANK_STOPPED, EventKind.STALLED, EventKind.RESUMED, EventKind.STRAGGLER, EventKind.DIVERGENCE,
     EventKind.NODE_LOST, EventKind.WARNING, EventKind.REFUSED, EventKind.STOPPING, EventKind.CONNECTION_LOST,
     EventKind.STACKS, EventKind.LAUNCH_MISMATCH, EventKind.SLURM, EventKind.SLURM_SUBMITTED,
     EventKind.RECORDS_REJECTED, EventKind.STORE_INCOMPLETE})
@@ -554,7 +561,7 @@ def _finished_text(finished: dict[str, Any], failed_rank: int) -> str:
     if isinstance(before, (int, float)):
         when = (f", {before:.2f} s before rank {failed_rank} failed" if before >= 0
                 else f", {-before:.2f} s after rank {failed_rank} failed")
-    return f"rank {finished.get('rank')} (exit code 0{when})"
+    return f"rank {finished.get('rank')} ({ended_by(0)}{when})"
 
 
 def render_summary(run: dict[str, Any], out: TextIO) -> None:
@@ -569,13 +576,9 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
         out.write(f"{summary['headline']}\n")
     first = summary.get("first_failure")
     if first:
-        how = []
-        if first.get("exit_code") is not None:
-            how.append(f"exit code {first['exit_code']}")
-        if first.get("signal"):
-            how.append(first["signal"])
+        how = how_it_ended(first.get("exit_code"), first.get("signal"))
         where = f" on {first['host']}" if first.get("host") else ""
-        out.write(f"  first to fail: rank {first['rank']}{where} ({', '.join(how) or 'no exit code'};"
+        out.write(f"  first to fail: rank {first['rank']}{where} ({how};"
                   f" known from: {first.get('evidence')})\n")
         if first.get("exception_line"):
             out.write(f"  exception:     {first['exception_line']}\n")
@@ -589,10 +592,7 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
             out.write(f"  kernel log:    {first['kernel_log']}\n")
     others = summary.get("other_failures") or []
     if others:
-        described = []
-        for other in others[:8]:
-            what = other.get("signal") or (f"exit {other['exit_code']}" if other.get("exit_code") is not None else other.get("evidence"))
-            described.append(f"rank {other['rank']} ({what})")
+        described = [f"rank {other['rank']} ({failure_end_words(other)})" for other in others[:8]]
         out.write(f"  then:          {', '.join(described)}{' ...' if len(others) > 8 else ''}\n")
     finished = summary.get("finished") or []
     if finished and first:
@@ -611,8 +611,8 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
                   f"{stored.get('logs', MISSING)} log lines{until}\n")
         if lost.get("not_stored"):
             out.write(f"  not stored:    {lost['not_stored']}\n")
-    for hint in summary.get("hints") or []:
-        out.write(f"  hint: {hint['cause']}\n        -> {hint['advice']}\n")
+    for hint in (Hint.from_json(h) for h in summary.get("hints") or [] if isinstance(h, dict)):
+        out.write(f"  hint: {hint.cause}\n        -> {hint.advice}\n")
     if run.get("id") is not None:
         out.write(f"  details: rankwatch runs show {run['id']}   logs: rankwatch runs logs {run['id']}\n")
     out.flush()

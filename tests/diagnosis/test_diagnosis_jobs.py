@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from runner.diagnosis.stack_capture import WAIT_SECONDS
+from runner.exit_status import describe_exit_code, failure_end_words
 from runner.store.store import RunStore
 from tests.jobs import SCRIPTS, latest_run, rankwatch, start_rankwatch, wait_for
 
@@ -57,10 +58,26 @@ def test_an_exception_in_rank_1_names_rank_1_its_exception_and_the_raising_line(
     assert "failed first (exit code 1): ValueError: batch 3 on rank 1 has 7 features, expected 8" in block
     assert "first to fail: rank 1 on " in block
     assert f'File "{script}", line {marked_line(script, "RAISE")}, in check_batch' in block
-    assert "then:          rank 0" in block
     run, _events = stored()
     first = run["summary"]["first_failure"]
     assert first["rank"] == 1 and first["traceback_source"] == "bootstrap" and first["evidence"] == "exception"
+    # Rank 0 ended because rank 1 failed (gloo's "Connection closed by peer", then torchrun's SIGTERM):
+    # it reads so in the live line, the summary, the store and `runs show`, never as a failure of its own.
+    [other] = run["summary"]["other_failures"]
+    assert other["rank"] == 0 and other["after"] == 1
+    ended = failure_end_words(other)  # "SIGTERM, stopped after rank 1 failed" (or "exit code 1, ...")
+    assert ended.endswith("stopped after rank 1 failed")
+    assert "[rankwatch] rank 0 stopped after rank 1 failed\n" in result.stderr
+    assert "rank 0 exited with code" not in result.stderr
+    assert f"then:          rank 0 ({ended})" in block
+    with RunStore(readonly=True) as store:
+        ranks = {row["rank"]: row for row in store.ranks(run["id"])}
+    assert (ranks[0]["state"], ranks[0]["exit_code"]) == ("stopped", other["exit_code"])
+    assert (ranks[1]["state"], ranks[1]["exit_code"]) == ("failed", 1)
+    shown = rankwatch("runs", "show", str(run["id"])).stdout
+    row0 = next(line.split() for line in shown.splitlines() if line.split()[:2] == ["0", "stopped"])
+    assert " ".join(row0[4:4 + len(describe_exit_code(other["exit_code"]).split())]) == describe_exit_code(
+        other["exit_code"])
 
 
 def test_a_barrier_under_if_rank_0_is_named_a_mismatched_collective_not_a_crash_of_the_finished_rank():
@@ -77,6 +94,7 @@ def test_a_barrier_under_if_rank_0_is_named_a_mismatched_collective_not_a_crash_
                         "finished its script (exit code 0)")
     assert "  finished:      rank 1 (exit code 0, " in block and "then:" not in block
     assert "Connection closed by peer" in block  # gloo's own words, as the exception line under the headline
+    assert "[rankwatch] rank 0 exited with code 1\n" in result.stderr  # it failed: no rank failed before it
     run, _events = stored()
     assert run["summary"]["hints"][0]["key"] == "mismatched_collective"
     assert [finished["rank"] for finished in run["summary"]["finished"]] == [1]
@@ -87,7 +105,7 @@ def test_a_rank_killed_by_sigkill_is_named_with_the_signal_and_the_oom_killer_hi
     assert result.returncode != 0
     block = summary_block(result.stderr)
     assert "failed first (signal SIGKILL)" in block and "first to fail: rank 1 on " in block
-    assert "(exit code -9, SIGKILL;" in block
+    assert "(SIGKILL; known from:" in block
     assert "hint: rank 1 was killed" in block and "OOM killer" in block
     run, events = stored()
     first = run["summary"]["first_failure"]

@@ -6,6 +6,7 @@ import json
 import socket
 
 from runner.diagnosis.doctor import cudnn_text, judge
+from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
 from tests.jobs import rankwatch
 
 
@@ -66,7 +67,7 @@ def facts(**changes) -> dict:
 def test_the_judgements_on_a_gpu_machine():
     checks = {}
     for check in judge(facts()):
-        checks.setdefault(check["key"], []).append(check)
+        checks.setdefault(check.key, []).append(check.to_json())
     assert checks["driver"][0]["status"] == "ok" and "550.54" in checks["driver"][0]["message"]
     assert checks["environment"][0]["message"] == "conda environment /c"
     assert checks["cuda"][0]["message"].startswith("torch built for CUDA 12.6, cuDNN 9.1.0, NCCL 2.21.5")
@@ -82,8 +83,18 @@ def test_the_judgements_on_a_gpu_machine():
 
 def test_picked_gpus_that_do_not_exist_fail():
     result = judge(facts(cuda_visible_devices={"environment": None, "picked": [0, 5], "rankwatch_sets": "0,5"}))
-    assert {"key": "picked_gpus", "status": "fail", "message": "picked GPU(s) 5 do not exist (this machine has 2)"} \
-        in result
+    assert DoctorCheck("picked_gpus", CheckStatus.FAIL, "picked GPU(s) 5 do not exist (this machine has 2)") in result
+
+
+def test_a_doctor_check_is_one_type_from_the_runner_to_the_gui_panel():
+    from gui.models import doctor as gui_doctor
+
+    check = DoctorCheck("port", CheckStatus.WARN, "port 29500 is in use by pid 12")
+    assert check.to_json() == {"key": "port", "status": "warn", "message": "port 29500 is in use by pid 12"}
+    report = gui_doctor.parse_doctor_output(json.dumps({"ok": True, "checks": [check.to_json(), {"status": "new"}]}))
+    assert report.checks == (check, DoctorCheck("?", CheckStatus.INFO, ""))  # the runner's type, read leniently
+    assert report.check("port") is not None and type(report.check("port")) is DoctorCheck
+    assert not hasattr(gui_doctor, "Check")  # no twin in the GUI
 
 
 def test_cudnn_versions_of_both_numbering_schemes():

@@ -268,13 +268,14 @@ def test_the_first_failure_decides_not_the_survivors_noise():
 
 def test_a_remote_rank_that_vanished_is_worded_from_its_evidence():
     from runner.diagnosis.hints import Evidence, find_hints
-    from runner.diagnosis.triage import RankFailure, describe_end
+    from runner.diagnosis.triage import RankFailure
+    from runner.exit_status import describe_end_of
 
     lost = RankFailure(rank=1, host="node2", evidence="connection lost", when=1.0)
-    assert describe_end(lost) == "its connection dropped without an exit: killed, or its node went away"
+    assert describe_end_of(None, None, lost.evidence) == "its connection dropped without an exit: killed, or its node went away"
     keys = [hint.key for hint in find_hints(Evidence(first=lost, first_is_remote=True))]
     assert keys == ["node_lost"]
-    assert describe_end(RankFailure(rank=0, evidence="exception")) == "an uncaught exception"
+    assert describe_end_of(None, None, "exception") == "an uncaught exception"
 
 
 def barrier_failure(traceback: str, when: float = 104.1) -> RankFailure:
@@ -316,3 +317,17 @@ def test_ddp_device_ids_on_a_cpu_model_is_named_with_the_line_and_the_cpu_form()
                                  "on the CPU (ddp_cpu_ids.py:6: model = torch.nn.parallel.DistributedDataParallel(")
     assert hint.cause.endswith("; this run is in CPU mode (no GPU for the ranks)")
     assert "DDP(model)" in hint.advice and "if torch.cuda.is_available() else None" in hint.advice
+
+
+def test_a_hint_is_one_type_with_one_enum_of_keys_from_the_rules_to_the_gui():
+    from gui.models import diagnosis as gui_diagnosis
+    from runner.diagnosis.hints import Hint, HintKey
+
+    assert gui_diagnosis.Hint is Hint  # no twin in the GUI
+    [hint] = find_hints(Evidence(first=RankFailure(rank=2, exit_code=-11, signal="SIGSEGV")))
+    assert hint.key is HintKey.NATIVE_CRASH
+    wire = hint.to_json()
+    assert wire["key"] == "native_crash" and type(wire["key"]) is str  # the stored summary holds plain text
+    assert Hint.from_json(wire) == hint
+    assert Hint.from_json({"key": "from_a_newer_runner", "cause": "c"}) == Hint(HintKey.OTHER, "c", "")
+    assert Hint(HintKey.KILLED, "cause", "advice").text == "cause → advice"

@@ -366,3 +366,43 @@ def test_hints_name_the_run_by_its_id():
     assert timeout["key"] == "collective_timeout" and "`rankwatch stacks 64`" in timeout["advice"]
     for hint in [*summary["hints"], *stepless["hints"], *spawned["hints"], timeout]:
         assert " RUN`" not in hint["advice"]
+
+
+def test_concluding_a_run_is_one_pure_function_returning_the_whole_typed_summary():
+    """Who stopped the run, how, and a store that could not hold everything are in the headline
+    that conclude returns: nothing edits the summary afterwards (it is frozen)."""
+    import dataclasses
+
+    import pytest
+
+    from runner.diagnosis.summary import RunSummary, StopRequest
+    from runner.diagnosis.triage import conclude
+    from runner.state import Outcome
+
+    stop = StopRequest("Ctrl-C", killed=False)
+    losses = {"losses": [{"rank": 1, "dropped": 3, "rejected": 0, "not_received": 0}], "store_incomplete": "disk full"}
+    summary = conclude(TriageInput(seen={0}), 143, stopped=True, stop=stop, losses=losses)
+    assert summary.outcome is Outcome.STOPPED and summary.stopped_by == "Ctrl-C"
+    assert summary.headline == "stopped on request (Ctrl-C): the job was ended with SIGTERM (store incomplete: disk full)"
+    assert summary == conclude(TriageInput(seen={0}), 143, stopped=True, stop=stop, losses=losses)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        summary.headline = "edited"  # type: ignore[misc]
+    wire = summary.to_wire()
+    assert wire == {"outcome": "stopped", "headline": summary.headline, "exit_code": 143, "stopped_by": "Ctrl-C",
+                    "losses": losses["losses"], "store_incomplete": "disk full"}
+    assert RunSummary.from_wire(wire) == summary
+    killed = conclude(TriageInput(seen={0}), 137, stopped=True, stop=StopRequest("SIGTERM sent to the runner", True))
+    assert killed.headline == "stopped on request (SIGTERM sent to the runner): the job was killed (SIGKILL)"
+
+
+def test_a_failed_runs_summary_reads_back_whole_and_keeps_what_others_added():
+    from runner.diagnosis.summary import RunSummary
+    from runner.state import Outcome
+
+    wire = triage(killed_input(["[ 1.0] Out of memory: Killed process 4806 (python)"]), 1, stopped=False)
+    wire["slurm"] = {"job_id": "12", "state": "COMPLETED"}  # Slurm's record, added by runner.slurm.outcome
+    summary = RunSummary.from_wire(wire)
+    assert summary.outcome is Outcome.FAILED and summary.first_failure.rank == 1
+    assert [hint.key.value for hint in summary.hints] == [hint["key"] for hint in wire["hints"]]
+    assert summary.to_wire() == wire
+    assert RunSummary.from_wire({"outcome": "from the future", "headline": "h"}).outcome is Outcome.STOPPED

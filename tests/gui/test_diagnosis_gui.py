@@ -449,3 +449,25 @@ def test_a_launcher_mismatch_is_a_named_finding(qtbot, panel):
         assert what == event["title"]
     finally:
         runner.close()
+
+
+def test_a_rank_stopped_after_another_failed_reads_as_in_the_terminal(qtbot, panel):
+    """Rank 0 of the exception run: gloo's "Connection closed by peer", then torchrun's SIGTERM. The run
+    as the runner records it now (triage marks it ``after`` rank 1; the run gives it state "stopped")
+    reads in the rank table and the Diagnosis panel as in the terminal's summary."""
+    fixture = load_fixture("exception")
+    summary = fixture["run"]["summary"]
+    [other] = summary["other_failures"]
+    other["after"] = summary["first_failure"]["rank"]
+    rank_zero = next(row for row in fixture["ranks"] if row["rank"] == 0)
+    rank_zero.update(state="stopped", exit_code=other["exit_code"])
+    panel.attach(store_fixture(fixture))
+    qtbot.waitUntil(lambda: panel.failure_banner.isVisible(), timeout=5000)
+    table = panel.rank_table
+    qtbot.waitUntil(lambda: table.table_model.rowCount() == 2, timeout=5000)
+    assert table.cell_text(0, "Ended by") == "SIGTERM, stopped after rank 1 failed"
+    assert table.cell_text(0, "State") == "stopped"
+    assert table.cell_text(1, "Ended by") == "exit code 1" and table.cell_text(1, "State") == "failed"
+    lines = {line.rank: line for line in panel.diagnosis_panel.diagnosis.rank_lines()}
+    assert (lines[0].state, lines[0].fate) == ("stopped", "SIGTERM, stopped after rank 1 failed")
+    assert lines[1].fate == "failed first: exit code 1"

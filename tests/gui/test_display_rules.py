@@ -159,9 +159,13 @@ def test_how_a_rank_ended_is_one_wording():
 def test_the_triage_verdict_wins_over_the_rank_row_in_every_panel():
     summary = {"first_failure": {"rank": 1, "exit_code": 1, "signal": None},
                "other_failures": [{"rank": 0, "exit_code": -15, "signal": "SIGTERM"}]}
-    assert rank_exits(summary) == {1: (1, None), 0: (-15, "SIGTERM")}
+    assert rank_exits(summary) == {1: (1, None, None), 0: (-15, "SIGTERM", None)}
     # The store's row for rank 0 says 1 (its own exit message); the triage says SIGTERM.
     assert rank_ended_by(RankInfo(rank=0, exit_code=1, state="stopped"), summary, finished=True) == "SIGTERM"
+    # Triage found it was stopped because rank 1 failed: the rank table says so, as the terminal does.
+    summary["other_failures"][0]["after"] = 1
+    assert rank_ended_by(RankInfo(rank=0, exit_code=-15, state="stopped"), summary, finished=True) == (
+        "SIGTERM, stopped after rank 1 failed")
     assert rank_ended_by(RankInfo(rank=1, exit_code=1), summary, finished=True) == "exit code 1"
     assert rank_ended_by(RankInfo(rank=2, exit_code=0), summary, finished=True) == "exit code 0"
     assert rank_ended_by(RankInfo(rank=3), None, finished=True) == "–"

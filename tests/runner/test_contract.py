@@ -259,16 +259,23 @@ def test_the_data_wait_share_pairs_each_step_in_either_order():
     assert pairs.add(6, 1.2, protocol.DATA_WAIT, 0.1) == (6, 1.2, None)  # not measurable: shown as "-"
 
 
-def test_a_ranks_fate_has_one_wording_for_the_headline_and_the_gui():
+def test_a_ranks_fate_travels_whole_and_its_wording_is_the_runners():
+    from runner import exit_status
+
     killed = RankFailure(rank=1, host="node-a", exit_code=-9, signal="SIGKILL")
-    assert killed.end_words == "signal SIGKILL"  # in a headline: "failed first (signal SIGKILL)"
-    assert killed.how == "SIGKILL"  # in a table or a panel
+    assert exit_status.describe_end_of(killed.exit_code, killed.signal) == "signal SIGKILL"  # in a headline
+    assert exit_status.failure_end_words(killed) == "SIGKILL"  # in a table or a panel
     assert killed.who == "rank 1 on node-a"
     assert RankFailure.from_wire(killed.to_wire()) == killed
+    stopped = RankFailure(rank=0, exit_code=-15, signal="SIGTERM", after=1)
+    assert RankFailure.from_wire(stopped.to_wire()).after == 1
+    assert exit_status.failure_end_words(stopped.to_wire()) == "SIGTERM, stopped after rank 1 failed"
     lost = RankFailure(rank=2, evidence=protocol.Evidence.CONNECTION_LOST)
-    assert lost.how == lost.end_words == "its connection dropped without an exit: killed, or its node went away"
-    assert [protocol.ended_by(code) for code in (0, 1, -15, None)] == ["exit code 0", "exit code 1", "SIGTERM", "–"]
-    assert protocol.signal_name(-9) == "SIGKILL" and protocol.signal_name(3) is None
+    assert exit_status.failure_end_words(lost) == exit_status.describe_end_of(None, None, lost.evidence) == (
+        "its connection dropped without an exit: killed, or its node went away")
+    assert [exit_status.ended_by(code) for code in (0, 1, -15, None)] == ["exit code 0", "exit code 1", "SIGTERM", "–"]
+    assert exit_status.signal_name(-9) == "SIGKILL" and exit_status.signal_name(3) is None
+    assert not hasattr(protocol, "ended_by")  # one wording: the runner's, not a second in the contract
 
 
 def test_losses_are_worded_per_rank():

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from runner.diagnosis.summary import RunSummary
 from runner.profile.parse import SpecErrors, spec_from_dict, spec_to_dict
 from runner.profile.resolve import MachineFacts, resolve
 from runner.profile.spec import SlurmSpec
@@ -24,7 +25,7 @@ from runner.slurm.script import (
     render_for_runner,
 )
 from runner.slurm.states import JobRecord, RunPhase, parse_scontrol, queue_position
-from runner.state import RunStatus
+from runner.state import Outcome, RunStatus
 from tests.jobs import rankwatch
 
 MACHINE = MachineFacts(cpu_count=2, gpus=GpuReport(available=False, reason="no NVIDIA driver"))
@@ -208,27 +209,30 @@ def row(rank: int, state: str, step: int | None):
 
 def test_an_ending_by_slurm_wins_over_a_rank_failure_and_lists_the_ranks():
     record = JobRecord("9", "TIMEOUT", time_limit="01:00:00", run_time="01:00:12", exit_code="0:15")
-    summary = {"outcome": "stopped", "headline": "stopped on request", "exit_code": 143}
-    status, code = outcome.conclude(summary, RunStatus.FAILED, 143, record=record, job_id="9",
-                                    cancel_requested=False, failure=None, output_tail=[],
-                                    rank_rows=[row(0, "stopped", 120), row(1, "stopped", 121)])
+    given = RunSummary(Outcome.STOPPED, "stopped on request", 143)
+    summary, status, code = outcome.conclude(given, RunStatus.FAILED, 143, record=record, job_id="9",
+                                             cancel_requested=False, failure=None, output_tail=[],
+                                             rank_rows=[row(0, "stopped", 120), row(1, "stopped", 121)])
+    assert given.headline == "stopped on request"  # a new summary: the one given is left as it is
+    summary = summary.to_wire()
     assert (status, code, summary["outcome"]) == (RunStatus.FAILED, 143, "timeout")
     assert summary["headline"] == ("Slurm job 9 reached its time limit (01:00:00) after 01:00:12; "
                                    "rank 0 stopped at step 120, rank 1 stopped at step 121")
-    summary = {"outcome": "stopped", "headline": "stopped on request", "exit_code": 0}
-    status, code = outcome.conclude(summary, RunStatus.STOPPED, 0, record=JobRecord("9", "CANCELLED"), job_id="9",
-                                    cancel_requested=True, failure=None, output_tail=[], rank_rows=[])
-    assert summary["headline"] == "stopped on request while pending in Slurm (Slurm job 9 cancelled before it started)"
+    summary, status, code = outcome.conclude(RunSummary(Outcome.STOPPED, "stopped on request", 0), RunStatus.STOPPED,
+                                             0, record=JobRecord("9", "CANCELLED"), job_id="9",
+                                             cancel_requested=True, failure=None, output_tail=[], rank_rows=[])
+    assert summary.headline == "stopped on request while pending in Slurm (Slurm job 9 cancelled before it started)"
 
 
 def test_agents_that_never_connected_fail_the_run_with_the_reason_and_the_jobs_output():
-    summary = {"outcome": "failed", "headline": "the job failed (exit code 3) before any rank reported",
-               "exit_code": 3}
+    given = RunSummary(Outcome.FAILED, "the job failed (exit code 3) before any rank reported", 3)
     failure = "the agents of node(s) 0 did not connect back to 10.0.0.5:4100 before Slurm job 9 ended (failed)"
-    status, code = outcome.conclude(summary, RunStatus.FAILED, 3, record=JobRecord("9", "FAILED", exit_code="3:0"),
-                                    job_id="9", cancel_requested=False, failure=failure, rank_rows=[],
-                                    output_tail=["rankwatch agent: cannot connect to the head runner at "
-                                                 "10.0.0.5:4100 (timed out)"])
+    summary, status, code = outcome.conclude(given, RunStatus.FAILED, 3,
+                                             record=JobRecord("9", "FAILED", exit_code="3:0"),
+                                             job_id="9", cancel_requested=False, failure=failure, rank_rows=[],
+                                             output_tail=["rankwatch agent: cannot connect to the head runner at "
+                                                          "10.0.0.5:4100 (timed out)"])
+    summary = summary.to_wire()
     assert (status, code, summary["exit_code"]) == (RunStatus.FAILED, 3, 3)
     assert summary["headline"] == (failure + "; its output ends with: rankwatch agent: cannot connect to the head "
                                    "runner at 10.0.0.5:4100 (timed out)")

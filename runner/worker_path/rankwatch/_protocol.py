@@ -126,13 +126,12 @@ and in the GUI; one definition each):
 
 Also here, once: lenient number parsing (``as_int``, ``as_float``), text the store
 can hold (``clean_text``), the data-wait share (``data_wait_share``, ``StepPairs``),
-and how a rank ended, in words (``RankFailure``).
+and how a rank ended (``RankFailure``; its words are ``runner.exit_status``'s).
 """
 
 from __future__ import annotations
 
 import json
-import signal as signals
 import time
 from enum import Enum
 
@@ -844,6 +843,9 @@ class EventKind(str, Enum):
     """A rank ended with exit code 0: exit_code."""
     RANK_FAILED = "rank_failed"
     """A rank ended with a non-zero exit code: exit_code."""
+    RANK_STOPPED = "rank_stopped"
+    """A rank ended because another failed (its error only says a peer went away): after (the rank
+    that failed before it, or null), stopped_by_failure; no exit code: torchrun's report gives it."""
     EXCEPTION = "exception"
     """The uncaught exception that ends a rank: exc_type, exc_message, traceback, thread."""
     THREAD_EXCEPTION = "thread_exception"
@@ -1127,7 +1129,7 @@ class StepPairs:
         return None
 
 
-# ---- how a rank ended, in words: one definition for the runner, the CLI and the GUI ------------
+# ---- how a rank ended (its words: runner.exit_status) ----------------------------------------------
 
 
 class Evidence:
@@ -1137,69 +1139,6 @@ class Evidence:
     CONNECTION_LOST = "connection lost"
     EXIT_CODE = "exit code"
     TORCHRUN_REPORT = "torchrun report"
-
-
-EVIDENCE_WORDS = {
-    Evidence.EXCEPTION: "its uncaught exception (reported by the worker)",
-    Evidence.CONNECTION_LOST: "its connection to the runner dropped without an exit message",
-    Evidence.EXIT_CODE: "its exit status",
-    Evidence.TORCHRUN_REPORT: "torchrun's failure report",
-}
-TRACEBACK_SOURCE_WORDS = {"bootstrap": "reported by the worker", "error file": "from torchrun's error file",
-                          "torchrun report": "from torchrun's report"}
-
-
-UNKNOWN_END = "\u2013"
-"""A rank that ended without a known status: not measured ("–")."""
-
-
-def signal_name(exit_code: int | None) -> str | None:
-    """``-15`` -> ``SIGTERM``: the signal a negative exit status names (torchrun's and Python's
-    convention for death by signal N); None for an ordinary exit."""
-    if exit_code is None or exit_code >= 0:
-        return None
-    try:
-        return signals.Signals(-exit_code).name
-    except ValueError:
-        return f"signal {-exit_code}"
-
-
-def ended_by(exit_code: int | None, signal: str | None = None) -> str:
-    """``exit code 0``, ``exit code 1``, ``SIGTERM``, ``SIGKILL``; ``–`` when nothing is known.
-
-    ``signal`` is a name already given (``SIGKILL``); else a negative ``exit_code`` names it.
-    """
-    if signal:
-        return signal if signal.startswith(("SIG", "signal ")) else f"SIG{signal}"
-    if exit_code is None:
-        return UNKNOWN_END
-    return signal_name(exit_code) or f"exit code {exit_code}"
-
-
-def describe_end_of(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
-    """How a rank ended, as a failure's headline says it: ``signal SIGKILL``, ``exit code 1``,
-    or what is known without an exit status (from the evidence)."""
-    if signal:
-        return f"signal {signal}"
-    if exit_code is not None:
-        return f"exit code {exit_code}"
-    return _end_without_status(evidence)
-
-
-def how_it_ended(exit_code: int | None, signal: str | None, evidence: str | None = None) -> str:
-    """How a rank ended, as a table or a panel says it: ``SIGKILL``, ``exit code 1`` (``ended_by``),
-    or what is known without an exit status."""
-    if signal or exit_code is not None:
-        return ended_by(exit_code, signal)
-    return _end_without_status(evidence)
-
-
-def _end_without_status(evidence: str | None) -> str:
-    if evidence == Evidence.CONNECTION_LOST:
-        return "its connection dropped without an exit: killed, or its node went away"
-    if evidence == Evidence.EXCEPTION:
-        return "an uncaught exception"
-    return "no exit code known"
 
 
 def stall_outcome(stall: dict[str, Any]) -> str:
@@ -1217,13 +1156,13 @@ class RankFailure:
     """How one rank ended, as failure triage found it (``runner.diagnosis.triage``), and its words."""
 
     __slots__ = ("rank", "host", "exit_code", "signal", "exc_type", "exc_message", "exception_line", "traceback",
-                 "when", "evidence", "pid", "traceback_source", "error_file", "kernel_log")
+                 "when", "evidence", "pid", "traceback_source", "error_file", "kernel_log", "after")
 
     def __init__(self, rank: int | None, host: str | None = None, exit_code: int | None = None,
                  signal: str | None = None, exc_type: str | None = None, exc_message: str | None = None,
                  exception_line: str | None = None, traceback: str | None = None, when: float | None = None,
                  evidence: str = "", pid: int | None = None, traceback_source: str | None = None,
-                 error_file: str | None = None, kernel_log: str | None = None) -> None:
+                 error_file: str | None = None, kernel_log: str | None = None, after: int | None = None) -> None:
         self.rank = rank
         self.host = host
         self.exit_code = exit_code
@@ -1242,6 +1181,9 @@ class RankFailure:
         self.error_file = error_file
         self.kernel_log = kernel_log
         """The kernel's OOM-killer line for this rank's pid (SIGKILL only), when found."""
+        self.after = after
+        """The rank whose failure this one's end followed (torchrun's SIGTERM, or its peer went away):
+        it did not fail by itself (``runner.exit_status.rank_end_words``)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in RankFailure.__slots__}
@@ -1257,7 +1199,7 @@ class RankFailure:
                    exception_line=text("exception_line"), traceback=text("traceback"),
                    when=as_float(data.get("when")), evidence=text("evidence") or "", pid=as_int(data.get("pid")),
                    traceback_source=text("traceback_source"), error_file=text("error_file"),
-                   kernel_log=text("kernel_log"))
+                   kernel_log=text("kernel_log"), after=as_int(data.get("after")))
 
     @property
     def who(self) -> str:
@@ -1265,41 +1207,13 @@ class RankFailure:
         rank = "an unknown rank" if self.rank is None else f"rank {self.rank}"
         return rank + (f" on {self.host}" if self.host else "")
 
-    @property
-    def end_words(self) -> str:
-        """``signal SIGKILL``, ``exit code 1``, ... (the short form, as in a headline)."""
-        return describe_end_of(self.exit_code, self.signal, self.evidence)
-
-    @property
-    def how(self) -> str:
-        """``SIGKILL``, ``exit code 1``, ... (as a table or a panel says it)."""
-        return how_it_ended(self.exit_code, self.signal, self.evidence)
-
-    @property
-    def evidence_text(self) -> str:
-        return EVIDENCE_WORDS.get(self.evidence, self.evidence or "unknown")
-
-    @property
-    def traceback_source_text(self) -> str:
-        return TRACEBACK_SOURCE_WORDS.get(self.traceback_source or "", self.traceback_source or "")
-
-    def one_line(self) -> str:
-        """``rank 0 on node-a: SIGTERM: RuntimeError: ...``."""
-        text = f"{self.who}: {self.how}"
-        return text + (f": {self.exception_line}" if self.exception_line else "")
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RankFailure) and self.to_wire() == other.to_wire()
 
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"RankFailure({self.one_line()!r})"
-
-
-def describe_end(failure: RankFailure) -> str:
-    """How a rank ended, in words (the short form of ``RankFailure.end_words``)."""
-    return failure.end_words
+        return f"RankFailure({self.who!r}, exit_code={self.exit_code!r}, signal={self.signal!r})"
 
 
 def _records(count: int) -> str:

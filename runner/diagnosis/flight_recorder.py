@@ -56,7 +56,7 @@ def analyse(records: dict[int, dict[str, Any]], stuck: Collection[int] | None = 
     progressing = stuck is not None and not stuck and bool(groups)
     if progressing:
         result["message"] = (f"all {len(records) - len(errors)} ranks are progressing: their records were read "
-                             "at different moments, so their collectives are not compared")
+                             "one after another while they trained, so their collectives are not compared")
     for group, states in sorted(groups.items()):
         for rank, state in states.items():
             result["ranks"].setdefault(rank, {})[group] = {

@@ -107,8 +107,8 @@ def test_the_collectives_of_ranks_that_all_progress_are_not_compared():
     records = skewed_snapshot()
     result = analyse(records, stuck=set())
     assert result["culprits"] == [] and result["seq"] is None
-    assert result["message"] == ("all 2 ranks are progressing: their records were read at different moments, so "
-                                 "their collectives are not compared")
+    assert result["message"] == ("all 2 ranks are progressing: their records were read one after another while "
+                                 "they trained, so their collectives are not compared")
     assert "rank 0 [default group]: last entered #1599 gloo:all_reduce, last completed #1598" in result["lines"]
     stuck = analyse(records, stuck={0})  # a rank that does not progress: compared, as without progress
     assert stuck["culprits"] == [1] == analyse(records)["culprits"]

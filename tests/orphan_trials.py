@@ -1,4 +1,4 @@
-"""Kill trials (issue 30): a real run whose ranks each have a child that ignores SIGTERM, ended
+"""Kill trials: a real run whose ranks each have a child that ignores SIGTERM, ended
 one of five ways; what of the run is alive 10 s later.
 
 Shared by ``tests/integration/test_orphans.py`` (each ending once) and
@@ -36,7 +36,7 @@ START_TIMEOUT_SECONDS = 120.0
 END_TIMEOUT_SECONDS = 60.0
 ASYNCIO_TRACEBACK_WORDS = ("CancelledError", "Exception in callback", "Task exception was never retrieved",
                            "Unhandled exception in client_connected_cb")
-"""What the runner's terminal must never show: asyncio's own tracebacks (issue 30, point 6)."""
+"""What the runner's terminal must never show: asyncio's own tracebacks."""
 ASYNCIO_TRACEBACK_HEADERS = ASYNCIO_TRACEBACK_WORDS[1:]
 """The first line of each such traceback (to count them)."""
 

@@ -1,4 +1,4 @@
-"""Kill trials (issue 30): how reliably a run ends every process it started, by ending.
+"""Kill trials: how reliably a run ends every process it started, by ending.
 
 Run on demand (not part of the test suite), from the repository root::
 

@@ -1,4 +1,4 @@
-"""Stragglers on a busy machine (issue 27): healthy jobs must name none, a planted one must be named and kept.
+"""Stragglers on a busy machine: healthy jobs must name none, a planted one must be named and kept.
 
 Each run is a real ``rankwatch run --plain`` of ``tests/scripts/diag_slow_compute.py`` with 4 ranks
 (gloo, CPU) beside ``--busy`` bursty busy loops (``tests/scripts/busy_cpu.py``), in a store of its

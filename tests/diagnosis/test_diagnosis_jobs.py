@@ -330,7 +330,7 @@ def busy_machine(loops: int = 2):
 
 
 def test_on_a_busy_machine_a_healthy_job_names_no_straggler_and_a_rank_with_30_percent_more_compute_is_kept():
-    """Issue 27: 4 ranks beside 2 bursty busy loops on a 2-core machine. Every rank makes its batches on its
+    """4 ranks beside 2 bursty busy loops on a 2-core machine. Every rank makes its batches on its
     training thread (``--data-work``), so the load stretches one rank's data phase, then another's: no
     straggler (before, 3 of 4 ranks were named). Then rank 2 gets 30 % more rows per step: named within
     20 steps, by its compute, and never withdrawn; the summary keeps it. Two jobs, about 80 s together."""

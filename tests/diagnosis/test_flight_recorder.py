@@ -96,7 +96,7 @@ def test_the_flight_recorder_is_switched_on_by_the_name_this_torch_reads_without
 
 
 def skewed_snapshot() -> dict[int, dict]:
-    """Seen on a healthy 2-rank job (issue 27): rank 0's record was read in all_reduce #1599, rank 1's a moment
+    """Seen on a healthy 2-rank job: rank 0's record was read in all_reduce #1599, rank 1's a moment
     earlier, after #1598."""
     ahead = from_trace(trace([entry(seq) for seq in range(1590, 1600)], completed=1598, world=2))
     behind = from_trace(trace([entry(seq) for seq in range(1590, 1599)], completed=1598, world=2))

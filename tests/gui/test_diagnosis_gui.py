@@ -260,7 +260,7 @@ def test_a_failed_run_opened_from_history_shows_the_same_diagnosis(qtbot, panel)
 # ---- a hang: stalled ranks, the banner, the stacks view, Dump stacks --------------------------
 
 def test_a_hung_run_is_hung_in_the_header_history_and_runs_list_and_show_not_running(qtbot, panel, replay, capsys):
-    """Issue 28: a hang was red in the banner but "running" in the header pill, History, `runs list`
+    """A hang was red in the banner but "running" in the header pill, History, `runs list`
     and the notices. Running with a stalled rank is one condition, shown alike everywhere."""
     runner = replay("hang")
     attached(qtbot, panel, runner)

@@ -94,7 +94,7 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
 
 
 def test_the_rank_table_counts_steps_as_the_header_and_runs_show_do(qtbot, panel, live_run):
-    """Issue 28: the rank table said "Step 639" under a header of "640/640 steps", and `runs show`
+    """The rank table said "Step 639" under a header of "640/640 steps", and `runs show`
     said 640: a step index in one place, the steps done in the others. One count everywhere."""
     runner = live_run(ranks=2, rate_hz=50, total_steps=12, slow_rank=None)
     panel.attach(runner.run_id)
@@ -113,7 +113,7 @@ def test_the_rank_table_counts_steps_as_the_header_and_runs_show_do(qtbot, panel
 
 
 def test_the_logs_filter_offers_only_the_ranks_of_the_run_the_tab_shows(qtbot, panel, live_run):
-    """Issue 28: after an 8-rank run, the next 2-rank run in the same tab offered "Rank 0 … Rank 7"."""
+    """After an 8-rank run, the next 2-rank run in the same tab offered "Rank 0 … Rank 7"."""
     def offered() -> list[str]:
         choice = panel.log_view.rank_choice
         return [choice.itemText(index) for index in range(choice.count())]
@@ -372,7 +372,7 @@ def test_a_rank_working_without_steps_says_so_in_the_diagnosis_column_unless_a_f
 
 
 def test_the_memory_chart_of_a_process_that_is_gone_ends_at_its_last_known_value():
-    """Issue 28: after Ctrl-C or `stop` the memory chart dropped to 0.0 (a sample of a process that
+    """After Ctrl-C or `stop` the memory chart dropped to 0.0 (a sample of a process that
     was gone, all zeros, charted as a measurement)."""
     model = MonitorModel()
     model.apply(snapshot())

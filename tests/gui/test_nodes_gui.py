@@ -89,7 +89,7 @@ def test_a_lost_node_is_shown_lost_with_its_time_and_its_rank_too(qtbot, panel):
 
 
 def test_a_node_stopped_on_request_reads_stopped_at_its_time_in_the_stopped_colour():
-    """A Ctrl-C or `rankwatch stop` ends a node as stopped (issue 30), not failed."""
+    """A Ctrl-C or `rankwatch stop` ends a node as stopped, not failed."""
     node = NodeInfo(node_rank=0, host="localhost", state="stopped", changed=1_000_000.0)
     assert since_text(node) == f"stopped at {clock(1_000_000.0)}"
     assert node_tint("stopped") not in (None, node_tint("failed"), node_tint("exited"))

@@ -123,7 +123,7 @@ def test_a_run_ending_in_front_of_the_person_is_not_notified(qtbot, window, runn
 
 def test_a_detached_run_opened_from_history_is_watched_again_and_a_detached_tab_follows_its_end(
         qtbot, window, runners, monkeypatch):
-    """Issue 28: after Detach, History ▸ Attach brought back the stale tab ("970/2,560 steps when
+    """After Detach, History ▸ Attach brought back the stale tab ("970/2,560 steps when
     detached") and nothing updated; once the run ended the tab still showed "running" rows while
     History said succeeded."""
     runner = runners(ranks=2, rate_hz=20)

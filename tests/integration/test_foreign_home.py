@@ -1,4 +1,4 @@
-"""A RANKWATCH_HOME another user prepared is refused, never written into (issue 30, point 9).
+"""A RANKWATCH_HOME another user prepared is refused, never written into.
 
 Another user plants ``data/`` (0777) and an empty ``runs.db`` (0666) where this user's
 Rankwatch will look. Used as is, the store (every launch's secrets) would land in a file

@@ -1,4 +1,4 @@
-"""Every way the tutorials start a job (issues 13, 27): per-rank argument templates and self-spawning scripts.
+"""Every way the tutorials start a job: per-rank argument templates and self-spawning scripts.
 
 Eight real runs (2 ranks each, gloo on CPU), each serving several assertions: a seed-tutorial
 script given ``--init_method {init_method} --rank {rank} --world_size {world_size}`` with a

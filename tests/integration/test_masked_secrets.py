@@ -1,4 +1,4 @@
-"""Secrets in a launch's environment are masked in everything shown or exported (issue 30, point 10),
+"""Secrets in a launch's environment are masked in everything shown or exported,
 and the job still gets their values."""
 
 from __future__ import annotations

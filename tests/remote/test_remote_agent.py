@@ -140,7 +140,7 @@ def test_agent_stops_its_workers_when_the_head_goes_away_or_asks(head, tmp_path,
 
 def test_a_child_left_behind_by_the_nodes_torchrun_is_ended_before_the_agent_reports(head, tmp_path):
     """torchrun ends of itself, its worker's child (in a session of its own, ignoring SIGTERM) would live
-    on: the node ends it as the head's does (issue 30), SIGKILL after the keeper's grace period."""
+    on: the node ends it as the head's does, SIGKILL after the keeper's grace period."""
     run_key = "agenttest" + os.urandom(4).hex()
     agent = start_agent(head, run_key, "exit", tmp_path, "child")
     try:

@@ -136,7 +136,7 @@ def test_a_worker_tells_its_torchrun_from_a_stranger_by_the_run_marker():
     assert plain.stdout.strip() == "False"  # not started by torchrun: nothing can be told
 
 
-# ---- what torchrun leaves behind (issue 30) ------------------------------------------------------------
+# ---- what torchrun leaves behind -----------------------------------------------------------------------
 
 LEAVES_A_CHILD = """
 import os, subprocess, sys, time

@@ -1,6 +1,6 @@
 """How a rank ended reads the same on every surface (``runner.exit_status``).
 
-The case that used to disagree (issue 28): rank 1 raises, rank 0's collective then fails
+The case that used to disagree: rank 1 raises, rank 0's collective then fails
 with "Connection closed by peer" and its interpreter announces exit code 1, but torchrun
 has already sent it SIGTERM and reports -15. The live line said "rank 0 exited with code 1",
 the table "SIGTERM (-15)", and its state was "failed" as if it had failed by itself.

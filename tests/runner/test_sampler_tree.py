@@ -55,7 +55,7 @@ def test_descendants_are_the_whole_tree(tree, monkeypatch, children_files):
 
 
 def test_a_rank_whose_process_is_gone_gets_no_sample_of_zeros():
-    """Issue 28: after Ctrl-C or `stop` the summary showed CPU % 0 and RSS 0 B and the memory chart
+    """After Ctrl-C or `stop` the summary showed CPU % 0 and RSS 0 B and the memory chart
     dropped to 0.0: the sampler recorded a process it could no longer read as zeros. Nothing was
     measured, so nothing is recorded: the rank's last sample stands as its last known values."""
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -1,5 +1,5 @@
 """Sockets that SIGKILLed runners and agents left in the socket folder are removed when the next one
-starts (issue 30); live ones, young ones and other files stay."""
+starts; live ones, young ones and other files stay."""
 
 from __future__ import annotations
 

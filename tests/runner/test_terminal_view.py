@@ -249,7 +249,7 @@ def test_the_live_table_refreshes_on_its_thread_while_lines_print_without_deadlo
 
 
 def test_a_stopped_ranks_cpu_and_memory_are_its_last_known_figures_not_zeros():
-    """Issue 28: after Ctrl-C or `stop` the table showed `CPU % 0` and `RSS 0 B`: the sample taken
+    """After Ctrl-C or `stop` the table showed `CPU % 0` and `RSS 0 B`: the sample taken
     after the process was gone (nothing read) counted as a measurement. An older runner still sends
     it (and the rank row it set); the view keeps the last sample that measured the process."""
     view, _out, _err = plain_view()
@@ -265,7 +265,7 @@ def test_a_stopped_ranks_cpu_and_memory_are_its_last_known_figures_not_zeros():
 
 
 def test_a_run_with_a_stalled_rank_is_hung_in_the_header():
-    """Issue 28: a hang is one condition of the run, named alike in the terminal, the GUI and History."""
+    """A hang is one condition of the run, named alike in the terminal, the GUI and History."""
     view, _out, _err = plain_view()
     view.handle(snapshot())
     assert " · running · " in view.header(now=1010.0)

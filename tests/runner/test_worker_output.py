@@ -342,7 +342,7 @@ def test_pending_output_waits_for_its_rank_and_is_the_launchers_when_none_comes(
 
 
 def test_closing_while_a_straggler_holds_a_pipe_ends_it_quietly_and_at_once(tmp_path):
-    """A dead rank's child that still holds the rank's output pipe (issue 30): ``close`` ends that
+    """A dead rank's child that still holds the rank's output pipe: ``close`` ends that
     connection without asyncio's tracebacks (a cancelled server task prints one per pipe) and without
     waiting for the straggler."""
     script = tmp_path / "straggler.py"

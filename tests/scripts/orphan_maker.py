@@ -1,4 +1,4 @@
-"""A rank whose child ignores SIGTERM (issue 30), in one of three endings (no torch: starts at once).
+"""A rank whose child ignores SIGTERM, in one of three endings (no torch: starts at once).
 
 The child stands for a helper, a server or a stuck DataLoader-like worker: it inherits the
 rank's output pipes and the run's marker, shrugs off SIGTERM, and would live on with ppid 1

@@ -4,7 +4,7 @@ It speaks the real protocol to the agent's relay (RANKWATCH_SOCKET, with the tok
 agent gave it), prints one line the way torchrun prefixes rank 0's output, and then
 either exits with status 3 without the worker's exit message (``exit``) or runs until
 it is stopped (``forever``). A second argument ``child`` first starts a child that ignores
-SIGTERM in a session of its own (a helper that would outlive the job, issue 30).
+SIGTERM in a session of its own (a helper that would outlive the job).
 """
 import json
 import os

@@ -23,9 +23,10 @@ store (each is counted in the hub's stats):
 * at most ``MAX_PREAUTH_CONNECTIONS`` connections (per listener kind) may wait
   without a role: a new one closes the oldest waiting one (so holding connections
   open cannot lock an agent out, and costs the holder its oldest) -- except one
-  younger than ``PREAUTH_GRACE_SECONDS`` that has bytes to read (its hello is
-  already there, queued behind the others of a burst: 1,024 ranks starting at once),
-  or younger than ``SILENT_GRACE_SECONDS`` (connected, its hello on the way);
+  that has a line to read (its hello is already there, queued behind the others of
+  a burst: 1,024 ranks starting at once on a loaded machine may wait seconds for
+  their turn; the pre-auth timeout still bounds them, and the line decides), or one
+  younger than ``SILENT_GRACE_SECONDS`` (connected, its hello on the way);
 * refusals are events only for the first ``REFUSALS_IN_FULL`` (each with its
   reason); after that they are counted, and one ``refused`` event per
   ``REFUSED_SUMMARY_SECONDS`` (and one at the end) says how many and why;
@@ -63,9 +64,6 @@ PREAUTH_SECONDS = 60.0
 TCP_PREAUTH_SECONDS = 10.0
 """A TCP client must authenticate (agent_hello with the token) within this time."""
 MAX_PREAUTH_CONNECTIONS = 64
-PREAUTH_GRACE_SECONDS = 2.0
-"""A waiting connection with bytes to read is kept this long beyond the limit: its first line is
-there, just not read yet (a burst of connections is accepted before any of them is read)."""
 SILENT_GRACE_SECONDS = 0.25
 """A waiting connection that has sent nothing yet is kept this long beyond the limit: a rank
 sends its hello right after connecting, but a busy machine can run the hub in between."""
@@ -79,7 +77,7 @@ WRONG_TOKEN = "wrong or missing token"
 class Connection:
     """One client connection and what it turned out to be."""
 
-    __slots__ = ("reader", "writer", "over_tcp", "role", "rank", "subscriber", "conduct", "task", "opened")
+    __slots__ = ("reader", "writer", "over_tcp", "role", "rank", "subscriber", "conduct", "task", "opened", "heard")
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, over_tcp: bool) -> None:
         self.reader = reader
@@ -93,6 +91,9 @@ class Connection:
         self.conduct = ClientConduct()
         self.task: asyncio.Task[None] | None = None
         self.opened = time.monotonic()
+        self.heard = False
+        """Its first line is read and being handled (``wait_for`` hands it over a loop turn
+        later): a connection about to get its role, never one holding a place without a word."""
 
     @property
     def peer(self) -> str:
@@ -120,6 +121,12 @@ def _has_input(connection: Connection) -> bool:
     except (OSError, ValueError):
         return False
     return bool(struct.unpack("i", pending)[0])
+
+
+async def _read_first_line(connection: Connection) -> bytes | object | None:
+    line = await read_bounded_line(connection.reader)
+    connection.heard = True
+    return line
 
 
 class Refusals:
@@ -256,7 +263,7 @@ class ConnectionServer:
             if excess <= 0:
                 break
             age = now - candidate.opened
-            if age < SILENT_GRACE_SECONDS or (age < PREAUTH_GRACE_SECONDS and _has_input(candidate)):
+            if age < SILENT_GRACE_SECONDS or candidate.heard or _has_input(candidate):
                 continue
             del waiting[candidate]
             excess -= 1
@@ -282,9 +289,10 @@ class ConnectionServer:
                 remaining = timeout - (time.monotonic() - connection.opened)
                 if remaining <= 0:
                     raise asyncio.TimeoutError
-                line = await asyncio.wait_for(read_bounded_line(reader), remaining)
+                line = await asyncio.wait_for(_read_first_line(connection), remaining)
             else:
                 line = await read_bounded_line(reader)
+            connection.heard = False  # handled in this turn: a role now, or waiting again like any other
             if line is None:
                 return
             if line is OVERSIZED:

@@ -1,5 +1,5 @@
 """A worker logging values no store can hold: every good record and line is stored, the bad ones
-are dropped, counted per rank and told, and nothing prints a traceback. Cost: ~70 s (one real run)."""
+are dropped, counted per rank and told, and nothing prints a traceback. Cost: ~25 s (one real run)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from tests.jobs import SCRIPTS, rankwatch
 
 pytestmark = pytest.mark.torchrun
 
-SECONDS = 60
+SECONDS = 15
+"""Long enough for ~50 bad steps per rank among thousands of good ones."""
 
 
-def test_out_of_range_values_every_100_steps_for_a_minute_lose_nothing_else():
+def test_out_of_range_values_every_100_steps_lose_nothing_else():
     result = rankwatch("run", "--plain", "--status-every", "0", "--nproc-per-node", "2", "--gpus", "cpu",
                        str(SCRIPTS / "out_of_range_values.py"), str(SECONDS), timeout=SECONDS + 120)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -38,7 +38,7 @@ import re
 import signal
 from typing import Any
 
-from rankwatch._protocol import Evidence, RankFailure
+from runner.rank_failure import Evidence, RankFailure
 
 SIGNAL_BASE = 128
 EXIT_STOPPED = SIGNAL_BASE + int(signal.SIGTERM)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from rankwatch._protocol import EventKind, Hello, MetricRecord, ProcessSample
+from rankwatch.protocol import EventKind, Hello, MetricRecord, ProcessSample
 from runner import paths
 from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.hints import GpuMemory

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import psutil
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner import paths
 from runner.hub.hub import Hub
 from runner.store.store import RunStore

@@ -9,7 +9,7 @@
   shows as they are (the launch spec and its commands; states, progress, wording).
 
 Layers (import-linter, ``pyproject.toml``): the window and widgets, then charts, then
-the Qt-free models, then this gateway, then the contract (``rankwatch._protocol``).
+the Qt-free models, then this gateway, then the contract (``rankwatch.protocol``).
 This ``__init__`` imports nothing, so a model importing one gateway module does not
 drag in Qt.
 """

@@ -1,4 +1,4 @@
-"""The GUI's line to one runner: a QLocalSocket on the event loop, speaking ``rankwatch._protocol``.
+"""The GUI's line to one runner: a QLocalSocket on the event loop, speaking ``rankwatch.protocol``.
 
 :class:`RunnerLink` connects to the runner's Unix socket, sends ``subscribe`` and
 emits every hub message it reads (``snapshot``, ``update``, ``history_end``,
@@ -21,7 +21,7 @@ import time
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtNetwork import QLocalSocket
 
-from rankwatch import _protocol
+from rankwatch import protocol
 from runner.runstate.messages import Bye, decode_hub_line
 
 SLICE_S = 0.02
@@ -108,7 +108,7 @@ class RunnerLink(QObject):
         """Send one subscriber message; False when not connected."""
         if not self.is_connected():
             return False
-        self._socket.write(_protocol.encode(message_type, **fields))
+        self._socket.write(protocol.encode(message_type, **fields))
         self._socket.flush()
         return True
 
@@ -122,7 +122,7 @@ class RunnerLink(QObject):
 
     def _on_connected(self) -> None:
         self._pending.clear()
-        self._socket.write(_protocol.encode("subscribe", history=self._history, logs=True))
+        self._socket.write(protocol.encode("subscribe", history=self._history, logs=True))
         self._socket.flush()
         self._was_subscribed = True
         self._reconnects_left = self._reconnect_attempts
@@ -176,7 +176,7 @@ class RunnerLink(QObject):
                 newline = self._pending.find(b"\n", scan_from)
                 if newline < 0:
                     scan_from = len(self._pending)
-                    if scan_from > _protocol.MAX_LINE_BYTES:
+                    if scan_from > protocol.MAX_LINE_BYTES:
                         # An oversized line: drop what we have and skip to its end.
                         self.lines_dropped += 1
                         self._pending.clear()
@@ -203,7 +203,7 @@ class RunnerLink(QObject):
             return
         try:
             message = decode_hub_line(line)
-        except _protocol.ProtocolError:
+        except protocol.ProtocolError:
             self.lines_dropped += 1
             return
         self.messages_received += 1

@@ -27,6 +27,7 @@ from runner.exit_status import (
     rank_end_words,
 )
 from runner.privacy import adopt_private_umask
+from runner.rank_failure import RankFailure, stall_outcome
 from runner.runstate.progress import Progress, ProgressTracker, compute_progress, progress_texts
 from runner.sampling.gpu_report import GpuProcess, GpuReport, GpuSnapshot
 from runner.state import NodeState, Outcome, RankState, RunStatus
@@ -46,6 +47,7 @@ __all__ = [
     "Outcome",
     "Progress",
     "ProgressTracker",
+    "RankFailure",
     "RankState",
     "RunStatus",
     "RunSummary",
@@ -59,4 +61,5 @@ __all__ = [
     "plural",
     "progress_texts",
     "rank_end_words",
+    "stall_outcome",
 ]

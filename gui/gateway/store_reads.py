@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankwatch import _protocol
+from rankwatch import protocol
 from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
 from runner.store.rank_stats import run_statistics
@@ -34,7 +34,7 @@ class RunRecords:
     run: dict[str, Any]
     ranks: list[dict[str, Any]]
     nodes: list[dict[str, Any]]
-    metric_chunks: Iterator[list[_protocol.MetricRecord]]
+    metric_chunks: Iterator[list[protocol.MetricRecord]]
     gpu_samples: list[Any]
     process_samples: list[Any]
     logs: list[tuple[Any, ...]]
@@ -98,8 +98,8 @@ def rank_results(store: RunStore, run_id: int) -> dict[int, dict[str, Any]]:
     return {entry.rank: entry.to_json() for entry in stats}
 
 
-def loss_rows(store: RunStore, run_id: int, name: str = _protocol.LOSS
-              ) -> tuple[dict[str, Any], list[_protocol.MetricRecord]]:
+def loss_rows(store: RunStore, run_id: int, name: str = protocol.LOSS
+              ) -> tuple[dict[str, Any], list[protocol.MetricRecord]]:
     """Run ``run_id``'s row and every stored point of metric ``name``."""
     return store.run(run_id), store.metrics(run_id, name=name)
 

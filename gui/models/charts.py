@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from gui.models import monitor
 from gui.models.monitor import MonitorModel
-from rankwatch import _protocol
+from rankwatch import protocol
 
 GIB = float(1 << 30)
 
@@ -41,25 +41,25 @@ class ChartDef:
 
 
 BUILT_IN_CHARTS = (
-    ChartDef(_protocol.LOSS, "Loss"),
-    ChartDef(_protocol.STEP_TIME, "Step time (ms)", scale=1000.0),
+    ChartDef(protocol.LOSS, "Loss"),
+    ChartDef(protocol.STEP_TIME, "Step time (ms)", scale=1000.0),
     ChartDef(monitor.DATA_WAIT_SHARE, "Data wait (% of step)", scale=100.0),
-    ChartDef(_protocol.COMPUTE_TIME, "Compute time (ms, without waits)", scale=1000.0),
-    ChartDef(_protocol.SAMPLES_PER_SECOND, "Samples/s"),
+    ChartDef(protocol.COMPUTE_TIME, "Compute time (ms, without waits)", scale=1000.0),
+    ChartDef(protocol.SAMPLES_PER_SECOND, "Samples/s"),
     ChartDef(monitor.GPU_UTILIZATION, "GPU utilisation (%)", time_only=True, group=GPU, key_label=GPU_KEYS,
              smoothable=False),
     ChartDef(monitor.GPU_MEMORY, "GPU memory (GiB)", scale=1 / GIB, time_only=True, group=GPU, key_label=GPU_KEYS,
              smoothable=False),
-    ChartDef(_protocol.GPU_MEMORY_ALLOCATED, "GPU memory per rank (torch allocator, GiB)", scale=1 / GIB, group=GPU,
+    ChartDef(protocol.GPU_MEMORY_ALLOCATED, "GPU memory per rank (torch allocator, GiB)", scale=1 / GIB, group=GPU,
              smoothable=False),
     ChartDef(monitor.CPU_PERCENT, "CPU per rank (%)", time_only=True, group=CPU, smoothable=False),
     ChartDef(monitor.RSS_BYTES, "Memory per rank (RSS, GiB)", scale=1 / GIB, time_only=True, group=CPU,
              smoothable=False),
 )
 
-NOT_CHARTED = frozenset({_protocol.DATA_WAIT, _protocol.STEPS_PER_SECOND, _protocol.COMM_WAIT, _protocol.CPU_WAIT,
-                         _protocol.PHASE_CLOCK, _protocol.SKIPPED_STEP, *_protocol.PHASE_METRICS,
-                         _protocol.GPU_MEMORY_RESERVED, _protocol.GPU_MEMORY_PEAK})
+NOT_CHARTED = frozenset({protocol.DATA_WAIT, protocol.STEPS_PER_SECOND, protocol.COMM_WAIT, protocol.CPU_WAIT,
+                         protocol.PHASE_CLOCK, protocol.SKIPPED_STEP, *protocol.PHASE_METRICS,
+                         protocol.GPU_MEMORY_RESERVED, protocol.GPU_MEMORY_PEAK})
 """Measured keys drawn through another chart (data wait as a share of the step, the waits through the
 compute time and the rank table's comm wait), shown elsewhere (the step phases as the rank table's
 bars, their clock in its legend, skipped steps beside the step count, the allocator's reserved and peak
@@ -98,7 +98,7 @@ def empty_chart_note(definition: ChartDef, model: MonitorModel, has_finite_point
         return "No run yet"
     finished = model.finished
     name = definition.series
-    stepped = _has_points(model, _protocol.STEP_TIME) or _has_points(model, _protocol.LOSS)
+    stepped = _has_points(model, protocol.STEP_TIME) or _has_points(model, protocol.LOSS)
     if _has_points(model, name):
         return "No finite values (every value was NaN or infinite)"
     if definition.time_only:
@@ -107,12 +107,12 @@ def empty_chart_note(definition: ChartDef, model: MonitorModel, has_finite_point
         return "Not measured: instrumentation is off (telemetry.instrument = false)"
     if name == monitor.DATA_WAIT_SHARE and stepped:
         return "Not measured: no PyTorch DataLoader was seen"
-    if name == _protocol.COMPUTE_TIME and stepped:
+    if name == protocol.COMPUTE_TIME and stepped:
         return "Not measured: no torch.distributed process group (nothing to wait for)"
-    if name == _protocol.SAMPLES_PER_SECOND and stepped:
+    if name == protocol.SAMPLES_PER_SECOND and stepped:
         return "Not measured: the batch size is unknown (no PyTorch DataLoader was seen)"
     if finished:
-        if name in (_protocol.LOSS, _protocol.STEP_TIME):
+        if name in (protocol.LOSS, protocol.STEP_TIME):
             return "Not measured: no optimizer step was seen"
         return "Nothing was recorded"
     return "Waiting for the first step…"

@@ -28,16 +28,25 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gui.gateway.runner_rules import Hint, HintKey, Outcome, RunSummary, ended_by, failure_end_words
+from gui.gateway.runner_rules import (
+    Hint,
+    HintKey,
+    Outcome,
+    RankFailure,
+    RunSummary,
+    ended_by,
+    failure_end_words,
+    stall_outcome,
+)
 from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
 from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
-from rankwatch._protocol import Bottleneck as Verdicts
-from rankwatch._protocol import EventKind, RankFailure, stall_outcome
-from rankwatch._protocol import as_float as _float
-from rankwatch._protocol import as_int as _int
+from rankwatch.protocol import Bottleneck as Verdicts
+from rankwatch.protocol import EventKind
+from rankwatch.protocol import as_float as _float
+from rankwatch.protocol import as_int as _int
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 """Banner levels."""

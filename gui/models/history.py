@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rankwatch import _protocol
+from rankwatch import protocol
 
 HISTORY_COLUMNS = ("Run", "Profile", "Script", "Started", "Duration", "Status", "Exit", "Ranks", "Host")
 NOT_MEASURED = "–"
@@ -137,7 +137,7 @@ def loss_overlay(run: dict[str, Any], rows: list[Sequence[Any]]) -> LossCurve:
         empty = np.empty(0)
         return LossCurve(run_id, label, empty, empty, empty)
     # Keep one source per rank (the hub's priority).
-    priority = _protocol.SOURCE_PRIORITY
+    priority = protocol.SOURCE_PRIORITY
     best: dict[int, int] = {}
     for rank, _t, _step, _name, _value, source in rows:
         level = priority.get(source, 9)

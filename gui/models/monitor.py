@@ -1,7 +1,7 @@
 """The monitor's view model: one run as the hub streams it (or as the store kept it).
 
 :class:`MonitorModel` applies the hub's messages (``snapshot``, ``update``,
-``history_end``, ``bye``; see ``rankwatch._protocol``) and keeps what the monitor
+``history_end``, ``bye``; see ``rankwatch.protocol``) and keeps what the monitor
 shows: the run, its rank rows, every metric point of every rank and GPU (as
 :class:`~gui.models.series.Series`, unlimited), the last ``log_limit`` log lines
 (older ones stay in the store), events, and progress with an ETA.
@@ -41,7 +41,7 @@ from gui.models import NOT_MEASURED, Event
 from gui.models.exits import rank_ended_by
 from gui.models.phases import RankPhases, rank_phases
 from gui.models.series import Series
-from rankwatch import _protocol
+from rankwatch import protocol
 
 if TYPE_CHECKING:
     from gui.gateway.store_reads import RunRecords
@@ -59,10 +59,10 @@ CPU_PERCENT = "process/cpu_percent"
 """Percent of one core, per rank."""
 RSS_BYTES = "process/rss_bytes"
 """Resident memory in bytes, per rank."""
-DATA_WAIT_SHARE = _protocol.DATA_WAIT_SHARE
-"""Share (0..1) of each step spent waiting for data (``_protocol.StepPairs``: paired as the hub pairs them)."""
+DATA_WAIT_SHARE = protocol.DATA_WAIT_SHARE
+"""Share (0..1) of each step spent waiting for data (``protocol.StepPairs``: paired as the hub pairs them)."""
 
-SOURCE_PRIORITY = _protocol.SOURCE_PRIORITY
+SOURCE_PRIORITY = protocol.SOURCE_PRIORITY
 """When a rank reports one metric from several sources, charts show one (the hub ranks them alike)."""
 
 
@@ -145,7 +145,7 @@ bar of the step's phases (``gui.models.phases``; its text lists the shares, its 
 share spent computing); ``Ended by`` says it as every panel does (``gui.models.exits``);
 ``Diagnosis`` holds the diagnosis model's note for the rank (failed first, stalled, straggler,
 diverged), else, while the rank works without steps (an evaluation), for how long
-(``_protocol.working_without_steps``)."""
+(``protocol.working_without_steps``)."""
 STALE_HEARTBEAT_S = 10.0
 
 
@@ -427,17 +427,17 @@ class MonitorModel:
             if rank is None or name is None or t is None:
                 continue
             rank = int(rank)
-            key = (name, rank, source or _protocol.SOURCE_AUTO)
+            key = (name, rank, source or protocol.SOURCE_AUTO)
             group = groups.get(key)
             if group is None:
                 group = groups[key] = ([], [], [])
             group[0].append(step)
             group[1].append(t)
             group[2].append(value)
-            if name in (_protocol.STEP_TIME, _protocol.DATA_WAIT) and step is not None:
+            if name in (protocol.STEP_TIME, protocol.DATA_WAIT) and step is not None:
                 paired = self.state.pair_data_wait((rank, t, step, name, value, source))
                 if paired is not None:
-                    share = groups.setdefault((DATA_WAIT_SHARE, rank, _protocol.SOURCE_AUTO), ([], [], []))
+                    share = groups.setdefault((DATA_WAIT_SHARE, rank, protocol.SOURCE_AUTO), ([], [], []))
                     share[0].append(paired[0])
                     share[1].append(paired[1])
                     share[2].append(paired[2])
@@ -468,9 +468,9 @@ class MonitorModel:
                 self.gpu_memory_total[int(index)] = float(total)
         for index, (times, utils, used) in by_gpu.items():
             nan_steps = [None] * len(times)
-            self._series_for_write(GPU_UTILIZATION, index, _protocol.SOURCE_AUTO).append(
+            self._series_for_write(GPU_UTILIZATION, index, protocol.SOURCE_AUTO).append(
                 _numbers(nan_steps), times, _numbers(utils))
-            self._series_for_write(GPU_MEMORY, index, _protocol.SOURCE_AUTO).append(
+            self._series_for_write(GPU_MEMORY, index, protocol.SOURCE_AUTO).append(
                 _numbers(nan_steps), times, _numbers(used))
         count = 2 * sum(len(group[0]) for group in by_gpu.values())
         self.points_total += count
@@ -484,7 +484,7 @@ class MonitorModel:
         for row in rows:
             if len(row) < 5 or row[1] is None:
                 continue
-            sample = _protocol.ProcessSample.from_wire(row)
+            sample = protocol.ProcessSample.from_wire(row)
             if sample is not None and not measured_process(sample):
                 continue
             t, rank, _pid, cpu, rss = row[:5]
@@ -494,9 +494,9 @@ class MonitorModel:
             group[2].append(rss)
         for rank, (times, cpus, rss) in by_rank.items():
             nan_steps = [None] * len(times)
-            self._series_for_write(CPU_PERCENT, rank, _protocol.SOURCE_AUTO).append(
+            self._series_for_write(CPU_PERCENT, rank, protocol.SOURCE_AUTO).append(
                 _numbers(nan_steps), times, _numbers(cpus))
-            self._series_for_write(RSS_BYTES, rank, _protocol.SOURCE_AUTO).append(
+            self._series_for_write(RSS_BYTES, rank, protocol.SOURCE_AUTO).append(
                 _numbers(nan_steps), times, _numbers(rss))
         count = 2 * sum(len(group[0]) for group in by_rank.values())
         self.points_total += count
@@ -525,7 +525,7 @@ class MonitorModel:
         if added:
             self.events_added.emit()
 
-    def append_points(self, name: str, key: int, steps, times, values, source: str = _protocol.SOURCE_AUTO) -> None:
+    def append_points(self, name: str, key: int, steps, times, values, source: str = protocol.SOURCE_AUTO) -> None:
         """Append arrays of points to one series at once (imports, benchmarks)."""
         series = self._series_for_write(name, key, source)
         series.append(steps, times, values)
@@ -676,9 +676,9 @@ class MonitorModel:
 
     def _fill_rank_rows_from_series(self) -> None:
         """The store keeps no latest step/loss per rank; take them from the series."""
-        for name, field, scale in ((_protocol.LOSS, "loss", 1.0), (_protocol.STEP_TIME, "step_time", 1.0),
+        for name, field, scale in ((protocol.LOSS, "loss", 1.0), (protocol.STEP_TIME, "step_time", 1.0),
                                    (DATA_WAIT_SHARE, "data_wait_share", 1.0),
-                                   (_protocol.SAMPLES_PER_SECOND, "samples_per_s", 1.0)):
+                                   (protocol.SAMPLES_PER_SECOND, "samples_per_s", 1.0)):
             for rank, series in self.series(name).items():
                 row = self.ranks.get(rank) or RankInfo(rank=rank)
                 if getattr(row, field) is None and len(series):

@@ -1,6 +1,6 @@
 """The nodes of a run as the monitor shows them, Qt-free.
 
-The hub sends one NODE row per machine (``rankwatch._protocol``: ``node_rank``,
+The hub sends one NODE row per machine (``rankwatch.protocol``: ``node_rank``,
 ``host``, ``state`` = ``runner.state.NodeState`` value, ``processes``, ``changed``
 = when the state last changed, ``detail``), and every RANK row carries its
 ``node_rank`` and ``host``. This module turns them into the nodes table's cells

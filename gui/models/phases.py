@@ -1,9 +1,9 @@
 """Where each rank's steps go: the phase bars' view model, Qt-free.
 
 Each optimizer step's time is cut into phases on the device's own clock
-(``rankwatch._protocol.PHASES``: data, h2d, forward, backward, comm, optimizer, rest). The
+(``rankwatch.protocol.PHASES``: data, h2d, forward, backward, comm, optimizer, rest). The
 hub keeps each rank's shares of its recent measured steps (``RankRow.phase_shares``,
-computed once by ``_protocol.PhaseWindow``); the store's whole-run figures
+computed once by ``protocol.PhaseWindow``); the store's whole-run figures
 (``runner.store.rank_stats``, read through ``gui.gateway.store_reads.rank_results``) have
 each rank's shares over every timed step. This module turns either into what the rank
 table's bar column draws: one segment per measured phase, in ``PHASES`` order (the
@@ -22,9 +22,9 @@ from typing import Any
 
 from gui.gateway.run_state import RankInfo
 from gui.models import NOT_MEASURED
-from rankwatch import _protocol
+from rankwatch import protocol
 
-PHASES = _protocol.PHASES
+PHASES = protocol.PHASES
 PHASE_WORDS = {
     "data": "waiting for the DataLoader's next batch",
     "h2d": "from the batch to the first module call (copy to the device)",
@@ -35,8 +35,8 @@ PHASE_WORDS = {
     "rest": "everything else: zero_grad, clipping, logging, the loop",
 }
 """What each phase holds (the legend's tooltips), in the contract's words."""
-CLOCK_WORDS = {_protocol.CLOCK_GPU: "GPU clock", _protocol.CLOCK_CPU: "CPU clock"}
-COMPUTE_PHASES = _protocol.COMPUTING_PHASES
+CLOCK_WORDS = {protocol.CLOCK_GPU: "GPU clock", protocol.CLOCK_CPU: "CPU clock"}
+COMPUTE_PHASES = protocol.COMPUTING_PHASES
 """The phases a rank computes in (sorting the bar column orders the ranks by their sum)."""
 
 

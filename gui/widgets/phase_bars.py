@@ -29,7 +29,7 @@ PHASE_COLORS: dict[str, QColor] = {
     "optimizer": QColor("#CC79A7"),
     "rest": QColor("#B4B4B4"),
 }
-"""One colour per phase (``_protocol.PHASES``)."""
+"""One colour per phase (``protocol.PHASES``)."""
 BAR_WIDTH = 260
 """The bar column's width (pixels) before the table stretches it."""
 LABEL_MIN_WIDTH = 30

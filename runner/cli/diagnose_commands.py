@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.diagnosis.doctor import TORCHRUN_DEFAULT_PORT, format_report, run_doctor
 from runner.diagnosis.flight_recorder import format_flight_record

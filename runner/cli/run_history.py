@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.exit_status import describe_exit_code
 from runner.format import (

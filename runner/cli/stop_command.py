@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.cli.output import EXIT_FAILED, fail
 from runner.launch.process_tree import end_job, find_job_pids, signal_pids
 from runner.runstate.messages import Bye, decode_hub_line

@@ -35,8 +35,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import Bottleneck, EventKind
+from rankwatch import protocol
+from rankwatch.protocol import Bottleneck, EventKind
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.step_windows import RankSteps, StepWindows
 from runner.diagnosis.stragglers import StragglerMonitor

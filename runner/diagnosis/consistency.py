@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 
-from rankwatch._protocol import EventKind, Message, ParamHash
+from rankwatch.protocol import EventKind, Message, ParamHash
 from runner.diagnosis.findings import Findings
 from runner.hub.observer import HubObserver
 from runner.state import RankState

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 
-from rankwatch._protocol import ExceptionReport, Exit, Hello, LogLine, Message, Metrics
+from rankwatch.protocol import ExceptionReport, Exit, Hello, LogLine, Message, Metrics
 from runner.diagnosis.torchrun_report import merge_reports, parse_torchrun_report
 from runner.diagnosis.triage import TriageInput
 from runner.hub.observer import HubObserver

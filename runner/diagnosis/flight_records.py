@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch._flight_recorder import NCCL_DUMP_PREFIX
-from rankwatch._protocol import EventKind, FlightRecord, Message
+from rankwatch.protocol import EventKind, FlightRecord, Message
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.flight_recorder import analyse, read_dump_file
 from runner.hub.observer import HubObserver

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from rankwatch._protocol import NO_PROCESS_GROUP
+from rankwatch.protocol import NO_PROCESS_GROUP
 from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import BACKWARD, Place, is_user_code, place_of
 from runner.exit_status import PEER_GONE

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rankwatch._protocol import LOSS, NO_PROCESS_GROUP, EventKind, Message, Metrics, Notice
+from rankwatch.protocol import LOSS, NO_PROCESS_GROUP, EventKind, Message, Metrics, Notice
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import HintKey
 from runner.hub.observer import HubObserver

@@ -20,7 +20,7 @@ Each mismatch is one ``launch_mismatch`` event (the first time it is seen) and o
 record in ``Findings.launcher`` (every rank that showed it), which triage turns
 into the summary's hints (``hints.launcher_hint``).
 
-Events (``EVENT`` in ``rankwatch._protocol``)::
+Events (``EVENT`` in ``rankwatch.protocol``)::
 
     launch_mismatch {message, key, level ("warning" | "info"), ranks, title, cause, advice}
 """
@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from rankwatch._protocol import EventKind, ExceptionReport, Message, Notice
+from rankwatch.protocol import EventKind, ExceptionReport, Message, Notice
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import HintKey
 from runner.diagnosis.triage import TriageInput

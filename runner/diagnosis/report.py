@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from rankwatch._protocol import stall_outcome
+from runner.rank_failure import stall_outcome
 
 LABEL_WIDTH = 15
 

@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankwatch._protocol import EventKind, Message, RemoteStacks
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
+from rankwatch.protocol import EventKind, Message, RemoteStacks
 from runner.diagnosis.stack_dumps import last_dump, main_thread, parse_dump, user_frames
 from runner.diagnosis.stacks import analyse, describe, format_stacks
 from runner.hub.observer import HubObserver

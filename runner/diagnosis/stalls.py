@@ -36,7 +36,7 @@ rank, the seconds without progress and the last step, and -- once per stall
 episode (from the first rank stalling until none is) -- every rank's stacks are
 captured (``StackCapture``). When the step moves again: ``resumed``.
 
-Events (``EVENT`` in ``rankwatch._protocol``; ``rank`` is the stalled rank)::
+Events (``EVENT`` in ``rankwatch.protocol``; ``rank`` is the stalled rank)::
 
     stalled  {message, step, seconds, threshold, threshold_source: "setting"|"auto"|"startup",
               last_progress (time.time()), heartbeat_age (s since its last message, or null)}
@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from rankwatch._protocol import EventKind
+from rankwatch.protocol import EventKind
 from runner.diagnosis.findings import Findings
 from runner.state import RankState, RunStatus
 

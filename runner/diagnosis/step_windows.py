@@ -28,8 +28,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import Message, Metrics
+from rankwatch import protocol
+from rankwatch.protocol import Message, Metrics
 from runner.hub.observer import HubObserver
 
 WINDOW_STEPS = 10

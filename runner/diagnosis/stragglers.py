@@ -76,8 +76,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import EventKind
+from rankwatch import protocol
+from rankwatch.protocol import EventKind
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.step_windows import MeasuredStep, RankSteps, StepWindows
 from runner.state import RankState

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankwatch._protocol import RankFailure, as_int
+from rankwatch.protocol import as_int
 from runner.diagnosis.hints import Hint
+from runner.rank_failure import RankFailure
 from runner.state import Outcome
 
 FIELDS = ("outcome", "headline", "exit_code", "first_failure", "other_failures", "hints", "finished", "diagnostics",

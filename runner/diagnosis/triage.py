@@ -38,7 +38,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rankwatch._protocol import RankFailure
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import (
@@ -62,6 +61,7 @@ from runner.exit_status import (
     signal_name,
 )
 from runner.launch.ports import port_holder
+from runner.rank_failure import RankFailure
 from runner.state import Outcome
 
 TAIL_LINES = 200

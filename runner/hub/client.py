@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.lines import OVERSIZED, STREAM_LIMIT, read_bounded_line
 from runner.runstate.messages import HubMessage, decode_hub_message
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rankwatch._protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
+from rankwatch.protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
 from runner.hub.freshness import FLUSH_SECONDS, UNWATCHED, freshness_for
 from runner.hub.ingest import Ingest
 from runner.hub.live_model import LiveModel, LiveRank

@@ -1,7 +1,7 @@
 """Ingest: typed messages and the runner's own records in, pending records and the live model out.
 
 Everything arrives here on the event loop: worker and agent messages (already
-decoded and validated into ``rankwatch._protocol`` values by the connection
+decoded and validated into ``rankwatch.protocol`` values by the connection
 server), and what the runner produces itself (captured output lines, GPU and
 process samples, events). Each record goes into the pending batch the writer
 commits next, the live model is updated, and the observers are told.
@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
+from rankwatch import protocol
+from rankwatch.protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
 from runner.exit_status import only_says_peer_gone, rank_exit_message
 from runner.hub.live_model import LiveModel
 from runner.hub.observer import Observers

@@ -14,7 +14,7 @@ import struct
 from collections import Counter
 from dataclasses import dataclass, field
 
-from rankwatch._protocol import MAX_LINE_BYTES
+from rankwatch.protocol import MAX_LINE_BYTES
 
 _PEER_CREDENTIALS = struct.Struct("3i")
 """``struct ucred``: pid, uid, gid."""

@@ -1,7 +1,7 @@
 """The hub's live picture of a run: one row per rank, kept current as records arrive.
 
 It is what the terminal view and the GUI's rank table show (the RANK shape,
-``rankwatch._protocol.RankRow``), derived from the records; the store keeps the
+``rankwatch.protocol.RankRow``), derived from the records; the store keeps the
 records themselves. Plain Python, no I/O, so it is cheap to test.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import MetricRow, PhaseWindow, RankRow, StepPairs
+from rankwatch import protocol
+from rankwatch.protocol import MetricRow, PhaseWindow, RankRow, StepPairs
 from runner.state import RankState
 
 RECENT_STEPS = 50

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rankwatch._protocol import AgentHello, Hello, LogLine, Message
+from rankwatch.protocol import AgentHello, Hello, LogLine, Message
 
 
 class HubObserver:

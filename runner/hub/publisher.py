@@ -34,8 +34,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import Event, Update
+from rankwatch import protocol
+from rankwatch.protocol import Event, Update
 from runner.hub.live_model import LiveModel
 from runner.hub.writer import StoreWriter
 from runner.store.store import RecordBatch, RunStore

@@ -51,7 +51,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.freshness import WATCHED
 from runner.hub.ingest import Ingest
 from runner.hub.lines import OVERSIZED, STREAM_LIMIT, ClientConduct, peer_pid, read_bounded_line

@@ -39,8 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import MAX_LINE_BYTES, LogLine
+from rankwatch import protocol
+from rankwatch.protocol import MAX_LINE_BYTES, LogLine
 from runner import paths
 from runner.launch.output import OutputLine
 from runner.launch.supervisor import TorchrunSupervisor

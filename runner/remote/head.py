@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from rankwatch._protocol import AgentHello, EventKind, Message, NodeExit
+from rankwatch.protocol import AgentHello, EventKind, Message, NodeExit
 from runner.hub.hub import Hub
 from runner.hub.observer import HubObserver
 from runner.launch.command import RendezvousPlan, RunnerContext, build_node_command

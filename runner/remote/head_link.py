@@ -18,7 +18,7 @@ import contextlib
 import socket
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.lines import STREAM_LIMIT, read_bounded_line
 
 KEEPALIVE_IDLE_SECONDS = 15

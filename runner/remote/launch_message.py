@@ -3,7 +3,7 @@
 The first line on the agent's stdin is one ``launch`` message; every later line
 is a control message; end of stdin means the head is gone (it was killed, or the
 ssh session died), and the agent then stops its workers. Same framing as the
-wire protocol (``rankwatch._protocol``: one JSON object per line, ``type`` and
+wire protocol (``rankwatch.protocol``: one JSON object per line, ``type`` and
 ``v``)::
 
     launch  token, head_host, head_port, run_key, run, node_rank, host, argv, env, cwd,
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.launch.command import BOOTSTRAP_MODULE, NodeCommand, RunnerContext
 
 LAUNCH = protocol.Launch.TYPE
@@ -42,7 +42,7 @@ class LaunchMessageError(ValueError):
 
 
 class LaunchMessage(protocol.Launch):
-    """The contract's ``launch`` message (fields: ``rankwatch._protocol.Launch``), as the agent reads it."""
+    """The contract's ``launch`` message (fields: ``rankwatch.protocol.Launch``), as the agent reads it."""
 
     __slots__ = ()
 

@@ -16,8 +16,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from rankwatch._protocol import RemoteStacks
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
+from rankwatch.protocol import RemoteStacks
 from runner.launch.process_tree import carries_marker
 
 POLL_SECONDS = 0.2

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.lines import OVERSIZED, STREAM_LIMIT, peer_pid, read_bounded_line
 
 Forward = Callable[[protocol.Message | dict[str, Any]], Awaitable[None]]

@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from rankwatch._protocol import NodeExit, StackRequest
+from rankwatch.protocol import NodeExit, StackRequest
 from runner.launch.nodes import NodeHandle
 from runner.launch.output import OutputLine
 from runner.launch.process_tree import set_parent_death_signal

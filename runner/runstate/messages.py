@@ -1,6 +1,6 @@
 """What the hub publishes to its subscribers, typed: decoded once, here, for every reader.
 
-The worker -> hub half of the contract is typed in ``rankwatch._protocol``; this module is the
+The worker -> hub half of the contract is typed in ``rankwatch.protocol``; this module is the
 hub -> subscriber half as the readers see it (the GUI's link, the terminal view, ``attach``,
 ``runs show``, ``stop``, ``stacks``). Records keep the contract's own types (``MetricRecord``,
 ``LogLine``, ``GpuSample``, ``ProcessSample``, ``Event`` with its ``EventKind``); the rows the
@@ -18,15 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import (
-    Event,
-    EventKind,
-    GpuSample,
-    LogLine,
-    MetricRecord,
-    ProcessSample,
-)
+from rankwatch import protocol
+from rankwatch.protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
 
 __all__ = [
     "EVENT_FIELDS",
@@ -182,7 +175,7 @@ _RANK_TEXTS = ("host", "state", "loss_source", "python", "torch", "phase_clock")
 
 @dataclass(frozen=True)
 class RankInfo(_Row):
-    """A RANK row (``rankwatch._protocol.RankRow``), or the store's ``ranks`` row of a run that ended."""
+    """A RANK row (``rankwatch.protocol.RankRow``), or the store's ``ranks`` row of a run that ended."""
 
     KINDS: ClassVar[dict[str, str]] = {**{name: "float" for name in _RANK_FLOATS},
                                        **{name: "str" for name in _RANK_TEXTS}, "phase_shares": "shares"}
@@ -374,7 +367,7 @@ class UpdateMessage:
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> UpdateMessage:
         """Logs, events and samples through the contract's own decoders
-        (``rankwatch._protocol.Update.from_wire``: a malformed record is left out, an event of an
+        (``rankwatch.protocol.Update.from_wire``: a malformed record is left out, an event of an
         unknown kind becomes a warning). Metrics, by far the most records, were validated by the
         hub that sent them: they are taken as they are."""
         update = protocol.Update.from_wire({key: value for key, value in data.items() if key != "metrics"})
@@ -439,7 +432,7 @@ def decode_hub_line(line: bytes) -> HubMessage | None:
     """A line from the hub's socket; None for what is not a run's message.
 
     Raises:
-        rankwatch._protocol.ProtocolError: the line is not a hub message (too long, not JSON, ...).
+        rankwatch.protocol.ProtocolError: the line is not a hub message (too long, not JSON, ...).
     """
     return decode_hub_message(protocol.decode(line, protocol.HUB_TYPES))
 

@@ -6,7 +6,7 @@ is derived from them, once, so that the terminal, the GUI and the history cannot
 * the run, its ranks (only this run's: a new snapshot starts over) and its nodes;
 * the current step and the steps done (``640/640``: the newest step index + 1, everywhere);
 * the data-wait share of each step, paired from step time and data wait as the hub pairs them
-  (``rankwatch._protocol.StepPairs``);
+  (``rankwatch.protocol.StepPairs``);
 * progress and ETA (``runner.runstate.progress``);
 * each rank's newest process sample that measured something: a process that is gone keeps
   its last known values, never zeros.
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.runstate.messages import (
     Bye,
     HistoryEnd,
@@ -218,7 +218,7 @@ class RunState:
     def working_text(self, rank: int, now: float) -> str:
         """``working without steps for 42 s (since step 311)`` while the rank works without
         stepping (an evaluation, a checkpoint), its steps counted as everywhere (:func:`steps_done`);
-        empty otherwise (``rankwatch._protocol.working_without_steps``)."""
+        empty otherwise (``rankwatch.protocol.working_without_steps``)."""
         row = self.ranks.get(rank)
         return "" if row is None else working_text(row, now)
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import psutil
 
-from rankwatch._protocol import GpuSample, ProcessSample
 from rankwatch._threads import settle_background_thread
+from rankwatch.protocol import GpuSample, ProcessSample
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import Nvml, shared_nvml
 

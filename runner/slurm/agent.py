@@ -40,7 +40,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.remote.agent import EXIT_BAD_LAUNCH, Agent, StdinLines, say
 from runner.remote.launch_message import LAUNCH, LaunchMessage, LaunchMessageError
 from runner.slurm.script import RENDEZVOUS_VARIABLE, fill_placeholders

@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from rankwatch._protocol import AgentHello, NodeExit, RankFailure
+from rankwatch.protocol import AgentHello, NodeExit
 from runner import paths
 from runner.diagnosis.summary import RunSummary
 from runner.hub.hub import Hub
@@ -36,6 +36,7 @@ from runner.launch.command import RendezvousPlan, RunnerContext
 from runner.launch.nodes import NodeHandle
 from runner.launch.output import OutputLine
 from runner.profile.resolve import ResolvedLaunch, ResolvedNode
+from runner.rank_failure import RankFailure
 from runner.remote.addresses import HeadAddressError, address_override
 from runner.remote.head import RemoteNodes
 from runner.remote.launch_message import LaunchMessage, context_for_agent

@@ -6,7 +6,7 @@ what the store holds of it, checked by counting: the metric records and log line
 stored per rank, the time of the newest one, and per rank what the store itself shows
 was lost (the worker's own count of records it sent, from its last stored heartbeat,
 against the records stored from it; the records its worker dropped), in the ``losses``
-shape a clean end writes (``rankwatch._protocol.describe_losses`` words it). What
+shape a clean end writes (``rankwatch.describe_losses`` words it). What
 reached the runner after its last store commit (its last batch: up to 50 ms, or 0.5 s
 of metrics in a run nobody watched live, ``runner.hub.freshness``) is not in the store and cannot be counted from it: the
 summary says so rather than claiming nothing was lost.

@@ -18,7 +18,7 @@ live model: a value that was not measured is ``None`` (shown "–"), not 0. A re
   ``comm`` phase; None without a process group); for runs stored before the phases, the old
   ``comm_wait`` over the step time.
 * ``phase_clock``, ``phase_shares``, ``measured_steps``: where the steps went, on the steps' own
-  clock (``gpu`` or ``cpu``): each phase's share of the timed steps' span (``_protocol.PHASES``;
+  clock (``gpu`` or ``cpu``): each phase's share of the timed steps' span (``protocol.PHASES``;
   None for a phase that never happened), over every timed step of the rank.
 * ``skipped_steps``: steps ``GradScaler`` skipped (counted in ``steps``).
 * ``samples_per_s``: total samples / total step time over the steps that counted samples.
@@ -46,7 +46,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 
 BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_WAIT, protocol.SAMPLES_PER_SECOND,
                               protocol.STEPS_PER_SECOND, protocol.COMM_WAIT, protocol.CPU_WAIT,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rankwatch._protocol import (
+from rankwatch.protocol import (
     COMPUTE_TIME,
     CPU_WAIT,
     DATA_WAIT,
@@ -58,7 +58,7 @@ class RunNotFound(LookupError):
 
 @dataclass
 class RecordBatch:
-    """Records for one write transaction, in the contract's shapes (``rankwatch._protocol``)."""
+    """Records for one write transaction, in the contract's shapes (``rankwatch.protocol``)."""
 
     metrics: list[MetricRow] = field(default_factory=list)
     """Plain rows or ``MetricRecord`` (the same tuple, named)."""

@@ -32,8 +32,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import LogLine, Message
+from rankwatch import protocol
+from rankwatch.protocol import LogLine, Message
 from runner.hub.observer import HubObserver
 from runner.telemetry.stdout_parser import StdoutMetrics
 

@@ -1,7 +1,7 @@
 """Where each rank's steps went, as text: a stacked bar and the share of each phase.
 
 One wording for ``rankwatch runs show``, the end of ``rankwatch run`` and the live terminal
-view (``_protocol.PHASES``, on the steps' own clock)::
+view (``protocol.PHASES``, on the steps' own clock)::
 
     rank 0  [dddhFFFFFFBBBBBBBBBBBBcOO·]  data 9 %  h2d 2 %  forward 25 %  ...
 
@@ -11,7 +11,7 @@ phase rounded, the largest remainders first), so a straggler's longer forward sh
 
 from __future__ import annotations
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.format import MISSING, format_percent
 
 LETTERS = {"data": "d", "h2d": "h", "forward": "F", "backward": "B", "comm": "c", "optimizer": "O", "rest": "·"}

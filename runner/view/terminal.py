@@ -14,7 +14,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rankwatch._protocol import describe_losses
 from runner.diagnosis.hints import Hint
 from runner.diagnosis.report import format_diagnostics
 from runner.exit_status import (
@@ -32,6 +31,7 @@ from runner.format import (
     format_number,
     format_percent,
 )
+from runner.rank_failure import describe_losses
 from runner.runstate.messages import (
     Bye,
     EventKind,

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "runner" / "worker_path"))
 
-from rankwatch._protocol import LogLine, MetricRecord  # noqa: E402
+from rankwatch.protocol import LogLine, MetricRecord  # noqa: E402
 from runner.hub.hub import Hub  # noqa: E402
 from runner.store.store import RecordBatch, RunStore  # noqa: E402
 

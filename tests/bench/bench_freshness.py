@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "runner" / "worker_path"))
 
-from rankwatch import _protocol as protocol  # noqa: E402
+from rankwatch import protocol  # noqa: E402
 from runner.hub.hub import Hub  # noqa: E402
 
 TOKEN = "fresh"

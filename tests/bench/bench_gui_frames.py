@@ -46,7 +46,7 @@ from PySide6.QtCore import QElapsedTimer, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from gui.widgets.monitor_panel import MonitorPanel  # noqa: E402
-from rankwatch import _protocol  # noqa: E402
+from rankwatch import protocol  # noqa: E402
 
 RANKS = 64
 RATE_HZ = 10
@@ -85,11 +85,11 @@ def run_case(app: QApplication, history: int, seconds: float, hover: bool = True
         rng = np.random.default_rng(0)
         for rank in range(LONG_CURVES):
             values = 2.3 * np.exp(-steps / history * 4) + 0.05 * rng.random(history)
-            model.append_points(_protocol.LOSS, rank, steps, t0 + steps * 0.1, values)
-        wait(app, lambda: len(model.series(_protocol.LOSS)) == RANKS, 20)
+            model.append_points(protocol.LOSS, rank, steps, t0 + steps * 0.1, values)
+        wait(app, lambda: len(model.series(protocol.LOSS)) == RANKS, 20)
         charts = panel.charts
         charts.refresh()
-        loss_chart = charts.charts[_protocol.LOSS]
+        loss_chart = charts.charts[protocol.LOSS]
         if hover:
             (x_low, x_high), (y_low, y_high) = loss_chart.view_box.viewRange()
             loss_chart.show_readout_at(x_low + 0.7 * (x_high - x_low), (y_low + y_high) / 2)
@@ -135,7 +135,7 @@ def run_case(app: QApplication, history: int, seconds: float, hover: bool = True
         app.exec()
         driver.stop()
         messages = panel.link.messages_received - messages_before[0]
-        long_points = len(model.series(_protocol.LOSS)[0])
+        long_points = len(model.series(protocol.LOSS)[0])
         readout_shown = f"{readout_frames[0]}/{len(frame_ms)} frames" if hover else "off"
         panel.detach()
         panel.close()

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from gui.widgets.monitor_panel import MonitorPanel  # noqa: E402
-from rankwatch import _protocol  # noqa: E402
+from rankwatch import protocol  # noqa: E402
 
 RANKS = 64
 LONG_CURVES = 16
@@ -51,11 +51,11 @@ def main() -> int:
     panel.show()
     app.processEvents()
     model = panel.model
-    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": {"id": 1, "status": "running",
+    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": {"id": 1, "status": "running",
                  "world_size": RANKS, "started": T0}, "ranks": [], "nodes": [], "spec": {}})
     steps = np.arange(args.history, dtype=np.float64)
     for rank in range(LONG_CURVES):
-        model.append_points(_protocol.LOSS, rank, steps, T0 + 0.1 * steps, 2.3 * np.exp(-4 * steps / args.history))
+        model.append_points(protocol.LOSS, rank, steps, T0 + 0.1 * steps, 2.3 * np.exp(-4 * steps / args.history))
     next_step = [args.history]
 
     def stream_one_step() -> None:
@@ -63,10 +63,10 @@ def main() -> int:
         next_step[0] += 1
         t = T0 + 0.1 * step
         metrics = [[rank, t, step, name, value, "auto"] for rank in range(RANKS)
-                   for name, value in ((_protocol.LOSS, 1.0 + 0.01 * rank), (_protocol.STEP_TIME, 0.1),
-                                       (_protocol.DATA_WAIT, 0.01), (_protocol.SAMPLES_PER_SECOND, 100.0))]
+                   for name, value in ((protocol.LOSS, 1.0 + 0.01 * rank), (protocol.STEP_TIME, 0.1),
+                                       (protocol.DATA_WAIT, 0.01), (protocol.SAMPLES_PER_SECOND, 100.0))]
         procs = [[t, rank, 100 + rank, 50.0, 1 << 30, 4] for rank in range(RANKS)]
-        model.apply({"type": "update", "v": _protocol.VERSION, "metrics": metrics, "procs": procs})
+        model.apply({"type": "update", "v": protocol.VERSION, "metrics": metrics, "procs": procs})
 
     for _ in range(20):
         stream_one_step()
@@ -74,7 +74,7 @@ def main() -> int:
     charts.timer.stop()
     charts.refresh()
     app.processEvents()
-    loss = charts.charts[_protocol.LOSS]
+    loss = charts.charts[protocol.LOSS]
     blocks = []
     for block in range(args.blocks):
         hover = block % 4 in (0, 3)  # on, off, off, on, ...: a drift or an order effect cancels

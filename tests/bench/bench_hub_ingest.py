@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "runner" / "worker_path"))
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.hub import Hub
 from runner.store.store import RunStore
 

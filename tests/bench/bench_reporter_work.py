@@ -38,7 +38,7 @@ def main() -> int:
     parser.add_argument("--worker-path", type=Path, default=WORKER_PATH)
     options = parser.parse_args()
     sys.path.insert(0, str(options.worker_path))
-    from rankwatch import _protocol as protocol
+    from rankwatch import protocol
     from rankwatch._buffer import KIND_STEP, RecordBuffer
     from rankwatch._reporter import Reporter
 

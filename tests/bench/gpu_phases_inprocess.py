@@ -32,8 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rankwatch import _instrument
-from rankwatch import _protocol as protocol
+from rankwatch import _instrument, protocol
 from rankwatch._buffer import KIND_GPU_MEMORY, KIND_STEP, RecordBuffer
 
 FAILURES: list[str] = []

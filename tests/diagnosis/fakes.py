@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rankwatch._protocol import Hello
+from rankwatch.protocol import Hello
 from runner.hub.live_model import LiveModel
 
 

@@ -12,7 +12,7 @@ import pickle
 import pytest
 
 from rankwatch._flight_recorder import from_trace
-from rankwatch._protocol import FlightRecord
+from rankwatch.protocol import FlightRecord
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.flight_recorder import analyse, read_dump_file
 from runner.diagnosis.flight_records import FlightRecorderMonitor

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.independent_ranks import LOSS_STEPS, SETTLE_SECONDS, IndependentRanks
 from runner.diagnosis.triage import TriageInput, triage

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.diagnosis.consistency import ConsistencyMonitor, compare_digests
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.stalls import (

@@ -66,7 +66,7 @@ for _path in (str(REPO_ROOT), str(REPO_ROOT / "runner" / "worker_path"), str(Pat
 
 from loop_thread import LoopThread  # noqa: E402
 
-from rankwatch import _protocol as protocol  # noqa: E402
+from rankwatch import protocol  # noqa: E402
 from runner.cli.output import spec_errors_json  # noqa: E402
 from runner.hub.observer import HubObserver  # noqa: E402
 from runner.launch.command import RunnerContext  # noqa: E402

@@ -34,7 +34,7 @@ from typing import Any
 from live_run import RequestRecorder
 from loop_thread import LoopThread
 
-from rankwatch import _protocol
+from rankwatch import protocol
 from runner import paths
 from runner.hub.hub import Hub
 from runner.state import RankState
@@ -70,7 +70,7 @@ class CaptureAnswer(RequestRecorder):
         super().on_dump_stacks()
         if self.capture is not None:
             fields = {k: v for k, v in self.capture.items() if k not in EVENT_HEAD}
-            self.hub.add_event(_protocol.EventKind.STACKS, None, str(self.capture.get("message") or "stacks"),
+            self.hub.add_event(protocol.EventKind.STACKS, None, str(self.capture.get("message") or "stacks"),
                                t=time.time(), **{**fields, "reason": "requested"})
 
 
@@ -120,7 +120,7 @@ class ReplayRun:
         assert self.hub is not None
         row = self.hub.model.row(values["rank"])
         for key, value in values.items():
-            if key in _protocol.RankRow.__slots__ and key != "rank":
+            if key in protocol.RankRow.__slots__ and key != "rank":
                 setattr(row, key, value)
         self.hub.model.changed.add(row.rank)
         self.hub.mark_changed()
@@ -226,9 +226,9 @@ def store_fixture(fixture: dict[str, Any]) -> int:
             with store.connection:
                 store.connection.execute("UPDATE nodes SET changed = ? WHERE run_id = ? AND node_rank = ?",
                                          (node.get("changed"), run_id, node["node_rank"]))
-        events = [_protocol.Event.from_store(e["t"], e["kind"], e.get("rank"),
+        events = [protocol.Event.from_store(e["t"], e["kind"], e.get("rank"),
                                              {k: v for k, v in e.items() if k not in ("kind", "t", "rank")})
                   for e in fixture["events"]]
-        logs = [_protocol.LogLine(*line) for line in fixture["logs"]]
+        logs = [protocol.LogLine(*line) for line in fixture["logs"]]
         store.write_batch(run_id, RecordBatch(events=events, logs=logs))
     return run_id

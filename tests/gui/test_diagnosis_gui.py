@@ -30,7 +30,7 @@ from gui.models.stacks import layout_capture
 from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.rank_table import state_tint
 from gui.widgets.stacks_view import CULPRIT_COLOR, CULPRIT_MARK, NO_CAPTURE_ENDED
-from rankwatch import _protocol
+from rankwatch import protocol
 from runner.cli.main import main as cli_main
 from runner.store.store import RunStore
 
@@ -101,9 +101,9 @@ def test_the_diagnosis_of_each_recorded_run_names_its_rank_and_cause(name):
     model = MonitorModel()
     diagnosis = DiagnosisModel(model)
     run = {k: v for k, v in fixture["run"].items() if k != "spec_toml"}
-    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run, "ranks": fixture["ranks"],
+    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run, "ranks": fixture["ranks"],
                  "nodes": fixture["nodes"], "spec": {}})
-    model.apply({"type": "update", "v": _protocol.VERSION, "events": fixture["events"], "logs": fixture["logs"]})
+    model.apply({"type": "update", "v": protocol.VERSION, "events": fixture["events"], "logs": fixture["logs"]})
     level, rank, words = SIX_KINDS[name]
     banner = diagnosis.banner()
     assert banner is not None and banner.level == level
@@ -126,17 +126,17 @@ def test_a_run_that_exited_0_with_no_rank_says_so_in_a_warning_not_silence():
     diagnosis = DiagnosisModel(model)
     run = {"id": 7, "profile": "multigpu", "status": "succeeded", "started": 1.0, "ended": 3.0, "exit_code": 0,
            "summary": summary}
-    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run, "ranks": [], "nodes": [], "spec": {}})
+    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run, "ranks": [], "nodes": [], "spec": {}})
     banner = diagnosis.banner()
     assert banner is not None and banner.level == WARNING
     assert banner.text == "the job exited 0, but no rank ever reported: nothing was measured"
     stepless = dict(run, summary=triage(TriageInput(seen={0}, instrumented=True), 0, stopped=False))
-    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": stepless, "ranks": [], "nodes": [], "spec": {}})
+    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": stepless, "ranks": [], "nodes": [], "spec": {}})
     banner = diagnosis.banner()
     assert banner is not None and (banner.level, banner.kind) == (WARNING, "no_step_measured")
     assert banner.text == "all ranks finished, but none made a training step: nothing was measured"
     ran = dict(run, summary=triage(TriageInput(seen={0}, measured={0}, instrumented=True), 0, stopped=False))
-    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": ran, "ranks": [], "nodes": [], "spec": {}})
+    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": ran, "ranks": [], "nodes": [], "spec": {}})
     assert diagnosis.banner() is None  # a good run: no banner
 
 
@@ -150,10 +150,10 @@ def test_a_stall_the_run_saw_live_ends_as_the_summary_says_once_its_rank_finishe
     model = MonitorModel()
     diagnosis = DiagnosisModel(model)
     run = {"id": 3, "profile": "evaluate", "status": "running", "started": 90.0}
-    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run, "ranks": [], "nodes": [], "spec": {}})
+    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run, "ranks": [], "nodes": [], "spec": {}})
     event = {"kind": "stalled", "rank": 1, "t": 105.1, "step": 11, "seconds": 5.1, "threshold": 5.0,
              "message": "rank 1 stalled at step 11: no progress for 5 s (threshold 5 s, the stall timeout)"}
-    model.apply({"type": "update", "v": _protocol.VERSION, "events": [event], "logs": []})
+    model.apply({"type": "update", "v": protocol.VERSION, "events": [event], "logs": []})
     [live] = [f for f in diagnosis.findings() if f.kind == "stalled"]
     assert live.active
     findings = Findings()
@@ -161,7 +161,7 @@ def test_a_stall_the_run_saw_live_ends_as_the_summary_says_once_its_rank_finishe
     summary = triage(TriageInput(findings=findings, seen={0, 1}, measured={0, 1}, instrumented=True,
                                  exits={0: (0, 125.0), 1: (0, 125.0)}), 0, stopped=False)
     ended = dict(run, status="succeeded", ended=126.0, exit_code=0, summary=summary)
-    model.apply({"type": "update", "v": _protocol.VERSION, "run": ended, "events": [], "logs": []})
+    model.apply({"type": "update", "v": protocol.VERSION, "run": ended, "events": [], "logs": []})
     [done] = [f for f in diagnosis.findings() if f.kind == "stalled"]
     assert not done.active
     assert done.text.endswith("; then it finished by itself 25 s after its last progress (exit code 0): not a hang")
@@ -325,7 +325,7 @@ def test_a_hang_flags_the_stalled_ranks_and_the_stacks_view_names_the_sleeping_r
     qtbot.mouseClick(panel.stacks_button, Qt.MouseButton.LeftButton)
     assert panel.tabs.currentWidget() is view
     qtbot.waitUntil(lambda: "on request" in view.heading.text(), timeout=3000)
-    assert {"type": "dump_stacks", "v": _protocol.VERSION} in runner.received
+    assert {"type": "dump_stacks", "v": protocol.VERSION} in runner.received
     assert view.marked_cells()[0][2].startswith(f"diag_hang.py:{helper} in wait_for_checkpoint")
 
     # Stopped while hanging: the banner keeps saying who hung, and who held them up.
@@ -383,9 +383,9 @@ def test_a_finished_run_whose_capture_events_are_gone_reads_its_capture_file(tmp
     diagnosis.stacks_received.connect(received.append)
     events = [event for event in fixture["events"] if event["kind"] != "stacks"]  # dropped from memory
     run = {**{k: v for k, v in fixture["run"].items() if k != "spec_toml"}, "summary": summary}
-    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run, "ranks": fixture["ranks"],
+    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run, "ranks": fixture["ranks"],
                  "nodes": fixture["nodes"], "spec": {}})
-    model.apply({"type": "update", "v": _protocol.VERSION, "events": events, "logs": []})
+    model.apply({"type": "update", "v": protocol.VERSION, "events": events, "logs": []})
     layout = diagnosis.stacks_layout()
     assert received and received[-1] is diagnosis.capture and layout is not None and layout.culprits == (1,)
     assert layout.verdict.startswith("rank 1 is the culprit")

@@ -30,7 +30,7 @@ from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
 from gui.models.notices import run_end_notice, window_title
 from gui.widgets.monitor_panel import STATUS_COLORS
 from gui.widgets.run_progress import progress_texts
-from rankwatch import _protocol
+from rankwatch import protocol
 from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec
 
@@ -235,17 +235,17 @@ def test_the_phases_their_clock_and_skipped_steps_get_no_chart_of_their_own():
     """They are drawn as the rank table's bars and said beside the step count, not as charts
     named like keys a script logged."""
     row = [T0, 3, 0.5, 0.1, 0.01, 32, None, True, ["cpu", 0.01, 0.002, 0.03, 0.04, 0.01, 0.005, 0.003]]
-    model = model_with([list(record) for record in _protocol.step_row_records(0, row)]
+    model = model_with([list(record) for record in protocol.step_row_records(0, row)]
                        + [[0, T0, 3, "lr", 0.1, "log"]])
-    assert {*_protocol.PHASE_METRICS, _protocol.PHASE_CLOCK, _protocol.SKIPPED_STEP} <= set(model.series_names())
+    assert {*protocol.PHASE_METRICS, protocol.PHASE_CLOCK, protocol.SKIPPED_STEP} <= set(model.series_names())
     assert logged_metric_names(model) == ["lr"]
 
 
 def test_the_allocators_memory_is_one_gpu_chart_in_gib_not_three_charts_of_logged_bytes():
-    model = model_with([[0, T0, 3, name, 2 * 1024**3, "auto"] for name in _protocol.GPU_MEMORY_METRICS]
+    model = model_with([[0, T0, 3, name, 2 * 1024**3, "auto"] for name in protocol.GPU_MEMORY_METRICS]
                        + [[0, T0, 3, "lr", 0.1, "log"]])
     assert logged_metric_names(model) == ["lr"]
-    chart = CHART[_protocol.GPU_MEMORY_ALLOCATED]
+    chart = CHART[protocol.GPU_MEMORY_ALLOCATED]
     assert chart.group == "gpu" and chart.scale * 2 * 1024**3 == 2.0 and not chart.logged
 
 

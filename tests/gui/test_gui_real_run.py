@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from gui.main_window import MainWindow
-from rankwatch import _protocol
+from rankwatch import protocol
 from runner.store.store import RunStore
 
 pytestmark = [pytest.mark.torchrun, pytest.mark.gui]
@@ -48,7 +48,7 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     assert monitor.has_live_run()
     # Leave it running headless for a moment, then attach again: the runner replays
     # the stored history, so the charts end up with every point all the same.
-    qtbot.waitUntil(lambda: len(monitor.model.series(_protocol.LOSS).get(1, ())) >= 20, timeout=60_000)
+    qtbot.waitUntil(lambda: len(monitor.model.series(protocol.LOSS).get(1, ())) >= 20, timeout=60_000)
     run_id = monitor.run_id
     monitor.detach()
     assert not monitor.has_live_run()
@@ -63,7 +63,7 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     loss = monitor.charts.charts["loss"]
     assert sorted(loss.keys) == [0, 1]
     for rank in (0, 1):
-        series = monitor.model.series(_protocol.LOSS)[rank]
+        series = monitor.model.series(protocol.LOSS)[rank]
         assert len(series) >= 150, f"rank {rank}: {len(series)} loss points"
         assert loss.curve_points(rank) == len(series)  # few points: drawn raw
         _, values = loss.curve_data(rank)
@@ -79,7 +79,7 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     # (read from the store), and the run's verdict with it.
     qtbot.waitUntil(lambda: all(p.whole_run for p in monitor.rank_table.table_model.phases()), timeout=5000)
     for phases in monitor.rank_table.table_model.phases():
-        assert phases.measured and phases.clock == _protocol.CLOCK_CPU and phases.segments()
+        assert phases.measured and phases.clock == protocol.CLOCK_CPU and phases.segments()
         assert {"forward", "backward"} <= {segment.phase for segment in phases.segments()}
     assert "on the CPU clock" in monitor.rank_table.legend.text()
     qtbot.waitUntil(lambda: monitor.rank_table.verdict.startswith("Bottleneck (whole run"),
@@ -87,6 +87,6 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     with RunStore(readonly=True) as store:
         run = store.run(monitor.run_id)
         for rank in (0, 1):
-            stored = store.metrics(run_id, name=_protocol.LOSS, rank=rank)
-            assert len(monitor.model.series(_protocol.LOSS)[rank]) == len(stored)
+            stored = store.metrics(run_id, name=protocol.LOSS, rank=rank)
+            assert len(monitor.model.series(protocol.LOSS)[rank]) == len(stored)
     assert run["status"] == "succeeded" and run["exit_code"] == 0

@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt
 from gui.gateway.store_reads import loss_rows, with_liveness
 from gui.models.history import HISTORY_COLUMNS, RunRow, loss_overlay
 from gui.widgets.history_panel import HistoryPanel
-from rankwatch._protocol import Event, LogLine, MetricRecord
+from rankwatch.protocol import Event, LogLine, MetricRecord
 from runner.store.liveness import process_identity
 from runner.store.store import RecordBatch, RunStore
 

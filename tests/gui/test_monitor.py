@@ -26,7 +26,7 @@ from gui.models.monitor import RANK_COLUMNS, LogBuffer, LogEntry, MonitorModel
 from gui.widgets.log_view import LogView
 from gui.widgets.monitor_panel import DETACHED, DISCONNECTED, MonitorPanel
 from gui.widgets.rank_table import state_tint
-from rankwatch import _protocol
+from rankwatch import protocol
 from runner.profile.spec import LaunchSpec
 from runner.store.rank_stats import run_statistics
 from runner.store.store import RunStore
@@ -57,8 +57,8 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
     assert panel.has_live_run()
     assert states[0] == "running"
     # Every point the runner sent for rank 3 is in the model, in order (history + live).
-    series = panel.model.series(_protocol.LOSS)[3]
-    sent = runner.sent(3, _protocol.LOSS)
+    series = panel.model.series(protocol.LOSS)[3]
+    sent = runner.sent(3, protocol.LOSS)
     assert list(series.values.values) == pytest.approx(sent[: len(series)])
     # The chart draws them (few points: no decimation yet).
     qtbot.waitUntil(lambda: loss.curve_points(3) >= len(series), timeout=2000)
@@ -103,7 +103,7 @@ def test_the_rank_table_counts_steps_as_the_header_and_runs_show_do(qtbot, panel
     qtbot.waitUntil(lambda: table.table_model.rowCount() == 2, timeout=5000)
     table.refresh()
     panel.progress.refresh()
-    made = len(runner.sent(0, _protocol.STEP_TIME))  # the steps `runs show` counts (its step rows)
+    made = len(runner.sent(0, protocol.STEP_TIME))  # the steps `runs show` counts (its step rows)
     assert made == 12
     header = re.search(r"([\d,]+)(?:/[\d,]+)? steps", panel.progress.position_label.text())
     assert header is not None and header.group(1) == "12"
@@ -201,7 +201,7 @@ def test_stop_asks_first_then_stops_gracefully_then_forces(qtbot, panel, live_ru
 def test_detach_leaves_the_job_running_and_attach_replays_its_whole_history(qtbot, panel, live_run):
     runner = live_run(ranks=4, rate_hz=20)
     panel.attach(runner.run_id)
-    qtbot.waitUntil(lambda: len(panel.model.series(_protocol.LOSS).get(0, [])) >= 5, timeout=5000)
+    qtbot.waitUntil(lambda: len(panel.model.series(protocol.LOSS).get(0, [])) >= 5, timeout=5000)
     states = []
     panel.run_state_changed.connect(states.append)
     panel.detach()
@@ -221,8 +221,8 @@ def test_detach_leaves_the_job_running_and_attach_replays_its_whole_history(qtbo
     steps_before_attach = runner.step + 1
     panel.attach(runner.run_id)
     qtbot.waitUntil(lambda: panel.model.history_done, timeout=5000)
-    series = panel.model.series(_protocol.LOSS)[0]
-    sent = runner.sent(0, _protocol.LOSS)
+    series = panel.model.series(protocol.LOSS)[0]
+    sent = runner.sent(0, protocol.LOSS)
     assert len(series) >= steps_before_attach
     assert list(series.values.values) == pytest.approx(sent[: len(series)])  # no gap, no duplicate
 
@@ -249,8 +249,8 @@ def _whole_run_texts(runner: LiveRun, rank: int) -> tuple[str, str, str]:
     """What the rank table should show for ``rank`` once the run ended, from what it sent:
     its median step (ms) and the share of its whole run it waited for data; and the newest
     step's time, what it showed while the run went on."""
-    step_times = runner.sent(rank, _protocol.STEP_TIME)
-    data_waits = runner.sent(rank, _protocol.DATA_WAIT)
+    step_times = runner.sent(rank, protocol.STEP_TIME)
+    data_waits = runner.sent(rank, protocol.DATA_WAIT)
     return (f"{1000 * statistics.median(step_times):.1f}", f"{100 * sum(data_waits) / sum(step_times):.0f}",
             f"{1000 * step_times[-1]:.1f}")
 
@@ -276,7 +276,7 @@ def test_once_the_run_ends_the_rank_table_shows_each_ranks_whole_run_not_its_las
     assert "median step over the whole run" in table.table_model.headerData(
         step_ms, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
     row = next(row for row in range(4) if table.table_model.rank_at(row) == 1)
-    steps = len(runner.sent(1, _protocol.STEP_TIME))
+    steps = len(runner.sent(1, protocol.STEP_TIME))
     assert table.table_model.data(table.table_model.index(row, step_ms), Qt.ItemDataRole.ToolTipRole) == (
         f"Median over the run's {steps} steps")
 

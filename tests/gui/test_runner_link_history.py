@@ -18,7 +18,7 @@ import pytest
 
 from gui.gateway.link import RunnerLink
 from gui.gateway.run_state import HistoryEnd, HubMessage, UpdateMessage
-from rankwatch._protocol import LogLine, MetricRecord
+from rankwatch.protocol import LogLine, MetricRecord
 from runner import paths
 from runner.hub.hub import Hub
 from runner.store.store import RecordBatch, RunStore

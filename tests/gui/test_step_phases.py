@@ -30,7 +30,7 @@ from gui.models.phases import RankPhases, clocks_text, format_share
 from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.phase_bars import PHASE_COLORS, segment_rects, text_color_on
 from gui.widgets.rank_table import PHASE_BAR_COLUMN, PHASES_ROLE
-from rankwatch import _protocol
+from rankwatch import protocol
 
 pytestmark = pytest.mark.gui
 
@@ -86,7 +86,7 @@ def test_a_rank_that_computes_longer_has_the_wider_forward_and_is_the_named_stra
     assert widths[1]["forward"] > 1.5 * widths[2]["forward"]
     assert widths[0]["comm"] > 5 * widths[1]["comm"]
     assert all(sum(w.values()) == 300 for w in widths.values())  # the segments tile the bar
-    assert list(widths[0]) == list(_protocol.PHASES)  # in the terminal's order, every phase measured
+    assert list(widths[0]) == list(protocol.PHASES)  # in the terminal's order, every phase measured
     tooltip = cell_tooltip(panel, 1, PHASES_COLUMN)
     assert "on the CPU clock" in tooltip and "rank 1, its recent measured steps" in tooltip
     forward = (panel.model.ranks[1].phase_shares or {})["forward"]
@@ -153,7 +153,7 @@ def test_ranks_without_measured_phases_have_no_bar_and_no_legend(qtbot, panel, l
 # ---- the Qt-free models ---------------------------------------------------------------------
 
 def test_a_phase_not_measured_has_no_segment_and_reads_as_not_measured():
-    phases = RankPhases(3, SHARES, _protocol.CLOCK_GPU)
+    phases = RankPhases(3, SHARES, protocol.CLOCK_GPU)
     segments = phases.segments()
     assert [s.phase for s in segments] == ["data", "forward", "backward", "comm", "optimizer"]  # no h2d, no rest
     assert segments[0].start == 0.0 and segments[-1].start + segments[-1].width == pytest.approx(1.0)
@@ -169,15 +169,15 @@ def test_a_phase_not_measured_has_no_segment_and_reads_as_not_measured():
 
 
 def test_segments_tile_the_bar_whatever_the_rounding():
-    shares = {phase: 1 / 7 for phase in _protocol.PHASES}
+    shares = {phase: 1 / 7 for phase in protocol.PHASES}
     boxes = segment_rects(RankPhases(0, shares, "cpu"), QRect(10, 2, 101, 12))
     assert boxes[0][1].left() == 10 and boxes[-1][1].right() == 110
     assert all(a[1].right() + 1 == b[1].left() for a, b in itertools.pairwise(boxes))
 
 
 def test_every_phase_has_its_own_colour_and_a_readable_label_colour():
-    assert set(PHASE_COLORS) == set(_protocol.PHASES)
-    assert len({color.name() for color in PHASE_COLORS.values()}) == len(_protocol.PHASES)
+    assert set(PHASE_COLORS) == set(protocol.PHASES)
+    assert len({color.name() for color in PHASE_COLORS.values()}) == len(protocol.PHASES)
     assert text_color_on(QColor("#0072B2")) == QColor(Qt.GlobalColor.white)  # forward: dark blue
     assert text_color_on(QColor("#E69F00")) == QColor(Qt.GlobalColor.black)  # data: orange
 
@@ -194,7 +194,7 @@ def test_a_finished_rank_shows_its_whole_run_and_the_clocks_are_named():
     assert clocks_text([phases]) == "GPU clock"
     assert clocks_text([phases, RankPhases(0, SHARES, "cpu")]) == "GPU and CPU clocks"
     model = MonitorModel()
-    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": {"id": 1, "status": "running"},
+    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": {"id": 1, "status": "running"},
                  "ranks": [{"rank": 0, "state": "running", "skipped_steps": 2}, {"rank": 1, "state": "running"}]})
     assert model.skipped_steps() == 2
 
@@ -205,9 +205,9 @@ def _model_with_events(*events: dict, summary: dict | None = None) -> tuple[Moni
     run = {"id": 1, "status": "running" if summary is None else "succeeded"}
     if summary is not None:
         run["summary"] = summary
-    model.apply({"type": "snapshot", "v": _protocol.VERSION, "run": run,
+    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run,
                  "ranks": [{"rank": 0, "state": "running"}, {"rank": 1, "state": "running"}]})
-    model.apply({"type": "update", "v": _protocol.VERSION, "events": list(events)})
+    model.apply({"type": "update", "v": protocol.VERSION, "events": list(events)})
     return model, diagnosis
 
 
@@ -273,6 +273,6 @@ def test_the_banner_names_the_straggler_that_holds_the_others_up_most_as_the_ver
     banner = diagnosis.banner()
     assert banner.rank == 7 and banner.text.startswith("rank 7 is a straggler at step 5") and banner.more == 2
     assert diagnosis.bottleneck.title == "a straggler: rank 7 (rest)" and diagnosis.bottleneck.scope == "live"
-    model.apply({"type": "update", "v": _protocol.VERSION, "run": {"status": "lost"}})  # no whole-run verdict
+    model.apply({"type": "update", "v": protocol.VERSION, "run": {"status": "lost"}})  # no whole-run verdict
     assert diagnosis.bottleneck.scope == "last live verdict"
 

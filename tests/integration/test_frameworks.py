@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from rankwatch._protocol import NO_PROCESS_GROUP, EventKind
+from rankwatch.protocol import NO_PROCESS_GROUP, EventKind
 from runner.store.store import RunStore
 from tests.jobs import SCRIPTS, rankwatch
 

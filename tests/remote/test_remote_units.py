@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.hub import Hub
 from runner.hub.observer import HubObserver
 from runner.launch.command import BOOTSTRAP_MODULE

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.store.store import RunStore
 from tests.jobs import (
     SCRIPTS,

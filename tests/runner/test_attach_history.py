@@ -14,8 +14,8 @@ import time
 
 import psutil
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import LogLine, MetricRecord
+from rankwatch import protocol
+from rankwatch.protocol import LogLine, MetricRecord
 from runner import paths
 from runner.hub.client import HubClient
 from runner.store.store import RecordBatch, RunStore

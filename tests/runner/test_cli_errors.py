@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rankwatch._protocol import LogLine
+from rankwatch.protocol import LogLine
 from runner.cli.main import build_parser, main
 from runner.store.store import RecordBatch, RunNotFound, RunStore
 from tests.jobs import rankwatch

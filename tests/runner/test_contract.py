@@ -1,4 +1,4 @@
-"""The contract (``rankwatch._protocol``): one definition per message, record, event kind and wording."""
+"""The contract (``rankwatch.protocol``): one definition per message, record, event kind and wording."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import EventKind, MetricRecord, RankFailure
+from rankwatch import protocol
+from rankwatch.protocol import EventKind, MetricRecord
+from runner.rank_failure import Evidence, RankFailure, describe_losses
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -270,7 +271,7 @@ def test_a_ranks_fate_travels_whole_and_its_wording_is_the_runners():
     stopped = RankFailure(rank=0, exit_code=-15, signal="SIGTERM", after=1)
     assert RankFailure.from_wire(stopped.to_wire()).after == 1
     assert exit_status.failure_end_words(stopped.to_wire()) == "SIGTERM, stopped after rank 1 failed"
-    lost = RankFailure(rank=2, evidence=protocol.Evidence.CONNECTION_LOST)
+    lost = RankFailure(rank=2, evidence=Evidence.CONNECTION_LOST)
     assert exit_status.failure_end_words(lost) == exit_status.describe_end_of(None, None, lost.evidence) == (
         "its connection dropped without an exit: killed, or its node went away")
     assert [exit_status.ended_by(code) for code in (0, 1, -15, None)] == ["exit code 0", "exit code 1", "SIGTERM", "–"]
@@ -279,7 +280,7 @@ def test_a_ranks_fate_travels_whole_and_its_wording_is_the_runners():
 
 
 def test_losses_are_worded_per_rank():
-    lines = protocol.describe_losses({"losses": [{"rank": 3, "dropped": 0, "rejected": 120, "not_received": 0}],
+    lines = describe_losses({"losses": [{"rank": 3, "dropped": 0, "rejected": 120, "not_received": 0}],
                                       "store_incomplete": "disk full"})
     assert lines[0].startswith("rank 3: 120 records dropped by the runner")
     assert "disk full" in lines[1]

@@ -10,7 +10,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.freshness import UNWATCHED, WATCHED
 from runner.hub.hub import wait_until_set
 from tests.hubs import hello, open_hub

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import GpuSample, MetricRecord
+from rankwatch import protocol
+from rankwatch.protocol import GpuSample, MetricRecord
 from runner.cli.main import main
 from runner.profile.spec import TelemetrySpec
 from runner.sampling import nvml

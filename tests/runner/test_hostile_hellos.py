@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.diagnosis.stack_capture import StackCapture
 from runner.launch.process_tree import carries_marker
 from runner.sampling.samplers import ProcessSampler
@@ -52,7 +52,7 @@ def test_a_hello_with_pid_minus_one_costs_no_other_rank_its_sampling(tmp_path, c
 RANK_PROCESS = """
 import os, socket, sys, time
 sys.path.insert(0, sys.argv[3])
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 connection = socket.socket(socket.AF_UNIX)
 connection.connect(sys.argv[1])
 connection.sendall(protocol.Hello(rank=int(sys.argv[2]), token="secret-token", host="h", local_rank=0, node_rank=0,

@@ -8,7 +8,7 @@ import stat
 import time
 from pathlib import Path
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.hub import Hub
 from runner.store.store import RunStore
 from tests.hubs import fake_worker, open_hub, stored_count

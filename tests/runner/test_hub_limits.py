@@ -12,8 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import MetricRecord
+from rankwatch import protocol
+from rankwatch.protocol import MetricRecord
 from runner.diagnosis.stack_capture import StackCapture
 from runner.hub import server
 from runner.hub.publisher import TOTAL_BACKLOG_BYTES

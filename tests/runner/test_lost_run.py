@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import io
 
-from rankwatch._protocol import LogLine, MetricRecord, describe_losses
+from rankwatch.protocol import LogLine, MetricRecord
+from runner.rank_failure import describe_losses
 from runner.store.lost_run import record_lost_run
 from runner.store.store import RecordBatch, RunStore
 from runner.view.terminal import render_summary

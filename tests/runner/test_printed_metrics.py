@@ -7,8 +7,8 @@ are the Hugging Face Trainer's (it prints no step: the measured one places them)
 
 from __future__ import annotations
 
-from rankwatch import _protocol as protocol
-from rankwatch._protocol import LogLine
+from rankwatch import protocol
+from rankwatch.protocol import LogLine
 from runner.telemetry.printed_metrics import HOLD_SECONDS, Point, PrintedMetrics
 from runner.telemetry.stdout_parser import StdoutMetrics
 

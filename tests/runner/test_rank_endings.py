@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 from collections import Counter
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.diagnosis.torchrun_report import parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage
 from runner.exit_status import (

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from rankwatch._buffer import KIND_LOG, RecordBuffer
 from rankwatch._reporter import Reporter
 from rankwatch._values import capture_all

@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from rankwatch._protocol import Event, MetricRecord
+from rankwatch.protocol import Event, MetricRecord
 from runner.cli.main import main
 from runner.exit_status import (
     EXIT_KILLED,

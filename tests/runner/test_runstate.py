@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.client import HubClient
 from runner.runstate.messages import (
     Bye,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rankwatch._protocol import Event, GpuSample, LogLine, MetricRecord, ProcessSample
+from rankwatch.protocol import Event, GpuSample, LogLine, MetricRecord, ProcessSample
 from runner.store import schema
 from runner.store.store import RecordBatch, RunNotFound, RunStore
 

@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.store.store import RunStore
 from tests.jobs import SCRIPTS
 from tests.slurm.cluster import LocalSlurm

@@ -13,8 +13,7 @@ from collections.abc import Iterator
 
 import torch
 
-from rankwatch import _instrument
-from rankwatch import _protocol as protocol
+from rankwatch import _instrument, protocol
 from rankwatch._buffer import KIND_STEP, RecordBuffer
 from rankwatch._values import Pending
 

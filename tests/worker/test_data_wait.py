@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from worker_harness import FakeHub, run_worker, worker_environment
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.hub.live_model import LiveModel
 
 TRAIN_SECONDS = 0.02

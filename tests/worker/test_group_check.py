@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from worker_harness import FakeHub, start_worker, worker_environment
 
 from rankwatch import _group_check
-from rankwatch._protocol import NO_PROCESS_GROUP
+from rankwatch.protocol import NO_PROCESS_GROUP
 
 
 def test_a_rank_without_a_process_group_says_so_at_its_fifth_step_and_one_with_a_group_does_not():

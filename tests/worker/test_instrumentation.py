@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from worker_harness import PYTHON, SCRIPTS, FakeHub, start_worker, worker_environment
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 
 STEP_LINE = re.compile(r"^step (\d+) loss (\S+)$", re.MULTILINE)
 ACCUMULATED_STEPS = 4

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
 from rankwatch import _phases as phases_module
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from rankwatch._phases import (
     BACKWARD,
     COMM,

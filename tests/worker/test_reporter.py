@@ -19,7 +19,7 @@ from importlib.metadata import version
 import pytest
 from worker_harness import PYTHON, FakeHub, start_worker, worker_environment
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from rankwatch._buffer import KIND_GPU_MEMORY, KIND_LOG, KIND_STEP, RecordBuffer
 from rankwatch._reporter import Reporter
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path

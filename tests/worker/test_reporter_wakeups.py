@@ -11,7 +11,7 @@ import time
 
 from worker_harness import FakeHub
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from rankwatch._buffer import KIND_LOG, WAKE_THRESHOLD, RecordBuffer
 from rankwatch._reporter import (
     FLUSH_LATENCY,

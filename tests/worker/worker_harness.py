@@ -1,7 +1,7 @@
 """Test harness for the worker side: a fake hub on a real socket, and real worker processes.
 
 ``FakeHub`` stands in for the runner's hub: a server thread on a real Unix (or
-TCP) socket that decodes every line with ``rankwatch._protocol.decode`` and keeps
+TCP) socket that decodes every line with ``rankwatch.protocol.decode`` and keeps
 the messages, so tests assert on exactly what a worker put on the wire.
 Workers are real ``python -m rankwatch._bootstrap`` processes with the
 environment the runner would give them.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKER_PATH = REPO_ROOT / "runner" / "worker_path"

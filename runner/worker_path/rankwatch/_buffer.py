@@ -18,10 +18,10 @@ A record is a plain tuple whose first element is its kind:
     ``cpu_wait`` None when not measured (a step not timed, the first step, no run
     queue to read), ``skipped`` True for a step ``GradScaler`` skipped, ``phases`` a
     ``_phases.PhaseMarks`` (a ``Pending``) or None when not timed. The reporter sends
-    it as a step row: the record less its kind, values read (``_protocol.STEP_ROW_LENGTH``).
+    it as a step row: the record less its kind, values read (``protocol.STEP_ROW_LENGTH``).
 ``(KIND_GPU_MEMORY, t, step, allocated, reserved, peak)``
     the allocator's counters at a step's end (bytes, each None when unknown); sent as
-    the records ``_protocol.GPU_MEMORY_METRICS``.
+    the records ``protocol.GPU_MEMORY_METRICS``.
 
 The drop count is in records (one ``log`` call, or one step's auto metrics).
 

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rankwatch import _torch_hook
-from rankwatch._protocol import NO_PROCESS_GROUP
+from rankwatch.protocol import NO_PROCESS_GROUP
 
 Notify = Callable[..., None]
 """``notify(key, **facts)``: sends a ``notice`` message (``WorkerSession.notice``)."""

@@ -33,7 +33,7 @@ What is measured, per rank, and where:
   communication, optimizer, the rest) on the device's own clock: CUDA events on
   the training stream for a GPU job, read later by the reporter, the thread's
   clock for a CPU job (``_phases``); the hub derives ``compute_time`` from them
-  (``_protocol.step_row_records``). None on the first step and on the steps not
+  (``protocol.step_row_records``). None on the first step and on the steps not
   timed when steps are faster than 10 ms (``_phases.split_every``).
 * ``cpu_wait``: time the training thread waited for a CPU (Linux run queue)
   outside its waits for data and communication, on the timed steps.
@@ -63,8 +63,8 @@ from rankwatch._data_wait import DataWait
 from rankwatch._fingerprint import optimizer_parameters, parameter_digest
 from rankwatch._loss import StepLoss
 from rankwatch._phases import StepPhases, patch_collectives
-from rankwatch._protocol import ParamHash
 from rankwatch._reporter import Reporter
+from rankwatch.protocol import ParamHash
 
 _perf_counter = time.perf_counter
 _now = time.time

@@ -1,6 +1,6 @@
 """Where an optimizer step's time goes: its phases, on the device's own clock.
 
-A step is cut into phases (``_protocol.PHASES``) at moments the zero-code hooks already
+A step is cut into phases (``protocol.PHASES``) at moments the zero-code hooks already
 see on the training thread, its **marks**:
 
 ==========================================  ==========================================
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 _perf_counter = time.perf_counter
 
 DATA, H2D, FORWARD, BACKWARD, COMM, OPTIMIZER, REST = range(7)
-"""Indexes of ``_protocol.PHASES``."""
+"""Indexes of ``protocol.PHASES``."""
 _WAITING = (True, False, False, False, True, False, False)
 """The phases in which the training thread waits for others (data, communication)."""
 _FORWARD_FROM = frozenset({REST, H2D, OPTIMIZER})
@@ -131,7 +131,7 @@ class RunQueueWait:
 
 
 class PhaseMarks(Pending):
-    """A timed step's marks, read into ``[clock, *phases]`` (``_protocol.STEP_ROW_LENGTH``'s last
+    """A timed step's marks, read into ``[clock, *phases]`` (``protocol.STEP_ROW_LENGTH``'s last
     field) once they can be read without waiting: at once on the CPU clock, on the GPU once the
     last event is done (the stream completes them in order)."""
 

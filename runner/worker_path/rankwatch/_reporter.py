@@ -39,8 +39,7 @@ import time
 from collections import deque
 from typing import Any
 
-from rankwatch import _flight_recorder
-from rankwatch import _protocol as protocol
+from rankwatch import _flight_recorder, protocol
 from rankwatch._activity import TrainingActivity
 from rankwatch._buffer import KIND_GPU_MEMORY, KIND_LOG, KIND_STEP, WAKE_THRESHOLD, RecordBuffer
 from rankwatch._connection import Connection

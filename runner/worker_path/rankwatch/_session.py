@@ -26,8 +26,7 @@ import traceback
 from typing import Any
 
 import rankwatch
-from rankwatch import _failures, _process, _stacks, _torch_hook
-from rankwatch import _protocol as protocol
+from rankwatch import _failures, _process, _stacks, _torch_hook, protocol
 from rankwatch._buffer import RecordBuffer
 from rankwatch._environment import WorkerEnvironment
 from rankwatch._reporter import Reporter

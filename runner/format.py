@@ -18,7 +18,7 @@ MISSING = "–"
 """What a value that was not measured reads as (an en dash)."""
 
 __all__ = ["MISSING", "describe_exit_code", "format_amount", "format_bytes", "format_duration", "format_fixed",
-           "format_memory_pair", "format_number", "format_percent"]
+           "format_memory_pair", "format_number", "format_percent", "rank_ranges", "ranks_text"]
 
 
 def _finite(value: object) -> float | None:
@@ -129,3 +129,27 @@ def format_memory_pair(first: int | None, second: int | None) -> str:
         return f"{number:.0f}" if unit == "B" or number >= 100 else f"{number:.1f}"
 
     return f"{amount(first)}/{amount(second)} {unit}"
+
+
+def rank_ranges(ranks: object) -> str:
+    """``0-511, 513-1023``: the ranks sorted, three or more in a row as a range, so that a
+    thousand ranks read in one line (``0, 1`` and ``0, 2, 5`` stay as they are)."""
+    ordered = sorted(set(ranks))  # type: ignore[call-overload]
+    parts: list[str] = []
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        if end - start >= 2:
+            parts.append(f"{ordered[start]}-{ordered[end]}")
+        else:
+            parts.extend(str(rank) for rank in ordered[start:end + 1])
+        start = end + 1
+    return ", ".join(parts)
+
+
+def ranks_text(ranks: object) -> str:
+    """``rank 3``, ``ranks 0, 1`` or ``ranks 0-511, 513-1023``: how every message names ranks."""
+    ordered = sorted(set(ranks))  # type: ignore[call-overload]
+    return f"rank {ordered[0]}" if len(ordered) == 1 else "ranks " + rank_ranges(ordered)

@@ -26,6 +26,7 @@ from runner.exit_status import (
     how_it_ended,
     rank_end_words,
 )
+from runner.format import ranks_text
 from runner.privacy import adopt_private_umask
 from runner.rank_failure import RankFailure, stall_outcome
 from runner.runstate.progress import Progress, ProgressTracker, compute_progress, progress_texts
@@ -61,5 +62,6 @@ __all__ = [
     "plural",
     "progress_texts",
     "rank_end_words",
+    "ranks_text",
     "stall_outcome",
 ]

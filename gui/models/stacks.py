@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gui.gateway.runner_rules import ensure_verdict, plural
+from gui.gateway.runner_rules import ensure_verdict, plural, ranks_text
 
 CULPRIT, WAITING, PROGRESSING, STUCK = "culprit", "waiting", "progressing", "stuck"
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -113,13 +113,6 @@ class StacksLayout:
         when = "" if self.t is None else f" at {time.strftime('%H:%M:%S', time.localtime(self.t))}"
         why = {"stalled": "when ranks stalled", "requested": "on request"}.get(self.reason, self.reason or "")
         return f"{count} rank{'s' if count != 1 else ''} · main thread · oldest call first · taken{when} {why}".strip()
-
-
-def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
-    ranks = list(ranks)
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return "ranks " + ", ".join(str(rank) for rank in ranks)
 
 
 def is_capture(event: dict[str, Any]) -> bool:

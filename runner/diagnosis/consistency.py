@@ -29,6 +29,7 @@ import time
 
 from rankwatch.protocol import EventKind, Message, ParamHash
 from runner.diagnosis.findings import Findings
+from runner.format import rank_ranges, ranks_text
 from runner.hub.observer import HubObserver
 from runner.state import RankState
 
@@ -92,8 +93,8 @@ class ConsistencyMonitor(HubObserver):
         if diverged == self.last_diverged:
             return
         self.last_diverged = diverged
-        who = f"rank {diverged[0]}" if len(diverged) == 1 else "ranks " + ", ".join(map(str, diverged))
-        agree = ", ".join(map(str, reference))
+        who = ranks_text(diverged)
+        agree = rank_ranges(reference)
         message = (f"parameters differ after step {step}: {who} disagree{'s' if len(diverged) == 1 else ''} "
                    f"with rank{'s' if len(reference) > 1 else ''} {agree} (DDP replicas should be identical)")
         self.findings.add_divergence({"step": step, "ranks": diverged, "reference": reference, "message": message})

@@ -38,6 +38,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+from runner.format import ranks_text
+
 MAX_DUMP_BYTES = 64 << 20
 
 
@@ -166,13 +168,13 @@ def _first_mismatch(group: str, states: dict[int, dict[str, Any]]) -> dict[str, 
 
 def _never_entered(missing: list[int], seq: int, op: str, waiting: list[int],
                    states: dict[int, dict[str, Any]], group: str) -> str:
-    who = _ranks(missing)
+    who = ranks_text(missing)
     lasts = []
     for rank in missing:
         entered = states[rank]["entered"]
         last = "none" if entered is None else f"#{entered['seq']} {_op(entered)}"
         lasts.append(last if len(missing) == 1 else f"rank {rank}: {last}")
-    return (f"{who} never entered collective #{seq} ({op}{_in_group(group)}) that {_ranks(waiting)} "
+    return (f"{who} never entered collective #{seq} ({op}{_in_group(group)}) that {ranks_text(waiting)} "
             f"{'is' if len(waiting) == 1 else 'are'} waiting in; "
             f"{'its last was' if len(missing) == 1 else 'their last:'} {', '.join(lasts)}")
 
@@ -184,7 +186,7 @@ def _different(group: str, seq: int, entered: dict[int, dict[str, Any]], kinds: 
     usual = sorted(rank for rank in entered if rank not in odd)
     reference = entered[usual[0]]
     theirs = "; ".join(f"rank {rank}: {_op(entered[rank])} {_sizes(entered[rank])}" for rank in odd)
-    message = (f"{_ranks(odd)} called a different collective #{seq}{_in_group(group)} than {_ranks(usual)} "
+    message = (f"{ranks_text(odd)} called a different collective #{seq}{_in_group(group)} than {ranks_text(usual)} "
                f"({_op(reference)} {_sizes(reference)}; {theirs}): the ranks' collectives are out of step, "
                f"{'it' if len(odd) == 1 else 'they'} skipped or added one before")
     return {"culprits": odd, "seq": seq, "group": group, "message": message}
@@ -243,8 +245,3 @@ def _in_group(group: str) -> str:
     return "" if group in ("0", "") else f", group {group}"
 
 
-def _ranks(ranks: list[int]) -> str:
-    ranks = sorted(ranks)
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return "ranks " + ", ".join(str(rank) for rank in ranks)

@@ -42,15 +42,11 @@ from collections import Counter
 from typing import Any
 
 from runner.diagnosis.stack_places import Place, frame_text, plural
+from runner.format import ranks_text
 
 CULPRIT, MISMATCH, HELD_UP, ALL_WAITING, NO_COLLECTIVE, SAME_PLACE, PROGRESSING, EMPTY = (
     "culprit", "mismatch", "held_up", "all_waiting", "no_collective", "same_place", "progressing", "empty")
 ERROR, WARNING, INFO = "error", "warning", "info"
-
-
-def ranks_text(ranks: list[int]) -> str:
-    ranks = sorted(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def _is(ranks: list[int], one: str, many: str) -> str:

@@ -26,7 +26,7 @@ from rankwatch.protocol import NO_PROCESS_GROUP
 from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import BACKWARD, Place, is_user_code, place_of
 from runner.exit_status import PEER_GONE
-from runner.format import format_bytes
+from runner.format import format_bytes, ranks_text
 
 
 class HintKey(str, Enum):
@@ -463,7 +463,7 @@ def two_ranks_one_gpu(evidence: Evidence) -> Hint | None:
         if shared is None:
             return None
         (host, index), ranks_on_it = shared
-        cause = f"ranks {', '.join(map(str, ranks_on_it))} ran on the same GPU {index}{' of ' + host if host else ''}"
+        cause = f"{ranks_text(ranks_on_it)} ran on the same GPU {index}{' of ' + host if host else ''}"
     return Hint(HintKey.TWO_RANKS_ONE_GPU, cause,
                 "give each rank its own GPU: torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) before "
                 "init_process_group and DDP(model, device_ids=[local_rank]); pick at least as many GPUs as "
@@ -531,7 +531,7 @@ def mismatched_collective(evidence: Evidence) -> Hint | None:
             else place.what.replace("waits", "waited", 1)
         if place.frame is not None:
             waited += f" at {place.frame.file.rsplit('/', 1)[-1]}:{place.frame.line}"
-    peers = f"rank {finished[0]}" if len(finished) == 1 else "ranks " + ", ".join(map(str, finished))
+    peers = ranks_text(finished)
     had = "it had already finished its script" if len(finished) == 1 else "they had already finished their scripts"
     cause = f"mismatched collectives: rank {first.rank} {waited}, which {peers} never entered: {had} (exit code 0)"
     return Hint(HintKey.MISMATCHED_COLLECTIVE, cause,

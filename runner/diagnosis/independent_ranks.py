@@ -34,6 +34,7 @@ from typing import Any
 from rankwatch.protocol import LOSS, NO_PROCESS_GROUP, EventKind, Message, Metrics, Notice
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import HintKey
+from runner.format import ranks_text
 from runner.hub.observer import HubObserver
 
 LOSS_STEPS = 16
@@ -45,10 +46,6 @@ RELATIVE = 1e-6
 """Losses this close are the same computation (bit-identical on a CPU; a GPU's kernels may differ
 in the last bits)."""
 WARNING, INFO = "warning", "info"
-
-
-def ranks_text(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def same_losses(first: dict[tuple[str, int], float], second: dict[tuple[str, int], float], steps: list) -> bool:

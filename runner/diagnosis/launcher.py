@@ -36,6 +36,7 @@ from rankwatch.protocol import EventKind, ExceptionReport, Message, Notice
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hints import HintKey
 from runner.diagnosis.triage import TriageInput
+from runner.format import ranks_text
 from runner.hub.observer import HubObserver
 from runner.launch.ports import PortHolder, port_holder
 
@@ -43,10 +44,6 @@ SELF_SPAWN, LOCAL_RANK_UNPASSED, LOCAL_RANK_SPELLING = (HintKey.SELF_SPAWN, Hint
                                                         HintKey.LOCAL_RANK_SPELLING)
 ADDRESS_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
 PORT = re.compile(r"port[:= ]+(\d{2,5})")
-
-
-def ranks_text(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def _where(record: dict[str, Any]) -> str:

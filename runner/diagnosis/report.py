@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from runner.format import ranks_text
 from runner.rank_failure import stall_outcome
 
 LABEL_WIDTH = 15
@@ -25,8 +26,6 @@ def _frame(frame: dict[str, Any] | None, full: bool = False) -> str:
     return f"{path if full else os.path.basename(path)}:{frame.get('line', '?')} in {frame.get('function')}"
 
 
-def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def format_diagnostics(diagnostics: dict[str, Any] | None, run_id: int | None = None) -> list[str]:
@@ -39,7 +38,7 @@ def format_diagnostics(diagnostics: dict[str, Any] | None, run_id: int | None = 
         where = f"at step {stall['step']}" if stall.get("step") is not None else "before the first step"
         tail = stall_outcome(stall)
         seconds = min(s["seconds"] for s in stalls)
-        lines.append(f"{_label('stalled')}{_ranks(sorted(s['rank'] for s in stalls))} {where} (no progress for "
+        lines.append(f"{_label('stalled')}{ranks_text(sorted(s['rank'] for s in stalls))} {where} (no progress for "
                      f"{seconds:.0f} s, threshold {stall['threshold']:.0f} s{tail})")
     stacks = diagnostics.get("stacks")
     if stacks:
@@ -88,7 +87,7 @@ def _stacks_lines(stacks: dict[str, Any], run_id: int | None) -> list[str]:
         texts += list(verdict.get("details") or [])[:MAX_STACK_DETAILS]
     else:  # a summary written by an earlier version
         outlier = stacks.get("outlier") or {}
-        texts.append(f"{_ranks(outlier['ranks'])} differs at {_frame(outlier.get('frame'), full=True)}"
+        texts.append(f"{ranks_text(outlier['ranks'])} differs at {_frame(outlier.get('frame'), full=True)}"
                      if outlier.get("ranks") else f"captured ({stacks.get('reason')})")
     for item in stacks.get("missing") or []:
         texts.append(f"rank {item.get('rank')}: no stack ({item.get('why')})")

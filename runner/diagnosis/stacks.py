@@ -45,9 +45,10 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from runner.diagnosis.hang_verdict import judge, ranks_text
+from runner.diagnosis.hang_verdict import judge
 from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import Place, place_of, plural, source_line
+from runner.format import ranks_text
 
 CULPRIT, WAITING, PROGRESSING, STUCK = "culprit", "waiting", "progressing", "stuck"
 

@@ -60,6 +60,7 @@ from runner.exit_status import (
     only_says_peer_gone,
     signal_name,
 )
+from runner.format import ranks_text
 from runner.launch.ports import port_holder
 from runner.rank_failure import RankFailure
 from runner.state import Outcome
@@ -443,7 +444,7 @@ def hang_headline(findings: Findings) -> str | None:
     if not open_stalls:
         return None
     ranks = sorted({s["rank"] for s in open_stalls})
-    who = f"rank {ranks[0]} was" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))} were"
+    who = ranks_text(ranks) + (" was" if len(ranks) == 1 else " were")
     steps = sorted({s["step"] for s in open_stalls if s.get("step") is not None})
     at = f" at step {steps[0]}" if len(steps) == 1 else ""
     text = f"{who} stalled{at} (no progress for at least {min(s['seconds'] for s in open_stalls):.0f} s)"

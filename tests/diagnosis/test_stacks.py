@@ -286,3 +286,25 @@ def test_rankwatchs_own_wrappers_are_not_shown_in_a_ranks_stack():
               Frame("/job/rankwatch/helpers.py", 3, "mine")]  # a user's own folder named rankwatch stays
     assert [(frame.file, frame.line) for frame in user_frames(frames)] == [
         ("/job/train.py", 35), ("/torch/distributed/c10d_logger.py", 83), ("/job/rankwatch/helpers.py", 3)]
+
+
+def test_a_thousand_ranks_read_as_ranges_with_the_culprit_group_first():
+    """1,024 ranks, rank 512 outside the barrier: two groups, the culprit's first, and every message
+    names the waiting ranks as two ranges, not a thousand numbers."""
+    stacks = {rank: main_frames(HELPER if rank == 512 else BARRIER) for rank in range(1024)}
+    result = analyse(stacks, "stalled", 1.0, progress={rank: STALLED for rank in range(1024)})
+    verdict = result["verdict"]
+    assert verdict["culprits"] == [512]
+    assert verdict["message"].startswith("rank 512 is the culprit: ranks 0-511, 513-1023 wait in barrier")
+    assert [(g["role"], len(g["ranks"])) for g in result["groups"]] == [("culprit", 1), ("waiting", 1023)]
+    text = format_stacks(result)
+    assert "ranks 0-511, 513-1023" in text and len(text) < 8000
+
+
+def test_ranks_text_keeps_short_lists_and_runs_three_or_more_into_ranges():
+    from runner.format import rank_ranges, ranks_text
+    assert ranks_text([3]) == "rank 3"
+    assert ranks_text([1, 0]) == "ranks 0, 1"
+    assert ranks_text([0, 2, 5]) == "ranks 0, 2, 5"
+    assert ranks_text([5, 4, 3, 2, 0]) == "ranks 0, 2-5"
+    assert rank_ranges([*range(512), *range(513, 1024), 7]) == "0-511, 513-1023"

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from rankwatch import protocol
+from runner.cli import prune_command
 from runner.cli.output import EXIT_FAILED, fail
 from runner.exit_status import describe_exit_code
 from runner.format import (
@@ -70,6 +71,7 @@ def add_parsers(commands) -> None:
     export.add_argument("run", metavar="RUN", help="a run id, 'last' or 'last-N'")
     export.add_argument("--csv", required=True, metavar="DIR", help="folder for one CSV per table")
     export.set_defaults(handler=export_main)
+    prune_command.add_parser(actions)
     runs.set_defaults(handler=lambda args: (runs.print_help(), 2)[1])
 
     attach = commands.add_parser(

@@ -169,6 +169,7 @@ class Run(HubObserver):
         self.token = secrets.token_urlsafe(32)
         self.store_path = paths.store_path()
         self.hub = Hub(self.store_path, self.token)
+        self.hub.compactor.full_detail = self.spec.telemetry.full_detail_hours * 3600.0
         self.run_id: int | None = None
         self.run_dir: Path | None = None
         self.socket_path: Path | None = None

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch.protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
+from runner.hub.compaction import Compactor
 from runner.hub.freshness import FLUSH_SECONDS, UNWATCHED, freshness_for
 from runner.hub.ingest import Ingest
 from runner.hub.live_model import LiveModel, LiveRank
@@ -91,6 +92,11 @@ class Hub:
         self.server.worker_latency = self.freshness.worker_latency
         self.publisher.on_subscribers_changed = self._subscribers_changed
         self._flush_task: asyncio.Task[None] | None = None
+        self.compactor = Compactor(self.writer, lambda: self.run_id,
+                                   replaying=lambda: any(not s.live for s in self.publisher.subscribers),
+                                   stats=self.stats)
+        """Old detail into the metric pyramid as the run goes (``runner.hub.compaction``)."""
+        self._compact_task: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._run_changed = False
         self._node_rows_changed: list[dict[str, Any]] = []
@@ -229,7 +235,9 @@ class Hub:
         return await self.server.serve_tcp(host, port)
 
     def start(self) -> None:
-        self._flush_task = asyncio.get_running_loop().create_task(self._flush_forever(), name="hub-flush")
+        loop = asyncio.get_running_loop()
+        self._flush_task = loop.create_task(self._flush_forever(), name="hub-flush")
+        self._compact_task = loop.create_task(self.compactor.run_forever(), name="hub-compact")
 
     async def close(self, reason: str = "run ended", drain_seconds: float = 5.0) -> None:
         """Stop listening, read what producers already sent (up to ``drain_seconds``), flush
@@ -241,6 +249,8 @@ class Hub:
         await asyncio.sleep(ACCEPT_SETTLE_SECONDS)  # accept connections already queued by the kernel
         await self.server.wait_for_producers(deadline)
         self.server.stop_listening()
+        if self._compact_task is not None:
+            self._compact_task.cancel()
         if self._flush_task is not None:
             async with self._flush_lock:  # never cancel a flush halfway: its commit would go on unseen
                 self._flush_task.cancel()

@@ -118,6 +118,12 @@ class TelemetrySpec:
         help="every N steps check that parameters are identical on all ranks (DDP consistency)",
         label="Hash every", section=TELEMETRY, placeholder="0 (off), or N steps")
     """Check every N steps that parameters are identical on all ranks (0 = off)."""
+    full_detail_hours: float = setting(
+        1.0, NUMBER, low=0.05, high=8760.0, unit="hours", flag="--full-detail-hours", metavar="HOURS",
+        help="hours of every record kept as it came; older metrics are kept as one point per 10 s "
+             "(per 5 min after a day) with their range, so a long run's store stays small (default 1)",
+        label="Full detail (h)", section=TELEMETRY, placeholder="1 (hours; older: decimated)")
+    """Hours of metrics kept in full; older ones become the store's pyramid (``runner.store.pyramid``)."""
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,10 @@ def _summary(connection: sqlite3.Connection, run_id: int, *, runner_pid: int | N
              processes_killed: int) -> dict[str, Any]:
     marks = ",".join("?" * len(WORKER_SOURCES))
     from_workers = dict(connection.execute(
-        f"SELECT rank, COUNT(*) FROM metrics WHERE run_id = ? AND source IN ({marks}) GROUP BY rank",
+        f"SELECT rank, SUM(COALESCE(n, 1)) FROM metrics WHERE run_id = ? AND source IN ({marks}) GROUP BY rank",
         (run_id, *WORKER_SOURCES)).fetchall())
     metrics, newest_metric = connection.execute(
-        "SELECT COUNT(*), MAX(t) FROM metrics WHERE run_id = ?", (run_id,)).fetchone()
+        "SELECT COALESCE(SUM(COALESCE(n, 1)), 0), MAX(t) FROM metrics WHERE run_id = ?", (run_id,)).fetchone()
     logs, newest_log = connection.execute("SELECT COUNT(*), MAX(t) FROM logs WHERE run_id = ?", (run_id,)).fetchone()
     losses = []
     for rank, sent, dropped, rejected in connection.execute(

@@ -167,8 +167,8 @@ def _add_phases(store, run_id: int) -> dict[int, tuple[dict[str, float | None], 
     names = ", ".join("?" * len(protocol.PHASE_METRICS))
     totals: dict[int, list[float | None]] = {}
     for rank, name, total in _rows(
-            store, f"SELECT rank, name, SUM(value) FROM metrics WHERE run_id = ? AND name IN ({names}) AND source = ?"
-                   " AND value IS NOT NULL GROUP BY rank, name", run_id, *protocol.PHASE_METRICS, protocol.SOURCE_AUTO):
+            store, f"SELECT rank, name, SUM(value * COALESCE(n, 1)) FROM metrics WHERE run_id = ?"
+                   f" AND name IN ({names}) AND source = ? AND value IS NOT NULL GROUP BY rank, name", run_id, *protocol.PHASE_METRICS, protocol.SOURCE_AUTO):
         totals.setdefault(rank, [None] * len(protocol.PHASES))[protocol.PHASE_INDEX[name]] = total
     counts = _counts(store, run_id, protocol.PHASE_CLOCK)
     result = {}
@@ -187,7 +187,7 @@ def _newest_clocks(store, run_id: int) -> dict[int, str | None]:
 
 def _counts(store, run_id: int, name: str) -> dict[int, int]:
     return {rank: int(count) for rank, count in _rows(
-        store, "SELECT rank, COUNT(*) FROM metrics WHERE run_id = ? AND name = ? AND source = ? GROUP BY rank",
+        store, "SELECT rank, SUM(COALESCE(n, 1)) FROM metrics WHERE run_id = ? AND name = ? AND source = ? GROUP BY rank",
         run_id, name, protocol.SOURCE_AUTO)}
 
 

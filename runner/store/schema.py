@@ -141,10 +141,27 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE ranks ADD COLUMN gpu_mem_used_peak INTEGER;
     """,
+    # 5 -> 6: the metric pyramid (runner.store.pyramid). Old detail is kept as one point per
+    # bucket: the metrics row holds the mean, ``n`` the records it stands for, ``low``/``high``
+    # their range (all NULL for a record as it came). ``compactions`` remembers, per run,
+    # level and series (metric name and rank), up to which time it is done.
+    """
+    ALTER TABLE metrics ADD COLUMN n INTEGER;
+    ALTER TABLE metrics ADD COLUMN low REAL;
+    ALTER TABLE metrics ADD COLUMN high REAL;
+    CREATE TABLE compactions (
+        run_id   INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        level    INTEGER NOT NULL,
+        name     TEXT NOT NULL,
+        rank     INTEGER NOT NULL,
+        through  REAL NOT NULL,
+        PRIMARY KEY (run_id, level, name, rank)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
-TABLES = ("runs", "ranks", "nodes", "metrics", "logs", "events", "gpu_samples", "process_samples")
+TABLES = ("runs", "ranks", "nodes", "metrics", "logs", "events", "gpu_samples", "process_samples", "compactions")
 
 
 class StoreVersionError(RuntimeError):

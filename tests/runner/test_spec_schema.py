@@ -111,7 +111,9 @@ def test_every_flag_of_the_real_spec_still_exists_with_its_help():
 def test_each_telemetry_setting_is_on_the_form_and_has_a_flag_except_the_loss_pattern():
     telemetry = [item for item in all_settings(LaunchSpec) if item.table == "telemetry"]
     assert [item.name for item in telemetry] == [
-        "instrument", "parse_stdout", "loss_pattern", "sample_interval", "stall_timeout", "hash_every"]
+        "instrument", "parse_stdout", "loss_pattern", "sample_interval", "stall_timeout", "hash_every",
+        "full_detail_hours"]
     assert all(item.setting.label and item.setting.section == "Telemetry" for item in telemetry)
     assert [item.setting.flag for item in telemetry if item.setting.flag] == [
-        "--no-instrument", "--parse-stdout", "--sample-interval", "--stall-timeout", "--hash-every"]
+        "--no-instrument", "--parse-stdout", "--sample-interval", "--stall-timeout", "--hash-every",
+        "--full-detail-hours"]

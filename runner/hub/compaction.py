@@ -1,0 +1,60 @@
+"""Keeping a live run's store within bounds: the metric pyramid, applied as the run goes.
+
+Every ``COMPACT_SECONDS`` the hub compacts what has grown old (``runner.store.pyramid``), one
+slice per call to its writer thread, so that ingest and publishing go on in between. It waits
+while a subscriber's history replay is running: the replay reads the run in row order, and
+rows replaced under it would be missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from runner.hub.writer import StoreWriter
+from runner.store.pyramid import DEFAULT_FULL_DETAIL, Level, SliceResult, compact_slice, levels
+from runner.store.store import RunStore
+
+COMPACT_SECONDS = 300.0
+
+
+class Compactor:
+    def __init__(self, writer: StoreWriter, run_id: Callable[[], int | None], replaying: Callable[[], bool],
+                 stats: Counter[str]) -> None:
+        self.writer = writer
+        self.run_id = run_id
+        self.replaying = replaying
+        self.stats = stats
+        self.full_detail = DEFAULT_FULL_DETAIL
+        """Seconds of full detail (the spec's ``telemetry.full_detail_hours``)."""
+
+    async def run_forever(self) -> None:
+        while True:
+            await asyncio.sleep(COMPACT_SECONDS)
+            await self.compact_now()
+
+    async def compact_now(self, now: float | None = None) -> None:
+        """Compact what is old enough at ``now`` (default: the clock), every level, slice by slice."""
+        run_id = self.run_id()
+        if run_id is None:
+            return
+        moment = time.time() if now is None else now
+        for level in levels(self.full_detail):
+            resume: tuple[str, int] | None = None
+            while not self.replaying():
+                result = await self.writer.call(self._one_slice, run_id, level, moment, resume)
+                if result is None:
+                    return
+                self.stats["compacted_rows"] += result.replaced
+                self.stats["compacted_points"] += result.points
+                if result.resume is None:
+                    break
+                resume = result.resume
+                await asyncio.sleep(0)
+
+    def _one_slice(self, store: RunStore, run_id: int, level: Level, now: float,
+                   resume: tuple[str, int] | None) -> SliceResult | None:
+        """Writer thread: one slice; None when the store refused (a full disk: the writer says so)."""
+        return self.writer.try_write(compact_slice, store.connection, run_id, level, now, resume)

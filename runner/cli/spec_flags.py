@@ -354,8 +354,8 @@ def flag_of_field(field: str, args: argparse.Namespace, schema: type[LaunchSpec]
     candidates: list[tuple[str, str]] = []
     if field in OWN_RULE_FLAGS:
         candidates.append(OWN_RULE_FLAGS[field])
-    if field.startswith("env."):
-        candidates.append(("env", "--env"))
+    if field.startswith("env.") and any(pair.partition("=")[0] == field[len("env."):] for pair in args.env or ()):
+        candidates.append(("env", f"--env {field[len('env.'):]}"))  # given with --env, not in the profile
     if field.startswith("slurm.") and field[len("slurm."):] in SLURM_FLAGS:
         candidates.append((field[len("slurm."):], SLURM_FLAGS[field[len("slurm."):]]))
     for item in all_settings(schema):

@@ -160,6 +160,9 @@ def test_an_invalid_flag_value_found_by_the_spec_check_is_worded_as_the_flag(cap
     code, out, err = run_cli(capsys, "command", "--nproc-per-node", "0", str(script))
     assert (code, out) == (2, "")
     assert err.splitlines() == ["rankwatch: --nproc-per-node: 0 is out of range; must be between 1 and 1024"]
+    code, out, err = run_cli(capsys, "command", "--env", "RANK=3", str(script))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == ["rankwatch: --env RANK: set by torchrun for each worker; remove it from env"]
 
 
 # ---- 4. --version --------------------------------------------------------------------------------

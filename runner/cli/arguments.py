@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from runner.cli.launch_arguments import EXAMPLE_FLAG, LaunchWords, split_launch_words
+from runner.cli.launch_arguments import LaunchWords, split_launch_words
 
 HINT_PREFIX = "hint: "
 FLAG_CUTOFF = 0.7
@@ -113,7 +113,7 @@ class Parser(argparse.ArgumentParser):
 
     def _take_launch_words(self, namespace: argparse.Namespace, launch: LaunchWords) -> None:
         if launch.stray is not None:
-            where = "--example" if launch.target is None else launch.target
+            where = launch.target if launch.target is not None else launch.profile_flag
             self.error(with_hint(f"{launch.stray!r} after {where}: a profile's script arguments go after --",
                                  f"`{self.prog} {where} [FLAGS] -- {launch.stray} ...`"))
         namespace.target = launch.target
@@ -131,8 +131,8 @@ class Parser(argparse.ArgumentParser):
         if launch is None:
             self.error(f"unknown flag {flag}")
         profile = None
-        if launch.target is None and EXAMPLE_FLAG in launch.flags:
-            profile = EXAMPLE_FLAG
+        if launch.target is None and launch.profile_flag is not None:
+            profile = launch.profile_flag
         elif launch.target is not None and self._is_profile(launch.target) \
                 and launch.flags.index(flags_typed(extras)[0]) >= launch.flags_before_target:
             profile = launch.target  # `run PROFILE --epochs 3`: after the profile, not before a script

@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 
 END_OF_FLAGS = "--"
 EXAMPLE_FLAG = "--example"
+PROFILE_FLAGS = (EXAMPLE_FLAG, "--from")
+"""Flags that name the profile (`profiles save NAME --from PROFILE [FLAGS] [-- SCRIPT_ARGS]`)."""
 MODULE_FLAGS = ("-m", "--module")
 
 
@@ -38,6 +40,8 @@ class LaunchWords:
     """A word after a profile (or ``--example``) that is neither a flag nor after ``--``."""
     flags_before_target: int = 0
     """How many words of ``flags`` came before the target (all of them when there is none)."""
+    profile_flag: str | None = None
+    """The flag that named the profile, as typed (``--example``, ``--from nightly``), if one did."""
 
 
 def split_launch_words(words: list[str], takes_value: Callable[[str], bool],
@@ -50,7 +54,19 @@ def split_launch_words(words: list[str], takes_value: Callable[[str], bool],
     """
     before: list[str] = []
     launch = _split(words, takes_value, is_profile, before)
-    return replace(launch, flags_before_target=len(before) if launch.target is not None else len(launch.flags))
+    return replace(launch, flags_before_target=len(before) if launch.target is not None else len(launch.flags),
+                   profile_flag=_profile_flag(before))
+
+
+def _profile_flag(flags: list[str]) -> str | None:
+    """``--example`` or ``--from NAME`` (the last such flag) among ``flags``, as typed."""
+    for index in range(len(flags) - 1, -1, -1):
+        name = flags[index].split("=", 1)[0]
+        if name == EXAMPLE_FLAG or (name in PROFILE_FLAGS and "=" in flags[index]):
+            return flags[index]
+        if name in PROFILE_FLAGS:
+            return " ".join(flags[index:index + 2])
+    return None
 
 
 def _split(words: list[str], takes_value: Callable[[str], bool], is_profile: Callable[[str], bool],
@@ -62,7 +78,7 @@ def _split(words: list[str], takes_value: Callable[[str], bool], is_profile: Cal
         word = words[index]
         if word == END_OF_FLAGS:
             rest = words[index + 1:]
-            if profile_given:  # `--example -- ARGS`: the example's script arguments
+            if profile_given:  # `--example -- ARGS`: the profile's script arguments
                 return LaunchWords(flags, None, rest)
             if not rest:
                 return LaunchWords(flags, None, None)
@@ -70,10 +86,10 @@ def _split(words: list[str], takes_value: Callable[[str], bool], is_profile: Cal
         if _is_flag(word):
             index = _take_flag(words, index, flags, takes_value)
             name = word.split("=", 1)[0]
-            profile_given = profile_given or name == EXAMPLE_FLAG
+            profile_given = profile_given or name in PROFILE_FLAGS
             module_given = module_given or name in MODULE_FLAGS or (word.startswith("-m") and word[1:2] != "-")
             continue
-        if profile_given:  # `--example WORD`: the example is the target already
+        if profile_given:  # `--example WORD`: the profile is named already
             return _after_profile(flags, None, words[index:], takes_value)
         return _after_target(list(flags), word, words[index + 1:], takes_value, is_profile(word) and not module_given)
     return LaunchWords(flags, None, None)

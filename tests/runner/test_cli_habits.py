@@ -82,6 +82,15 @@ def test_a_script_argument_after_a_profile_without_double_dash_says_where_it_goe
     assert err.startswith("rankwatch command: '20' after nightly: a profile's script arguments go after --\n")
 
 
+def test_a_profile_saved_from_another_takes_its_overrides_and_double_dash_args(capsys, saved_profile):
+    code, _out, err = run_cli(capsys, "profiles", "save", "quick", "--from", "nightly", "--nproc-per-node", "2",
+                              "--", "--epochs", "1")
+    assert code == 0, err
+    quick = (paths.profiles_dir() / "quick.toml").read_text()
+    assert "nproc_per_node = 2" in quick and '"--epochs",\n    "1",' in quick
+    assert 'args = ["--epochs", "10"]' in saved_profile.read_text()
+
+
 def test_args_after_double_dash_replace_the_examples_script_args(capsys):
     """Seen: `rankwatch run --detach --example -- --epochs 20` ran with --epochs 10 (exit 0)."""
     code, out, err = run_cli(capsys, "command", "--example", "--nproc-per-node", "1", "--", "--epochs", "20")

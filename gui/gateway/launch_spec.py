@@ -29,6 +29,7 @@ from runner.profile.files import (
     save_profile,
     write_spec_file,
 )
+from runner.profile.oversubscription import cores_oversubscribed
 from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
 from runner.profile.resolve import (
     MachineFacts,
@@ -98,6 +99,7 @@ __all__ = [
     "all_settings",
     "build_commands",
     "check_launch",
+    "cores_oversubscribed",
     "default_interpreter",
     "delete_profile",
     "discover_interpreters",

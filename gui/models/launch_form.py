@@ -48,6 +48,7 @@ from gui.gateway.launch_spec import (
     all_settings,
     build_commands,
     check_launch,
+    cores_oversubscribed,
     default_interpreter,
     fit_example,
     free_port,
@@ -386,14 +387,10 @@ def pick_free_port() -> int:
 
 
 def cores_warning(launch: ResolvedLaunch, cpu_count: int) -> tuple[str, str] | None:
-    """In CPU mode, more processes on the head node than it has cores: every rank gets less
-    than a core and steps crawl (torch's own threads compete too). Allowed, but said."""
-    processes = launch.head.processes
-    if not launch.cpu_mode or not launch.head.is_local or processes <= cpu_count:
-        return None
-    return ("nproc_per_node", f"{processes} processes on {cpu_count} CPU core{'s' if cpu_count != 1 else ''}: "
-                              f"each rank gets less than a core in CPU mode and steps will be slow; "
-                              f"use at most {cpu_count}")
+    """In CPU mode, more processes on the head node than it has cores (``cores_oversubscribed``,
+    which `rankwatch run` prints too). Allowed, but said."""
+    message = cores_oversubscribed(launch, cpu_count)
+    return None if message is None else ("nproc_per_node", message)
 
 
 def interpreter_errors(info: InterpreterInfo, launch: ResolvedLaunch) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from rankwatch import protocol
 from runner.cli.output import EXIT_FAILED, fail
+from runner.cli.run_choice import chosen_run
 from runner.diagnosis.doctor import TORCHRUN_DEFAULT_PORT, format_report, run_doctor
 from runner.diagnosis.flight_recorder import format_flight_record
 from runner.diagnosis.stacks import format_stacks
@@ -47,7 +48,9 @@ def add_parsers(commands) -> None:
         "stacks", help="every rank's Python stack, identical ones collapsed, the odd one marked",
         description="For a running job: capture every rank's stacks now (no ptrace: the workers dump on a signal). "
                     "For a finished one: the last capture (taken on a stall or on request).")
-    stacks.add_argument("run", metavar="RUN", nargs="?", default="last", help="a run id, 'last' or 'last-N'")
+    stacks.add_argument("run", metavar="RUN", nargs="?", default=None,
+                        help="a run id, 'last' or 'last-N' (default: the live run when exactly one is live, "
+                             "else the last run)")
     stacks.add_argument("--json", action="store_true", help="the capture as JSON (the 'stacks' event)")
     stacks.add_argument("--timeout", type=float, default=STACKS_TIMEOUT_SECONDS, help=argparse.SUPPRESS)
     stacks.set_defaults(handler=stacks_main)
@@ -71,7 +74,7 @@ def doctor_main(args: argparse.Namespace) -> int:
 def stacks_main(args: argparse.Namespace) -> int:
     try:
         with RunStore(readonly=True) as store:
-            run = store.run(store.resolve_run_id(args.run))
+            run = chosen_run(store, args.run, command="stacks")
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED, as_json=args.json)
     capture = None

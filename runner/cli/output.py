@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 
 from runner.profile.parse import SpecErrors
 
@@ -20,12 +21,19 @@ def spec_errors_json(errors: SpecErrors) -> dict:
             "errors": [{"field": e.field, "message": e.message} for e in errors.errors]}
 
 
-def print_spec_errors(errors: SpecErrors, source: str, *, as_json: bool = False) -> int:
+def print_spec_errors(errors: SpecErrors, source: str, *, as_json: bool = False,
+                      flag_of: Callable[[str], str | None] | None = None) -> int:
+    """One line per error: ``SOURCE: FIELD: MESSAGE``, or ``--FLAG: MESSAGE`` where
+    ``flag_of(field)`` says a flag given on the command line set that field."""
     if as_json:
         print(json.dumps(spec_errors_json(errors)))
     else:
         for error in errors.errors:
-            print(f"rankwatch: {source}: {error.field}: {error.message}", file=sys.stderr)
+            flag = flag_of(error.field) if flag_of is not None else None
+            if flag is not None and not error.message.startswith(flag):
+                print(f"rankwatch: {flag}: {error.message}", file=sys.stderr)
+            else:
+                print(f"rankwatch: {source}: {error.field}: {error.message}", file=sys.stderr)
     return EXIT_INVALID
 
 

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from runner import paths, priority
 from runner.cli.output import EXIT_INVALID, fail, print_spec_errors, spec_errors_json
-from runner.cli.spec_flags import profile_from_args
+from runner.cli.spec_flags import flag_of_field, profile_from_args
 from runner.exit_status import process_exit_code
+from runner.profile.check import check_interpreter
 from runner.profile.files import (
     Profile,
     ProfileError,
@@ -29,6 +30,7 @@ from runner.profile.files import (
     is_bundled_example,
     write_spec_file,
 )
+from runner.profile.oversubscription import oversubscription_warnings
 from runner.profile.parse import SpecErrors
 from runner.profile.resolve import absolute_paths
 from runner.run import Run, prepare_launch
@@ -46,14 +48,26 @@ def source_label(args: argparse.Namespace) -> str:
     return "example" if args.example else args.target or args.module or "command line"
 
 
+def explain(errors: SpecErrors, args: argparse.Namespace, *, as_json: bool = False) -> int:
+    """Print ``errors`` (a value given as a flag is named by its flag); the exit code."""
+    return print_spec_errors(errors, source_label(args), as_json=as_json,
+                             flag_of=lambda field: flag_of_field(field, args, args.spec_schema))
+
+
 def load_or_explain(args: argparse.Namespace, *, as_json: bool = False):
     """The profile for these args, or an exit code after printing why not."""
     try:
         return fit_to_this_machine(profile_from_args(args), args), None
     except SpecErrors as errors:
-        return None, print_spec_errors(errors, source_label(args), as_json=as_json)
+        return None, explain(errors, args, as_json=as_json)
     except (ProfileError, ValueError) as error:
         return None, fail(str(error), as_json=as_json)
+
+
+def warn_oversubscription(prepared) -> None:
+    """More ranks than cores or GPUs here: allowed, but said before launch (as the launch form does)."""
+    for warning in oversubscription_warnings(prepared.launch, prepared.machine.cpu_count):
+        print(f"rankwatch: warning: {warning}", file=sys.stderr)
 
 
 def fit_to_this_machine(profile: Profile, args: argparse.Namespace) -> Profile:
@@ -70,8 +84,12 @@ def command_main(args: argparse.Namespace) -> int:
         return code
     try:
         prepared = prepare_launch(profile, probe_interpreter=False)
+        # no ssh preflight for a preview, but the head's interpreter must be a Python with torch
+        if prepared.launch.head.is_local and (problems := check_interpreter(prepared.launch.head.python)):
+            raise SpecErrors(problems)
     except SpecErrors as errors:
-        return print_spec_errors(errors, source_label(args))
+        return explain(errors, args)
+    warn_oversubscription(prepared)
     if prepared.launch.spec.slurm is not None:  # the sbatch script, to submit the same job by hand
         print(render_by_hand(prepared.launch), end="")
         return 0
@@ -99,7 +117,9 @@ def run_main(args: argparse.Namespace) -> int:
             with os.fdopen(args.ready_fd, "w") as ready:
                 ready.write(json.dumps(spec_errors_json(errors)))
             return EXIT_INVALID
-        return print_spec_errors(errors, source_label(args), as_json=args.json)
+        return explain(errors, args, as_json=args.json)
+    if args.ready_fd is None:  # the detached runner's parent has said it
+        warn_oversubscription(prepared)
     if args.detach:
         return _detach(profile, args.json)
     if args.ready_fd is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from rankwatch import protocol
 from runner.cli import prune_command
 from runner.cli.output import EXIT_FAILED, fail
+from runner.cli.run_choice import chosen_run
 from runner.exit_status import describe_exit_code
 from runner.format import (
     MISSING,
@@ -79,8 +80,9 @@ def add_parsers(commands) -> None:
         description="Watch a running job started elsewhere (the GUI, `run --detach`, another terminal): its "
                     "history, then live. Ctrl-C detaches and leaves the run going (`rankwatch stop RUN` stops it). "
                     "A run that has ended is shown as stored.")
-    attach.add_argument("run", metavar="RUN", nargs="?", default="last",
-                        help="a run id, 'last' (the default) or 'last-N'")
+    attach.add_argument("run", metavar="RUN", nargs="?", default=None,
+                        help="a run id, 'last' or 'last-N' (default: the live run when exactly one is live, "
+                             "else the last run)")
     attach.add_argument("--plain", action="store_true",
                         help="plain prefixed lines, no live table (the default when stdout is not a terminal)")
     attach.add_argument("--status-every", type=float, default=30.0, metavar="SECONDS",
@@ -362,7 +364,7 @@ def export_main(args: argparse.Namespace) -> int:
 def attach_main(args: argparse.Namespace) -> int:
     try:
         with _open_store() as store:
-            run = store.run(store.resolve_run_id(args.run))
+            run = chosen_run(store, args.run, command="attach")
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED)
     if not runner_alive(run):

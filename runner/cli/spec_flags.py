@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from runner.cli.arguments import Parser
 from runner.profile.files import Profile, example_profile, load_profile, looks_like_path
 from runner.profile.parse import (
     SpecError,
@@ -41,7 +43,7 @@ def add_spec_flags(parser: argparse.ArgumentParser, schema: type[LaunchSpec] = L
     group = parser.add_argument_group("launch (as torchrun; given with a profile they override it)")
     top_level = [item for item in all_settings(schema) if not item.table]
     add_setting_flags(group, top_level)
-    group.add_argument("--gpus", metavar="LIST|all|cpu", help='GPU indices such as 0,1 (CUDA_VISIBLE_DEVICES), "all" or "cpu"')
+    group.add_argument("--gpus", metavar="LIST|all|cpu", type=_gpus_flag, help='GPU indices such as 0,1 (CUDA_VISIBLE_DEVICES), "all" or "cpu"')
     group.add_argument("--interpreter", "--python", metavar="PATH", help="Python with torch (default: this one)")
     group.add_argument("--workdir", metavar="DIR", help="working directory (default: here)")
     group.add_argument("--env", metavar="KEY=VALUE", action="append", default=[], help="extra environment (repeatable)")
@@ -55,9 +57,15 @@ def add_spec_flags(parser: argparse.ArgumentParser, schema: type[LaunchSpec] = L
     group.add_argument("--module", "-m", dest="module", metavar="MODULE", help="run a module (python -m style) instead of a script")
     parser.set_defaults(spec_schema=schema)
     add_slurm_flags(parser)
-    parser.add_argument("--example", action="store_true", help="the bundled example: one rank per GPU (at most 2), or 2 CPU ranks without a GPU")
-    parser.add_argument("target", nargs="?", metavar="PROFILE|FILE.toml|SCRIPT", help="what to run")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="arguments for the script")
+    parser.add_argument("--example", action="store_true",
+                        help="the bundled example (a profile): one rank per GPU (at most 2), or 2 CPU ranks without a GPU")
+    parser.add_argument("target", nargs="?", metavar="PROFILE|FILE.toml|SCRIPT",
+                        help="what to run; flags after a profile override it for this run only")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...",
+                        help="after a script: its arguments; after a profile: -- then arguments that replace "
+                             "the profile's")
+    if isinstance(parser, Parser):  # split the words as torchrun and docker do (runner.cli.launch_arguments)
+        parser.launch_target_is_profile = lambda target: not is_script_target(target)
 
 
 def flag_dest(item: PathSetting) -> str:
@@ -80,11 +88,24 @@ def add_setting_flags(group: argparse._ArgumentGroup, items: list[PathSetting]) 
                 options["metavar"] = described.metavar
             if described.kind == CHOICE:
                 options["choices"] = described.choices
-            elif described.kind == INTEGER and not described.auto:
-                options["type"] = int
-            elif described.kind == NUMBER and not described.auto:
-                options["type"] = float
+            elif described.kind == INTEGER:
+                options["type"] = _auto_or(int, "an integer") if described.auto else int
+            elif described.kind == NUMBER:
+                options["type"] = _auto_or(float, "a number") if described.auto else float
         group.add_argument(*names, **options)
+
+
+def _auto_or(kind: type, described: str) -> Callable[[str], str]:
+    """An argparse type that accepts ``"auto"`` or a ``kind``, and keeps the text (``_flag_value``
+    converts it): a bad value is a flag error at once (``--nproc-per-node: expected ...``)."""
+    def check(text: str) -> str:
+        if text != AUTO:
+            try:
+                kind(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f'expected {described} or "auto", got {text!r}') from None
+        return text
+    return check
 
 
 def _flag_value(item: PathSetting, given: Any) -> Any:
@@ -137,6 +158,15 @@ def _auto_or_int(field: str, text: str) -> int | str:
     except ValueError:
         raise SpecErrors([SpecError(field, f'expected an integer or "auto", got {text!r}')]) from None
     return value
+
+
+def _gpus_flag(text: str) -> str:
+    """``--gpus``, checked as it is parsed (``_gpus`` converts it)."""
+    try:
+        _gpus(text)
+    except SpecErrors as errors:
+        raise argparse.ArgumentTypeError(errors.errors[0].message) from None
+    return text
 
 
 def _gpus(text: str):
@@ -297,9 +327,41 @@ def profile_from_args(args: argparse.Namespace) -> Profile:
         spec = schema(script=str(script), args=tuple(args.script_args), workdir=str(Path.cwd()))
         profile = Profile(name=script.stem, path=None, spec=spec)
     else:
-        if args.script_args:
-            raise ValueError(f"arguments after a profile are not allowed ({' '.join(args.script_args)}); "
-                             "put Rankwatch flags before the profile name, or script arguments in the profile's args")
         profile = load_profile(args.target, schema)
+    if (args.example or profile.path is not None) and getattr(args, "script_args_given", False):
+        # `run PROFILE -- ARGS` (or `--example -- ARGS`): these arguments for this run, not the profile's
+        profile = replace(profile, spec=replace(profile.spec, args=tuple(args.script_args)))
     spec = apply_overrides(profile.spec, args)
     return replace(profile, spec=spec)
+
+
+# ---- errors in values given as flags are worded as the flag ------------------------------------
+
+OWN_RULE_FLAGS = {
+    "gpus": ("gpus", "--gpus"), "interpreter": ("interpreter", "--interpreter"), "workdir": ("workdir", "--workdir"),
+    "nodes": ("hosts", "--hosts"), "module": ("module", "--module"),
+    "rendezvous.endpoint": ("rdzv_endpoint", "--rdzv-endpoint"), "rendezvous.job_id": ("rdzv_id", "--rdzv-id"),
+    "rendezvous.master_addr": ("master_addr", "--master-addr"),
+    "rendezvous.master_port": ("master_port", "--master-port"),
+}
+"""Spec field -> (argparse dest, flag) of the flags with rules of their own."""
+
+
+def flag_of_field(field: str, args: argparse.Namespace, schema: type[LaunchSpec] = LaunchSpec) -> str | None:
+    """The flag that set ``field`` in this invocation (``--nproc-per-node`` for ``nproc_per_node``),
+    or ``None`` when the value came from a profile or a default: an error in a value the user
+    typed as a flag names that flag, not a field of a file they never wrote."""
+    candidates: list[tuple[str, str]] = []
+    if field in OWN_RULE_FLAGS:
+        candidates.append(OWN_RULE_FLAGS[field])
+    if field.startswith("env.") and any(pair.partition("=")[0] == field[len("env."):] for pair in args.env or ()):
+        candidates.append(("env", f"--env {field[len('env.'):]}"))  # given with --env, not in the profile
+    if field.startswith("slurm.") and field[len("slurm."):] in SLURM_FLAGS:
+        candidates.append((field[len("slurm."):], SLURM_FLAGS[field[len("slurm."):]]))
+    for item in all_settings(schema):
+        if item.path == field and item.setting.flag is not None:
+            candidates.append((flag_dest(item), item.setting.flag))
+    for dest, flag in candidates:
+        if getattr(args, dest, None) not in (None, False, [], ()):
+            return flag
+    return None

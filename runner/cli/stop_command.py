@@ -12,8 +12,12 @@ starting, or its socket was removed), ``stop`` sends SIGTERM to the runner inste
 (twice with ``--force``: a second signal means "kill now"), after checking that the
 pid is that run's runner and not a later process that reused the number.
 
+Without RUN, ``stop`` stops the live run when exactly one is live (``runner.cli.run_choice``);
+with several it names them and stops none (exit code 2).
+
 Exit codes: 0 the run has ended (stopped now, or it ended on its own meanwhile);
-1 no such run, or it did not end in time; 3 the run is not running (nothing to stop).
+1 no such run, or it did not end in time; 2 RUN left out while several runs are live;
+3 the run is not running, or RUN left out and none is (nothing to stop).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import time
 from typing import Any
 
 from rankwatch import protocol
-from runner.cli.output import EXIT_FAILED, fail
+from runner.cli.output import EXIT_FAILED, EXIT_INVALID, fail
+from runner.cli.run_choice import NoLiveRun, SeveralLiveRuns, chosen_run
 from runner.launch.process_tree import end_job, find_job_pids, signal_pids
 from runner.runstate.messages import Bye, decode_hub_line
 from runner.state import RunStatus
@@ -43,9 +48,12 @@ def add_parser(commands) -> None:
     stop = commands.add_parser(
         "stop", help="stop a running job (graceful; --force kills at once)",
         description="Stop a run, however it was started (the GUI, `run --detach`, another terminal): every process "
-                    "of the job gets SIGTERM, and SIGKILL after 5 s. Exit code 0 once the run has ended, "
-                    f"1 when there is no such run or it did not end in time, {EXIT_NOT_RUNNING} when it is not running.")
-    stop.add_argument("run", metavar="RUN", help="a run id (see `rankwatch runs list --live`), 'last' or 'last-N'")
+                    "of the job gets SIGTERM, and SIGKILL after 5 s. Without RUN: the live run, when exactly one is live. "
+                    "Exit code 0 once the run has ended, 1 when there is no such run or it did not end in time, "
+                    f"2 when RUN is left out and several runs are live, {EXIT_NOT_RUNNING} when it is not running.")
+    stop.add_argument("run", metavar="RUN", nargs="?", default=None,
+                      help="a run id (see `rankwatch runs list --live`), 'last' or 'last-N' "
+                           "(default: the live run, when exactly one is live)")
     stop.add_argument("--force", action="store_true", help="kill every process of the job at once (SIGKILL)")
     stop.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_SECONDS, metavar="SECONDS",
                       help=f"how long to wait for the run to end (default {DEFAULT_TIMEOUT_SECONDS:.0f})")
@@ -57,7 +65,11 @@ def stop_main(args: argparse.Namespace) -> int:
         return fail("--timeout: must be more than 0 seconds")
     try:
         with RunStore(readonly=True) as store:
-            run = store.run(store.resolve_run_id(args.run))
+            run = chosen_run(store, args.run, command="stop", live_only=True)
+    except NoLiveRun as error:
+        return fail(str(error), code=EXIT_NOT_RUNNING)
+    except SeveralLiveRuns as error:
+        return fail(str(error), code=EXIT_INVALID)
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED)
     run_id = run["id"]

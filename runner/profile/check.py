@@ -100,6 +100,8 @@ def ask_interpreter(python: str, timeout: float = 20.0) -> InterpreterAnswer:
     answer = result.stdout.decode(errors="replace").split()
     if result.returncode != 0 or len(answer) != 3 or answer[0] != INTERPRETER_ANSWER:
         said = (result.stderr.decode(errors="replace").strip().splitlines() or ["no answer"])[-1][:200]
+        if INTERPRETER_ANSWER in said:  # a program that echoes its arguments (/bin/ls): the question, not news
+            said = "no answer"
         return InterpreterAnswer(f"{python} is not a working Python: it did not answer as one ({said})")
     try:
         version = tuple(int(part) for part in answer[1].split("."))
@@ -134,6 +136,21 @@ def check_backend(python: str, backend: str) -> list[SpecError]:
                                  "\"nccl\" (NVIDIA GPUs), or an interpreter whose torch was built with it")]
 
 
+def check_interpreter(python: str) -> list[SpecError]:
+    """Whether ``python`` runs as a Python that has torch (asked without importing torch: fast),
+    the check before a launch; `rankwatch command` asks it too, so that no command it prints
+    names a program that cannot run the job."""
+    if os.sep in python and not os.access(python, os.X_OK):
+        return [SpecError("interpreter", f"{python} does not exist or is not executable; "
+                                         "give the path of a Python with torch")]
+    answer = ask_interpreter(python)
+    if answer.problem is not None:
+        return [SpecError("interpreter", f"{answer.problem}; give the path of a Python with torch")]
+    if not answer.has_torch:
+        return [torch_missing(python)]
+    return []
+
+
 def check_launch(launch: ResolvedLaunch, machine: MachineFacts, *, probe_interpreter: bool = True) -> list[SpecError]:
     """Every reason ``launch`` cannot start on this machine (empty when it can)."""
     spec = launch.spec
@@ -153,12 +170,9 @@ def check_launch(launch: ResolvedLaunch, machine: MachineFacts, *, probe_interpr
         if os.sep in python and not os.access(python, os.X_OK):
             errors.append(SpecError("interpreter", f"{python} does not exist or is not executable"))
         elif probe_interpreter:
-            answer = ask_interpreter(python)
-            if answer.problem is not None:
-                errors.append(SpecError("interpreter", f"{answer.problem}; give the path of a Python with torch"))
-            elif not answer.has_torch:
-                errors.append(torch_missing(python))
-            elif launch.backend in BACKENDS_TO_PROBE:
+            problems = check_interpreter(python)
+            errors.extend(problems)
+            if not problems and launch.backend in BACKENDS_TO_PROBE:
                 errors.extend(check_backend(python, launch.backend))
     if probe_interpreter:  # about to launch (not for a preview): Rankwatch's own folders must be usable
         errors.extend(check_own_folders())

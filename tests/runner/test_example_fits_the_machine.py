@@ -85,7 +85,7 @@ def test_two_nccl_ranks_on_one_gpu_are_refused_with_the_way_to_share_it(tmp_path
     env = machine(tmp_path, ONE_H200)
     refused = rankwatch("command", "--example", "--nproc-per-node", "2", env=env)
     assert refused.returncode == 2
-    assert "nproc_per_node: 2 processes but 1 GPU(s) picked" in refused.stderr
+    assert "rankwatch: --nproc-per-node: 2 processes but 1 GPU(s) picked" in refused.stderr  # the flag typed
     assert 'share the GPU(s) on purpose with backend "gloo" (--backend gloo;' in refused.stderr
 
     # As it says: with gloo, two ranks share GPU 0.

@@ -143,7 +143,7 @@ def test_rankwatch_command_slurm_prints_the_script(tmp_path):
 @pytest.mark.parametrize(("flags", "words"), [
     (["--partition", "gpu"], "slurm: --partition is a Slurm setting; add --slurm"),
     (["--slurm", "--hosts", "a,b"], "nodes: --hosts lists nodes, but Slurm allocates"),
-    (["--slurm", "--time", "soon"], "slurm.time_limit: 'soon' is not a Slurm time limit"),
+    (["--slurm", "--time", "soon"], "rankwatch: --time: 'soon' is not a Slurm time limit"),  # as typed
 ])
 def test_slurm_flags_that_cannot_apply_are_refused_naming_the_field(tmp_path, flags, words):
     script = tmp_path / "train.py"

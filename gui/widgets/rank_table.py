@@ -85,7 +85,8 @@ PHASE_BAR_COLUMN = RANK_COLUMNS.index(PHASES_COLUMN)
 LEFT_ALIGNED = (HOST_COLUMN, STATE_COLUMN, PHASE_BAR_COLUMN, DIAGNOSIS_COLUMN)
 NotesProvider = Callable[[float], dict[int, str]]
 BottleneckProvider = Callable[[], Bottleneck | None]
-_TINT_ALPHA = 70
+TINT_ALPHA = 70
+"""The alpha of a row's state tint (the node table's tints share it)."""
 
 STATE_COLORS: dict[str, QColor] = {
     RankState.WAITING.value: QColor(150, 150, 150),
@@ -104,7 +105,7 @@ def state_tint(state: str | None) -> QColor | None:
     if color is None:
         return None
     tint = QColor(color)
-    tint.setAlpha(_TINT_ALPHA)
+    tint.setAlpha(TINT_ALPHA)
     return tint
 
 

@@ -19,9 +19,9 @@ import re
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from gui.gateway.run_state import (
     HubMessage,
@@ -664,8 +664,8 @@ class MonitorModel:
         run = records.run
         spec = _spec_from_toml(run.get("spec_toml"))
         public_run = {k: v for k, v in run.items() if k not in ("spec_toml",)}
-        model.apply(SnapshotMessage(RunInfo.from_wire(public_run), _typed(RankInfo, records.ranks),
-                                    _typed(NodeInfo, records.nodes), spec))
+        model.apply(SnapshotMessage(RunInfo.from_wire(public_run), _typed(RankInfo.from_wire, records.ranks),
+                                    _typed(NodeInfo.from_wire, records.nodes), spec))
         for chunk in records.metric_chunks:
             model.add_metric_rows(chunk)
         model.add_gpu_rows(records.gpu_samples)
@@ -725,11 +725,15 @@ def summary_lines(summary: dict[str, Any] | None) -> tuple[str, list[str]]:
     return headline, details
 
 
-def _typed(cls: type[RankInfo] | type[NodeInfo], rows: Iterable[dict[str, Any]]) -> tuple[Any, ...]:
+_Row = TypeVar("_Row", RankInfo, NodeInfo)
+
+
+def _typed(from_wire: Callable[[Mapping[str, Any]], _Row], rows: Iterable[dict[str, Any]]) -> tuple[_Row, ...]:
+    """The stored rows that decode (``RankInfo.from_wire``: a row without its key is left out)."""
     typed = []
     for row in rows:
         try:
-            typed.append(cls.from_wire(row))
+            typed.append(from_wire(row))
         except ValueError:
             continue
     return tuple(typed)

@@ -44,7 +44,7 @@ class Notifier(QObject):
 
     def _send_freedesktop(self, notice: Notice) -> bool:
         try:
-            from PySide6.QtDBus import QDBusConnection, QDBusInterface, QDBusMessage
+            from PySide6.QtDBus import QDBus, QDBusConnection, QDBusInterface, QDBusMessage
         except ImportError:
             return False
         bus = QDBusConnection.sessionBus()
@@ -53,8 +53,10 @@ class Notifier(QObject):
         interface = QDBusInterface(FREEDESKTOP_SERVICE, FREEDESKTOP_PATH, FREEDESKTOP_SERVICE, bus)
         if not interface.isValid():
             return False
-        # Notify(app_name, replaces_id, app_icon, summary, body, actions, hints, expire_timeout)
-        reply = interface.call("Notify", APP_NAME, 0, "rankwatch", notice.title, notice.body, [], {}, TIMEOUT_MS)
+        # Notify(app_name, replaces_id, app_icon, summary, body, actions, hints, expire_timeout).
+        # With eight arguments PySide6 has only the overload that names the call mode first.
+        reply = interface.call(QDBus.CallMode.AutoDetect, "Notify", APP_NAME, 0, "rankwatch",
+                               notice.title, notice.body, [], {}, TIMEOUT_MS)
         return reply.type() != QDBusMessage.MessageType.ErrorMessage
 
     def _send_tray(self, notice: Notice) -> bool:

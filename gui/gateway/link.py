@@ -17,6 +17,7 @@ new ``snapshot`` tells the model to start over. Failing that it reports
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtNetwork import QLocalSocket
@@ -104,7 +105,7 @@ class RunnerLink(QObject):
     def send_dump_stacks(self) -> bool:
         return self.send("dump_stacks")
 
-    def send(self, message_type: str, **fields) -> bool:
+    def send(self, message_type: str, **fields: Any) -> bool:
         """Send one subscriber message; False when not connected."""
         if not self.is_connected():
             return False
@@ -181,7 +182,7 @@ class RunnerLink(QObject):
                         self.lines_dropped += 1
                         self._pending.clear()
                         scan_from = 0
-                    chunk = bytes(self._socket.read(READ_CHUNK)) if self._socket.bytesAvailable() else b""
+                    chunk = bytes(self._socket.read(READ_CHUNK).data()) if self._socket.bytesAvailable() else b""
                     if not chunk:
                         break
                     self._pending += chunk

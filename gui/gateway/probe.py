@@ -105,8 +105,17 @@ class RunnerProbe(QObject):
             self.busy_changed.emit(False)
         return entry
 
+    def _sending_process(self) -> QProcess | None:
+        """The probe process whose signal (or whose timer's) is being handled."""
+        sender: QObject | None = self.sender()
+        if isinstance(sender, QTimer):
+            sender = sender.parent()
+        return sender if isinstance(sender, QProcess) else None
+
     def _on_timeout(self) -> None:
-        process = self.sender().parent()
+        process = self._sending_process()
+        if process is None:
+            return
         entry = self._finish(process)
         if entry is None:
             return
@@ -115,8 +124,8 @@ class RunnerProbe(QObject):
         self.probe_failed.emit(kind, target, f"the probe did not answer within {self._timeout_ms // 1000} s")
 
     def _on_error(self, error: QProcess.ProcessError) -> None:
-        process = self.sender()
-        if error != QProcess.ProcessError.FailedToStart:
+        process = self._sending_process()
+        if error != QProcess.ProcessError.FailedToStart or process is None:
             return  # crashes and timeouts arrive through finished / the timer
         entry = self._finish(process)
         if entry is not None:
@@ -124,7 +133,9 @@ class RunnerProbe(QObject):
             self.probe_failed.emit(kind, target, f"cannot start {self._command[0]}: {process.errorString()}")
 
     def _on_finished(self, exit_code: int, exit_status: QProcess.ExitStatus) -> None:
-        process = self.sender()
+        process = self._sending_process()
+        if process is None:
+            return
         entry = self._finish(process)
         if entry is None:
             return

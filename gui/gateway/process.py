@@ -121,8 +121,8 @@ class RunnerProcess(QObject):
         process = self._process
         if process is None:
             return
-        stdout = bytes(process.readAllStandardOutput())
-        stderr = bytes(process.readAllStandardError()).decode("utf-8", "replace").strip()
+        stdout = bytes(process.readAllStandardOutput().data())
+        stderr = bytes(process.readAllStandardError().data()).decode("utf-8", "replace").strip()
         self._finish()
         result = parse_launch_output(stdout)
         if exit_code == 0 and result and "run_id" in result and "socket" in result:

@@ -47,7 +47,8 @@ class DoctorReport:
     sections: tuple[Section, ...]
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> dict[CheckStatus, int]:
+        """How many checks each status has (every status, zero included)."""
         counts = {status: 0 for status in STATUS_ORDER}
         for check in self.checks:
             counts[check.status] = counts.get(check.status, 0) + 1
@@ -69,7 +70,7 @@ class DoctorReport:
         return next((section for section in self.sections if section.title == title), None)
 
 
-def _plural(status: str) -> str:
+def _plural(status: CheckStatus) -> str:
     return {OK: "ok", INFO: "info", WARN: "warnings", FAIL: "failed"}[status]
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from gui.gateway.run_state import (
     HubMessage,
@@ -44,7 +45,12 @@ from gui.models.series import Series
 from rankwatch import protocol
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from gui.gateway.store_reads import RunRecords
+
+    Points = Sequence[float | None] | np.ndarray
+    """One column of points for :meth:`MonitorModel.append_points` (a number or None each)."""
 
 LOG_LIMIT = 50_000
 """Log lines kept in memory; the store has them all."""
@@ -416,7 +422,7 @@ class MonitorModel:
         if added:
             self.points_added.emit()
 
-    def add_metric_rows(self, rows: Iterable[list | tuple]) -> int:
+    def add_metric_rows(self, rows: Iterable[Sequence[Any]]) -> int:
         """Protocol metric items ``[rank, t, step, name, value, source]``; returns points added."""
         groups: dict[tuple[str, int, str], tuple[list, list, list]] = {}
         for item in rows:
@@ -525,7 +531,8 @@ class MonitorModel:
         if added:
             self.events_added.emit()
 
-    def append_points(self, name: str, key: int, steps, times, values, source: str = protocol.SOURCE_AUTO) -> None:
+    def append_points(self, name: str, key: int, steps: Points, times: Points, values: Points,
+                      source: str = protocol.SOURCE_AUTO) -> None:
         """Append arrays of points to one series at once (imports, benchmarks)."""
         series = self._series_for_write(name, key, source)
         series.append(steps, times, values)
@@ -536,7 +543,7 @@ class MonitorModel:
         by_key = self._series.setdefault(name, {})
         by_source = by_key.get(key)
         new_key = by_source is None
-        if new_key:
+        if by_source is None:
             by_source = by_key[key] = {}
         series = by_source.get(source)
         if series is None:
@@ -657,8 +664,8 @@ class MonitorModel:
         run = records.run
         spec = _spec_from_toml(run.get("spec_toml"))
         public_run = {k: v for k, v in run.items() if k not in ("spec_toml",)}
-        model.apply(SnapshotMessage(RunInfo.from_wire(public_run), _typed(RankInfo, records.ranks),
-                                    _typed(NodeInfo, records.nodes), spec))
+        model.apply(SnapshotMessage(RunInfo.from_wire(public_run), _typed(RankInfo.from_wire, records.ranks),
+                                    _typed(NodeInfo.from_wire, records.nodes), spec))
         for chunk in records.metric_chunks:
             model.add_metric_rows(chunk)
         model.add_gpu_rows(records.gpu_samples)
@@ -681,10 +688,11 @@ class MonitorModel:
                                    (protocol.SAMPLES_PER_SECOND, "samples_per_s", 1.0)):
             for rank, series in self.series(name).items():
                 row = self.ranks.get(rank) or RankInfo(rank=rank)
-                if getattr(row, field) is None and len(series):
-                    known: dict[str, Any] = {"rank": rank, field: series.values.last * scale}
-                    if row.step is None and not math.isnan(series.steps.last):
-                        known["step"] = int(series.steps.last)
+                last_value, last_step = series.values.last, series.steps.last  # None when empty
+                if getattr(row, field) is None and last_value is not None:
+                    known: dict[str, Any] = {"rank": rank, field: last_value * scale}
+                    if row.step is None and last_step is not None and not math.isnan(last_step):
+                        known["step"] = int(last_step)
                     self.state.merge_rank(known)
 
 
@@ -717,11 +725,15 @@ def summary_lines(summary: dict[str, Any] | None) -> tuple[str, list[str]]:
     return headline, details
 
 
-def _typed(cls: type[RankInfo] | type[NodeInfo], rows: Iterable[dict[str, Any]]) -> tuple[Any, ...]:
+_Row = TypeVar("_Row", RankInfo, NodeInfo)
+
+
+def _typed(from_wire: Callable[[Mapping[str, Any]], _Row], rows: Iterable[dict[str, Any]]) -> tuple[_Row, ...]:
+    """The stored rows that decode (``RankInfo.from_wire``: a row without its key is left out)."""
     typed = []
     for row in rows:
         try:
-            typed.append(cls.from_wire(row))
+            typed.append(from_wire(row))
         except ValueError:
             continue
     return tuple(typed)
@@ -734,9 +746,9 @@ def _numbers(values: list) -> list:
 def _spec_from_toml(text: str | None) -> dict[str, Any]:
     if not text:
         return {}
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:  # Python 3.10
         import tomli as tomllib
     try:
         return tomllib.loads(text)

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 from gui.gateway.doctor import DOCTOR_TIMEOUT_MS, DoctorProcess
 from gui.gateway.runner_rules import RankState
 from gui.models.doctor import DONE, FAIL, FAILED, INFO, OK, WARN, DoctorModel, doctor_arguments
+from gui.widgets.filled_items import cell_item, child_item, top_level_item
 from gui.widgets.rank_table import STATE_COLORS
 
 STATUS_COLORS = {
@@ -185,17 +186,18 @@ class DoctorPanel(QWidget):
 
     def check_rows(self) -> list[tuple[str, str, str]]:
         """(status, key, message) of every check as shown."""
-        return [(self.checks.item(row, 0).data(Qt.ItemDataRole.UserRole), self.checks.item(row, 1).text(),
-                 self.checks.item(row, 2).text()) for row in range(self.checks.rowCount())]
+        return [(cell_item(self.checks, row, 0).data(Qt.ItemDataRole.UserRole), cell_item(self.checks, row, 1).text(),
+                 cell_item(self.checks, row, 2).text()) for row in range(self.checks.rowCount())]
 
     def section_titles(self) -> list[str]:
-        return [self.sections.topLevelItem(i).text(0) for i in range(self.sections.topLevelItemCount())]
+        return [top_level_item(self.sections, i).text(0) for i in range(self.sections.topLevelItemCount())]
 
     def section_rows(self, title: str) -> list[tuple[str, str]]:
         for index in range(self.sections.topLevelItemCount()):
-            item = self.sections.topLevelItem(index)
+            item = top_level_item(self.sections, index)
             if item.text(0) == title:
-                return [(item.child(i).text(0), item.child(i).text(1)) for i in range(item.childCount())]
+                children = [child_item(item, i) for i in range(item.childCount())]
+                return [(child.text(0), child.text(1)) for child in children]
         raise KeyError(title)
 
 

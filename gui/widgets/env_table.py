@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QHeaderView, QWidget
 
 from gui.models.launch_form import FormState, LaunchFormModel
 from gui.widgets.editable_table import EditableTable, RowCodec
+from gui.widgets.filled_items import cell_item
 
 NAME_COLUMN = 0
 VALUE_COLUMN = 1
@@ -51,8 +52,8 @@ class EnvTable(EditableTable):
         """Add a row and type ``name`` and ``value`` into it (as a person would)."""
         self._on_add_clicked()
         row = self.table.rowCount() - 1
-        self.table.item(row, NAME_COLUMN).setText(name)
-        self.table.item(row, VALUE_COLUMN).setText(value)
+        cell_item(self.table, row, NAME_COLUMN).setText(name)
+        cell_item(self.table, row, VALUE_COLUMN).setText(value)
 
     def _on_state_replaced(self, state: FormState) -> None:
         self._rows = [(name, value) for name, value in state.env]

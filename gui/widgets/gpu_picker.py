@@ -26,10 +26,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.gateway.launch_spec import ALL, CPU
+from gui.gateway.launch_spec import ALL, CPU, GpuSelection
 from gui.gateway.runner_rules import GpuReport
 from gui.models.gpus import describe_gpus, gpu_rows
 from gui.models.launch_form import FormState, LaunchFormModel
+from gui.widgets.filled_items import cell_item
 
 MODE_ALL, MODE_PICK, MODE_CPU = 0, 1, 2
 COLUMNS = ["GPU", "Name", "Memory", "Util", "Status", "Processes"]
@@ -102,14 +103,20 @@ class GpuPicker(QWidget):
     def row_of_gpu(self, index: int) -> int:
         """The table row showing GPU ``index`` (-1 when absent)."""
         for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).data(Qt.ItemDataRole.UserRole) == index:
+            if cell_item(self.table, row, 0).data(Qt.ItemDataRole.UserRole) == index:
                 return row
         return -1
 
     def set_gpu_checked(self, index: int, checked: bool) -> None:
-        """Tick or untick GPU ``index`` (as clicking its check box does)."""
-        item = self.table.item(self.row_of_gpu(index), 0)
-        item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+        """Tick or untick GPU ``index`` (as clicking its check box does).
+
+        Raises:
+            KeyError: the picker shows no GPU ``index``.
+        """
+        row = self.row_of_gpu(index)
+        if row < 0:
+            raise KeyError(f"no GPU {index} in the picker")
+        cell_item(self.table, row, 0).setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
 
     def _on_machine_changed(self, report: GpuReport | None) -> None:
         self.headline.setText(describe_gpus(report))
@@ -154,12 +161,12 @@ class GpuPicker(QWidget):
         no_gpu = report is not None and not has_gpus
         self.all_button.setEnabled(not no_gpu or mode == MODE_ALL)
         self.pick_button.setEnabled(has_gpus or mode == MODE_PICK)
-        reason = f"No GPU here: {report.describe_unavailable()}" if no_gpu else ""
+        reason = f"No GPU here: {report.describe_unavailable()}" if report is not None and no_gpu else ""
         for button in (self.all_button, self.pick_button):
             button.setToolTip(reason or button.property("tip") or button.toolTip())
         picked = set(gpus) if isinstance(gpus, tuple) else set()
         for row in range(self.table.rowCount()):
-            item = self.table.item(row, 0)
+            item = cell_item(self.table, row, 0)
             index = item.data(Qt.ItemDataRole.UserRole)
             ticked = mode == MODE_ALL or index in picked
             item.setCheckState(Qt.CheckState.Checked if ticked else Qt.CheckState.Unchecked)
@@ -171,12 +178,13 @@ class GpuPicker(QWidget):
     def _ticked(self) -> tuple[int, ...]:
         ticked = []
         for row in range(self.table.rowCount()):
-            item = self.table.item(row, 0)
+            item = cell_item(self.table, row, 0)
             if item.checkState() == Qt.CheckState.Checked:
                 ticked.append(item.data(Qt.ItemDataRole.UserRole))
         return tuple(sorted(ticked))
 
     def _on_mode_clicked(self, mode: int) -> None:
+        gpus: GpuSelection
         if mode == MODE_ALL:
             gpus = ALL
         elif mode == MODE_CPU:

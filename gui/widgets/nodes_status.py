@@ -21,7 +21,8 @@ from PySide6.QtWidgets import (
 from gui.gateway.runner_rules import NodeState, RankState
 from gui.models.monitor import MonitorModel
 from gui.models.nodes import NODE_COLUMNS, node_cells, node_rows, ranks_by_node
-from gui.widgets.rank_table import STATE_COLORS, state_tint
+from gui.widgets.filled_items import cell_item
+from gui.widgets.rank_table import STATE_COLORS, TINT_ALPHA
 from gui.widgets.throttled import RefreshThrottle
 
 NODE_STATE_COLORS: dict[str, QColor] = {
@@ -43,7 +44,7 @@ def node_tint(state: str | None) -> QColor | None:
     if color is None:
         return None
     tint = QColor(color)
-    tint.setAlpha(state_tint(RankState.RUNNING.value).alpha())
+    tint.setAlpha(TINT_ALPHA)
     return tint
 
 
@@ -100,14 +101,14 @@ class NodesStatus(QWidget):
 
     def cell_text(self, node_rank: int, column: str) -> str:
         for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).text() == str(node_rank):
-                return self.table.item(row, NODE_COLUMNS.index(column)).text()
+            if cell_item(self.table, row, 0).text() == str(node_rank):
+                return cell_item(self.table, row, NODE_COLUMNS.index(column)).text()
         raise KeyError(f"no row for node {node_rank}")
 
     def row_brush(self, node_rank: int) -> QBrush:
         for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).text() == str(node_rank):
-                return self.table.item(row, STATE_COLUMN).background()
+            if cell_item(self.table, row, 0).text() == str(node_rank):
+                return cell_item(self.table, row, STATE_COLUMN).background()
         raise KeyError(f"no row for node {node_rank}")
 
     def _on_cell_double_clicked(self, row: int, _column: int) -> None:

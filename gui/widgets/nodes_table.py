@@ -13,17 +13,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor, QPalette
 from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QStyledItemDelegate,
+    QStyleOptionViewItem,
     QWidget,
 )
 
 from gui.models.launch_form import Evaluation, FormState, LaunchFormModel, NodeRow
 from gui.widgets.editable_table import EditableTable, RowCodec
+from gui.widgets.filled_items import cell_item, header_item
 
 COLUMNS = ("host", "processes", "user", "port", "python", "workdir")
 """``NodeRow`` fields, in column order (also the spec's field names: ``nodes[i].<field>``)."""
@@ -46,7 +48,7 @@ ERROR_ROLE = Qt.ItemDataRole.UserRole + 7
 class PlaceholderDelegate(QStyledItemDelegate):
     """Greyed default text in empty cells (a QLineEdit's placeholder, for table cells)."""
 
-    def initStyleOption(self, option, index) -> None:
+    def initStyleOption(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> None:
         super().initStyleOption(option, index)
         placeholder = PLACEHOLDERS.get(index.column())
         if index.row() == 0 and index.column() in (USER_COLUMN, PORT_COLUMN):
@@ -71,7 +73,16 @@ class NodeRows(RowCodec):
             return replace(row, host=text)
         if column == PROCESSES_COLUMN:
             return replace(row, processes=text or "auto")
-        return replace(row, **{COLUMNS[column]: text or None})
+        default = text or None
+        if column == USER_COLUMN:
+            return replace(row, user=default)
+        if column == PORT_COLUMN:
+            return replace(row, port=default)
+        if column == PYTHON_COLUMN:
+            return replace(row, python=default)
+        if column == WORKDIR_COLUMN:
+            return replace(row, workdir=default)
+        raise IndexError(f"the nodes table has no column {column} (it has {len(COLUMNS)})")
 
 
 class NodesTable(EditableTable):
@@ -83,7 +94,7 @@ class NodesTable(EditableTable):
         self._rows: list[NodeRow]
 
         for column, tip in enumerate(HEADER_TIPS):
-            self.table.horizontalHeaderItem(column).setToolTip(tip)
+            header_item(self.table, column).setToolTip(tip)
         self.table.verticalHeader().setVisible(True)  # the node rank
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
@@ -106,7 +117,7 @@ class NodesTable(EditableTable):
 
     def set_cell(self, row: int, column: int, text: str) -> None:
         """Type ``text`` into a cell (what a person does by double-clicking it)."""
-        self.table.item(row, column).setText(text)
+        cell_item(self.table, row, column).setText(text)
 
     def cell_error(self, row: int, column: int) -> str:
         """The error shown on a cell (its tooltip when marked), or empty."""
@@ -140,10 +151,10 @@ class NodesTable(EditableTable):
                 item = self.table.item(row, column)
                 if item is None:
                     continue
-                message = errors.get((row, column))
-                item.setData(ERROR_ROLE, message)
-                item.setBackground(QBrush(ERROR_TINT) if message else QBrush())
-                item.setToolTip(message or HEADER_TIPS[column])
+                error = errors.get((row, column))
+                item.setData(ERROR_ROLE, error)
+                item.setBackground(QBrush(ERROR_TINT) if error else QBrush())
+                item.setToolTip(error or HEADER_TIPS[column])
         self.table.blockSignals(False)
 
     def _update_summary(self, evaluation: Evaluation) -> None:

@@ -26,13 +26,14 @@ from typing import Any
 
 from PySide6.QtCore import (
     QModelIndex,
+    QObject,
     QPersistentModelIndex,
     QSize,
     QSortFilterProxyModel,
     Qt,
     Signal,
 )
-from PySide6.QtGui import QBrush, QColor, QFont, QPen
+from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -84,7 +85,8 @@ PHASE_BAR_COLUMN = RANK_COLUMNS.index(PHASES_COLUMN)
 LEFT_ALIGNED = (HOST_COLUMN, STATE_COLUMN, PHASE_BAR_COLUMN, DIAGNOSIS_COLUMN)
 NotesProvider = Callable[[float], dict[int, str]]
 BottleneckProvider = Callable[[], Bottleneck | None]
-_TINT_ALPHA = 70
+TINT_ALPHA = 70
+"""The alpha of a row's state tint (the node table's tints share it)."""
 
 STATE_COLORS: dict[str, QColor] = {
     RankState.WAITING.value: QColor(150, 150, 150),
@@ -103,17 +105,17 @@ def state_tint(state: str | None) -> QColor | None:
     if color is None:
         return None
     tint = QColor(color)
-    tint.setAlpha(_TINT_ALPHA)
+    tint.setAlpha(TINT_ALPHA)
     return tint
 
 
 class RankTableModel(ColumnTableModel):
     """Qt's view of the monitor model's rank rows."""
 
-    def __init__(self, model: MonitorModel, parent=None) -> None:
+    def __init__(self, model: MonitorModel, parent: QObject | None = None) -> None:
         super().__init__(RANK_COLUMNS, parent)
         self.model = model
-        self.rows: list[dict[str, Any]]
+        self.rows: list[RankInfo]
         self._cells: list[tuple[str, ...]] = []
         self._phases: list[RankPhases] = []
         self._notes: dict[int, str] = {}
@@ -122,7 +124,7 @@ class RankTableModel(ColumnTableModel):
         self._bold = QFont()
         self._bold.setBold(True)
 
-    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid():
             return None
         row = self.rows[index.row()]
@@ -172,7 +174,7 @@ class RankTableModel(ColumnTableModel):
                 return f"{row.dropped} telemetry records dropped by this rank"
         return None
 
-    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole):
+    def headerData(self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if role == Qt.ItemDataRole.ToolTipRole and orientation == Qt.Orientation.Horizontal:
             return WHOLE_RUN_COLUMNS.get(self.columns[section])
         return super().headerData(section, orientation, role)
@@ -215,11 +217,13 @@ class NodeSeparatorDelegate(QStyledItemDelegate):
         self.view = view
         self.enabled = False
 
-    def paint(self, painter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem,
+              index: QModelIndex | QPersistentModelIndex) -> None:
         super().paint(painter, option, index)
         self.paint_separator(painter, option, index)
 
-    def paint_separator(self, painter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+    def paint_separator(self, painter: QPainter, option: QStyleOptionViewItem,
+                        index: QModelIndex | QPersistentModelIndex) -> None:
         if not self.enabled or index.row() == 0:
             return
         above = index.sibling(index.row() - 1, index.column())
@@ -241,7 +245,8 @@ class PhaseBarDelegate(QStyledItemDelegate):
         super().__init__(view)
         self.separators = separators
 
-    def paint(self, painter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem,
+              index: QModelIndex | QPersistentModelIndex) -> None:
         phases = index.data(PHASES_ROLE)
         if not isinstance(phases, RankPhases) or not phases.measured:
             super().paint(painter, option, index)
@@ -256,7 +261,7 @@ class PhaseBarDelegate(QStyledItemDelegate):
                 paint_phase_bar(painter, bar, phases, option.palette)
         self.separators.paint_separator(painter, option, index)
 
-    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         return QSize(BAR_WIDTH, super().sizeHint(option, index).height())
 
 
@@ -389,7 +394,7 @@ class RankTable(QWidget):
         ranks = []
         for row in range(self.proxy.rowCount()):
             source = self.proxy.mapToSource(self.proxy.index(row, 0))
-            ranks.append(self.table_model.rank_at(source.row()))
+            ranks.append(self.table_model.rows[source.row()].rank)  # a shown row maps to a source row
         return ranks
 
     def cell_text(self, rank: int, column: str) -> str:

@@ -62,7 +62,7 @@ class SettingsSection(QGroupBox):
             editor.setToolTip(f"{item.setting.tool_tip}\n(profile: {item.path})")
             editor.setObjectName(f"setting:{item.path}")
             self.editors[item.path] = editor
-            self._layout.addRow(item.setting.label, editor)
+            self._layout.addRow(item.setting.label or item.path, editor)  # unlabelled: its dotted path
             error = QLabel()
             error.setObjectName("fieldError")
             error.setStyleSheet(ERROR_STYLE)

@@ -16,10 +16,33 @@ KEEP_DIVERGENCES = 10
 
 
 @dataclass
+class StallFinding:
+    """One stall of a rank, as the summary keeps it (``diagnostics.stalls``)."""
+
+    rank: int
+    step: int | None
+    since: float
+    """When the rank last made progress (seconds since 1970)."""
+    seconds: float
+    """How long without progress when it was flagged."""
+    threshold: float
+    resumed_after: float | None = None
+    """Seconds from ``since`` to its next progress; None: it never resumed."""
+    finished_after: float | None = None
+    """Seconds from ``since`` to its exit 0, when it ended still stalled: it was not hung."""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"rank": self.rank, "step": self.step, "since": self.since, "seconds": self.seconds,
+                                "threshold": self.threshold, "resumed_after": self.resumed_after}
+        if self.finished_after is not None:
+            data["finished_after"] = self.finished_after
+        return data
+
+
+@dataclass
 class Findings:
-    stalls: list[dict[str, Any]] = field(default_factory=list)
-    """One per stall of a rank: {rank, step, since, seconds, threshold, resumed_after (None: never)}, and
-    ``finished_after`` (seconds from ``since``) when the rank, still stalled, then exited 0 on its own."""
+    stalls: list[StallFinding] = field(default_factory=list)
+    """One per stall of a rank, the newest ``KEEP_STALLS``."""
     stragglers: dict[int, dict[str, Any]] = field(default_factory=dict)
     """rank -> its worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess, margin,
     held_steps}; after ``StragglerMonitor.conclude`` only the ranks named for a share of their steps (``share``)."""
@@ -36,9 +59,8 @@ class Findings:
     bottleneck: dict[str, Any] | None = None
     """The whole run's bottleneck verdict: {verdict, evidence, action, rank, phase, shares, clock, gpu_busy,
     steps, message, ranks: {rank: the same}} (``runner.diagnosis.bottleneck``)."""
-    """key -> a launcher mismatch: {key, level, ranks, cause, advice} (``runner.diagnosis.launcher``)."""
 
-    def add_stall(self, record: dict[str, Any]) -> None:
+    def add_stall(self, record: StallFinding) -> None:
         self.stalls.append(record)
         del self.stalls[:-KEEP_STALLS]
 
@@ -63,7 +85,7 @@ class Findings:
         """The ``diagnostics`` block of the summary, or None when nothing was found or checked."""
         data: dict[str, Any] = {}
         if self.stalls:
-            data["stalls"] = list(self.stalls)
+            data["stalls"] = [stall.to_json() for stall in self.stalls]
         if self.stacks is not None:
             data["stacks"] = self.stacks
         if self.flight_recorder is not None:

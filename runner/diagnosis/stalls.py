@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rankwatch.protocol import EventKind
-from runner.diagnosis.findings import Findings
+from runner.diagnosis.findings import Findings, StallFinding
 from runner.state import RankState, RunStatus
 
 AUTO_FLOOR_SECONDS = 30.0
@@ -110,7 +110,7 @@ class _Stall:
     """``last_progress`` when the stall was flagged: progress after it means resumed."""
     flagged: float
     step: int | None
-    record: dict[str, Any]
+    record: StallFinding
 
 
 class StallMonitor:
@@ -214,8 +214,7 @@ class StallMonitor:
         self.hub.add_event(EventKind.STALLED, row.rank, message, step=row.step, seconds=round(idle, 2),
                            threshold=threshold, threshold_source=source, last_progress=since,
                            heartbeat_age=None if heartbeat_age is None else round(heartbeat_age, 2))
-        record = {"rank": row.rank, "step": row.step, "since": since, "seconds": round(idle, 2),
-                  "threshold": threshold, "resumed_after": None}
+        record = StallFinding(rank=row.rank, step=row.step, since=since, seconds=round(idle, 2), threshold=threshold)
         self.findings.add_stall(record)
         self._stalled[row.rank] = _Stall(since=since, flagged=now, step=row.step, record=record)
 
@@ -224,7 +223,7 @@ class StallMonitor:
         stalled_for = (last_progress(row) or now) - stall.since
         if row.state == RankState.STALLED.value:
             self.hub.model.set_state(row.rank, RankState.RUNNING)
-        stall.record["resumed_after"] = round(stalled_for, 2)
+        stall.record.resumed_after = round(stalled_for, 2)
         stepped = row.last_progress is not None and row.last_progress > stall.since
         how = f"resumed at step {row.step}" if stepped else f"is working again (still at step {row.step})"
         self.hub.add_event(EventKind.RESUMED, row.rank, f"rank {row.rank} {how} after {stalled_for:.0f} s",

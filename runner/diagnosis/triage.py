@@ -315,12 +315,11 @@ def note_stalls_that_finished(data: TriageInput) -> None:
     (an evaluation whose work the rank could not show, a slow save) and ended. Its stall gets
     ``finished_after`` so the summary says so instead of "never resumed"."""
     for stall in data.findings.stalls:
-        if stall.get("resumed_after") is not None or not isinstance(stall.get("since"), (int, float)):
+        if stall.resumed_after is not None:
             continue
-        rank = stall.get("rank")
-        code, ended = data.exits[rank] if isinstance(rank, int) and rank in data.exits else (None, None)
-        if code == 0 and ended is not None and ended >= stall["since"]:
-            stall["finished_after"] = round(ended - stall["since"], 2)
+        code, ended = data.exits.get(stall.rank, (None, None))
+        if code == 0 and ended is not None and ended >= stall.since:
+            stall.finished_after = round(ended - stall.since, 2)
 
 
 def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
@@ -440,14 +439,14 @@ def without_stragglers(diagnostics: dict[str, Any] | None) -> dict[str, Any] | N
 
 def hang_headline(findings: Findings) -> str | None:
     """"rank 0 was stalled at step 12 (...)" for a run stopped while ranks made no progress."""
-    open_stalls = [s for s in findings.stalls if s.get("resumed_after") is None]
+    open_stalls = [s for s in findings.stalls if s.resumed_after is None]
     if not open_stalls:
         return None
-    ranks = sorted({s["rank"] for s in open_stalls})
+    ranks = sorted({s.rank for s in open_stalls})
     who = ranks_text(ranks) + (" was" if len(ranks) == 1 else " were")
-    steps = sorted({s["step"] for s in open_stalls if s.get("step") is not None})
+    steps = sorted({s.step for s in open_stalls if s.step is not None})
     at = f" at step {steps[0]}" if len(steps) == 1 else ""
-    text = f"{who} stalled{at} (no progress for at least {min(s['seconds'] for s in open_stalls):.0f} s)"
+    text = f"{who} stalled{at} (no progress for at least {min(s.seconds for s in open_stalls):.0f} s)"
     verdict = (findings.stacks or {}).get("verdict")
     if isinstance(verdict, dict) and verdict.get("message") and verdict.get("kind") != "progressing":
         text += f"; stacks: {verdict['message']}"

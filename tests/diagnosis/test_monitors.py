@@ -92,7 +92,7 @@ def test_a_rank_without_progress_is_flagged_once_with_its_step_and_stacks_are_ca
     assert [e["rank"] for e in hub.of_kind("stalled")] == [0, 1]
     monitor.tick(now + 4.1)
     assert [e["rank"] for e in hub.of_kind("stalled")] == [0, 1, 2] and capture.reasons == ["stalled"]
-    assert [s["rank"] for s in findings.stalls] == [0, 1, 2]
+    assert [s.rank for s in findings.stalls] == [0, 1, 2]
 
 
 def test_progress_after_a_stall_resumes_the_rank_and_a_new_episode_captures_again():
@@ -105,7 +105,8 @@ def test_progress_after_a_stall_resumes_the_rank_and_a_new_episode_captures_agai
     monitor.tick(now + 0.5)
     [resumed] = hub.of_kind("resumed")
     assert resumed["rank"] == 0 and resumed["step"] == 4 and resumed["stalled_seconds"] >= 10
-    assert monitor.findings.stalls[0]["resumed_after"] >= 10
+    resumed_after = monitor.findings.stalls[0].resumed_after
+    assert resumed_after is not None and resumed_after >= 10
     step(hub, 0, 5, when=now - 20)
     hub.model.ranks[0].last_progress = now - 6  # no progress again after step 5
     monitor.tick(now + 1)

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from runner.diagnosis.error_files import find_error_files, read_error_file
-from runner.diagnosis.findings import Findings
+from runner.diagnosis.findings import Findings, StallFinding
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
 from runner.diagnosis.report import format_diagnostics
 from runner.diagnosis.stacks import analyse
@@ -160,8 +160,7 @@ def hang_findings() -> Findings:
     """Both ranks of diag_hang stalled at step 7; the stall's capture of their real dumps."""
     findings = Findings()
     for rank in range(2):
-        findings.add_stall({"rank": rank, "step": 7, "since": 1.0, "seconds": 5.2, "threshold": 5.0,
-                            "resumed_after": None})
+        findings.add_stall(StallFinding(rank=rank, step=7, since=1.0, seconds=5.2, threshold=5.0))
     stalled = {"step": 7, "idle_seconds": 5.2, "stalled": True, "progressing": False}
     result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "stalled", 2.0,
                      progress={0: stalled, 1: stalled})
@@ -271,10 +270,8 @@ def test_a_job_whose_ranks_exit_0_without_a_step_is_not_called_finished():
 def test_a_stall_whose_rank_then_exited_0_is_not_reported_as_never_resumed():
     """Seen: PyTorch's word language model example evaluates for a minute after its last step and ends."""
     findings = Findings()
-    findings.add_stall({"rank": 0, "step": 310, "since": 1000.0, "seconds": 30.5, "threshold": 30.0,
-                        "resumed_after": None})
-    findings.add_stall({"rank": 1, "step": 310, "since": 1000.0, "seconds": 30.5, "threshold": 30.0,
-                        "resumed_after": None})
+    findings.add_stall(StallFinding(rank=0, step=310, since=1000.0, seconds=30.5, threshold=30.0))
+    findings.add_stall(StallFinding(rank=1, step=310, since=1000.0, seconds=30.5, threshold=30.0))
     data = TriageInput(findings=findings, seen={0, 1}, measured={0, 1}, instrumented=True,
                        exits={0: (0, 1076.0), 1: (-15, 1080.0)})
     summary = triage(data, 1, stopped=True)

@@ -143,7 +143,7 @@ def test_a_run_that_exited_0_with_no_rank_says_so_in_a_warning_not_silence():
 def test_a_stall_the_run_saw_live_ends_as_the_summary_says_once_its_rank_finished_by_itself():
     """Seen in the GUI: rank 1 of evaluate_after_training.py stalled (live event), then exited 0; the
     finished run's banner kept the live words as if it still hung."""
-    from runner.diagnosis.findings import Findings
+    from runner.diagnosis.findings import Findings, StallFinding
     from runner.diagnosis.triage import TriageInput, triage
 
     stall = {"rank": 1, "step": 11, "since": 100.0, "seconds": 5.1, "threshold": 5.0, "resumed_after": None}
@@ -157,7 +157,7 @@ def test_a_stall_the_run_saw_live_ends_as_the_summary_says_once_its_rank_finishe
     [live] = [f for f in diagnosis.findings() if f.kind == "stalled"]
     assert live.active
     findings = Findings()
-    findings.add_stall(dict(stall))
+    findings.add_stall(StallFinding(**stall))
     summary = triage(TriageInput(findings=findings, seen={0, 1}, measured={0, 1}, instrumented=True,
                                  exits={0: (0, 125.0), 1: (0, 125.0)}), 0, stopped=False)
     ended = dict(run, status="succeeded", ended=126.0, exit_code=0, summary=summary)

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from rankwatch._protocol import describe_losses
@@ -49,6 +50,7 @@ from runner.runstate.progress import PROGRESS_METRICS, progress_texts
 from runner.runstate.state import RunState, steps_done
 from runner.state import RankState, RunStatus
 from runner.store.rank_stats import BUILT_IN_METRICS, RankStats
+from runner.view.columns import Column, Justify, choose_columns, format_rate
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
 
 if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
@@ -70,7 +72,6 @@ NOTABLE_EVENTS = frozenset({
     EventKind.RECORDS_REJECTED, EventKind.STORE_INCOMPLETE})
 EXPECTED_WHILE_STOPPING = frozenset({EventKind.CONNECTION_LOST})
 """Events a stop causes by design (the ranks it ends disconnect): not news while stopping."""
-LOGGED_COLUMN_MIN_WIDTH = 12
 DEFAULT_WIDTH = 120
 PROGRESS_SAMPLES_PER_BATCH = 64
 REFRESH_PER_SECOND = 4
@@ -79,6 +80,29 @@ PHASES_COLUMN = "where the step goes"
 """The phases' stacked bar (``runner.view.phase_bars``: d data, h h2d, F forward, B backward, c comm,
 O optimizer, · rest)."""
 PHASES_COLUMN_WIDTH = 12
+RANK_COLUMNS = (
+    Column("rank", "rank", 0, always=True),
+    Column("host", "host", 4, justify=Justify.LEFT),
+    Column("state", "state", 1, justify=Justify.LEFT, always=True),
+    Column("step", "step", 2),
+    Column("loss", "loss", 3),
+    Column("step_time", "ms/step", 6),
+    Column("samples_per_s", "samples/s", 7, short_header="smp/s"),
+    Column("data_wait", "data wait", 10, short_header="data"),
+    Column("comm_wait", "comm wait", 11, short_header="comm"),
+    Column("phases", PHASES_COLUMN, 30, short_header="phases", justify=Justify.LEFT),
+    Column("cpu_percent", "CPU %", 8),
+    Column("rss", "RSS", 9),
+    Column("gpu", "GPU", 31),
+    Column("gpu_util", "GPU %", 8),
+    Column("gpu_mem", "GPU mem", 9, short_header="mem"),
+    Column("seen", "seen", 25),
+    Column("exit", "exit", 5, justify=Justify.LEFT),
+)
+"""The rank table's columns in their order; the priority decides which stay on a narrow terminal:
+who and how far first (rank, state, step, loss), then how a rank ended, its speed and its device,
+where its time goes, the keys the script logged (``LOGGED_PRIORITY``), and the rest."""
+LOGGED_PRIORITY = 20
 WHOLE_RUN_CAPTION = ("whole run: median step time; data wait, comm wait, samples/s and where the step goes over "
                      "every (timed) step; GPU % the median, GPU mem the most; loss and the last columns as last seen")
 """The live table's last frame, once ``show_results`` gave each rank's whole-run figures."""
@@ -442,92 +466,77 @@ class TerminalView:
         return Group(Text(self.header(), style="bold", overflow="fold"), self._rank_table(width))
 
     def _rank_table(self, width: int | None = None):
-        """The rank table. Every key the script logged is shown: a column each when they fit,
-        else one "logged" column with the width the others leave (cut with "…"), else a caption
-        naming them. The built-in columns are never squeezed for them."""
-        from rich.console import Console
-        from rich.measure import Measurement
-
-        width = width or (self._console.width if self._console is not None else DEFAULT_WIDTH)
-        if not self.logged.names():
-            return self._build_table()
-        console = self._console or Console(width=width)
-
-        def natural_width(table) -> int:
-            return Measurement.get(console, console.options.update_width(10_000), table).maximum
-
-        separate = self._build_table(logged_columns=True)
-        if natural_width(separate) <= width:
-            return separate
-        room = width - natural_width(self._build_table()) - 3  # the column's padding and separator
-        if room < LOGGED_COLUMN_MIN_WIDTH:
-            return self._build_table(caption=True)
-        return self._build_table(logged_width=room)
-
-    def _build_table(self, logged_columns: bool = False, logged_width: int | None = None, caption: bool = False):
+        """The rank table: the columns that fit ``width`` by priority (``runner.view.columns``),
+        every key the script logged among them; the columns left out for width are named under it."""
         from rich import box
+        from rich.console import Group
         from rich.table import Table
         from rich.text import Text
 
-        logged_names = self.logged.names()
-        figures = {rank: self._figures(rank, row) for rank, row in self.ranks.items()}
+        width = width or (self._console.width if self._console is not None else DEFAULT_WIDTH)
+        columns, rows = self._table_cells()
+        cells = {column.key: [row[column.key] for row in rows] for column in columns}
+        chosen = choose_columns(columns, cells, width)
         now = time.time()
         working = [f"rank {rank} {text}" for rank, row in sorted(self.ranks.items())
                    if not RankState(row.state).finished
                    and (text := self.state.working_text(rank, now))]
-        captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []), *working,
-                    *([f"logged: {', '.join(logged_names)} (too narrow to show values)"] if caption else [])]
-        table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), caption_justify="left",
-                      caption="\n".join(captions) or None)
-        # time in collectives: a column once a rank measured it (a job with a process group)
-        show_comm = any(row.get("comm_wait_share") is not None for row in figures.values())
-        # where the steps go (phase_bars' letters): a column once a rank's phases were timed
-        show_phases = any(row.get("phase_shares") for row in figures.values())
-        columns = ["rank", *(["host"] if self.multi_node else []), "state", "step", "loss",
-                   "median ms/step" if self._results is not None else "ms/step",
-                   "data wait", *(["comm wait"] if show_comm else []), "samples/s",
-                   *([PHASES_COLUMN] if show_phases else [])]
-        columns += ["CPU %", "RSS"] if self.cpu_mode else ["GPU", "GPU %", "GPU mem"]
-        columns += ["seen"]
-        show_exit = any(row.exit_code is not None for row in self.ranks.values())
-        if show_exit:  # once a rank has ended: its exit code as the diagnosis states it
-            columns += ["exit"]
-        for name in columns:
-            table.add_column(name, justify="left" if name in ("host", "state", "exit") else "right", no_wrap=True)
-        if logged_columns:
-            for name in logged_names:
-                table.add_column(name, justify="right", no_wrap=True)
-        if logged_width is not None:
-            table.add_column("logged", justify="left", no_wrap=True, overflow="ellipsis", width=logged_width)
+        hidden = ([f"too narrow for: {', '.join(column.header for column in chosen.too_narrow)}"]
+                  if chosen.too_narrow else [])
+        captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []), *working, *hidden]
+        table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                      padding=(0, 1, 0, 0))
+        for column in chosen.shown:
+            table.add_column(chosen.headers[column.key], justify=column.justify.value, no_wrap=True,
+                             min_width=chosen.widths[column.key])
+        for row in rows:
+            table.add_row(*(Text(row[column.key], style=STATE_STYLE.get(row[column.key], ""))
+                            if column.key == "state" else row[column.key] for column in chosen.shown))
+        if not captions:
+            return table
+        # under the table, as wide as the terminal (a table's caption wraps at the table's width)
+        return Group(table, *(Text(caption, style="dim", overflow="fold") for caption in captions))
+
+    def _table_cells(self) -> tuple[list[Column], list[dict[str, str]]]:
+        """Every column the table could show, in its order, and each rank's cells as text."""
+        figures = {rank: self._figures(rank, row) for rank, row in self.ranks.items()}
+        logged_names = self.logged.names()
+        columns = [*RANK_COLUMNS, *(Column(f"logged:{name}", name, LOGGED_PRIORITY + index)
+                                    for index, name in enumerate(logged_names))]
+        if self._results is not None:
+            columns = [replace(column, header="median ms/step") if column.key == "step_time" else column
+                       for column in columns]
+        host_shown = self.multi_node
+        now = time.time()
+        rows = []
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
             shown = figures[rank]
             age = now - row.last_seen if row.last_seen else None
-            state = row.state
             cpu_percent, rss_bytes = self.state.process_figures(rank)
-            cells: list[Any] = [str(rank), *([row.host or MISSING] if self.multi_node else []),
-                     Text(state, style=STATE_STYLE.get(state, "")),
-                     MISSING if row.step is None else str(steps_done(row.step)), format_number(shown.get("loss")),
-                     format_amount(shown.get("step_time"), 1000), format_percent(shown.get("data_wait_share")),
-                     *([format_percent(shown.get("comm_wait_share"))] if show_comm else []),
-                     format_amount(shown.get("samples_per_s")),
-                     *([phase_bar(shown.get("phase_shares"), PHASES_COLUMN_WIDTH)] if show_phases else [])]
-            if self.cpu_mode:
-                cells += [format_fixed(cpu_percent, "{:.0f}"), format_bytes(rss_bytes)]
-            else:
-                cells += [str(row.gpu_index) if row.gpu_index is not None else MISSING,
-                          format_fixed(shown.get("gpu_util"), "{:.0f}"), format_bytes(shown.get("gpu_mem_used"))]
-            finished = RankState(row.state).finished
-            cells.append(MISSING if finished or age is None else f"{max(0.0, age):.0f} s")
-            if show_exit:
-                cells.append(describe_exit_code(row.exit_code))
-            if logged_columns:
-                cells += [format_number(self.logged.value(name, rank)) for name in logged_names]
-            if logged_width is not None:
-                cells.append("  ".join(f"{name} {format_number(self.logged.value(name, rank))}"
-                                       for name in logged_names))
-            table.add_row(*cells)
-        return table
+            gpu = not self.cpu_mode
+            cells = {
+                "rank": str(rank), "host": (row.host or MISSING) if host_shown else MISSING, "state": row.state,
+                "step": MISSING if row.step is None else str(steps_done(row.step)),
+                "loss": format_number(shown.get("loss")),
+                "exit": describe_exit_code(row.exit_code),
+                "step_time": format_amount(shown.get("step_time"), 1000),
+                "samples_per_s": format_rate(shown.get("samples_per_s")),
+                "cpu_percent": MISSING if gpu else format_fixed(cpu_percent, "{:.0f}"),
+                "rss": MISSING if gpu else format_bytes(rss_bytes),
+                "gpu_util": format_fixed(shown.get("gpu_util"), "{:.0f}") if gpu else MISSING,
+                "gpu_mem": format_bytes(shown.get("gpu_mem_used")) if gpu else MISSING,
+                "gpu": str(row.gpu_index) if gpu and row.gpu_index is not None else MISSING,
+                "data_wait": format_percent(shown.get("data_wait_share")),
+                "comm_wait": format_percent(shown.get("comm_wait_share")),
+                "phases": (phase_bar(shown.get("phase_shares"), PHASES_COLUMN_WIDTH)
+                           if shown.get("phase_shares") else MISSING),
+                "seen": MISSING if RankState(row.state).finished or age is None else f"{max(0.0, age):.0f} s",
+            }
+            for name in logged_names:
+                cells[f"logged:{name}"] = format_number(self.logged.value(name, rank))
+            rows.append(cells)
+        return columns, rows
 
     def _figures(self, rank: int, row: RankInfo) -> dict[str, Any]:
         """The loss, step time and shares shown for ``rank``: the live row's newest step while the

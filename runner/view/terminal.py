@@ -51,6 +51,8 @@ from runner.runstate.state import RunState, steps_done
 from runner.state import RankState, RunStatus
 from runner.store.rank_stats import BUILT_IN_METRICS, RankStats
 from runner.view.columns import Column, Justify, choose_columns, format_rate
+from runner.view.failure_lines import EchoTracebacks, LauncherQuiet
+from runner.view.log_lines import format_prefix, without_torch_prefix
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
 
 if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
@@ -65,6 +67,8 @@ STATE_STYLE = {
     RankState.LOST.value: "red",
 }
 PLAIN_STATUS_SECONDS = 30.0
+FAILURE_STATES = frozenset({RankState.FAILED, RankState.LOST})
+"""A rank in one of these failed: torchrun's lines from then on are its reaction (``LauncherQuiet``)."""
 NOTABLE_EVENTS = frozenset({
     EventKind.RANK_FAILED, EventKind.RANK_STOPPED, EventKind.STALLED, EventKind.RESUMED, EventKind.STRAGGLER, EventKind.DIVERGENCE,
     EventKind.NODE_LOST, EventKind.WARNING, EventKind.REFUSED, EventKind.STOPPING, EventKind.CONNECTION_LOST,
@@ -106,22 +110,6 @@ LOGGED_PRIORITY = 20
 WHOLE_RUN_CAPTION = ("whole run: median step time; data wait, comm wait, samples/s and where the step goes over "
                      "every (timed) step; GPU % the median, GPU mem the most; loss and the last columns as last seen")
 """The live table's last frame, once ``show_results`` gave each rank's whole-run figures."""
-
-
-def format_prefix(rank: int | None, node: str | None, multi_node: bool, launcher: str = "torchrun") -> str:
-    """``launcher``: who wrote the lines of no rank (``script``: a self-spawning script's own process)."""
-    if rank is None:
-        return f"[{node} {launcher}]" if multi_node and node else f"[{launcher}]"
-    return f"[{node} rank {rank}]" if multi_node and node else f"[rank {rank}]"
-
-
-def without_torch_prefix(line: str, rank: int | None) -> str:
-    """torch's excepthook already prefixes "[rank1]: " to tracebacks; once is enough on screen."""
-    if rank is not None:
-        own = f"[rank{rank}]: "
-        if line.startswith(own):
-            return line[len(own):]
-    return line
 
 
 class LoggedValues:
@@ -197,6 +185,10 @@ class TerminalView:
         self.ended = False
         self.stopping_since: float | None = None
         self.hidden_launcher_lines = 0
+        """torchrun's lines not printed while the run stopped."""
+        self.launcher_quiet = LauncherQuiet()
+        """torchrun's lines not printed once a rank failed (``runner.view.failure_lines``)."""
+        self.echoes = EchoTracebacks()
         self._live: Live | None = None
         self._console: Console | None = None
         self._lock = threading.Lock()
@@ -264,8 +256,12 @@ class TerminalView:
         elif isinstance(message, Bye):
             self.state.apply(message)
             self.ended = True
+            for rank, held in self.echoes.flush():
+                self._print_line(format_prefix(rank, None, False), held.text, held.stream)
             if self.stopping_since is not None:
                 self._say_stopped(self.stopping_since)
+            else:
+                self._say_what_was_not_shown()
             if self._live is None and self.status_every:
                 self._print_final_header()  # plain mode: the run's last state, once (ranks: show_results)
         else:
@@ -291,12 +287,21 @@ class TerminalView:
             sample = list(metrics[::max(1, len(metrics) // PROGRESS_SAMPLES_PER_BATCH)])
             sample.append(metrics[-1])
             self.state.note_steps([row[2] for row in sample], [row[1] for row in sample])
+        a_rank_failed = any(RankState(row.state) in FAILURE_STATES for row in self.ranks.values())
         for line in message.logs:
-            if line.rank is None and self.stopping_since is not None:
-                self.hidden_launcher_lines += 1
+            if line.rank is None:
+                if self.stopping_since is not None:
+                    self.hidden_launcher_lines += 1
+                    continue
+                if self.launcher == "torchrun" and self.launcher_quiet.hides(line.line, a_rank_failed):
+                    continue
+                self._print_line(format_prefix(None, line.node, self.multi_node, self.launcher), line.line,
+                                 line.stream)
                 continue
-            self._print_line(format_prefix(line.rank, line.node, self.multi_node, self.launcher),
-                             without_torch_prefix(line.line, line.rank), line.stream)
+            prefix = format_prefix(line.rank, line.node, self.multi_node, self.launcher)
+            for shown in self.echoes.feed(line.rank, without_torch_prefix(line.line, line.rank), line.stream,
+                                          after_failure=a_rank_failed):
+                self._print_line(prefix, shown.text, shown.stream)
         for event in events:
             kind = event.kind
             fields = fields_of(event)
@@ -326,6 +331,21 @@ class TerminalView:
             note = (f"; torchrun's {self.hidden_launcher_lines} line(s) about it: "
                     f"rankwatch runs logs {run_id} --launcher")
         self._print_line("[rankwatch]", f"stopped ({seconds:.1f} s{note})", "stderr", style="yellow")
+
+    def _say_what_was_not_shown(self) -> None:
+        """Once a failed run ended: where torchrun's report and the echoes' tracebacks are (the
+        summary below says what they say)."""
+        run_id = "N" if self.run is None or self.run.id is None else self.run.id
+        parts = []
+        if self.launcher_quiet.hidden:
+            parts.append(f"torchrun's {self.launcher_quiet.hidden} line(s): rankwatch runs logs {run_id} --launcher")
+        if self.echoes.collapsed:
+            ranks = sorted(self.echoes.collapsed)
+            parts.append(f"the traceback{'s' if len(ranks) > 1 else ''} of {describe_rank_list(ranks)} that only "
+                         f"say{'' if len(ranks) > 1 else 's'} a peer went away: rankwatch runs logs {run_id} "
+                         f"--rank {ranks[0]}")
+        if parts:
+            self._print_line("[rankwatch]", f"not shown here, in the run's log: {'; '.join(parts)}", "stderr")
 
     def print_status(self) -> None:
         """Plain mode's stand-in for the live table: the header, then one line per running rank."""
@@ -549,6 +569,11 @@ class TerminalView:
                 "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s,
                 "phase_shares": result.phase_shares,
                 "gpu_util": result.gpu_util, "gpu_mem_used": result.gpu_mem_used_peak}
+
+
+def describe_rank_list(ranks: list[int]) -> str:
+    """``rank 0`` or ``ranks 0, 2, 5``."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(rank) for rank in ranks)
 
 
 def _ranks_in(message: UpdateMessage) -> list[int]:

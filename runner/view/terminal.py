@@ -50,7 +50,7 @@ from runner.runstate.progress import PROGRESS_METRICS, progress_texts
 from runner.runstate.state import RunState, steps_done
 from runner.state import RankState, RunStatus
 from runner.store.rank_stats import BUILT_IN_METRICS, RankStats
-from runner.view.columns import Column, Justify, choose_columns, format_rate
+from runner.view.columns import Column, Justify, choose_columns, format_rate, text_width
 from runner.view.failure_lines import EchoTracebacks, LauncherQuiet
 from runner.view.log_lines import format_prefix, without_torch_prefix
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
@@ -465,8 +465,11 @@ class TerminalView:
     def current_step(self) -> int | None:
         return self.state.current_step()
 
-    def header(self, now: float | None = None) -> str:
-        """``run 3 · example · running · epoch 2/10 · step 120/640 (19%) · elapsed 1:05 · ETA 4:31``."""
+    def header(self, now: float | None = None, width: int | None = None) -> str:
+        """``run 3 · example · running · epoch 2/10 · step 120/640 (19%) · elapsed 1:05 · ETA 4:31``.
+
+        With ``width`` (the live table's line): without the profile's name when the whole does not
+        fit, so the line stays one line and keeps the progress and the ETA."""
         run = self.run
         status = (run.status if run is not None else None) or RunStatus.STARTING.value
         progress = self.state.progress_now(self.logged.last_value, now)
@@ -476,14 +479,18 @@ class TerminalView:
         run_id = "?" if run is None or run.id is None else run.id
         shown = self.state.shown_status or status  # "hung" while a rank stalls, as the GUI and History say
         parts = [f"run {run_id}", (run.profile if run is not None else None) or "", shown, position, timing]
-        return " · ".join(part for part in parts if part)
+        whole = " · ".join(part for part in parts if part)
+        if width is None or text_width(whole) <= width:
+            return whole
+        return " · ".join(part for part in (parts[0], *parts[2:]) if part)
 
     def _table(self, width: int | None = None):
         """The header line (as wide as the terminal) over the rank table."""
         from rich.console import Group
         from rich.text import Text
 
-        return Group(Text(self.header(), style="bold", overflow="fold"), self._rank_table(width))
+        width = width or (self._console.width if self._console is not None else DEFAULT_WIDTH)
+        return Group(Text(self.header(width=width), style="bold", overflow="fold"), self._rank_table(width))
 
     def _rank_table(self, width: int | None = None):
         """The rank table: the columns that fit ``width`` by priority (``runner.view.columns``),
@@ -524,8 +531,8 @@ class TerminalView:
         columns = [*RANK_COLUMNS, *(Column(f"logged:{name}", name, LOGGED_PRIORITY + index)
                                     for index, name in enumerate(logged_names))]
         if self._results is not None:
-            columns = [replace(column, header="median ms/step") if column.key == "step_time" else column
-                       for column in columns]
+            columns = [replace(column, header="median ms/step", short_header="ms/step")
+                       if column.key == "step_time" else column for column in columns]
         host_shown = self.multi_node
         now = time.time()
         rows = []

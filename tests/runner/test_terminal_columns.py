@@ -82,3 +82,20 @@ def test_width_is_the_cells_plus_one_gap_between_columns():
 def test_a_throughput_has_three_digits_and_an_si_suffix(value, text):
     assert format_rate(value) == text
     assert len(format_rate(value)) <= 5
+
+
+def test_the_live_header_drops_the_profiles_name_before_it_takes_a_second_line():
+    import io
+
+    from runner.view.terminal import TerminalView
+
+    view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
+    view.handle({"type": "snapshot", "run": {"id": 1, "profile": "example", "status": "running", "started": 1000.0},
+                 "ranks": [{"rank": 0, "state": "running", "step": 107}], "nodes": [],
+                 "spec": {"args": ["--epochs", "10"]}})
+    view.handle({"type": "update", "logs": [[0, 1000.0, "stdout", "16 steps per epoch", "h"]],
+                 "metrics": [[0, 1000.0 + 0.4 * step, step, "loss", 1.0, "auto"] for step in range(108)]})
+    assert view.header(now=1043.0) == ("run 1 · example · running · epoch 7/10 · 108/160 steps (68%) · "
+                                       "elapsed 0:43 · ETA 0:21")
+    assert view.header(now=1043.0, width=80) == ("run 1 · running · epoch 7/10 · 108/160 steps (68%) · "
+                                                 "elapsed 0:43 · ETA 0:21")

@@ -8,7 +8,9 @@ stdout is not a terminal (CI, a pipe, a file) it prints plain prefixed lines onl
 
 from __future__ import annotations
 
+import re
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Sequence
@@ -333,19 +335,17 @@ class TerminalView:
         self._print_line("[rankwatch]", f"stopped ({seconds:.1f} s{note})", "stderr", style="yellow")
 
     def _say_what_was_not_shown(self) -> None:
-        """Once a failed run ended: where torchrun's report and the echoes' tracebacks are (the
+        """Once a failed run ended: where the echoes' tracebacks and torchrun's report are (the
         summary below says what they say)."""
         run_id = "N" if self.run is None or self.run.id is None else self.run.id
-        parts = []
-        if self.launcher_quiet.hidden:
-            parts.append(f"torchrun's {self.launcher_quiet.hidden} line(s): rankwatch runs logs {run_id} --launcher")
         if self.echoes.collapsed:
             ranks = sorted(self.echoes.collapsed)
-            parts.append(f"the traceback{'s' if len(ranks) > 1 else ''} of {describe_rank_list(ranks)} that only "
-                         f"say{'' if len(ranks) > 1 else 's'} a peer went away: rankwatch runs logs {run_id} "
-                         f"--rank {ranks[0]}")
-        if parts:
-            self._print_line("[rankwatch]", f"not shown here, in the run's log: {'; '.join(parts)}", "stderr")
+            whose = f"rank {ranks[0]}'s traceback" if len(ranks) == 1 else f"the tracebacks of {describe_rank_list(ranks)}"
+            self._print_line("[rankwatch]", f"{whose} only said a peer went away, in the run's log: "
+                             f"rankwatch runs logs {run_id} --rank {ranks[0]}", "stderr")
+        if self.launcher_quiet.hidden:
+            self._print_line("[rankwatch]", f"torchrun's {self.launcher_quiet.hidden} line(s) about it, in the run's "
+                             f"log: rankwatch runs logs {run_id} --launcher", "stderr")
 
     def print_status(self) -> None:
         """Plain mode's stand-in for the live table: the header, then one line per running rank."""
@@ -606,7 +606,46 @@ def _finished_text(finished: dict[str, Any], failed_rank: int) -> str:
 
 
 def render_summary(run: dict[str, Any], out: TextIO) -> None:
-    """The block printed at the end of a run: outcome, first failure, hints, where to look."""
+    """The block printed at the end of a run: outcome, first failure, hints, where to look.
+
+    On a terminal its long lines are wrapped at words, each under its own value
+    (``wrap_summary_line``): the terminal's own wrapping cut words in two ("(dat" / "a 1%")."""
+    if not out.isatty():
+        _write_summary(run, out)
+        return
+    import io
+    import shutil
+
+    block = io.StringIO()
+    _write_summary(run, block)
+    width = shutil.get_terminal_size().columns
+    out.write("".join(line + "\n" for text in block.getvalue().split("\n")[:-1]
+                      for line in wrap_summary_line(text, width)))
+    out.flush()
+
+
+SUMMARY_LABEL = re.compile(r"^(\s*(?:[a-z][\w ]*:\s+|->\s+|→\s+)?)")
+"""A summary line's label and the spaces after it (``  hint: ``, ``  first to fail: ``, ``  -> ``)."""
+
+
+def wrap_summary_line(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` cells, broken at spaces, the continuation lines
+    indented to where the text after the line's label begins. A code line (a traceback's) and a
+    line that fits are left whole."""
+    if text_width(text) <= width or width < 20:
+        return [text]
+    label = SUMMARY_LABEL.match(text)
+    prefix = label.group(1) if label else ""
+    if len(prefix) >= 4 and not prefix.strip():
+        return [text]  # a traceback's line: code and paths are not prose
+    indent = " " * len(prefix)
+    if len(indent) > width // 2:
+        indent = indent[: width // 2]
+    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_long_words=True,
+                         break_on_hyphens=False, drop_whitespace=True) or [text]
+
+
+def _write_summary(run: dict[str, Any], out: TextIO) -> None:
     summary = run.get("summary") or {}
     status = run.get("status")
     width = 72

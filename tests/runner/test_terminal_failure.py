@@ -68,8 +68,8 @@ def test_torchruns_report_of_a_failure_stays_off_the_terminal_and_the_last_line_
         assert line.strip() not in shown.replace("[rank 1] Traceback (most recent call last):", ""), line
     assert "ChildFailedError" not in shown and "Root Cause" not in shown and "=====" not in shown
     assert "[rank 1] ValueError: bad batch shape on rank 1" in shown  # the failing rank's own traceback stays
-    assert shown.splitlines()[-1].startswith("[rankwatch] not shown here, in the run's log: torchrun's "
-                                             f"{len(CHILD_FAILED_REPORT)} line(s): rankwatch runs logs 7 --launcher")
+    assert shown.splitlines()[-1] == (f"[rankwatch] torchrun's {len(CHILD_FAILED_REPORT)} line(s) about it, in the "
+                                      "run's log: rankwatch runs logs 7 --launcher")
 
 
 def test_torchruns_failure_notice_hides_its_report_even_before_the_hub_knows_the_rank_failed():
@@ -87,8 +87,8 @@ def test_a_survivors_traceback_that_only_says_its_peer_went_away_is_its_last_lin
     rank0 = [line for line in err.getvalue().splitlines() if line.startswith("[rank 0]")]
     assert rank0 == ["[rank 0] RuntimeError: [gloo/transport/tcp/pair.cc:561] Connection closed by peer "
                      "[127.0.0.1]:40880"]
-    assert ("the traceback of rank 0 that only says a peer went away: rankwatch runs logs 7 --rank 0"
-            in err.getvalue().splitlines()[-1])
+    assert err.getvalue().splitlines()[-2] == ("[rankwatch] rank 0's traceback only said a peer went away, in the "
+                                               "run's log: rankwatch runs logs 7 --rank 0")
     before = io.StringIO()  # no rank has failed yet: nothing to echo, the traceback is shown whole
     view = TerminalView(live=False, out=io.StringIO(), err=before, status_every=0)
     view.handle(snapshot())
@@ -116,3 +116,30 @@ def test_runs_logs_shows_one_prefix_per_line_as_the_terminal_does(capsys):
         "[rank 1] ValueError: bad batch shape on rank 1"]
     assert main(["runs", "logs", str(run_id), "--launcher"]) == 0
     assert capsys.readouterr().out.splitlines() == [f"[torchrun] {line}" for line in CHILD_FAILED_REPORT]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_summary_on_a_terminal_breaks_long_lines_at_words_under_their_label(monkeypatch):
+    from runner.view.terminal import render_summary
+
+    monkeypatch.setenv("COLUMNS", "80")
+    advice = ("hide or shrink the communication: accumulate gradients (DDP no_sync) to all-reduce less often, "
+              "tune DDP's bucket_cap_mb, or compute more per step (a larger batch)")
+    run = {"id": 3, "status": "failed", "exit_code": 1, "summary": {
+        "headline": "rank 1 on localhost failed first (exit code 1): ValueError: batch 3 on rank 1 has 7 features",
+        "hints": [{"key": "k", "cause": "a cause", "advice": advice}]}}
+    screen = Terminal()
+    render_summary(run, screen)
+    lines = screen.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), lines
+    advice_lines = lines[lines.index("  hint: a cause") + 1:-1]
+    assert advice_lines[0].startswith("        -> hide or shrink")
+    assert all(line.startswith(" " * 11) for line in advice_lines[1:]), advice_lines
+    assert " ".join(line.strip() for line in advice_lines) == f"-> {advice}"  # no word cut in two
+    plain = io.StringIO()
+    render_summary(run, plain)  # not a terminal (a pipe, a file): one line each, as before
+    assert f"        -> {advice}" in plain.getvalue().splitlines()

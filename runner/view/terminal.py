@@ -86,6 +86,8 @@ PHASES_COLUMN = "where the step goes"
 """The phases' stacked bar (``runner.view.phase_bars``: d data, h h2d, F forward, B backward, c comm,
 O optimizer, · rest)."""
 PHASES_COLUMN_WIDTH = 12
+WIDE_PHASES_COLUMN_WIDTH = 24
+"""The phases' bar where the terminal has room to spare (each letter 1/24 of the step)."""
 RANK_COLUMNS = (
     Column("rank", "rank", 0, always=True),
     Column("host", "host", 4, justify=Justify.LEFT),
@@ -501,9 +503,13 @@ class TerminalView:
         from rich.text import Text
 
         width = width or (self._console.width if self._console is not None else DEFAULT_WIDTH)
-        columns, rows = self._table_cells()
+        columns, rows = self._table_cells(PHASES_COLUMN_WIDTH)
         cells = {column.key: [row[column.key] for row in rows] for column in columns}
         chosen = choose_columns(columns, cells, width)
+        if "phases" in chosen.widths and width - chosen.width >= WIDE_PHASES_COLUMN_WIDTH - PHASES_COLUMN_WIDTH:
+            columns, rows = self._table_cells(WIDE_PHASES_COLUMN_WIDTH)  # a wide terminal: a finer bar
+            cells = {column.key: [row[column.key] for row in rows] for column in columns}
+            chosen = choose_columns(columns, cells, width)
         now = time.time()
         working = [f"rank {rank} {text}" for rank, row in sorted(self.ranks.items())
                    if not RankState(row.state).finished
@@ -524,8 +530,9 @@ class TerminalView:
         # under the table, as wide as the terminal (a table's caption wraps at the table's width)
         return Group(table, *(Text(caption, style="dim", overflow="fold") for caption in captions))
 
-    def _table_cells(self) -> tuple[list[Column], list[dict[str, str]]]:
-        """Every column the table could show, in its order, and each rank's cells as text."""
+    def _table_cells(self, bar_width: int) -> tuple[list[Column], list[dict[str, str]]]:
+        """Every column the table could show, in its order, and each rank's cells as text
+        (the phases' bar ``bar_width`` letters wide)."""
         figures = {rank: self._figures(rank, row) for rank, row in self.ranks.items()}
         logged_names = self.logged.names()
         columns = [*RANK_COLUMNS, *(Column(f"logged:{name}", name, LOGGED_PRIORITY + index)
@@ -556,7 +563,7 @@ class TerminalView:
                 "gpu": str(row.gpu_index) if gpu and row.gpu_index is not None else MISSING,
                 "data_wait": format_percent(shown.get("data_wait_share")),
                 "comm_wait": format_percent(shown.get("comm_wait_share")),
-                "phases": (phase_bar(shown.get("phase_shares"), PHASES_COLUMN_WIDTH)
+                "phases": (phase_bar(shown.get("phase_shares"), bar_width)
                            if shown.get("phase_shares") else MISSING),
                 "seen": MISSING if RankState(row.state).finished or age is None else f"{max(0.0, age):.0f} s",
             }

@@ -99,3 +99,26 @@ def test_the_live_header_drops_the_profiles_name_before_it_takes_a_second_line()
                                        "elapsed 0:43 · ETA 0:21")
     assert view.header(now=1043.0, width=80) == ("run 1 · running · epoch 7/10 · 108/160 steps (68%) · "
                                                  "elapsed 0:43 · ETA 0:21")
+
+
+def test_a_wide_terminal_gets_the_finer_phase_bar():
+    import io
+
+    from rich.console import Console
+
+    from runner.view.terminal import TerminalView
+
+    view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
+    shares = {"data": 0.0, "h2d": 0.0, "forward": 0.25, "backward": 0.5, "comm": 0.125, "optimizer": 0.125,
+              "rest": 0.0}
+    view.handle({"type": "snapshot", "run": {"id": 1, "profile": "p", "status": "running", "started": 1000.0},
+                 "ranks": [{"rank": r, "state": "running", "step": 5, "loss": 0.5, "phase_shares": shares}
+                           for r in range(2)], "nodes": [], "spec": {"args": []}})
+
+    def bar(width: int) -> str:
+        console = Console(file=io.StringIO(), width=width)
+        console.print(view._table(width))
+        return next(word for word in console.file.getvalue().split() if word.startswith("[F"))
+
+    assert bar(200) == "[" + "F" * 6 + "B" * 12 + "ccc" + "OOO" + "]"
+    assert len(bar(45)) == 2 + 12  # no room to spare: the 12-letter bar

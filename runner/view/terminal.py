@@ -77,7 +77,8 @@ NOTABLE_EVENTS = frozenset({
     EventKind.STACKS, EventKind.LAUNCH_MISMATCH, EventKind.SLURM, EventKind.SLURM_SUBMITTED,
     EventKind.RECORDS_REJECTED, EventKind.STORE_INCOMPLETE})
 EXPECTED_WHILE_STOPPING = frozenset({EventKind.CONNECTION_LOST})
-"""Events a stop causes by design (the ranks it ends disconnect): not news while stopping."""
+"""Events a stop causes by design (the ranks it ends disconnect): not news while stopping, nor once
+a rank failed (torchrun then ends the others; the summary names how each ended)."""
 DEFAULT_WIDTH = 120
 PROGRESS_SAMPLES_PER_BATCH = 64
 REFRESH_PER_SECOND = 4
@@ -314,7 +315,7 @@ class TerminalView:
             elif isinstance(fields, LaunchModeFields) and fields.mode == "self-spawn":
                 self._print_line("[rankwatch]", event.message, "stderr")  # torchrun goes without saying
             elif kind in NOTABLE_EVENTS and not (
-                    self.stopping_since is not None and kind in EXPECTED_WHILE_STOPPING):
+                    (self.stopping_since is not None or a_rank_failed) and kind in EXPECTED_WHILE_STOPPING):
                 self._print_line("[rankwatch]", event.message, "stderr", style="yellow")
         if any(self.ranks[rank].gpu_index is not None for rank in _ranks_in(message) if rank in self.ranks):
             self.cpu_mode = False
@@ -586,8 +587,16 @@ class TerminalView:
 
 
 def describe_rank_list(ranks: list[int]) -> str:
-    """``rank 0`` or ``ranks 0, 2, 5``."""
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(rank) for rank in ranks)
+    """``rank 0``, ``ranks 0, 2`` or ``ranks 0, 2-7``: a run of three or more as a range."""
+    ordered = sorted(set(ranks))
+    spans: list[str] = []
+    start = 0
+    for index in range(1, len(ordered) + 1):
+        if index == len(ordered) or ordered[index] != ordered[index - 1] + 1:
+            first, last = ordered[start], ordered[index - 1]
+            spans += [f"{first}-{last}"] if last - first >= 2 else [str(rank) for rank in ordered[start:index]]
+            start = index
+    return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(spans)
 
 
 def _ranks_in(message: UpdateMessage) -> list[int]:
@@ -678,9 +687,12 @@ def _write_summary(run: dict[str, Any], out: TextIO) -> None:
         if first.get("kernel_log"):
             out.write(f"  kernel log:    {first['kernel_log']}\n")
     others = summary.get("other_failures") or []
-    if others:
-        described = [f"rank {other['rank']} ({failure_end_words(other)})" for other in others[:8]]
-        out.write(f"  then:          {', '.join(described)}{' ...' if len(others) > 8 else ''}\n")
+    if others:  # ranks that ended alike go together: "ranks 0, 2-7 (SIGTERM, stopped after rank 1 failed)"
+        alike: dict[str, list[int]] = {}
+        for other in others:
+            alike.setdefault(failure_end_words(other), []).append(other["rank"])
+        described = [f"{describe_rank_list(ranks)} ({words})" for words, ranks in alike.items()]
+        out.write(f"  then:          {', '.join(described[:8])}{' ...' if len(described) > 8 else ''}\n")
     finished = summary.get("finished") or []
     if finished and first:
         out.write(f"  finished:      {', '.join(_finished_text(item, first['rank']) for item in finished[:8])}"

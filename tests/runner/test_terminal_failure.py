@@ -52,7 +52,8 @@ def failed_run(view: TerminalView, torchrun_first: bool = False) -> None:
     view.handle({"type": "update", "ranks": [{"rank": 1, "state": "failed", "exit_code": 1}],
                  "events": [{"kind": "rank_failed", "message": "rank 1 exited with code 1", "rank": 1, "t": 2.0}],
                  "logs": logs(1, RANK1_TRACEBACK)})
-    view.handle({"type": "update", "logs": logs(0, RANK0_ECHO) + logs(None, CHILD_FAILED_REPORT)})
+    view.handle({"type": "update", "logs": logs(0, RANK0_ECHO) + logs(None, CHILD_FAILED_REPORT), "events": [
+        {"kind": "connection_lost", "message": "rank 0 disconnected without an exit message", "rank": 0, "t": 2.1}]})
     view.handle({"type": "update", "ranks": [{"rank": 0, "state": "stopped", "exit_code": None}],
                  "run": {"id": 7, "profile": "p", "status": "failed", "started": 1000.0, "ended": 1003.0}})
     view.handle({"type": "bye", "reason": "failed"})
@@ -68,6 +69,7 @@ def test_torchruns_report_of_a_failure_stays_off_the_terminal_and_the_last_line_
         assert line.strip() not in shown.replace("[rank 1] Traceback (most recent call last):", ""), line
     assert "ChildFailedError" not in shown and "Root Cause" not in shown and "=====" not in shown
     assert "[rank 1] ValueError: bad batch shape on rank 1" in shown  # the failing rank's own traceback stays
+    assert "disconnected" not in shown  # torchrun ending the others is no news: the summary says how each ended
     assert shown.splitlines()[-1] == (f"[rankwatch] torchrun's {len(CHILD_FAILED_REPORT)} line(s) about it, in the "
                                       "run's log: rankwatch runs logs 7 --launcher")
 
@@ -143,3 +145,14 @@ def test_the_summary_on_a_terminal_breaks_long_lines_at_words_under_their_label(
     plain = io.StringIO()
     render_summary(run, plain)  # not a terminal (a pipe, a file): one line each, as before
     assert f"        -> {advice}" in plain.getvalue().splitlines()
+
+
+def test_the_summary_names_ranks_that_ended_alike_once():
+    from runner.view.terminal import render_summary
+
+    stopped = [{"rank": rank, "exit_code": -15, "signal": None, "after": 1} for rank in (4, 0, 2, 3, 5, 6, 7)]
+    run = {"id": 2, "status": "failed", "exit_code": 1, "summary": {
+        "first_failure": {"rank": 1, "exit_code": 1, "evidence": "exception"}, "other_failures": stopped}}
+    out = io.StringIO()
+    render_summary(run, out)
+    assert "  then:          ranks 0, 2-7 (SIGTERM, stopped after rank 1 failed)\n" in out.getvalue()

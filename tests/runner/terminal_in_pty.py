@@ -61,7 +61,12 @@ async def main(tmp: Path, done_file: Path) -> None:
     view.start()
     hub.add_local_subscriber(view.handle)
     writers = await asyncio.gather(*(fake_rank(socket_path, rank) for rank in range(RANKS)))
-    await asyncio.sleep(1.0)  # the hub publishes the last steps; the Live redraws a few times
+    last = FIRST_STEP + STEPS - 1
+    deadline = time.monotonic() + 20  # the hub publishes the last steps (later on a busy machine)
+    while time.monotonic() < deadline and not all(
+            rank in view.ranks and view.ranks[rank].step == last for rank in range(RANKS)):
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.6)  # the Live redraws a few times (4 a second)
     view.stop()
     done_file.write_text("drawn")
     await asyncio.sleep(60)  # ended by the test once it read the screen

@@ -194,6 +194,8 @@ class TerminalView:
         self.launcher_quiet = LauncherQuiet()
         """torchrun's lines not printed once a rank failed (``runner.view.failure_lines``)."""
         self.echoes = EchoTracebacks()
+        self._rank_prefixes: dict[int, str] = {}
+        """Each rank's line prefix as last printed (a held traceback's lines keep it)."""
         self._live: Live | None = None
         self._console: Console | None = None
         self._lock = threading.Lock()
@@ -262,7 +264,8 @@ class TerminalView:
             self.state.apply(message)
             self.ended = True
             for rank, held in self.echoes.flush():
-                self._print_line(format_prefix(rank, None, False), held.text, held.stream)
+                self._print_line(self._rank_prefixes.get(rank, format_prefix(rank, None, False)), held.text,
+                                 held.stream)
             if self.stopping_since is not None:
                 self._say_stopped(self.stopping_since)
             else:
@@ -303,7 +306,8 @@ class TerminalView:
                 self._print_line(format_prefix(None, line.node, self.multi_node, self.launcher), line.line,
                                  line.stream)
                 continue
-            prefix = format_prefix(line.rank, line.node, self.multi_node, self.launcher)
+            prefix = self._rank_prefixes[line.rank] = format_prefix(line.rank, line.node, self.multi_node,
+                                                                    self.launcher)
             for shown in self.echoes.feed(line.rank, without_torch_prefix(line.line, line.rank), line.stream,
                                           after_failure=a_rank_failed):
                 self._print_line(prefix, shown.text, shown.stream)

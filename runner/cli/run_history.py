@@ -37,8 +37,9 @@ from runner.store.rank_stats import (
     run_statistics,
 )
 from runner.store.store import RunNotFound, RunStore
+from runner.view.log_lines import prefixed_line
 from runner.view.phase_bars import phase_lines
-from runner.view.terminal import TerminalView, format_prefix, render_summary
+from runner.view.terminal import TerminalView, render_summary
 
 
 def add_parsers(commands) -> None:
@@ -329,7 +330,7 @@ def logs_main(args: argparse.Namespace) -> int:
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED)
     for row in rows:
-        print(f"{format_prefix(row['rank'], row['node'], multi_node)} {row['line']}")
+        print(prefixed_line(row["rank"], row["node"], multi_node, row["line"]))
     if not rows:
         whose = ("rank " + str(args.rank) if args.rank is not None else "the launcher" if args.launcher
                  else f"run {run_id}")

@@ -8,10 +8,13 @@ stdout is not a terminal (CI, a pipe, a file) it prints plain prefixed lines onl
 
 from __future__ import annotations
 
+import re
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from runner.diagnosis.hints import Hint
@@ -49,6 +52,9 @@ from runner.runstate.progress import PROGRESS_METRICS, progress_texts
 from runner.runstate.state import RunState, steps_done
 from runner.state import RankState, RunStatus
 from runner.store.rank_stats import BUILT_IN_METRICS, RankStats
+from runner.view.columns import Column, Justify, choose_columns, format_rate, text_width
+from runner.view.failure_lines import EchoTracebacks, LauncherQuiet
+from runner.view.log_lines import format_prefix, without_torch_prefix
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
 
 if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
@@ -63,14 +69,16 @@ STATE_STYLE = {
     RankState.LOST.value: "red",
 }
 PLAIN_STATUS_SECONDS = 30.0
+FAILURE_STATES = frozenset({RankState.FAILED, RankState.LOST})
+"""A rank in one of these failed: torchrun's lines from then on are its reaction (``LauncherQuiet``)."""
 NOTABLE_EVENTS = frozenset({
     EventKind.RANK_FAILED, EventKind.RANK_STOPPED, EventKind.STALLED, EventKind.RESUMED, EventKind.STRAGGLER, EventKind.DIVERGENCE,
     EventKind.NODE_LOST, EventKind.WARNING, EventKind.REFUSED, EventKind.STOPPING, EventKind.CONNECTION_LOST,
     EventKind.STACKS, EventKind.LAUNCH_MISMATCH, EventKind.SLURM, EventKind.SLURM_SUBMITTED,
     EventKind.RECORDS_REJECTED, EventKind.STORE_INCOMPLETE})
 EXPECTED_WHILE_STOPPING = frozenset({EventKind.CONNECTION_LOST})
-"""Events a stop causes by design (the ranks it ends disconnect): not news while stopping."""
-LOGGED_COLUMN_MIN_WIDTH = 12
+"""Events a stop causes by design (the ranks it ends disconnect): not news while stopping, nor once
+a rank failed (torchrun then ends the others; the summary names how each ended)."""
 DEFAULT_WIDTH = 120
 PROGRESS_SAMPLES_PER_BATCH = 64
 REFRESH_PER_SECOND = 4
@@ -79,25 +87,34 @@ PHASES_COLUMN = "where the step goes"
 """The phases' stacked bar (``runner.view.phase_bars``: d data, h h2d, F forward, B backward, c comm,
 O optimizer, · rest)."""
 PHASES_COLUMN_WIDTH = 12
+WIDE_PHASES_COLUMN_WIDTH = 24
+"""The phases' bar where the terminal has room to spare (each letter 1/24 of the step)."""
+RANK_COLUMNS = (
+    Column("rank", "rank", 0, always=True),
+    Column("host", "host", 4, justify=Justify.LEFT),
+    Column("state", "state", 1, justify=Justify.LEFT, always=True),
+    Column("step", "step", 2),
+    Column("loss", "loss", 3),
+    Column("step_time", "ms/step", 6),
+    Column("samples_per_s", "samples/s", 7, short_header="smp/s"),
+    Column("data_wait", "data wait", 10, short_header="data"),
+    Column("comm_wait", "comm wait", 11, short_header="comm"),
+    Column("phases", PHASES_COLUMN, 30, short_header="phases", justify=Justify.LEFT),
+    Column("cpu_percent", "CPU %", 8),
+    Column("rss", "RSS", 9),
+    Column("gpu", "GPU", 31),
+    Column("gpu_util", "GPU %", 8),
+    Column("gpu_mem", "GPU mem", 9, short_header="mem"),
+    Column("seen", "seen", 25),
+    Column("exit", "exit", 5, justify=Justify.LEFT),
+)
+"""The rank table's columns in their order; the priority decides which stay on a narrow terminal:
+who and how far first (rank, state, step, loss), then how a rank ended, its speed and its device,
+where its time goes, the keys the script logged (``LOGGED_PRIORITY``), and the rest."""
+LOGGED_PRIORITY = 20
 WHOLE_RUN_CAPTION = ("whole run: median step time; data wait, comm wait, samples/s and where the step goes over "
                      "every (timed) step; GPU % the median, GPU mem the most; loss and the last columns as last seen")
 """The live table's last frame, once ``show_results`` gave each rank's whole-run figures."""
-
-
-def format_prefix(rank: int | None, node: str | None, multi_node: bool, launcher: str = "torchrun") -> str:
-    """``launcher``: who wrote the lines of no rank (``script``: a self-spawning script's own process)."""
-    if rank is None:
-        return f"[{node} {launcher}]" if multi_node and node else f"[{launcher}]"
-    return f"[{node} rank {rank}]" if multi_node and node else f"[rank {rank}]"
-
-
-def without_torch_prefix(line: str, rank: int | None) -> str:
-    """torch's excepthook already prefixes "[rank1]: " to tracebacks; once is enough on screen."""
-    if rank is not None:
-        own = f"[rank{rank}]: "
-        if line.startswith(own):
-            return line[len(own):]
-    return line
 
 
 class LoggedValues:
@@ -173,6 +190,12 @@ class TerminalView:
         self.ended = False
         self.stopping_since: float | None = None
         self.hidden_launcher_lines = 0
+        """torchrun's lines not printed while the run stopped."""
+        self.launcher_quiet = LauncherQuiet()
+        """torchrun's lines not printed once a rank failed (``runner.view.failure_lines``)."""
+        self.echoes = EchoTracebacks()
+        self._rank_prefixes: dict[int, str] = {}
+        """Each rank's line prefix as last printed (a held traceback's lines keep it)."""
         self._live: Live | None = None
         self._console: Console | None = None
         self._lock = threading.Lock()
@@ -240,8 +263,13 @@ class TerminalView:
         elif isinstance(message, Bye):
             self.state.apply(message)
             self.ended = True
+            for rank, held in self.echoes.flush():
+                self._print_line(self._rank_prefixes.get(rank, format_prefix(rank, None, False)), held.text,
+                                 held.stream)
             if self.stopping_since is not None:
                 self._say_stopped(self.stopping_since)
+            else:
+                self._say_what_was_not_shown()
             if self._live is None and self.status_every:
                 self._print_final_header()  # plain mode: the run's last state, once (ranks: show_results)
         else:
@@ -267,12 +295,22 @@ class TerminalView:
             sample = list(metrics[::max(1, len(metrics) // PROGRESS_SAMPLES_PER_BATCH)])
             sample.append(metrics[-1])
             self.state.note_steps([row[2] for row in sample], [row[1] for row in sample])
+        a_rank_failed = any(RankState(row.state) in FAILURE_STATES for row in self.ranks.values())
         for line in message.logs:
-            if line.rank is None and self.stopping_since is not None:
-                self.hidden_launcher_lines += 1
+            if line.rank is None:
+                if self.stopping_since is not None:
+                    self.hidden_launcher_lines += 1
+                    continue
+                if self.launcher == "torchrun" and self.launcher_quiet.hides(line.line, a_rank_failed):
+                    continue
+                self._print_line(format_prefix(None, line.node, self.multi_node, self.launcher), line.line,
+                                 line.stream)
                 continue
-            self._print_line(format_prefix(line.rank, line.node, self.multi_node, self.launcher),
-                             without_torch_prefix(line.line, line.rank), line.stream)
+            prefix = self._rank_prefixes[line.rank] = format_prefix(line.rank, line.node, self.multi_node,
+                                                                    self.launcher)
+            for shown in self.echoes.feed(line.rank, without_torch_prefix(line.line, line.rank), line.stream,
+                                          after_failure=a_rank_failed):
+                self._print_line(prefix, shown.text, shown.stream)
         for event in events:
             kind = event.kind
             fields = fields_of(event)
@@ -281,7 +319,7 @@ class TerminalView:
             elif isinstance(fields, LaunchModeFields) and fields.mode == "self-spawn":
                 self._print_line("[rankwatch]", event.message, "stderr")  # torchrun goes without saying
             elif kind in NOTABLE_EVENTS and not (
-                    self.stopping_since is not None and kind in EXPECTED_WHILE_STOPPING):
+                    (self.stopping_since is not None or a_rank_failed) and kind in EXPECTED_WHILE_STOPPING):
                 self._print_line("[rankwatch]", event.message, "stderr", style="yellow")
         if any(self.ranks[rank].gpu_index is not None for rank in _ranks_in(message) if rank in self.ranks):
             self.cpu_mode = False
@@ -302,6 +340,19 @@ class TerminalView:
             note = (f"; torchrun's {self.hidden_launcher_lines} line(s) about it: "
                     f"rankwatch runs logs {run_id} --launcher")
         self._print_line("[rankwatch]", f"stopped ({seconds:.1f} s{note})", "stderr", style="yellow")
+
+    def _say_what_was_not_shown(self) -> None:
+        """Once a failed run ended: where the echoes' tracebacks and torchrun's report are (the
+        summary below says what they say)."""
+        run_id = "N" if self.run is None or self.run.id is None else self.run.id
+        if self.echoes.collapsed:
+            ranks = sorted(self.echoes.collapsed)
+            whose = f"rank {ranks[0]}'s traceback" if len(ranks) == 1 else f"the tracebacks of {describe_rank_list(ranks)}"
+            self._print_line("[rankwatch]", f"{whose} only said a peer went away, in the run's log: "
+                             f"rankwatch runs logs {run_id} --rank {ranks[0]}", "stderr")
+        if self.launcher_quiet.hidden:
+            self._print_line("[rankwatch]", f"torchrun's {self.launcher_quiet.hidden} line(s) about it, in the run's "
+                             f"log: rankwatch runs logs {run_id} --launcher", "stderr")
 
     def print_status(self) -> None:
         """Plain mode's stand-in for the live table: the header, then one line per running rank."""
@@ -421,8 +472,11 @@ class TerminalView:
     def current_step(self) -> int | None:
         return self.state.current_step()
 
-    def header(self, now: float | None = None) -> str:
-        """``run 3 · example · running · epoch 2/10 · step 120/640 (19%) · elapsed 1:05 · ETA 4:31``."""
+    def header(self, now: float | None = None, width: int | None = None) -> str:
+        """``run 3 · example · running · epoch 2/10 · step 120/640 (19%) · elapsed 1:05 · ETA 4:31``.
+
+        With ``width`` (the live table's line): without the profile's name when the whole does not
+        fit, so the line stays one line and keeps the progress and the ETA."""
         run = self.run
         status = (run.status if run is not None else None) or RunStatus.STARTING.value
         progress = self.state.progress_now(self.logged.last_value, now)
@@ -432,102 +486,96 @@ class TerminalView:
         run_id = "?" if run is None or run.id is None else run.id
         shown = self.state.shown_status or status  # "hung" while a rank stalls, as the GUI and History say
         parts = [f"run {run_id}", (run.profile if run is not None else None) or "", shown, position, timing]
-        return " · ".join(part for part in parts if part)
+        whole = " · ".join(part for part in parts if part)
+        if width is None or text_width(whole) <= width:
+            return whole
+        return " · ".join(part for part in (parts[0], *parts[2:]) if part)
 
     def _table(self, width: int | None = None):
         """The header line (as wide as the terminal) over the rank table."""
         from rich.console import Group
         from rich.text import Text
 
-        return Group(Text(self.header(), style="bold", overflow="fold"), self._rank_table(width))
+        width = width or (self._console.width if self._console is not None else DEFAULT_WIDTH)
+        return Group(Text(self.header(width=width), style="bold", overflow="fold"), self._rank_table(width))
 
     def _rank_table(self, width: int | None = None):
-        """The rank table. Every key the script logged is shown: a column each when they fit,
-        else one "logged" column with the width the others leave (cut with "…"), else a caption
-        naming them. The built-in columns are never squeezed for them."""
-        from rich.console import Console
-        from rich.measure import Measurement
-
-        width = width or (self._console.width if self._console is not None else DEFAULT_WIDTH)
-        if not self.logged.names():
-            return self._build_table()
-        console = self._console or Console(width=width)
-
-        def natural_width(table) -> int:
-            return Measurement.get(console, console.options.update_width(10_000), table).maximum
-
-        separate = self._build_table(logged_columns=True)
-        if natural_width(separate) <= width:
-            return separate
-        room = width - natural_width(self._build_table()) - 3  # the column's padding and separator
-        if room < LOGGED_COLUMN_MIN_WIDTH:
-            return self._build_table(caption=True)
-        return self._build_table(logged_width=room)
-
-    def _build_table(self, logged_columns: bool = False, logged_width: int | None = None, caption: bool = False):
+        """The rank table: the columns that fit ``width`` by priority (``runner.view.columns``),
+        every key the script logged among them; the columns left out for width are named under it."""
         from rich import box
+        from rich.console import Group
         from rich.table import Table
         from rich.text import Text
 
-        logged_names = self.logged.names()
-        figures = {rank: self._figures(rank, row) for rank, row in self.ranks.items()}
+        width = width or (self._console.width if self._console is not None else DEFAULT_WIDTH)
+        columns, rows = self._table_cells(PHASES_COLUMN_WIDTH)
+        cells = {column.key: [row[column.key] for row in rows] for column in columns}
+        chosen = choose_columns(columns, cells, width)
+        if "phases" in chosen.widths and width - chosen.width >= WIDE_PHASES_COLUMN_WIDTH - PHASES_COLUMN_WIDTH:
+            columns, rows = self._table_cells(WIDE_PHASES_COLUMN_WIDTH)  # a wide terminal: a finer bar
+            cells = {column.key: [row[column.key] for row in rows] for column in columns}
+            chosen = choose_columns(columns, cells, width)
         now = time.time()
         working = [f"rank {rank} {text}" for rank, row in sorted(self.ranks.items())
                    if not RankState(row.state).finished
                    and (text := self.state.working_text(rank, now))]
-        captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []), *working,
-                    *([f"logged: {', '.join(logged_names)} (too narrow to show values)"] if caption else [])]
-        table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), caption_justify="left",
-                      caption="\n".join(captions) or None)
-        # time in collectives: a column once a rank measured it (a job with a process group)
-        show_comm = any(row.get("comm_wait_share") is not None for row in figures.values())
-        # where the steps go (phase_bars' letters): a column once a rank's phases were timed
-        show_phases = any(row.get("phase_shares") for row in figures.values())
-        columns = ["rank", *(["host"] if self.multi_node else []), "state", "step", "loss",
-                   "median ms/step" if self._results is not None else "ms/step",
-                   "data wait", *(["comm wait"] if show_comm else []), "samples/s",
-                   *([PHASES_COLUMN] if show_phases else [])]
-        columns += ["CPU %", "RSS"] if self.cpu_mode else ["GPU", "GPU %", "GPU mem"]
-        columns += ["seen"]
-        show_exit = any(row.exit_code is not None for row in self.ranks.values())
-        if show_exit:  # once a rank has ended: its exit code as the diagnosis states it
-            columns += ["exit"]
-        for name in columns:
-            table.add_column(name, justify="left" if name in ("host", "state", "exit") else "right", no_wrap=True)
-        if logged_columns:
-            for name in logged_names:
-                table.add_column(name, justify="right", no_wrap=True)
-        if logged_width is not None:
-            table.add_column("logged", justify="left", no_wrap=True, overflow="ellipsis", width=logged_width)
+        hidden = ([f"too narrow for: {', '.join(column.header for column in chosen.too_narrow)}"]
+                  if chosen.too_narrow else [])
+        captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []), *working, *hidden]
+        table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                      padding=(0, 1, 0, 0))
+        for column in chosen.shown:
+            table.add_column(chosen.headers[column.key], justify=column.justify.value, no_wrap=True,
+                             min_width=chosen.widths[column.key])
+        for row in rows:
+            table.add_row(*(Text(row[column.key], style=STATE_STYLE.get(row[column.key], ""))
+                            if column.key == "state" else row[column.key] for column in chosen.shown))
+        if not captions:
+            return table
+        # under the table, as wide as the terminal (a table's caption wraps at the table's width)
+        return Group(table, *(Text(caption, style="dim", overflow="fold") for caption in captions))
+
+    def _table_cells(self, bar_width: int) -> tuple[list[Column], list[dict[str, str]]]:
+        """Every column the table could show, in its order, and each rank's cells as text
+        (the phases' bar ``bar_width`` letters wide)."""
+        figures = {rank: self._figures(rank, row) for rank, row in self.ranks.items()}
+        logged_names = self.logged.names()
+        columns = [*RANK_COLUMNS, *(Column(f"logged:{name}", name, LOGGED_PRIORITY + index)
+                                    for index, name in enumerate(logged_names))]
+        if self._results is not None:
+            columns = [replace(column, header="median ms/step", short_header="ms/step")
+                       if column.key == "step_time" else column for column in columns]
+        host_shown = self.multi_node
+        now = time.time()
+        rows = []
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
             shown = figures[rank]
             age = now - row.last_seen if row.last_seen else None
-            state = row.state
             cpu_percent, rss_bytes = self.state.process_figures(rank)
-            cells: list[Any] = [str(rank), *([row.host or MISSING] if self.multi_node else []),
-                     Text(state, style=STATE_STYLE.get(state, "")),
-                     MISSING if row.step is None else str(steps_done(row.step)), format_number(shown.get("loss")),
-                     format_amount(shown.get("step_time"), 1000), format_percent(shown.get("data_wait_share")),
-                     *([format_percent(shown.get("comm_wait_share"))] if show_comm else []),
-                     format_amount(shown.get("samples_per_s")),
-                     *([phase_bar(shown.get("phase_shares"), PHASES_COLUMN_WIDTH)] if show_phases else [])]
-            if self.cpu_mode:
-                cells += [format_fixed(cpu_percent, "{:.0f}"), format_bytes(rss_bytes)]
-            else:
-                cells += [str(row.gpu_index) if row.gpu_index is not None else MISSING,
-                          format_fixed(shown.get("gpu_util"), "{:.0f}"), format_bytes(shown.get("gpu_mem_used"))]
-            finished = RankState(row.state).finished
-            cells.append(MISSING if finished or age is None else f"{max(0.0, age):.0f} s")
-            if show_exit:
-                cells.append(describe_exit_code(row.exit_code))
-            if logged_columns:
-                cells += [format_number(self.logged.value(name, rank)) for name in logged_names]
-            if logged_width is not None:
-                cells.append("  ".join(f"{name} {format_number(self.logged.value(name, rank))}"
-                                       for name in logged_names))
-            table.add_row(*cells)
-        return table
+            gpu = not self.cpu_mode
+            cells = {
+                "rank": str(rank), "host": (row.host or MISSING) if host_shown else MISSING, "state": row.state,
+                "step": MISSING if row.step is None else str(steps_done(row.step)),
+                "loss": format_number(shown.get("loss")),
+                "exit": describe_exit_code(row.exit_code),
+                "step_time": format_amount(shown.get("step_time"), 1000),
+                "samples_per_s": format_rate(shown.get("samples_per_s")),
+                "cpu_percent": MISSING if gpu else format_fixed(cpu_percent, "{:.0f}"),
+                "rss": MISSING if gpu else format_bytes(rss_bytes),
+                "gpu_util": format_fixed(shown.get("gpu_util"), "{:.0f}") if gpu else MISSING,
+                "gpu_mem": format_bytes(shown.get("gpu_mem_used")) if gpu else MISSING,
+                "gpu": str(row.gpu_index) if gpu and row.gpu_index is not None else MISSING,
+                "data_wait": format_percent(shown.get("data_wait_share")),
+                "comm_wait": format_percent(shown.get("comm_wait_share")),
+                "phases": (phase_bar(shown.get("phase_shares"), bar_width)
+                           if shown.get("phase_shares") else MISSING),
+                "seen": MISSING if RankState(row.state).finished or age is None else f"{max(0.0, age):.0f} s",
+            }
+            for name in logged_names:
+                cells[f"logged:{name}"] = format_number(self.logged.value(name, rank))
+            rows.append(cells)
+        return columns, rows
 
     def _figures(self, rank: int, row: RankInfo) -> dict[str, Any]:
         """The loss, step time and shares shown for ``rank``: the live row's newest step while the
@@ -540,6 +588,19 @@ class TerminalView:
                 "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s,
                 "phase_shares": result.phase_shares,
                 "gpu_util": result.gpu_util, "gpu_mem_used": result.gpu_mem_used_peak}
+
+
+def describe_rank_list(ranks: list[int]) -> str:
+    """``rank 0``, ``ranks 0, 2`` or ``ranks 0, 2-7``: a run of three or more as a range."""
+    ordered = sorted(set(ranks))
+    spans: list[str] = []
+    start = 0
+    for index in range(1, len(ordered) + 1):
+        if index == len(ordered) or ordered[index] != ordered[index - 1] + 1:
+            first, last = ordered[start], ordered[index - 1]
+            spans += [f"{first}-{last}"] if last - first >= 2 else [str(rank) for rank in ordered[start:index]]
+            start = index
+    return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(spans)
 
 
 def _ranks_in(message: UpdateMessage) -> list[int]:
@@ -565,7 +626,46 @@ def _finished_text(finished: dict[str, Any], failed_rank: int) -> str:
 
 
 def render_summary(run: dict[str, Any], out: TextIO) -> None:
-    """The block printed at the end of a run: outcome, first failure, hints, where to look."""
+    """The block printed at the end of a run: outcome, first failure, hints, where to look.
+
+    On a terminal its long lines are wrapped at words, each under its own value
+    (``wrap_summary_line``): the terminal's own wrapping cut words in two ("(dat" / "a 1%")."""
+    if not out.isatty():
+        _write_summary(run, out)
+        return
+    import io
+    import shutil
+
+    block = io.StringIO()
+    _write_summary(run, block)
+    width = shutil.get_terminal_size().columns
+    out.write("".join(line + "\n" for text in block.getvalue().split("\n")[:-1]
+                      for line in wrap_summary_line(text, width)))
+    out.flush()
+
+
+SUMMARY_LABEL = re.compile(r"^(\s*(?:[a-z][\w ]*:\s+|->\s+|→\s+)?)")
+"""A summary line's label and the spaces after it (``  hint: ``, ``  first to fail: ``, ``  -> ``)."""
+
+
+def wrap_summary_line(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` cells, broken at spaces, the continuation lines
+    indented to where the text after the line's label begins. A code line (a traceback's) and a
+    line that fits are left whole."""
+    if text_width(text) <= width or width < 20:
+        return [text]
+    label = SUMMARY_LABEL.match(text)
+    prefix = label.group(1) if label else ""
+    if len(prefix) >= 4 and not prefix.strip():
+        return [text]  # a traceback's line: code and paths are not prose
+    indent = " " * len(prefix)
+    if len(indent) > width // 2:
+        indent = indent[: width // 2]
+    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_long_words=True,
+                         break_on_hyphens=False, drop_whitespace=True) or [text]
+
+
+def _write_summary(run: dict[str, Any], out: TextIO) -> None:
     summary = run.get("summary") or {}
     status = run.get("status")
     width = 72
@@ -591,9 +691,12 @@ def render_summary(run: dict[str, Any], out: TextIO) -> None:
         if first.get("kernel_log"):
             out.write(f"  kernel log:    {first['kernel_log']}\n")
     others = summary.get("other_failures") or []
-    if others:
-        described = [f"rank {other['rank']} ({failure_end_words(other)})" for other in others[:8]]
-        out.write(f"  then:          {', '.join(described)}{' ...' if len(others) > 8 else ''}\n")
+    if others:  # ranks that ended alike go together: "ranks 0, 2-7 (SIGTERM, stopped after rank 1 failed)"
+        alike: dict[str, list[int]] = {}
+        for other in others:
+            alike.setdefault(failure_end_words(other), []).append(other["rank"])
+        described = [f"{describe_rank_list(ranks)} ({words})" for words, ranks in alike.items()]
+        out.write(f"  then:          {', '.join(described[:8])}{' ...' if len(described) > 8 else ''}\n")
     finished = summary.get("finished") or []
     if finished and first:
         out.write(f"  finished:      {', '.join(_finished_text(item, first['rank']) for item in finished[:8])}"

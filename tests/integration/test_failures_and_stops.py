@@ -41,6 +41,15 @@ def test_rank_one_raising_is_named_first_with_its_exit_code_and_exception():
     summary = run["summary"]
     for failure in [summary["first_failure"], *summary.get("other_failures", [])]:
         assert ranks[failure["rank"]]["exit_code"] == failure["exit_code"], failure
+    # torchrun's own report (ChildFailedError, its Root Cause box) is in the log, not before the summary
+    before_summary = result.stderr[:result.stderr.rindex("── Rankwatch")]
+    assert "ChildFailedError" not in before_summary and "Root Cause" not in before_summary, before_summary
+    assert f"rankwatch runs logs {run['id']} --launcher" in before_summary.strip().splitlines()[-1], before_summary
+    launcher = rankwatch("runs", "logs", str(run["id"]), "--launcher")
+    assert "ChildFailedError" in launcher.stdout and "Root Cause" in launcher.stdout, launcher.stdout
+    # one prefix per line in the stored log, as on the terminal (torch's "[rank1]: " dropped)
+    rank_one = rankwatch("runs", "logs", str(run["id"]), "--rank", "1").stdout
+    assert "[rank 1] Traceback (most recent call last):" in rank_one and "[rank1]:" not in rank_one, rank_one
 
 
 def start_forever_job() -> tuple:

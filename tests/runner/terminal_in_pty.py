@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from rankwatch import _protocol as protocol
+from rankwatch import protocol
 from runner.view.terminal import TerminalView
 from tests.hubs import hello, open_hub
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import time
 
-from rankwatch._protocol import LogLine
+from rankwatch.protocol import LogLine
 from runner.cli.main import main
 from runner.store.store import RecordBatch, RunStore
 from runner.view.terminal import TerminalView

@@ -368,10 +368,31 @@ from rankwatch.protocol.records import (
     LOSS as LOSS,
 )
 from rankwatch.protocol.records import (
+    PHASE_BACKWARD as PHASE_BACKWARD,
+)
+from rankwatch.protocol.records import (
     PHASE_CLOCK as PHASE_CLOCK,
 )
 from rankwatch.protocol.records import (
+    PHASE_COMM as PHASE_COMM,
+)
+from rankwatch.protocol.records import (
+    PHASE_DATA as PHASE_DATA,
+)
+from rankwatch.protocol.records import (
+    PHASE_FORWARD as PHASE_FORWARD,
+)
+from rankwatch.protocol.records import (
+    PHASE_H2D as PHASE_H2D,
+)
+from rankwatch.protocol.records import (
     PHASE_METRICS as PHASE_METRICS,
+)
+from rankwatch.protocol.records import (
+    PHASE_OPTIMIZER as PHASE_OPTIMIZER,
+)
+from rankwatch.protocol.records import (
+    PHASE_REST as PHASE_REST,
 )
 from rankwatch.protocol.records import (
     PHASE_ROW_LENGTH as PHASE_ROW_LENGTH,

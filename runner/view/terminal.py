@@ -33,6 +33,7 @@ from runner.format import (
     format_fixed,
     format_number,
     format_percent,
+    ranks_text,
 )
 from runner.rank_failure import describe_losses
 from runner.runstate.messages import (
@@ -56,6 +57,7 @@ from runner.view.columns import Column, Justify, choose_columns, format_rate, te
 from runner.view.failure_lines import EchoTracebacks, LauncherQuiet
 from runner.view.log_lines import format_prefix, without_torch_prefix
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
+from runner.view.standing_out import MIN_TABLE_ROWS, rows_that_fit
 
 if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
     from rich.console import Console
@@ -80,6 +82,7 @@ EXPECTED_WHILE_STOPPING = frozenset({EventKind.CONNECTION_LOST})
 """Events a stop causes by design (the ranks it ends disconnect): not news while stopping, nor once
 a rank failed (torchrun then ends the others; the summary names how each ended)."""
 DEFAULT_WIDTH = 120
+DEFAULT_HEIGHT = 40
 PROGRESS_SAMPLES_PER_BATCH = 64
 REFRESH_PER_SECOND = 4
 """The live table is rebuilt this often, by the Live's thread (the hub publishes up to 20 updates a second)."""
@@ -347,7 +350,7 @@ class TerminalView:
         run_id = "N" if self.run is None or self.run.id is None else self.run.id
         if self.echoes.collapsed:
             ranks = sorted(self.echoes.collapsed)
-            whose = f"rank {ranks[0]}'s traceback" if len(ranks) == 1 else f"the tracebacks of {describe_rank_list(ranks)}"
+            whose = f"rank {ranks[0]}'s traceback" if len(ranks) == 1 else f"the tracebacks of {ranks_text(ranks)}"
             self._print_line("[rankwatch]", f"{whose} only said a peer went away, in the run's log: "
                              f"rankwatch runs logs {run_id} --rank {ranks[0]}", "stderr")
         if self.launcher_quiet.hidden:
@@ -521,7 +524,9 @@ class TerminalView:
                    and (text := self.state.working_text(rank, now))]
         hidden = ([f"too narrow for: {', '.join(column.header for column in chosen.too_narrow)}"]
                   if chosen.too_narrow else [])
-        captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []), *working, *hidden]
+        rows, standing_out = rows_that_fit(rows, self.ranks, self._table_rows(), now)
+        captions = [*([WHOLE_RUN_CAPTION] if self._results is not None else []), *standing_out, *working[:3],
+                    *hidden]
         table = Table(expand=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                       padding=(0, 1, 0, 0))
         for column in chosen.shown:
@@ -534,6 +539,11 @@ class TerminalView:
             return table
         # under the table, as wide as the terminal (a table's caption wraps at the table's width)
         return Group(table, *(Text(caption, style="dim", overflow="fold") for caption in captions))
+
+    def _table_rows(self) -> int:
+        """Rank rows the screen has room for: half its height, the logs scroll above the rest."""
+        height = self._console.height if self._console is not None else DEFAULT_HEIGHT
+        return max(MIN_TABLE_ROWS, height // 2 - 4)
 
     def _table_cells(self, bar_width: int) -> tuple[list[Column], list[dict[str, str]]]:
         """Every column the table could show, in its order, and each rank's cells as text
@@ -588,19 +598,6 @@ class TerminalView:
                 "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s,
                 "phase_shares": result.phase_shares,
                 "gpu_util": result.gpu_util, "gpu_mem_used": result.gpu_mem_used_peak}
-
-
-def describe_rank_list(ranks: list[int]) -> str:
-    """``rank 0``, ``ranks 0, 2`` or ``ranks 0, 2-7``: a run of three or more as a range."""
-    ordered = sorted(set(ranks))
-    spans: list[str] = []
-    start = 0
-    for index in range(1, len(ordered) + 1):
-        if index == len(ordered) or ordered[index] != ordered[index - 1] + 1:
-            first, last = ordered[start], ordered[index - 1]
-            spans += [f"{first}-{last}"] if last - first >= 2 else [str(rank) for rank in ordered[start:index]]
-            start = index
-    return ("rank " if len(ordered) == 1 else "ranks ") + ", ".join(spans)
 
 
 def _ranks_in(message: UpdateMessage) -> list[int]:
@@ -695,7 +692,7 @@ def _write_summary(run: dict[str, Any], out: TextIO) -> None:
         alike: dict[str, list[int]] = {}
         for other in others:
             alike.setdefault(failure_end_words(other), []).append(other["rank"])
-        described = [f"{describe_rank_list(ranks)} ({words})" for words, ranks in alike.items()]
+        described = [f"{ranks_text(ranks)} ({words})" for words, ranks in alike.items()]
         out.write(f"  then:          {', '.join(described[:8])}{' ...' if len(described) > 8 else ''}\n")
     finished = summary.get("finished") or []
     if finished and first:

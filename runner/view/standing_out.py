@@ -1,0 +1,79 @@
+"""Which ranks the terminal's table shows when they do not all fit: the ones that stand out.
+
+Eight ranks fit any terminal; 1,024 do not fit any. Past the rows the screen has room for,
+the table keeps the ranks a person must see -- failed, stalled, stopped or lost first, then the
+slowest by step time (the stragglers' suspects), then the ones furthest behind in steps -- in
+rank order, and a caption line counts every rank by state with the step time's median and
+p90, so the whole job still reads in one line (TraceML and W&B users compare the median rank
+with the worst).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from runner.format import format_amount, ranks_text
+from runner.state import RankState
+
+MIN_TABLE_ROWS = 4
+ATTENTION_STATES = (RankState.FAILED.value, RankState.STALLED.value, RankState.LOST.value,
+                    RankState.STOPPED.value)
+"""States that always earn a row, in this order."""
+
+
+def rows_that_fit(rows: list[dict[str, str]], ranks: Mapping[int, Any], limit: int,
+                  now: float) -> tuple[list[dict[str, str]], list[str]]:
+    """``rows`` (one per rank, in rank order) cut to ``limit`` rows that stand out, and the
+    caption lines that say what was left out (none when everything fits)."""
+    if len(rows) <= limit:
+        return rows, []
+    by_rank = {int(row["rank"]): row for row in rows}
+    infos = {rank: ranks[rank] for rank in by_rank if rank in ranks}
+    chosen: list[int] = []
+    for state in ATTENTION_STATES:
+        chosen += [rank for rank, info in infos.items() if getattr(info, "state", None) == state]
+    step_times = {rank: info.step_time for rank, info in infos.items() if getattr(info, "step_time", None)}
+    steps = {rank: info.step for rank, info in infos.items() if getattr(info, "step", None) is not None}
+    slow = _beyond(step_times, SLOWER_THAN_MEDIAN, reverse=True)
+    behind = _beyond({rank: -step for rank, step in steps.items()}, None, reverse=True, margin=1)
+    for pair in zip(slow + [None] * len(behind), behind + [None] * len(slow), strict=False):
+        chosen += [rank for rank in pair if rank is not None]
+    standing = list(dict.fromkeys(chosen))
+    shown = list(dict.fromkeys([*standing, *sorted(by_rank)]))[:limit]
+    picked = [rank for rank in shown if rank in standing]
+    why = (f"{ranks_text(picked)} stand out (failed or stalled, slower than the median or behind it)"
+           if picked else "no rank stands out")
+    return [by_rank[rank] for rank in sorted(shown)], [
+        summary_line(ranks, step_times), f"{why}; {len(rows) - len(shown):,} more not shown"]
+
+
+SLOWER_THAN_MEDIAN = 1.2
+"""A step time this many times the median's stands out."""
+
+
+def _beyond(values: Mapping[int, float], factor: float | None, reverse: bool, margin: float = 0.0) -> list[int]:
+    """Ranks whose value is beyond the median (``factor`` times it, or by ``margin``), the furthest first."""
+    if len(values) < 2:
+        return []
+    median = statistics.median(values.values())
+    limit = median * factor if factor is not None else median + margin
+    beyond = [rank for rank, value in values.items() if value > limit]
+    return sorted(beyond, key=lambda rank: values[rank], reverse=reverse)
+
+
+def summary_line(ranks: Mapping[int, Any], step_times: Mapping[int, float]) -> str:
+    """``1,024 ranks: 1,020 running, 3 stalled, 1 failed · step time median 123 ms, p90 150 ms``."""
+    states = Counter(str(getattr(info, "state", "?")) for info in ranks.values())
+    order = [state.value for state in RankState]
+    counts = ", ".join(f"{count:,} {state}" for state, count in
+                       sorted(states.items(), key=lambda item: order.index(item[0]) if item[0] in order else 99))
+    line = f"{len(ranks):,} ranks: {counts}"
+    times = sorted(step_times.values())
+    if len(times) >= 2:
+        p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
+        line += (f" · step time median {format_amount(statistics.median(times), 1000)} ms, "
+                 f"p90 {format_amount(p90, 1000)} ms")
+    return line

@@ -1,0 +1,48 @@
+"""The terminal's rank table at 1,024 ranks: within the screen, the ranks that stand out, and
+one line that counts them all."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from runner.view.terminal import TerminalView
+
+RANKS = 1024
+
+
+def rank_row(rank: int) -> dict:
+    state = {513: "failed", 7: "stalled"}.get(rank, "running")
+    step_time = 0.9 if rank == 100 else 0.1 + (rank % 10) * 0.001
+    return {"rank": rank, "state": state, "step": 40 if rank == 900 else 50, "loss": 0.5, "step_time": step_time,
+            "last_seen": None}
+
+
+def test_a_thousand_ranks_show_the_ones_that_stand_out_and_a_count_of_all_within_24_lines():
+    view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
+    view.handle({"type": "snapshot", "run": {"id": 3, "profile": "p", "status": "running", "started": 1000.0},
+                 "ranks": [rank_row(rank) for rank in range(RANKS)], "nodes": [], "spec": {"args": []}})
+    console = Console(file=io.StringIO(), width=120, height=24)
+    view._console = console
+    console.print(view._table(120))
+    lines = console.file.getvalue().splitlines()
+    table_ranks = [int(line.split()[0]) for line in lines if line.split() and line.split()[0].isdigit()]
+    assert len(lines) <= 24 // 2 + 4
+    assert {7, 100, 513, 900} <= set(table_ranks) and len(table_ranks) == 24 // 2 - 4
+    assert table_ranks == sorted(table_ranks)
+    text = "\n".join(lines)
+    assert "1,024 ranks: 1,022 running, 1 stalled, 1 failed · step time median 104 ms, p90 109 ms" in text
+    assert "ranks 7, 100, 513, 900 stand out (failed or stalled, slower than the median or behind it); 1,016 more not shown" in text
+
+
+def test_eight_ranks_all_show_without_a_count_line():
+    view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
+    view.handle({"type": "snapshot", "run": {"id": 3, "profile": "p", "status": "running", "started": 1000.0},
+                 "ranks": [rank_row(rank) for rank in range(8)], "nodes": [], "spec": {"args": []}})
+    console = Console(file=io.StringIO(), width=120, height=24)
+    view._console = console
+    console.print(view._table(120))
+    text = console.file.getvalue()
+    assert "more not shown" not in text and "8 ranks:" not in text
+    assert [int(line.split()[0]) for line in text.splitlines() if line.strip()[:1].isdigit()] == list(range(8))

@@ -37,8 +37,10 @@ from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
+    QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QSizePolicy,
     QStyle,
     QStyledItemDelegate,
@@ -66,6 +68,7 @@ from gui.models.monitor import (
 )
 from gui.models.nodes import is_multi_node
 from gui.models.phases import RankPhases, clocks_text
+from gui.models.rank_filter import RankFilter
 from gui.widgets.column_table_model import ColumnTableModel
 from gui.widgets.phase_bars import BAR_WIDTH, PhaseLegend, paint_phase_bar
 from gui.widgets.throttled import RefreshThrottle
@@ -265,6 +268,39 @@ class PhaseBarDelegate(QStyledItemDelegate):
         return QSize(BAR_WIDTH, super().sizeHint(option, index).height())
 
 
+class RankFilterProxy(QSortFilterProxyModel):
+    """Sorts as the table asks and keeps the rows the filter accepts (its texts: every cell)."""
+
+    def __init__(self, table_model: RankTableModel, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.table_model = table_model
+        self.rank_filter = RankFilter()
+
+    def set_filter(self, rank_filter: RankFilter) -> None:
+        self.refilter(rank_filter)
+
+    def refilter(self, rank_filter: RankFilter | None = None) -> None:
+        """Judge every row again, with ``rank_filter`` when given (Qt 6.9 brackets the change
+        with ``begin/endFilterChange``; older Qt has only ``invalidateFilter``)."""
+        if hasattr(self, "beginFilterChange"):
+            self.beginFilterChange()
+            self.rank_filter = rank_filter or self.rank_filter
+            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+        else:
+            self.rank_filter = rank_filter or self.rank_filter
+            self.invalidateFilter()
+
+    def filterAcceptsRow(self, source_row: int, source_parent: QModelIndex | QPersistentModelIndex) -> bool:
+        if self.rank_filter.empty:
+            return True
+        rank = self.table_model.rank_at(source_row)
+        if rank is None:
+            return False
+        model = self.table_model
+        texts = (str(model.data(model.index(source_row, column)) or "") for column in range(model.columnCount()))
+        return self.rank_filter.accepts(rank, texts)
+
+
 class RankTable(QWidget):
     """The rank table widget. Refreshes on its own timer when the model changed (and
     at least once a second while live, for heartbeat ages).
@@ -279,7 +315,7 @@ class RankTable(QWidget):
         super().__init__(parent)
         self.model = model
         self.table_model = RankTableModel(model, self)
-        self.proxy = QSortFilterProxyModel(self)
+        self.proxy = RankFilterProxy(self.table_model, self)
         self.proxy.setSourceModel(self.table_model)
         self.proxy.setSortRole(SORT_ROLE)
         self.view = QTableView()
@@ -318,6 +354,16 @@ class RankTable(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(0)
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Filter ranks: stalled, 512-519, a host, a note…")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.filter_edit.textChanged.connect(self.set_filter)
+        self.filter_count = QLabel()
+        filter_row = QHBoxLayout()
+        filter_row.setContentsMargins(6, 2, 6, 2)
+        filter_row.addWidget(self.filter_edit, 1)
+        filter_row.addWidget(self.filter_count)
+        layout.addLayout(filter_row)
         layout.addWidget(self.strip)
         layout.addWidget(self.view)
         self._last_refresh = 0.0
@@ -361,6 +407,9 @@ class RankTable(QWidget):
         self._throttle.mark_clean()
         self._last_refresh = time.monotonic()
         self.table_model.refresh(now)
+        if not self.proxy.rank_filter.empty:
+            self.proxy.refilter()  # states and notes change as the run goes
+            self._update_filter_count()
         self._update_node_column()
         self._update_strip()
 
@@ -388,6 +437,15 @@ class RankTable(QWidget):
             self.view.setColumnHidden(NODE_COLUMN, not several)
             self._on_sort_changed(self.view.horizontalHeader().sortIndicatorSection(),
                                   self.view.horizontalHeader().sortIndicatorOrder())
+
+    def set_filter(self, text: str) -> None:
+        """Show only the rows ``text`` asks for (``gui.models.rank_filter``)."""
+        self.proxy.set_filter(RankFilter.parse(text))
+        self._update_filter_count()
+
+    def _update_filter_count(self) -> None:
+        shown, total = self.proxy.rowCount(), self.table_model.rowCount()
+        self.filter_count.setText("" if self.proxy.rank_filter.empty else f"{shown:,} of {total:,} ranks")
 
     def visible_ranks(self) -> list[int]:
         """The ranks in the order the table shows them (after sorting)."""

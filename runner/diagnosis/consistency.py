@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 
 from rankwatch.protocol import EventKind, Message, ParamHash
-from runner.diagnosis.findings import Findings
+from runner.diagnosis.findings import Divergence, Findings
 from runner.format import rank_ranges, ranks_text
 from runner.hub.observer import HubObserver
 from runner.state import RankState
@@ -97,6 +97,6 @@ class ConsistencyMonitor(HubObserver):
         agree = rank_ranges(reference)
         message = (f"parameters differ after step {step}: {who} disagree{'s' if len(diverged) == 1 else ''} "
                    f"with rank{'s' if len(reference) > 1 else ''} {agree} (DDP replicas should be identical)")
-        self.findings.add_divergence({"step": step, "ranks": diverged, "reference": reference, "message": message})
+        self.findings.add_divergence(Divergence(step, diverged, reference, message))
         self.hub.add_event(EventKind.DIVERGENCE, diverged[0], message, step=step, ranks=diverged, reference=reference,
                            digests={str(rank): digest for rank, digest in sorted(digests.items())})

@@ -39,6 +39,22 @@ class StallFinding:
         return data
 
 
+@dataclass(frozen=True)
+class Divergence:
+    """Parameters that differed across replicas after an optimizer step (``diagnostics.divergences``)."""
+
+    step: int
+    ranks: list[int]
+    """The ranks whose fingerprint differed from the reference's."""
+    reference: list[int]
+    """The ranks that agreed (the majority)."""
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "ranks": list(self.ranks), "reference": list(self.reference),
+                "message": self.message}
+
+
 @dataclass
 class Findings:
     stalls: list[StallFinding] = field(default_factory=list)
@@ -46,8 +62,8 @@ class Findings:
     stragglers: dict[int, dict[str, Any]] = field(default_factory=dict)
     """rank -> its worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess, margin,
     held_steps}; after ``StragglerMonitor.conclude`` only the ranks named for a share of their steps (``share``)."""
-    divergences: list[dict[str, Any]] = field(default_factory=list)
-    """{step, ranks, reference}: parameters that differed across replicas."""
+    divergences: list[Divergence] = field(default_factory=list)
+    """The first ``KEEP_DIVERGENCES`` times parameters differed across replicas."""
     consistency_checks: int = 0
     """Steps whose parameter fingerprints were compared on every rank."""
     stacks: dict[str, Any] | None = None
@@ -64,7 +80,7 @@ class Findings:
         self.stalls.append(record)
         del self.stalls[:-KEEP_STALLS]
 
-    def add_divergence(self, record: dict[str, Any]) -> None:
+    def add_divergence(self, record: Divergence) -> None:
         if len(self.divergences) < KEEP_DIVERGENCES:
             self.divergences.append(record)
 
@@ -97,7 +113,7 @@ class Findings:
         if self.bottleneck is not None:
             data["bottleneck"] = self.bottleneck
         if self.divergences:
-            data["divergences"] = list(self.divergences)
+            data["divergences"] = [divergence.to_json() for divergence in self.divergences]
         if self.consistency_checks:
             data["consistency_checks"] = self.consistency_checks
         return data or None

@@ -510,7 +510,7 @@ def test_a_divergence_is_flagged_with_step_and_rank_once_per_change():
     assert event["digests"] == {"0": "a9", "1": "b9"}
     assert event["message"] == ("parameters differ after step 9: rank 1 disagrees with rank 0 "
                                 "(DDP replicas should be identical)")
-    assert findings.divergences[0]["step"] == 9
+    assert findings.divergences[0].step == 9
 
 
 def test_a_step_missing_a_rank_is_compared_after_settling():

@@ -21,10 +21,15 @@ from rankwatch import _protocol
 from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
 from runner.store.rank_stats import run_statistics
+from runner.store.run_figures import RunFigures, run_figures
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["RunNotFound", "RunRecords", "export_run", "loss_rows", "rank_results", "run_now", "run_records",
-           "runs", "with_liveness"]
+__all__ = ["RunFigures", "RunNotFound", "RunRecords", "export_run", "loss_rows", "rank_results", "run_now",
+           "run_records", "runs", "set_run_notes", "with_liveness"]
+
+_finished_figures: dict[tuple[str, int], RunFigures] = {}
+"""Figures of finished runs, by (store, run id): they cannot change, so the runs list, polled
+every few seconds, reads each finished run's records once. Only the reader's thread uses it."""
 
 
 @dataclass
@@ -72,7 +77,39 @@ def runs(store: RunStore, limit: int) -> list[dict[str, Any]]:
     stalled = store.stalled_runs([row["id"] for row in rows if row["live"]])
     for row in rows:  # a live run with a stalled rank is hung, as its header and `runs list` say
         row["effective_status"] = shown_status(row["effective_status"], ["stalled"] if row["id"] in stalled else [])
+    figures = _figures(store, rows)
+    for row in rows:
+        row["figures"] = figures.get(row["id"], RunFigures())
     return rows
+
+
+def _figures(store: RunStore, rows: list[dict[str, Any]]) -> dict[int, RunFigures]:
+    """Each run's figures: one query for the runs not seen finished before (``run_figures``)."""
+    path = str(store.path)
+    known = {row["id"]: _finished_figures[(path, row["id"])] for row in rows
+             if row.get("ended") is not None and (path, row["id"]) in _finished_figures}
+    fresh = run_figures(store, [row["id"] for row in rows if row["id"] not in known])
+    for row in rows:
+        if row.get("ended") is not None and row["id"] not in known:
+            _finished_figures[(path, row["id"])] = fresh.get(row["id"], RunFigures())
+    return {**fresh, **known}
+
+
+def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> dict[str, Any]:
+    """Write run ``run_id``'s tags and notes (a writable store, opened for this write only: the
+    GUI's one write), and return its row as now stored.
+
+    Raises:
+        RunNotFound: no such run, or no store yet.
+        OSError: the store cannot be written (SQLite's own error is its cause).
+    """
+    try:
+        with RunStore() as store:
+            store.resolve_run_id(run_id)
+            store.set_run_notes(run_id, tags=tags, notes=notes)
+            return store.run(run_id)
+    except sqlite3.Error as error:
+        raise OSError(f"the run store cannot be written: {error}") from error
 
 
 def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:

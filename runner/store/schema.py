@@ -141,6 +141,13 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE ranks ADD COLUMN gpu_mem_used_peak INTEGER;
     """,
+    # 5 -> 6: what a person says about a run, to find and compare it later (as W&B and
+    # TensorBoard users tag runs): its tags (a JSON list of words) and free notes. Empty for
+    # every run stored before.
+    """
+    ALTER TABLE runs ADD COLUMN tags TEXT;
+    ALTER TABLE runs ADD COLUMN notes TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

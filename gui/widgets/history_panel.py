@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QPushButton,
     QSplitter,
     QTableView,
@@ -41,12 +42,14 @@ from gui.gateway import store_reads
 from gui.gateway.store_reader import store_reader
 from gui.models.history import (
     HISTORY_COLUMNS,
+    NUMERIC_COLUMNS,
     RUN_LIMIT,
     LossCurve,
     RunRow,
     history_cells,
     history_sort_keys,
     loss_overlay,
+    matches_filter,
 )
 from gui.models.monitor import LOG_LIMIT, MonitorModel
 from gui.models.series import STEP, TIME, Series
@@ -55,6 +58,7 @@ from gui.widgets.monitor_panel import STATUS_COLORS
 
 SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 STATUS_COLUMN = HISTORY_COLUMNS.index("Status")
+NUMERIC_COLUMN_INDEXES = frozenset(HISTORY_COLUMNS.index(name) for name in NUMERIC_COLUMNS)
 EXPORT_CHART_SIZE = (1600, 1000)
 
 
@@ -74,6 +78,8 @@ class RunsTableModel(ColumnTableModel):
             return history_cells(row, self._now)[index.column()]
         if role == SORT_ROLE:
             return history_sort_keys(row, self._now)[index.column()]
+        if role == Qt.ItemDataRole.TextAlignmentRole and index.column() in NUMERIC_COLUMN_INDEXES:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ForegroundRole and index.column() == STATUS_COLUMN:
             color = STATUS_COLORS.get(row.status)
             return QBrush(color) if color is not None else None
@@ -81,6 +87,8 @@ class RunsTableModel(ColumnTableModel):
             return self._bold
         if role == Qt.ItemDataRole.ToolTipRole and row.live:
             return "Live: double-click or Attach to watch it"
+        if role == Qt.ItemDataRole.ToolTipRole and row.notes:
+            return row.notes
         return None
 
     def set_rows(self, rows: list[RunRow]) -> None:
@@ -97,6 +105,24 @@ class RunsTableModel(ColumnTableModel):
             self.dataChanged.emit(self.index(0, column), self.index(len(self.rows) - 1, column))
 
 
+class RunsFilterModel(QSortFilterProxyModel):
+    """The runs whose id, profile, script, status, outcome or tags hold every word of the filter."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._text = ""
+
+    def set_text(self, text: str) -> None:
+        self.beginFilterChange()
+        self._text = text
+        self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+
+    def filterAcceptsRow(self, source_row: int, _source_parent) -> bool:
+        model = self.sourceModel()
+        assert isinstance(model, RunsTableModel)
+        return source_row >= len(model.rows) or matches_filter(model.rows[source_row], self._text)
+
+
 class HistoryPanel(QWidget):
     """Runs from the store.
 
@@ -104,6 +130,7 @@ class HistoryPanel(QWidget):
         open_run_requested(int): open (or attach to, when live) this run in the monitor.
         overlay_shown(list): the loss overlay now shows these run ids.
         export_finished(str): an export wrote this folder (or failed: the message).
+        run_notes_saved(int): the tags and notes of this run are in the store now.
     """
 
     open_run_requested = Signal(int)
@@ -111,13 +138,14 @@ class HistoryPanel(QWidget):
     """The runs as the store has them now (``RunRow``), after each read."""
     overlay_shown = Signal(list)
     export_finished = Signal(str)
+    run_notes_saved = Signal(int)
 
     def __init__(self, parent: QWidget | None = None, *, poll_interval_s: float = 2.0) -> None:
         super().__init__(parent)
         self.overlay_run_ids: list[int] = []
 
         self.table_model = RunsTableModel(self)
-        self.proxy = QSortFilterProxyModel(self)
+        self.proxy = RunsFilterModel(self)
         self.proxy.setSourceModel(self.table_model)
         self.proxy.setSortRole(SORT_ROLE)
         self.view = QTableView()
@@ -145,11 +173,37 @@ class HistoryPanel(QWidget):
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.clicked.connect(self.refresh_now)
         self.status_label = QLabel()
+        self.filter_edit = QLineEdit()
+        self.filter_edit.setPlaceholderText("Filter: run, profile, script, status, tag…")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.filter_edit.setToolTip("Shows the runs whose id, profile, script, status, outcome or tags hold "
+                                    "every word typed here")
+        self.filter_edit.textChanged.connect(self.proxy.set_text)
+        self.filter_edit.setMaximumWidth(320)
         buttons = QHBoxLayout()
         buttons.setContentsMargins(4, 2, 4, 2)
+        buttons.addWidget(self.filter_edit, 1)
         for button in (self.open_button, self.overlay_button, self.export_button, self.refresh_button):
             buttons.addWidget(button)
         buttons.addWidget(self.status_label, 1)
+
+        self.tags_edit = QLineEdit()
+        self.tags_edit.setPlaceholderText("tags, separated by commas")
+        self.notes_edit = QLineEdit()
+        self.notes_edit.setPlaceholderText("notes about this run")
+        self.save_notes_button = QPushButton("Save")
+        self.save_notes_button.setToolTip("Store the tags and notes with the selected run")
+        self.save_notes_button.clicked.connect(self._on_save_notes_clicked)
+        for edit in (self.tags_edit, self.notes_edit):
+            edit.returnPressed.connect(self._on_save_notes_clicked)
+        self._notes_run_id: int | None = None
+        notes_bar = QHBoxLayout()
+        notes_bar.setContentsMargins(4, 0, 4, 2)
+        notes_bar.addWidget(QLabel("Tags"))
+        notes_bar.addWidget(self.tags_edit, 1)
+        notes_bar.addWidget(QLabel("Notes"))
+        notes_bar.addWidget(self.notes_edit, 2)
+        notes_bar.addWidget(self.save_notes_button)
 
         self.overlay_chart = MetricChart("Loss overlay (mean over ranks)")
         self.overlay_axis_button = QPushButton("X: step")
@@ -176,6 +230,7 @@ class HistoryPanel(QWidget):
         table_layout.setContentsMargins(0, 0, 0, 0)
         table_layout.addLayout(buttons)
         table_layout.addWidget(self.view, 1)
+        table_layout.addLayout(notes_bar)
         splitter.addWidget(table_box)
         splitter.addWidget(overlay_box)
         splitter.setStretchFactor(0, 1)
@@ -253,6 +308,41 @@ class HistoryPanel(QWidget):
         self.open_button.setText("Attach" if row is not None and row.live else "Open")
         self.overlay_button.setEnabled(1 <= len(ids) <= 2)
         self.export_button.setEnabled(one)
+        self._update_notes_editor(row)
+
+    # ---- tags and notes --------------------------------------------------------------
+
+    def _update_notes_editor(self, row: RunRow | None) -> None:
+        """Show the selected run's tags and notes; what is being typed for it stays."""
+        for widget in (self.tags_edit, self.notes_edit, self.save_notes_button):
+            widget.setEnabled(row is not None)
+        run_id = None if row is None else row.run_id
+        if run_id == self._notes_run_id:
+            return
+        self._notes_run_id = run_id
+        self.tags_edit.setText("" if row is None else ", ".join(row.tags))
+        self.notes_edit.setText("" if row is None else row.notes)
+
+    def set_run_notes(self, run_id: int, tags: list[str], notes: str) -> None:
+        """Store ``tags`` and ``notes`` with run ``run_id`` (off the GUI thread); ``run_notes_saved``
+        when they are, the runs list then shows them."""
+
+        def write(_store) -> int:
+            store_reads.set_run_notes(run_id, tags, notes)
+            return run_id
+
+        store_reader().read(write, self._on_notes_saved,
+                            lambda message: self._on_failed(f"cannot save the notes of run {run_id}: {message}"),
+                            owner=self)
+
+    def _on_save_notes_clicked(self) -> None:
+        if self._notes_run_id is not None:
+            self.set_run_notes(self._notes_run_id, self.tags_edit.text().split(","), self.notes_edit.text())
+
+    def _on_notes_saved(self, run_id: int) -> None:
+        self.status_label.setText(f"saved the tags and notes of run {run_id}")
+        self.refresh_now()
+        self.run_notes_saved.emit(run_id)
 
     def _on_double_clicked(self, index: QModelIndex) -> None:
         row = self.proxy.mapToSource(index).row()

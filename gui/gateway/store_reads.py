@@ -24,7 +24,7 @@ from runner.store.rank_stats import run_statistics
 from runner.store.run_figures import RunFigures, run_figures
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["RunFigures", "RunNotFound", "RunRecords", "export_run", "loss_rows", "rank_results", "run_now",
+__all__ = ["RunFigures", "RunNotFound", "RunRecords", "chart_records", "export_run", "loss_rows", "rank_results", "run_now",
            "run_records", "runs", "set_run_notes", "with_liveness"]
 
 _finished_figures: dict[tuple[str, int], RunFigures] = {}
@@ -125,6 +125,15 @@ def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
         events=[{"kind": event["kind"], "t": event["t"], "rank": event["rank"], **(event["data"] or {})}
                 for event in store.events(run_id)],
         rank_results=rank_results(store, run_id) if run.get("ended") is not None else {})
+
+
+def chart_records(store: RunStore, run_id: int) -> RunRecords:
+    """What run ``run_id``'s charts are drawn from (its metrics and samples; no logs, events or
+    per-rank figures): the runs overlay reads this of each run it compares."""
+    run = store.run(run_id)
+    return RunRecords(run=run, ranks=store.ranks(run_id), nodes=[], metric_chunks=store.iter_metrics(run_id),
+                      gpu_samples=store.gpu_samples(run_id), process_samples=store.process_samples(run_id),
+                      logs=[], log_total=0, events=[], rank_results={})
 
 
 def rank_results(store: RunStore, run_id: int) -> dict[int, dict[str, Any]]:

@@ -169,6 +169,13 @@ def matches_filter(row: RunRow, text: str) -> bool:
     return all(word in haystack for word in words)
 
 
+def run_title(run: dict[str, Any]) -> str:
+    """``Run 12 · alpha · train.py --epochs 3 · succeeded``: what a picture of run ``run`` (its
+    stored row) is titled."""
+    parts = [f"Run {run['id']}", run.get("profile") or "", entry_of(run.get("spec_toml")), str(run.get("status") or "")]
+    return " · ".join(part for part in parts if part)
+
+
 @dataclass(frozen=True)
 class LossCurve:
     run_id: int

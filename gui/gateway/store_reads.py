@@ -11,6 +11,7 @@ reports it), ``sqlite3.Error`` / ``OSError`` when the store cannot be read.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,14 +73,15 @@ def run_now(run_id: int) -> dict[str, Any]:
 
 
 def runs(store: RunStore, limit: int) -> list[dict[str, Any]]:
-    """The newest ``limit`` runs, each with its liveness."""
+    """The newest ``limit`` runs, each with its liveness and its ``figures``
+    (``runner.store.run_figures``, as a dict)."""
     rows = [with_liveness(run) for run in store.runs(limit=limit)]
     stalled = store.stalled_runs([row["id"] for row in rows if row["live"]])
     for row in rows:  # a live run with a stalled rank is hung, as its header and `runs list` say
         row["effective_status"] = shown_status(row["effective_status"], ["stalled"] if row["id"] in stalled else [])
     figures = _figures(store, rows)
-    for row in rows:
-        row["figures"] = figures.get(row["id"], RunFigures())
+    for row in rows:  # plain values: the models do not import the runner
+        row["figures"] = dataclasses.asdict(figures.get(row["id"], RunFigures()))
     return rows
 
 

@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from rankwatch import _protocol
-from runner.store.run_figures import RunFigures
 
 HISTORY_COLUMNS = ("Run", "Profile", "Script", "Tags", "Started", "Duration", "Status", "Outcome", "Exit",
                    "Final loss", "Best loss", "Steps", "Samples/s", "Ranks", "Host")
@@ -60,6 +59,23 @@ def entry_of(spec_toml: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class RunFigures:
+    """A run's headline figures as the store reads them (``runner.store.run_figures``); ``None``
+    where not measured."""
+
+    final_loss: float | None = None
+    best_loss: float | None = None
+    steps: int | None = None
+    samples_per_s: float | None = None
+
+    @classmethod
+    def from_store(cls, figures: dict[str, Any] | None) -> RunFigures:
+        figures = figures or {}
+        return cls(final_loss=figures.get("final_loss"), best_loss=figures.get("best_loss"),
+                   steps=figures.get("steps"), samples_per_s=figures.get("samples_per_s"))
+
+
+@dataclass(frozen=True)
 class RunRow:
     run_id: int
     profile: str | None
@@ -92,7 +108,7 @@ class RunRow:
                    live=live, socket=run.get("socket"), script=entry_of(run.get("spec_toml")),
                    tags=tuple(run.get("tags") or ()), notes=str(run.get("notes") or ""),
                    outcome=_outcome_of(run.get("summary")),
-                   figures=run.get("figures") or RunFigures())
+                   figures=RunFigures.from_store(run.get("figures")))
 
 
     def duration(self, now: float | None = None) -> float | None:

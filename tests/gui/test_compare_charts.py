@@ -15,7 +15,7 @@ from gui.charts.chart import MetricChart
 from gui.charts.grid import ChartGrid
 from gui.gateway.store_reads import run_records
 from gui.models.monitor import MonitorModel
-from gui.models.series import STEP, TIME, Series
+from gui.models.series import TIME, Series
 from rankwatch._protocol import GpuSample, MetricRecord
 from runner.store.store import RecordBatch, RunStore
 

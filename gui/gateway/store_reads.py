@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,9 @@ __all__ = ["RunFigures", "RunNotFound", "RunRecords", "chart_records", "export_r
 _finished_figures: dict[tuple[str, int], RunFigures] = {}
 """Figures of finished runs, by (store, run id): they cannot change, so the runs list, polled
 every few seconds, reads each finished run's records once. Only the reader's thread uses it."""
+_live_figures: dict[tuple[str, int], tuple[float, RunFigures]] = {}
+"""Figures of live runs, by (store, run id), with the (monotonic) time they were read."""
+LIVE_FIGURES_EVERY_S = 15.0
 
 
 @dataclass
@@ -86,14 +90,27 @@ def runs(store: RunStore, limit: int) -> list[dict[str, Any]]:
 
 
 def _figures(store: RunStore, rows: list[dict[str, Any]]) -> dict[int, RunFigures]:
-    """Each run's figures: one query for the runs not seen finished before (``run_figures``)."""
-    path = str(store.path)
-    known = {row["id"]: _finished_figures[(path, row["id"])] for row in rows
-             if row.get("ended") is not None and (path, row["id"]) in _finished_figures}
+    """Each run's figures: one query for the runs not known yet (``run_figures``). A finished run's
+    are read once; a live run's again once ``LIVE_FIGURES_EVERY_S`` have passed (reading a long
+    run's loss takes about a second: not at every poll of the list)."""
+    path, now = str(store.path), time.monotonic()
+    known: dict[int, RunFigures] = {}
+    for row in rows:
+        key = (path, row["id"])
+        if row.get("ended") is not None and key in _finished_figures:
+            known[row["id"]] = _finished_figures[key]
+        elif row.get("ended") is None and key in _live_figures and now - _live_figures[key][0] < LIVE_FIGURES_EVERY_S:
+            known[row["id"]] = _live_figures[key][1]
     fresh = run_figures(store, [row["id"] for row in rows if row["id"] not in known])
     for row in rows:
-        if row.get("ended") is not None and row["id"] not in known:
-            _finished_figures[(path, row["id"])] = fresh.get(row["id"], RunFigures())
+        if row["id"] in known:
+            continue
+        figures = fresh.get(row["id"], RunFigures())
+        if row.get("ended") is not None:
+            _finished_figures[(path, row["id"])] = figures
+            _live_figures.pop((path, row["id"]), None)
+        else:
+            _live_figures[(path, row["id"])] = (now, figures)
     return {**fresh, **known}
 
 

@@ -10,12 +10,18 @@ does, at 15 Hz), never per message. All curves are one graphics item
 
 What a person can do, as in TensorBoard:
 
-* hover: a readout lists the step (or time) and each rank's value at the cursor;
+* hover: a readout lists the step (or time) and each rank's value at the cursor (with
+  smoothing: the smoothed and the raw value, each named); a vertical line marks the step,
+  on the charts beside it too (``hover_moved``, ``show_marker``);
 * the mouse wheel and a drag zoom and pan the x axis only (y keeps fitting what is
   visible, so curves never leave the view); a double click shows everything again;
-* the ``log`` button switches the y axis to a log scale (values <= 0 become gaps);
+* the ``log`` button switches the y axis to a log scale (values <= 0 become gaps), labelled
+  at decades, then 1-2-5, as many as fit without overlapping;
 * with smoothing, the raw curve stays visible, faint, under the smoothed one
-  (only for training metrics: a memory sample is never smoothed into a ramp).
+  (only for training metrics: a memory sample is never smoothed into a ramp), and the y
+  range covers it: a spike is not clipped because the smoothing flattened it.
+
+:meth:`MetricChart.picture` is the chart as on the screen without its buttons (an export).
 
 An empty chart says why (``set_empty_note``) instead of showing a bare 0..1 box.
 """
@@ -182,6 +188,9 @@ class MetricChart(QWidget):
         self.plot_item.layout.setContentsMargins(2, 2, 12, 2)  # room for the last x label
         self.left_axis.setWidth(LEFT_AXIS_WIDTH)
         self.axis_width = LEFT_AXIS_WIDTH
+        self.fits_axis_width = True
+        """Widen the left axis to the labels on each refresh (a chart alone); a ``ChartGrid`` gives
+        its charts one width instead."""
         # The x labels' room is fixed: grown on the first paint, it would leave a picture taken
         # before a second one (an export) without them.
         self.bottom_axis.setHeight(bottom_axis_height(self.bottom_axis))
@@ -737,6 +746,8 @@ class MetricChart(QWidget):
             drawn_points += len(x)
             changed = True
         if changed:
+            if self.fits_axis_width:
+                self.set_axis_width(self.wanted_axis_width())
             self.curve_set.commit(padding)
             was_empty = self._empty
             self._show_empty(self.curve_set.visible_bounds()[1] is None)

@@ -9,7 +9,9 @@ messages only append to the model's series. Above the charts: x by step or by
 time, the smoothing weight, reset zoom.
 
 Every chart gets the same legend, colours, min/max decimation and x axis: zooming
-or panning one chart zooms every chart on the same x axis (steps, or time). One
+or panning one chart zooms every chart on the same x axis (steps, or time), hovering
+one marks the step on all of them (as W&B does), and all take the same left axis width
+and x range, so a step or a time is at the same place on each. One
 legend strip (``LegendBar``) serves all per-rank charts and one the GPU charts: a
 click hides or shows that rank's curves everywhere. Charts fill the area in two
 or three columns and never shrink below ``MIN_CHART_HEIGHT``: past that the area
@@ -166,6 +168,7 @@ class ChartGrid(QWidget):
         chart = MetricChart(definition.title, scale=definition.scale, time_only=definition.time_only,
                             legend=False, smoothable=definition.smoothable)
         chart.setMinimumHeight(MIN_CHART_HEIGHT)
+        chart.fits_axis_width = False  # one width for all: _align_charts
         self.charts[definition.series] = chart
         self._defs[definition.series] = definition
         chart.view_box.sigRangeChangedManually.connect(lambda _mask, c=chart: self._on_zoomed(c))

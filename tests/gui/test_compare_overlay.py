@@ -125,3 +125,16 @@ def test_identical_runs_get_distinct_colours_and_dash_styles(qtbot, store, panel
     assert pens[first].style() != pens[second].style()  # the one on top does not hide the other
     assert pens[other].style() == Qt.PenStyle.SolidLine  # a curve of its own stays solid
     assert len(chart.legend.labels()) == 3
+
+
+def test_overlay_axis_widens_for_long_labels(qtbot, store, panel):
+    big = add_run(store, "big")
+    store.write_batch(big, RecordBatch(metrics=[MetricRecord(rank, T0 + s, s, "samples_per_s", 99900.0 + 0.01 * s, "auto")
+                                                for s in range(30) for rank in (2, 3)]))  # about 50,000 a rank
+    overlay(qtbot, panel, [big])
+    with qtbot.waitSignal(panel.overlay_shown, timeout=5000):
+        panel.set_overlay_metric("samples_per_s")
+    qtbot.wait(50)
+    axis = panel.overlay_chart.left_axis
+    assert axis.labels_width() > 0
+    assert axis.width() >= axis.labels_width() + axis.style["tickTextOffset"][0]  # no label dropped for want of room

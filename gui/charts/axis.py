@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
+from PySide6.QtGui import QFontMetricsF
+from PySide6.QtWidgets import QApplication
 
 from gui.charts import ticks
 
@@ -52,8 +54,33 @@ class ChartAxis(pg.AxisItem):
 
     def logTickStrings(self, values, scale, spacing):  # noqa: N802 - pyqtgraph API
         low, high = self.range if hasattr(self, "range") else (min(values, default=0), max(values, default=0))
-        whole_decades = int(high // 1) - int(-(-low // 1)) + 1
-        return ticks.log_labels(list(values), label_minor=whole_decades < 2)
+        length = self.height() if self.orientation in ("left", "right") else self.width()
+        if self.orientation not in ("left", "right"):
+            return ticks.log_labels(list(values), label_minor=int(high // 1) - int(-(-low // 1)) + 1 < 2)
+        per_decade = length / max(high - low, 1e-9)
+        return ticks.fitting_log_labels(list(values), per_decade, self._label_metrics().height())
+
+    def _label_metrics(self) -> QFontMetricsF:
+        font = self.style.get("tickFont")
+        return QFontMetricsF(font if font is not None else QApplication.font())
+
+    def labels_width(self) -> float:
+        """Pixels the widest label of the current range takes (0 without labels): a chart gives its
+        axis that room, and charts side by side give theirs the same, so their plots line up."""
+        low, high = self.range
+        length = self.height() if self.orientation in ("left", "right") else self.width()
+        key = (low, high, length, self.kind, self.logMode)
+        if key == self._width_key:
+            return self._width
+        levels = self.tickValues(low, high, max(length, 1.0))
+        strings = self.tickStrings(levels[0][1], 1.0, levels[0][0]) if levels else []
+        metrics = self._label_metrics()
+        self._width_key = key
+        self._width = max((metrics.horizontalAdvance(text) for text in strings if text), default=0.0)
+        return self._width
+
+    _width_key: tuple | None = None
+    _width = 0.0
 
 
 def seconds_spacing(span: float, size: float, density: float = 1.0) -> list[tuple[float, float]]:

@@ -10,12 +10,18 @@ does, at 15 Hz), never per message. All curves are one graphics item
 
 What a person can do, as in TensorBoard:
 
-* hover: a readout lists the step (or time) and each rank's value at the cursor;
+* hover: a readout lists the step (or time) and each rank's value at the cursor (with
+  smoothing: the smoothed and the raw value, each named); a vertical line marks the step,
+  on the charts beside it too (``hover_moved``, ``show_marker``);
 * the mouse wheel and a drag zoom and pan the x axis only (y keeps fitting what is
   visible, so curves never leave the view); a double click shows everything again;
-* the ``log`` button switches the y axis to a log scale (values <= 0 become gaps);
+* the ``log`` button switches the y axis to a log scale (values <= 0 become gaps), labelled
+  at decades, then 1-2-5, as many as fit without overlapping;
 * with smoothing, the raw curve stays visible, faint, under the smoothed one
-  (only for training metrics: a memory sample is never smoothed into a ramp).
+  (only for training metrics: a memory sample is never smoothed into a ramp), and the y
+  range covers it: a spike is not clipped because the smoothing flattened it.
+
+:meth:`MetricChart.picture` is the chart as on the screen without its buttons (an export).
 
 An empty chart says why (``set_empty_note``) instead of showing a bare 0..1 box.
 """
@@ -30,7 +36,16 @@ from dataclasses import dataclass
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen, QPixmap, QTextDocument
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontMetricsF,
+    QPainter,
+    QPalette,
+    QPen,
+    QPixmap,
+    QTextDocument,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -76,6 +91,13 @@ def palette_is_dark(palette: QPalette | None = None) -> bool:
     return palette.color(QPalette.ColorRole.Base).lightness() < 128
 
 
+def bottom_axis_height(axis: pg.AxisItem) -> int:
+    """Pixels a bottom axis needs for its tick marks and one line of labels."""
+    font = axis.style.get("tickFont")
+    metrics = QFontMetricsF(font if font is not None else QApplication.font())
+    return math.ceil(metrics.height() + axis.style["tickTextOffset"][1] + max(0, axis.style["tickLength"]) + 4)
+
+
 def log10_or_gap(values: np.ndarray) -> np.ndarray:
     """``log10`` of positive values; NaN (a gap) for zero, negative and missing ones."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -105,11 +127,15 @@ class MetricChart(QWidget):
         curve_toggled(int, bool): a legend click showed or hid the curve of a key.
         follow_requested: a double click asked to show all data again (the chart did).
         log_y_toggled(bool): the log button was switched.
+        hover_moved(float): the readout now shows the points at this x (charts beside it mark it too).
+        hover_ended: the cursor left the chart.
     """
 
     curve_toggled = Signal(int, bool)
     follow_requested = Signal()
     log_y_toggled = Signal(bool)
+    hover_moved = Signal(float)
+    hover_ended = Signal()
 
     def __init__(self, title: str, unit: str = "", scale: float = 1.0, time_only: bool = False,
                  parent: QWidget | None = None, legend: bool = True, smoothable: bool | None = None) -> None:
@@ -145,6 +171,9 @@ class MetricChart(QWidget):
         self.log_button.setAutoRaise(True)
         self.log_button.setToolTip("Logarithmic y axis (values <= 0 are left out)")
         self.log_button.toggled.connect(self.set_log_y)
+        retained = self.log_button.sizePolicy()
+        retained.setRetainSizeWhenHidden(True)  # hidden in an exported picture, the layout unchanged
+        self.log_button.setSizePolicy(retained)
         header = QHBoxLayout()
         header.setContentsMargins(6, 0, 2, 0)
         header.setSpacing(4)
@@ -158,6 +187,15 @@ class MetricChart(QWidget):
         self.plot_item.setMenuEnabled(False)
         self.plot_item.layout.setContentsMargins(2, 2, 12, 2)  # room for the last x label
         self.left_axis.setWidth(LEFT_AXIS_WIDTH)
+        self.axis_width = LEFT_AXIS_WIDTH
+        self.fits_axis_width = True
+        """Widen the left axis to the labels on each refresh (a chart alone); a ``ChartGrid`` gives
+        its charts one width instead."""
+        # The x labels' room is fixed: grown on the first paint, it would leave a picture taken
+        # before a second one (an export) without them.
+        self.bottom_axis.setHeight(bottom_axis_height(self.bottom_axis))
+        self.shared_x_bounds: tuple[float, float] | None = None
+        """The x range charts beside this one show (``ChartGrid``): fitted to, so their x line up."""
         self.view_box = self.plot_item.getViewBox()
         # Ranges are ours (see _fit): pyqtgraph's auto range asks every curve for its
         # bounds several times a frame, and moves the axes (a costly repaint) every frame.
@@ -275,6 +313,23 @@ class MetricChart(QWidget):
         self.curve_set.set_pen(key, pg.mkPen(color, width=1))
         if self.legend is not None:
             self.legend.set_entry(key, label, color)
+
+    def set_curve_style(self, key: int, dash: Qt.PenStyle, width: float = 1.0) -> None:
+        """Draw the curve of ``key`` dashed or dotted (runs whose curves coincide stay apart)."""
+        pen = pg.mkPen(self._curves[key].color, width=width)
+        pen.setStyle(dash)
+        self.curve_set.set_pen(key, pen)
+
+    def picture(self) -> QPixmap:
+        """The chart as on the screen, axes and labels included, without its buttons (an export)."""
+        self.refresh(force=True)
+        shown = not self.log_button.isHidden()
+        self.log_button.hide()  # its room is kept: nothing moves
+        try:
+            self.grab()  # the first paint measures the labels; the axes make room for them
+            return self.grab()
+        finally:
+            self.log_button.setVisible(shown)
 
     def clear(self) -> None:
         """Forget every curve and the view range (the next run starts from scratch)."""
@@ -458,6 +513,8 @@ class MetricChart(QWidget):
         x_range = y_range = None
         if self.follow_x and x_bounds is not None:
             x_low, x_high = x_bounds
+            if self.shared_x_bounds is not None:
+                x_low, x_high = min(x_low, self.shared_x_bounds[0]), max(x_high, self.shared_x_bounds[1])
             kind = ticks.STEP if self._x_axis == STEP else ticks.SECONDS
             target = ticks.padded_range(x_low, x_high, kind)
             span = target[1] - target[0]
@@ -494,10 +551,39 @@ class MetricChart(QWidget):
         self.update_readout()
 
     def hide_readout(self) -> None:
+        hovered = self._hover is not None
         self._hover = None
         self._readout_shown = None
         self.readout.hide()
         self.curve_set.set_marker(None)
+        if hovered:
+            self.hover_ended.emit()
+
+    def show_marker(self, x: float | None) -> None:
+        """The vertical line at ``x`` (None: none) that follows the cursor over another chart."""
+        if self._hover is None:
+            self.curve_set.set_marker(x)
+
+    def set_axis_width(self, width: int) -> None:
+        """The left axis's width in pixels (``ChartGrid`` gives every chart the widest one's)."""
+        if width != self.axis_width:
+            self.axis_width = width
+            self.left_axis.setWidth(width)
+
+    def wanted_axis_width(self) -> int:
+        """Room the left axis's labels need now (at least ``LEFT_AXIS_WIDTH``)."""
+        if self._empty:
+            return LEFT_AXIS_WIDTH
+        style = self.left_axis.style
+        room = self.left_axis.labels_width() + style["tickTextOffset"][0] + max(0, style["tickLength"]) + 6
+        return max(LEFT_AXIS_WIDTH, math.ceil(room))
+
+    def set_shared_x_bounds(self, bounds: tuple[float, float] | None) -> None:
+        """Fit x to ``bounds`` too (the union of the charts beside this one), so a step or a time
+        is at the same place on every chart."""
+        if bounds != self.shared_x_bounds:
+            self.shared_x_bounds = bounds
+            self._fit()
 
     def readout_rows(self) -> tuple[str, list[ReadoutRow], int]:
         """(position text, rows listed, rows left out) at the hover position."""
@@ -538,13 +624,19 @@ class MetricChart(QWidget):
             self.curve_set.set_marker(None)
             self._readout_shown = None
             return
-        self.curve_set.set_marker(self._hover_x_snapped(rows))
+        marker = self._hover_x_snapped(rows)
+        self.curve_set.set_marker(marker)
+        self.hover_moved.emit(marker)
         lines = [f"<b>{html.escape(self.title)}</b> · {html.escape(position)}", "<table cellspacing=0 cellpadding=0>"]
         for row in rows:
             color = self._curves[row.key].color.name()
-            raw = f" <span style='color:gray'>({format_value(row.raw)})</span>" if row.raw is not None else ""
+            if row.raw is not None:
+                value = (f"<span style='color:gray'>smoothed</span> {format_value(row.value)}"
+                         f" <span style='color:gray'>· raw {format_value(row.raw)}</span>")
+            else:
+                value = format_value(row.value)
             lines.append(f"<tr><td><span style='color:{color}'>■</span> {html.escape(row.label)}&nbsp;&nbsp;</td>"
-                         f"<td align=right>{format_value(row.value)}{raw}</td></tr>")
+                         f"<td align=right>{value}</td></tr>")
         lines.append("</table>")
         if left_out:
             lines.append(f"<i>+{left_out} more (nearest the cursor shown)</i>")
@@ -654,6 +746,8 @@ class MetricChart(QWidget):
             drawn_points += len(x)
             changed = True
         if changed:
+            if self.fits_axis_width:
+                self.set_axis_width(self.wanted_axis_width())
             self.curve_set.commit(padding)
             was_empty = self._empty
             self._show_empty(self.curve_set.visible_bounds()[1] is None)

@@ -35,6 +35,12 @@ def finite_bounds(values: np.ndarray) -> tuple[float, float] | None:
     return float(finite.min()), float(finite.max())
 
 
+def _union(first: tuple[float, float] | None, second: tuple[float, float] | None) -> tuple[float, float] | None:
+    if first is None or second is None:
+        return first or second
+    return min(first[0], second[0]), max(first[1], second[1])
+
+
 def polyline_pieces(x: np.ndarray, y: np.ndarray) -> tuple[list[QPolygonF], list[QPointF]]:
     """The finite runs of (x, y) as polylines (a non-finite point is a gap), and the points
     that stand alone (a polyline of one point draws nothing: they are drawn as dots)."""
@@ -58,9 +64,8 @@ class CurveSetItem(pg.GraphicsObject):
 
     Curves are drawn in descending key order, so rank 0 ends on top; faint companions
     first, under every curve. Non-finite points break a curve into pieces (a gap), as
-    ``connect="finite"`` does. Bounds are the curves' only: a faint raw curve may
-    reach outside them (its spikes are what the smoothing hides) without moving
-    the axes.
+    ``connect="finite"`` does. Bounds include the faint raw curves: a spike the smoothing
+    flattens is still data, and the y range shows it rather than clipping it.
     """
 
     def __init__(self) -> None:
@@ -129,12 +134,14 @@ class CurveSetItem(pg.GraphicsObject):
         """The points of curve ``key`` and of its faint companion, if any (call :meth:`commit`
         after the last curve of a frame)."""
         self._data[key] = (x, y)
-        self._bounds[key] = (finite_bounds(x), finite_bounds(y))
+        x_bounds, y_bounds = finite_bounds(x), finite_bounds(y)
         self._pieces[key], self._dots[key] = polyline_pieces(x, y)
         if faint is None:
             self._faint_pieces.pop(key, None)
         else:
             self._faint_pieces[key] = polyline_pieces(*faint)[0]
+            x_bounds, y_bounds = _union(x_bounds, finite_bounds(faint[0])), _union(y_bounds, finite_bounds(faint[1]))
+        self._bounds[key] = (x_bounds, y_bounds)
 
     def has_faint(self, key: int) -> bool:
         return bool(self._faint_pieces.get(key))

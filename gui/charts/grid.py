@@ -9,7 +9,9 @@ messages only append to the model's series. Above the charts: x by step or by
 time, the smoothing weight, reset zoom.
 
 Every chart gets the same legend, colours, min/max decimation and x axis: zooming
-or panning one chart zooms every chart on the same x axis (steps, or time). One
+or panning one chart zooms every chart on the same x axis (steps, or time), hovering
+one marks the step on all of them (as W&B does), and all take the same left axis width
+and x range, so a step or a time is at the same place on each. One
 legend strip (``LegendBar``) serves all per-rank charts and one the GPU charts: a
 click hides or shows that rank's curves everywhere. Charts fill the area in two
 or three columns and never shrink below ``MIN_CHART_HEIGHT``: past that the area
@@ -21,8 +23,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QPainter, QPalette, QPixmap
+from PySide6.QtCore import QRect, Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
@@ -166,10 +168,13 @@ class ChartGrid(QWidget):
         chart = MetricChart(definition.title, scale=definition.scale, time_only=definition.time_only,
                             legend=False, smoothable=definition.smoothable)
         chart.setMinimumHeight(MIN_CHART_HEIGHT)
+        chart.fits_axis_width = False  # one width for all: _align_charts
         self.charts[definition.series] = chart
         self._defs[definition.series] = definition
         chart.view_box.sigRangeChangedManually.connect(lambda _mask, c=chart: self._on_zoomed(c))
         chart.follow_requested.connect(self.reset_zoom)
+        chart.hover_moved.connect(lambda x, c=chart: self._on_hover_moved(c, x))
+        chart.hover_ended.connect(lambda c=chart: self._on_hover_moved(c, None))
         chart.set_smoothing(self.smoothing)
         chart.set_x_axis(self.x_axis, self.model.t0)
         return chart
@@ -329,6 +334,28 @@ class ChartGrid(QWidget):
                 chart.stop_following(x=True, y=False)  # its y range keeps fitting what is visible
                 chart.view_box.setXRange(low, high, padding=0)
 
+    def _on_hover_moved(self, source: MetricChart, x: float | None) -> None:
+        """The crosshair follows the cursor on every chart on the same x axis, as in W&B."""
+        for chart in self.charts.values():
+            if chart is not source and chart.x_axis == source.x_axis:
+                chart.show_marker(x)
+
+    def _align_charts(self) -> None:
+        """Charts on show get the same left axis width (the widest labels') and, per x axis, the
+        same x range to fit: a step or a time is at the same place on each of them."""
+        shown = [chart for chart in self.charts.values() if not chart.isHidden()]
+        width = max((chart.wanted_axis_width() for chart in shown), default=0)
+        bounds: dict[str, tuple[float, float]] = {}
+        for chart in shown:
+            own = chart.curve_set.visible_bounds()[0]
+            if own is not None and not chart.is_empty:
+                low, high = bounds.get(chart.x_axis, own)
+                bounds[chart.x_axis] = (min(low, own[0]), max(high, own[1]))
+        for chart in self.charts.values():
+            if width:
+                chart.set_axis_width(width)
+            chart.set_shared_x_bounds(bounds.get(chart.x_axis))
+
     # ---- drawing ---------------------------------------------------------------------
 
     def refresh(self, force: bool = False) -> int:
@@ -340,6 +367,7 @@ class ChartGrid(QWidget):
         for chart in self.charts.values():
             if force or chart.isVisible():
                 points += chart.refresh(force)
+        self._align_charts()
         if force or self.frames % NOTES_EVERY == 0:
             self._update_notes()
         self.frames += 1
@@ -347,19 +375,38 @@ class ChartGrid(QWidget):
         self.frame_drawn.emit(self.last_frame_ms)
         return points
 
-    def export_png(self, path: Path) -> Path:
-        """Save every chart as it looks now (refreshing first), the ones scrolled out of view too.
+    def export_png(self, path: Path, title: str = "") -> Path:
+        """Save every chart as it looks on the screen (refreshing first), the ones scrolled out of
+        view too, under ``title`` (the run it shows), with no buttons drawn in.
 
         Raises:
             OSError: the image could not be written.
         """
         self.refresh(force=True)
+        buttons = [chart.log_button for chart in self.charts.values() if not chart.log_button.isHidden()]
+        for button in buttons:
+            button.hide()  # their room is kept: nothing moves
+        try:
+            self.container.grab()  # the first paint measures the labels; the axes make room for them
+            self.refresh(force=True)
+            charts = self.container.grab()
+        finally:
+            for button in buttons:
+                button.show()
         legends = [legend for legend in (self.rank_legend, self.gpu_legend) if not legend.isHidden()]
-        charts = self.container.grab()
-        image = QPixmap(charts.width(), charts.height() + sum(legend.height() for legend in legends))
+        title_font = QFont(self.font())
+        title_font.setBold(True)
+        title_font.setPointSizeF(title_font.pointSizeF() * 1.25)
+        title_height = QFontMetrics(title_font).height() + 8 if title else 0
+        image = QPixmap(charts.width(), title_height + charts.height() + sum(legend.height() for legend in legends))
         image.fill(self.palette().color(QPalette.ColorRole.Window))
         painter = QPainter(image)
-        top = 0
+        if title:
+            painter.setFont(title_font)
+            painter.setPen(self.palette().color(QPalette.ColorRole.WindowText))
+            painter.drawText(QRect(6, 0, charts.width() - 12, title_height),
+                             int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), title)
+        top = title_height
         for legend in legends:
             painter.drawPixmap(0, top, legend.grab())
             top += legend.height()

@@ -16,6 +16,7 @@ and tests check them directly.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -156,6 +157,52 @@ def log_labels(exponents: Sequence[float], label_minor: bool) -> list[str]:
             labels.append(_trim_exponent(f"{value:.0e}") if value < SCIENTIFIC_BELOW or value >= SCIENTIFIC_FROM
                           else f"{value:.{max(0, -math.floor(exponent))}f}")
     return labels
+
+
+LOG_LABEL_TIERS = ((1,), (2, 5), (3, 4, 6, 7, 8, 9))
+"""Which ticks of a log axis are worth a label, in order: decades, then 2 and 5 times a decade
+(the 1-2-5 series), then the rest."""
+LABEL_GAP = 1.25
+"""Labels of a vertical axis are at least this many label heights apart (centre to centre)."""
+
+
+def _mantissa(exponent: float) -> int:
+    """The leading digit of ``10 ** exponent`` (1..9) for a tick of a log axis."""
+    return max(1, min(9, int(round(10.0 ** (exponent - math.floor(exponent + 1e-9))))))
+
+
+def fitting_log_labels(exponents: Sequence[float], pixels_per_decade: float, label_height: float) -> list[str]:
+    """Labels for ticks of a log axis at ``10 ** exponent`` that fit without overlapping: decades
+    (every second or fifth one when even they are crowded), then the 2s and 5s between them, then
+    the other digits, each tier only when all of it fits; ticks left unlabelled get "".
+
+    ``pixels_per_decade`` is the axis's length for a factor of 10, ``label_height`` a label's
+    height in pixels: two labels are kept ``LABEL_GAP`` heights apart.
+    """
+    gap = LABEL_GAP * label_height / max(pixels_per_decade, 1e-9)  # in decades
+    chosen: list[float] = []
+
+    def fits(candidates: list[float]) -> bool:
+        placed = sorted(chosen + candidates)
+        return all(b - a >= gap for a, b in itertools.pairwise(placed))
+
+    tiers = [[e for e in exponents if _mantissa(e) in tier] for tier in LOG_LABEL_TIERS]
+    decades = tiers[0]
+    for every in (1, 2, 5, 10, 20, 50, 100):
+        picked = [e for e in decades if round(e) % every == 0]
+        if fits(picked):
+            chosen.extend(picked)
+            break
+    for tier in tiers[1:]:
+        if tier and fits(tier):
+            chosen.extend(tier)
+        elif tier and not chosen:  # within one decade, none of it fits whole: as many as fit, greedily
+            for exponent in tier:
+                if fits([exponent]):
+                    chosen.append(exponent)
+    labels = log_labels(list(exponents), label_minor=True)
+    kept = set(chosen)
+    return [label if exponent in kept else "" for exponent, label in zip(exponents, labels, strict=True)]
 
 
 def padded_range(low: float, high: float, kind: str, at_zero: bool = True) -> tuple[float, float]:

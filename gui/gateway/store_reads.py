@@ -11,7 +11,9 @@ reports it), ``sqlite3.Error`` / ``OSError`` when the store cannot be read.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +23,18 @@ from rankwatch import protocol
 from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
 from runner.store.rank_stats import run_statistics
+from runner.store.run_figures import RunFigures, run_figures
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["RunNotFound", "RunRecords", "export_run", "loss_rows", "rank_results", "run_now", "run_records",
-           "runs", "with_liveness"]
+__all__ = ["RunFigures", "RunNotFound", "RunRecords", "chart_records", "export_run", "loss_rows", "rank_results", "run_now",
+           "run_records", "runs", "set_run_notes", "with_liveness"]
+
+_finished_figures: dict[tuple[str, int], RunFigures] = {}
+"""Figures of finished runs, by (store, run id): they cannot change, so the runs list, polled
+every few seconds, reads each finished run's records once. Only the reader's thread uses it."""
+_live_figures: dict[tuple[str, int], tuple[float, RunFigures]] = {}
+"""Figures of live runs, by (store, run id), with the (monotonic) time they were read."""
+LIVE_FIGURES_EVERY_S = 15.0
 
 
 @dataclass
@@ -67,12 +77,58 @@ def run_now(run_id: int) -> dict[str, Any]:
 
 
 def runs(store: RunStore, limit: int) -> list[dict[str, Any]]:
-    """The newest ``limit`` runs, each with its liveness."""
+    """The newest ``limit`` runs, each with its liveness and its ``figures``
+    (``runner.store.run_figures``, as a dict)."""
     rows = [with_liveness(run) for run in store.runs(limit=limit)]
     stalled = store.stalled_runs([row["id"] for row in rows if row["live"]])
     for row in rows:  # a live run with a stalled rank is hung, as its header and `runs list` say
         row["effective_status"] = shown_status(row["effective_status"], ["stalled"] if row["id"] in stalled else [])
+    figures = _figures(store, rows)
+    for row in rows:  # plain values: the models do not import the runner
+        row["figures"] = dataclasses.asdict(figures.get(row["id"], RunFigures()))
     return rows
+
+
+def _figures(store: RunStore, rows: list[dict[str, Any]]) -> dict[int, RunFigures]:
+    """Each run's figures: one query for the runs not known yet (``run_figures``). A finished run's
+    are read once; a live run's again once ``LIVE_FIGURES_EVERY_S`` have passed (reading a long
+    run's loss takes about a second: not at every poll of the list)."""
+    path, now = str(store.path), time.monotonic()
+    known: dict[int, RunFigures] = {}
+    for row in rows:
+        key = (path, row["id"])
+        if row.get("ended") is not None and key in _finished_figures:
+            known[row["id"]] = _finished_figures[key]
+        elif row.get("ended") is None and key in _live_figures and now - _live_figures[key][0] < LIVE_FIGURES_EVERY_S:
+            known[row["id"]] = _live_figures[key][1]
+    fresh = run_figures(store, [row["id"] for row in rows if row["id"] not in known])
+    for row in rows:
+        if row["id"] in known:
+            continue
+        figures = fresh.get(row["id"], RunFigures())
+        if row.get("ended") is not None:
+            _finished_figures[(path, row["id"])] = figures
+            _live_figures.pop((path, row["id"]), None)
+        else:
+            _live_figures[(path, row["id"])] = (now, figures)
+    return {**fresh, **known}
+
+
+def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> dict[str, Any]:
+    """Write run ``run_id``'s tags and notes (a writable store, opened for this write only: the
+    GUI's one write), and return its row as now stored.
+
+    Raises:
+        RunNotFound: no such run, or no store yet.
+        OSError: the store cannot be written (SQLite's own error is its cause).
+    """
+    try:
+        with RunStore() as store:
+            store.resolve_run_id(run_id)
+            store.set_run_notes(run_id, tags=tags, notes=notes)
+            return store.run(run_id)
+    except sqlite3.Error as error:
+        raise OSError(f"the run store cannot be written: {error}") from error
 
 
 def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
@@ -88,6 +144,15 @@ def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
         events=[{"kind": event["kind"], "t": event["t"], "rank": event["rank"], **(event["data"] or {})}
                 for event in store.events(run_id)],
         rank_results=rank_results(store, run_id) if run.get("ended") is not None else {})
+
+
+def chart_records(store: RunStore, run_id: int) -> RunRecords:
+    """What run ``run_id``'s charts are drawn from (its metrics and samples; no logs, events or
+    per-rank figures): the runs overlay reads this of each run it compares."""
+    run = store.run(run_id)
+    return RunRecords(run=run, ranks=store.ranks(run_id), nodes=[], metric_chunks=store.iter_metrics(run_id),
+                      gpu_samples=store.gpu_samples(run_id), process_samples=store.process_samples(run_id),
+                      logs=[], log_total=0, events=[], rank_results={})
 
 
 def rank_results(store: RunStore, run_id: int) -> dict[int, dict[str, Any]]:

@@ -16,7 +16,7 @@ import math
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
@@ -24,7 +24,10 @@ import numpy as np
 
 from rankwatch import protocol
 
-HISTORY_COLUMNS = ("Run", "Profile", "Script", "Started", "Duration", "Status", "Exit", "Ranks", "Host")
+HISTORY_COLUMNS = ("Run", "Profile", "Script", "Tags", "Started", "Duration", "Status", "Outcome", "Exit",
+                   "Final loss", "Best loss", "Steps", "Samples/s", "Ranks", "Host")
+NUMERIC_COLUMNS = frozenset({"Run", "Duration", "Exit", "Final loss", "Best loss", "Steps", "Samples/s", "Ranks"})
+"""Right-aligned, as numbers are in a table."""
 NOT_MEASURED = "–"
 """A finished run whose exit status was never recorded (its runner died)."""
 POLL_INTERVAL_S = 2.0
@@ -56,6 +59,23 @@ def entry_of(spec_toml: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class RunFigures:
+    """A run's headline figures as the store reads them (``runner.store.run_figures``); ``None``
+    where not measured."""
+
+    final_loss: float | None = None
+    best_loss: float | None = None
+    steps: int | None = None
+    samples_per_s: float | None = None
+
+    @classmethod
+    def from_store(cls, figures: dict[str, Any] | None) -> RunFigures:
+        figures = figures or {}
+        return cls(final_loss=figures.get("final_loss"), best_loss=figures.get("best_loss"),
+                   steps=figures.get("steps"), samples_per_s=figures.get("samples_per_s"))
+
+
+@dataclass(frozen=True)
 class RunRow:
     run_id: int
     profile: str | None
@@ -71,6 +91,11 @@ class RunRow:
     socket: str | None
     script: str = ""
     """What ran: the script (or ``-m module``) and its arguments, from the stored spec."""
+    tags: tuple[str, ...] = ()
+    notes: str = ""
+    outcome: str = ""
+    """What triage concluded (the stored summary's ``outcome``); empty while it runs."""
+    figures: RunFigures = field(default_factory=RunFigures)
 
     @classmethod
     def from_store(cls, run: dict[str, Any]) -> RunRow:
@@ -80,7 +105,10 @@ class RunRow:
         return cls(run_id=int(run["id"]), profile=run.get("profile"), status=status,
                    created=float(run.get("created") or 0.0), started=run.get("started"), ended=run.get("ended"),
                    exit_code=run.get("exit_code"), world_size=run.get("world_size"), host=run.get("host"),
-                   live=live, socket=run.get("socket"), script=entry_of(run.get("spec_toml")))
+                   live=live, socket=run.get("socket"), script=entry_of(run.get("spec_toml")),
+                   tags=tuple(run.get("tags") or ()), notes=str(run.get("notes") or ""),
+                   outcome=_outcome_of(run.get("summary")),
+                   figures=RunFigures.from_store(run.get("figures")))
 
 
     def duration(self, now: float | None = None) -> float | None:
@@ -89,6 +117,11 @@ class RunRow:
             return None
         end = self.ended if self.ended is not None else (time.time() if now is None else now) if self.live else None
         return None if end is None else max(0.0, end - start)
+
+
+def _outcome_of(summary: Any) -> str:
+    """The stored summary's outcome (``succeeded``, ``failed``, ``stopped``...), empty without one."""
+    return str(summary.get("outcome") or "") if isinstance(summary, dict) else ""
 
 
 def _duration_text(seconds: float | None) -> str:
@@ -100,20 +133,63 @@ def _duration_text(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def _figure_text(value: float | None) -> str:
+    """Four significant digits, as the charts' readout writes values; "–" when not measured."""
+    if value is None or not math.isfinite(value):
+        return NOT_MEASURED
+    magnitude = abs(value)
+    if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e6):
+        return f"{value:.3e}"
+    if magnitude >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
 def history_cells(row: RunRow, now: float | None = None) -> tuple[str, ...]:
     """Texts of one runs-list row, in :data:`HISTORY_COLUMNS` order."""
     start = row.started or row.created
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(start)) if start else ""
     status = f"{row.status} (live)" if row.live else row.status
-    return (str(row.run_id), row.profile or "", row.script, started, _duration_text(row.duration(now)), status,
+    figures = row.figures
+    return (str(row.run_id), row.profile or "", row.script, ", ".join(row.tags), started,
+            _duration_text(row.duration(now)), status, row.outcome,
             ("" if row.live else NOT_MEASURED) if row.exit_code is None else str(row.exit_code),
+            _figure_text(figures.final_loss), _figure_text(figures.best_loss),
+            NOT_MEASURED if figures.steps is None else f"{figures.steps:,}", _figure_text(figures.samples_per_s),
             "" if row.world_size is None else str(row.world_size), row.host or "")
+
+
+def _number_key(value: float | None) -> float:
+    """Not measured sorts below every number."""
+    return -math.inf if value is None or not math.isfinite(value) else float(value)
 
 
 def history_sort_keys(row: RunRow, now: float | None = None) -> tuple[Any, ...]:
     duration = row.duration(now)
-    return (row.run_id, row.profile or "", row.script, row.started or row.created, -1.0 if duration is None else duration,
-            row.status, -(10**9) if row.exit_code is None else row.exit_code, row.world_size or 0, row.host or "")
+    figures = row.figures
+    return (row.run_id, row.profile or "", row.script, ", ".join(row.tags).lower(), row.started or row.created,
+            -1.0 if duration is None else duration, row.status, row.outcome,
+            -(10**9) if row.exit_code is None else row.exit_code, _number_key(figures.final_loss),
+            _number_key(figures.best_loss), _number_key(figures.steps), _number_key(figures.samples_per_s),
+            row.world_size or 0, row.host or "")
+
+
+def matches_filter(row: RunRow, text: str) -> bool:
+    """Whether ``row`` is shown under the filter ``text``: every word of it is found (any case) in
+    the run id, profile, script, status, outcome or a tag, as W&B's runs search does."""
+    words = text.lower().split()
+    if not words:
+        return True
+    haystack = " ".join((str(row.run_id), row.profile or "", row.script, row.status, row.outcome,
+                         " ".join(row.tags), "live" if row.live else "")).lower()
+    return all(word in haystack for word in words)
+
+
+def run_title(run: dict[str, Any]) -> str:
+    """``Run 12 · alpha · train.py --epochs 3 · succeeded``: what a picture of run ``run`` (its
+    stored row) is titled."""
+    parts = [f"Run {run['id']}", run.get("profile") or "", entry_of(run.get("spec_toml")), str(run.get("status") or "")]
+    return " · ".join(part for part in parts if part)
 
 
 @dataclass(frozen=True)

@@ -311,7 +311,9 @@ class MonitorPanel(QWidget):
         Raises:
             OSError: the file could not be written.
         """
-        return self.charts.export_png(Path(path))
+        run = self.model.run
+        title = "" if run is None or run.id is None else f"Run {run.id}" + (f" · {run.profile}" if run.profile else "")
+        return self.charts.export_png(Path(path), title)
 
     # ---- launching and loading -------------------------------------------------------
 

@@ -141,7 +141,14 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE ranks ADD COLUMN gpu_mem_used_peak INTEGER;
     """,
-    # 5 -> 6: the metric pyramid (runner.store.pyramid). Old detail is kept as one point per
+    # 5 -> 6: what a person says about a run, to find and compare it later (as W&B and
+    # TensorBoard users tag runs): its tags (a JSON list of words) and free notes. Empty for
+    # every run stored before.
+    """
+    ALTER TABLE runs ADD COLUMN tags TEXT;
+    ALTER TABLE runs ADD COLUMN notes TEXT;
+    """,
+    # 6 -> 7: the metric pyramid (runner.store.pyramid). Old detail is kept as one point per
     # bucket: the metrics row holds the mean, ``n`` the records it stands for, ``low``/``high``
     # their range (all NULL for a record as it came). ``compactions`` remembers, per run,
     # level and series (metric name and rank), up to which time it is done.

@@ -246,6 +246,28 @@ class RunStore:
         with self.connection:
             self.connection.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*values.values(), run_id))
 
+    def set_run_notes(self, run_id: int, *, tags: Iterable[str] | None = None, notes: str | None = None) -> None:
+        """What a person says about run ``run_id``: its ``tags`` (stored as given by
+        :func:`normalize_tags`) and its ``notes``; a value left ``None`` is kept as it is.
+
+        Raises:
+            RunNotFound: no such run.
+            sqlite3.Error: the store cannot be written.
+        """
+        values: dict[str, Any] = {}
+        if tags is not None:
+            words = normalize_tags(tags)
+            values["tags"] = json.dumps(words) if words else None
+        if notes is not None:
+            values["notes"] = notes.strip() or None
+        if not values:
+            return
+        assignments = ", ".join(f"{column} = ?" for column in values)
+        with self.connection:
+            cursor = self.connection.execute(f"UPDATE runs SET {assignments} WHERE id = ?", (*values.values(), run_id))
+        if cursor.rowcount == 0:
+            raise RunNotFound(f"no run {run_id}; see `rankwatch runs list`")
+
     RANK_COLUMNS = ("local_rank", "node_rank", "host", "pid", "world_size", "python", "torch",
                     "gpu_index", "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent",
                     "gpu_mem_used_peak")
@@ -525,7 +547,22 @@ def _write_csv(target: Path, header: list[str], rows: Iterable[Iterable[Any]]) -
     return target
 
 
+def normalize_tags(tags: Iterable[str]) -> list[str]:
+    """Tags as stored: each stripped, commas split apart, empty ones and repeats left out, in
+    the order given (``["lr 3e-4, baseline", "baseline"]`` -> ``["lr 3e-4", "baseline"]``)."""
+    result: list[str] = []
+    for tag in tags:
+        for part in str(tag).split(","):
+            word = part.strip()
+            if word and word not in result:
+                result.append(word)
+    return result
+
+
 def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     item = dict(row)
     item["summary"] = json.loads(item["summary"]) if item.get("summary") else None
+    # A store not migrated yet (read-only readers never migrate) has no tags column: no tags.
+    item["tags"] = json.loads(item["tags"]) if item.get("tags") else []
+    item.setdefault("notes", None)
     return item

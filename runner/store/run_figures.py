@@ -1,0 +1,93 @@
+"""Each run's headline figures for the runs list, for many runs in one query.
+
+The runs list compares runs at a glance, as W&B's runs table does: the final and the best
+loss, the steps, the throughput. These are read for every listed run at once (one SQL
+statement over the loss and throughput records of those runs, through the
+``metrics_by_series`` index), never by reading each run whole.
+
+* ``final_loss``: the mean over ranks of the loss at the run's newest step;
+* ``best_loss``: the lowest of those per-step means (what the loss overlay draws);
+  each rank's loss comes from its most deliberate source (measured, then ``rankwatch.log``,
+  then parsed from printed lines), as the live table and ``runner.store.rank_stats`` do;
+* ``steps``: optimizer steps measured (the newest measured step + 1); without zero-code
+  instrumentation the newest step the loss was logged at + 1;
+* ``samples_per_s``: the job's throughput: the sum over ranks of each rank's total samples
+  over its total step time (``rank_stats``' per-rank figure, added up).
+
+A figure not measured is ``None`` (shown "–"), never 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rankwatch import protocol
+
+_LEVEL = (f"CASE source WHEN '{protocol.SOURCE_AUTO}' THEN 0 WHEN '{protocol.SOURCE_LOG}' THEN 1"
+          f" WHEN '{protocol.SOURCE_PARSED}' THEN 2 ELSE 9 END")
+
+_SQL = f"""
+WITH loss AS (
+    SELECT run_id, rank, step, value, {_LEVEL} AS level FROM metrics
+    WHERE run_id IN ({{marks}}) AND name = ? AND step IS NOT NULL AND value IS NOT NULL),
+chosen AS (SELECT run_id, rank, MIN(level) AS level FROM loss GROUP BY run_id, rank),
+per_step AS (
+    SELECT loss.run_id, loss.step, AVG(loss.value) AS mean FROM loss
+    JOIN chosen ON chosen.run_id = loss.run_id AND chosen.rank = loss.rank AND chosen.level = loss.level
+    GROUP BY loss.run_id, loss.step),
+best AS (SELECT run_id, MIN(mean) AS best_loss FROM per_step GROUP BY run_id),
+final AS (SELECT run_id, mean AS final_loss, MAX(step) AS last_step FROM per_step GROUP BY run_id),
+measured AS (
+    SELECT run_id, MAX(step) AS last_step FROM metrics
+    WHERE run_id IN ({{marks}}) AND name = ? AND source = ? AND step IS NOT NULL GROUP BY run_id),
+rates AS (
+    SELECT rate.run_id, rate.rank, SUM(rate.value * time.value) AS samples, SUM(time.value) AS seconds
+    FROM metrics AS rate JOIN metrics AS time
+      ON time.run_id = rate.run_id AND time.name = ? AND time.rank = rate.rank AND time.t = rate.t
+         AND time.step = rate.step AND time.source = rate.source
+    WHERE rate.run_id IN ({{marks}}) AND rate.name = ? AND rate.source = ? AND rate.value IS NOT NULL
+      AND time.value IS NOT NULL
+    GROUP BY rate.run_id, rate.rank),
+throughput AS (
+    SELECT run_id, SUM(samples / seconds) AS samples_per_s FROM rates WHERE seconds > 0 GROUP BY run_id),
+listed AS (SELECT run_id FROM final UNION SELECT run_id FROM measured UNION SELECT run_id FROM throughput)
+SELECT listed.run_id, final.final_loss, best.best_loss, measured.last_step, final.last_step,
+       throughput.samples_per_s
+FROM listed
+LEFT JOIN final ON final.run_id = listed.run_id
+LEFT JOIN best ON best.run_id = listed.run_id
+LEFT JOIN measured ON measured.run_id = listed.run_id
+LEFT JOIN throughput ON throughput.run_id = listed.run_id
+"""
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's headline figures (see the module); ``None`` where not measured."""
+
+    final_loss: float | None = None
+    best_loss: float | None = None
+    steps: int | None = None
+    samples_per_s: float | None = None
+
+
+def run_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures]:
+    """The figures of each of ``run_ids`` that recorded any (the others are left out).
+
+    Raises:
+        runner.store.schema.StoreError: the store cannot be read.
+    """
+    if not run_ids:
+        return {}
+    ids = [int(run_id) for run_id in run_ids]
+    marks = ", ".join("?" * len(ids))
+    params = (*ids, protocol.LOSS, *ids, protocol.STEP_TIME, protocol.SOURCE_AUTO,
+              protocol.STEP_TIME, *ids, protocol.SAMPLES_PER_SECOND, protocol.SOURCE_AUTO)
+    figures = {}
+    for run_id, final, best, measured_step, loss_step, rate in store.connection.execute(
+            _SQL.format(marks=marks), params):
+        last = measured_step if measured_step is not None else loss_step
+        figures[int(run_id)] = RunFigures(final_loss=final, best_loss=best,
+                                          steps=None if last is None else int(last) + 1, samples_per_s=rate)
+    return figures

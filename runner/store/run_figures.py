@@ -42,7 +42,8 @@ measured AS (
     SELECT run_id, MAX(step) AS last_step FROM metrics
     WHERE run_id IN ({{marks}}) AND name = ? AND source = ? AND step IS NOT NULL GROUP BY run_id),
 rates AS (
-    SELECT rate.run_id, rate.rank, SUM(rate.value * time.value) AS samples, SUM(time.value) AS seconds
+    SELECT rate.run_id, rate.rank, SUM(rate.value * time.value * COALESCE(time.n, 1)) AS samples,
+           SUM(time.value * COALESCE(time.n, 1)) AS seconds
     FROM metrics AS rate JOIN metrics AS time
       ON time.run_id = rate.run_id AND time.name = ? AND time.rank = rate.rank AND time.t = rate.t
          AND time.step = rate.step AND time.source = rate.source

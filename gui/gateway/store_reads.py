@@ -26,7 +26,7 @@ from runner.store.rank_stats import run_statistics
 from runner.store.run_figures import RunFigures, run_figures
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["RunFigures", "RunNotFound", "RunRecords", "chart_records", "export_run", "loss_rows", "rank_results", "run_now",
+__all__ = ["RunFigures", "RunNotFound", "RunRecords", "chart_records", "export_run", "rank_results", "run_now",
            "run_records", "runs", "set_run_notes", "with_liveness"]
 
 _finished_figures: dict[tuple[str, int], RunFigures] = {}
@@ -161,12 +161,6 @@ def rank_results(store: RunStore, run_id: int) -> dict[int, dict[str, Any]]:
     what ``rankwatch show`` and the end of a plain run print)."""
     stats, _logged = run_statistics(store, run_id)
     return {entry.rank: entry.to_json() for entry in stats}
-
-
-def loss_rows(store: RunStore, run_id: int, name: str = protocol.LOSS
-              ) -> tuple[dict[str, Any], list[protocol.MetricRecord]]:
-    """Run ``run_id``'s row and every stored point of metric ``name``."""
-    return store.run(run_id), store.metrics(run_id, name=name)
 
 
 def export_run(store: RunStore, run_id: int, folder: Path, log_limit: int) -> RunRecords:

@@ -15,14 +15,9 @@ import functools
 import math
 import shlex
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
-
-import numpy as np
-
-from rankwatch import protocol
 
 HISTORY_COLUMNS = ("Run", "Profile", "Script", "Tags", "Started", "Duration", "Status", "Outcome", "Exit",
                    "Final loss", "Best loss", "Steps", "Samples/s", "Ranks", "Host")
@@ -190,49 +185,3 @@ def run_title(run: dict[str, Any]) -> str:
     stored row) is titled."""
     parts = [f"Run {run['id']}", run.get("profile") or "", entry_of(run.get("spec_toml")), str(run.get("status") or "")]
     return " · ".join(part for part in parts if part)
-
-
-@dataclass(frozen=True)
-class LossCurve:
-    run_id: int
-    label: str
-    steps: np.ndarray
-    times: np.ndarray
-    """Seconds since the run started."""
-    values: np.ndarray
-    """Mean loss over the ranks that reported each step."""
-
-
-def loss_overlay(run: dict[str, Any], rows: list[Sequence[Any]]) -> LossCurve:
-    """The mean-over-ranks loss per step of ``run`` (its stored row), from its stored loss
-    ``rows`` (``gui.gateway.store_reads.loss_rows``), for comparing runs."""
-    run_id = int(run["id"])
-    label = f"run {run_id}" + (f" ({run['profile']})" if run.get("profile") else "")
-    t0 = float(run.get("started") or run.get("created") or 0.0)
-    if not rows:
-        empty = np.empty(0)
-        return LossCurve(run_id, label, empty, empty, empty)
-    # Keep one source per rank (the hub's priority).
-    priority = protocol.SOURCE_PRIORITY
-    best: dict[int, int] = {}
-    for rank, _t, _step, _name, _value, source in rows:
-        level = priority.get(source, 9)
-        if level < best.get(rank, 99):
-            best[rank] = level
-    steps, times, values = [], [], []
-    for rank, t, step, _name, value, source in rows:
-        if step is None or value is None or priority.get(source, 9) != best[rank]:
-            continue
-        steps.append(step)
-        times.append(t)
-        values.append(value)
-    if not steps:
-        empty = np.empty(0)
-        return LossCurve(run_id, label, empty, empty, empty)
-    step_array = np.asarray(steps, dtype=np.float64)
-    unique, inverse = np.unique(step_array, return_inverse=True)
-    sums = np.bincount(inverse, weights=np.asarray(values, dtype=np.float64))
-    counts = np.bincount(inverse)
-    first_time = np.full(len(unique), math.inf)
-    np.minimum.at(first_time, inverse, np.asarray(times, dtype=np.float64))
-    return LossCurve(run_id, label, unique, first_time - t0, sums / counts)

@@ -16,8 +16,8 @@ import pytest
 from live_run import LiveRun
 from PySide6.QtCore import Qt
 
-from gui.gateway.store_reads import loss_rows, with_liveness
-from gui.models.history import HISTORY_COLUMNS, RunRow, loss_overlay
+from gui.gateway.store_reads import with_liveness
+from gui.models.history import HISTORY_COLUMNS, RunRow
 from gui.widgets.history_panel import HistoryPanel
 from rankwatch.protocol import Event, LogLine, MetricRecord
 from runner.store.liveness import process_identity
@@ -187,10 +187,3 @@ def test_run_rows_tell_live_from_lost(store, tmp_path):
     assert live.duration(now=15.0) == 4.0
 
 
-def test_loss_overlay_averages_ranks_per_step(store):
-    run_id = add_finished_run(store, "alpha", ranks=3, steps=5)
-    curve = loss_overlay(*loss_rows(store, run_id))
-    np.testing.assert_array_equal(curve.steps, np.arange(5.0))
-    np.testing.assert_allclose(curve.values, 10.0 - np.arange(5) + 1.0)
-    np.testing.assert_allclose(curve.times, np.arange(5.0))
-    assert curve.label == f"run {run_id} (alpha)"

@@ -115,18 +115,19 @@ class DroppedSubscriber:
     """The subscriber's process (``SO_PEERCRED``); None when not known."""
 
     def message(self) -> str:
+        """What happened, why, and what to do: the text of the run's ``warning`` event."""
         who = f"a subscriber (pid {self.pid})" if self.pid is not None else "a subscriber"
         held = f"{self.held_bytes / (1 << 20):.1f} MiB"
         if self.reason is DropReason.STALLED_REPLAY:
-            why = f"it read nothing of the run's history for {REPLAY_STALL_SECONDS:.0f} s ({held} waited for it)"
+            why = f"read nothing of the run's history for {REPLAY_STALL_SECONDS:.0f} s ({held} waited for it)"
         elif self.reason is DropReason.OVER_TOTAL:
-            why = (f"it was the furthest behind ({held} unread) when all subscribers together held more than "
+            why = (f"was the furthest behind ({held} unread) when all subscribers together held more than "
                    f"{TOTAL_BACKLOG_BYTES >> 20} MiB")
         else:
-            what = "while it loaded the run's history" if self.loading_history else "as the run went on"
-            why = (f"it stopped reading {what}: {held} waited for it, more than the "
-                   f"{DISCONNECT_ABOVE_BYTES >> 20} MiB the runner holds for one subscriber")
-        return (f"disconnected {who}: {why}. The run goes on and its store has every record: "
+            what = ("stopped reading while it loaded the run's history" if self.loading_history
+                    else "read too slowly to keep up with the run")
+            why = f"{what}: {held} waited for it, more than the {DISCONNECT_ABOVE_BYTES >> 20} MiB held for one"
+        return (f"disconnected {who}, which {why}. The run goes on and its store has every record: "
                 f"attach again to watch it")
 
     def fields(self) -> dict[str, Any]:

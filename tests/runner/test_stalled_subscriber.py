@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import sys
 import time
@@ -169,7 +170,8 @@ def test_a_subscriber_stalled_in_its_history_is_dropped_within_budget_and_a_slow
     assert hub.stats["subscribers_dropped"] == hub.stats["subscribers_dropped_behind"] == 1
     [told] = warnings_of(tmp_path, hub)
     assert told["reason"] == "behind" and told["loading_history"] is True
-    assert told["message"].startswith("disconnected a subscriber (pid ")
+    assert told["pid"] == os.getpid()  # the stalled client, not the slow reader's process
+    assert told["message"].startswith(f"disconnected a subscriber (pid {os.getpid()}), which ")
     assert "stopped reading while it loaded the run's history" in told["message"]
     # the slow reader: the whole history and every live record, each once, none thinned
     assert slow.dropped is None
@@ -179,9 +181,10 @@ def test_a_subscriber_stalled_in_its_history_is_dropped_within_budget_and_a_slow
 
 def test_a_replay_nobody_reads_is_dropped_after_the_stall_time_but_a_slow_reader_is_not(tmp_path, monkeypatch):
     monkeypatch.setattr(publisher, "REPLAY_STALL_SECONDS", 1.0, raising=False)  # the event says it was used
-    # ~0.4 MB at ~100 kB/s: the slow reader takes ~4 s, each wait for it longer than the 1 s allowed
-    # to take nothing; and the socket's buffer still for over 1 s at a time (the kernel wakes the
-    # writer only when a quarter of its queue is left): only what it reads shows it is no stall
+    # ~0.4 MB at ~100 kB/s: the slow reader takes ~4 s, each wait for it (drain) longer than the 1 s
+    # allowed to take nothing. The transport's buffer stands still ~1.6 s at a time (the kernel wakes
+    # the writer only once 3/4 of its queue was read); the kernel's queue falls every ~36 KiB read
+    # (~0.4 s): only that shows the reader is no stall
     history = 8_000
 
     async def scenario():

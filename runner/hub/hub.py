@@ -91,6 +91,8 @@ class Hub:
                                        self.refusals)
         self.server.worker_latency = self.freshness.worker_latency
         self.publisher.on_subscribers_changed = self._subscribers_changed
+        self.publisher.on_subscriber_dropped = lambda dropped: self.add_event(
+            EventKind.WARNING, None, dropped.message(), **dropped.fields())
         self._flush_task: asyncio.Task[None] | None = None
         self.compactor = Compactor(self.writer, lambda: self.run_id,
                                    replaying=lambda: any(not s.live for s in self.publisher.subscribers),

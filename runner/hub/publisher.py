@@ -13,15 +13,28 @@ overlap or leave a gap), each chunk goes out as lines of at most
 socket has taken the last (``drain``: back-pressure). The hub holds one chunk per
 replaying subscriber, whatever the size of the run.
 
-Memory policy for subscribers that read slowly or never (what they have not read
-sits in the hub's memory):
+Memory policy for subscribers that read slowly or never. What a subscriber has not
+read sits in the hub's memory, and one budget counts all of it (``held_bytes``): the live
+updates queued while its history replay goes on, what its socket's transport still
+buffers, and the replay chunk in flight. A subscriber's queue keeps the encoded lines
+only (not the records as Python objects, five times their size), so the bytes counted
+are the bytes held.
 
-* above ``DECIMATE_ABOVE_BYTES`` of backlog, a subscriber gets the metrics of an
-  update thinned (the last point of every series always kept: tables stay exact,
-  charts keep their shape); the update says ``decimated``; the store has them all;
-* above ``DISCONNECT_ABOVE_BYTES`` it is disconnected;
+* above ``DECIMATE_ABOVE_BYTES`` held, a live subscriber gets the metrics of an update
+  thinned (the last point of every series always kept: tables stay exact, charts keep
+  their shape); the update says ``decimated``; the store has them all;
+* above ``DISCONNECT_ABOVE_BYTES`` held, live or still loading its history, it is
+  disconnected;
+* a replay waits for the subscriber to read (``drain``), but not forever: one that takes
+  no byte for ``REPLAY_STALL_SECONDS`` (stopped with Ctrl-Z, a hung GUI) is disconnected.
+  A slow reader keeps its place: any byte taken counts as progress;
 * when all subscribers together hold more than ``TOTAL_BACKLOG_BYTES``, the ones
-  furthest behind are disconnected until they do not.
+  holding the most are disconnected until they do not.
+
+A disconnected subscriber is counted (``stats["subscribers_dropped"]`` and
+``stats["subscribers_dropped_<reason>"]``) and told to ``Publisher.on_subscriber_dropped``
+(the hub records a ``warning`` event that names it, why, and how much it held). The run
+goes on, and the store keeps every record: attaching again shows it all.
 """
 
 from __future__ import annotations
@@ -29,13 +42,20 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import fcntl
+import json
+import struct
+import termios
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, ClassVar
 
 from rankwatch import protocol
 from rankwatch.protocol import Event, Update
+from runner.hub.lines import peer_pid
 from runner.hub.live_model import LiveModel
 from runner.hub.writer import StoreWriter
 from runner.store.store import RecordBatch, RunStore
@@ -43,6 +63,11 @@ from runner.store.store import RecordBatch, RunStore
 DECIMATE_ABOVE_BYTES = 4 << 20
 DISCONNECT_ABOVE_BYTES = 16 << 20
 TOTAL_BACKLOG_BYTES = 64 << 20
+REPLAY_STALL_SECONDS = 30.0
+"""A replay drops a subscriber that took no byte of it for this long: long enough for a GUI
+busy drawing, short of a terminal left stopped (Ctrl-Z)."""
+READ_PROGRESS_POLL_SECONDS = 0.25
+"""How often a waiting replay looks whether its subscriber took anything."""
 DECIMATED_POINTS_PER_SERIES = 8
 HISTORY_ROWS_PER_READ = 5_000
 LINE_BYTES = protocol.HISTORY_LINE_BYTES
@@ -67,6 +92,61 @@ def decimate_metrics(rows: list[Any], keep_per_series: int = DECIMATED_POINTS_PE
     return [rows[index] for index in sorted(keep)]
 
 
+class DropReason(str, Enum):
+    """Why the hub disconnected a subscriber (``stats["subscribers_dropped_<value>"]``)."""
+
+    BEHIND = "behind"
+    """More than ``DISCONNECT_ABOVE_BYTES`` waited for it (live, or queued while it loaded the history)."""
+    STALLED_REPLAY = "stalled_replay"
+    """It took no byte of its history replay for ``REPLAY_STALL_SECONDS``."""
+    OVER_TOTAL = "over_total"
+    """It held the most when all subscribers together held more than ``TOTAL_BACKLOG_BYTES``."""
+
+
+@dataclass(frozen=True)
+class DroppedSubscriber:
+    """A subscriber the hub disconnected, as the run's ``warning`` event tells it."""
+
+    reason: DropReason
+    held_bytes: int
+    """What the hub held for it when it was dropped (all of it freed then)."""
+    loading_history: bool
+    pid: int | None
+    """The subscriber's process (``SO_PEERCRED``); None when not known."""
+
+    def message(self) -> str:
+        """What happened, why, and what to do: the text of the run's ``warning`` event."""
+        who = f"a subscriber (pid {self.pid})" if self.pid is not None else "a subscriber"
+        held = f"{self.held_bytes / (1 << 20):.1f} MiB"
+        if self.reason is DropReason.STALLED_REPLAY:
+            why = f"read nothing of the run's history for {REPLAY_STALL_SECONDS:.0f} s ({held} waited for it)"
+        elif self.reason is DropReason.OVER_TOTAL:
+            why = (f"was the furthest behind ({held} unread) when all subscribers together held more than "
+                   f"{TOTAL_BACKLOG_BYTES >> 20} MiB")
+        else:
+            what = ("stopped reading while it loaded the run's history" if self.loading_history
+                    else "read too slowly to keep up with the run")
+            why = f"{what}: {held} waited for it, more than the {DISCONNECT_ABOVE_BYTES >> 20} MiB held for one"
+        return (f"disconnected {who}, which {why}. The run goes on and its store has every record: "
+                f"attach again to watch it")
+
+    def fields(self) -> dict[str, Any]:
+        return {"reason": self.reason.value, "held_bytes": self.held_bytes,
+                "loading_history": self.loading_history, "pid": self.pid}
+
+
+@dataclass(frozen=True)
+class QueuedUpdate:
+    """A live update held while the subscriber's history replay goes on."""
+
+    seq: int
+    message: Message | None
+    """None for a subscriber that keeps only the encoded ``lines`` (a socket)."""
+    lines: list[bytes] | None
+    size: int
+    """Bytes counted against the subscriber's budget."""
+
+
 class Subscriber(abc.ABC):
     """Base: something that receives hub->subscriber messages as dicts."""
 
@@ -74,32 +154,62 @@ class Subscriber(abc.ABC):
     watches_live = True
     """Shows records as they come (the GUI, attach): while one does, the run is kept fresh
     (``runner.hub.freshness``)."""
+    keeps_messages_queued: ClassVar[bool] = True
+    """False: while queued, an update with its encoded lines keeps only those (a socket sends
+    nothing else, and lines are a fifth of the records' size as Python objects)."""
 
     def __init__(self) -> None:
         self.live = False
         """False while a history replay is being sent; live updates queue until then."""
-        self.queued: list[tuple[int, Message, list[bytes] | None]] = []
+        self.queued: list[QueuedUpdate] = []
+        self.queued_bytes = 0
+        self.replay_bytes = 0
+        """The replay chunk in flight: read from the store, not yet handed to ``send_lines``."""
         self.closed = False
+        self.dropped: DroppedSubscriber | None = None
+        """Why the hub disconnected it (``abandon``); None while connected or when it left by itself."""
 
     def backlog_bytes(self) -> int:
+        """What was sent and not yet taken by the subscriber (a socket's transport buffer)."""
         return 0
+
+    def held_bytes(self) -> int:
+        """Everything the hub holds for this subscriber: its budget is counted on this."""
+        return self.queued_bytes + self.backlog_bytes() + self.replay_bytes
 
     @abc.abstractmethod
     def send(self, message: Message) -> None:
         """Deliver one message now (it has passed queueing and decimation)."""
 
-    def send_lines(self, message: Message, lines: list[bytes]) -> None:
-        """Deliver ``message``, already encoded as ``lines`` (for a socket: written as they are)."""
+    def send_lines(self, message: Message | None, lines: list[bytes]) -> None:
+        """Deliver ``message``, already encoded as ``lines`` (for a socket: written as they are).
+
+        Raises:
+            TypeError: ``message`` is None for a subscriber that needs it (``keeps_messages_queued``).
+        """
+        if message is None:
+            raise TypeError(f"{type(self).__name__} delivers messages, not lines: queue its updates whole")
         self.send(message)
 
-    async def drain(self) -> None:  # noqa: B027 (optional: only a socket has something to wait for)
-        """Wait until what was sent has left this process (back-pressure for replays)."""
+    async def wait_until_read(self, stall_seconds: float) -> bool:
+        """Wait until what was sent has left this process (back-pressure for replays); False when
+        the subscriber took nothing of it for ``stall_seconds`` (it is stalled)."""
+        return True
 
     def close(self) -> None:
         self.closed = True
 
-    def abandon(self) -> None:
-        """Disconnect at once, dropping what it has not read (it is hopelessly behind)."""
+    def abandon(self, reason: DropReason) -> None:
+        """Disconnect at once, dropping what it has not read (it is hopelessly behind), and say why."""
+        if self.dropped is None and not self.closed:
+            self.dropped = DroppedSubscriber(reason, self.held_bytes(), not self.live, self.peer_pid())
+        self.queued, self.queued_bytes, self.replay_bytes = [], 0, 0
+        self._disconnect_now()
+
+    def peer_pid(self) -> int | None:
+        return None
+
+    def _disconnect_now(self) -> None:
         self.close()
 
     def deliver_update(self, seq: int, message: Message, lines: list[bytes] | None = None) -> None:
@@ -108,26 +218,35 @@ class Subscriber(abc.ABC):
         if self.closed:
             return
         if not self.live:
-            self.queued.append((seq, message, lines))
+            size = sum(map(len, lines)) if lines is not None else len(json.dumps(message, separators=(",", ":")))
+            kept = message if self.keeps_messages_queued or lines is None else None
+            self.queued.append(QueuedUpdate(seq, kept, lines, size))
+            self.queued_bytes += size
+            if self.held_bytes() > DISCONNECT_ABOVE_BYTES:
+                self.abandon(DropReason.BEHIND)
             return
-        backlog = self.backlog_bytes()
-        if backlog > DISCONNECT_ABOVE_BYTES:
-            self.abandon()
-            return
-        if backlog > DECIMATE_ABOVE_BYTES and message.get("metrics"):
+        self._send_live(message, lines)
+
+    def _send_live(self, message: Message | None, lines: list[bytes] | None) -> None:
+        held = self.held_bytes()
+        if held > DISCONNECT_ABOVE_BYTES:
+            self.abandon(DropReason.BEHIND)
+        elif message is not None and held > DECIMATE_ABOVE_BYTES and message.get("metrics"):
             self.send(dict(message, metrics=decimate_metrics(message["metrics"]), decimated=True))
         elif lines is not None:
             self.send_lines(message, lines)
-        else:
+        elif message is not None:
             self.send(message)
 
     def go_live(self, replayed_through: int) -> None:
         """Send what queued during the replay, skipping batches the replay already held."""
         self.live = True
         queued, self.queued = self.queued, []
-        for seq, message, lines in queued:
-            if seq > replayed_through:
-                self.deliver_update(seq, message, lines)
+        for update in queued:
+            self.queued_bytes -= update.size
+            if update.seq > replayed_through and not self.closed:
+                self._send_live(update.message, update.lines)
+        self.queued_bytes = 0
 
 
 class LocalSubscriber(Subscriber):
@@ -149,14 +268,19 @@ class SocketSubscriber(Subscriber):
     """A subscriber on the hub's socket (the GUI, ``rankwatch attach``)."""
 
     name = "socket"
+    keeps_messages_queued = False
 
     def __init__(self, writer: asyncio.StreamWriter):
         super().__init__()
         self.writer = writer
+        self._pid = peer_pid(writer)
 
     def backlog_bytes(self) -> int:
         transport = self.writer.transport
         return transport.get_write_buffer_size() if transport is not None else 0
+
+    def peer_pid(self) -> int | None:
+        return self._pid
 
     def send(self, message: Message) -> None:
         if self.closed or self.writer.is_closing():
@@ -167,13 +291,44 @@ class SocketSubscriber(Subscriber):
         body.pop("v", None)
         self.writer.write(protocol.encode(message_type, **body))
 
-    def send_lines(self, message: Message, lines: list[bytes]) -> None:
+    def send_lines(self, message: Message | None, lines: list[bytes]) -> None:
         if self.closed or self.writer.is_closing():
             self.closed = True
             return
         self.writer.writelines(lines)
 
-    async def drain(self) -> None:
+    async def wait_until_read(self, stall_seconds: float) -> bool:
+        """``drain``, watching what the subscriber has not read: anything it takes is progress, so
+        a slow reader waits as long as it needs; one that takes nothing is stalled."""
+        drained = asyncio.ensure_future(self._drain())
+        unread = self._unread_bytes()
+        last_progress = time.monotonic()
+        try:
+            while True:
+                done, _ = await asyncio.wait({drained}, timeout=READ_PROGRESS_POLL_SECONDS)
+                if done:
+                    return True
+                now, still_unread = time.monotonic(), self._unread_bytes()
+                if still_unread < unread:
+                    last_progress = now
+                unread = still_unread
+                if now - last_progress >= stall_seconds:
+                    return False
+        finally:
+            drained.cancel()
+
+    def _unread_bytes(self) -> int:
+        """The transport's buffer and the kernel's send queue (``TIOCOUTQ``). The queue falls as
+        the subscriber reads; the transport's buffer moves only when the kernel has room for a
+        good part of its queue again (a slow reader would look stalled for seconds at a time)."""
+        in_kernel = 0
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError, ValueError):
+                in_kernel = struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+        return self.backlog_bytes() + in_kernel
+
+    async def _drain(self) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
             await self.writer.drain()
 
@@ -182,8 +337,8 @@ class SocketSubscriber(Subscriber):
         if not self.writer.is_closing():
             self.writer.close()
 
-    def abandon(self) -> None:
-        super().close()
+    def _disconnect_now(self) -> None:
+        Subscriber.close(self)
         transport = self.writer.transport
         if transport is not None:
             transport.abort()  # close() would keep the unread backlog until it was read: never
@@ -276,6 +431,8 @@ class Publisher:
         self.spec_table: dict[str, Any] = {}
         self.on_subscribers_changed: Callable[[], None] = _nothing
         """Called after a subscriber came or went (the hub sets the run's freshness)."""
+        self.on_subscriber_dropped: Callable[[DroppedSubscriber], None] = _ignore_drop
+        """Called when the hub disconnected a subscriber (the hub records a warning event)."""
 
     def snapshot(self, nodes: list[dict[str, Any]] | None = None) -> Message:
         return {"type": protocol.Snapshot.TYPE, "run": self._run_row(), "ranks": self.model.all_rows(),
@@ -294,6 +451,8 @@ class Publisher:
             replayed_through = await self._replay(subscriber, run_id)
             subscriber.send({"type": protocol.HistoryEnd.TYPE})
         subscriber.go_live(replayed_through)
+        if subscriber.dropped is not None:
+            self.remove(subscriber)
 
     def add_local(self, callback: Callable[[Message], None], watches_live: bool = True) -> LocalSubscriber:
         subscriber = LocalSubscriber(callback, watches_live)
@@ -303,9 +462,14 @@ class Publisher:
         return subscriber
 
     def remove(self, subscriber: Subscriber) -> None:
+        """Forget ``subscriber`` (it left, or the hub dropped it: then counted and told, once)."""
         subscriber.close()
         if subscriber in self.subscribers:
             self.subscribers.remove(subscriber)
+            if subscriber.dropped is not None:
+                self.stats["subscribers_dropped"] += 1
+                self.stats[f"subscribers_dropped_{subscriber.dropped.reason.value}"] += 1
+                self.on_subscriber_dropped(subscriber.dropped)
             self.on_subscribers_changed()
 
     async def _replay(self, subscriber: Subscriber, run_id: int) -> int:
@@ -332,10 +496,26 @@ class Publisher:
                     break
                 batch = RecordBatch()
                 getattr(batch, table).extend(rows)
-                for update in update_lines(time.time(), batch):
-                    subscriber.send_lines(update_message(update), encode_update(update, self.stats))
-                    await subscriber.drain()
+                await self._send_chunk(subscriber, batch)
         return through
+
+    async def _send_chunk(self, subscriber: Subscriber, batch: RecordBatch) -> None:
+        """One chunk of the history, line by line as the subscriber takes them; a subscriber that
+        takes nothing for ``REPLAY_STALL_SECONDS`` is dropped (it would hold the chunk forever)."""
+        chunk = [(update_message(update), encode_update(update, self.stats))
+                 for update in update_lines(time.time(), batch)]
+        subscriber.replay_bytes = sum(len(line) for _, lines in chunk for line in lines)
+        try:
+            for message, lines in chunk:
+                subscriber.send_lines(message, lines)
+                subscriber.replay_bytes -= sum(map(len, lines))
+                if not await subscriber.wait_until_read(REPLAY_STALL_SECONDS):
+                    subscriber.abandon(DropReason.STALLED_REPLAY)
+                if subscriber.closed:
+                    self.remove(subscriber)
+                    return
+        finally:
+            subscriber.replay_bytes = 0
 
     def publish(self, seq: int, batch: RecordBatch, rank_rows: list[dict[str, Any]],
                 run: dict[str, Any] | None, nodes: list[dict[str, Any]]) -> None:
@@ -354,9 +534,7 @@ class Publisher:
             for message, lines in encoded:
                 subscriber.deliver_update(seq, message, lines)
             if subscriber.closed:
-                self.subscribers.remove(subscriber)
-                self.stats["subscribers_dropped"] += 1
-                self.on_subscribers_changed()
+                self.remove(subscriber)
         self._enforce_budget()
 
     def send_now(self, message: Message) -> None:
@@ -366,16 +544,16 @@ class Publisher:
                 subscriber.send(message)
 
     def _enforce_budget(self) -> None:
-        backlogs = sorted(((subscriber.backlog_bytes(), index, subscriber)
-                           for index, subscriber in enumerate(self.subscribers)), reverse=True)
-        total = sum(backlog for backlog, _, _ in backlogs)
-        for backlog, _, subscriber in backlogs:
-            if total <= TOTAL_BACKLOG_BYTES or backlog == 0:
+        """All subscribers together hold at most ``TOTAL_BACKLOG_BYTES``: drop those holding the most."""
+        held = sorted(((subscriber.held_bytes(), index, subscriber)
+                       for index, subscriber in enumerate(self.subscribers)), reverse=True)
+        total = sum(size for size, _, _ in held)
+        for size, _, subscriber in held:
+            if total <= TOTAL_BACKLOG_BYTES or size == 0:
                 break
-            subscriber.abandon()
+            subscriber.abandon(DropReason.OVER_TOTAL)
             self.remove(subscriber)
-            total -= backlog
-            self.stats["subscribers_dropped"] += 1
+            total -= size
 
     def say_bye(self, reason: str) -> None:
         for subscriber in list(self.subscribers):
@@ -387,6 +565,10 @@ class Publisher:
 
 
 def _nothing() -> None:
+    pass
+
+
+def _ignore_drop(dropped: DroppedSubscriber) -> None:
     pass
 
 

@@ -31,12 +31,14 @@ from __future__ import annotations
 import colorsys
 import html
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import (
+    QBrush,
     QColor,
     QFont,
     QFontMetricsF,
@@ -62,11 +64,16 @@ from gui.charts.curves import CurveSetItem
 from gui.charts.legend import LegendBar
 from gui.charts.readout import ReadoutRow, format_position, format_value, pick_rows
 from gui.charts.smoothing import SmoothedValues
+from gui.models.rank_band import RankBand, rank_band
 from gui.models.series import STEP, TIME, Series
 
 DEFAULT_PIXELS = 800
 """Width assumed before the plot has been laid out."""
 LEFT_AXIS_WIDTH = 54
+BAND_SECONDS = 1.0
+BAND_KEYS = (-3, -2, -1)
+"""The readout's rows for the band's p90, median and p10 (no rank has a negative key)."""
+"""The band across many ranks is recomputed at most this often while data streams in."""
 READOUT_OFFSET = 14
 
 # Tableau 10, readable on light and dark backgrounds alike.
@@ -158,6 +165,13 @@ class MetricChart(QWidget):
         self._hover_widget_point = QPoint()
         self._readout_seen: dict[int, tuple[int, int, float]] = {}
         """key -> (series id, points, last x) when the readout was last brought up to date."""
+        self.band_mode = False
+        """Many ranks: the median and the p10-p90 band across them, and only the ``highlighted``
+        ranks' own curves (``gui.models.rank_band``)."""
+        self.highlighted: frozenset[int] = frozenset()
+        self.band: RankBand | None = None
+        self._band_drawn: tuple | None = None
+        self._band_at = 0.0
 
         self.title_label = QLabel(title + (" · vs time" if time_only else ""))
         title_font = QFont(self.title_label.font())
@@ -261,6 +275,11 @@ class MetricChart(QWidget):
         line = QColor(foreground)
         line.setAlpha(110)
         self.curve_set.set_grid_pen(pg.mkPen(grid, width=1), pg.mkPen(line, width=1))
+        band = QColor(foreground)
+        band.setAlpha(45)
+        median = QColor(foreground)
+        median.setAlpha(210)
+        self.curve_set.set_band_colors(QBrush(band), pg.mkPen(median, width=2))
         axis_pen = pg.mkPen(foreground.lighter(80) if self._dark else foreground.darker(130))
         for axis in (self.left_axis, self.bottom_axis):
             axis.setPen(axis_pen)
@@ -313,6 +332,26 @@ class MetricChart(QWidget):
         self.curve_set.set_pen(key, pg.mkPen(color, width=1))
         if self.legend is not None:
             self.legend.set_entry(key, label, color)
+
+    def set_band_mode(self, on: bool) -> None:
+        """Draw the median and p10-p90 band across the curves, and only the highlighted curves."""
+        if on != self.band_mode:
+            self.band_mode = on
+            self._band_drawn = None
+            for curve in self._curves.values():
+                curve.drawn = None
+            if not on:
+                self.band = None
+                self.curve_set.set_band(None)
+
+    def set_highlighted(self, keys: frozenset[int]) -> None:
+        """The ranks drawn as their own curves over the band (failed, stalled, chosen by the user)."""
+        if keys != self.highlighted:
+            changed = keys ^ self.highlighted
+            self.highlighted = keys
+            for key in changed:
+                if key in self._curves:
+                    self._curves[key].drawn = None
 
     def set_curve_style(self, key: int, dash: Qt.PenStyle, width: float = 1.0) -> None:
         """Draw the curve of ``key`` dashed or dotted (runs whose curves coincide stay apart)."""
@@ -593,7 +632,7 @@ class MetricChart(QWidget):
         offset = self._t0 if self._x_axis == TIME else 0.0
         rows = []
         for curve in self._curves.values():
-            if not self.curve_set.is_visible(curve.key):
+            if not self.curve_set.is_visible(curve.key) or (self.band_mode and curve.key not in self.highlighted):
                 continue
             index = curve.series.nearest_index(self._x_axis, x + offset)
             if index is None:
@@ -605,11 +644,21 @@ class MetricChart(QWidget):
                 value = float(smoothed[index]) * self.scale if index < len(smoothed) else raw
             point_x = float(curve.series.axis(self._x_axis)[index]) - offset
             rows.append(ReadoutRow(curve.key, curve.label, point_x, value, raw if curve.smoothed else None))
+        band = self.band_values_at(x) if self.band_mode else None
+        if band is not None:
+            ranks = self.band.ranks if self.band is not None else 0
+            rows += [ReadoutRow(key, label, x, value) for key, label, value in zip(
+                BAND_KEYS, (f"p90 of {ranks:,} ranks", f"median of {ranks:,} ranks", f"p10 of {ranks:,} ranks"),
+                (band[2], band[1], band[0]), strict=True)]
         if not rows:
             return "", [], 0
         nearest_x = min(rows, key=lambda row: abs(row.x - x)).x
         kept, left_out = pick_rows(rows, y, log=self.log_y)
         return format_position(nearest_x, self._x_axis == TIME), kept, left_out
+
+    def _row_color(self, key: int) -> str:
+        curve = self._curves.get(key)
+        return curve.color.name() if curve is not None else self.curve_set.band_color().name()
 
     def update_readout(self) -> None:
         """Recompute the readout at the hover position (the mouse moved, or new points arrived).
@@ -629,7 +678,7 @@ class MetricChart(QWidget):
         self.hover_moved.emit(marker)
         lines = [f"<b>{html.escape(self.title)}</b> · {html.escape(position)}", "<table cellspacing=0 cellpadding=0>"]
         for row in rows:
-            color = self._curves[row.key].color.name()
+            color = self._row_color(row.key)
             if row.raw is not None:
                 value = (f"<span style='color:gray'>smoothed</span> {format_value(row.value)}"
                          f" <span style='color:gray'>· raw {format_value(row.raw)}</span>")
@@ -723,11 +772,21 @@ class MetricChart(QWidget):
         pixel_x, pixel_y = self.view_box.viewPixelSize()
         padding = (2 * abs(pixel_x), 2 * abs(pixel_y))
         low, high = (None, None) if x_range is None else x_range
+        if self.band_mode:
+            changed = self._refresh_band(pixels, low, high, force) or changed
         for curve in self._curves.values():
             if not self.curve_set.is_visible(curve.key):
                 continue
-            state = (len(curve.series), pixels, x_range, self._x_axis, self._t0, self.smoothing, self.log_y)
+            state = (len(curve.series), pixels, x_range, self._x_axis, self._t0, self.smoothing, self.log_y,
+                     self.band_mode and curve.key not in self.highlighted)
             if state == curve.drawn and not force:
+                continue
+            if state[-1]:  # a rank inside the band: no curve of its own
+                empty = np.empty(0)
+                self.curve_set.set_points(curve.key, empty, empty)
+                curve.drawn = state
+                curve.points = 0
+                changed = True
                 continue
             faint = None
             if curve.smoothed is not None:
@@ -755,6 +814,41 @@ class MetricChart(QWidget):
             if self._hover is not None and self._readout_stale():
                 self.update_readout()
         return drawn_points
+
+    def _refresh_band(self, pixels: int, low: float | None, high: float | None, force: bool) -> bool:
+        """Recompute the band when the data changed, at most every ``BAND_SECONDS`` (1,024 ranks'
+        curves are resampled for it); True when it was redrawn."""
+        state = (sum(len(curve.series) for curve in self._curves.values()), pixels, low, high, self._x_axis,
+                 self._t0, self.smoothing, self.log_y)
+        now = time.monotonic()
+        if state == self._band_drawn and not force:
+            return False
+        if not force and self._band_drawn is not None and now - self._band_at < BAND_SECONDS:
+            return False
+        curves = []
+        for curve in self._curves.values():
+            smoothed = curve.smoothed.sync() if curve.smoothed is not None else None
+            x, y = curve.series.decimate(self._x_axis, low, high, pixels, smoothed)
+            curves.append((x, y))
+        band = rank_band(curves, max(2, pixels // 2))
+        self.band, self._band_drawn, self._band_at = band, state, now
+        if band is None:
+            self.curve_set.set_band(None)
+            return True
+        x = band.x - self._t0 if self._x_axis == TIME and self._t0 else band.x
+        self.curve_set.set_band(x, self._transform(band.low.copy()), self._transform(band.median.copy()),
+                                self._transform(band.high.copy()))
+        return True
+
+    def band_values_at(self, x: float) -> tuple[float, float, float] | None:
+        """(p10, median, p90) across ranks at ``x`` (view coordinates), scaled; None outside the band."""
+        band = self.band
+        if band is None or not len(band.x):
+            return None
+        offset = self._t0 if self._x_axis == TIME else 0.0
+        index = int(np.clip(np.searchsorted(band.x, x + offset), 0, len(band.x) - 1))
+        return (float(band.low[index]) * self.scale, float(band.median[index]) * self.scale,
+                float(band.high[index]) * self.scale)
 
     def _readout_stale(self) -> bool:
         """New points can change the readout only where they land on the cursor's side: points

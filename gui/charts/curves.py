@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
+from PySide6.QtGui import QBrush, QColor, QPainter, QPen, QPolygonF
 
 FAINT_ALPHA = 60
 """Opacity (of 255) of the raw curve behind a smoothed one."""
@@ -87,6 +87,12 @@ class CurveSetItem(pg.GraphicsObject):
         self._grid_rect = QRectF()
         self._marker: float | None = None
         self._marker_pen = pg.mkPen((128, 128, 128, 110), width=1)
+        self._band: QPolygonF | None = None
+        """The p10-p90 band across ranks (``gui.models.rank_band``), filled under every curve."""
+        self._band_median: list[QPolygonF] = []
+        self._band_bounds: tuple[tuple[float, float] | None, tuple[float, float] | None] = (None, None)
+        self._band_brush = QBrush(QColor(128, 128, 128, 60))
+        self._median_pen = pg.mkPen((90, 90, 90), width=2)
 
     def set_grid_pen(self, pen: QPen, marker_pen: QPen | None = None) -> None:
         self._grid_pen = pen
@@ -113,6 +119,30 @@ class CurveSetItem(pg.GraphicsObject):
         self.prepareGeometryChange()
         self._rect = None
         self.update()
+
+    def set_band_colors(self, brush: QBrush, median_pen: QPen) -> None:
+        self._band_brush = brush
+        self._median_pen = median_pen
+        self.update()
+
+    def set_band(self, x: np.ndarray | None, low: np.ndarray | None = None, median: np.ndarray | None = None,
+                 high: np.ndarray | None = None) -> None:
+        """The band between ``low`` and ``high`` and the ``median`` curve over ``x``; None: no band
+        (call :meth:`commit` after)."""
+        if x is None or low is None or median is None or high is None or not len(x):
+            self._band, self._band_median, self._band_bounds = None, [], (None, None)
+            return
+        outline = np.concatenate((x, x[::-1])), np.concatenate((low, high[::-1]))
+        finite = np.isfinite(outline[1])
+        self._band = pg.functions.arrayToQPolygonF(outline[0][finite], outline[1][finite])
+        self._band_median = polyline_pieces(x, median)[0]
+        self._band_bounds = (finite_bounds(x), _union(finite_bounds(low), finite_bounds(high)))
+
+    def band_color(self) -> QColor:
+        return self._median_pen.color()
+
+    def has_band(self) -> bool:
+        return self._band is not None
 
     def set_pen(self, key: int, pen: QPen) -> None:
         self._pens[key] = pen
@@ -179,14 +209,14 @@ class CurveSetItem(pg.GraphicsObject):
 
     def has_data(self) -> bool:
         """Some curve, shown or hidden, has a finite point."""
-        return any(y_bounds is not None for _x, y_bounds in self._bounds.values())
+        return (any(y_bounds is not None for _x, y_bounds in self._bounds.values())
+                or self._band_bounds[1] is not None)
 
     def visible_bounds(self) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
         x_low = y_low = math.inf
         x_high = y_high = -math.inf
-        for key, (x_bounds, y_bounds) in self._bounds.items():
-            if key in self._hidden:
-                continue
+        shown = [bounds for key, bounds in self._bounds.items() if key not in self._hidden]
+        for x_bounds, y_bounds in [*shown, self._band_bounds]:
             if x_bounds is not None:
                 x_low, x_high = min(x_low, x_bounds[0]), max(x_high, x_bounds[1])
             if y_bounds is not None:
@@ -217,11 +247,20 @@ class CurveSetItem(pg.GraphicsObject):
         if self._marker is not None and not self._grid_rect.isEmpty():
             painter.setPen(self._marker_pen)
             painter.drawLine(QLineF(self._marker, self._grid_rect.top(), self._marker, self._grid_rect.bottom()))
+        if self._band is not None:
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(self._band_brush)
+            painter.drawPolygon(self._band)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
         for key in self._order:
             if key in self._hidden or key not in self._faint_pieces:
                 continue
             painter.setPen(self._faint_pens[key])
             for piece in self._faint_pieces[key]:
+                painter.drawPolyline(piece)
+        if self._band_median:
+            painter.setPen(self._median_pen)
+            for piece in self._band_median:
                 painter.drawPolyline(piece)
         for key in self._order:
             if key in self._hidden:

@@ -26,6 +26,7 @@ from pathlib import Path
 from PySide6.QtCore import QRect, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFrame,
     QGridLayout,
@@ -57,6 +58,7 @@ from gui.models.charts import (
     logged_metric_names,
 )
 from gui.models.monitor import MonitorModel
+from gui.models.rank_band import BAND_ABOVE_RANKS
 from gui.models.series import STEP, TIME
 
 REFRESH_HZ = 15
@@ -64,6 +66,10 @@ NOTES_EVERY = 8
 """Refreshes between two updates of the empty charts' notes (they follow the run's state)."""
 MANY_RANKS = 16
 """With more ranks than this, legend entries are numbers only ("12", not "rank 12")."""
+EVERY_RANK_LIMIT = 128
+"""Up to this many ranks, "Every rank" can draw each rank's curve instead of the band."""
+STANDING_OUT_STATES = frozenset({"failed", "stalled", "lost", "stopped"})
+"""A rank in one of these is drawn over the band on its own."""
 
 
 def key_label(kind: str, key: int, count: int = 0) -> str:
@@ -96,6 +102,11 @@ class ChartGrid(QWidget):
         self._placed: list[str] = []
         self.frames = 0
         self.last_frame_ms = 0.0
+        self.chosen_ranks: frozenset[int] = frozenset()
+        """Ranks the user picked (the rank table's selection): drawn over the band."""
+        self.band_ranks = False
+        """Per-rank charts show the median and p10-p90 band (more than ``BAND_ABOVE_RANKS``)."""
+        self._highlighted: frozenset[int] = frozenset()
 
         self.axis_choice = QComboBox()
         self.axis_choice.addItem("Step", STEP)
@@ -110,6 +121,11 @@ class ChartGrid(QWidget):
         self.smoothing_slider.valueChanged.connect(self._on_smoothing_moved)
         self.smoothing_label = QLabel("0.00")
         self.smoothing_label.setMinimumWidth(32)
+        self.every_rank = QCheckBox("Every rank")
+        self.every_rank.setToolTip(f"Draw every rank's own curve instead of the median and the p10-p90 band "
+                                   f"(up to {EVERY_RANK_LIMIT} ranks)")
+        self.every_rank.toggled.connect(self._on_every_rank_toggled)
+        self.every_rank.hide()
         self.reset_button = QPushButton("Reset zoom")
         self.reset_button.setToolTip("Show all data and follow new points again (or double-click a chart)")
         self.reset_button.clicked.connect(self.reset_zoom)
@@ -126,6 +142,7 @@ class ChartGrid(QWidget):
         controls.addWidget(self.smoothing_slider)
         controls.addWidget(self.smoothing_label)
         controls.addSpacing(12)
+        controls.addWidget(self.every_rank)
         controls.addWidget(self.reset_button)
         controls.addWidget(self.hint, 1)
         self.controls = controls
@@ -250,26 +267,73 @@ class ChartGrid(QWidget):
                 added.append(name)
         dark = palette_is_dark(self.palette())
         world = (None if self.model.run is None else self.model.run.world_size) or 0
+        ranks = max(world, len(self.model.ranks), *(max(self.model.series(name), default=-1) + 1
+                                                    for name, definition in self._defs.items()
+                                                    if definition.key_label == RANK_KEYS))
+        self.every_rank.setVisible(ranks > BAND_ABOVE_RANKS)
+        self.every_rank.setEnabled(ranks <= EVERY_RANK_LIMIT)
+        self.band_ranks = ranks > BAND_ABOVE_RANKS and not (self.every_rank.isChecked() and ranks <= EVERY_RANK_LIMIT)
         for name, chart in self.charts.items():
             definition = self._defs[name]
             by_key = self.model.series(name)
             per_rank = definition.key_label == RANK_KEYS
             count = max(world, max(by_key, default=-1) + 1) if per_rank else len(by_key)
             legend = self._legend(definition.key_label)
+            chart.set_band_mode(per_rank and self.band_ranks)
             for key, series in sorted(by_key.items()):
                 if not chart.has_series(key, series):
                     color = series_color(key, count, dark)
                     label = key_label(definition.key_label, key, count)
                     chart.set_series(key, label, series, color, count)
-                    if key not in legend.keys:
+                    if key not in legend.keys and (not chart.band_mode or key in self._highlighted):
                         legend.set_entry(key, label, color)
-                    chart.set_curve_visible(key, legend.is_visible(key))
+                    chart.set_curve_visible(key, key not in legend.keys or legend.is_visible(key))
+        self._update_highlighted(force=True)
         self._set_mode(GPU if self.model.has_gpu_samples() else CPU)
         for chart in self.charts.values():
             chart.set_x_axis(self.x_axis, self.model.t0)
         self._layout_charts(force=bool(added))
         for name in added:
             self.chart_added.emit(name)
+
+    def set_chosen_ranks(self, ranks: frozenset[int]) -> None:
+        """Draw these ranks over the band too (the rank table's selection)."""
+        if ranks != self.chosen_ranks:
+            self.chosen_ranks = ranks
+            self._update_highlighted(force=True)
+
+    def _on_every_rank_toggled(self, _on: bool) -> None:
+        self._series_dirty = True
+        for chart in self.charts.values():
+            for key in chart.keys:
+                chart.set_curve_visible(key, True)
+        self.refresh(force=True)
+
+    def _update_highlighted(self, force: bool = False) -> None:
+        """With the band: the ranks drawn on their own are the failed, stalled, lost or stopped ones
+        and the chosen ones; the legend names only them."""
+        if not self.band_ranks:
+            if self._highlighted or self.rank_legend.title != "Ranks":
+                self._highlighted = frozenset()
+                self.rank_legend.set_title("Ranks")
+            return
+        highlighted = frozenset(rank for rank, info in self.model.ranks.items()
+                                if info.state in STANDING_OUT_STATES) | self.chosen_ranks
+        if highlighted == self._highlighted and not force:
+            return
+        self._highlighted = highlighted
+        world = max(len(self.model.ranks), (None if self.model.run is None else self.model.run.world_size) or 0)
+        dark = palette_is_dark(self.palette())
+        for chart in self.charts.values():
+            if chart.band_mode:
+                chart.set_highlighted(highlighted)
+                for key in highlighted:
+                    if key in chart.keys and key not in self.rank_legend.keys:
+                        self.rank_legend.set_entry(key, key_label(RANK_KEYS, key, world),
+                                                   series_color(key, world, dark))
+        self.rank_legend.keep_only(highlighted)
+        drawn = "failed, stalled and chosen ranks" if highlighted else "no rank stands out; select ranks to draw them"
+        self.rank_legend.set_title(f"Median and p10-p90 of {world:,} ranks · {drawn}:")
 
     def _update_notes(self) -> None:
         """What each empty chart says (waiting, not measured and why, every curve hidden)."""
@@ -363,6 +427,7 @@ class ChartGrid(QWidget):
         started = time.perf_counter()
         if self._series_dirty:
             self._sync_series()
+        self._update_highlighted()
         points = 0
         for chart in self.charts.values():
             if force or chart.isVisible():

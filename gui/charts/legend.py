@@ -65,6 +65,17 @@ class LegendBar(QWidget):
         self._entries.clear()
         self._relayout()
 
+    def keep_only(self, keys: set[int] | frozenset[int]) -> None:
+        """Drop every entry but ``keys`` (many ranks: only the ones drawn over the band)."""
+        if set(self._entries) - set(keys):
+            self._entries = {key: entry for key, entry in self._entries.items() if key in keys}
+            self._relayout()
+
+    def set_title(self, title: str) -> None:
+        if title != self.title:
+            self.title = title
+            self._relayout()
+
     @property
     def keys(self) -> list[int]:
         return list(self._entries)

@@ -335,6 +335,7 @@ def test_hovering_lists_every_ranks_value_at_the_step(qtbot, grid):
 
 def test_with_many_ranks_the_readout_lists_those_nearest_the_cursor(grid):
     charts = grid(model_with_loss(ranks=64, steps=20))
+    charts.every_rank.setChecked(True)  # every rank's curve, not the median and band
     loss = charts.charts["loss"]
     loss.show_readout_at(10.0, 2.0 - 10 / 20 + 0.01 * 30)
     _position, rows, left_out = loss.readout_rows()

@@ -1,0 +1,75 @@
+"""Frame time of the chart grid with the median and p10-p90 band across many ranks (offscreen).
+
+A model holding 2,000 steps of loss for each rank count; then ``--frames`` frames, each after one
+new step of every rank. The band is recomputed at most once a second (``BAND_SECONDS``): the
+other frames draw the band and the ranks that stand out only. ``--every-frame`` recomputes it
+each frame (the worst case); ``--every-rank`` draws each rank's own curve instead (up to 128).
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python tests/bench/bench_band_frames.py [--ranks 64,1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "runner" / "worker_path"))
+
+from PySide6.QtWidgets import QApplication
+
+from gui.charts.grid import ChartGrid
+from gui.models.monitor import MonitorModel
+
+T0 = 1_700_000_000.0
+STEPS = 2000
+
+
+def loss_update(ranks: int, first: int, steps: int) -> dict:
+    return {"type": "update", "v": 1, "metrics": [[rank, T0 + step, step, "loss", 2.0 - step / STEPS + 0.01 * rank,
+                                                   "auto"] for step in range(first, first + steps)
+                                                  for rank in range(ranks)]}
+
+
+def frames(app: QApplication, ranks: int, count: int, every_frame: bool, every_rank: bool) -> list[float]:
+    model = MonitorModel()
+    model.apply(loss_update(ranks, 0, STEPS))
+    grid = ChartGrid(model, refresh_hz=1)
+    grid.every_rank.setChecked(every_rank)
+    grid.resize(1300, 900)
+    grid.show()
+    app.processEvents()
+    grid.refresh(force=True)
+    times = []
+    for index in range(count):
+        model.apply(loss_update(ranks, STEPS + index, 1))
+        if every_frame:
+            for chart in grid.charts.values():
+                chart._band_at = 0.0
+        started = time.perf_counter()
+        grid.refresh()
+        app.processEvents()
+        times.append(1000.0 * (time.perf_counter() - started))
+    grid.close()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", default="64,1024")
+    parser.add_argument("--frames", type=int, default=15)
+    parser.add_argument("--every-frame", action="store_true", help="recompute the band every frame")
+    parser.add_argument("--every-rank", action="store_true", help="every rank's curve, no band (<= 128 ranks)")
+    args = parser.parse_args()
+    app = QApplication([])
+    for ranks in (int(text) for text in args.ranks.split(",")):
+        times = frames(app, ranks, args.frames, args.every_frame, args.every_rank)
+        print(f"{ranks:5d} ranks: median {statistics.median(times):.1f} ms, max {max(times):.1f} ms; "
+              f"per frame {[round(t) for t in times]}")
+
+
+if __name__ == "__main__":
+    main()

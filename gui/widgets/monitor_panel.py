@@ -162,6 +162,7 @@ class MonitorPanel(QWidget):
         self.rank_table.set_notes(self.diagnosis.rank_notes)
         self.rank_table.set_bottleneck(lambda: self.diagnosis.bottleneck)
         self.rank_table.rank_activated.connect(self._on_rank_activated)
+        self.rank_table.selection_changed.connect(self.charts.set_chosen_ranks)
         self.log_view = LogView(self.model)
         self.nodes_status = NodesStatus(self.model)
         self.nodes_status.node_activated.connect(self._on_node_activated)

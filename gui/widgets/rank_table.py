@@ -310,6 +310,8 @@ class RankTable(QWidget):
     """
 
     rank_activated = Signal(int)
+    selection_changed = Signal(object)
+    """The selected rows' ranks changed (a frozenset of ints): the charts draw them over the band."""
 
     def __init__(self, model: MonitorModel, parent: QWidget | None = None, refresh_hz: float = 5.0) -> None:
         super().__init__(parent)
@@ -331,6 +333,9 @@ class RankTable(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
         self.view.doubleClicked.connect(self._on_double_clicked)
+        selection = self.view.selectionModel()
+        if selection is not None:
+            selection.selectionChanged.connect(self._on_selection_changed)
         self.separators = NodeSeparatorDelegate(self.view)
         self.view.setItemDelegate(self.separators)
         self.phase_bars = PhaseBarDelegate(self.view, self.separators)
@@ -468,6 +473,16 @@ class RankTable(QWidget):
             if self.table_model.rank_at(row) == rank:
                 return self.table_model.data(self.table_model.index(row, 0), Qt.ItemDataRole.BackgroundRole)
         raise KeyError(f"no row for rank {rank}")
+
+    def selected_ranks(self) -> frozenset[int]:
+        selection = self.view.selectionModel()
+        if selection is None:
+            return frozenset()
+        ranks = (self.table_model.rank_at(self.proxy.mapToSource(index).row()) for index in selection.selectedRows())
+        return frozenset(rank for rank in ranks if rank is not None)
+
+    def _on_selection_changed(self, *_args: object) -> None:
+        self.selection_changed.emit(self.selected_ranks())
 
     def _on_double_clicked(self, index: QModelIndex) -> None:
         source = self.proxy.mapToSource(index)

@@ -196,9 +196,12 @@ class RankTableModel(ColumnTableModel):
         phases = [rank_phases_of(row, self._result(row)) for row in rows]
         same_ranks = [r.rank for r in rows] == [r.rank for r in self.rows]
         if same_ranks:
+            before, before_phases = self._cells, self._phases
             self.rows, self._cells, self._phases = rows, cells, phases
-            if rows:
-                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(RANK_COLUMNS) - 1))
+            # Column by column, only the columns that changed: the sort proxy re-sorts a thousand
+            # rows only when the sorted column is among them (a heartbeat tick is not).
+            for column in changed_columns(before, cells, before_phases != phases):
+                self.dataChanged.emit(self.index(0, column), self.index(len(rows) - 1, column))
         else:
             self.beginResetModel()
             self.rows, self._cells, self._phases = rows, cells, phases
@@ -210,6 +213,16 @@ class RankTableModel(ColumnTableModel):
 
     def rank_at(self, row: int) -> int | None:
         return self.rows[row].rank if 0 <= row < len(self.rows) else None
+
+
+def changed_columns(before: list[tuple[str, ...]], after: list[tuple[str, ...]], phases_changed: bool) -> list[int]:
+    """The columns whose text differs in some row (the phase bars' column when ``phases_changed``)."""
+    columns = {column for old, new in zip(before, after, strict=True)
+               for column, (a, b) in enumerate(zip(old, new, strict=True))
+               if a != b}
+    if phases_changed:
+        columns.add(PHASE_BAR_COLUMN)
+    return sorted(columns)
 
 
 class NodeSeparatorDelegate(QStyledItemDelegate):
@@ -266,6 +279,10 @@ class PhaseBarDelegate(QStyledItemDelegate):
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex) -> QSize:
         return QSize(BAR_WIDTH, super().sizeHint(option, index).height())
+
+
+ROWS_MEASURED = 64
+"""Rows the column widths are measured from (the visible ones first, as Qt does)."""
 
 
 class RankFilterProxy(QSortFilterProxyModel):
@@ -331,6 +348,9 @@ class RankTable(QWidget):
         self.view.verticalHeader().setDefaultSectionSize(22)
         header = self.view.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # Measure at most this many rows to size the columns: with a thousand ranks, Qt's default
+        # (1,000) re-measured every cell of the table at each refresh (seconds a frame).
+        header.setResizeContentsPrecision(ROWS_MEASURED)
         header.setStretchLastSection(True)
         self.view.doubleClicked.connect(self._on_double_clicked)
         selection = self.view.selectionModel()

@@ -64,6 +64,9 @@ class Freshness:
     socket: str
     measuring: bool = False
     delays: list[float] = field(default_factory=list)
+    """Receive time minus the record's ``t``."""
+    in_hub: list[float] = field(default_factory=list)
+    """The update's ``t`` (when the hub published it, after the commit) minus the record's ``t``."""
     records_seen: int = 0
     decimated_updates: int = 0
     error: str | None = None
@@ -85,14 +88,17 @@ class Freshness:
                     self.records_seen += len(metrics)
                     self.decimated_updates += bool(message.get("decimated"))
                     self.delays.extend(received - row[1] for row in metrics)
+                    published = message.get("t") or received
+                    self.in_hub.extend(published - row[1] for row in metrics)
             client.close()
         except (OSError, ValueError) as error:
             self.error = str(error)
 
-    def p(self, fraction: float) -> float | None:
-        if not self.delays:
+    def p(self, fraction: float, in_hub: bool = False) -> float | None:
+        values = self.in_hub if in_hub else self.delays
+        if not values:
             return None
-        ordered = sorted(self.delays)
+        ordered = sorted(values)
         return ordered[int(fraction * (len(ordered) - 1))]
 
 
@@ -123,6 +129,12 @@ class ScaleResult:
     fresh_p50_ms: float | None
     fresh_p95_ms: float | None
     fresh_max_ms: float | None
+    fresh_hub_p95_ms: float | None
+    """Of the freshness: from the record's ``t`` to the hub publishing it (after its commit)."""
+    fakes_cores: float
+    """Cores the fake ranks' processes used in the window (they share the machine with the hub)."""
+    machine_busy: float
+    """Cores busy on the whole machine in the window (other people's work included)."""
     fresh_records: int
     decimated_updates: int
     gui: dict
@@ -191,7 +203,8 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
     env = {**os.environ, "RANKWATCH_HOME": str(home), "RANKWATCH_SOCKET_DIR": str(sockets),
            "QT_QPA_PLATFORM": "offscreen"}
     runner = subprocess.Popen([python, str(HERE / "scale_runner.py"), "--ranks", str(ranks), "--rate",
-                               str(args.rate), "--workdir", str(workdir)], stdout=subprocess.PIPE, env=env)
+                               str(args.rate), "--workdir", str(workdir),
+                               *([] if args.stragglers else ["--without-stragglers"])], stdout=subprocess.PIPE, env=env)
     notes: list[str] = []
     try:
         assert runner.stdout is not None
@@ -206,27 +219,36 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
         time.sleep(args.warmup)
         rss_start = hub.memory_info().rss
         rss_peak = rss_start
+        fakes = [child for child in hub.children(recursive=True) if "scale_ranks.py" in " ".join(child.cmdline())]
+        psutil.cpu_percent(None)
         fresh.measuring = True
         began_wall, began_cpu = time.time(), cpu_seconds(hub)
+        began_fakes = sum(cpu_seconds(child) for child in fakes)
         while time.time() < began_wall + args.seconds:
             time.sleep(1.0)
             rss_peak = max(rss_peak, hub.memory_info().rss)
         ended_wall, ended_cpu = time.time(), cpu_seconds(hub)
+        fakes_cores = (sum(cpu_seconds(child) for child in fakes) - began_fakes) / (ended_wall - began_wall)
+        machine_busy = psutil.cpu_percent(None) / 100 * (psutil.cpu_count() or 1)
         fresh.measuring = False
         rss_end = hub.memory_info().rss
         window = ended_wall - began_wall
         cores = (ended_cpu - began_cpu) / window
+        try:
+            replay_s, replay_records = asyncio.run(asyncio.wait_for(replay_history(socket), args.phase_timeout))
+        except (OSError, RuntimeError, asyncio.TimeoutError) as error:
+            replay_s, replay_records = None, 0
+            notes.append(f"history replay did not reach history_end in {args.phase_timeout:.0f} s "
+                         f"({type(error).__name__} {error})")
         gui: dict = {}
         if not args.no_gui:
-            shown = subprocess.run([python, str(HERE / "scale_gui.py"), str(run_id), "--seconds", str(args.gui_seconds)],
-                                   capture_output=True, text=True, env=env, timeout=300)
+            shown = subprocess.run([python, str(HERE / "scale_gui.py"), str(run_id), "--seconds", str(args.gui_seconds),
+                                    "--history-timeout", str(args.phase_timeout)],
+                                   capture_output=True, text=True, env=env, timeout=args.phase_timeout + 120)
             lines = shown.stdout.strip().splitlines()
             gui = json.loads(lines[-1]) if shown.returncode == 0 and lines else {"error": shown.stderr[-600:]}
-        try:
-            replay_s, replay_records = asyncio.run(replay_history(socket))
-        except (OSError, RuntimeError) as error:
-            replay_s, replay_records = None, 0
-            notes.append(f"history replay failed: {error}")
+            if gui.get("error"):
+                notes.append(f"GUI: {gui['error']}")
         (workdir / "stop").touch()
         runner_rc = runner.wait(END_TIMEOUT_S)
         if fresh.thread is not None:
@@ -249,6 +271,7 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
             cpu_us_per_record=(ended_cpu - began_cpu) / max(1, stored) * 1e6, rss_mb_end=rss_end / 2**20,
             rss_mb_peak=rss_peak / 2**20, rss_mb_start=rss_start / 2**20,
             fresh_p50_ms=_ms(fresh.p(0.5)), fresh_p95_ms=_ms(fresh.p(0.95)), fresh_max_ms=_ms(fresh.p(1.0)),
+            fresh_hub_p95_ms=_ms(fresh.p(0.95, in_hub=True)), fakes_cores=fakes_cores, machine_busy=machine_busy,
             fresh_records=len(fresh.delays), decimated_updates=fresh.decimated_updates, gui=gui,
             replay_s=replay_s, replay_records=replay_records, check=check, store_bytes=store_bytes,
             bytes_per_rank_hour=store_bytes / rank_hours if rank_hours else 0.0, gpu_samples=gpu_samples,
@@ -274,9 +297,9 @@ def _cell(value: float | None, form: str = "{:.0f}") -> str:
 
 def table(results: list[ScaleResult]) -> list[str]:
     rows = ["| ranks | records/s | stored == sent (per rank) | hub cores | us CPU/record | hub RSS MB (start/peak/end) "
-            "| fresh p50 / p95 / max ms | store MB per rank-hour | runs show s | replay to history_end s "
-            "| GUI first frame s | GUI frame ms mean / p95 (CPU) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| fake ranks / machine cores | fresh p50 / p95 / max ms (p95 until published) | store MB per rank-hour "
+            "| runs show s | replay to history_end s (records/s) | GUI first frame s | GUI frame ms mean / p95 (CPU) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         check = r.check
         equal = "n/a" if check is None else (
@@ -289,8 +312,10 @@ def table(results: list[ScaleResult]) -> list[str]:
         rows.append(
             f"| {r.ranks:,} | {r.records_per_s:,.0f} | {equal} | {r.cores:.2f} | {r.cpu_us_per_record:.1f} "
             f"| {r.rss_mb_start:.0f} / {r.rss_mb_peak:.0f} / {r.rss_mb_end:.0f} "
-            f"| {_cell(r.fresh_p50_ms)} / {_cell(r.fresh_p95_ms)} / {_cell(r.fresh_max_ms)} "
-            f"| {r.bytes_per_rank_hour / 1e6:.1f} | {_cell(r.show_s, '{:.2f}')} | {_cell(r.replay_s, '{:.1f}')} "
+            f"| {r.fakes_cores:.2f} / {r.machine_busy:.2f} "
+            f"| {_cell(r.fresh_p50_ms)} / {_cell(r.fresh_p95_ms)} / {_cell(r.fresh_max_ms)} ({_cell(r.fresh_hub_p95_ms)}) "
+            f"| {r.bytes_per_rank_hour / 1e6:.1f} | {_cell(r.show_s, '{:.2f}')} "
+            f"| {_cell(r.replay_s, '{:.1f}')} ({r.replay_records / r.replay_s if r.replay_s else 0:,.0f}) "
             f"| {_cell(gui.get('first_frame_s') if gui else None, '{:.1f}')} | {frame} |")
     return rows
 
@@ -302,6 +327,10 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of streaming before the measurement")
     parser.add_argument("--rate", type=float, default=2.0, help="steps per second per rank")
     parser.add_argument("--gui-seconds", type=float, default=8.0, help="seconds of GUI frames")
+    parser.add_argument("--phase-timeout", type=float, default=180.0,
+                        help="seconds the history replay, and the GUI's first frame, may take before giving up")
+    parser.add_argument("--without-stragglers", dest="stragglers", action="store_false",
+                        help="the runner without its straggler monitor (what the rest of it costs)")
     parser.add_argument("--no-gui", action="store_true", help="leave the GUI measurement out")
     parser.add_argument("--keep", action="store_true", help="keep each run's folder (store, sent counts)")
     args = parser.parse_args()

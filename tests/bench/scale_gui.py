@@ -31,8 +31,6 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from gui.widgets.monitor_panel import MonitorPanel  # noqa: E402
 
-HISTORY_TIMEOUT_S = 120.0
-
 
 def paint(app: QApplication) -> None:
     """Paint what changed, as the event loop would (posted scene updates, then the paint)."""
@@ -40,14 +38,19 @@ def paint(app: QApplication) -> None:
         QApplication.sendPostedEvents()
 
 
-def measure(app: QApplication, run_id: int, seconds: float) -> dict:
+def measure(app: QApplication, run_id: int, seconds: float, history_timeout: float) -> dict:
     panel = MonitorPanel()
     panel.resize(*SIZE)
     panel.show()
     panel.charts.timer.stop()  # frames are driven below
     started = time.perf_counter()
     panel.attach(run_id)
-    wait(app, lambda: panel.model.history_done, HISTORY_TIMEOUT_S)
+    try:
+        wait(app, lambda: panel.model.history_done, history_timeout)
+    except TimeoutError:
+        panel.detach()
+        return {"error": f"the history was not in the window after {history_timeout:.0f} s",
+                "points_in_model": panel.model.points_total}
     history_s = time.perf_counter() - started
     panel.charts.refresh()
     paint(app)
@@ -92,9 +95,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_id", type=int)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--history-timeout", type=float, default=240.0, help="seconds the history may take")
     args = parser.parse_args()
     app = QApplication.instance() or QApplication([])
-    print(json.dumps(measure(app, args.run_id, args.seconds)), flush=True)
+    print(json.dumps(measure(app, args.run_id, args.seconds, args.history_timeout)), flush=True)
     return 0
 
 

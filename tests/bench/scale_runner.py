@@ -33,6 +33,7 @@ for _path in (str(REPO), str(REPO / "runner" / "worker_path"), str(REPO / "tests
 
 from live_run import LiveRun, fake_spec  # noqa: E402
 
+from runner.diagnosis.stragglers import StragglerMonitor  # noqa: E402
 from runner.launch.nodes import NodeHandle  # noqa: E402
 from runner.launch.output import OutputLine  # noqa: E402
 from runner.profile.files import Profile  # noqa: E402
@@ -112,10 +113,17 @@ class FakeRanksNode(NodeHandle):
 class ScaleRun(Run):
     """The real ``Run``; its node and NVML are fake (see the module)."""
 
-    def __init__(self, prepared: PreparedLaunch, rate: float, workdir: Path) -> None:
+    def __init__(self, prepared: PreparedLaunch, rate: float, workdir: Path, stragglers: bool = True) -> None:
         super().__init__(prepared)
         self.rate = rate
         self.workdir = workdir
+        self.stragglers = stragglers
+        """False: the straggler monitor is left out (to measure what the rest of the runner costs)."""
+
+    def _start_monitors(self) -> None:
+        super()._start_monitors()
+        if not self.stragglers:
+            self.monitors = [monitor for monitor in self.monitors if not isinstance(monitor, StragglerMonitor)]
 
     def _create_nodes(self) -> list[NodeHandle]:
         return [FakeRanksNode(self)]
@@ -140,8 +148,8 @@ def prepare(ranks: int, workdir: Path) -> PreparedLaunch:
                           check_ports=False)
 
 
-async def serve(ranks: int, rate: float, workdir: Path) -> int:
-    run = ScaleRun(prepare(ranks, workdir), rate, workdir)
+async def serve(ranks: int, rate: float, workdir: Path, stragglers: bool) -> int:
+    run = ScaleRun(prepare(ranks, workdir), rate, workdir, stragglers)
     task = asyncio.create_task(run.execute())
     await LiveRun.until_running(run, task)
     info: dict[str, Any] = {"run_id": run.run_id, "socket": str(run.socket_path), "pid": os.getpid(),
@@ -155,8 +163,20 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, required=True)
     parser.add_argument("--rate", type=float, default=2.0, help="steps per second per rank")
     parser.add_argument("--workdir", type=Path, required=True, help="stop file and the ranks' sent counts")
+    parser.add_argument("--without-stragglers", dest="stragglers", action="store_false",
+                        help="leave the straggler monitor out")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="write a cProfile of the runner's event loop thread here (pstats format)")
     args = parser.parse_args()
-    return asyncio.run(serve(args.ranks, args.rate, args.workdir))
+    if args.profile is None:
+        return asyncio.run(serve(args.ranks, args.rate, args.workdir, args.stragglers))
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(asyncio.run, serve(args.ranks, args.rate, args.workdir, args.stragglers))
+    finally:
+        profiler.dump_stats(args.profile)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,8 @@ class ScaleResult:
     show_rc: int | None = None
     runner_rc: int | None = None
     notes: list[str] = field(default_factory=list)
+    hellos_s: float = 0.0
+    """From the runner's start to every rank's hello (the ranks connect as the fake node starts them)."""
 
 
 def cpu_seconds(process: psutil.Process) -> float:
@@ -275,7 +277,7 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
             fresh_records=len(fresh.delays), decimated_updates=fresh.decimated_updates, gui=gui,
             replay_s=replay_s, replay_records=replay_records, check=check, store_bytes=store_bytes,
             bytes_per_rank_hour=store_bytes / rank_hours if rank_hours else 0.0, gpu_samples=gpu_samples,
-            show_s=show_s, show_rc=shown_run.returncode, runner_rc=runner_rc, notes=notes)
+            show_s=show_s, show_rc=shown_run.returncode, runner_rc=runner_rc, notes=notes, hellos_s=info["hellos_s"])
     finally:
         if runner.poll() is None:
             (workdir / "stop").touch()

@@ -31,7 +31,7 @@ for _path in (str(REPO), str(REPO / "runner" / "worker_path"), str(REPO / "tests
     if _path not in sys.path:
         sys.path.insert(0, _path)
 
-from live_run import LiveRun, fake_spec  # noqa: E402
+from live_run import fake_spec  # noqa: E402
 
 from runner.diagnosis.stragglers import StragglerMonitor  # noqa: E402
 from runner.launch.nodes import NodeHandle  # noqa: E402
@@ -41,9 +41,11 @@ from runner.profile.resolve import MachineFacts  # noqa: E402
 from runner.run import PreparedLaunch, Run, prepare_launch  # noqa: E402
 from runner.sampling.gpu_report import GpuReport, GpuSnapshot  # noqa: E402
 from runner.sampling.samplers import GpuSampler, ProcessSampler  # noqa: E402
+from runner.state import RunStatus  # noqa: E402
 
 RANKS_SCRIPT = Path(__file__).with_name("scale_ranks.py")
 RANKS_PER_PROCESS = 256
+READY_TIMEOUT_S = 600.0
 GIB = 1 << 30
 
 
@@ -148,12 +150,34 @@ def prepare(ranks: int, workdir: Path) -> PreparedLaunch:
                           check_ports=False)
 
 
+async def until_running(run: Run, task: asyncio.Task[int]) -> None:
+    """Wait until every rank said hello and the run is running (``LiveRun.until_running``, whose 30 s
+    are too short for 1,024 ranks on a busy hub: here ``READY_TIMEOUT_S``).
+
+    Raises:
+        RuntimeError: the run ended before that.
+        TimeoutError: not within ``READY_TIMEOUT_S``.
+    """
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        row = run.hub.run_row or {}
+        if row.get("status") == RunStatus.RUNNING.value and len(run.hub.model.ranks) >= run.launch.world_size:
+            return
+        if task.done():
+            raise RuntimeError(f"the run ended before it ran: {task.exception() or task.result()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(run.hub.model.ranks)} of {run.launch.world_size} ranks said hello "
+                               f"in {READY_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(0.05)
+
+
 async def serve(ranks: int, rate: float, workdir: Path, stragglers: bool) -> int:
     run = ScaleRun(prepare(ranks, workdir), rate, workdir, stragglers)
+    started = time.monotonic()
     task = asyncio.create_task(run.execute())
-    await LiveRun.until_running(run, task)
+    await until_running(run, task)
     info: dict[str, Any] = {"run_id": run.run_id, "socket": str(run.socket_path), "pid": os.getpid(),
-                            "ready": time.time()}
+                            "ready": time.time(), "hellos_s": time.monotonic() - started}
     print(json.dumps(info), flush=True)
     return await task
 

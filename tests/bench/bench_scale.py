@@ -114,6 +114,8 @@ class RankCheck:
     ranks_short: list[int]
     """Ranks whose stored records or lines differ from what they sent."""
     streamed_s: float
+    reconnects: int = 0
+    """Connections the hub dropped before a rank's hello (the fake rank connected again, as the reporter does)."""
 
 
 @dataclass
@@ -189,7 +191,8 @@ def check_store(store: Path, run_id: int, workdir: Path) -> RankCheck:
     return RankCheck(len(sent), sum(c["records"] for c in sent.values()),
                      sum(metrics.get(rank, 0) for rank in sent), sum(c["lines"] for c in sent.values()),
                      sum(lines.get(rank, 0) for rank in sent), short,
-                     (max(ended) - min(started)) if started else 0.0)
+                     (max(ended) - min(started)) if started else 0.0,
+                     sum(counts.get("reconnects", 0) for counts in sent.values()))
 
 
 def stored_in_window(store: Path, run_id: int, begin: float, end: float) -> int:

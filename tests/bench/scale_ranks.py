@@ -38,6 +38,8 @@ for _path in (str(REPO), str(REPO / "runner" / "worker_path")):
 from rankwatch import protocol  # noqa: E402
 
 HEARTBEAT_S = 1.0
+BACKOFF_MIN_S = 0.1
+BACKOFF_MAX_S = 2.0
 GPUS_PER_NODE = 8
 PHASE_SPLIT = (0.03, 0.30, 0.45, 0.10, 0.08, 0.04)
 """h2d, forward, backward, comm, optimizer, rest: shares of a step past its data wait."""
@@ -52,6 +54,8 @@ class RankSent:
     lines: int = 0
     heartbeats: int = 0
     steps: int = 0
+    reconnects: int = 0
+    """Connections the hub dropped before this rank's hello (the rank connected again)."""
 
 
 @dataclass
@@ -72,14 +76,25 @@ class FakeRank:
 
 
 async def connect(socket_path: str, token: str, run_key: str, rank: int, world_size: int) -> FakeRank:
-    _reader, writer = await asyncio.open_unix_connection(socket_path)
+    """Connect and say hello; a connection the hub drops before the hello is tried again after
+    a backoff, as ``rankwatch._reporter`` reconnects (counted in ``RankSent.reconnects``)."""
     node = rank // GPUS_PER_NODE
-    writer.write(protocol.Hello(
+    hello = protocol.Hello(
         rank=rank, token=token, run_key=run_key, local_rank=rank, node_rank=0, world_size=world_size,
         local_world_size=world_size, host=f"fake-node-{node}", pid=os.getpid(), python=sys.executable,
-        python_version=".".join(map(str, sys.version_info[:3])), restart=0, argv=["fake_train.py"]).encode())
-    await writer.drain()
-    return FakeRank(rank, world_size, writer, random.Random(rank))
+        python_version=".".join(map(str, sys.version_info[:3])), restart=0, argv=["fake_train.py"]).encode()
+    sent = RankSent()
+    backoff = BACKOFF_MIN_S
+    while True:
+        try:
+            _reader, writer = await asyncio.open_unix_connection(socket_path)
+            writer.write(hello)
+            await writer.drain()
+            return FakeRank(rank, world_size, writer, random.Random(rank), sent)
+        except ConnectionError:
+            sent.reconnects += 1
+            await asyncio.sleep(backoff)
+            backoff = min(2 * backoff, BACKOFF_MAX_S)
 
 
 async def train(rank: FakeRank, rate_hz: float, print_every: int, stop: asyncio.Event) -> None:

@@ -240,6 +240,8 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
         window = ended_wall - began_wall
         cores = (ended_cpu - began_cpu) / window
         try:
+            if args.no_replay:
+                raise RuntimeError("left out (--no-replay)")
             replay_s, replay_records = asyncio.run(asyncio.wait_for(replay_history(socket), args.phase_timeout))
         except (OSError, RuntimeError, asyncio.TimeoutError) as error:
             replay_s, replay_records = None, 0
@@ -251,7 +253,10 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
                                     "--history-timeout", str(args.phase_timeout)],
                                    capture_output=True, text=True, env=env, timeout=args.phase_timeout + 120)
             lines = shown.stdout.strip().splitlines()
-            gui = json.loads(lines[-1]) if shown.returncode == 0 and lines else {"error": shown.stderr[-600:]}
+            gui = json.loads(lines[-1]) if shown.returncode == 0 and lines else {
+                "error": f"the GUI process ended with {shown.returncode}; its stderr began: "
+                         + " | ".join(line for line in shown.stderr.splitlines()
+                                      if "propagateSizeHints" not in line)[:800]}
             if gui.get("error"):
                 notes.append(f"GUI: {gui['error']}")
         (workdir / "stop").touch()
@@ -336,6 +341,7 @@ def main() -> int:
                         help="seconds the history replay, and the GUI's first frame, may take before giving up")
     parser.add_argument("--without-stragglers", dest="stragglers", action="store_false",
                         help="the runner without its straggler monitor (what the rest of it costs)")
+    parser.add_argument("--no-replay", action="store_true", help="leave the history replay out")
     parser.add_argument("--no-gui", action="store_true", help="leave the GUI measurement out")
     parser.add_argument("--keep", action="store_true", help="keep each run's folder (store, sent counts)")
     args = parser.parse_args()

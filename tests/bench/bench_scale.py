@@ -13,15 +13,18 @@ period. Measured, in this order, for each rank count:
    records stored in that window (records/s), and freshness: a subscriber
    (``HubClient``, in this process, as ``rankwatch attach`` and the GUI subscribe)
    takes each metric record's receive time minus the record's ``t``.
-2. The GUI (``scale_gui.py``, its own process, offscreen): the monitor panel attaches
+2. A history replay to ``history_end`` (``HubClient.subscribe(history=True)``, what
+   ``rankwatch attach`` does) of the whole run so far (``--no-replay`` leaves it out).
+3. The GUI (``scale_gui.py``, its own process, offscreen): the monitor panel attaches
    to the live run; first frame and frame time (wall and GUI-thread CPU).
-3. A history replay to ``history_end`` (``HubClient.subscribe(history=True)``, what
-   ``rankwatch attach`` does) of the whole run so far.
 4. The ranks end (``exit`` 0), the runner ends the run; then per rank, records and
    lines sent (the fake ranks' own counts) against those in the store; the store's
    size per rank-hour (``runs.db`` + WAL, one run in it); ``rankwatch runs show N``
    (the real CLI, a subprocess) on the finished run. (``rankwatch attach`` on a
    finished run prints the same as ``runs show``.)
+
+``--without-stragglers`` runs the runner without its straggler monitor (what the rest
+costs). Figures and findings: ``tests/bench/PERFORMANCE.md``, "Scale".
 
     .venv/bin/python tests/bench/bench_scale.py --ranks 64,256,1024 --seconds 60
 """

@@ -1,0 +1,106 @@
+"""The monitor window on a big live run: its first frame and its frame time (offscreen).
+
+The real ``MonitorPanel`` (1600x1000, ``QT_QPA_PLATFORM=offscreen``) attaches to run
+``RUN_ID`` of ``$RANKWATCH_HOME``'s store (a live runner), as the GUI does. First frame:
+from ``attach`` to the history replayed into the model and the charts drawn once
+(``ChartGrid.refresh()`` and the paint of what changed). Then, for ``--seconds``, a
+frame each time new points are in the model, as in ``bench_gui_frames.py``: wall time
+and the GUI thread's CPU time per frame. Prints one JSON line.
+
+    QT_QPA_PLATFORM=offscreen python tests/bench/scale_gui.py RUN_ID [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from bench_gui_frames import SIZE, wait  # noqa: E402
+from PySide6.QtCore import QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from gui.widgets.monitor_panel import MonitorPanel  # noqa: E402
+
+
+def paint(app: QApplication) -> None:
+    """Paint what changed, as the event loop would (posted scene updates, then the paint)."""
+    for _ in range(3):
+        QApplication.sendPostedEvents()
+
+
+def measure(app: QApplication, run_id: int, seconds: float, history_timeout: float) -> dict:
+    panel = MonitorPanel()
+    panel.resize(*SIZE)
+    panel.show()
+    panel.charts.timer.stop()  # frames are driven below
+    started = time.perf_counter()
+    panel.attach(run_id)
+    try:
+        wait(app, lambda: panel.model.history_done, history_timeout)
+    except TimeoutError:
+        panel.detach()
+        return {"error": f"the history was not in the window after {history_timeout:.0f} s",
+                "points_in_model": panel.model.points_total}
+    history_s = time.perf_counter() - started
+    panel.charts.refresh()
+    paint(app)
+    first_frame_s = time.perf_counter() - started
+    model = panel.model
+    frame_ms: list[float] = []
+    cpu_ms: list[float] = []
+    seen = [model.points_total]
+    stop_at = time.monotonic() + seconds
+
+    def frame() -> None:
+        if time.monotonic() >= stop_at:
+            app.quit()
+            return
+        if model.points_total == seen[0]:
+            return
+        seen[0] = model.points_total
+        cpu_started = time.thread_time_ns()
+        wall_started = time.perf_counter_ns()
+        panel.charts.refresh()
+        paint(app)
+        frame_ms.append((time.perf_counter_ns() - wall_started) / 1e6)
+        cpu_ms.append((time.thread_time_ns() - cpu_started) / 1e6)
+
+    driver = QTimer()
+    driver.setInterval(2)
+    driver.timeout.connect(frame)
+    driver.start()
+    app.exec()
+    driver.stop()
+    ranks = len(model.ranks) if hasattr(model, "ranks") else None
+    panel.detach()
+    panel.close()
+    frame_ms.sort()
+    return {"history_s": history_s, "first_frame_s": first_frame_s, "frames": len(frame_ms),
+            "frame_mean_ms": statistics.fmean(frame_ms) if frame_ms else None,
+            "frame_p95_ms": frame_ms[int(0.95 * (len(frame_ms) - 1))] if frame_ms else None,
+            "frame_cpu_ms": statistics.fmean(cpu_ms) if cpu_ms else None, "ranks_seen": ranks}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_id", type=int)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--history-timeout", type=float, default=240.0, help="seconds the history may take")
+    args = parser.parse_args()
+    app = QApplication.instance() or QApplication([])
+    print(json.dumps(measure(app, args.run_id, args.seconds, args.history_timeout)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -154,9 +154,9 @@ class Cohort:
         self.computes = sorted(summary.compute_time for summary in summaries if summary.compute_time is not None)
         self.contention = max((summary.contention for summary in summaries if summary.contention is not None),
                               default=0.0)
-        self.phases = [sorted(summary.phases[index] for summary in summaries
-                              if summary.phases is not None and summary.phases[index] is not None)
-                       for index in range(len(protocol.PHASES))]
+        self.phases: list[list[float]] = [
+            sorted(value for summary in summaries if summary.phases is not None
+                   and (value := summary.phases[index]) is not None) for index in range(len(protocol.PHASES))]
         """Each phase's measured medians over the ranks, sorted (``slowest_phase``)."""
         self.pooled: dict[str, tuple[float | None, int]] = {}
         """field -> (the median of every rank's deviations, how many there are)."""

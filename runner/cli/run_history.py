@@ -400,7 +400,19 @@ def attach_main(args: argparse.Namespace) -> int:
         return int(final.get("exit_code") or 0)
     if detached:
         print(detach_message(run["id"]), file=sys.stderr)
-    return 0
+        return 0
+    return fail(hung_up_message(final), code=EXIT_FAILED)
+
+
+def hung_up_message(run: dict) -> str:
+    """Why a view ended without the run's end: the runner hung up on it (it drops a view that cannot
+    keep up, and says so in the run's events), or the runner is gone."""
+    if runner_alive(run):
+        return (f"the runner of run {run['id']} stopped sending to this view before the run ended (it drops a "
+                f"view that falls too far behind; the run's events say why); the run goes on: "
+                f"`rankwatch attach {run['id']}` to watch again")
+    return (f"the runner of run {run['id']} is gone (status: {effective_status(run)}); "
+            f"`rankwatch runs show {run['id']}` shows what was stored")
 
 
 def detach_message(run_id: int) -> str:

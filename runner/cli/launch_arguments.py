@@ -119,7 +119,9 @@ def _take_flag(words: list[str], index: int, flags: list[str], takes_value: Call
 
 def _after_target(flags: list[str], target: str, rest: list[str], takes_value: Callable[[str], bool],
                   profile: bool) -> LaunchWords:
-    if not profile:  # a script (or a module): everything after it is its own, as with torchrun
+    if not profile:  # a script (or a module): everything after it is its own, as with torchrun,
+        if rest[:1] == [END_OF_FLAGS]:  # but a `--` right after it only says where they begin
+            rest = rest[1:]
         return LaunchWords(flags, target, rest)
     return _after_profile(flags, target, rest, takes_value)
 

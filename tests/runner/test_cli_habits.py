@@ -139,6 +139,17 @@ def test_every_parser_refuses_abbreviated_flags():
     assert {name for name, parser in parsers.items() if parser.allow_abbrev} == set()
 
 
+def test_a_double_dash_right_after_a_script_only_marks_where_its_arguments_begin(capsys, script):
+    """`rankwatch run train.py -- 10 1 --losses DIR` ran `train.py 10 1 --losses DIR` before the
+    arguments were sorted by hand, and must still: the DDP tutorial's test script is run so."""
+    code, out, err = run_cli(capsys, "command", "--nproc-per-node", "1", str(script), "--", "10", "--losses", "x")
+    assert code == 0, err
+    assert torchrun_line(out).endswith(f"{script} 10 --losses x")
+    code, out, err = run_cli(capsys, "command", "--nproc-per-node", "1", str(script), "10", "--", "--x")
+    assert code == 0, err
+    assert torchrun_line(out).endswith(f"{script} 10 -- --x")  # a later one is the script's own
+
+
 def test_a_scripts_flag_before_the_script_says_where_script_arguments_go(capsys, script):
     """Seen: `--epochs` before the script got "did you mean '--qos'?"."""
     code, out, err = run_cli(capsys, "run", "--epochs", "3", str(script))

@@ -375,12 +375,12 @@ def attach_main(args: argparse.Namespace) -> int:
         return show_main(show)
     view = TerminalView(live=False if args.plain else None, status_every=args.status_every)
     view.start()
-    detached = False
+    followed = FOLLOW_BYE
     try:
         try:
-            detached = asyncio.run(_follow(run["socket"], view))
+            followed = asyncio.run(_follow(run["socket"], view))
         except KeyboardInterrupt:
-            detached = True  # Ctrl-C before the signals were ours; detaching leaves the run going
+            followed = FOLLOW_DETACHED  # Ctrl-C before the signals were ours; detaching leaves the run going
         except (ConnectionError, FileNotFoundError) as error:
             view.stop()
             return fail(f"cannot reach the runner of run {run['id']} ({error}); is it still running?",
@@ -398,10 +398,12 @@ def attach_main(args: argparse.Namespace) -> int:
     if ended:
         render_summary(final, sys.stderr)
         return int(final.get("exit_code") or 0)
-    if detached:
+    if followed == FOLLOW_DETACHED:
         print(detach_message(run["id"]), file=sys.stderr)
         return 0
-    return fail(hung_up_message(final), code=EXIT_FAILED)
+    if followed == FOLLOW_HUNG_UP:
+        return fail(hung_up_message(final), code=EXIT_FAILED)
+    return 0
 
 
 def hung_up_message(run: dict) -> str:
@@ -422,9 +424,13 @@ def detach_message(run_id: int) -> str:
 DETACH_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-async def _follow(socket_path: str, view: TerminalView) -> bool:
-    """Show the run until the runner says bye or hangs up (False) or a detach signal comes
-    (Ctrl-C, SIGTERM, the terminal closing: True; the run goes on).
+FOLLOW_BYE, FOLLOW_HUNG_UP, FOLLOW_DETACHED = "bye", "hung up", "detached"
+"""How following a run ended: the runner said bye, hung up without one, or the user detached."""
+
+
+async def _follow(socket_path: str, view: TerminalView) -> str:
+    """Show the run until the runner says bye (``FOLLOW_BYE``) or hangs up (``FOLLOW_HUNG_UP``) or
+    a detach signal comes (Ctrl-C, SIGTERM, the terminal closing: ``FOLLOW_DETACHED``; the run goes on).
 
     The signals are handled here rather than left to ``KeyboardInterrupt``: a process that a
     non-interactive shell starts in the background (``rankwatch attach 3 &`` in a script, a
@@ -445,14 +451,15 @@ async def _follow(socket_path: str, view: TerminalView) -> bool:
         detaching.cancel()
         client.close()
     if showing.done():
-        showing.result()  # a connection error is the caller's to report
-        return False
+        return FOLLOW_BYE if showing.result() else FOLLOW_HUNG_UP  # a connection error is the caller's
     showing.cancel()
-    return True
+    return FOLLOW_DETACHED
 
 
-async def _show_messages(client: HubClient, view: TerminalView) -> None:
+async def _show_messages(client: HubClient, view: TerminalView) -> bool:
+    """Show the run's messages; True once the runner said bye, False when it hung up without one."""
     async for message in client.hub_messages():
         view.handle(message)
         if isinstance(message, Bye):
-            return
+            return True
+    return False

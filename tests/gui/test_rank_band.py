@@ -49,6 +49,7 @@ def test_thirty_two_ranks_draw_the_median_and_band_and_only_the_failed_rank_on_i
     loss.show_readout_at(x, float(loss.band.median[len(loss.band.x) // 2]))
     assert "median of 32 ranks" in loss.readout_text() and "p90 of 32 ranks" in loss.readout_text()
     table = panel.rank_table  # a rank chosen in the rank table is drawn over the band too
+    qtbot.waitUntil(lambda: 9 in table.visible_ranks(), timeout=5000)
     table.view.selectRow(table.visible_ranks().index(9))
     grid.refresh(force=True)
     assert loss.curve_points(9) > 0 and {5, 9} <= set(grid.rank_legend.keys)

@@ -133,7 +133,8 @@ def test_a_detached_run_opened_from_history_is_watched_again_and_a_detached_tab_
     seen = panel.model.current_step() or 0
     qtbot.waitUntil(lambda: runner.step >= seen + 10, timeout=5000)
     window._on_open_run_requested(runner.run_id)  # History ▸ Attach (or a double-click)
-    assert window.monitor is panel and window.monitors.count() == 1
+    assert window.monitors.count() == 1
+    panel = window.monitor  # a fresh panel in the stale one's place
     qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= seen + 10, timeout=5000)
     assert panel.has_live_run() and not panel.is_detached
 

@@ -57,6 +57,8 @@ APP_TITLE = APP_NAME
 DEFAULT_SIZE = (1320, 840)
 STOPPING = "stopping"
 LIVE_RUNS_HINT_DELAY_MS = 3000
+NEW_FORM_TITLE = "New profile"
+"""The title's name for a form that is no profile yet (its ``*`` says it holds unsaved edits)."""
 __all__ = ["CANCEL", "LEAVE_RUNNING", "STOP_RUN", "MainWindow", "app_version"]
 
 
@@ -365,9 +367,9 @@ class MainWindow(QMainWindow):
 
     def _update_title(self) -> None:
         ended = self._unseen_end
-        self.setWindowTitle(window_title(self.form.profile_name, ended.run_id if ended else None,
+        self.setWindowTitle(window_title(self.form.profile_name or NEW_FORM_TITLE, ended.run_id if ended else None,
                                          ended.model.status if ended else None, ended is not None))
-        self.setWindowModified(self.form.profile_name is not None and self.form.dirty)
+        self.setWindowModified(self.form.dirty)
 
     def _on_probe_busy_changed(self, busy: bool) -> None:
         self.probe_label.setText("Probing the interpreter and GPUs…" if busy else "")
@@ -545,25 +547,37 @@ class MainWindow(QMainWindow):
         return STOP_RUN if clicked is stop else LEAVE_RUNNING if clicked is leave else CANCEL
 
     def _confirm_close(self) -> bool:
-        """Settle live runs and unsaved profile edits; ``False`` keeps the window open."""
+        """Settle live runs and unsaved form edits; ``False`` keeps the window open.
+
+        Every question is asked before anything is done: a Cancel at the last one leaves the
+        runs watched and the form as it was (nothing detached, nothing stopped)."""
         live = self.monitors.live_panels()
-        if live:
-            choice = self._ask_live_run_choice()
-            if choice == CANCEL:
-                return False
-            for panel in live:
-                if choice == STOP_RUN:
-                    panel.request_stop(force=False)
-                else:
-                    panel.detach()
-        if self.form.dirty and self.form.profile_name is not None:
-            answer = QMessageBox.question(
-                self, "Unsaved changes",
-                f"Profile {self.form.profile_name!r} has unsaved changes. Save them?",
-                QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
-                | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Save)
-            if answer == QMessageBox.StandardButton.Cancel:
-                return False
-            if answer == QMessageBox.StandardButton.Save and not self.launch_panel.profile_list.save_current():
-                return False
+        choice = self._ask_live_run_choice() if live else None
+        if choice == CANCEL:
+            return False
+        if not self._settle_unsaved_form("Quit"):
+            return False
+        for panel in live:
+            if choice == STOP_RUN:
+                panel.request_stop(force=False)
+            else:
+                panel.detach()
+        return True
+
+    def _settle_unsaved_form(self, action: str) -> bool:
+        """Save / Discard / Cancel for a form that differs from its profile, or a new form that
+        differs from the empty one (it would be lost like an unsaved file); ``False``: cancelled."""
+        if not self.form.dirty:
+            return True
+        name = self.form.profile_name
+        text = (f"Profile {name!r} has unsaved changes. Save them before you {action.lower()}?" if name is not None
+                else f"The new profile in the form is not saved. Save it before you {action.lower()}?")
+        answer = QMessageBox.question(
+            self, "Unsaved changes", text,
+            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
+            | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Save)
+        if answer == QMessageBox.StandardButton.Cancel:
+            return False
+        if answer == QMessageBox.StandardButton.Save:
+            return self.launch_panel.profile_list.save_current()
         return True

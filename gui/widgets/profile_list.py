@@ -113,11 +113,13 @@ class ProfileList(QWidget):
 
     def _confirm_discard(self) -> bool:
         """Ask what to do with unsaved changes; ``False`` means stay on the current profile."""
-        if not self._form.dirty or self._form.profile_name is None:
+        if not self._form.dirty:
             return True
+        name = self._form.profile_name
         answer = QMessageBox.question(
             self, "Unsaved changes",
-            f"Profile {self._form.profile_name!r} has unsaved changes. Save them first?",
+            f"Profile {name!r} has unsaved changes. Save them first?" if name is not None
+            else "The new profile in the form is not saved. Save it first?",
             QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
             QMessageBox.StandardButton.Save)
         if answer == QMessageBox.StandardButton.Save:

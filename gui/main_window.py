@@ -21,8 +21,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QColor, QIcon, QKeySequence, QPalette
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QColor,
+    QDesktopServices,
+    QIcon,
+    QKeySequence,
+    QPalette,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -38,6 +46,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.editor_link import SourceLocation, open_location
 from gui.gateway.launch_spec import EXAMPLE_PROFILE, ProfileError, SpecErrors
 from gui.gateway.probe import RunnerProbe
 from gui.gateway.run_state import HUNG
@@ -195,7 +204,17 @@ class MainWindow(QMainWindow):
         panel = MonitorPanel()
         panel.set_panel_share(self.settings.monitor_panel_share())
         panel.panel_share_changed.connect(self._on_panel_share_changed)
+        panel.log_view.open_requested.connect(self._on_open_location_requested)
+        panel.stacks_view.open_requested.connect(self._on_open_location_requested)
         return panel
+
+    def _on_open_location_requested(self, location: SourceLocation) -> None:
+        """A traceback line or a stack frame was clicked: its file, at its line, in the editor."""
+        where = f"{location.file}:{location.line}" if location.line is not None else location.file
+        if open_location(location, lambda file: QDesktopServices.openUrl(QUrl.fromLocalFile(file))):
+            self.statusBar().showMessage(f"Opening {where} in your editor", 4000)
+        else:
+            self.statusBar().showMessage(f"Could not open {where}: set $VISUAL or $EDITOR to your editor", 8000)
 
     # Building.
 

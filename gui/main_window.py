@@ -61,6 +61,7 @@ from gui.widgets.history_panel import HistoryPanel
 from gui.widgets.launch_panel import LaunchPanel
 from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.monitor_tabs import CANCEL, LEAVE_RUNNING, STOP_RUN, MonitorTabs
+from gui.widgets.stop_dialog import confirm_stop
 
 APP_TITLE = APP_NAME
 DEFAULT_SIZE = (1320, 840)
@@ -519,21 +520,9 @@ class MainWindow(QMainWindow):
         if not panel.has_live_run():
             self.statusBar().showMessage("No live run to stop in this tab", 4000)
             return
-        if STOPPING in (panel.model.status, self._last_states.get(id(panel))):
-            answer = QMessageBox.warning(
-                self, "Force stop",
-                f"Run {panel.run_id} is still stopping. Kill it now? Every worker process is killed (SIGKILL); "
-                "anything not yet saved is lost.",
-                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
-            if answer == QMessageBox.StandardButton.Yes:
-                panel.request_stop(force=True)
-            return
-        answer = QMessageBox.question(
-            self, "Stop the job",
-            f"Stop run {panel.run_id}? Workers are asked to stop (SIGTERM); press Ctrl+. again to force.",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.Yes)
-        if answer == QMessageBox.StandardButton.Yes:
-            panel.request_stop(force=False)
+        force = STOPPING in (panel.model.status, self._last_states.get(id(panel)))
+        if confirm_stop(self, panel.run_id, force):
+            panel.request_stop(force=force)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         if not self._confirm_close():

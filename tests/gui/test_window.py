@@ -26,6 +26,15 @@ def unanswered_dialogs_cancel(monkeypatch):
     monkeypatch.setattr(QMessageBox, "exec", lambda self: int(cancel))
 
 
+def answer_with(box: QMessageBox, text: str) -> int:
+    """Click the dialog's button labelled ``text``, as a person would (a dialog without one, as
+    the close at the end of a test asks, is left unanswered: cancelled)."""
+    for button in box.buttons():
+        if button.text() == text:
+            button.click()
+    return 0
+
+
 @pytest.fixture
 def runners():
     started: list[LiveRun] = []
@@ -77,7 +86,7 @@ def test_launching_while_a_run_is_live_opens_a_tab_for_each_run(qtbot, window, r
     window._on_open_run_requested(first_runner.run_id)
     assert window.monitor is first and window.monitors.count() == 2
     stopped = []
-    monkeypatch.setattr(QMessageBox, "question", lambda *args, **kwargs: QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: answer_with(box, "Stop run"))
     monkeypatch.setattr(first, "request_stop", lambda force=False: stopped.append(first.run_id))
     window.stop_action.trigger()
     assert stopped == [first_runner.run_id]

@@ -21,8 +21,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QColor, QIcon, QKeySequence, QPalette
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QColor,
+    QDesktopServices,
+    QIcon,
+    QKeySequence,
+    QPalette,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -38,6 +46,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.editor_link import SourceLocation, open_location
 from gui.gateway.launch_spec import EXAMPLE_PROFILE, ProfileError, SpecErrors
 from gui.gateway.probe import RunnerProbe
 from gui.gateway.run_state import HUNG
@@ -52,11 +61,14 @@ from gui.widgets.history_panel import HistoryPanel
 from gui.widgets.launch_panel import LaunchPanel
 from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.monitor_tabs import CANCEL, LEAVE_RUNNING, STOP_RUN, MonitorTabs
+from gui.widgets.stop_dialog import confirm_stop
 
 APP_TITLE = APP_NAME
 DEFAULT_SIZE = (1320, 840)
 STOPPING = "stopping"
 LIVE_RUNS_HINT_DELAY_MS = 3000
+NEW_FORM_TITLE = "New profile"
+"""The title's name for a form that is no profile yet (its ``*`` says it holds unsaved edits)."""
 __all__ = ["CANCEL", "LEAVE_RUNNING", "STOP_RUN", "MainWindow", "app_version"]
 
 
@@ -193,7 +205,17 @@ class MainWindow(QMainWindow):
         panel = MonitorPanel()
         panel.set_panel_share(self.settings.monitor_panel_share())
         panel.panel_share_changed.connect(self._on_panel_share_changed)
+        panel.log_view.open_requested.connect(self._on_open_location_requested)
+        panel.stacks_view.open_requested.connect(self._on_open_location_requested)
         return panel
+
+    def _on_open_location_requested(self, location: SourceLocation) -> None:
+        """A traceback line or a stack frame was clicked: its file, at its line, in the editor."""
+        where = f"{location.file}:{location.line}" if location.line is not None else location.file
+        if open_location(location, lambda file: QDesktopServices.openUrl(QUrl.fromLocalFile(file))):
+            self.statusBar().showMessage(f"Opening {where} in your editor", 4000)
+        else:
+            self.statusBar().showMessage(f"Could not open {where}: set $VISUAL or $EDITOR to your editor", 8000)
 
     # Building.
 
@@ -365,9 +387,9 @@ class MainWindow(QMainWindow):
 
     def _update_title(self) -> None:
         ended = self._unseen_end
-        self.setWindowTitle(window_title(self.form.profile_name, ended.run_id if ended else None,
+        self.setWindowTitle(window_title(self.form.profile_name or NEW_FORM_TITLE, ended.run_id if ended else None,
                                          ended.model.status if ended else None, ended is not None))
-        self.setWindowModified(self.form.profile_name is not None and self.form.dirty)
+        self.setWindowModified(self.form.dirty)
 
     def _on_probe_busy_changed(self, busy: bool) -> None:
         self.probe_label.setText("Probing the interpreter and GPUs…" if busy else "")
@@ -498,21 +520,9 @@ class MainWindow(QMainWindow):
         if not panel.has_live_run():
             self.statusBar().showMessage("No live run to stop in this tab", 4000)
             return
-        if STOPPING in (panel.model.status, self._last_states.get(id(panel))):
-            answer = QMessageBox.warning(
-                self, "Force stop",
-                f"Run {panel.run_id} is still stopping. Kill it now? Every worker process is killed (SIGKILL); "
-                "anything not yet saved is lost.",
-                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
-            if answer == QMessageBox.StandardButton.Yes:
-                panel.request_stop(force=True)
-            return
-        answer = QMessageBox.question(
-            self, "Stop the job",
-            f"Stop run {panel.run_id}? Workers are asked to stop (SIGTERM); press Ctrl+. again to force.",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.Yes)
-        if answer == QMessageBox.StandardButton.Yes:
-            panel.request_stop(force=False)
+        force = STOPPING in (panel.model.status, self._last_states.get(id(panel)))
+        if confirm_stop(self, panel.run_id, force):
+            panel.request_stop(force=force)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         if not self._confirm_close():
@@ -545,25 +555,37 @@ class MainWindow(QMainWindow):
         return STOP_RUN if clicked is stop else LEAVE_RUNNING if clicked is leave else CANCEL
 
     def _confirm_close(self) -> bool:
-        """Settle live runs and unsaved profile edits; ``False`` keeps the window open."""
+        """Settle live runs and unsaved form edits; ``False`` keeps the window open.
+
+        Every question is asked before anything is done: a Cancel at the last one leaves the
+        runs watched and the form as it was (nothing detached, nothing stopped)."""
         live = self.monitors.live_panels()
-        if live:
-            choice = self._ask_live_run_choice()
-            if choice == CANCEL:
-                return False
-            for panel in live:
-                if choice == STOP_RUN:
-                    panel.request_stop(force=False)
-                else:
-                    panel.detach()
-        if self.form.dirty and self.form.profile_name is not None:
-            answer = QMessageBox.question(
-                self, "Unsaved changes",
-                f"Profile {self.form.profile_name!r} has unsaved changes. Save them?",
-                QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
-                | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Save)
-            if answer == QMessageBox.StandardButton.Cancel:
-                return False
-            if answer == QMessageBox.StandardButton.Save and not self.launch_panel.profile_list.save_current():
-                return False
+        choice = self._ask_live_run_choice() if live else None
+        if choice == CANCEL:
+            return False
+        if not self._settle_unsaved_form("Quit"):
+            return False
+        for panel in live:
+            if choice == STOP_RUN:
+                panel.request_stop(force=False)
+            else:
+                panel.detach()
+        return True
+
+    def _settle_unsaved_form(self, action: str) -> bool:
+        """Save / Discard / Cancel for a form that differs from its profile, or a new form that
+        differs from the empty one (it would be lost like an unsaved file); ``False``: cancelled."""
+        if not self.form.dirty:
+            return True
+        name = self.form.profile_name
+        text = (f"Profile {name!r} has unsaved changes. Save them before you {action.lower()}?" if name is not None
+                else f"The new profile in the form is not saved. Save it before you {action.lower()}?")
+        answer = QMessageBox.question(
+            self, "Unsaved changes", text,
+            QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard
+            | QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Save)
+        if answer == QMessageBox.StandardButton.Cancel:
+            return False
+        if answer == QMessageBox.StandardButton.Save:
+            return self.launch_panel.profile_list.save_current()
         return True

@@ -39,6 +39,7 @@ from gui.gateway.run_state import (
 )
 from gui.gateway.runner_rules import Hint, Progress, RankState
 from gui.models import NOT_MEASURED, Event
+from gui.models.event_words import event_message, event_title
 from gui.models.exits import rank_ended_by
 from gui.models.phases import RankPhases, rank_phases
 from gui.models.series import Series
@@ -697,7 +698,7 @@ class MonitorModel:
 
 
 def format_event(event: dict[str, Any]) -> str:
-    """``12:03:04  rank 3  rank_failed: message`` (local time of day)."""
+    """``12:03:04  rank 3  Rank failed: message`` (local time of day; ``gui.models.event_words``)."""
     t = event.get("t")
     if t is None:
         when = "--:--:--"
@@ -705,8 +706,8 @@ def format_event(event: dict[str, Any]) -> str:
         when = time.strftime("%H:%M:%S", time.localtime(float(t)))
     rank = event.get("rank")
     who = "" if rank is None else f"rank {rank}  "
-    message = event.get("message") or ""
-    text = f"{when}  {who}{event.get('kind', 'event')}"
+    message = event_message(event)
+    text = f"{when}  {who}{event_title(str(event.get('kind') or 'event'))}"
     return f"{text}: {message}" if message else text
 
 

@@ -4,6 +4,9 @@ It shows a :class:`~gui.models.diagnosis.Banner` (level, text): red for a failur
 ("rank 1 on node-a failed first (exit code 1): ValueError: ..."), amber for a
 stall, a straggler or a divergence. The line is elided to the width; the whole
 text is in the tooltip and in the diagnosis panel, which the Details toggle opens.
+
+Its row is kept while it is hidden: a banner that appears at the end of a run (or when a
+rank fails) must not push the charts and tables down under the person's mouse.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ class FailureBanner(QFrame):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("failureBanner")
+        policy = self.sizePolicy()
+        policy.setRetainSizeWhenHidden(True)  # nothing below moves when the banner appears
+        policy.setVerticalPolicy(QSizePolicy.Policy.Fixed)
+        self.setSizePolicy(policy)
         self.banner: Banner | None = None
         self._full_text = ""
         self.mark = QLabel()

@@ -11,16 +11,22 @@ the rank twice); with lines from several hosts a node filter appears.
 
 Search (Ctrl+F in the monitor) keeps the lines that contain the text, highlights
 every occurrence and says how many lines match.
+
+A traceback's ``File "x.py", line N`` is drawn as a link: a click on it (or a double-click
+anywhere on its line) asks to open that place in the editor (``open_requested``; the window
+hands it to ``gui.editor_link``).
 """
 
 from __future__ import annotations
 
 import re
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
 from PySide6.QtGui import (
     QColor,
     QFontDatabase,
+    QMouseEvent,
+    QPalette,
     QSyntaxHighlighter,
     QTextCharFormat,
     QTextCursor,
@@ -37,6 +43,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.editor_link import SourceLocation, traceback_locations
 from gui.models.monitor import LogEntry, MonitorModel, format_log_entry, log_text
 from gui.models.nodes import log_nodes
 from gui.widgets.throttled import RefreshThrottle
@@ -46,13 +53,18 @@ MATCH_COLOR = QColor(255, 213, 79, 160)
 
 
 class SearchHighlighter(QSyntaxHighlighter):
-    """Marks every case-insensitive occurrence of the search text in the shown lines."""
+    """Marks every case-insensitive occurrence of the search text in the shown lines, and draws
+    each traceback location (``File "x.py", line N``) as a link."""
 
-    def __init__(self, document: QTextDocument) -> None:
+    def __init__(self, document: QTextDocument, link_color: QColor | None = None) -> None:
         super().__init__(document)
         self._pattern: re.Pattern[str] | None = None
         self._format = QTextCharFormat()
         self._format.setBackground(MATCH_COLOR)
+        self._link_format = QTextCharFormat()
+        self._link_format.setFontUnderline(True)
+        if link_color is not None:
+            self._link_format.setForeground(link_color)
 
     def set_needle(self, needle: str) -> None:
         pattern = re.compile(re.escape(needle), re.IGNORECASE) if needle else None
@@ -61,6 +73,9 @@ class SearchHighlighter(QSyntaxHighlighter):
             self.rehighlight()
 
     def highlightBlock(self, text: str) -> None:
+        if "File \"" in text:
+            for span in traceback_locations(text):
+                self.setFormat(span.start, span.end - span.start, self._link_format)
         if self._pattern is None:
             return
         for found in self._pattern.finditer(text):
@@ -77,9 +92,11 @@ class LogView(QWidget):
 
     Signals:
         follow_changed(bool): following the tail was switched on or off.
+        open_requested(SourceLocation): a traceback location was clicked: open it in the editor.
     """
 
     follow_changed = Signal(bool)
+    open_requested = Signal(object)
 
     def __init__(self, model: MonitorModel, parent: QWidget | None = None, refresh_hz: float = 8.0) -> None:
         super().__init__(parent)
@@ -113,7 +130,9 @@ class LogView(QWidget):
         self.text.setMaximumBlockCount(max(1, model.logs.limit))
         self.text.setUndoRedoEnabled(False)
         self.text.verticalScrollBar().valueChanged.connect(self._on_scrolled)
-        self.highlighter = SearchHighlighter(self.text.document())
+        self.text.viewport().setMouseTracking(True)
+        self.text.viewport().installEventFilter(self)
+        self.highlighter = SearchHighlighter(self.text.document(), self.palette().color(QPalette.ColorRole.Link))
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
         bar.addWidget(self.node_choice)
@@ -132,9 +151,52 @@ class LogView(QWidget):
         self._rebuild_needed = True
         self._known_ranks: set[int] = set()
         self._adjusting_scroll = False
+        self._after_double_click = False
         self._throttle = RefreshThrottle(self, self.refresh, refresh_hz)
         self.timer = self._throttle.timer
         self._connect_model(model)
+
+    # ---- traceback locations ---------------------------------------------------------
+
+    def location_at(self, point: QPoint, anywhere_on_line: bool = False) -> SourceLocation | None:
+        """The traceback location written at ``point`` of the text's viewport; with
+        ``anywhere_on_line``, the one on that line nearest to ``point`` (a line holds one)."""
+        cursor = self.text.cursorForPosition(point)
+        spans = traceback_locations(cursor.block().text())
+        if not spans:
+            return None
+        column = cursor.positionInBlock()
+        for span in spans:
+            if span.start <= column <= span.end:
+                return span.location
+        return spans[0].location if anywhere_on_line else None
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """A click on a location opens it; a double-click elsewhere on its line too (once: the
+        click that starts a double-click on the location has opened it already)."""
+        if watched is self.text.viewport() and isinstance(event, QMouseEvent):
+            point = event.position().toPoint()
+            kind = event.type()
+            if kind == QEvent.Type.MouseMove and event.buttons() == Qt.MouseButton.NoButton:
+                over = self.location_at(point) is not None
+                self.text.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
+            elif kind == QEvent.Type.MouseButtonRelease and event.button() == Qt.MouseButton.LeftButton:
+                if self._after_double_click:
+                    self._after_double_click = False
+                elif not self.text.textCursor().hasSelection():
+                    self._request_open(self.location_at(point))
+            elif kind == QEvent.Type.MouseButtonDblClick and event.button() == Qt.MouseButton.LeftButton:
+                line_location = self.location_at(point, anywhere_on_line=True)
+                if line_location is not None:
+                    self._after_double_click = True
+                    if self.location_at(point) is None:
+                        self._request_open(line_location)
+                    return True  # no word selection: the line's location was opened
+        return super().eventFilter(watched, event)
+
+    def _request_open(self, location: SourceLocation | None) -> None:
+        if location is not None:
+            self.open_requested.emit(location)
 
     # ---- model -----------------------------------------------------------------------
 

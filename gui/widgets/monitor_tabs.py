@@ -69,10 +69,14 @@ class MonitorTabs(QTabWidget):
         return [self.widget(index) for index in range(self.count())]
 
     def add_panel(self) -> MonitorPanel:
-        panel = self._factory()
+        panel = self._create_panel()
         index = self.addTab(panel, "No run")
-        panel.run_state_changed.connect(lambda state, p=panel: self._on_panel_state(p, state))
         self.setCurrentIndex(index)
+        return panel
+
+    def _create_panel(self) -> MonitorPanel:
+        panel = self._factory()
+        panel.run_state_changed.connect(lambda state, p=panel: self._on_panel_state(p, state))
         return panel
 
     def is_idle(self, panel: MonitorPanel) -> bool:
@@ -90,13 +94,30 @@ class MonitorTabs(QTabWidget):
         return self.add_panel()
 
     def panel_for_run(self, run_id: int) -> tuple[MonitorPanel, bool]:
-        """The tab to open run ``run_id`` in, and whether it shows that run already. A tab detached
-        from it shows it as it was then: the run is opened again in that tab."""
+        """The tab to open run ``run_id`` in, and whether it shows that run already.
+
+        A tab detached from it shows it as it was then, and its panel still carries the state of
+        that first watch (its link, its model, its "when detached" header): like ``docker
+        attach``, coming back gives a fresh panel, put in that tab's place, which then attaches."""
         for panel in self.panels():
             if panel.run_id == run_id and panel.model.run is not None:
+                if panel.is_detached:
+                    return self.replace_panel(panel), False
                 self.setCurrentWidget(panel)
-                return panel, not panel.is_detached
+                return panel, True
         return self.panel_for_launch(), False
+
+    def replace_panel(self, stale: MonitorPanel) -> MonitorPanel:
+        """Put a fresh panel where ``stale`` is (same index, in front) and drop ``stale``."""
+        index = self.indexOf(stale)
+        fresh = self._create_panel()
+        self.insertTab(index, fresh, self.tabText(index))
+        self.setCurrentWidget(fresh)
+        self.removeTab(self.indexOf(stale))
+        stale.detach()
+        self.panel_closed.emit(stale)
+        stale.deleteLater()
+        return fresh
 
     def live_panels(self) -> list[MonitorPanel]:
         return [panel for panel in self.panels() if panel.has_live_run()]

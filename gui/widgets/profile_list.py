@@ -27,8 +27,10 @@ from PySide6.QtWidgets import (
 )
 
 from gui.gateway.launch_spec import LaunchSpec, ProfileError, SpecErrors
+from gui.gateway.runner_rules import paths
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.profiles import ProfileListModel
+from gui.widgets.profiles_watcher import ProfilesFolderWatcher
 
 DIRTY_MARK = " •"
 TOML_FILTER = "Profiles (*.toml);;All files (*)"
@@ -84,6 +86,8 @@ class ProfileList(QWidget):
         profiles.names_changed.connect(self._on_names_changed)
         profiles.current_changed.connect(self._on_current_changed)
         form.evaluated.connect(self._on_form_evaluated)
+        self.watcher = ProfilesFolderWatcher(paths.profiles_dir(), self)
+        self.watcher.profiles_changed.connect(self._on_profiles_changed_on_disk)
         self._update_items()
 
     def _button(self, text: str, tip: str, slot) -> QPushButton:
@@ -113,11 +117,13 @@ class ProfileList(QWidget):
 
     def _confirm_discard(self) -> bool:
         """Ask what to do with unsaved changes; ``False`` means stay on the current profile."""
-        if not self._form.dirty or self._form.profile_name is None:
+        if not self._form.dirty:
             return True
+        name = self._form.profile_name
         answer = QMessageBox.question(
             self, "Unsaved changes",
-            f"Profile {self._form.profile_name!r} has unsaved changes. Save them first?",
+            f"Profile {name!r} has unsaved changes. Save them first?" if name is not None
+            else "The new profile in the form is not saved. Save it first?",
             QMessageBox.StandardButton.Save | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
             QMessageBox.StandardButton.Save)
         if answer == QMessageBox.StandardButton.Save:
@@ -299,6 +305,19 @@ class ProfileList(QWidget):
             return
         self._form.load(profile.spec, profile_name=name, base_dir=profile.base_dir)
         self.profile_loaded.emit(name)
+
+    def _on_profiles_changed_on_disk(self, names: list[str]) -> None:
+        """Profiles written from outside (the CLI, an editor) show up without a restart; the
+        current profile, rewritten while the form holds no edits of its own, is read again."""
+        self._profiles.refresh()
+        current = self._form.profile_name
+        if (current in names and not self._form.dirty and self._profiles.current == current
+                and self._profiles.is_saved(current)):
+            try:
+                profile = self._profiles.load(current)
+            except (ProfileError, SpecErrors):
+                return  # half-edited by hand: keep what the form shows until it parses again
+            self._form.load(profile.spec, profile_name=current, base_dir=profile.base_dir)
 
     # Showing.
 

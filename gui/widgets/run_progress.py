@@ -13,6 +13,15 @@ from gui.gateway.runner_rules import progress_texts
 from gui.models.monitor import MonitorModel, Progress
 
 
+def watched_until(at: float) -> str:
+    """When the window stopped watching, in local time: ``17:32:05``, with the date when it was
+    not today (a tab left detached overnight would otherwise read as this afternoon)."""
+    moment = time.localtime(at)
+    if time.strftime("%Y-%m-%d", moment) == time.strftime("%Y-%m-%d"):
+        return time.strftime("%H:%M:%S", moment)
+    return time.strftime("%Y-%m-%d %H:%M:%S", moment)
+
+
 class RunProgress(QWidget):
     """A line of text and a bar (shown only when the number of steps is known)."""
 
@@ -61,7 +70,7 @@ class RunProgress(QWidget):
             position += f" ({skipped:,} skipped)"
         if self.detached_at is not None:
             position += " when detached"
-            timing = timing.split(" · ETA")[0] + " · not watched since"
+            timing = timing.split(" · ETA")[0] + f" · not watched since {watched_until(self.detached_at)}"
         self.position_label.setText(position)
         self.timing_label.setText(timing)
         fraction = progress.fraction

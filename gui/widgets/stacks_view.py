@@ -11,13 +11,16 @@ The monitor's Dump stacks button asks the runner for a capture (``set_waiting``)
 the capture arrives as a ``stacks`` event and replaces the view. Without a capture
 the view says why there is none: press Dump stacks while the run is live, or --
 for a run that ended (``set_live(False)``) -- that none was taken.
+
+A double-click on a frame (or Enter on it) asks to open its ``file:line`` in the editor
+(``open_requested``; the window hands it to ``gui.editor_link``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -29,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gui.editor_link import SourceLocation
 from gui.gateway.runner_rules import RankState
 from gui.models.stacks import (
     CULPRIT,
@@ -47,6 +51,8 @@ PROGRESSING_COLOR = STATE_COLORS[RankState.RUNNING.value]
 LEVEL_COLORS = {ERROR: CULPRIT_COLOR, WARNING: WAITING_COLOR}
 MARKS = {CULPRIT: "  ◀ stuck here", WAITING: "  ◀ waits here"}
 CULPRIT_MARK = MARKS[CULPRIT]
+LOCATION_ROLE = Qt.ItemDataRole.UserRole + 1
+"""A frame cell's ``SourceLocation`` (what a double-click opens)."""
 NO_CAPTURE = ("No stack capture yet. Press Dump stacks to see where every rank is now; one is also taken "
               "automatically when ranks stall.")
 NO_CAPTURE_ENDED = ("This run has no stack capture: Rankwatch captures every rank's stack when a rank stalls "
@@ -59,7 +65,13 @@ def _tint(color: QColor, alpha: int) -> QBrush:
 
 
 class StacksView(QWidget):
-    """The latest stack capture of the watched run."""
+    """The latest stack capture of the watched run.
+
+    Signals:
+        open_requested(SourceLocation): a frame was double-clicked: open its file at its line.
+    """
+
+    open_requested = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -85,6 +97,8 @@ class StacksView(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(22)
         self.table.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
         self.table.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        self.table.cellDoubleClicked.connect(self._on_cell_activated)
+        self.table.cellActivated.connect(self._on_cell_activated)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
@@ -162,6 +176,18 @@ class StacksView(QWidget):
         color = LEVEL_COLORS.get(self.layout_shown.level) if self.layout_shown is not None else None
         return None if color is None else color.name()
 
+    def frame_location(self, row: int, column: int) -> SourceLocation | None:
+        """The source place of the frame in cell (``row``, ``column``); ``None`` for an empty cell
+        or a frame whose file is not known."""
+        item = self.table.item(row, column)
+        location = None if item is None else item.data(LOCATION_ROLE)
+        return location if isinstance(location, SourceLocation) else None
+
+    def _on_cell_activated(self, row: int, column: int) -> None:
+        location = self.frame_location(row, column)
+        if location is not None:
+            self.open_requested.emit(location)
+
     # ---- drawing ---------------------------------------------------------------------
 
     def _update_empty(self) -> None:
@@ -198,7 +224,11 @@ class StacksView(QWidget):
             for row, frame in enumerate(column.frames):
                 mark = MARKS.get(column.role, "") if frame.marked else ""
                 item = QTableWidgetItem(frame.text + mark)
-                item.setToolTip(f"{frame.full_location} in {frame.function}" + (f"\n{frame.code}" if frame.code else ""))
+                tip = f"{frame.full_location} in {frame.function}" + (f"\n{frame.code}" if frame.code else "")
+                if frame.file and frame.file != "?" and not frame.file.startswith("<"):  # not <frozen ...>
+                    item.setData(LOCATION_ROLE, SourceLocation(frame.file, frame.line))
+                    tip += "\nDouble-click to open it in your editor"
+                item.setToolTip(tip)
                 if frame.marked and column.role in MARKS:
                     item.setData(Qt.ItemDataRole.UserRole, column.role)
                     item.setFont(self._bold)

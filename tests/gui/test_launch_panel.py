@@ -309,8 +309,16 @@ def test_stop_asks_first_and_forces_when_asked_again(qtbot, window, monkeypatch)
     stops = []
     monkeypatch.setattr(window.monitor, "has_live_run", lambda: True)
     monkeypatch.setattr(window.monitor, "request_stop", lambda force=False: stops.append(force))
-    monkeypatch.setattr(QMessageBox, "question", lambda *args, **kwargs: QMessageBox.StandardButton.Yes)
-    monkeypatch.setattr(QMessageBox, "warning", lambda *args, **kwargs: QMessageBox.StandardButton.Yes)
+    answers = iter(["Stop run", "Kill now"])
+
+    def click(box: QMessageBox) -> int:
+        wanted = next(answers, None)
+        for button in box.buttons():
+            if button.text() == wanted:
+                button.click()
+        return 0  # anything else asked (closing at the end) is left unanswered: cancelled
+
+    monkeypatch.setattr(QMessageBox, "exec", click)
     window.monitor.run_state_changed.emit("running")
     assert window.stop_action.isEnabled()
     assert window.launch_panel.launch_button.isEnabled()  # several runs may go at once

@@ -85,7 +85,7 @@ def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, pan
     # Tagged with the rank and the node's host, as the runner records every captured line.
     qtbot.waitUntil(lambda: "[localhost r0] epoch 0 step 10 loss:" in panel.log_view.shown_text(), timeout=3000)
     assert "[localhost launcher] fake torchrun: 8 ranks, 50 steps per epoch" in panel.log_view.shown_text()
-    qtbot.waitUntil(lambda: "rank_failed: rank 3 exited with code 1" in panel.events_view.toPlainText(), timeout=3000)
+    qtbot.waitUntil(lambda: "Rank failed: rank 3 exited with code 1" in panel.events_view.toPlainText(), timeout=3000)
     # 4 epochs (--epochs in the spec) x 50 steps per epoch (printed) = 200 steps.
     # The epoch as the script logs it (0 here), the steps counted as done.
     assert re.search(r"epoch 0/4 · \d+/200 steps", panel.progress.position_label.text())
@@ -242,7 +242,7 @@ def test_a_finished_run_opens_from_the_store(qtbot, panel, live_run):
     assert panel.rank_table.cell_text(4, "Step ms") == _whole_run_texts(runner, 4)[0]  # the whole run's median
     qtbot.waitUntil(lambda: "[localhost r0] epoch 0 step 20 loss:" in panel.log_view.shown_text(), timeout=2000)
     assert not panel.stop_button.isEnabled()
-    qtbot.waitUntil(lambda: "run_finished" in panel.events_view.toPlainText(), timeout=2000)
+    qtbot.waitUntil(lambda: "Run finished" in panel.events_view.toPlainText(), timeout=2000)
 
 
 def _whole_run_texts(runner: LiveRun, rank: int) -> tuple[str, str, str]:

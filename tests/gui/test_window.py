@@ -26,6 +26,15 @@ def unanswered_dialogs_cancel(monkeypatch):
     monkeypatch.setattr(QMessageBox, "exec", lambda self: int(cancel))
 
 
+def answer_with(box: QMessageBox, text: str) -> int:
+    """Click the dialog's button labelled ``text``, as a person would (a dialog without one, as
+    the close at the end of a test asks, is left unanswered: cancelled)."""
+    for button in box.buttons():
+        if button.text() == text:
+            button.click()
+    return 0
+
+
 @pytest.fixture
 def runners():
     started: list[LiveRun] = []
@@ -77,7 +86,7 @@ def test_launching_while_a_run_is_live_opens_a_tab_for_each_run(qtbot, window, r
     window._on_open_run_requested(first_runner.run_id)
     assert window.monitor is first and window.monitors.count() == 2
     stopped = []
-    monkeypatch.setattr(QMessageBox, "question", lambda *args, **kwargs: QMessageBox.StandardButton.Yes)
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: answer_with(box, "Stop run"))
     monkeypatch.setattr(first, "request_stop", lambda force=False: stopped.append(first.run_id))
     window.stop_action.trigger()
     assert stopped == [first_runner.run_id]
@@ -133,7 +142,8 @@ def test_a_detached_run_opened_from_history_is_watched_again_and_a_detached_tab_
     seen = panel.model.current_step() or 0
     qtbot.waitUntil(lambda: runner.step >= seen + 10, timeout=5000)
     window._on_open_run_requested(runner.run_id)  # History ▸ Attach (or a double-click)
-    assert window.monitor is panel and window.monitors.count() == 1
+    assert window.monitors.count() == 1
+    panel = window.monitor  # a fresh panel in the stale one's place
     qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= seen + 10, timeout=5000)
     assert panel.has_live_run() and not panel.is_detached
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 from live_run import LiveRun
 
+from gui.widgets.history_panel import HistoryPanel
+from runner.store.store import RunStore
+
 
 @pytest.fixture
 def live_run():
@@ -19,3 +22,23 @@ def live_run():
     yield start
     for run in runs:
         run.close()
+
+
+@pytest.fixture
+def store():
+    """The run store of this test's RANKWATCH_HOME, open for writing the runs a test compares."""
+    with RunStore() as opened:
+        yield opened
+
+
+@pytest.fixture
+def history_panel(qtbot):
+    """The History panel, shown, polling the store every 0.2 s."""
+    widget = HistoryPanel(poll_interval_s=0.2)
+    qtbot.addWidget(widget)
+    widget.resize(1400, 900)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    widget.poller.stop()
+

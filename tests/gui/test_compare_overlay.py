@@ -40,85 +40,70 @@ def add_run(store: RunStore, profile: str, *, ranks: int = 2, steps: int = 30, s
     return run_id
 
 
-@pytest.fixture
-def store():
-    with RunStore() as opened:
-        yield opened
 
 
-@pytest.fixture
-def panel(qtbot):
-    widget = HistoryPanel(poll_interval_s=0.2)
-    qtbot.addWidget(widget)
-    widget.resize(1200, 900)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.poller.stop()
+def overlay(qtbot, history_panel: HistoryPanel, run_ids: list[int]) -> None:
+    qtbot.waitUntil(lambda: len(history_panel.rows()) >= len(run_ids), timeout=5000)
+    history_panel.select_runs(run_ids)
+    assert history_panel.overlay_button.isEnabled()
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=10_000):
+        qtbot.mouseClick(history_panel.overlay_button, Qt.MouseButton.LeftButton)
 
 
-def overlay(qtbot, panel: HistoryPanel, run_ids: list[int]) -> None:
-    qtbot.waitUntil(lambda: len(panel.rows()) >= len(run_ids), timeout=5000)
-    panel.select_runs(run_ids)
-    assert panel.overlay_button.isEnabled()
-    with qtbot.waitSignal(panel.overlay_shown, timeout=10_000):
-        qtbot.mouseClick(panel.overlay_button, Qt.MouseButton.LeftButton)
+def curves_by_run(history_panel: HistoryPanel) -> dict[int, np.ndarray]:
+    chart = history_panel.overlay_chart
+    return {history_panel.overlay_run_ids[key]: chart.curve_data(key)[1] for key in chart.keys}
 
 
-def curves_by_run(panel: HistoryPanel) -> dict[int, np.ndarray]:
-    chart = panel.overlay_chart
-    return {panel.overlay_run_ids[key]: chart.curve_data(key)[1] for key in chart.keys}
-
-
-def test_overlay_compares_step_time_of_three_runs(qtbot, store, panel):
+def test_overlay_compares_step_time_of_three_runs(qtbot, store, history_panel):
     fast, slow, wide = (add_run(store, "fast", step_time=0.1), add_run(store, "slow", step_time=0.3),
                         add_run(store, "wide", ranks=4, step_time=0.1))
-    overlay(qtbot, panel, [fast, slow, wide])
-    choices = [panel.overlay_metric_choice.itemData(i) for i in range(panel.overlay_metric_choice.count())]
+    overlay(qtbot, history_panel, [fast, slow, wide])
+    choices = [history_panel.overlay_metric_choice.itemData(i) for i in range(history_panel.overlay_metric_choice.count())]
     assert choices[:3] == ["loss", "step_time", "samples_per_s"]
-    with qtbot.waitSignal(panel.overlay_shown, timeout=5000):
-        panel.set_overlay_metric("step_time")
-    curves = curves_by_run(panel)
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+        history_panel.set_overlay_metric("step_time")
+    curves = curves_by_run(history_panel)
     assert sorted(curves) == sorted([fast, slow, wide])
     # Milliseconds, as the step time chart draws them; the mean over each run's ranks.
     np.testing.assert_allclose(curves[fast], np.full(30, 150.0))
     np.testing.assert_allclose(curves[slow], np.full(30, 450.0))
     np.testing.assert_allclose(curves[wide], np.full(30, 250.0))
-    assert "Step time" in panel.overlay_chart.title
-    assert sorted(panel.overlay_chart.legend.labels()) == sorted(
+    assert "Step time" in history_panel.overlay_chart.title
+    assert sorted(history_panel.overlay_chart.legend.labels()) == sorted(
         [f"run {fast} (fast)", f"run {slow} (slow)", f"run {wide} (wide)"])
 
 
-def test_overlay_compares_gpu_utilisation_against_time(qtbot, store, panel):
+def test_overlay_compares_gpu_utilisation_against_time(qtbot, store, history_panel):
     busy, idle = add_run(store, "busy", gpu_util=80.0), add_run(store, "idle", gpu_util=20.0)
-    overlay(qtbot, panel, [busy, idle])
-    with qtbot.waitSignal(panel.overlay_shown, timeout=5000):
-        panel.set_overlay_metric("gpu/utilization")
-    assert panel.overlay_chart.x_axis == "time"
-    curves = curves_by_run(panel)
+    overlay(qtbot, history_panel, [busy, idle])
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+        history_panel.set_overlay_metric("gpu/utilization")
+    assert history_panel.overlay_chart.x_axis == "time"
+    curves = curves_by_run(history_panel)
     np.testing.assert_allclose(curves[busy], np.full(30, 85.0))  # the mean of GPU 0 (80) and GPU 1 (90)
     np.testing.assert_allclose(curves[idle], np.full(30, 25.0))
 
 
-def test_overlay_takes_the_smoothing_of_the_live_charts(qtbot, store, panel):
+def test_overlay_takes_the_smoothing_of_the_live_charts(qtbot, store, history_panel):
     run_id = add_run(store, "alpha")
-    overlay(qtbot, panel, [run_id])
-    raw = curves_by_run(panel)[run_id].copy()
-    panel.set_overlay_smoothing(0.8)
-    chart = panel.overlay_chart
+    overlay(qtbot, history_panel, [run_id])
+    raw = curves_by_run(history_panel)[run_id].copy()
+    history_panel.set_overlay_smoothing(0.8)
+    chart = history_panel.overlay_chart
     assert chart.smoothing == 0.8
     np.testing.assert_allclose(chart.curve_data(0)[1], ema(raw, 0.8))
     assert chart.curve_set.has_faint(0)  # the raw curve stays, faint
-    with qtbot.waitSignal(panel.overlay_shown, timeout=5000):
-        panel.set_overlay_metric("step_time")
-    assert panel.overlay_chart.smoothing == 0.8  # a new metric keeps the smoothing chosen
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+        history_panel.set_overlay_metric("step_time")
+    assert history_panel.overlay_chart.smoothing == 0.8  # a new metric keeps the smoothing chosen
 
 
-def test_identical_runs_get_distinct_colours_and_dash_styles(qtbot, store, panel):
+def test_identical_runs_get_distinct_colours_and_dash_styles(qtbot, store, history_panel):
     first, second, other = add_run(store, "a"), add_run(store, "b"), add_run(store, "c", loss_offset=1.0)
-    overlay(qtbot, panel, [first, second, other])
-    chart = panel.overlay_chart
-    keys = {run_id: key for key, run_id in enumerate(panel.overlay_run_ids)}
+    overlay(qtbot, history_panel, [first, second, other])
+    chart = history_panel.overlay_chart
+    keys = {run_id: key for key, run_id in enumerate(history_panel.overlay_run_ids)}
     np.testing.assert_allclose(chart.curve_data(keys[first])[1], chart.curve_data(keys[second])[1])
     pens = {run_id: chart.curve_pen(key) for run_id, key in keys.items()}
     assert len({pen.color().name() for pen in pens.values()}) == 3
@@ -127,14 +112,14 @@ def test_identical_runs_get_distinct_colours_and_dash_styles(qtbot, store, panel
     assert len(chart.legend.labels()) == 3
 
 
-def test_overlay_axis_widens_for_long_labels(qtbot, store, panel):
+def test_overlay_axis_widens_for_long_labels(qtbot, store, history_panel):
     big = add_run(store, "big")
     store.write_batch(big, RecordBatch(metrics=[MetricRecord(rank, T0 + s, s, "samples_per_s", 99900.0 + 0.01 * s, "auto")
                                                 for s in range(30) for rank in (2, 3)]))  # about 50,000 a rank
-    overlay(qtbot, panel, [big])
-    with qtbot.waitSignal(panel.overlay_shown, timeout=5000):
-        panel.set_overlay_metric("samples_per_s")
-    axis = panel.overlay_chart.left_axis
+    overlay(qtbot, history_panel, [big])
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+        history_panel.set_overlay_metric("samples_per_s")
+    axis = history_panel.overlay_chart.left_axis
     # no label dropped for want of room (once the layout settled: a loaded machine takes its time)
     qtbot.waitUntil(lambda: axis.labels_width() > 0
                     and axis.width() >= axis.labels_width() + axis.style["tickTextOffset"][0], timeout=5000)

@@ -55,31 +55,16 @@ def add_finished_run(store: RunStore, profile: str, status: str = "succeeded", e
     return run_id
 
 
-@pytest.fixture
-def store():
-    with RunStore() as opened:
-        yield opened
 
 
-@pytest.fixture
-def panel(qtbot):
-    widget = HistoryPanel(poll_interval_s=0.2)
-    qtbot.addWidget(widget)
-    widget.resize(1100, 800)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.poller.stop()
-
-
-def cell(panel: HistoryPanel, run_id: int, column: str) -> str:
-    for row in range(panel.table_model.rowCount()):
-        if panel.table_model.rows[row].run_id == run_id:
-            return panel.table_model.data(panel.table_model.index(row, HISTORY_COLUMNS.index(column)))
+def cell(history_panel: HistoryPanel, run_id: int, column: str) -> str:
+    for row in range(history_panel.table_model.rowCount()):
+        if history_panel.table_model.rows[row].run_id == run_id:
+            return history_panel.table_model.data(history_panel.table_model.index(row, HISTORY_COLUMNS.index(column)))
     raise KeyError(run_id)
 
 
-def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, panel):
+def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, history_panel):
     finished = add_finished_run(store, "alpha")
     failed = add_finished_run(store, "beta", status="failed", exit_code=1)
     lost = store.create_run(run_key="lost-one", profile="gamma", spec_toml="", command=None, host="testhost",
@@ -88,56 +73,56 @@ def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, panel)
     live_runner = LiveRun(ranks=2).start()
     try:
         # The real runner records its run as starting, then running: the list follows.
-        qtbot.waitUntil(lambda: len(panel.rows()) == 4
-                        and cell(panel, live_runner.run_id, "Status") == "running (live)", timeout=5000)
+        qtbot.waitUntil(lambda: len(history_panel.rows()) == 4
+                        and cell(history_panel, live_runner.run_id, "Status") == "running (live)", timeout=5000)
         assert any(t.name == "rankwatch-store-reader" for t in threading.enumerate())  # reads off the GUI thread
-        assert cell(panel, finished, "Status") == "succeeded"
-        assert cell(panel, finished, "Duration") == "1:05"
-        assert cell(panel, finished, "Profile") == "alpha"
-        assert cell(panel, finished, "Script") == "train.py --epochs 1"  # what ran, not only the profile
-        assert cell(panel, failed, "Status") == "failed"
-        assert cell(panel, failed, "Exit") == "1"
-        assert cell(panel, lost, "Status") == "lost"
-        assert cell(panel, live_runner.run_id, "Status") == "running (live)"
-        assert "1 live" in panel.status_label.text()
+        assert cell(history_panel, finished, "Status") == "succeeded"
+        assert cell(history_panel, finished, "Duration") == "1:05"
+        assert cell(history_panel, finished, "Profile") == "alpha"
+        assert cell(history_panel, finished, "Script") == "train.py --epochs 1"  # what ran, not only the profile
+        assert cell(history_panel, failed, "Status") == "failed"
+        assert cell(history_panel, failed, "Exit") == "1"
+        assert cell(history_panel, lost, "Status") == "lost"
+        assert cell(history_panel, live_runner.run_id, "Status") == "running (live)"
+        assert "1 live" in history_panel.status_label.text()
 
-        panel.select_runs([live_runner.run_id])
-        assert panel.open_button.text() == "Attach"
-        with qtbot.waitSignal(panel.open_run_requested, timeout=2000) as opened:
-            qtbot.mouseClick(panel.open_button, Qt.MouseButton.LeftButton)
+        history_panel.select_runs([live_runner.run_id])
+        assert history_panel.open_button.text() == "Attach"
+        with qtbot.waitSignal(history_panel.open_run_requested, timeout=2000) as opened:
+            qtbot.mouseClick(history_panel.open_button, Qt.MouseButton.LeftButton)
         assert opened.args == [live_runner.run_id]
-        panel.select_runs([finished])
-        assert panel.open_button.text() == "Open"
+        history_panel.select_runs([finished])
+        assert history_panel.open_button.text() == "Open"
 
         live_runner.finish()
-        qtbot.waitUntil(lambda: cell(panel, live_runner.run_id, "Status") == "succeeded", timeout=3000)
+        qtbot.waitUntil(lambda: cell(history_panel, live_runner.run_id, "Status") == "succeeded", timeout=3000)
     finally:
         live_runner.close()
 
 
-def test_double_click_opens_a_run(qtbot, store, panel):
+def test_double_click_opens_a_run(qtbot, store, history_panel):
     run_id = add_finished_run(store, "alpha")
-    qtbot.waitUntil(lambda: len(panel.rows()) == 1, timeout=3000)
-    index = panel.proxy.index(0, 0)
-    rect = panel.view.visualRect(index)
-    with qtbot.waitSignal(panel.open_run_requested, timeout=2000) as opened:
+    qtbot.waitUntil(lambda: len(history_panel.rows()) == 1, timeout=3000)
+    index = history_panel.proxy.index(0, 0)
+    rect = history_panel.view.visualRect(index)
+    with qtbot.waitSignal(history_panel.open_run_requested, timeout=2000) as opened:
         # Qt 6 item views want the press of a click before the double click.
-        qtbot.mouseClick(panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-        qtbot.mouseDClick(panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+        qtbot.mouseClick(history_panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+        qtbot.mouseDClick(history_panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert opened.args == [run_id]
 
 
-def test_overlay_shows_the_mean_loss_of_two_runs(qtbot, store, panel):
+def test_overlay_shows_the_mean_loss_of_two_runs(qtbot, store, history_panel):
     first = add_finished_run(store, "alpha", ranks=2, steps=20)
     second = add_finished_run(store, "beta", ranks=4, steps=30, loss_offset=-3.0)
-    qtbot.waitUntil(lambda: len(panel.rows()) == 2, timeout=3000)
-    panel.select_runs([first, second])
-    assert panel.overlay_button.isEnabled()
-    with qtbot.waitSignal(panel.overlay_shown, timeout=5000):
-        qtbot.mouseClick(panel.overlay_button, Qt.MouseButton.LeftButton)
-    assert sorted(panel.overlay_run_ids) == sorted([first, second])
-    chart = panel.overlay_chart
-    curves = {panel.overlay_run_ids[key]: chart.curve_data(key) for key in chart.keys}
+    qtbot.waitUntil(lambda: len(history_panel.rows()) == 2, timeout=3000)
+    history_panel.select_runs([first, second])
+    assert history_panel.overlay_button.isEnabled()
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+        qtbot.mouseClick(history_panel.overlay_button, Qt.MouseButton.LeftButton)
+    assert sorted(history_panel.overlay_run_ids) == sorted([first, second])
+    chart = history_panel.overlay_chart
+    curves = {history_panel.overlay_run_ids[key]: chart.curve_data(key) for key in chart.keys}
     # Mean over ranks of (offset + 10 - step + rank); the parsed 99s are ignored.
     np.testing.assert_allclose(curves[first][1], 10.0 - np.arange(20) + 0.5)
     np.testing.assert_allclose(curves[second][1], 7.0 - np.arange(30) + 1.5)
@@ -145,10 +130,10 @@ def test_overlay_shows_the_mean_loss_of_two_runs(qtbot, store, panel):
     assert labels == sorted([f"run {first} (alpha)", f"run {second} (beta)"])
 
 
-def test_export_writes_csv_tables_and_a_charts_png(qtbot, store, panel, tmp_path):
+def test_export_writes_csv_tables_and_a_charts_png(qtbot, store, history_panel, tmp_path):
     run_id = add_finished_run(store, "alpha", ranks=2, steps=20)
-    with qtbot.waitSignal(panel.export_finished, timeout=10_000) as finished:
-        panel.export_run(run_id, tmp_path)
+    with qtbot.waitSignal(history_panel.export_finished, timeout=10_000) as finished:
+        history_panel.export_run(run_id, tmp_path)
     folder = Path(finished.args[0])
     assert folder == tmp_path / f"run-{run_id}"
     with (folder / "metrics.csv").open(newline="") as handle:
@@ -159,11 +144,11 @@ def test_export_writes_csv_tables_and_a_charts_png(qtbot, store, panel, tmp_path
     assert (folder / "charts.png").stat().st_size > 20_000
 
 
-def test_overlay_png_can_be_saved(qtbot, store, panel, tmp_path):
+def test_overlay_png_can_be_saved(qtbot, store, history_panel, tmp_path):
     run_id = add_finished_run(store, "alpha")
-    with qtbot.waitSignal(panel.overlay_shown, timeout=5000):
-        panel.overlay([run_id])
-    path = panel.save_overlay_png(tmp_path / "overlay.png")
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+        history_panel.overlay([run_id])
+    path = history_panel.save_overlay_png(tmp_path / "overlay.png")
     assert path.stat().st_size > 5_000
 
 

@@ -3,11 +3,16 @@
 The text is ``NodeCommand.shell_text()`` from ``runner.launch.command`` (through the
 form model), character for character: what you copy is what the runner runs,
 minus the monitoring it adds.
+
+Long commands wrap between arguments only: ``--nproc-per-node=4`` is never cut after
+``--nproc-``. The shown text joins each argument's characters with WORD JOINER (and a space
+inside quotes becomes a no-break space); copying, by the button or by selection, gives the
+command back as it is.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QMimeData, Qt, QTimer
 from PySide6.QtGui import QFontDatabase, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (
     QComboBox,
@@ -22,6 +27,45 @@ from PySide6.QtWidgets import (
 from gui.models.launch_form import Evaluation, LaunchFormModel
 
 NO_COMMAND = "# The command appears here once the form is valid."
+WORD_JOINER = "\u2060"
+NO_BREAK_SPACE = "\u00a0"
+
+
+def unbreakable_arguments(command: str) -> str:
+    """``command`` shown so that a line breaks only between its shell words.
+
+    Inside a word (outside and inside quotes) every character is joined to the next with a
+    WORD JOINER, and a quoted space becomes a no-break space; an unquoted space still separates
+    words. :func:`plain_command` undoes it."""
+    shown: list[str] = []
+    quote: str | None = None
+    for index, char in enumerate(command):
+        if quote is None and char in "'\"":
+            quote = char
+        elif char == quote:
+            quote = None
+        if char == " " and quote is None:
+            shown.append(char)
+            continue
+        shown.append(NO_BREAK_SPACE if char == " " else char)
+        following = command[index + 1] if index + 1 < len(command) else " "
+        if following != " " or quote is not None:
+            shown.append(WORD_JOINER)
+    return "".join(shown)
+
+
+def plain_command(shown: str) -> str:
+    """The command as the shell reads it, from its shown form (for copying a selection)."""
+    return shown.replace(WORD_JOINER, "").replace(NO_BREAK_SPACE, " ")
+
+
+class CommandText(QPlainTextEdit):
+    """A read-only command view whose copied selection is the real command text."""
+
+    def createMimeDataFromSelection(self) -> QMimeData:
+        data = QMimeData()
+        data.setText(plain_command(self.textCursor().selectedText()))
+        return data
 
 
 class CommandPreviewPanel(QWidget):
@@ -42,7 +86,7 @@ class CommandPreviewPanel(QWidget):
         self.copy_button = QPushButton("Copy")
         self.copy_button.setToolTip("Copy this command to the clipboard")
         self.copy_button.clicked.connect(self._on_copy_clicked)
-        self.text = QPlainTextEdit()
+        self.text = CommandText()
         self.text.setObjectName("commandPreview")
         self.text.setReadOnly(True)
         self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
@@ -96,7 +140,7 @@ class CommandPreviewPanel(QWidget):
 
     def _update_text(self) -> None:
         command = self.command_text()
-        self.text.setPlainText(command or NO_COMMAND)
+        self.text.setPlainText(unbreakable_arguments(command) if command else NO_COMMAND)
         self.text.setEnabled(bool(command))
 
     def _on_copy_clicked(self) -> None:

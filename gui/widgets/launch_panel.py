@@ -76,6 +76,8 @@ LAUNCH_MODE_TIPS = {
 }
 
 GPU_REFRESH_MS = 5000
+CHOICE_MIN_CHARS = 20
+"""Characters a drop-down of the form asks room for; a longer choice is elided in the box."""
 INTERPRETER_SCAN_DELAY_MS = 400
 RENDEZVOUS_LABELS = {
     "standalone": "Standalone (one node, torchrun picks a free port)",
@@ -249,11 +251,27 @@ class LaunchPanel(QWidget):
         grid.addLayout(right, 0, 1)
         grid.setColumnStretch(0, 1)
         grid.setColumnStretch(1, 1)
+        self._let_choices_shrink(content)
         area = QScrollArea()
         area.setWidgetResizable(True)
         area.setFrameShape(QFrame.Shape.NoFrame)
         area.setWidget(content)
         return area
+
+    @staticmethod
+    def _let_choices_shrink(content: QWidget) -> None:
+        """A drop-down as wide as its longest choice ("Automatic (direct from a login node, through
+        the login host ...)") made the form wider than a 1280-pixel screen, with a horizontal
+        scrollbar: every drop-down of the form asks only for ``CHOICE_MIN_CHARS`` and shows a
+        longer choice elided (whole in its list)."""
+        for combo in content.findChildren(QComboBox):
+            if combo.sizeAdjustPolicy() != QComboBox.SizeAdjustPolicy.AdjustToContentsOnFirstShow:
+                continue  # sized on purpose where it was built
+            longest = max((len(combo.itemText(index)) for index in range(combo.count())), default=0)
+            if longest > CHOICE_MIN_CHARS:  # short choices ("Script", "gloo") keep their natural width
+                combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+                combo.setMinimumContentsLength(CHOICE_MIN_CHARS)
+                combo.view().setTextElideMode(Qt.TextElideMode.ElideNone)
 
     @staticmethod
     def _form_layout(group: QGroupBox) -> QFormLayout:

@@ -25,6 +25,7 @@ from gui.main_window import LEAVE_RUNNING, MainWindow
 from gui.models.launch_form import LaunchFormModel
 from gui.models.profiles import ProfileListModel
 from gui.settings import AppSettings
+from gui.widgets.command_preview import plain_command
 from gui.widgets.launch_panel import LaunchPanel
 from runner.launch.command import RendezvousPlan, build_commands
 from runner.profile.files import write_spec_file
@@ -156,7 +157,7 @@ def test_filled_form_previews_exactly_the_runners_command(qtbot, make_panel, scr
     shown = panel.preview.command_text()
     plan = RendezvousPlan(mode="static", master_addr="localhost", master_port=port)
     assert shown == expected_command(expected, NO_GPUS, tmp_path, plan)
-    assert panel.preview.text.toPlainText() == shown
+    assert plain_command(panel.preview.text.toPlainText()) == shown
 
     # ... and it is what the runner's own CLI prints for the same spec.
     spec_file = write_spec_file(tmp_path / "filled.toml", expected)
@@ -270,7 +271,7 @@ def test_a_second_node_needs_a_multi_node_rendezvous_and_gets_its_own_command(qt
     commands = [command.text for command in panel._form.evaluation.commands]
     assert panel.preview.command_text() == commands[0]
     panel.preview.node_box.setCurrentIndex(1)
-    assert panel.preview.text.toPlainText() == commands[1]
+    assert plain_command(panel.preview.text.toPlainText()) == commands[1]
     assert "--rdzv-endpoint=node0:29400" in commands[1] and "--rdzv-id=rankwatch-" in commands[1]
     assert "job id" in panel.preview.picks.text()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, Qt, QTimer, QUrl
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, QUrl
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -65,6 +65,12 @@ from gui.widgets.stop_dialog import confirm_stop
 
 APP_TITLE = APP_NAME
 DEFAULT_SIZE = (1320, 840)
+
+
+def first_size(available: QSize) -> tuple[int, int]:
+    """The window's size on a first start: ``DEFAULT_SIZE``, within the screen's free area (a
+    1280x720 laptop screen got a window cut at its right and bottom edges)."""
+    return min(DEFAULT_SIZE[0], available.width()), min(DEFAULT_SIZE[1], available.height())
 STOPPING = "stopping"
 LIVE_RUNS_HINT_DELAY_MS = 3000
 NEW_FORM_TITLE = "New profile"
@@ -339,7 +345,7 @@ class MainWindow(QMainWindow):
     def _restore_layout(self) -> None:
         geometry = self.settings.window_geometry()
         if geometry is None or not self.restoreGeometry(geometry):
-            self.resize(*DEFAULT_SIZE)
+            self.resize(*first_size(self.screen().availableGeometry().size()))
         state = self.settings.window_state()
         if state is not None:
             self.restoreState(state)

@@ -82,3 +82,11 @@ def test_the_shown_command_splits_into_the_same_arguments():
     shown = unbreakable_arguments(command)
     assert plain_command(shown) == command
     assert shown.count(" ") == len(shlex.split(command)) - 1  # a breakable space only between arguments
+
+
+def test_a_first_window_fits_the_screens_free_area():
+    from PySide6.QtCore import QSize
+
+    from gui.main_window import DEFAULT_SIZE, first_size
+    assert first_size(QSize(1280, 690)) == (1280, 690)  # a 1280x720 screen less its panel
+    assert first_size(QSize(1920, 1050)) == DEFAULT_SIZE

@@ -35,7 +35,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QLabel,
-    QMessageBox,
     QPlainTextEdit,
     QPushButton,
     QSplitter,
@@ -66,6 +65,7 @@ from gui.widgets.nodes_status import NodesStatus
 from gui.widgets.rank_table import STATE_COLORS, RankTable
 from gui.widgets.run_progress import RunProgress
 from gui.widgets.stacks_view import StacksView
+from gui.widgets.stop_dialog import confirm_stop
 
 LAUNCHING = "launching"
 DETACHED = "detached"
@@ -440,19 +440,14 @@ class MonitorPanel(QWidget):
 
     # ---- buttons ---------------------------------------------------------------------
 
-    def _confirm(self, title: str, text: str) -> bool:
-        answer = QMessageBox.question(self, title, text, QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-                                      QMessageBox.StandardButton.No)
-        return answer == QMessageBox.StandardButton.Yes
+    def _confirm(self, title: str, force: bool) -> bool:
+        """The window's own stop question (``gui.widgets.stop_dialog``: verbs, not Yes/No);
+        ``title`` names the question for tests that answer it."""
+        return confirm_stop(self, self.run_id, force)
 
     def _on_stop_clicked(self) -> None:
         force = self._stop_sent is not None or self.model.status == RunStatus.STOPPING.value
-        if force:
-            asked = self._confirm("Force stop", f"Kill every process of run {self.run_id} now (SIGKILL)?\n"
-                                  "Ranks get no chance to save anything.")
-        else:
-            asked = self._confirm("Stop run", f"Stop run {self.run_id}?\nEvery rank gets SIGTERM and a few "
-                                  "seconds to exit; press Stop again to force.")
+        asked = self._confirm("Force stop" if force else "Stop run", force)
         if asked:
             self.request_stop(force=force)
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 from live_run import LiveRun
+from PySide6.QtWidgets import QMessageBox
 
+from gui.gateway.probe import RunnerProbe
+from gui.main_window import MainWindow
 from gui.widgets.history_panel import HistoryPanel
 from runner.store.store import RunStore
 
@@ -41,4 +44,24 @@ def history_panel(qtbot):
     qtbot.waitExposed(widget)
     yield widget
     widget.poller.stop()
+
+
+@pytest.fixture
+def unanswered_dialogs_cancel(monkeypatch):
+    """A modal dialog that no test answers would hang the run: it answers Cancel instead."""
+    cancel = QMessageBox.StandardButton.Cancel
+    for name in ("question", "warning", "critical", "information"):
+        monkeypatch.setattr(QMessageBox, name, lambda *args, **kwargs: cancel)
+    monkeypatch.setattr(QMessageBox, "exec", lambda self: int(cancel))
+
+
+@pytest.fixture
+def example_window(qtbot, tmp_path):
+    """The main window on the bundled example at 1280x720, shown (its probe finds nothing)."""
+    window = MainWindow(probe=RunnerProbe(command=[str(tmp_path / "no-probe")]), initial_profile="example")
+    qtbot.addWidget(window)
+    window.resize(1280, 720)
+    window.show()
+    qtbot.waitExposed(window)
+    return window
 

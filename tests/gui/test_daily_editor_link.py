@@ -15,8 +15,6 @@ from PySide6.QtGui import QTextCursor
 from replay_run import load_fixture, store_fixture
 
 from gui.editor_link import SourceLocation, editor_command, traceback_locations
-from gui.gateway.probe import RunnerProbe
-from gui.main_window import MainWindow
 from gui.widgets.log_view import LogView
 
 PLACE = SourceLocation("/work/train.py", 36)
@@ -79,13 +77,8 @@ def recorder(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    window = MainWindow(probe=RunnerProbe(command=[str(tmp_path / "no-probe")]), initial_profile="example")
-    qtbot.addWidget(window)
-    window.resize(1280, 720)
-    window.show()
-    qtbot.waitExposed(window)
-    return window
+def window(example_window):
+    return example_window
 
 
 def point_of(view: LogView, text: str) -> QPoint:

@@ -10,8 +10,6 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QMessageBox, QScrollArea
 
-from gui.gateway.probe import RunnerProbe
-from gui.main_window import MainWindow
 from gui.widgets.command_preview import plain_command, unbreakable_arguments
 
 pytestmark = pytest.mark.gui
@@ -25,13 +23,8 @@ def edits_are_discarded_at_close(monkeypatch):
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    window = MainWindow(probe=RunnerProbe(command=[str(tmp_path / "no-probe")]), initial_profile="example")
-    qtbot.addWidget(window)
-    window.resize(1280, 720)
-    window.show()
-    qtbot.waitExposed(window)
-    return window
+def window(example_window):
+    return example_window
 
 
 def line_starts(preview) -> list[int]:

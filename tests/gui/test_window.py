@@ -14,16 +14,7 @@ from gui.gateway.probe import RunnerProbe
 from gui.main_window import LEAVE_RUNNING, MainWindow, app_version
 from gui.widgets.monitor_panel import MonitorPanel
 
-pytestmark = pytest.mark.gui
-
-
-@pytest.fixture(autouse=True)
-def unanswered_dialogs_cancel(monkeypatch):
-    """A modal dialog that no test answers would hang the run: it answers Cancel instead."""
-    cancel = QMessageBox.StandardButton.Cancel
-    for name in ("question", "warning", "critical", "information"):
-        monkeypatch.setattr(QMessageBox, name, lambda *args, **kwargs: cancel)
-    monkeypatch.setattr(QMessageBox, "exec", lambda self: int(cancel))
+pytestmark = [pytest.mark.gui, pytest.mark.usefixtures("unanswered_dialogs_cancel")]
 
 
 def answer_with(box: QMessageBox, text: str) -> int:

@@ -1,4 +1,4 @@
-"""How fresh the telemetry must be, decided by who watches the run live (issue 17).
+"""How fresh the telemetry must be, decided by who watches the run live.
 
 Every batch a worker sends costs its rank a wake-up and the runner a line to decode,
 and every commit costs the runner a SQLite transaction, all on the cores the ranks

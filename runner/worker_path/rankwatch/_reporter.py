@@ -6,7 +6,7 @@ Shape (as every background producer in Rankwatch): a named daemon thread
 stacks, exit) and, every ``HEARTBEAT_EVERY``, a ``heartbeat`` with the current
 step and the cumulative drop count.
 
-When it wakes (issue 17: every wake-up of a thread preempts a rank on a busy
+When it wakes (every wake-up of a thread preempts a rank on a busy
 machine, and the all-reduce makes every other rank wait for it): never on a fixed
 short tick. It sleeps until the first record arrives (the buffer wakes it), then
 lets records gather for at most ``flush_latency`` and sends them in one batch;
@@ -377,7 +377,7 @@ class Reporter:
         """Take what the hub sent (its ``pace``); False when it closed the connection.
 
         Read once per heartbeat, not by a thread of its own: a change of pace can wait
-        a second, a wake-up per message could not (issue 17). Anything else the hub
+        a second, a wake-up per message could not. Anything else the hub
         might send is ignored, as before ``pace`` existed.
         """
         connection = self._connection

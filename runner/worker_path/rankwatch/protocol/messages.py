@@ -656,7 +656,7 @@ class Pace(Message):
     """How long a worker may hold records before sending them (hub -> worker).
 
     Every batch costs the rank a wake-up and the runner a line to decode, on cores the
-    ranks need (issue 17), so the hub asks for fewer, larger batches while nobody
+    ranks need, so the hub asks for fewer, larger batches while nobody
     watches the run live, and for fresh ones as soon as someone does.
     """
 

@@ -40,7 +40,7 @@ DATA_WAIT = "data_wait"
 SAMPLES_PER_SECOND = "samples_per_s"
 STEPS_PER_SECOND = "steps_per_s"
 """``1 / step_time``: a rank row's field (``RankRow.steps_per_s``), derived by the hub from
-``step_time``. Not sent or stored as a series since issue 17 (one row less per step);
+``step_time``. Not sent or stored as a series (one row less per step);
 stores written before keep theirs."""
 DATA_WAIT_SHARE = "data_wait_share"
 """Share (0..1) of a step spent waiting for data: ``data_wait_share`` of the same step's records."""

@@ -78,6 +78,14 @@ def test_exit_code_from_sys_exit_is_kept_and_reported(hub):
     assert hub.wait_message("exit", rank=5)["code"] == 3
 
 
+def test_a_script_leaving_by_os_exit_keeps_its_code_and_loses_no_record(hub):
+    completed = run_worker(["os_exit.py", "2000", "4"], worker_environment(hub.address, RANK="8"))
+
+    assert completed.returncode == 4, completed.stderr
+    assert hub.wait_message("exit", rank=8)["code"] == 4
+    assert [item[1] for item in hub.metric_items(rank=8) if item[2] == "value"] == list(range(2000))
+
+
 def test_classes_defined_in_the_script_pickle_into_spawned_processes(hub):
     plain = run_plain(["spawn_pickle.py"], worker_environment(None))
     wrapped = run_worker(["spawn_pickle.py"], worker_environment(hub.address, RANK="6"))

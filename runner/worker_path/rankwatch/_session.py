@@ -6,7 +6,8 @@ Order matters and is fixed here:
 2. install the stack-dump handler, *before* ``hello`` (the runner only signals
    ranks that said hello);
 3. activate ``rankwatch.log`` and start the reporter (which sends ``hello``);
-4. report exceptions that end other threads;
+4. report exceptions that end other threads, and flush before ``os._exit`` (scripts call it
+   to skip torch's teardown; without the flush their last steps would never reach the hub);
 5. arm the torch post-import hook for the zero-code instrumentation;
 6. in forked children (DataLoader workers), switch telemetry off: nobody drains
    their copy of the queue and the hub socket belongs to the parent.
@@ -83,6 +84,7 @@ class WorkerSession:
         self.reporter.identify(hello_fields(environment, self._argv), environment.rank, stacks_path)
         self.reporter.start()
         _failures.install_thread_excepthook(self._report_thread_exception)
+        self._flush_before_os_exit()
 
     def report_exception(self, exc: BaseException, traceback_text: str, fatal: bool = True) -> None:
         """Send an ``exception`` message for ``exc`` (the one ending the process when ``fatal``)."""
@@ -112,6 +114,18 @@ class WorkerSession:
             self.reporter.close(EXIT_FLUSH_TIMEOUT, last_message=farewell.encode())
         except Exception:
             pass
+
+    def _flush_before_os_exit(self) -> None:
+        """Make ``os._exit(code)`` send ``exit`` and the records still queued first, as a return
+        from the script does. In a forked child ``finish`` does nothing (another pid)."""
+        real_exit = os._exit
+
+        def flushed_exit(code: int) -> None:
+            self.finish(code)
+            real_exit(code)
+
+        flushed_exit.__wrapped__ = real_exit  # type: ignore[attr-defined]
+        os._exit = flushed_exit  # type: ignore[assignment]
 
     def _report_thread_exception(self, args: threading.ExceptHookArgs) -> None:
         text = "".join(

@@ -81,7 +81,11 @@ def test_a_pasted_command_with_a_file_init_method_meets_in_a_fresh_private_folde
     clean_env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH")}
     by_hand = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120,
                              env={**clean_env, "TMPDIR": str(tmp_path)})
-    assert by_hand.returncode == 0, by_hand.stderr[-2000:]
+    trained = re.findall(r"rank (\d) trained", by_hand.stdout)
+    assert sorted(trained) == ["0", "1"], by_hand.stderr[-2000:]
+    # Torch's own teardown aborts a finished gloo job now and then, by hand too; nothing else may fail.
+    assert by_hand.returncode == 0 or "terminate called without an active exception" in by_hand.stderr, \
+        by_hand.stderr[-2000:]
     joined = sorted(re.findall(r"rank (\d) of 2 joins file://(\S+)", by_hand.stdout))
     assert [rank for rank, _path in joined] == ["0", "1"] and joined[0][1] == joined[1][1]
     folder = os.path.dirname(joined[0][1])

@@ -25,4 +25,5 @@ for _ in range(args.steps):
     loss = model(torch.randn(4, 8)).pow(2).mean()
     loss.backward()
     optimizer.step()
+print(f"rank {args.rank} trained {args.steps} steps", flush=True)
 dist.destroy_process_group()

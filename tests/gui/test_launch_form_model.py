@@ -80,7 +80,7 @@ def test_example_profile_loads_clean_and_previews_what_rankwatch_command_prints(
     model = LaunchFormModel()
     model.load(profile.spec, profile_name="example", base_dir=profile.base_dir)
     model.set_gpu_report(NO_GPU)
-    model.update(args_text="--epochs 10")  # unchanged value: still clean
+    model.update(args_text=" ".join(profile.spec.args))  # unchanged value: still clean
 
     evaluation = model.evaluation
     # Without a GPU "all GPUs" is CPU mode, and the form says so (not an edit: still clean).

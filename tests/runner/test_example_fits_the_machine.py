@@ -60,7 +60,8 @@ def planned(env: dict[str, str], *flags: str) -> tuple[dict[str, str], list[str]
 def test_one_gpu_runs_one_nccl_rank_on_it(tmp_path):
     environment, argv = planned(machine(tmp_path, ONE_H200))
     assert (environment["CUDA_VISIBLE_DEVICES"], environment["RANKWATCH_BACKEND"]) == ("0", "nccl")
-    assert "--nproc-per-node=1" in argv and argv[-3:] == [str(example_script()), "--epochs", "10"]
+    script_args = list(example_profile().spec.args)
+    assert "--nproc-per-node=1" in argv and argv[-1 - len(script_args):] == [str(example_script()), *script_args]
 
 
 def test_two_gpus_run_two_nccl_ranks_and_more_gpus_still_two(tmp_path):

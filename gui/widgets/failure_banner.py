@@ -6,7 +6,9 @@ stall, a straggler or a divergence. The line is elided to the width; the whole
 text is in the tooltip and in the diagnosis panel, which the Details toggle opens.
 
 Its row is kept while it is hidden: a banner that appears at the end of a run (or when a
-rank fails) must not push the charts and tables down under the person's mouse.
+rank fails) must not push the charts and tables down under the person's mouse. The monitor's
+passing notices ("Run 4 finished successfully.", "Attaching to run 4…") use the same row, as a
+:data:`NOTICE` banner without Details, when the diagnosis has nothing to say.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QWidget
 
 from gui.gateway.runner_rules import RankState
-from gui.models.diagnosis import ERROR, WARNING, Banner
+from gui.models.diagnosis import ERROR, INFO, WARNING, Banner
 from gui.widgets.rank_table import STATE_COLORS
 
 LEVEL_COLORS = {
@@ -25,6 +27,13 @@ LEVEL_COLORS = {
 }
 INFO_COLOR = STATE_COLORS[RankState.EXITED.value]
 LEVEL_MARKS = {ERROR: "✖", WARNING: "▲"}
+NOTICE = "notice"
+"""The ``kind`` of a banner that only informs (no diagnosis behind it: no Details)."""
+
+
+def notice(text: str) -> Banner:
+    """A passing notice for the banner row."""
+    return Banner(INFO, text, NOTICE)
 
 
 def level_color(level: str) -> QColor:
@@ -65,6 +74,9 @@ class FailureBanner(QFrame):
         self.details_button.setCheckable(True)
         self.details_button.setToolTip("Show the diagnosis: the failing rank, its traceback, hints and findings")
         self.details_button.toggled.connect(self.details_toggled)
+        button_policy = self.details_button.sizePolicy()
+        button_policy.setRetainSizeWhenHidden(True)  # a notice's row is as tall as a diagnosis's
+        self.details_button.setSizePolicy(button_policy)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(8, 3, 4, 3)
         layout.setSpacing(8)
@@ -96,6 +108,7 @@ class FailureBanner(QFrame):
             f"background: rgba({color.red()},{color.green()},{color.blue()},{55 if banner.level == ERROR else 40}); }}")
         self.more.setText(f"+{banner.more} more" if banner.more else "")
         self.more.setVisible(bool(banner.more))
+        self.details_button.setVisible(banner.kind != NOTICE)
         self.label.setToolTip(banner.text)
         self._elide()
         self.show()

@@ -59,7 +59,7 @@ from gui.models.diagnosis import DiagnosisModel
 from gui.models.monitor import EVENT_LIMIT, LOG_LIMIT, MonitorModel, format_event, summary_lines
 from gui.models.nodes import is_multi_node
 from gui.widgets.diagnosis_panel import DiagnosisPanel
-from gui.widgets.failure_banner import FailureBanner
+from gui.widgets.failure_banner import FailureBanner, notice
 from gui.widgets.log_view import LogView
 from gui.widgets.nodes_status import NodesStatus
 from gui.widgets.rank_table import STATE_COLORS, RankTable
@@ -154,6 +154,8 @@ class MonitorPanel(QWidget):
         self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.banner.setContentsMargins(8, 4, 8, 4)
         self.banner.hide()
+        self._notice: str | None = None
+        """A passing info message, shown in the banner row when the diagnosis has none."""
         self.failure_banner = FailureBanner()
         self.failure_banner.details_toggled.connect(self._on_details_toggled)
 
@@ -362,6 +364,7 @@ class MonitorPanel(QWidget):
             self._show_banner(result, "error")
             return
         self.banner.hide()
+        self._clear_notice()
         self.model.adopt(result)
         self.charts.refresh()
         self._update_summary()
@@ -372,8 +375,7 @@ class MonitorPanel(QWidget):
         self.model.apply(message)
         if isinstance(message, SnapshotMessage):
             self.run_id = self.model.run_id if self.model.run_id is not None else self.run_id
-            if self.banner.property("level") == "info":
-                self.banner.hide()
+            self._clear_notice()
 
     def _on_run_ended(self, reason: str) -> None:
         self._live = False
@@ -463,8 +465,7 @@ class MonitorPanel(QWidget):
         if self._stacks_requested:
             self._stacks_requested = False
             self.show_tab(self.stacks_view)
-            if self.banner.property("level") == "info":
-                self.banner.hide()
+            self._clear_notice()
         elif self.tabs.currentWidget() is not self.stacks_view:
             self.tabs.setTabText(self.tabs.indexOf(self.stacks_view), "Stacks •")
 
@@ -600,6 +601,14 @@ class MonitorPanel(QWidget):
     # ---- display ---------------------------------------------------------------------
 
     def _show_banner(self, text: str, level: str) -> None:
+        """An info message goes in the banner row, whose height is kept, so nothing moves; a
+        warning or an error, which may need several lines, in the wrapping label below it."""
+        if level == "info":
+            self.banner.hide()
+            self._notice = text
+            self._update_failure_banner()
+            return
+        self._clear_notice()
         color = {"error": STATE_COLORS[RankState.FAILED.value], "warning": STATE_COLORS[RankState.STALLED.value]}.get(
             level, STATE_COLORS[RankState.EXITED.value])
         self.banner.setText(text)
@@ -646,8 +655,9 @@ class MonitorPanel(QWidget):
         self._summary_shown = summary
         headline, details = summary_lines(summary)
         self._update_failure_banner()
-        if self.failure_banner.banner is not None:
+        if self.diagnosis.banner() is not None:
             self.banner.hide()  # the diagnosis banner says it, with Details
+            self._clear_notice()
         else:
             text = headline or str(status)
             self._show_banner(f"Run {self.run_id} {status}: {text}", "info")
@@ -656,7 +666,17 @@ class MonitorPanel(QWidget):
 
     def _update_failure_banner(self) -> None:
         self._diagnosis_dirty = False
-        self.failure_banner.show_banner(self.diagnosis.banner())
+        self.failure_banner.show_banner(self.diagnosis.banner()
+                                        or (notice(self._notice) if self._notice else None))
+
+    def _clear_notice(self) -> None:
+        if self._notice is not None:
+            self._notice = None
+            self._update_failure_banner()
+
+    def notice_text(self) -> str | None:
+        """The info message on show in the banner row (``None`` when there is none)."""
+        return self._notice
 
     def _on_tick(self) -> None:
         self.progress.refresh()

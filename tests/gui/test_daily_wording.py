@@ -84,3 +84,20 @@ def test_the_failure_banner_appears_without_moving_what_is_below(qtbot, panel, l
     qtbot.waitUntil(panel.failure_banner.isVisible, timeout=5000)
     qtbot.wait(100)
     assert panel.splitter.geometry() == before
+
+
+def test_the_end_of_run_notice_appears_without_moving_what_is_below(qtbot, panel, live_run):
+    """Seen: "Run N finished successfully." pushed the charts down, and a click meant for the
+    legend moved the smoothing slider."""
+    runner = live_run(ranks=2, rate_hz=20)
+    panel.attach(runner.run_id)
+    qtbot.waitUntil(lambda: panel.model.status == "running" and panel.notice_text() is None, timeout=5000)
+    qtbot.wait(300)
+    before = panel.splitter.geometry()
+    runner.finish()
+    qtbot.waitUntil(lambda: panel.model.finished and panel.notice_text() is not None, timeout=10_000)
+    qtbot.wait(100)
+    assert panel.failure_banner.isVisible() and panel.failure_banner.text() == panel.notice_text()
+    assert panel.notice_text().startswith(f"Run {runner.run_id} ") and "succeeded" in panel.notice_text()
+    assert not panel.failure_banner.details_button.isVisible()  # a notice: no diagnosis behind it
+    assert panel.splitter.geometry() == before

@@ -249,8 +249,9 @@ def test_a_failed_run_opened_from_history_shows_the_same_diagnosis(qtbot, panel)
     fixture = load_fixture("sigkill")
     run_id = store_fixture(fixture)
     panel.attach(run_id)  # finished: loaded from the store on a worker thread
-    qtbot.waitUntil(lambda: panel.failure_banner.isVisible(), timeout=5000)
-    assert panel.failure_banner.text() == fixture["run"]["summary"]["headline"]
+    headline = fixture["run"]["summary"]["headline"]
+    qtbot.waitUntil(lambda: panel.failure_banner.text() == headline, timeout=5000)  # after "Loading run…"
+    assert panel.failure_banner.isVisible() and panel.failure_banner.details_button.isVisible()
     panel.diagnosis_panel.refresh()
     assert panel.diagnosis_panel.how_value.text() == "SIGKILL"
     assert panel.diagnosis_panel.evidence_value.text().startswith("its connection to the runner dropped")

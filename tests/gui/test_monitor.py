@@ -207,7 +207,7 @@ def test_detach_leaves_the_job_running_and_attach_replays_its_whole_history(qtbo
     panel.detach()
     assert states == [DETACHED]
     assert not panel.has_live_run()
-    assert "keeps running headless" in panel.banner.text()
+    assert "keeps running headless" in panel.notice_text() and panel.failure_banner.isVisible()
     # Not a green "running" badge with a frozen clock: it says nobody watches any more.
     assert panel.status_label.text() == "detached"
     panel.progress.refresh()

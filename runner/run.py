@@ -36,6 +36,7 @@ from runner import paths
 from runner.diagnosis.evidence import TriageEvidence
 from runner.diagnosis.hints import GpuMemory
 from runner.diagnosis.monitors import start_monitors
+from runner.diagnosis.pacing import PacedTick
 from runner.diagnosis.summary import RunSummary, StopRequest
 from runner.diagnosis.triage import TriageInput
 from runner.diagnosis.triage import conclude as conclude_summary
@@ -183,7 +184,8 @@ class Run(HubObserver):
             ranks_report_steps=self.spec.telemetry.instrument) if self.spec.telemetry.parse_stdout else None
         """``--parse-stdout``: points read from printed lines, at the step of the moment they were printed."""
         self.monitors: list = []
-        """Diagnosis monitors: objects with ``tick(now)``, called every ``MONITOR_INTERVAL_SECONDS``."""
+        """Diagnosis monitors: objects with ``tick(now)``, called every ``MONITOR_INTERVAL_SECONDS``,
+        or less often when their ticks are costly (``runner.diagnosis.pacing``)."""
         self._stop_requested = asyncio.Event()
         self._force_requested = asyncio.Event()
         self._stop_reason: str | None = None
@@ -395,6 +397,7 @@ class Run(HubObserver):
                                        remote_capture=self.remote.request_stacks if self.remote is not None else None)
 
     async def _watch(self) -> None:
+        paced: dict[int, PacedTick] = {}  # by id(monitor): each keeps to its share of the loop
         while True:
             await asyncio.sleep(MONITOR_INTERVAL_SECONDS)
             now = time.time()
@@ -402,7 +405,7 @@ class Run(HubObserver):
                 self.printed_metrics.tick(now)
             for monitor in self.monitors:
                 try:
-                    monitor.tick(now)
+                    paced.setdefault(id(monitor), PacedTick(monitor)).tick(now)
                 except Exception as error:  # a broken monitor must not end the run
                     self.hub.add_event(EventKind.WARNING, None, f"monitor {type(monitor).__name__} failed: {error}")
 

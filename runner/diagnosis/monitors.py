@@ -21,9 +21,10 @@
   compute, a straggler), live and at the end (``conclude``);
 * ``ConsistencyMonitor``: parameter fingerprints across replicas (``hash_every > 0``).
 
-Each has ``tick(now)``, called by the run every ``MONITOR_INTERVAL_SECONDS`` on the
-event loop, and may have ``conclude()``, called once when the job has ended, before the
-summary is made; the ones that read worker messages are also hub observers.
+Each has ``tick(now)``, called by the run every ``MONITOR_INTERVAL_SECONDS`` on the event loop
+(less often when its tick is costly: ``pacing``), and may have ``conclude()``, called once
+when the job has ended, before the summary is made; the ones that read worker messages are
+also hub observers.
 Everything they find is kept in ``triage_input.findings`` for the summary.
 """
 

@@ -212,7 +212,9 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
            "QT_QPA_PLATFORM": "offscreen"}
     runner = subprocess.Popen([python, str(HERE / "scale_runner.py"), "--ranks", str(ranks), "--rate",
                                str(args.rate), "--workdir", str(workdir),
-                               *([] if args.stragglers else ["--without-stragglers"])], stdout=subprocess.PIPE, env=env)
+                               *([] if args.stragglers else ["--without-stragglers"]),
+                               *(["--profile", f"{args.profile}.{ranks}"] if args.profile else [])],
+                              stdout=subprocess.PIPE, env=env)
     notes: list[str] = []
     try:
         assert runner.stdout is not None
@@ -347,6 +349,8 @@ def main() -> int:
     parser.add_argument("--no-replay", action="store_true", help="leave the history replay out")
     parser.add_argument("--no-gui", action="store_true", help="leave the GUI measurement out")
     parser.add_argument("--keep", action="store_true", help="keep each run's folder (store, sent counts)")
+    parser.add_argument("--profile", metavar="PATH",
+                        help="cProfile the runner's event loop thread into PATH.<ranks> (pstats format)")
     args = parser.parse_args()
     python = sys.executable
     print("command: " + shlex.join([Path(python).name, "tests/bench/bench_scale.py", *sys.argv[1:]]), flush=True)

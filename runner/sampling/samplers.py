@@ -76,8 +76,11 @@ class ProcessSampler(PeriodicSampler):
             self._told.add((rank, pid))
             log.warning("rank %s: cannot sample process %r (%s); its CPU and memory are not measured", rank, pid, error)
 
-    def _tree(self, pid: int) -> list[psutil.Process]:
+    def _tree(self, pid: int) -> tuple[list[psutil.Process], bool]:
+        """The process tree of ``pid``, and whether its root is new: a counter primed just now
+        has no interval behind it yet."""
         root = self._processes.get(pid)
+        new = root is None
         if root is None:
             root = self._processes[pid] = psutil.Process(pid)
             root.cpu_percent(None)  # prime the counter
@@ -91,14 +94,14 @@ class ProcessSampler(PeriodicSampler):
                     continue
                 cached.cpu_percent(None)
             members.append(cached)
-        return members
+        return members, new
 
     def sample(self) -> None:
         now = time.time()
         rows = []
         for rank, pid in self._pids().items():
             try:
-                tree = self._tree(pid)
+                tree, new = self._tree(pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 self._processes.pop(pid, None)
                 continue
@@ -119,7 +122,9 @@ class ProcessSampler(PeriodicSampler):
             if not measured:  # the rank's process is gone: no figures, not zeros (its last sample stands)
                 self._processes.pop(pid, None)
                 continue
-            rows.append(ProcessSample(now, rank, pid, round(cpu, 1), int(rss), int(threads)))
+            # A rank's first sample has no CPU figure: psutil's first reading of a process is 0.0
+            # whatever it does (it needs two readings), and it was drawn as a climb from 0 %.
+            rows.append(ProcessSample(now, rank, pid, None if new else round(cpu, 1), int(rss), int(threads)))
         if rows:
             self._emit(rows)
 

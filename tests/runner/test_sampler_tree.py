@@ -72,3 +72,24 @@ def test_a_rank_whose_process_is_gone_gets_no_sample_of_zeros():
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_ranks_first_sample_has_no_cpu_figure_and_the_next_measures_it():
+    """Seen: every rank's CPU chart began at 0 % and climbed to 95 %: psutil's first reading of
+    a process is 0.0 whatever it does, and it was recorded. A busy process measures high from
+    its second sample on."""
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    emitted: list = []
+    sampler = samplers.ProcessSampler(1.0, lambda: {0: process.pid}, emitted.extend)
+    try:
+        sampler.sample()
+        [first] = emitted
+        assert first.cpu_percent is None and (first.rss_bytes or 0) > 0
+        wait_for(lambda: sum(psutil.Process(process.pid).cpu_times()[:2]) > 0.5, 20, what="half a second of CPU")
+        emitted.clear()
+        sampler.sample()
+        [second] = emitted
+        assert second.cpu_percent is not None and second.cpu_percent > 20
+    finally:
+        process.kill()
+        process.wait()

@@ -26,7 +26,7 @@ class Monitor:
 
 def run_for(monitor: Monitor, clock: Clock, seconds: float, interval: float = 0.5) -> float:
     """Tick ``monitor`` through PacedTick every ``interval`` for ``seconds``; its share of the time."""
-    paced = PacedTick(monitor, clock=clock)
+    paced = PacedTick(monitor, clock=clock, cost_clock=clock)
     start, spent = clock.now, 0.0
     while clock.now - start < seconds:
         before = clock.now
@@ -59,10 +59,25 @@ def test_a_tick_that_raises_still_sets_when_it_is_due():
             clock.now += 1.0
             raise RuntimeError("broken")
 
-    paced = PacedTick(Broken(), clock=clock)
+    paced = PacedTick(Broken(), clock=clock, cost_clock=clock)
     try:
         paced.tick(0.0)
     except RuntimeError:
         pass
     assert paced.due == 100.0 + 1.0 / LOOP_SHARE
     assert paced.tick(0.0) is False
+
+
+def test_a_tick_preempted_on_a_busy_machine_costs_only_its_cpu_time():
+    wall, cpu = Clock(), Clock()
+
+    class Preempted:
+        def tick(self, now: float) -> None:
+            wall.now += 0.2  # descheduled for 200 ms
+            cpu.now += 0.001  # of which 1 ms on the CPU
+
+    paced = PacedTick(Preempted(), clock=wall, cost_clock=cpu)
+    assert paced.tick(0.0)
+    assert abs(paced.due - (100.0 + 0.001 / LOOP_SHARE)) < 1e-9
+    wall.now += 0.5
+    assert paced.tick(0.0)  # due again at the run's next interval

@@ -42,6 +42,7 @@ from runner.hub.observer import HubObserver, Observers
 from runner.hub.publisher import LocalSubscriber, Publisher, event_message
 from runner.hub.server import ConnectionServer, Refusals
 from runner.hub.writer import StoreWriter
+from runner.store.rank_stats import keep_run_statistics
 from runner.store.store import RecordBatch, RunStore
 
 ACCEPT_SETTLE_SECONDS = 0.1
@@ -269,7 +270,21 @@ class Hub:
         await asyncio.sleep(0)
         await self.server.close_all()
         self.publisher.close_all()
+        await self._keep_run_statistics()
         self.writer.close()
+
+    async def _keep_run_statistics(self) -> None:
+        """An ended run's per-rank statistics, computed once its last record is stored and kept
+        in the store (``runner.store.rank_stats``), after the subscribers had their bye: `runs
+        show` and the History then read one row, whatever the size of the run."""
+        run_id = self.run_id
+        if run_id is None or not (self._run_row or {}).get("ended") or self.writer.incomplete is not None:
+            return
+        try:
+            await self.writer.call(lambda store: self.writer.try_write(keep_run_statistics, store, run_id))
+        except Exception as error:  # never in the way of closing: readers compute them instead
+            print(f"rankwatch: run {run_id}'s statistics were not kept ({type(error).__name__}: {error}); "
+                  "`runs show` computes them from the records", file=sys.stderr, flush=True)
 
     # ---- batching ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.store.liveness import runner_alive
-from runner.store.schema import TABLES
+from runner.store.schema import DERIVED_TABLES, TABLES
 from runner.store.store import RunStore
 
 
@@ -67,7 +67,7 @@ def delete_runs(store: RunStore, run_ids: tuple[int, ...], *, vacuum: bool = Tru
         return
     marks = ", ".join("?" for _ in run_ids)
     with store.connection:
-        for table in TABLES:
+        for table in (*DERIVED_TABLES, *TABLES):
             column = "id" if table == "runs" else "run_id"
             store.connection.execute(f"DELETE FROM {table} WHERE {column} IN ({marks})", run_ids)
     if vacuum:

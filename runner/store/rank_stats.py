@@ -3,7 +3,10 @@
 Everything is computed from the store's records, the record of truth, never from the
 live model: a value that was not measured is ``None`` (shown "–"), not 0. A read of the store
 (SQL on its connection, the store's export writes it as ``rank_summary.csv``), so it lives in
-``runner.store``: the only part of the runner that speaks SQL.
+``runner.store``: the only part of the runner that speaks SQL. Once a run has ended its runner
+keeps the result (:func:`keep_run_statistics`, the ``run_statistics`` table): nothing is added
+to a run after that, and reading one row stays fast at any size, where computing it reads
+every record.
 
 * ``steps``: optimizer steps the bootstrap counted (its step numbers start at 0, so
   the newest measured step + 1); ``None`` without zero-code instrumentation.
@@ -42,6 +45,8 @@ live model: a value that was not measured is ``None`` (shown "–"), not 0. A re
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -91,6 +96,10 @@ class RankStats:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RankStats:
+        return cls(**data)
+
 
 @dataclass(frozen=True)
 class LoggedKey:
@@ -103,6 +112,16 @@ class LoggedKey:
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "sources": list(self.sources),
                 "last_by_rank": {str(rank): value for rank, value in sorted(self.last_by_rank.items())}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LoggedKey:
+        return cls(data["name"], tuple(data["sources"]),
+                   {int(rank): value for rank, value in data["last_by_rank"].items()})
+
+
+STATISTICS_VERSION = 1
+"""The version of what :func:`run_statistics` computes: raise it when a figure's definition
+changes, and the figures kept by the older code are computed again rather than read."""
 
 
 def custom_metric_names(names: list[str]) -> list[str]:
@@ -283,13 +302,45 @@ def _logged_keys(store, run_id: int, names: list[str]) -> list[LoggedKey]:
 
 
 def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]]:
-    """Per-rank statistics and the keys the script logged.
+    """Per-rank statistics and the keys the script logged: those its runner kept when the run
+    ended, else computed from the records now.
 
     Every rank the store knows is listed, from the ranks table or from its records.
 
     Raises:
         runner.store.store.RunNotFound: no such run (from the store).
     """
+    kept = _kept_statistics(store, run_id)
+    return kept if kept is not None else computed_run_statistics(store, run_id)
+
+
+def keep_run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]]:
+    """Compute the statistics of run ``run_id``, which has ended, and keep them in the store.
+    The runner calls it once its hub has stored the last record (``store`` writable)."""
+    stats, logged = computed_run_statistics(store, run_id)
+    with store.connection:
+        store.connection.execute(
+            "INSERT OR REPLACE INTO run_statistics (run_id, version, ranks, logged) VALUES (?, ?, ?, ?)",
+            (run_id, STATISTICS_VERSION, json.dumps([entry.to_json() for entry in stats]),
+             json.dumps([key.to_json() for key in logged])))
+    return stats, logged
+
+
+def _kept_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]] | None:
+    try:
+        rows = _rows(store, "SELECT ranks, logged FROM run_statistics WHERE run_id = ? AND version = ?",
+                     run_id, STATISTICS_VERSION)
+    except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
+        return None
+    if not rows:
+        return None
+    ranks, logged = rows[0]
+    return ([RankStats.from_json(entry) for entry in json.loads(ranks)],
+            [LoggedKey.from_json(key) for key in json.loads(logged)])
+
+
+def computed_run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]]:
+    """Per-rank statistics and the logged keys, computed from the run's records."""
     stats: dict[int, RankStats] = {}
     for row in store.ranks(run_id):
         stats[row["rank"]] = RankStats(

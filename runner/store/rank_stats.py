@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rankwatch import protocol
+from runner.store.run_figures import KEPT_VERSION, computed_run_figures
 
 BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_WAIT, protocol.SAMPLES_PER_SECOND,
                               protocol.STEPS_PER_SECOND, protocol.COMM_WAIT, protocol.CPU_WAIT,
@@ -119,9 +120,6 @@ class LoggedKey:
                    {int(rank): value for rank, value in data["last_by_rank"].items()})
 
 
-STATISTICS_VERSION = 1
-"""The version of what :func:`run_statistics` computes: raise it when a figure's definition
-changes, and the figures kept by the older code are computed again rather than read."""
 
 
 def custom_metric_names(names: list[str]) -> list[str]:
@@ -315,21 +313,23 @@ def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]
 
 
 def keep_run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]]:
-    """Compute the statistics of run ``run_id``, which has ended, and keep them in the store.
-    The runner calls it once its hub has stored the last record (``store`` writable)."""
+    """Compute the statistics of run ``run_id``, which has ended, and its runs-list figures
+    (``run_figures``), and keep them in the store. Its hub calls it once it has stored the
+    last record (``store`` writable)."""
     stats, logged = computed_run_statistics(store, run_id)
+    figures = computed_run_figures(store, [run_id]).get(run_id)
     with store.connection:
         store.connection.execute(
-            "INSERT OR REPLACE INTO run_statistics (run_id, version, ranks, logged) VALUES (?, ?, ?, ?)",
-            (run_id, STATISTICS_VERSION, json.dumps([entry.to_json() for entry in stats]),
-             json.dumps([key.to_json() for key in logged])))
+            "INSERT OR REPLACE INTO run_statistics (run_id, version, ranks, logged, figures) VALUES (?, ?, ?, ?, ?)",
+            (run_id, KEPT_VERSION, json.dumps([entry.to_json() for entry in stats]),
+             json.dumps([key.to_json() for key in logged]), json.dumps(figures.to_json() if figures else {})))
     return stats, logged
 
 
 def _kept_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]] | None:
     try:
         rows = _rows(store, "SELECT ranks, logged FROM run_statistics WHERE run_id = ? AND version = ?",
-                     run_id, STATISTICS_VERSION)
+                     run_id, KEPT_VERSION)
     except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
         return None
     if not rows:

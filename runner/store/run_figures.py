@@ -14,13 +14,18 @@ statement over the loss and throughput records of those runs, through the
 * ``samples_per_s``: the job's throughput: the sum over ranks of each rank's total samples
   over its total step time (``rank_stats``' per-rank figure, added up).
 
-A figure not measured is ``None`` (shown "–"), never 0.
+A figure not measured is ``None`` (shown "–"), never 0. An ended run's figures are read from
+what its hub kept (``rank_stats.keep_run_statistics``, the ``run_statistics`` table): one row,
+where the query reads every loss record of the run (2.6 s at 1,024 ranks for 20 s).
 """
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from rankwatch import protocol
 
@@ -72,13 +77,50 @@ class RunFigures:
     steps: int | None = None
     samples_per_s: float | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunFigures:
+        return cls(**data)
+
+
+KEPT_VERSION = 1
+"""The version of what ``run_figures`` and ``rank_stats.run_statistics`` compute, kept with an
+ended run's figures: raise it when a figure's definition changes, and the figures kept by the
+older code are computed again rather than read."""
+
 
 def run_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures]:
-    """The figures of each of ``run_ids`` that recorded any (the others are left out).
+    """The figures of each of ``run_ids`` that recorded any (the others are left out): kept
+    ones where the run's hub kept them, the others computed.
 
     Raises:
         runner.store.schema.StoreError: the store cannot be read.
     """
+    kept = _kept_figures(store, run_ids)
+    computed = computed_run_figures(store, [run_id for run_id in run_ids if run_id not in kept])
+    return {**computed, **{run_id: figures for run_id, figures in kept.items() if figures is not None}}
+
+
+def _kept_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures | None]:
+    """run id -> its kept figures; None for a run kept as having recorded none."""
+    if not run_ids:
+        return {}
+    ids = [int(run_id) for run_id in run_ids]
+    marks = ", ".join("?" * len(ids))
+    try:
+        rows = store.connection.execute(
+            f"SELECT run_id, figures FROM run_statistics WHERE version = ? AND figures IS NOT NULL"
+            f" AND run_id IN ({marks})", (KEPT_VERSION, *ids)).fetchall()
+    except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
+        return {}
+    return {int(run_id): (RunFigures.from_json(data) if (data := json.loads(text)) else None)
+            for run_id, text in rows}
+
+
+def computed_run_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures]:
+    """The figures of each of ``run_ids``, computed from their records."""
     if not run_ids:
         return {}
     ids = [int(run_id) for run_id in run_ids]

@@ -165,16 +165,18 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, level, name, rank)
     );
     """,
-    # 7 -> 8: each finished run's per-rank statistics (``runner.store.rank_stats``), kept by
-    # its runner once the run has ended, so `runs show`, the end of `rankwatch run` and the
-    # History read one row instead of every record (2.5 s at 1,024 ranks for 20 s, and growing
-    # with the run). ``version`` is the computation's; figures of another version are not read.
+    # 7 -> 8: each ended run's per-rank statistics (``runner.store.rank_stats``) and its runs-list
+    # figures (``runner.store.run_figures``), kept by its hub once the run has ended, so `runs
+    # show`, the end of `rankwatch run` and the History read one row instead of every record
+    # (2.5 s each at 1,024 ranks for 20 s, and growing with the run). ``version`` is the
+    # computations'; figures of another version are not read.
     """
     CREATE TABLE run_statistics (
         run_id   INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
         version  INTEGER NOT NULL,
         ranks    TEXT NOT NULL,
-        logged   TEXT NOT NULL
+        logged   TEXT NOT NULL,
+        figures  TEXT
     );
     """,
 ]

@@ -8,7 +8,7 @@ import asyncio
 import time
 
 from rankwatch import protocol
-from runner.store import rank_stats
+from runner.store import rank_stats, run_figures
 from runner.store.rank_stats import computed_run_statistics, keep_run_statistics, run_statistics
 from runner.store.store import RunStore
 from tests.hubs import fake_worker, open_hub
@@ -32,13 +32,18 @@ def test_the_hub_keeps_an_ended_runs_statistics_equal_to_those_computed_from_its
         computed = computed_run_statistics(store, run_id)
         assert [entry.last_step for entry in computed[0]] == [599, 599, 599]
         [(version,)] = store.connection.execute("SELECT version FROM run_statistics WHERE run_id = ?", (run_id,))
-        assert version == rank_stats.STATISTICS_VERSION
+        assert version == run_figures.KEPT_VERSION
         assert run_statistics(store, run_id) == computed
+        figures = run_figures.computed_run_figures(store, [run_id])
+        assert figures[run_id].steps == 600 and figures[run_id].samples_per_s is None  # losses only
+        assert run_figures.run_figures(store, [run_id]) == figures
         # read from the kept row, not the records: with the records gone the figures stay
         store.connection.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))
         store.connection.commit()
         assert run_statistics(store, run_id) == computed
         assert computed_run_statistics(store, run_id)[0][0].last_step is None
+        assert run_figures.computed_run_figures(store, [run_id]) == {}
+        assert run_figures.run_figures(store, [run_id]) == figures
 
 
 def test_a_run_that_did_not_end_keeps_nothing_and_figures_of_another_version_are_not_read(tmp_path, monkeypatch):
@@ -49,5 +54,5 @@ def test_a_run_that_did_not_end_keeps_nothing_and_figures_of_another_version_are
         store.connection.execute("DELETE FROM metrics WHERE run_id = ? AND name = ?", (run_id, protocol.LOSS))
         store.connection.commit()
         assert run_statistics(store, run_id) == kept  # kept: read back as they were
-        monkeypatch.setattr(rank_stats, "STATISTICS_VERSION", rank_stats.STATISTICS_VERSION + 1)
+        monkeypatch.setattr(rank_stats, "KEPT_VERSION", run_figures.KEPT_VERSION + 1)
         assert run_statistics(store, run_id)[0][0].last_loss is None  # another version: computed afresh

@@ -58,6 +58,8 @@ from rankwatch.protocol import Event, Update
 from runner.hub.lines import peer_pid
 from runner.hub.live_model import LiveModel
 from runner.hub.writer import StoreWriter
+from runner.store import replay_window
+from runner.store.replay_window import MetricWindow, ReplayBudget, SeriesSpan
 from runner.store.store import RecordBatch, RunStore
 
 DECIMATE_ABOVE_BYTES = 4 << 20
@@ -414,6 +416,26 @@ def encode_update(update: Update, stats: Counter[str] | None = None) -> list[byt
     return encode_update(first, stats) + encode_update(second, stats)
 
 
+@dataclass(frozen=True)
+class ReplaySummary:
+    """What a history replay sent: through which committed batch, and what it left out."""
+
+    through: int
+    """The last batch sequence number the replay includes (later ones come live)."""
+    decimated: bool
+    """Older metrics were thinned to their envelope and last points (the updates said so)."""
+    left_out: dict[str, int]
+    """Stored rows not sent, per table (``metrics``: older records the thinned points stand for)."""
+
+    def history_end(self) -> Message:
+        """The ``history_end`` message; it names what was left out only when something was (an
+        older reader ignores the extra fields)."""
+        message: Message = {"type": protocol.HistoryEnd.TYPE}
+        if self.decimated or self.left_out:
+            message.update(decimated=self.decimated, left_out=dict(self.left_out))
+        return message
+
+
 class Publisher:
     """Subscribers of one run: snapshot, history replay, live updates, bye."""
 
@@ -428,6 +450,8 @@ class Publisher:
         self._commit_seq = commit_seq
         """The sequence number of the last committed batch (read on the writer thread)."""
         self.subscribers: list[Subscriber] = []
+        self.replay_budget = ReplayBudget()
+        """How much of the history a replay sends at most (``runner.store.replay_window``)."""
         self.spec_table: dict[str, Any] = {}
         self.on_subscribers_changed: Callable[[], None] = _nothing
         """Called after a subscriber came or went (the hub sets the run's freshness)."""
@@ -448,8 +472,9 @@ class Publisher:
         subscriber.send(self.snapshot(nodes))
         replayed_through = 0  # without a replay, every queued live batch is new to it
         if history and run_id is not None:
-            replayed_through = await self._replay(subscriber, run_id)
-            subscriber.send({"type": protocol.HistoryEnd.TYPE})
+            summary = await self._replay(subscriber, run_id)
+            replayed_through = summary.through
+            subscriber.send(summary.history_end())
         subscriber.go_live(replayed_through)
         if subscriber.dropped is not None:
             self.remove(subscriber)
@@ -472,38 +497,70 @@ class Publisher:
                 self.on_subscriber_dropped(subscriber.dropped)
             self.on_subscribers_changed()
 
-    async def _replay(self, subscriber: Subscriber, run_id: int) -> int:
-        """Stream the stored history; returns the last batch sequence number it includes."""
-        def bounds(store: RunStore) -> tuple[int, dict[str, int]]:
-            return self._commit_seq(), store.last_rowids(run_id)
+    async def _replay(self, subscriber: Subscriber, run_id: int) -> ReplaySummary:
+        """Stream the stored history, bounded (``runner.store.replay_window``): the most recent rows
+        of each table, metrics older than their recent tail thinned per series. Returns what it
+        included (through which batch) and what it left out."""
+        budget = self.replay_budget
 
-        through, last = await self.writer.call(bounds)
-        readers: list[tuple[str, Callable[[RunStore, int, int], tuple[list[Any], int]]]] = [
-            ("logs", lambda store, after, upto: store.read_chunk("logs", run_id, after, upto, HISTORY_ROWS_PER_READ)),
-            ("events", lambda store, after, upto: store.read_chunk("events", run_id, after, upto, 1000)),
-            ("metrics", lambda store, after, upto: store.read_chunk("metrics", run_id, after, upto,
-                                                                     HISTORY_ROWS_PER_READ)),
-            ("gpu_samples", lambda store, after, upto: store.read_chunk("gpu_samples", run_id, after, upto,
-                                                                         HISTORY_ROWS_PER_READ)),
-            ("process_samples", lambda store, after, upto: store.read_chunk("process_samples", run_id, after, upto,
-                                                                             HISTORY_ROWS_PER_READ)),
-        ]
-        for table, read in readers:
-            after = 0
-            while after < last[table] and not subscriber.closed:
-                rows, after = await self.writer.call(read, after, last[table])
-                if not rows:
-                    break
-                batch = RecordBatch()
-                getattr(batch, table).extend(rows)
-                await self._send_chunk(subscriber, batch)
-        return through
+        def plan(store: RunStore) -> tuple[int, dict[str, int], MetricWindow, dict[str, tuple[int, int]]]:
+            last = store.last_rowids(run_id)
+            starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep)
+                      for table, keep in budget.keep.items()}
+            return (self._commit_seq(), last, replay_window.plan_metrics(store.connection, run_id, last["metrics"],
+                                                                         budget), starts)
 
-    async def _send_chunk(self, subscriber: Subscriber, batch: RecordBatch) -> None:
+        through, last, window, starts = await self.writer.call(plan)
+        left_out = {table: skipped for table, (_after, skipped) in starts.items() if skipped}
+        for table in ("logs", "events"):
+            await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
+        if window.decimated:
+            sent = await self._replay_older_metrics(subscriber, run_id, window)
+            left_out["metrics"] = window.older_records - sent
+        await self._replay_table(subscriber, run_id, "metrics", window.tail_after, last["metrics"])
+        for table in ("gpu_samples", "process_samples"):
+            await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
+        return ReplaySummary(through, window.decimated, left_out)
+
+    async def _replay_table(self, subscriber: Subscriber, run_id: int, table: str, after: int, upto: int) -> None:
+        """Rows of ``table`` with key in (``after``, ``upto``], as they came, a chunk at a time."""
+        limit = 1000 if table == "events" else HISTORY_ROWS_PER_READ
+
+        def read(store: RunStore, after: int) -> tuple[list[Any], int]:
+            return store.read_chunk(table, run_id, after, upto, limit)
+
+        while after < upto and not subscriber.closed:
+            rows, after = await self.writer.call(read, after)
+            if not rows:
+                break
+            batch = RecordBatch()
+            getattr(batch, table).extend(rows)
+            await self._send_chunk(subscriber, batch)
+
+    async def _replay_older_metrics(self, subscriber: Subscriber, run_id: int, window: MetricWindow) -> int:
+        """The thinned older part of the metrics, a few series per store read; returns the points sent."""
+        def read(store: RunStore, group: tuple[SeriesSpan, ...]) -> list[Any]:
+            return [point for series in group
+                    for point in replay_window.older_points(store.connection, run_id, window, series)]
+
+        sent = 0
+        per_read = max(1, HISTORY_ROWS_PER_READ // (2 * window.buckets + 2))
+        for start in range(0, len(window.older), per_read):
+            if subscriber.closed:
+                break
+            points = await self.writer.call(read, window.older[start:start + per_read])
+            sent += len(points)
+            await self._send_chunk(subscriber, RecordBatch(metrics=points), decimated=True)
+        return sent
+
+    async def _send_chunk(self, subscriber: Subscriber, batch: RecordBatch, decimated: bool = False) -> None:
         """One chunk of the history, line by line as the subscriber takes them; a subscriber that
-        takes nothing for ``REPLAY_STALL_SECONDS`` is dropped (it would hold the chunk forever)."""
-        chunk = [(update_message(update), encode_update(update, self.stats))
-                 for update in update_lines(time.time(), batch)]
+        takes nothing for ``REPLAY_STALL_SECONDS`` is dropped (it would hold the chunk forever).
+        ``decimated``: the chunk stands for more records than it holds (its updates say so)."""
+        updates = list(update_lines(time.time(), batch))
+        for update in updates:
+            update.decimated = decimated
+        chunk = [(update_message(update), encode_update(update, self.stats)) for update in updates]
         subscriber.replay_bytes = sum(len(line) for _, lines in chunk for line in lines)
         try:
             for message, lines in chunk:

@@ -1,0 +1,142 @@
+"""What a history replay reads: a bounded window of the run, whatever its size.
+
+Attaching to a live run replays its stored history before the live updates (see
+``runner.hub.publisher``). Replaying every record does not scale: 1,024 ranks store a
+million records in 20 s, and the live updates queued behind so long a replay pass the
+subscriber's memory budget, so it is dropped before the history ends. So a replay reads
+at most a fixed number of records, however many the run has:
+
+* **metrics**: the run's most recent ``metric_tail`` records in full, as they came (in row
+  order, as before); the older part, per series (metric name and rank) and source, as the
+  pyramid keeps old data (``runner.store.pyramid``): one lowest and one highest point per
+  time bucket, so a chart still draws the curve's envelope, plus the series' exact last
+  point (tables stay exact). The buckets per series share ``metric_older_points``;
+* **logs, events, GPU and process samples**: the most recent ``keep[table]`` rows; the rest
+  is counted as left out.
+
+A run within the budget replays every record, exactly as stored. ``runs show``, CSV export
+and ``rankwatch runs`` read the store itself and are not affected: the store keeps it all.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rankwatch.protocol import MetricRecord
+
+DEFAULT_KEEP: Mapping[str, int] = {"logs": 10_000, "events": 5_000, "gpu_samples": 10_000,
+                                   "process_samples": 10_000}
+"""The most recent rows of each non-metric table a replay sends."""
+MAX_BUCKETS_PER_SERIES = 2_000
+"""No series gets more buckets than this (4,000 points), however few series the run has."""
+TABLE_KEYS: Mapping[str, str] = {"metrics": "rowid", "logs": "id", "events": "id", "gpu_samples": "rowid",
+                                 "process_samples": "rowid"}
+
+
+@dataclass(frozen=True)
+class ReplayBudget:
+    """How much of a run a replay sends at most."""
+
+    metric_tail: int = 20_000
+    """The most recent metric records sent in full (all series together)."""
+    metric_older_points: int = 30_000
+    """Points (lowest and highest per bucket) that stand for all older metric records."""
+    keep: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_KEEP))
+
+
+@dataclass(frozen=True)
+class SeriesSpan:
+    """One series' records in the older part of a replay (row id at or below ``MetricWindow.tail_after``)."""
+
+    name: str
+    rank: int
+    records: int
+    first_t: float
+    last_t: float
+
+
+@dataclass(frozen=True)
+class MetricWindow:
+    """How a replay sends a run's metrics: ``older`` thinned into ``buckets`` per series,
+    then every record with row id in (``tail_after``, through] as it came."""
+
+    tail_after: int
+    older: tuple[SeriesSpan, ...]
+    buckets: int
+
+    @property
+    def decimated(self) -> bool:
+        return bool(self.older)
+
+    @property
+    def older_records(self) -> int:
+        return sum(series.records for series in self.older)
+
+
+FULL = MetricWindow(0, (), 0)
+"""Every record, as it came (a run within the budget)."""
+
+
+def plan_metrics(connection: sqlite3.Connection, run_id: int, through: int,
+                 budget: ReplayBudget = ReplayBudget()) -> MetricWindow:
+    """The metric window of ``run_id`` (rows up to ``through``) for ``budget``: ``FULL`` when the
+    run fits it. Reads the ``metrics_by_series`` index once (no table rows)."""
+    row = connection.execute(
+        "SELECT rowid FROM metrics WHERE +run_id = ? AND rowid <= ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+        (run_id, through, budget.metric_tail)).fetchone()
+    if row is None:
+        return FULL
+    tail_after = int(row[0])
+    older = tuple(SeriesSpan(str(name), int(rank), int(records), float(first), float(last))
+                  for name, rank, records, first, last in connection.execute(
+                      "SELECT name, rank, COUNT(*), MIN(t), MAX(t) FROM metrics INDEXED BY metrics_by_series"
+                      " WHERE run_id = ? AND rowid <= ? GROUP BY name, rank", (run_id, tail_after)))
+    if sum(series.records for series in older) <= budget.metric_older_points:
+        return FULL
+    buckets = max(1, min(MAX_BUCKETS_PER_SERIES, budget.metric_older_points // (2 * len(older))))
+    return MetricWindow(tail_after, older, buckets)
+
+
+def older_points(connection: sqlite3.Connection, run_id: int, window: MetricWindow,
+                 series: SeriesSpan) -> list[MetricRecord]:
+    """The points that stand for ``series`` in the older part of ``window``, in time order: all
+    its records when there are few, else per source and time bucket the lowest and the highest
+    (a pyramid point counts with its ``low``/``high``), and the series' last record per source."""
+    where = "run_id = ? AND name = ? AND rank = ? AND rowid <= ?"
+    params: tuple[object, ...] = (run_id, series.name, series.rank, window.tail_after)
+    columns = "rowid, rank, t, step, name"
+    if series.records <= 2 * window.buckets + 1:
+        rows = connection.execute(f"SELECT {columns}, value, source FROM metrics WHERE {where}", params).fetchall()
+    else:
+        width = (series.last_t - series.first_t) / window.buckets or 1.0
+        bucket = "CAST((t - ?) / ? AS INTEGER)"
+        rows = []
+        for extreme in ("MIN(COALESCE(low, value))", "MAX(COALESCE(high, value))"):
+            rows += connection.execute(
+                f"SELECT {columns}, {extreme}, source FROM metrics WHERE {where} GROUP BY source, {bucket}",
+                (*params, series.first_t, width)).fetchall()
+        for source in {row[6] for row in rows}:
+            rows += connection.execute(
+                f"SELECT {columns}, value, source FROM metrics WHERE {where} AND source = ?"
+                f" ORDER BY t DESC, rowid DESC LIMIT 1", (*params, source)).fetchall()
+    unique = {row[0]: row for row in rows}
+    new = tuple.__new__
+    return [new(MetricRecord, row[1:]) for row in sorted(unique.values(), key=lambda row: (row[2], row[0]))]
+
+
+def recent_start(connection: sqlite3.Connection, table: str, run_id: int, through: int,
+                 keep: int) -> tuple[int, int]:
+    """Where a replay of ``table`` starts to send the run's ``keep`` most recent rows up to key
+    ``through``: (the key to read after, how many older rows it leaves out)."""
+    key = TABLE_KEYS[table]
+    row = connection.execute(
+        f"SELECT {key} FROM {table} WHERE +run_id = ? AND {key} <= ? ORDER BY {key} DESC LIMIT 1 OFFSET ?",
+        (run_id, through, keep)).fetchone()
+    if row is None:
+        return 0, 0
+    after = int(row[0])
+    left_out = connection.execute(f"SELECT COUNT(*) FROM {table} WHERE run_id = ? AND {key} <= ?",
+                                  (run_id, after)).fetchone()[0]
+    return after, int(left_out)

@@ -516,7 +516,8 @@ class Publisher:
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
         if window.decimated:
             sent = await self._replay_older_metrics(subscriber, run_id, window)
-            left_out["metrics"] = window.older_records - sent
+            if window.older_records is not None:  # a sampled window is not counted: that reads every row
+                left_out["metrics"] = window.older_records - sent
         await self._replay_table(subscriber, run_id, "metrics", window.tail_after, last["metrics"])
         for table in ("gpu_samples", "process_samples"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
@@ -544,7 +545,7 @@ class Publisher:
                     for point in replay_window.older_points(store.connection, run_id, window, series)]
 
         sent = 0
-        per_read = max(1, HISTORY_ROWS_PER_READ // (2 * window.buckets + 2))
+        per_read = max(1, HISTORY_ROWS_PER_READ // (2 * window.buckets + 2))  # ~a chunk of points a read
         for start in range(0, len(window.older), per_read):
             if subscriber.closed:
                 break

@@ -7,10 +7,15 @@ subscriber's memory budget, so it is dropped before the history ends. So a repla
 at most a fixed number of records, however many the run has:
 
 * **metrics**: the run's most recent ``metric_tail`` records in full, as they came (in row
-  order, as before); the older part, per series (metric name and rank) and source, as the
-  pyramid keeps old data (``runner.store.pyramid``): one lowest and one highest point per
-  time bucket, so a chart still draws the curve's envelope, plus the series' exact last
-  point (tables stay exact). The buckets per series share ``metric_older_points``;
+  order, as before); the older part thinned per series (metric name and rank) to points
+  that share ``metric_older_points``, and always the series' exact last record (tables stay
+  exact). While the older part is small enough to read whole (``ENVELOPE_SCAN_ROWS``), it
+  is thinned as the pyramid keeps old data (``runner.store.pyramid``): per source and time
+  bucket its lowest and its highest point, so a chart still draws the curve's envelope.
+  Past that, reading every row would make the replay as slow as the run is long (1,024
+  ranks store 200 million records an hour), so each bucket is one record found by an index
+  seek (a pyramid point among them still stands for its bucket's mean): the replay costs
+  the same at any run size;
 * **logs, events, GPU and process samples**: the most recent ``keep[table]`` rows; the rest
   is counted as left out.
 
@@ -21,14 +26,18 @@ and ``rankwatch runs`` read the store itself and are not affected: the store kee
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rankwatch.protocol import MetricRecord
+from runner.store.pyramid import next_series
 
 DEFAULT_KEEP: Mapping[str, int] = {"logs": 10_000, "events": 5_000, "gpu_samples": 10_000,
                                    "process_samples": 10_000}
 """The most recent rows of each non-metric table a replay sends."""
+ENVELOPE_SCAN_ROWS = 500_000
+"""Older metric records read whole to keep each bucket's lowest and highest (~1 s); more are sampled."""
 MAX_BUCKETS_PER_SERIES = 2_000
 """No series gets more buckets than this (4,000 points), however few series the run has."""
 TABLE_KEYS: Mapping[str, str] = {"metrics": "rowid", "logs": "id", "events": "id", "gpu_samples": "rowid",
@@ -52,9 +61,10 @@ class SeriesSpan:
 
     name: str
     rank: int
-    records: int
-    first_t: float
-    last_t: float
+    records: int | None
+    """None: not counted (a sampled window: counting would read every row)."""
+    first_t: float | None = None
+    last_t: float | None = None
 
 
 @dataclass(frozen=True)
@@ -65,14 +75,19 @@ class MetricWindow:
     tail_after: int
     older: tuple[SeriesSpan, ...]
     buckets: int
+    envelope: bool = True
+    """Each bucket's lowest and highest (the older part was read whole); False: one record per
+    bucket, found by an index seek."""
 
     @property
     def decimated(self) -> bool:
         return bool(self.older)
 
     @property
-    def older_records(self) -> int:
-        return sum(series.records for series in self.older)
+    def older_records(self) -> int | None:
+        """The older records the points stand for; None when not counted (sampled)."""
+        counts = [series.records for series in self.older]
+        return None if None in counts else sum(count for count in counts if count is not None)
 
 
 FULL = MetricWindow(0, (), 0)
@@ -82,21 +97,38 @@ FULL = MetricWindow(0, (), 0)
 def plan_metrics(connection: sqlite3.Connection, run_id: int, through: int,
                  budget: ReplayBudget = ReplayBudget()) -> MetricWindow:
     """The metric window of ``run_id`` (rows up to ``through``) for ``budget``: ``FULL`` when the
-    run fits it. Reads the ``metrics_by_series`` index once (no table rows)."""
+    run fits it. Reads at most ``ENVELOPE_SCAN_ROWS`` index entries, then one seek per series."""
     row = connection.execute(
         "SELECT rowid FROM metrics WHERE +run_id = ? AND rowid <= ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
         (run_id, through, budget.metric_tail)).fetchone()
     if row is None:
         return FULL
     tail_after = int(row[0])
-    older = tuple(SeriesSpan(str(name), int(rank), int(records), float(first), float(last))
-                  for name, rank, records, first, last in connection.execute(
-                      "SELECT name, rank, COUNT(*), MIN(t), MAX(t) FROM metrics INDEXED BY metrics_by_series"
-                      " WHERE run_id = ? AND rowid <= ? GROUP BY name, rank", (run_id, tail_after)))
-    if sum(series.records for series in older) <= budget.metric_older_points:
+    older_rows = connection.execute(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM metrics WHERE +run_id = ? AND rowid <= ? ORDER BY rowid DESC LIMIT ?)",
+        (run_id, tail_after, ENVELOPE_SCAN_ROWS + 1)).fetchone()[0]
+    if older_rows <= budget.metric_older_points:
         return FULL
-    buckets = max(1, min(MAX_BUCKETS_PER_SERIES, budget.metric_older_points // (2 * len(older))))
-    return MetricWindow(tail_after, older, buckets)
+    if older_rows <= ENVELOPE_SCAN_ROWS:
+        older = tuple(SeriesSpan(str(name), int(rank), int(records), float(first), float(last))
+                      for name, rank, records, first, last in connection.execute(
+                          "SELECT name, rank, COUNT(*), MIN(t), MAX(t) FROM metrics INDEXED BY metrics_by_series"
+                          " WHERE run_id = ? AND rowid <= ? GROUP BY name, rank", (run_id, tail_after)))
+        buckets = budget.metric_older_points // (2 * len(older))
+        return MetricWindow(tail_after, older, max(1, min(MAX_BUCKETS_PER_SERIES, buckets)))
+    older = tuple(SeriesSpan(name, rank, None) for name, rank in all_series(connection, run_id))
+    buckets = budget.metric_older_points // max(1, len(older))
+    return MetricWindow(tail_after, older, max(1, min(MAX_BUCKETS_PER_SERIES, buckets)), envelope=False)
+
+
+def all_series(connection: sqlite3.Connection, run_id: int) -> list[tuple[str, int]]:
+    """The run's series (name, rank), one index seek each (a loose index scan)."""
+    series: list[tuple[str, int]] = []
+    current = next_series(connection, run_id, None)
+    while current is not None:
+        series.append(current)
+        current = next_series(connection, run_id, current)
+    return series
 
 
 def older_points(connection: sqlite3.Connection, run_id: int, window: MetricWindow,
@@ -107,7 +139,9 @@ def older_points(connection: sqlite3.Connection, run_id: int, window: MetricWind
     where = "run_id = ? AND name = ? AND rank = ? AND rowid <= ?"
     params: tuple[object, ...] = (run_id, series.name, series.rank, window.tail_after)
     columns = "rowid, rank, t, step, name"
-    if series.records <= 2 * window.buckets + 1:
+    if not window.envelope or series.records is None or series.first_t is None or series.last_t is None:
+        rows = _sampled_rows(connection, where, params, window.buckets)
+    elif series.records <= 2 * window.buckets + 1:
         rows = connection.execute(f"SELECT {columns}, value, source FROM metrics WHERE {where}", params).fetchall()
     else:
         width = (series.last_t - series.first_t) / window.buckets or 1.0
@@ -122,8 +156,33 @@ def older_points(connection: sqlite3.Connection, run_id: int, window: MetricWind
                 f"SELECT {columns}, value, source FROM metrics WHERE {where} AND source = ?"
                 f" ORDER BY t DESC, rowid DESC LIMIT 1", (*params, source)).fetchall()
     unique = {row[0]: row for row in rows}
+    return _in_time_order(unique.values())
+
+
+def _sampled_rows(connection: sqlite3.Connection, where: str, params: tuple[object, ...],
+                  buckets: int) -> list[Any]:
+    """One record per time bucket of the series' older part, each found by an index seek, and its
+    last record: the cost does not grow with the series' length."""
+    columns = "rowid, rank, t, step, name, value, source"
+    first = connection.execute(f"SELECT {columns} FROM metrics WHERE {where} ORDER BY t, rowid LIMIT 1",
+                               params).fetchone()
+    last = connection.execute(f"SELECT {columns} FROM metrics WHERE {where} ORDER BY t DESC, rowid DESC LIMIT 1",
+                              params).fetchone()
+    if first is None or last is None:
+        return []
+    rows = [first, last]
+    width = (last[2] - first[2]) / buckets
+    for index in range(1, buckets if width > 0 else 0):
+        row = connection.execute(f"SELECT {columns} FROM metrics WHERE {where} AND t >= ? ORDER BY t LIMIT 1",
+                                 (*params, first[2] + index * width)).fetchone()
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _in_time_order(rows: Iterable[Any]) -> list[MetricRecord]:
     new = tuple.__new__
-    return [new(MetricRecord, row[1:]) for row in sorted(unique.values(), key=lambda row: (row[2], row[0]))]
+    return [new(MetricRecord, tuple(row)[1:]) for row in sorted(rows, key=lambda row: (row[2], row[0]))]
 
 
 def recent_start(connection: sqlite3.Connection, table: str, run_id: int, through: int,

@@ -16,6 +16,7 @@ from typing import Any
 
 from rankwatch.protocol import LogLine, MetricRecord
 from runner.hub.client import HubClient
+from runner.store import replay_window
 from runner.store.replay_window import ReplayBudget
 from runner.store.store import RecordBatch, RunStore
 from tests.hubs import fake_worker, open_hub, stored_count
@@ -121,3 +122,20 @@ def test_replay_is_exact_up_to_the_budget_and_bounded_past_it(tmp_path):
     over, _ = asyncio.run(big_run_replayed(tmp_path / "b", 20_000 - WORKER_RECORDS, budget=budget))
     assert len(over["metrics"]) <= budget.metric_tail + budget.metric_older_points + 4 * len(SERIES) + 1
     assert over["history_end"]["decimated"] is True
+
+
+def test_past_the_envelope_scan_limit_a_replay_samples_by_seeks_bounded_with_exact_last_values(tmp_path,
+                                                                                             monkeypatch):
+    monkeypatch.setattr(replay_window, "ENVELOPE_SCAN_ROWS", 10_000)  # as if the older part were huge
+    budget = ReplayBudget(metric_tail=1_000, metric_older_points=600)
+    seen, store_path = asyncio.run(big_run_replayed(tmp_path, 40_000, budget=budget))
+    assert seen["history_end"]["decimated"] is True
+    assert "metrics" not in seen["history_end"]["left_out"]  # not counted: that would read every row
+    assert len(seen["metrics"]) <= budget.metric_tail + budget.metric_older_points + 2 * len(SERIES)
+    replayed = by_series(seen["metrics"])
+    with RunStore(store_path, readonly=True) as store:
+        stored = by_series(store.metrics(seen["run_id"]))
+    assert replayed.keys() == stored.keys()
+    for key, rows in stored.items():
+        assert list(replayed[key][-1]) == list(rows[-1]), key
+        assert list(replayed[key][0]) == list(rows[0]), key  # the curve still starts where it started

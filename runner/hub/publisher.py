@@ -6,6 +6,14 @@ asked for history, the stored history as a series of ``update`` lines and
 hands every subscriber one ``update`` for it (so at most one per flush, ~20 a
 second). A record is in the store before any subscriber sees it.
 
+History is bounded: a replay sends a window of the run whose size does not grow with
+the run (``runner.store.replay_window``: the most recent rows of each table, the recent
+metrics in full, older ones thinned per series with each series' exact last record), or
+every record when the run fits the window. Updates of thinned points say ``decimated``;
+``history_end`` then says ``decimated`` and what it left out (``left_out``, rows per
+table). A replay of every record of a big run took longer than the live updates queued
+behind it could wait (1,024 ranks: dropped before ``history_end``).
+
 History is streamed, not loaded: the writer thread reads a few thousand rows at a
 time (up to the rows committed when the replay began, so replay and live never
 overlap or leave a gap), each chunk goes out as lines of at most
@@ -34,7 +42,7 @@ are the bytes held.
 A disconnected subscriber is counted (``stats["subscribers_dropped"]`` and
 ``stats["subscribers_dropped_<reason>"]``) and told to ``Publisher.on_subscriber_dropped``
 (the hub records a ``warning`` event that names it, why, and how much it held). The run
-goes on, and the store keeps every record: attaching again shows it all.
+goes on, and the store keeps every record (``runs show`` and export read it all).
 """
 
 from __future__ import annotations
@@ -428,12 +436,9 @@ class ReplaySummary:
     """Stored rows not sent, per table (``metrics``: older records the thinned points stand for)."""
 
     def history_end(self) -> Message:
-        """The ``history_end`` message; it names what was left out only when something was (an
-        older reader ignores the extra fields)."""
-        message: Message = {"type": protocol.HistoryEnd.TYPE}
-        if self.decimated or self.left_out:
-            message.update(decimated=self.decimated, left_out=dict(self.left_out))
-        return message
+        """The ``history_end`` message (an older reader ignores its fields)."""
+        end = protocol.HistoryEnd(self.decimated, dict(self.left_out))
+        return {"type": end.TYPE, **end.to_wire()}
 
 
 class Publisher:

@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from rankwatch import protocol
 from rankwatch.protocol import LogLine, MetricRecord
 from runner.hub.client import HubClient
 from runner.store import replay_window
@@ -117,7 +118,8 @@ def test_replay_is_exact_up_to_the_budget_and_bounded_past_it(tmp_path):
     with RunStore(store_path, readonly=True) as store:
         stored = [list(row) for row in store.read_chunk("metrics", exact["run_id"], 0, None, 10_000)[0]]
     assert [list(row) for row in exact["metrics"]] == stored  # every record, as stored, in order
-    assert exact["decimated_updates"] == 0 and "decimated" not in exact["history_end"]
+    assert exact["decimated_updates"] == 0
+    assert protocol.HistoryEnd.from_wire(exact["history_end"]) == protocol.HistoryEnd(False, {})
 
     over, _ = asyncio.run(big_run_replayed(tmp_path / "b", 20_000 - WORKER_RECORDS, budget=budget))
     assert len(over["metrics"]) <= budget.metric_tail + budget.metric_older_points + 4 * len(SERIES) + 1
@@ -139,3 +141,11 @@ def test_past_the_envelope_scan_limit_a_replay_samples_by_seeks_bounded_with_exa
     for key, rows in stored.items():
         assert list(replayed[key][-1]) == list(rows[-1]), key
         assert list(replayed[key][0]) == list(rows[0]), key  # the curve still starts where it started
+
+
+def test_history_end_says_what_a_bounded_replay_left_out_and_reads_leniently():
+    end = protocol.HistoryEnd(True, {"logs": 20_000, "metrics": 250_000})
+    assert protocol.decode_message(end.encode()) == end
+    assert protocol.decode_message(b'{"type":"history_end","v":1}\n') == protocol.HistoryEnd(False, {})
+    odd = protocol.decode_message(b'{"type":"history_end","v":1,"decimated":"yes","left_out":{"logs":-1,"x":2}}\n')
+    assert odd == protocol.HistoryEnd(False, {"x": 2})

@@ -79,6 +79,12 @@ busy drawing, short of a terminal left stopped (Ctrl-Z)."""
 READ_PROGRESS_POLL_SECONDS = 0.25
 """How often a waiting replay looks whether its subscriber took anything."""
 DECIMATED_POINTS_PER_SERIES = 8
+CATCH_UP_READ_SECONDS = 2.0
+"""A replaying subscriber that took a replay line this recently is reading: when the live updates
+queued behind its replay pass the budget, they are let go and caught up from the store instead
+of dropping it."""
+CATCH_UP_ROUNDS = 3
+"""Catch-up replays at most, before a subscriber whose queue keeps overflowing is dropped."""
 HISTORY_ROWS_PER_READ = 5_000
 LINE_BYTES = protocol.HISTORY_LINE_BYTES
 """Every update line (replay and live) is cut to about this size."""
@@ -175,6 +181,10 @@ class Subscriber(abc.ABC):
         self.queued_bytes = 0
         self.replay_bytes = 0
         """The replay chunk in flight: read from the store, not yet handed to ``send_lines``."""
+        self.read_progress_at: float | None = None
+        """When it last took a replay line (``time.monotonic``); None: not yet."""
+        self.missed_live = False
+        """Live updates queued during its replay were let go (``catch_up``): the store has them."""
         self.closed = False
         self.dropped: DroppedSubscriber | None = None
         """Why the hub disconnected it (``abandon``); None while connected or when it left by itself."""
@@ -233,7 +243,10 @@ class Subscriber(abc.ABC):
             self.queued.append(QueuedUpdate(seq, kept, lines, size))
             self.queued_bytes += size
             if self.held_bytes() > DISCONNECT_ABOVE_BYTES:
-                self.abandon(DropReason.BEHIND)
+                if self.is_reading():
+                    self.let_queue_go()
+                else:
+                    self.abandon(DropReason.BEHIND)
             return
         self._send_live(message, lines)
 
@@ -247,6 +260,17 @@ class Subscriber(abc.ABC):
             self.send_lines(message, lines)
         elif message is not None:
             self.send(message)
+
+    def is_reading(self) -> bool:
+        """Whether it took a replay line in the last ``CATCH_UP_READ_SECONDS`` (it is not stalled)."""
+        return (self.read_progress_at is not None
+                and time.monotonic() - self.read_progress_at < CATCH_UP_READ_SECONDS)
+
+    def let_queue_go(self) -> None:
+        """Free the live updates queued behind the replay (a reader whose replay outlasts the budget:
+        at 1,024 ranks 16 MiB of them queue in ~5 s); the publisher catches up from the store."""
+        self.queued, self.queued_bytes = [], 0
+        self.missed_live = True
 
     def go_live(self, replayed_through: int) -> None:
         """Send what queued during the replay, skipping batches the replay already held."""
@@ -434,6 +458,14 @@ class ReplaySummary:
     """Older metrics were thinned to their envelope and last points (the updates said so)."""
     left_out: dict[str, int]
     """Stored rows not sent, per table (``metrics``: older records the thinned points stand for)."""
+    last_keys: dict[str, int]
+    """The newest row of each table it covers (a catch-up goes on after them)."""
+
+    def followed_by(self, later: ReplaySummary) -> ReplaySummary:
+        """This replay and a catch-up after it, as one."""
+        left_out = Counter(self.left_out)
+        left_out.update(later.left_out)
+        return ReplaySummary(later.through, self.decimated or later.decimated, dict(left_out), later.last_keys)
 
     def history_end(self) -> Message:
         """The ``history_end`` message (an older reader ignores its fields)."""
@@ -478,8 +510,17 @@ class Publisher:
         replayed_through = 0  # without a replay, every queued live batch is new to it
         if history and run_id is not None:
             summary = await self._replay(subscriber, run_id)
+            for _ in range(CATCH_UP_ROUNDS):
+                if subscriber.queued_bytes > DISCONNECT_ABOVE_BYTES // 4 and subscriber.is_reading():
+                    subscriber.let_queue_go()  # sent at once it would leave the subscriber at the budget's edge
+                if not subscriber.missed_live or subscriber.closed:
+                    break
+                summary = await self._catch_up(subscriber, run_id, summary)
+            if subscriber.missed_live and not subscriber.closed:
+                subscriber.abandon(DropReason.BEHIND)
             replayed_through = summary.through
-            subscriber.send(summary.history_end())
+            if not subscriber.closed:
+                subscriber.send(summary.history_end())
         subscriber.go_live(replayed_through)
         if subscriber.dropped is not None:
             self.remove(subscriber)
@@ -502,18 +543,34 @@ class Publisher:
                 self.on_subscriber_dropped(subscriber.dropped)
             self.on_subscribers_changed()
 
-    async def _replay(self, subscriber: Subscriber, run_id: int) -> ReplaySummary:
-        """Stream the stored history, bounded (``runner.store.replay_window``): the most recent rows
-        of each table, metrics older than their recent tail thinned per series. Returns what it
-        included (through which batch) and what it left out."""
+    async def _catch_up(self, subscriber: Subscriber, run_id: int, before: ReplaySummary) -> ReplaySummary:
+        """The live updates it missed while its replay went on (``let_queue_go``), from the store: the
+        rows committed since ``before`` (bounded as any replay), then every rank, node and the run
+        as they are now."""
+        subscriber.missed_live = False
+        self.stats["replay_catch_ups"] += 1
+        summary = before.followed_by(await self._replay(subscriber, run_id, before.last_keys))
+        nodes = await self.writer.call(RunStore.nodes, run_id)
+        if not subscriber.closed:
+            subscriber.send(update_message(Update(time.time(), ranks=self.model.all_rows(), run=self._run_row(),
+                                                  nodes=nodes)))
+        return summary
+
+    async def _replay(self, subscriber: Subscriber, run_id: int, after: dict[str, int] | None = None) -> ReplaySummary:
+        """Stream the stored history (rows after ``after``, per table), bounded
+        (``runner.store.replay_window``): the most recent rows of each table, metrics older than
+        their recent tail thinned per series. Returns what it included (through which batch, up
+        to which row of each table) and what it left out."""
         budget = self.replay_budget
+        since = after or {}
 
         def plan(store: RunStore) -> tuple[int, dict[str, int], MetricWindow, dict[str, tuple[int, int]]]:
             last = store.last_rowids(run_id)
-            starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep)
+            starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep,
+                                                        since.get(table, 0))
                       for table, keep in budget.keep.items()}
-            return (self._commit_seq(), last, replay_window.plan_metrics(store.connection, run_id, last["metrics"],
-                                                                         budget), starts)
+            return (self._commit_seq(), last, replay_window.plan_metrics(
+                store.connection, run_id, last["metrics"], budget, since.get("metrics", 0)), starts)
 
         through, last, window, starts = await self.writer.call(plan)
         left_out = {table: skipped for table, (_after, skipped) in starts.items() if skipped}
@@ -526,7 +583,7 @@ class Publisher:
         await self._replay_table(subscriber, run_id, "metrics", window.tail_after, last["metrics"])
         for table in ("gpu_samples", "process_samples"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
-        return ReplaySummary(through, window.decimated, left_out)
+        return ReplaySummary(through, window.decimated, left_out, last)
 
     async def _replay_table(self, subscriber: Subscriber, run_id: int, table: str, after: int, upto: int) -> None:
         """Rows of ``table`` with key in (``after``, ``upto``], as they came, a chunk at a time."""
@@ -572,7 +629,9 @@ class Publisher:
             for message, lines in chunk:
                 subscriber.send_lines(message, lines)
                 subscriber.replay_bytes -= sum(map(len, lines))
-                if not await subscriber.wait_until_read(REPLAY_STALL_SECONDS):
+                if await subscriber.wait_until_read(REPLAY_STALL_SECONDS):
+                    subscriber.read_progress_at = time.monotonic()
+                else:
                     subscriber.abandon(DropReason.STALLED_REPLAY)
                 if subscriber.closed:
                     self.remove(subscriber)

@@ -69,8 +69,9 @@ class SeriesSpan:
 
 @dataclass(frozen=True)
 class MetricWindow:
-    """How a replay sends a run's metrics: ``older`` thinned into ``buckets`` per series,
-    then every record with row id in (``tail_after``, through] as it came."""
+    """How a replay sends a run's metrics: ``older`` (row ids in (``after``, ``tail_after``])
+    thinned into ``buckets`` per series, then every record with row id in (``tail_after``,
+    through] as it came."""
 
     tail_after: int
     older: tuple[SeriesSpan, ...]
@@ -78,6 +79,8 @@ class MetricWindow:
     envelope: bool = True
     """Each bucket's lowest and highest (the older part was read whole); False: one record per
     bucket, found by an index seek."""
+    after: int = 0
+    """Rows at or below it were sent before (a catch-up replay); 0: from the run's first."""
 
     @property
     def decimated(self) -> bool:
@@ -90,35 +93,34 @@ class MetricWindow:
         return None if None in counts else sum(count for count in counts if count is not None)
 
 
-FULL = MetricWindow(0, (), 0)
-"""Every record, as it came (a run within the budget)."""
-
-
 def plan_metrics(connection: sqlite3.Connection, run_id: int, through: int,
-                 budget: ReplayBudget = ReplayBudget()) -> MetricWindow:
-    """The metric window of ``run_id`` (rows up to ``through``) for ``budget``: ``FULL`` when the
-    run fits it. Reads at most ``ENVELOPE_SCAN_ROWS`` index entries, then one seek per series."""
+                 budget: ReplayBudget = ReplayBudget(), after: int = 0) -> MetricWindow:
+    """The metric window of ``run_id`` (rows in (``after``, ``through``]) for ``budget``: every
+    row as it came when they fit it. Reads at most ``ENVELOPE_SCAN_ROWS`` index entries, then
+    one seek per series."""
     row = connection.execute(
-        "SELECT rowid FROM metrics WHERE +run_id = ? AND rowid <= ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
-        (run_id, through, budget.metric_tail)).fetchone()
+        "SELECT rowid FROM metrics WHERE +run_id = ? AND rowid > ? AND rowid <= ? ORDER BY rowid DESC"
+        " LIMIT 1 OFFSET ?", (run_id, after, through, budget.metric_tail)).fetchone()
     if row is None:
-        return FULL
+        return MetricWindow(after, (), 0, after=after)
     tail_after = int(row[0])
     older_rows = connection.execute(
-        "SELECT COUNT(*) FROM (SELECT 1 FROM metrics WHERE +run_id = ? AND rowid <= ? ORDER BY rowid DESC LIMIT ?)",
-        (run_id, tail_after, ENVELOPE_SCAN_ROWS + 1)).fetchone()[0]
+        "SELECT COUNT(*) FROM (SELECT 1 FROM metrics WHERE +run_id = ? AND rowid > ? AND rowid <= ?"
+        " ORDER BY rowid DESC LIMIT ?)", (run_id, after, tail_after, ENVELOPE_SCAN_ROWS + 1)).fetchone()[0]
     if older_rows <= budget.metric_older_points:
-        return FULL
+        return MetricWindow(after, (), 0, after=after)
     if older_rows <= ENVELOPE_SCAN_ROWS:
         older = tuple(SeriesSpan(str(name), int(rank), int(records), float(first), float(last))
                       for name, rank, records, first, last in connection.execute(
                           "SELECT name, rank, COUNT(*), MIN(t), MAX(t) FROM metrics INDEXED BY metrics_by_series"
-                          " WHERE run_id = ? AND rowid <= ? GROUP BY name, rank", (run_id, tail_after)))
+                          " WHERE run_id = ? AND rowid > ? AND rowid <= ? GROUP BY name, rank",
+                          (run_id, after, tail_after)))
         buckets = budget.metric_older_points // (2 * len(older))
-        return MetricWindow(tail_after, older, max(1, min(MAX_BUCKETS_PER_SERIES, buckets)))
+        return MetricWindow(tail_after, older, max(1, min(MAX_BUCKETS_PER_SERIES, buckets)), after=after)
     older = tuple(SeriesSpan(name, rank, None) for name, rank in all_series(connection, run_id))
     buckets = budget.metric_older_points // max(1, len(older))
-    return MetricWindow(tail_after, older, max(1, min(MAX_BUCKETS_PER_SERIES, buckets)), envelope=False)
+    return MetricWindow(tail_after, older, max(1, min(MAX_BUCKETS_PER_SERIES, buckets)), envelope=False,
+                        after=after)
 
 
 def all_series(connection: sqlite3.Connection, run_id: int) -> list[tuple[str, int]]:
@@ -136,8 +138,8 @@ def older_points(connection: sqlite3.Connection, run_id: int, window: MetricWind
     """The points that stand for ``series`` in the older part of ``window``, in time order: all
     its records when there are few, else per source and time bucket the lowest and the highest
     (a pyramid point counts with its ``low``/``high``), and the series' last record per source."""
-    where = "run_id = ? AND name = ? AND rank = ? AND rowid <= ?"
-    params: tuple[object, ...] = (run_id, series.name, series.rank, window.tail_after)
+    where = "run_id = ? AND name = ? AND rank = ? AND rowid > ? AND rowid <= ?"
+    params: tuple[object, ...] = (run_id, series.name, series.rank, window.after, window.tail_after)
     columns = "rowid, rank, t, step, name"
     if not window.envelope or series.records is None or series.first_t is None or series.last_t is None:
         rows = _sampled_rows(connection, where, params, window.buckets)
@@ -186,16 +188,16 @@ def _in_time_order(rows: Iterable[Any]) -> list[MetricRecord]:
 
 
 def recent_start(connection: sqlite3.Connection, table: str, run_id: int, through: int,
-                 keep: int) -> tuple[int, int]:
-    """Where a replay of ``table`` starts to send the run's ``keep`` most recent rows up to key
-    ``through``: (the key to read after, how many older rows it leaves out)."""
+                 keep: int, after: int = 0) -> tuple[int, int]:
+    """Where a replay of ``table`` starts to send the run's ``keep`` most recent rows with key in
+    (``after``, ``through``]: (the key to read after, how many rows it leaves out)."""
     key = TABLE_KEYS[table]
     row = connection.execute(
-        f"SELECT {key} FROM {table} WHERE +run_id = ? AND {key} <= ? ORDER BY {key} DESC LIMIT 1 OFFSET ?",
-        (run_id, through, keep)).fetchone()
+        f"SELECT {key} FROM {table} WHERE +run_id = ? AND {key} > ? AND {key} <= ? ORDER BY {key} DESC"
+        f" LIMIT 1 OFFSET ?", (run_id, after, through, keep)).fetchone()
     if row is None:
-        return 0, 0
-    after = int(row[0])
-    left_out = connection.execute(f"SELECT COUNT(*) FROM {table} WHERE run_id = ? AND {key} <= ?",
-                                  (run_id, after)).fetchone()[0]
-    return after, int(left_out)
+        return after, 0
+    start = int(row[0])
+    left_out = connection.execute(f"SELECT COUNT(*) FROM {table} WHERE run_id = ? AND {key} > ? AND {key} <= ?",
+                                  (run_id, after, start)).fetchone()[0]
+    return start, int(left_out)

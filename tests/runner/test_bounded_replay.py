@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from rankwatch import protocol
 from rankwatch.protocol import LogLine, MetricRecord
+from runner.hub import publisher
 from runner.hub.client import HubClient
 from runner.store import replay_window
 from runner.store.replay_window import ReplayBudget
@@ -149,3 +151,64 @@ def test_history_end_says_what_a_bounded_replay_left_out_and_reads_leniently():
     assert protocol.decode_message(b'{"type":"history_end","v":1}\n') == protocol.HistoryEnd(False, {})
     odd = protocol.decode_message(b'{"type":"history_end","v":1,"decimated":"yes","left_out":{"logs":-1,"x":2}}\n')
     assert odd == protocol.HistoryEnd(False, {"x": 2})
+
+
+SLOW_READER = r"""
+import json, socket, sys, time
+path, subscribe = sys.argv[1:3]
+client = socket.socket(socket.AF_UNIX)
+client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+client.connect(path)
+client.sendall(subscribe.encode())
+client.settimeout(3)
+last, history_end, pending = {}, None, b""
+try:
+    while True:
+        data = client.recv(16384)
+        if not data:
+            break
+        *lines, pending = (pending + data).split(b"\n")
+        for line in lines:
+            message = json.loads(line)
+            if message["type"] == "history_end":
+                history_end = message
+            for row in message.get("metrics") or []:
+                last[json.dumps([row[0], row[3], row[5]])] = row
+        if history_end is None:
+            time.sleep(0.05)  # ~300 KB/s while the history loads: the replay outlasts the live budget
+except socket.timeout:
+    pass  # the run went quiet
+print(json.dumps({"last": last, "history_end": history_end}))
+"""
+"""A subscriber in its own process (as ``rankwatch attach`` is) that reads its history slowly,
+then live records until the run is quiet for 3 s; it prints each series' last record."""
+
+
+def test_a_reader_whose_replay_outlasts_the_live_budget_catches_up_from_the_store_instead_of_being_dropped(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(publisher, "DISCONNECT_ABOVE_BYTES", 1 << 20)  # as 16 MiB is at 1,024 ranks
+    live_records = 60_000
+
+    async def scenario() -> tuple[dict[str, Any], Any]:
+        hub, socket_path = await open_hub(tmp_path)
+        await hub.writer.call(fill, hub.run_id, 30_000)
+        reader = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", SLOW_READER, str(socket_path), protocol.Subscribe(history=True).encode().decode(),
+            stdout=asyncio.subprocess.PIPE)
+        while not hub.publisher.subscribers:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)
+        await fake_worker(socket_path, 0, live_records, batch=1_000)
+        out, _ = await asyncio.wait_for(reader.communicate(), 120)
+        got = json.loads(out)
+        got["last"] = {tuple(json.loads(key)): row for key, row in got["last"].items()}
+        stats = dict(hub.stats)
+        await hub.close(reason="succeeded")
+        return got, stats
+
+    got, stats = asyncio.run(scenario())
+    assert got["history_end"] is not None, "the reader was dropped before history_end"
+    assert stats.get("subscribers_dropped", 0) == 0 and stats["replay_catch_ups"] >= 1, stats
+    with RunStore(tmp_path / "runs.db", readonly=True) as store:
+        stored = {key: list(rows[-1]) for key, rows in by_series(store.metrics(1)).items()}
+    assert got["last"] == stored  # nothing the live run stored is missing at the end

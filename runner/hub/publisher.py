@@ -32,7 +32,11 @@ are the bytes held.
   thinned (the last point of every series always kept: tables stay exact, charts keep
   their shape); the update says ``decimated``; the store has them all;
 * above ``DISCONNECT_ABOVE_BYTES`` held, live or still loading its history, it is
-  disconnected;
+  disconnected; except a subscriber still loading its history that took a replay line in the
+  last ``CATCH_UP_READ_SECONDS`` (reading, only slower than the run writes): its queued live
+  updates are let go, and after the replay it is caught up from the store (the rows committed
+  meanwhile, bounded as any replay, then every rank, node and the run as they are now), at
+  most ``CATCH_UP_ROUNDS`` times;
 * a replay waits for the subscriber to read (``drain``), but not forever: one that takes
   no byte for ``REPLAY_STALL_SECONDS`` (stopped with Ctrl-Z, a hung GUI) is disconnected.
   A slow reader keeps its place: any byte taken counts as progress;
@@ -184,7 +188,7 @@ class Subscriber(abc.ABC):
         self.read_progress_at: float | None = None
         """When it last took a replay line (``time.monotonic``); None: not yet."""
         self.missed_live = False
-        """Live updates queued during its replay were let go (``catch_up``): the store has them."""
+        """Live updates queued during its replay were let go (``Publisher._catch_up``): the store has them."""
         self.closed = False
         self.dropped: DroppedSubscriber | None = None
         """Why the hub disconnected it (``abandon``); None while connected or when it left by itself."""

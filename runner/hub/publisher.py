@@ -6,6 +6,14 @@ asked for history, the stored history as a series of ``update`` lines and
 hands every subscriber one ``update`` for it (so at most one per flush, ~20 a
 second). A record is in the store before any subscriber sees it.
 
+History is bounded: a replay sends a window of the run whose size does not grow with
+the run (``runner.store.replay_window``: the most recent rows of each table, the recent
+metrics in full, older ones thinned per series with each series' exact last record), or
+every record when the run fits the window. Updates of thinned points say ``decimated``;
+``history_end`` then says ``decimated`` and what it left out (``left_out``, rows per
+table). A replay of every record of a big run took longer than the live updates queued
+behind it could wait (1,024 ranks: dropped before ``history_end``).
+
 History is streamed, not loaded: the writer thread reads a few thousand rows at a
 time (up to the rows committed when the replay began, so replay and live never
 overlap or leave a gap), each chunk goes out as lines of at most
@@ -24,7 +32,11 @@ are the bytes held.
   thinned (the last point of every series always kept: tables stay exact, charts keep
   their shape); the update says ``decimated``; the store has them all;
 * above ``DISCONNECT_ABOVE_BYTES`` held, live or still loading its history, it is
-  disconnected;
+  disconnected; except a subscriber still loading its history that took a replay line in the
+  last ``CATCH_UP_READ_SECONDS`` (reading, only slower than the run writes): its queued live
+  updates are let go, and after the replay it is caught up from the store (the rows committed
+  meanwhile, bounded as any replay, then every rank, node and the run as they are now), at
+  most ``CATCH_UP_ROUNDS`` times;
 * a replay waits for the subscriber to read (``drain``), but not forever: one that takes
   no byte for ``REPLAY_STALL_SECONDS`` (stopped with Ctrl-Z, a hung GUI) is disconnected.
   A slow reader keeps its place: any byte taken counts as progress;
@@ -34,7 +46,7 @@ are the bytes held.
 A disconnected subscriber is counted (``stats["subscribers_dropped"]`` and
 ``stats["subscribers_dropped_<reason>"]``) and told to ``Publisher.on_subscriber_dropped``
 (the hub records a ``warning`` event that names it, why, and how much it held). The run
-goes on, and the store keeps every record: attaching again shows it all.
+goes on, and the store keeps every record (``runs show`` and export read it all).
 """
 
 from __future__ import annotations
@@ -58,6 +70,8 @@ from rankwatch.protocol import Event, Update
 from runner.hub.lines import peer_pid
 from runner.hub.live_model import LiveModel
 from runner.hub.writer import StoreWriter
+from runner.store import replay_window
+from runner.store.replay_window import MetricWindow, ReplayBudget, SeriesSpan
 from runner.store.store import RecordBatch, RunStore
 
 DECIMATE_ABOVE_BYTES = 4 << 20
@@ -69,6 +83,12 @@ busy drawing, short of a terminal left stopped (Ctrl-Z)."""
 READ_PROGRESS_POLL_SECONDS = 0.25
 """How often a waiting replay looks whether its subscriber took anything."""
 DECIMATED_POINTS_PER_SERIES = 8
+CATCH_UP_READ_SECONDS = 2.0
+"""A replaying subscriber that took a replay line this recently is reading: when the live updates
+queued behind its replay pass the budget, they are let go and caught up from the store instead
+of dropping it."""
+CATCH_UP_ROUNDS = 3
+"""Catch-up replays at most, before a subscriber whose queue keeps overflowing is dropped."""
 HISTORY_ROWS_PER_READ = 5_000
 LINE_BYTES = protocol.HISTORY_LINE_BYTES
 """Every update line (replay and live) is cut to about this size."""
@@ -165,6 +185,10 @@ class Subscriber(abc.ABC):
         self.queued_bytes = 0
         self.replay_bytes = 0
         """The replay chunk in flight: read from the store, not yet handed to ``send_lines``."""
+        self.read_progress_at: float | None = None
+        """When it last took a replay line (``time.monotonic``); None: not yet."""
+        self.missed_live = False
+        """Live updates queued during its replay were let go (``Publisher._catch_up``): the store has them."""
         self.closed = False
         self.dropped: DroppedSubscriber | None = None
         """Why the hub disconnected it (``abandon``); None while connected or when it left by itself."""
@@ -223,7 +247,10 @@ class Subscriber(abc.ABC):
             self.queued.append(QueuedUpdate(seq, kept, lines, size))
             self.queued_bytes += size
             if self.held_bytes() > DISCONNECT_ABOVE_BYTES:
-                self.abandon(DropReason.BEHIND)
+                if self.is_reading():
+                    self.let_queue_go()
+                else:
+                    self.abandon(DropReason.BEHIND)
             return
         self._send_live(message, lines)
 
@@ -237,6 +264,17 @@ class Subscriber(abc.ABC):
             self.send_lines(message, lines)
         elif message is not None:
             self.send(message)
+
+    def is_reading(self) -> bool:
+        """Whether it took a replay line in the last ``CATCH_UP_READ_SECONDS`` (it is not stalled)."""
+        return (self.read_progress_at is not None
+                and time.monotonic() - self.read_progress_at < CATCH_UP_READ_SECONDS)
+
+    def let_queue_go(self) -> None:
+        """Free the live updates queued behind the replay (a reader whose replay outlasts the budget:
+        at 1,024 ranks 16 MiB of them queue in ~5 s); the publisher catches up from the store."""
+        self.queued, self.queued_bytes = [], 0
+        self.missed_live = True
 
     def go_live(self, replayed_through: int) -> None:
         """Send what queued during the replay, skipping batches the replay already held."""
@@ -414,6 +452,31 @@ def encode_update(update: Update, stats: Counter[str] | None = None) -> list[byt
     return encode_update(first, stats) + encode_update(second, stats)
 
 
+@dataclass(frozen=True)
+class ReplaySummary:
+    """What a history replay sent: through which committed batch, and what it left out."""
+
+    through: int
+    """The last batch sequence number the replay includes (later ones come live)."""
+    decimated: bool
+    """Older metrics were thinned to their envelope and last points (the updates said so)."""
+    left_out: dict[str, int]
+    """Stored rows not sent, per table (``metrics``: older records the thinned points stand for)."""
+    last_keys: dict[str, int]
+    """The newest row of each table it covers (a catch-up goes on after them)."""
+
+    def followed_by(self, later: ReplaySummary) -> ReplaySummary:
+        """This replay and a catch-up after it, as one."""
+        left_out = Counter(self.left_out)
+        left_out.update(later.left_out)
+        return ReplaySummary(later.through, self.decimated or later.decimated, dict(left_out), later.last_keys)
+
+    def history_end(self) -> Message:
+        """The ``history_end`` message (an older reader ignores its fields)."""
+        end = protocol.HistoryEnd(self.decimated, dict(self.left_out))
+        return {"type": end.TYPE, **end.to_wire()}
+
+
 class Publisher:
     """Subscribers of one run: snapshot, history replay, live updates, bye."""
 
@@ -428,6 +491,8 @@ class Publisher:
         self._commit_seq = commit_seq
         """The sequence number of the last committed batch (read on the writer thread)."""
         self.subscribers: list[Subscriber] = []
+        self.replay_budget = ReplayBudget()
+        """How much of the history a replay sends at most (``runner.store.replay_window``)."""
         self.spec_table: dict[str, Any] = {}
         self.on_subscribers_changed: Callable[[], None] = _nothing
         """Called after a subscriber came or went (the hub sets the run's freshness)."""
@@ -448,8 +513,18 @@ class Publisher:
         subscriber.send(self.snapshot(nodes))
         replayed_through = 0  # without a replay, every queued live batch is new to it
         if history and run_id is not None:
-            replayed_through = await self._replay(subscriber, run_id)
-            subscriber.send({"type": protocol.HistoryEnd.TYPE})
+            summary = await self._replay(subscriber, run_id)
+            for _ in range(CATCH_UP_ROUNDS):
+                if subscriber.queued_bytes > DISCONNECT_ABOVE_BYTES // 4 and subscriber.is_reading():
+                    subscriber.let_queue_go()  # sent at once it would leave the subscriber at the budget's edge
+                if not subscriber.missed_live or subscriber.closed:
+                    break
+                summary = await self._catch_up(subscriber, run_id, summary)
+            if subscriber.missed_live and not subscriber.closed:
+                subscriber.abandon(DropReason.BEHIND)
+            replayed_through = summary.through
+            if not subscriber.closed:
+                subscriber.send(summary.history_end())
         subscriber.go_live(replayed_through)
         if subscriber.dropped is not None:
             self.remove(subscriber)
@@ -472,44 +547,95 @@ class Publisher:
                 self.on_subscriber_dropped(subscriber.dropped)
             self.on_subscribers_changed()
 
-    async def _replay(self, subscriber: Subscriber, run_id: int) -> int:
-        """Stream the stored history; returns the last batch sequence number it includes."""
-        def bounds(store: RunStore) -> tuple[int, dict[str, int]]:
-            return self._commit_seq(), store.last_rowids(run_id)
+    async def _catch_up(self, subscriber: Subscriber, run_id: int, before: ReplaySummary) -> ReplaySummary:
+        """The live updates it missed while its replay went on (``let_queue_go``), from the store: the
+        rows committed since ``before`` (bounded as any replay), then every rank, node and the run
+        as they are now."""
+        subscriber.missed_live = False
+        self.stats["replay_catch_ups"] += 1
+        summary = before.followed_by(await self._replay(subscriber, run_id, before.last_keys))
+        nodes = await self.writer.call(RunStore.nodes, run_id)
+        if not subscriber.closed:
+            subscriber.send(update_message(Update(time.time(), ranks=self.model.all_rows(), run=self._run_row(),
+                                                  nodes=nodes)))
+        return summary
 
-        through, last = await self.writer.call(bounds)
-        readers: list[tuple[str, Callable[[RunStore, int, int], tuple[list[Any], int]]]] = [
-            ("logs", lambda store, after, upto: store.read_chunk("logs", run_id, after, upto, HISTORY_ROWS_PER_READ)),
-            ("events", lambda store, after, upto: store.read_chunk("events", run_id, after, upto, 1000)),
-            ("metrics", lambda store, after, upto: store.read_chunk("metrics", run_id, after, upto,
-                                                                     HISTORY_ROWS_PER_READ)),
-            ("gpu_samples", lambda store, after, upto: store.read_chunk("gpu_samples", run_id, after, upto,
-                                                                         HISTORY_ROWS_PER_READ)),
-            ("process_samples", lambda store, after, upto: store.read_chunk("process_samples", run_id, after, upto,
-                                                                             HISTORY_ROWS_PER_READ)),
-        ]
-        for table, read in readers:
-            after = 0
-            while after < last[table] and not subscriber.closed:
-                rows, after = await self.writer.call(read, after, last[table])
-                if not rows:
-                    break
-                batch = RecordBatch()
-                getattr(batch, table).extend(rows)
-                await self._send_chunk(subscriber, batch)
-        return through
+    async def _replay(self, subscriber: Subscriber, run_id: int, after: dict[str, int] | None = None) -> ReplaySummary:
+        """Stream the stored history (rows after ``after``, per table), bounded
+        (``runner.store.replay_window``): the most recent rows of each table, metrics older than
+        their recent tail thinned per series. Returns what it included (through which batch, up
+        to which row of each table) and what it left out."""
+        budget = self.replay_budget
+        since = after or {}
 
-    async def _send_chunk(self, subscriber: Subscriber, batch: RecordBatch) -> None:
+        def plan(store: RunStore) -> tuple[int, dict[str, int], MetricWindow, dict[str, tuple[int, int]]]:
+            last = store.last_rowids(run_id)
+            starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep,
+                                                        since.get(table, 0))
+                      for table, keep in budget.keep.items()}
+            return (self._commit_seq(), last, replay_window.plan_metrics(
+                store.connection, run_id, last["metrics"], budget, since.get("metrics", 0)), starts)
+
+        through, last, window, starts = await self.writer.call(plan)
+        left_out = {table: skipped for table, (_after, skipped) in starts.items() if skipped}
+        for table in ("logs", "events"):
+            await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
+        if window.decimated:
+            sent = await self._replay_older_metrics(subscriber, run_id, window)
+            if window.older_records is not None:  # a sampled window is not counted: that reads every row
+                left_out["metrics"] = window.older_records - sent
+        await self._replay_table(subscriber, run_id, "metrics", window.tail_after, last["metrics"])
+        for table in ("gpu_samples", "process_samples"):
+            await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
+        return ReplaySummary(through, window.decimated, left_out, last)
+
+    async def _replay_table(self, subscriber: Subscriber, run_id: int, table: str, after: int, upto: int) -> None:
+        """Rows of ``table`` with key in (``after``, ``upto``], as they came, a chunk at a time."""
+        limit = 1000 if table == "events" else HISTORY_ROWS_PER_READ
+
+        def read(store: RunStore, after: int) -> tuple[list[Any], int]:
+            return store.read_chunk(table, run_id, after, upto, limit)
+
+        while after < upto and not subscriber.closed:
+            rows, after = await self.writer.call(read, after)
+            if not rows:
+                break
+            batch = RecordBatch()
+            getattr(batch, table).extend(rows)
+            await self._send_chunk(subscriber, batch)
+
+    async def _replay_older_metrics(self, subscriber: Subscriber, run_id: int, window: MetricWindow) -> int:
+        """The thinned older part of the metrics, a few series per store read; returns the points sent."""
+        def read(store: RunStore, group: tuple[SeriesSpan, ...]) -> list[Any]:
+            return [point for series in group
+                    for point in replay_window.older_points(store.connection, run_id, window, series)]
+
+        sent = 0
+        per_read = max(1, HISTORY_ROWS_PER_READ // (2 * window.buckets + 2))  # ~a chunk of points a read
+        for start in range(0, len(window.older), per_read):
+            if subscriber.closed:
+                break
+            points = await self.writer.call(read, window.older[start:start + per_read])
+            sent += len(points)
+            await self._send_chunk(subscriber, RecordBatch(metrics=points), decimated=True)
+        return sent
+
+    async def _send_chunk(self, subscriber: Subscriber, batch: RecordBatch, decimated: bool = False) -> None:
         """One chunk of the history, line by line as the subscriber takes them; a subscriber that
-        takes nothing for ``REPLAY_STALL_SECONDS`` is dropped (it would hold the chunk forever)."""
-        chunk = [(update_message(update), encode_update(update, self.stats))
-                 for update in update_lines(time.time(), batch)]
+        takes nothing for ``REPLAY_STALL_SECONDS`` is dropped (it would hold the chunk forever).
+        ``decimated``: the chunk stands for more records than it holds (its updates say so)."""
+        updates = list(update_lines(time.time(), batch))
+        for update in updates:
+            update.decimated = decimated
+        chunk = [(update_message(update), encode_update(update, self.stats)) for update in updates]
         subscriber.replay_bytes = sum(len(line) for _, lines in chunk for line in lines)
         try:
             for message, lines in chunk:
                 subscriber.send_lines(message, lines)
                 subscriber.replay_bytes -= sum(map(len, lines))
-                if not await subscriber.wait_until_read(REPLAY_STALL_SECONDS):
+                if await subscriber.wait_until_read(REPLAY_STALL_SECONDS):
+                    subscriber.read_progress_at = time.monotonic()
+                else:
                     subscriber.abandon(DropReason.STALLED_REPLAY)
                 if subscriber.closed:
                     self.remove(subscriber)

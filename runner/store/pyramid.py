@@ -70,7 +70,7 @@ def compact_slice(connection: sqlite3.Connection, run_id: int, level: Level, now
     series = after
     with connection:
         while replaced < slice_rows:
-            series = _next_series(connection, run_id, series)
+            series = next_series(connection, run_id, series)
             if series is None:
                 return SliceResult(replaced, points, None)
             while replaced < slice_rows:
@@ -89,7 +89,7 @@ def _before(series: tuple[str, int]) -> tuple[str, int]:
     return series[0], series[1] - 1
 
 
-def _next_series(connection: sqlite3.Connection, run_id: int, after: tuple[str, int] | None) -> tuple[str, int] | None:
+def next_series(connection: sqlite3.Connection, run_id: int, after: tuple[str, int] | None) -> tuple[str, int] | None:
     """The run's next (name, rank) in index order: one index seek (a loose index scan)."""
     if after is None:
         row = connection.execute("SELECT name, rank FROM metrics WHERE run_id = ? ORDER BY name, rank LIMIT 1",

@@ -3,7 +3,8 @@
 Before history was streamed, a run past ~20,000 metric records was replayed as one line
 over the readers' limit and the GUI silently showed an empty history. Here the real hub
 (on its own event loop thread, as the runner is its own process) serves a run of
-120,000 metric records and 30,000 log lines; the link must deliver every one.
+120,000 metric records and 30,000 log lines; the link must deliver every one (the hub's
+replay budget is raised to hold them all: by default a replay this big is thinned).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from gui.gateway.run_state import HistoryEnd, HubMessage, UpdateMessage
 from rankwatch.protocol import LogLine, MetricRecord
 from runner import paths
 from runner.hub.hub import Hub
+from runner.store.replay_window import DEFAULT_KEEP, ReplayBudget
 from runner.store.store import RecordBatch, RunStore
 
 pytestmark = pytest.mark.gui
@@ -48,6 +50,7 @@ class HubThread:
 
     async def _open(self) -> None:
         hub = self.hub = Hub(self.folder / "runs.db", "token")
+        hub.publisher.replay_budget = ReplayBudget(metric_tail=METRICS, keep=dict(DEFAULT_KEEP, logs=LOGS))
         await hub.create_run({}, run_key="link", profile="t", spec_toml="", command=None, host="h", workdir=None,
                              runner_pid=os.getpid(), socket=None, world_size=4, status="running")
 

@@ -98,10 +98,12 @@ Hub -> subscriber
   update      [Update] t, metrics: [METRIC], logs: [LOG_LINE], events: [EVENT],
               gpus: [GPU_SAMPLE], procs: [PROCESS_SAMPLE], ranks: [RANK] (only rows that
               changed), run: RUN or null (when changed), nodes: [NODE] (changed),
-              decimated: bool (metrics were thinned because this subscriber fell behind;
-              the store has them all). A history replay is a series of updates, each line
-              at most ``HISTORY_LINE_BYTES``.
-  history_end [HistoryEnd] (after a history replay: what follows is live)
+              decimated: bool (metrics were thinned because this subscriber fell behind,
+              or, in a history replay, older metrics stand for more records; the store has
+              them all). A history replay is a series of updates, each line at most
+              ``HISTORY_LINE_BYTES``, bounded whatever the run's size.
+  history_end [HistoryEnd] decimated: bool, left_out: {table: rows not sent}  (both optional;
+              after a history replay: what follows is live)
   bye         [Bye] reason                                  (the run ended)
   pong / error  [Pong] / [Error] message
 

@@ -617,11 +617,26 @@ class Pong(_Empty):
     TYPE = "pong"
 
 
-class HistoryEnd(_Empty):
-    """The history replay is complete: what follows is live."""
+class HistoryEnd(Message):
+    """The history replay is complete: what follows is live.
 
-    __slots__ = ()
+    A replay is bounded (the hub's ``runner.store.replay_window``): ``decimated`` says older
+    metrics came thinned, ``left_out`` counts stored rows not sent, per table. Both optional:
+    an older hub sends neither (nothing left out), an older reader ignores them.
+    """
+
+    __slots__ = ("decimated", "left_out")
     TYPE = "history_end"
+
+    def __init__(self, decimated: bool = False, left_out: dict[str, int] | None = None) -> None:
+        self.decimated = decimated
+        self.left_out = left_out if left_out is not None else {}
+
+    @classmethod
+    def from_wire(cls, fields: dict[str, Any]) -> HistoryEnd:
+        left_out = _object(fields.get("left_out")) or {}
+        return cls(fields.get("decimated") is True,
+                   {str(table): count for table, count in left_out.items() if type(count) is int and count >= 0})
 
 
 class Bye(Message):

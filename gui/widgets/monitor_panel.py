@@ -224,6 +224,7 @@ class MonitorPanel(QWidget):
         self.model.status_changed.connect(self._on_status_changed)
         self.model.run_changed.connect(self._update_header)
         self.model.reset.connect(self._on_model_reset)
+        self.model.history_finished.connect(self._on_history_finished)
         self.diagnosis.changed.connect(self._on_diagnosis_changed)
         self.diagnosis.stacks_received.connect(self._on_stacks_received)
 
@@ -376,6 +377,12 @@ class MonitorPanel(QWidget):
         if isinstance(message, SnapshotMessage):
             self.run_id = self.model.run_id if self.model.run_id is not None else self.run_id
             self._clear_notice()
+
+    def _on_history_finished(self) -> None:
+        """Say so when the replayed history came shortened (a big run: the hub bounds a replay)."""
+        end = self.model.state.history_end
+        if end is not None and end.thinned:
+            self._show_banner(end.describe(self.run_id), "info")
 
     def _on_run_ended(self, reason: str) -> None:
         self._live = False

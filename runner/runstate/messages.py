@@ -391,12 +391,48 @@ def _metric_rows(value: object) -> tuple[MetricItem, ...]:
 
 @dataclass(frozen=True)
 class HistoryEnd:
-    """The stored history was replayed; live updates follow."""
+    """The stored history was replayed; live updates follow. A replay is bounded: ``decimated``
+    says older metrics came thinned (each bucket's low and high), ``left_out`` counts the stored
+    rows of each table that were not sent (the oldest log lines, events, samples)."""
 
     TYPE: ClassVar[str] = protocol.HistoryEnd.TYPE
+    decimated: bool = False
+    left_out: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> HistoryEnd:
+        wire = protocol.HistoryEnd.from_wire(dict(data))
+        return cls(wire.decimated, dict(wire.left_out))
 
     def to_wire(self) -> JsonObject:
-        return {"type": self.TYPE}
+        wire: JsonObject = {"type": self.TYPE}
+        if self.decimated:
+            wire["decimated"] = True
+        if self.left_out:
+            wire["left_out"] = dict(self.left_out)
+        return wire
+
+    @property
+    def thinned(self) -> bool:
+        """Whether the replay left anything out or thinned it."""
+        return self.decimated or any(self.left_out.values())
+
+    def describe(self, run_id: int | None) -> str:
+        """What a person attaching is told when the history came thinned; "" when it came whole."""
+        if not self.thinned:
+            return ""
+        parts = ["older points of each chart are the low and high of their stretch"] if self.decimated else []
+        counted = [f"{count:,} {LEFT_OUT_WORDS.get(table, table.replace('_', ' '))}"
+                   for table, count in sorted(self.left_out.items()) if count]
+        if counted:
+            parts.append(f"the oldest {', '.join(counted)} are not shown")
+        where = f"rankwatch runs logs {run_id}" if run_id is not None else "rankwatch runs logs RUN"
+        return f"Attached with a shortened history: {'; '.join(parts)}. The store keeps everything ({where})."
+
+
+LEFT_OUT_WORDS = {"logs": "log lines", "events": "events", "gpu_samples": "GPU samples",
+                  "process_samples": "process samples", "metrics": "metric records"}
+"""How ``HistoryEnd.left_out``'s tables are named to a person."""
 
 
 @dataclass(frozen=True)
@@ -422,7 +458,7 @@ def decode_hub_message(data: Mapping[str, Any]) -> HubMessage | None:
     if kind == UpdateMessage.TYPE:
         return UpdateMessage.from_wire(data)
     if kind == HistoryEnd.TYPE:
-        return HistoryEnd()
+        return HistoryEnd.from_wire(data)
     if kind == Bye.TYPE:
         return Bye(str(data.get("reason") or "ended"))
     return None

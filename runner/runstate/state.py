@@ -86,6 +86,8 @@ class RunState:
         self.last_process: dict[int, ProcessSample] = {}
         """Each rank's newest process sample that measured its process (see :meth:`note_process_samples`)."""
         self.history_done = False
+        self.history_end: HistoryEnd | None = None
+        """The replay's end: whether the history came thinned, and what it left out."""
         self.end_reason: str | None = None
         self._step_pairs: dict[int, protocol.StepPairs] = {}
 
@@ -100,6 +102,7 @@ class RunState:
             return self.apply_update(message)
         if isinstance(message, HistoryEnd):
             self.history_done = True
+            self.history_end = message
             return Changes(history_done=True)
         if isinstance(message, Bye):
             self.end_reason = message.reason

@@ -39,6 +39,7 @@ from runner.rank_failure import describe_losses
 from runner.runstate.messages import (
     Bye,
     EventKind,
+    HistoryEnd,
     HubMessage,
     LaunchModeFields,
     RankInfo,
@@ -277,6 +278,8 @@ class TerminalView:
                 self._print_final_header()  # plain mode: the run's last state, once (ranks: show_results)
         else:
             self.state.apply(message)
+            if isinstance(message, HistoryEnd) and message.thinned:
+                self._print_line("[rankwatch]", message.describe(None if self.run is None else self.run.id), "stderr")
         if (self._live is None and self.status_every and not self.ended
                 and time.monotonic() - self._last_status >= self.status_every):
             self._last_status = time.monotonic()

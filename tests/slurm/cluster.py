@@ -8,8 +8,8 @@ every finished job, which the tests compare with Rankwatch's). Clients find the
 cluster through ``SLURM_CONF``; the machine's own Slurm configuration, if any, is
 never read or touched.
 
-Two nodes from one host: the packaged build runs several ``slurmd`` on one machine
-(``NodeName=n1/n2``, one ``Port`` each, ``slurmd -N NAME``), each with the
+Two nodes from one host (``nodes`` more for the many-node benchmark): the packaged build runs
+several ``slurmd`` on one machine (``NodeName=n1/n2``, one ``Port`` each, ``slurmd -N NAME``), each with the
 machine's 2 CPUs, so a job can span two "nodes" and jobs can queue behind each
 other. ``KillWait`` is short so that cancelled and timed-out jobs end quickly. Job ids
 start at a random number: a job's rendezvous port is derived from its id
@@ -36,6 +36,7 @@ import psutil
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")
 NODES = ("n1", "n2")
+"""The nodes of the tests' cluster."""
 CPUS_PER_NODE = 2
 KILL_WAIT_SECONDS = 10
 
@@ -58,8 +59,9 @@ def _free_ports(count: int) -> list[int]:
 
 
 class LocalSlurm:
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, nodes: int = len(NODES)):
         self.folder = folder
+        self.nodes = tuple(f"n{number}" for number in range(1, nodes + 1))
         self.host = socket.gethostname().split(".")[0]
         self.processes: list[subprocess.Popen] = []
         self.munged_pid: int | None = None
@@ -86,7 +88,7 @@ class LocalSlurm:
                                    "slurm-client munge; `bash .ci/run` does it)")
         if os.geteuid() != 0:
             raise SlurmUnavailable("slurmd must run as root to start jobs; run the Slurm tests as root")
-        for name in ("state", "log", "munge", *(f"spool/{node}" for node in NODES)):
+        for name in ("state", "log", "munge", *(f"spool/{node}" for node in self.nodes)):
             (self.folder / name).mkdir(parents=True, exist_ok=True)
         munge = self.folder / "munge"
         munge.chmod(0o700)
@@ -99,15 +101,15 @@ class LocalSlurm:
         self.munged_pid = int((munge / "munged.pid").read_text().split()[0])
         self.conf.write_text(self.config(munge / "socket"))
         self._spawn([_daemon("slurmctld"), "-D", "-f", str(self.conf)], "slurmctld")
-        for node in NODES:
+        for node in self.nodes:
             self._spawn([_daemon("slurmd"), "-D", "-N", node, "-f", str(self.conf)], f"slurmd-{node}")
         self._wait_idle()
 
     def config(self, munge_socket: Path) -> str:
         folder = self.folder
-        controller_port, *node_ports = _free_ports(1 + len(NODES))
+        controller_port, *node_ports = _free_ports(1 + len(self.nodes))
         node_lines = [f"NodeName={node} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={port} "
-                      f"CPUs={CPUS_PER_NODE} State=UNKNOWN" for node, port in zip(NODES, node_ports, strict=True)]
+                      f"CPUs={CPUS_PER_NODE} State=UNKNOWN" for node, port in zip(self.nodes, node_ports, strict=True)]
         return "\n".join([
             "ClusterName=rankwatch-test",
             f"SlurmctldHost={self.host}",
@@ -136,7 +138,7 @@ class LocalSlurm:
             "MinJobAge=3600",
             f"FirstJobId={random.randrange(1000, 19000)}",
             *node_lines,
-            f"PartitionName=debug Nodes={','.join(NODES)} Default=YES MaxTime=INFINITE State=UP",
+            f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP",
             "",
         ])
 

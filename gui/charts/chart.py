@@ -811,7 +811,7 @@ class MetricChart(QWidget):
             was_empty = self._empty
             self._show_empty(self.curve_set.visible_bounds()[1] is None)
             self._fit(force=was_empty and not self._empty)
-            if self._hover is not None and self._readout_stale():
+            if self._hover is not None and self._readout_stale(self._hover[0]):
                 self.update_readout()
         return drawn_points
 
@@ -850,10 +850,11 @@ class MetricChart(QWidget):
         return (float(band.low[index]) * self.scale, float(band.median[index]) * self.scale,
                 float(band.high[index]) * self.scale)
 
-    def _readout_stale(self) -> bool:
-        """New points can change the readout only where they land on the cursor's side: points
-        appended beyond it (a cursor resting on history while the run goes on) cannot."""
-        x = self._hover[0] + (self._t0 if self._x_axis == TIME else 0.0)
+    def _readout_stale(self, hover_x: float) -> bool:
+        """New points can change the readout only where they land on the cursor's side (at
+        ``hover_x``): points appended beyond it (a cursor resting on history while the run goes
+        on) cannot."""
+        x = hover_x + (self._t0 if self._x_axis == TIME else 0.0)
         seen = self._readout_seen
         stale = False
         for curve in self._curves.values():

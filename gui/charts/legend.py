@@ -98,7 +98,9 @@ class LegendBar(QWidget):
     def entry_rect(self, key: int) -> QRect:
         """Where ``key`` is drawn (for tests and tooltips)."""
         self._ensure_layout()
-        return QRect(self._entries[key].rect)
+        rect = self._entries[key].rect
+        assert rect is not None, "_ensure_layout places every entry"
+        return QRect(rect)
 
     # ---- layout and painting -----------------------------------------------------------
 

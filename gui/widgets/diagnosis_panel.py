@@ -313,7 +313,7 @@ class DiagnosisPanel(QWidget):
         return [hint.text for hint in self.diagnosis.hints]
 
     def table_texts(self, table: QTableWidget) -> list[list[str]]:
-        return [[table.item(row, column).text() if table.item(row, column) else ""
+        return [[item.text() if (item := table.item(row, column)) else ""
                  for column in range(table.columnCount())] for row in range(table.rowCount())]
 
 

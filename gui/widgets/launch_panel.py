@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -316,7 +317,7 @@ class LaunchPanel(QWidget):
         self.entry.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.entry.setToolTip("The training script (relative paths start from the working directory); "
                               "the list holds recently launched scripts")
-        self.entry.lineEdit().setPlaceholderText("path/to/train.py")
+        self._entry_line().setPlaceholderText("path/to/train.py")
         self.entry.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.entry.setMinimumContentsLength(20)
         self.entry.editTextChanged.connect(self._on_entry_edited)
@@ -453,11 +454,12 @@ class LaunchPanel(QWidget):
         form.addRow("Endpoint", self.endpoint)
         form.addRow("Job id", self.job_id)
         form.addRow("Master addr", self.master_addr)
-        form.addRow("Master port", self._row(self.master_port, self.free_port_button, stretch_first=False))
+        master_port_row = self._row(self.master_port, self.free_port_button, stretch_first=False)
+        form.addRow("Master port", master_port_row)
         self._distributed_form = form
-        self._rendezvous_rows = {
+        self._rendezvous_rows: dict[str, list[QWidget]] = {
             "c10d": [self.endpoint, self.job_id],
-            "static": [self.master_addr, self.master_port.parentWidget()],
+            "static": [self.master_addr, master_port_row],
         }
         self._add_error_row(form, "rendezvous")
 
@@ -675,6 +677,7 @@ class LaunchPanel(QWidget):
     def _update_backend_items(self) -> None:
         info = self._form.interpreter_info(self._form.head_python())
         model = self.backend.model()
+        assert isinstance(model, QStandardItemModel), "a QComboBox's own model"
         for row in range(self.backend.count()):
             name = self.backend.itemData(row)
             tip = BACKEND_TIPS.get(name, "")
@@ -700,7 +703,13 @@ class LaunchPanel(QWidget):
     def _update_entry_widgets(self) -> None:
         is_script = self.entry_kind.currentData() == ENTRY_SCRIPT
         self.browse_script_button.setEnabled(is_script)
-        self.entry.lineEdit().setPlaceholderText("path/to/train.py" if is_script else "package.train")
+        self._entry_line().setPlaceholderText("path/to/train.py" if is_script else "package.train")
+
+    def _entry_line(self) -> QLineEdit:
+        """The entry's line edit (the entry is editable, so Qt gave it one)."""
+        line = self.entry.lineEdit()
+        assert line is not None, "the entry combo box is editable"
+        return line
 
     def _on_entry_edited(self, text: str) -> None:
         if not self._populating:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QRect, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette, QPixmap
+from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette, QPixmap, QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -231,7 +231,7 @@ class ChartGrid(QWidget):
         for name, chart in self.charts.items():
             chart.setVisible(name in names)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self._layout_charts()
 

@@ -14,7 +14,7 @@ the model changed, never per message.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
+from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -180,7 +180,7 @@ class DiagnosisPanel(QWidget):
         self._throttle.watch(diagnosis.changed, diagnosis.monitor.ranks_changed)
         self.refresh()
 
-    def showEvent(self, event) -> None:
+    def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)  # changes made while hidden are drawn already (RefreshThrottle)
         if not self._sized and self.splitter.width() > 0:
             self._sized = True  # 3:2, whatever the texts' natural widths; the user may drag it later

@@ -12,7 +12,7 @@ rank fails) must not push the charts and tables down under the person's mouse.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QColor, QFont, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QWidget
 
 from gui.gateway.runner_rules import RankState
@@ -106,7 +106,7 @@ class FailureBanner(QFrame):
         self.details_button.setChecked(shown)
         self.details_button.blockSignals(False)
 
-    def resizeEvent(self, event) -> None:
+    def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._elide()
 

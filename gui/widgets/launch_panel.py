@@ -17,10 +17,11 @@ timeout, hash-every ...) get their rows from ``SettingsSection``, one group per 
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtGui import QStandardItemModel
+from PySide6.QtGui import QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -51,12 +52,14 @@ from gui.gateway.launch_spec import (
 )
 from gui.gateway.probe import GPUS, INTERPRETER, RunnerProbe
 from gui.gateway.probe_output import BACKEND_NAMES, InterpreterInfo, unavailable_report
+from gui.gateway.runner_rules import GpuReport
 from gui.models.launch_form import (
     ENTRY_MODULE,
     ENTRY_SCRIPT,
     Evaluation,
     FormState,
     LaunchFormModel,
+    PlanResult,
     pick_free_port,
 )
 from gui.models.profiles import ProfileListModel
@@ -602,10 +605,10 @@ class LaunchPanel(QWidget):
             self.status.setStyleSheet(ERROR_STYLE if evaluation.errors else "")
             self.status.setToolTip("\n".join(f"{field}: {message}" for field, message in evaluation.errors))
 
-    def _on_plan_delivered(self, key, result) -> None:
+    def _on_plan_delivered(self, key: Hashable, result: PlanResult) -> None:
         self._form.plan_ready(key, result)
 
-    def _on_machine_changed(self, report) -> None:
+    def _on_machine_changed(self, report: GpuReport | None) -> None:
         if report is not None and report.available and self.isVisible():
             self._gpu_refresh.start()
         else:
@@ -813,6 +816,6 @@ class LaunchPanel(QWidget):
             self._update_recent_scripts()
         self.launch_requested.emit(spec, self._form.run_profile_label, self._form.base_dir)
 
-    def showEvent(self, event) -> None:
+    def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         self._on_machine_changed(self._form.gpu_report)

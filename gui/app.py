@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # argv[0] names the X11 window class's instance (WM_CLASS "rankwatch", "Rankwatch"): taskbars
     # show it, so it is ours, whatever started the app (`python gui/app.py`, `python -m runner gui`).
-    app = QApplication.instance() or QApplication([APP_ID])
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication([APP_ID])
     app.setApplicationName("Rankwatch")
     app.setApplicationDisplayName("Rankwatch")
     app.setApplicationVersion(app_version())

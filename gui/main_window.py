@@ -19,6 +19,8 @@ the window can attach to it again later from History.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QSize, Qt, QTimer, QUrl
@@ -37,6 +39,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QLabel,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QSplitter,
     QTableWidget,
@@ -47,10 +50,11 @@ from PySide6.QtWidgets import (
 )
 
 from gui.editor_link import SourceLocation, open_location
-from gui.gateway.launch_spec import EXAMPLE_PROFILE, ProfileError, SpecErrors
+from gui.gateway.launch_spec import EXAMPLE_PROFILE, LaunchSpec, ProfileError, SpecErrors
 from gui.gateway.probe import RunnerProbe
 from gui.gateway.run_state import HUNG
 from gui.gateway.runner_rules import paths
+from gui.models.history import RunRow
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.notices import APP_NAME, run_end_notice, window_title
 from gui.models.profiles import ProfileListModel
@@ -225,7 +229,8 @@ class MainWindow(QMainWindow):
 
     # Building.
 
-    def _action(self, text: str, shortcut: QKeySequence | str | None, slot, tip: str = "") -> QAction:
+    def _action(self, text: str, shortcut: QKeySequence | QKeySequence.StandardKey | str | None,
+                slot: Callable[[], object], tip: str = "") -> QAction:
         action = QAction(text, self)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
@@ -259,7 +264,7 @@ class MainWindow(QMainWindow):
         self.doctor_action = self._action("&Doctor…", None, self._on_doctor_triggered,
                                           "Check this machine and the form's interpreter for distributed jobs")
         self.tab_actions = [
-            self._action(f"&{name} tab", f"Ctrl+{index + 1}", lambda i=index: self.tabs.setCurrentIndex(i))
+            self._action(f"&{name} tab", f"Ctrl+{index + 1}", functools.partial(self.tabs.setCurrentIndex, index))
             for index, name in enumerate(("Launch", "Monitor", "History"))
         ]
         self.search_logs_action = self._action("Search &logs", QKeySequence.StandardKey.Find,
@@ -302,7 +307,7 @@ class MainWindow(QMainWindow):
         rows = []
         for menu_action in self.menuBar().actions():
             menu = menu_action.menu()
-            for action in menu.actions() if menu is not None else []:
+            for action in menu.actions() if isinstance(menu, QMenu) else []:
                 if not action.shortcut().isEmpty():
                     key = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
                     rows.append((action.text().replace("&", "").rstrip("…"), key))
@@ -405,7 +410,7 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.launch_panel)
             self.statusBar().showMessage(f"Cannot launch: {self.launch_panel.status.text()}", 8000)
 
-    def _on_launch_requested(self, spec, profile_name: str | None, base_dir: Path) -> None:
+    def _on_launch_requested(self, spec: LaunchSpec, profile_name: str | None, base_dir: Path) -> None:
         """Launch into an idle run tab, or a new one when every tab watches a live run."""
         panel = self.monitors.panel_for_launch()
         try:
@@ -424,12 +429,12 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.monitors)
         self._update_run_controls()
 
-    def _on_runs_listed(self, rows: list) -> None:
+    def _on_runs_listed(self, rows: list[RunRow]) -> None:
         """A tab detached from a run that has ended since shows it as the store has it now: not
         green "running" rows with ageing heartbeats while History says how it ended."""
         ended = {row.run_id for row in rows if not row.live}
         for panel in self.monitors.panels():
-            if panel.is_detached and panel.run_id in ended:
+            if panel.is_detached and panel.run_id is not None and panel.run_id in ended:
                 panel.attach(panel.run_id)
 
     def _on_live_runs_hint_due(self) -> None:

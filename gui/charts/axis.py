@@ -9,6 +9,7 @@ scaling: a label is always the number itself.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtGui import QFontMetricsF
@@ -23,7 +24,7 @@ NICE_SECONDS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 1
 class ChartAxis(pg.AxisItem):
     """An axis of ``kind`` (``ticks.VALUE``, ``ticks.STEP`` or ``ticks.SECONDS``)."""
 
-    def __init__(self, orientation: str, kind: str = ticks.VALUE, **options) -> None:
+    def __init__(self, orientation: str, kind: str = ticks.VALUE, **options: Any) -> None:
         super().__init__(orientation, **options)
         self.kind = kind
         self.enableAutoSIPrefix(False)
@@ -37,7 +38,8 @@ class ChartAxis(pg.AxisItem):
             self.picture = None
             self.update()
 
-    def tickSpacing(self, minVal, maxVal, size):  # noqa: N802, N803 - pyqtgraph API
+    def tickSpacing(self, minVal: float, maxVal: float, size: float,  # noqa: N802, N803 - pyqtgraph API
+                    ) -> list[tuple[float, float]]:
         if self.kind == ticks.SECONDS and not self.logMode:
             levels = seconds_spacing(abs(maxVal - minVal), size, self._tickDensity)
             if levels:
@@ -47,12 +49,12 @@ class ChartAxis(pg.AxisItem):
             levels = [(spacing, offset) for spacing, offset in levels if spacing >= 1.0] or [(1.0, 0.0)]
         return levels
 
-    def tickStrings(self, values, scale, spacing):  # noqa: N802 - pyqtgraph API
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802 - pyqtgraph API
         if self.logMode:
             return self.logTickStrings(values, scale, spacing)
         return ticks.tick_labels(self.kind, [v * scale for v in values], spacing * scale)
 
-    def logTickStrings(self, values, scale, spacing):  # noqa: N802 - pyqtgraph API
+    def logTickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802 - pyqtgraph API
         low, high = self.range if hasattr(self, "range") else (min(values, default=0), max(values, default=0))
         length = self.height() if self.orientation in ("left", "right") else self.width()
         if self.orientation not in ("left", "right"):

@@ -32,16 +32,19 @@ import colorsys
 import html
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
+from pyqtgraph.GraphicsScene.mouseEvents import MouseClickEvent
 from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import (
     QBrush,
     QColor,
     QFont,
     QFontMetricsF,
+    QHideEvent,
     QPainter,
     QPalette,
     QPen,
@@ -299,7 +302,7 @@ class MetricChart(QWidget):
             self.hide_readout()
         return False
 
-    def changeEvent(self, event) -> None:  # noqa: N802 - Qt override
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
             self._apply_palette()
@@ -442,7 +445,7 @@ class MetricChart(QWidget):
             self.note_label.setVisible(show_note)
             self._place_note()
 
-    def _place_note(self, *_args) -> None:
+    def _place_note(self, *_args: object) -> None:
         if not self.note_label.isVisible():
             return
         rect = self.view_box.sceneBoundingRect()
@@ -506,7 +509,7 @@ class MetricChart(QWidget):
         (``1:05``), the title of a chart of samples says "vs time", the X axis control the rest."""
         self.bottom_axis.setToolTip("step" if self._x_axis == STEP else "time since the run started")
 
-    def _update_grid(self, *_args) -> None:
+    def _update_grid(self, *_args: object) -> None:
         (x_low, x_high), (y_low, y_high) = self.view_box.viewRange()
         width, height = max(1.0, self.view_box.width()), max(1.0, self.view_box.height())
         lines = []
@@ -529,11 +532,11 @@ class MetricChart(QWidget):
         if y:
             self.follow_y = False
 
-    def _on_zoomed_by_user(self, mask) -> None:
+    def _on_zoomed_by_user(self, mask: Sequence[bool]) -> None:
         # A wheel zoom or a drag (x only): keep the x range the user chose; y keeps fitting.
         self.stop_following(x=bool(mask[0]), y=False)
 
-    def _on_scene_clicked(self, event) -> None:
+    def _on_scene_clicked(self, event: MouseClickEvent) -> None:
         if event.double():
             self.follow()
             self.follow_requested.emit()
@@ -744,7 +747,7 @@ class MetricChart(QWidget):
             left, top = max(screen.left(), left), max(screen.top(), top)
         self.readout.move(left, top)
 
-    def hideEvent(self, event) -> None:  # noqa: N802 - Qt override
+    def hideEvent(self, event: QHideEvent) -> None:  # noqa: N802 - Qt override
         super().hideEvent(event)
         self.hide_readout()  # another tab came to the front under the cursor
 
@@ -811,7 +814,7 @@ class MetricChart(QWidget):
             was_empty = self._empty
             self._show_empty(self.curve_set.visible_bounds()[1] is None)
             self._fit(force=was_empty and not self._empty)
-            if self._hover is not None and self._readout_stale():
+            if self._hover is not None and self._readout_stale(self._hover[0]):
                 self.update_readout()
         return drawn_points
 
@@ -850,10 +853,11 @@ class MetricChart(QWidget):
         return (float(band.low[index]) * self.scale, float(band.median[index]) * self.scale,
                 float(band.high[index]) * self.scale)
 
-    def _readout_stale(self) -> bool:
-        """New points can change the readout only where they land on the cursor's side: points
-        appended beyond it (a cursor resting on history while the run goes on) cannot."""
-        x = self._hover[0] + (self._t0 if self._x_axis == TIME else 0.0)
+    def _readout_stale(self, hover_x: float) -> bool:
+        """New points can change the readout only where they land on the cursor's side (at
+        ``hover_x``): points appended beyond it (a cursor resting on history while the run goes
+        on) cannot."""
+        x = hover_x + (self._t0 if self._x_axis == TIME else 0.0)
         seen = self._readout_seen
         stale = False
         for curve in self._curves.values():

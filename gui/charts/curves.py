@@ -10,6 +10,7 @@ values behind a smoothed curve, as TensorBoard keeps them.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 import pyqtgraph as pg
@@ -110,7 +111,7 @@ class CurveSetItem(pg.GraphicsObject):
     def marker(self) -> float | None:
         return self._marker
 
-    def set_grid(self, x_values, y_values, view: QRectF) -> None:
+    def set_grid(self, x_values: Iterable[float], y_values: Iterable[float], view: QRectF) -> None:
         """Grid lines at ``x_values`` and ``y_values`` across the visible rectangle ``view``."""
         left, right, top, bottom = view.left(), view.right(), view.top(), view.bottom()
         self._grid_lines = ([QLineF(x, top, x, bottom) for x in x_values]
@@ -223,7 +224,8 @@ class CurveSetItem(pg.GraphicsObject):
                 y_low, y_high = min(y_low, y_bounds[0]), max(y_high, y_bounds[1])
         return ((x_low, x_high) if x_low <= x_high else None, (y_low, y_high) if y_low <= y_high else None)
 
-    def dataBounds(self, ax, frac=1.0, orthoRange=None):  # noqa: N802, N803 - pyqtgraph API
+    def dataBounds(self, ax: int, frac: float = 1.0, orthoRange: tuple[float, float] | None = None,  # noqa: N802, N803 - pyqtgraph API
+                   ) -> tuple[float, float] | tuple[None, None]:
         bounds = self.visible_bounds()[ax]
         return (None, None) if bounds is None else bounds
 
@@ -239,7 +241,7 @@ class CurveSetItem(pg.GraphicsObject):
             self._rect = rect
         return self._rect
 
-    def paint(self, painter: QPainter, *args) -> None:
+    def paint(self, painter: QPainter, *args: object) -> None:
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
         if self._grid_lines:
             painter.setPen(self._grid_pen)

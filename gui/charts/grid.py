@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QRect, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette, QPixmap
+from PySide6.QtGui import QFont, QFontMetrics, QPainter, QPalette, QPixmap, QResizeEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -157,11 +157,11 @@ class ChartGrid(QWidget):
         self.grid = QGridLayout(self.container)
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setSpacing(4)
-        self.scroll = QScrollArea()
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.scroll.setWidget(self.container)
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area.setWidget(self.container)
         for definition in BUILT_IN_CHARTS:
             self._add_chart(definition)
         layout = QVBoxLayout(self)
@@ -170,7 +170,7 @@ class ChartGrid(QWidget):
         layout.addLayout(controls)
         layout.addWidget(self.rank_legend)
         layout.addWidget(self.gpu_legend)
-        layout.addWidget(self.scroll, 1)
+        layout.addWidget(self.scroll_area, 1)
         self._set_mode(CPU)
 
         self._connect_model(model)
@@ -213,7 +213,7 @@ class ChartGrid(QWidget):
     def _layout_charts(self, force: bool = False) -> None:
         """Place the shown charts in rows of ``chart_columns(width)``."""
         names = self.shown_chart_names()
-        columns = chart_columns(self.scroll.viewport().width() or self.width())
+        columns = chart_columns(self.scroll_area.viewport().width() or self.width())
         if not force and columns == self._columns and names == self._placed:
             return
         self._columns, self._placed = columns, names
@@ -231,7 +231,7 @@ class ChartGrid(QWidget):
         for name, chart in self.charts.items():
             chart.setVisible(name in names)
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self._layout_charts()
 

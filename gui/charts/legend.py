@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import QPoint, QRect, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QMouseEvent, QPainter, QPaintEvent, QPalette
+from PySide6.QtGui import QColor, QMouseEvent, QPainter, QPaintEvent, QPalette, QResizeEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 _SWATCH = 14
@@ -98,7 +98,9 @@ class LegendBar(QWidget):
     def entry_rect(self, key: int) -> QRect:
         """Where ``key`` is drawn (for tests and tooltips)."""
         self._ensure_layout()
-        return QRect(self._entries[key].rect)
+        rect = self._entries[key].rect
+        assert rect is not None, "_ensure_layout places every entry"
+        return QRect(rect)
 
     # ---- layout and painting -----------------------------------------------------------
 
@@ -137,7 +139,7 @@ class LegendBar(QWidget):
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
         return QSize(400, self.heightForWidth(max(400, self.width())))
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self._layout_width = -1
         height = self._place(self.width())

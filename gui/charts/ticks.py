@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 VALUE = "value"
 STEP = "step"
@@ -88,7 +88,7 @@ def value_labels(values: Sequence[float], spacing: float) -> list[str]:
     return labels
 
 
-def _distinct(values: Sequence[float], write, digits: int) -> list[str]:
+def _distinct(values: Sequence[float], write: Callable[[float, int], str], digits: int) -> list[str]:
     """Write ``values`` with ``digits``, adding digits while two different values read alike."""
     while True:
         labels = [write(v, digits) for v in values]

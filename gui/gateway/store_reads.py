@@ -26,8 +26,8 @@ from runner.store.rank_stats import run_statistics
 from runner.store.run_figures import RunFigures, run_figures
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["RunFigures", "RunNotFound", "RunRecords", "chart_records", "export_run", "rank_results", "run_now",
-           "run_records", "runs", "set_run_notes", "with_liveness"]
+__all__ = ["RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records", "export_run", "rank_results",
+           "run_now", "run_records", "runs", "set_run_notes", "with_liveness"]
 
 _finished_figures: dict[tuple[str, int], RunFigures] = {}
 """Figures of finished runs, by (store, run id): they cannot change, so the runs list, polled

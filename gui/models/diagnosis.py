@@ -149,7 +149,8 @@ class Bottleneck:
     def from_record(cls, record: dict[str, Any], whole_run: bool, rank: int | None = None,
                     ended: bool = False) -> Bottleneck:
         verdict = record.get("verdict")
-        ranks = record.get("ranks") if isinstance(record.get("ranks"), dict) else {}
+        found_ranks = record.get("ranks")
+        ranks: dict[str, Any] = found_ranks if isinstance(found_ranks, dict) else {}
         per_rank = []
         for key, value in ranks.items():  # JSON object keys: "0", "1", ...
             if str(key).isdigit() and isinstance(value, dict):
@@ -418,7 +419,7 @@ class DiagnosisModel:
             elif kind == EventKind.STACKS.value and is_capture(event):
                 self.capture = event
                 self.captures += 1
-                layout = self.stacks_layout()
+                layout = self._laid_out(event)
                 self._note(Finding(EventKind.STACKS.value, None, None, f"stacks ({layout.reason}): {layout.verdict}", False,
                                    _float(event.get("t"))))
                 self.stacks_received.emit(event)
@@ -529,10 +530,12 @@ class DiagnosisModel:
 
     def stacks_layout(self) -> StacksLayout | None:
         """The latest stack capture laid out side by side."""
-        if self.capture is None:
-            return None
-        if self._layout is None or self._layout[0] is not self.capture:
-            self._layout = (self.capture, layout_capture(self.capture))
+        return None if self.capture is None else self._laid_out(self.capture)
+
+    def _laid_out(self, capture: dict[str, Any]) -> StacksLayout:
+        """``capture`` laid out, once per capture (the panel asks on every refresh)."""
+        if self._layout is None or self._layout[0] is not capture:
+            self._layout = (capture, layout_capture(capture))
         return self._layout[1]
 
     def findings(self) -> list[Finding]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import shlex
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -36,9 +37,9 @@ def entry_of(spec_toml: str | None) -> str:
     A spec is parsed once (the runs list is polled every few seconds)."""
     if not spec_toml:
         return ""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:  # Python 3.10
         import tomli as tomllib
     try:
         table = tomllib.loads(spec_toml)

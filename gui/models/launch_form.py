@@ -437,7 +437,7 @@ class LaunchFormModel:
         self._base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
         self._gpu_report: GpuReport | None = None
         self._interpreters: dict[str, InterpreterInfo] = {}
-        self._plan_cache: tuple[tuple, RendezvousPlan, list[tuple[str, str]]] | None = None
+        self._plan_cache: tuple[Hashable, RendezvousPlan, list[tuple[str, str]]] | None = None
         self._submit_plan: Callable[[Hashable, Callable[[], PlanResult]], None] | None = None
         self._plan_wanted: Hashable | None = None
         self._evaluation = self._evaluate()
@@ -536,7 +536,7 @@ class LaunchFormModel:
         if key != self._plan_wanted:
             return
         plan, errors = result
-        self._plan_cache = (key, plan, list(errors))  # type: ignore[arg-type]
+        self._plan_cache = (key, plan, list(errors))
         self._plan_wanted = None
         self._reevaluate()
 
@@ -657,8 +657,8 @@ class LaunchFormModel:
             spec = spec_from_dict(table or {}, self._state.schema)
         except SpecError as error:
             return Evaluation(spec=None, errors=((error.field, error.message),), commands=(), dirty=dirty)
-        except SpecErrors as errors:
-            found = tuple((e.field, e.message) for e in errors.errors)
+        except SpecErrors as all_errors:
+            found = tuple((e.field, e.message) for e in all_errors.errors)
             return Evaluation(spec=None, errors=found, commands=(), dirty=dirty)
 
         report = self._gpu_report or GpuReport(available=False, reason="not probed yet")

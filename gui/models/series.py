@@ -17,8 +17,12 @@ Numpy only: view models build series off the GUI thread and tests run without Qt
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
+
+Points = Sequence[float | None] | np.ndarray
+"""What ``Series.append`` takes per column: numbers, or None where a point has no value."""
 
 FACTOR = 8
 """Points per block from one pyramid level to the next."""
@@ -156,18 +160,18 @@ class Series:
     def __len__(self) -> int:
         return len(self.values)
 
-    def append(self, steps, times, values) -> None:
+    def append(self, steps: Points, times: Points, values: Points) -> None:
         """Add points. Arguments are sequences of equal length (numbers or None)."""
-        steps = np.asarray(steps, dtype=np.float64)
-        times = np.asarray(times, dtype=np.float64)
-        values = np.asarray(values, dtype=np.float64)
-        if not (len(steps) == len(times) == len(values)):
+        step_array = np.asarray(steps, dtype=np.float64)
+        time_array = np.asarray(times, dtype=np.float64)
+        value_array = np.asarray(values, dtype=np.float64)
+        if not (len(step_array) == len(time_array) == len(value_array)):
             raise ValueError("steps, times and values must have the same length")
-        if not len(values):
+        if not len(value_array):
             return
-        if np.isnan(steps).any():
-            steps = _forward_fill(steps, self.steps.last)
-        for axis, column, new in ((STEP, self.steps, steps), (TIME, self.times, times)):
+        if np.isnan(step_array).any():
+            step_array = _forward_fill(step_array, self.steps.last)
+        for axis, column, new in ((STEP, self.steps, step_array), (TIME, self.times, time_array)):
             if self.sorted_by[axis]:
                 previous = column.last
                 finite = new[~np.isnan(new)]
@@ -176,9 +180,9 @@ class Series:
                     or (len(finite) > 1 and bool(np.any(np.diff(finite) < 0)))
                 ):
                     self.sorted_by[axis] = False
-        self.steps.extend(steps)
-        self.times.extend(times)
-        self.values.extend(values)
+        self.steps.extend(step_array)
+        self.times.extend(time_array)
+        self.values.extend(value_array)
 
     def axis(self, axis: str) -> np.ndarray:
         return self.steps.values if axis == STEP else self.times.values

@@ -138,9 +138,10 @@ def layout_capture(capture: dict[str, Any]) -> StacksLayout:
         columns.append(StackColumn(ranks=tuple(int(r) for r in group.get("ranks") or [] if isinstance(r, int)),
                                    frames=frames, role=str(group.get("role") or STUCK),
                                    what=str(group.get("what") or "")))
-    missing = tuple((int(m.get("rank")), str(m.get("why") or "no stack"))
+    missing = tuple((int(m["rank"]), str(m.get("why") or "no stack"))
                     for m in capture.get("missing") or [] if isinstance(m, dict) and isinstance(m.get("rank"), int))
-    verdict = capture.get("verdict") if isinstance(capture.get("verdict"), dict) else {}
+    found_verdict = capture.get("verdict")
+    verdict: dict[str, Any] = found_verdict if isinstance(found_verdict, dict) else {}
     message = str(verdict.get("message") or ("No rank's stack could be read." if not columns else ""))
     return StacksLayout(
         columns=tuple(columns), missing=missing, reason=str(capture.get("reason") or ""), t=capture.get("t"),

@@ -14,7 +14,7 @@ the model changed, never per message.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
+from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -180,7 +180,7 @@ class DiagnosisPanel(QWidget):
         self._throttle.watch(diagnosis.changed, diagnosis.monitor.ranks_changed)
         self.refresh()
 
-    def showEvent(self, event) -> None:
+    def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)  # changes made while hidden are drawn already (RefreshThrottle)
         if not self._sized and self.splitter.width() > 0:
             self._sized = True  # 3:2, whatever the texts' natural widths; the user may drag it later
@@ -313,7 +313,7 @@ class DiagnosisPanel(QWidget):
         return [hint.text for hint in self.diagnosis.hints]
 
     def table_texts(self, table: QTableWidget) -> list[list[str]]:
-        return [[table.item(row, column).text() if table.item(row, column) else ""
+        return [[item.text() if (item := table.item(row, column)) else ""
                  for column in range(table.columnCount())] for row in range(table.rowCount())]
 
 

@@ -14,7 +14,7 @@ passing notices ("Run 4 finished successfully.", "Attaching to run 4…") use th
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QColor, QFont, QResizeEvent
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QToolButton, QWidget
 
 from gui.gateway.runner_rules import RankState
@@ -119,7 +119,7 @@ class FailureBanner(QFrame):
         self.details_button.setChecked(shown)
         self.details_button.blockSignals(False)
 
-    def resizeEvent(self, event) -> None:
+    def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._elide()
 

@@ -22,7 +22,7 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QBrush, QFont
+from PySide6.QtGui import QBrush, QCloseEvent, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -88,7 +88,7 @@ class RunsTableModel(ColumnTableModel):
         self._bold.setBold(True)
         self._now = time.time()
 
-    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole) -> object:
         if not index.isValid():
             return None
         row = self.rows[index.row()]
@@ -135,7 +135,7 @@ class RunsFilterModel(QSortFilterProxyModel):
         self._text = text
         self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
 
-    def filterAcceptsRow(self, source_row: int, _source_parent) -> bool:
+    def filterAcceptsRow(self, source_row: int, _source_parent: QModelIndex | QPersistentModelIndex) -> bool:
         model = self.sourceModel()
         assert isinstance(model, RunsTableModel)
         return source_row >= len(model.rows) or matches_filter(model.rows[source_row], self._text)
@@ -342,7 +342,7 @@ class HistoryPanel(QWidget):
     def _row(self, run_id: int) -> RunRow | None:
         return next((row for row in self.table_model.rows if row.run_id == run_id), None)
 
-    def _update_buttons(self, *_args) -> None:
+    def _update_buttons(self, *_args: object) -> None:
         ids = self.selected_run_ids()
         one = len(ids) == 1
         row = self._row(ids[0]) if one else None
@@ -369,7 +369,7 @@ class HistoryPanel(QWidget):
         """Store ``tags`` and ``notes`` with run ``run_id`` (off the GUI thread); ``run_notes_saved``
         when they are, the runs list then shows them."""
 
-        def write(_store) -> int:
+        def write(_store: store_reads.RunStore) -> int:
             store_reads.set_run_notes(run_id, tags, notes)
             return run_id
 
@@ -403,7 +403,7 @@ class HistoryPanel(QWidget):
         and overlay the chosen metric (``overlay_metric``), one curve per run."""
         ids = list(run_ids)[:OVERLAY_RUN_LIMIT]
 
-        def read(store) -> list[tuple[int, str, MonitorModel]]:
+        def read(store: store_reads.RunStore) -> list[tuple[int, str, MonitorModel]]:
             loaded = []
             for run_id in ids:
                 records = store_reads.chart_records(store, run_id)
@@ -514,7 +514,7 @@ class HistoryPanel(QWidget):
         """
         target = Path(folder) / f"run-{run_id}"
 
-        def read(store) -> tuple[Path, MonitorModel, str]:
+        def read(store: store_reads.RunStore) -> tuple[Path, MonitorModel, str]:
             records = store_reads.export_run(store, run_id, target, LOG_LIMIT)
             return target, MonitorModel.from_records(records), run_title(records.run)
 
@@ -553,6 +553,6 @@ class HistoryPanel(QWidget):
             self.status_label.setText(f"exporting run {ids[0]}…")
             self.export_run(ids[0], Path(folder))
 
-    def closeEvent(self, event) -> None:
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.poller.stop()
         super().closeEvent(event)

@@ -17,9 +17,11 @@ timeout, hash-every ...) get their rows from ``SettingsSection``, one group per 
 from __future__ import annotations
 
 import os
+from collections.abc import Hashable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtGui import QShowEvent, QStandardItemModel
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -50,12 +52,14 @@ from gui.gateway.launch_spec import (
 )
 from gui.gateway.probe import GPUS, INTERPRETER, RunnerProbe
 from gui.gateway.probe_output import BACKEND_NAMES, InterpreterInfo, unavailable_report
+from gui.gateway.runner_rules import GpuReport
 from gui.models.launch_form import (
     ENTRY_MODULE,
     ENTRY_SCRIPT,
     Evaluation,
     FormState,
     LaunchFormModel,
+    PlanResult,
     pick_free_port,
 )
 from gui.models.profiles import ProfileListModel
@@ -316,7 +320,7 @@ class LaunchPanel(QWidget):
         self.entry.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.entry.setToolTip("The training script (relative paths start from the working directory); "
                               "the list holds recently launched scripts")
-        self.entry.lineEdit().setPlaceholderText("path/to/train.py")
+        self._entry_line().setPlaceholderText("path/to/train.py")
         self.entry.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.entry.setMinimumContentsLength(20)
         self.entry.editTextChanged.connect(self._on_entry_edited)
@@ -453,11 +457,12 @@ class LaunchPanel(QWidget):
         form.addRow("Endpoint", self.endpoint)
         form.addRow("Job id", self.job_id)
         form.addRow("Master addr", self.master_addr)
-        form.addRow("Master port", self._row(self.master_port, self.free_port_button, stretch_first=False))
+        master_port_row = self._row(self.master_port, self.free_port_button, stretch_first=False)
+        form.addRow("Master port", master_port_row)
         self._distributed_form = form
-        self._rendezvous_rows = {
+        self._rendezvous_rows: dict[str, list[QWidget]] = {
             "c10d": [self.endpoint, self.job_id],
-            "static": [self.master_addr, self.master_port.parentWidget()],
+            "static": [self.master_addr, master_port_row],
         }
         self._add_error_row(form, "rendezvous")
 
@@ -600,10 +605,10 @@ class LaunchPanel(QWidget):
             self.status.setStyleSheet(ERROR_STYLE if evaluation.errors else "")
             self.status.setToolTip("\n".join(f"{field}: {message}" for field, message in evaluation.errors))
 
-    def _on_plan_delivered(self, key, result) -> None:
+    def _on_plan_delivered(self, key: Hashable, result: PlanResult) -> None:
         self._form.plan_ready(key, result)
 
-    def _on_machine_changed(self, report) -> None:
+    def _on_machine_changed(self, report: GpuReport | None) -> None:
         if report is not None and report.available and self.isVisible():
             self._gpu_refresh.start()
         else:
@@ -675,6 +680,7 @@ class LaunchPanel(QWidget):
     def _update_backend_items(self) -> None:
         info = self._form.interpreter_info(self._form.head_python())
         model = self.backend.model()
+        assert isinstance(model, QStandardItemModel), "a QComboBox's own model"
         for row in range(self.backend.count()):
             name = self.backend.itemData(row)
             tip = BACKEND_TIPS.get(name, "")
@@ -700,7 +706,13 @@ class LaunchPanel(QWidget):
     def _update_entry_widgets(self) -> None:
         is_script = self.entry_kind.currentData() == ENTRY_SCRIPT
         self.browse_script_button.setEnabled(is_script)
-        self.entry.lineEdit().setPlaceholderText("path/to/train.py" if is_script else "package.train")
+        self._entry_line().setPlaceholderText("path/to/train.py" if is_script else "package.train")
+
+    def _entry_line(self) -> QLineEdit:
+        """The entry's line edit (the entry is editable, so Qt gave it one)."""
+        line = self.entry.lineEdit()
+        assert line is not None, "the entry combo box is editable"
+        return line
 
     def _on_entry_edited(self, text: str) -> None:
         if not self._populating:
@@ -804,6 +816,6 @@ class LaunchPanel(QWidget):
             self._update_recent_scripts()
         self.launch_requested.emit(spec, self._form.run_profile_label, self._form.base_dir)
 
-    def showEvent(self, event) -> None:
+    def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         self._on_machine_changed(self._form.gpu_report)

@@ -246,11 +246,11 @@ class LogView(QWidget):
         self.search.setFocus()
         self.search.selectAll()
 
-    def _on_filter_changed(self, *_args) -> None:
+    def _on_filter_changed(self, *_args: object) -> None:
         self._rebuild_needed = True
         self.refresh()
 
-    def _matches(self, entry: LogEntry, rank, needle: str, node: str = ALL_NODES) -> bool:
+    def _matches(self, entry: LogEntry, rank: int | str, needle: str, node: str = ALL_NODES) -> bool:
         if node and entry.node != node:
             return False
         if rank == LAUNCHER:

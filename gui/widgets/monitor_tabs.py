@@ -63,10 +63,17 @@ class MonitorTabs(QTabWidget):
 
     @property
     def current(self) -> MonitorPanel:
-        return self.currentWidget()
+        return self.panel_at(self.currentIndex())
 
     def panels(self) -> list[MonitorPanel]:
-        return [self.widget(index) for index in range(self.count())]
+        return [self.panel_at(index) for index in range(self.count())]
+
+    def panel_at(self, index: int) -> MonitorPanel:
+        """The panel in tab ``index`` (every tab holds one: ``add_panel`` is the only way in)."""
+        panel = self.widget(index)
+        if not isinstance(panel, MonitorPanel):
+            raise IndexError(f"no monitor panel at tab {index} of {self.count()}")
+        return panel
 
     def add_panel(self) -> MonitorPanel:
         panel = self._create_panel()
@@ -178,4 +185,4 @@ class MonitorTabs(QTabWidget):
         return True
 
     def _on_close_requested(self, index: int) -> None:
-        self.close_panel(self.widget(index))
+        self.close_panel(self.panel_at(index))

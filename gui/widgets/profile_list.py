@@ -9,6 +9,7 @@ what was typed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -90,7 +91,7 @@ class ProfileList(QWidget):
         self.watcher.profiles_changed.connect(self._on_profiles_changed_on_disk)
         self._update_items()
 
-    def _button(self, text: str, tip: str, slot) -> QPushButton:
+    def _button(self, text: str, tip: str, slot: Callable[[], object]) -> QPushButton:
         button = QPushButton(text)
         button.setToolTip(tip)
         button.clicked.connect(lambda _checked=False: slot())
@@ -137,7 +138,7 @@ class ProfileList(QWidget):
 
     # Operations (buttons, menu actions and shortcuts call these).
 
-    def _valid_spec(self, action: str):
+    def _valid_spec(self, action: str) -> LaunchSpec | None:
         evaluation = self._form.evaluation
         if evaluation.spec is None:
             problems = "\n".join(f"{field}: {message}" for field, message in evaluation.errors)

@@ -10,6 +10,8 @@ command preview then shows the sbatch script.
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
@@ -144,7 +146,7 @@ class SlurmSection(QGroupBox):
 
     # Widgets -> model.
 
-    def _on_edited(self, **changes) -> None:
+    def _on_edited(self, **changes: Any) -> None:
         if not self._populating:
             self._form.update(slurm=self._form.state.slurm.with_changes(**changes))
 

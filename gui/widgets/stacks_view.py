@@ -150,7 +150,8 @@ class StacksView(QWidget):
         self._update_table(layout)
 
     def column_titles(self) -> list[str]:
-        return [self.table.horizontalHeaderItem(c).text() for c in range(self.table.columnCount())]
+        headers = (self.table.horizontalHeaderItem(c) for c in range(self.table.columnCount()))
+        return [header.text() if header is not None else "" for header in headers]
 
     def column_frames(self, column: int) -> list[str]:
         """The frame texts of one column, oldest call first (empty cells left out)."""
@@ -240,8 +241,9 @@ class StacksView(QWidget):
                 table.setItem(row, column_index, item)
         table.setVerticalHeaderLabels([str(depth) for depth in range(layout.row_count)])
         first = next(((row, column) for row, column, _text in self.marked_cells()), None)
-        if first is not None:
-            table.scrollToItem(table.item(*first), QAbstractItemView.ScrollHint.EnsureVisible)
+        first_item = table.item(*first) if first is not None else None
+        if first_item is not None:
+            table.scrollToItem(first_item, QAbstractItemView.ScrollHint.EnsureVisible)
         if layout.missing:
             self.missing.setText("No stack from " + "; ".join(f"rank {rank}: {why}" for rank, why in layout.missing))
             self.missing.show()

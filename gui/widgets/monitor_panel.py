@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase
+from PySide6.QtGui import QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -529,7 +529,9 @@ class MonitorPanel(QWidget):
         return self.tabs.tabBar().sizeHint().height() + 4
 
     def _panel_pages(self) -> QStackedWidget:
-        return self.tabs.findChild(QStackedWidget)
+        pages = self.tabs.findChild(QStackedWidget)
+        assert pages is not None, "a QTabWidget keeps its pages in a QStackedWidget"
+        return pages
 
     def _apply_split(self) -> None:
         total = sum(self.splitter.sizes()) or self.splitter.height()
@@ -558,7 +560,7 @@ class MonitorPanel(QWidget):
         self.maximise_button.setText("▭" if maximised else "▲")
         self.maximise_button.setToolTip("Restore the charts" if maximised else "Maximise the panel (the charts give way)")
 
-    def showEvent(self, event) -> None:
+    def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         if not self._split_applied:
             self._split_applied = True

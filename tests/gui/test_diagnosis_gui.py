@@ -225,8 +225,9 @@ def test_a_failed_run_shows_a_red_banner_and_the_first_failure_in_the_diagnosis_
     # The rank table says it too, in the same words for every rank (one truth everywhere).
     qtbot.waitUntil(lambda: panel.rank_table.cell_text(rank, "Diagnosis") == f"failed first: {ended_by}",
                     timeout=3000)
-    for row in ranks:
-        assert panel.rank_table.cell_text(int(row[0]), "Ended by") == row[3].removeprefix("failed first: ")
+    expected = [row[3].removeprefix("failed first: ") for row in ranks]
+    qtbot.waitUntil(lambda: [panel.rank_table.cell_text(int(row[0]), "Ended by") for row in ranks] == expected,
+                    timeout=3000)  # the table refreshes on its own timer
     # Details again: back where it was.
     qtbot.mouseClick(panel.failure_banner.details_button, Qt.MouseButton.LeftButton)
     assert panel.tabs.currentWidget() is not panel.diagnosis_panel

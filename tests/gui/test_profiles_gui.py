@@ -121,11 +121,12 @@ def test_save_as_writes_the_profile_file_and_edits_show_unsaved(qtbot, make_wind
     assert profiles.list.selectedItems()[0].text() == "mine"
     assert AppSettings().last_profile() == "mine"
 
+    before = saved.args  # the example's own
     qtbot.keyClicks(panel.args, " --lr 0.5")
     assert list_texts(window) == ["example (bundled)", "mine •"]
     assert window.save_action.shortcut() == QKeySequence(QKeySequence.StandardKey.Save)
     window.save_action.trigger()  # Ctrl+S
-    assert read_spec_file(profile_path("mine")).args == ("--epochs", "10", "--lr", "0.5")
+    assert read_spec_file(profile_path("mine")).args == (*before, "--lr", "0.5")
     assert list_texts(window) == ["example (bundled)", "mine"]
 
 

@@ -9,6 +9,7 @@ from PySide6.QtWidgets import QMessageBox
 from gui.gateway.probe import RunnerProbe
 from gui.main_window import MainWindow
 from gui.widgets.history_panel import HistoryPanel
+from gui.widgets.monitor_panel import MonitorPanel
 from runner.store.store import RunStore
 
 
@@ -65,3 +66,21 @@ def example_window(qtbot, tmp_path):
     qtbot.waitExposed(window)
     return window
 
+
+
+@pytest.fixture
+def panel_size() -> tuple[int, int]:
+    """The size of the monitor panel of a test (a module that needs another defines its own)."""
+    return (1300, 900)
+
+
+@pytest.fixture
+def panel(qtbot, panel_size):
+    """A monitor panel, shown at ``panel_size``; it detaches from its run after the test."""
+    widget = MonitorPanel()
+    qtbot.addWidget(widget)
+    widget.resize(*panel_size)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    widget.detach()

@@ -11,21 +11,14 @@ from PySide6.QtWidgets import QMessageBox
 
 from gui.gateway.probe import RunnerProbe
 from gui.main_window import MainWindow
-from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.stop_dialog import stop_question
 
 pytestmark = pytest.mark.gui
 
 
 @pytest.fixture
-def panel(qtbot):
-    widget = MonitorPanel()
-    qtbot.addWidget(widget)
-    widget.resize(1280, 720)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.detach()
+def panel_size() -> tuple[int, int]:
+    return (1280, 720)
 
 
 def test_the_stop_question_answers_with_verbs(qtbot):

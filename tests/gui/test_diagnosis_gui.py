@@ -61,15 +61,6 @@ def replay():
         runner.close()
 
 
-@pytest.fixture
-def panel(qtbot):
-    widget = MonitorPanel()
-    qtbot.addWidget(widget)
-    widget.resize(1300, 900)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.detach()
 
 
 def attached(qtbot, panel: MonitorPanel, runner: ReplayRun | LiveRun) -> MonitorPanel:

@@ -36,15 +36,6 @@ pytestmark = pytest.mark.gui
 LIVE_RUN = Path(__file__).with_name("live_run.py")
 
 
-@pytest.fixture
-def panel(qtbot):
-    widget = MonitorPanel()
-    qtbot.addWidget(widget)
-    widget.resize(1300, 900)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.detach()
 
 
 def test_eight_streamed_ranks_fill_the_charts_table_logs_and_progress(qtbot, panel, live_run):

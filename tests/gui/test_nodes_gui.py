@@ -26,7 +26,6 @@ from gui.gateway.run_state import NodeInfo
 from gui.models.launch_form import LaunchFormModel, pick_free_port
 from gui.models.nodes import compact_ranks, since_text
 from gui.widgets.command_preview import CommandPreviewPanel
-from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.nodes_status import node_tint
 from gui.widgets.nodes_table import PORT_COLUMN, NodesTable
 
@@ -35,15 +34,6 @@ pytestmark = pytest.mark.gui
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def panel(qtbot):
-    widget = MonitorPanel()
-    qtbot.addWidget(widget)
-    widget.resize(1300, 900)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.detach()
 
 
 def clock(t: float) -> str:

@@ -38,14 +38,8 @@ SHARES = {"data": 0.10, "h2d": None, "forward": 0.30, "backward": 0.40, "comm": 
 
 
 @pytest.fixture
-def panel(qtbot):
-    widget = MonitorPanel()
-    qtbot.addWidget(widget)
-    widget.resize(1500, 900)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.detach()
+def panel_size() -> tuple[int, int]:
+    return (1500, 900)
 
 
 def bar_widths(panel: MonitorPanel) -> dict[int, dict[str, int]]:

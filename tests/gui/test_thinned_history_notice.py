@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from gui.widgets.monitor_panel import MonitorPanel
 from runner.runstate.messages import decode_hub_message
 
 pytestmark = pytest.mark.gui
@@ -16,12 +15,8 @@ SNAPSHOT = {"type": "snapshot", "run": {"id": 12, "profile": "big", "status": "r
 
 
 @pytest.fixture
-def panel(qtbot):
-    widget = MonitorPanel()
-    qtbot.addWidget(widget)
-    widget.resize(1280, 720)
-    widget.show()
-    return widget
+def panel_size() -> tuple[int, int]:
+    return (1280, 720)
 
 
 @pytest.mark.parametrize(("history_end", "shortened"), [

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from bench_gui_frames import SIZE, wait  # noqa: E402
-from PySide6.QtCore import QTimer  # noqa: E402
+from PySide6.QtCore import QEvent, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from gui.widgets.monitor_panel import MonitorPanel  # noqa: E402
@@ -36,6 +36,19 @@ def paint(app: QApplication) -> None:
     """Paint what changed, as the event loop would (posted scene updates, then the paint)."""
     for _ in range(3):
         QApplication.sendPostedEvents()
+
+
+def close_panel(app: QApplication, panel: MonitorPanel) -> None:
+    """Detach and delete the panel while the application still exists, and let the events that
+    detaching posts run. Left to the interpreter's exit, the panel (kept alive by its signal
+    connections) was deleted after the ``QApplication``: SIGSEGV (-11), with no Python frame."""
+    panel.detach()
+    panel.close()
+    settle_until = time.monotonic() + 0.5
+    while time.monotonic() < settle_until:
+        app.processEvents()
+    panel.deleteLater()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 def measure(app: QApplication, run_id: int, seconds: float, history_timeout: float) -> dict:
@@ -48,7 +61,7 @@ def measure(app: QApplication, run_id: int, seconds: float, history_timeout: flo
     try:
         wait(app, lambda: panel.model.history_done, history_timeout)
     except TimeoutError:
-        panel.detach()
+        close_panel(app, panel)
         return {"error": f"the history was not in the window after {history_timeout:.0f} s",
                 "points_in_model": panel.model.points_total}
     history_s = time.perf_counter() - started
@@ -82,8 +95,7 @@ def measure(app: QApplication, run_id: int, seconds: float, history_timeout: flo
     app.exec()
     driver.stop()
     ranks = len(model.ranks) if hasattr(model, "ranks") else None
-    panel.detach()
-    panel.close()
+    close_panel(app, panel)
     frame_ms.sort()
     return {"history_s": history_s, "first_frame_s": first_frame_s, "frames": len(frame_ms),
             "frame_mean_ms": statistics.fmean(frame_ms) if frame_ms else None,

@@ -77,7 +77,7 @@ def test_a_rank_whose_process_is_gone_gets_no_sample_of_zeros():
 def test_a_ranks_first_sample_has_no_cpu_figure_and_the_next_measures_it():
     """Seen: every rank's CPU chart began at 0 % and climbed to 95 %: psutil's first reading of
     a process is 0.0 whatever it does, and it was recorded. A busy process measures high from
-    its second sample on."""
+    its second sample on (above 5 % here: a loaded CI machine shares its cores)."""
     process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     emitted: list = []
     sampler = samplers.ProcessSampler(1.0, lambda: {0: process.pid}, emitted.extend)
@@ -89,7 +89,7 @@ def test_a_ranks_first_sample_has_no_cpu_figure_and_the_next_measures_it():
         emitted.clear()
         sampler.sample()
         [second] = emitted
-        assert second.cpu_percent is not None and second.cpu_percent > 20
+        assert second.cpu_percent is not None and second.cpu_percent > 5  # well above 0 even on a loaded machine
     finally:
         process.kill()
         process.wait()

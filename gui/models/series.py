@@ -65,6 +65,15 @@ class Column:
         self._data[self._size : needed] = values
         self._size = needed
 
+    def push(self, value: float) -> None:
+        """Append one number (:meth:`extend` without an array: the common live case)."""
+        if self._size == len(self._data):
+            grown = np.empty(2 * len(self._data), dtype=np.float64)
+            grown[: self._size] = self._data
+            self._data = grown
+        self._data[self._size] = value
+        self._size += 1
+
     def truncate(self, size: int) -> None:
         self._size = min(self._size, max(0, size))
 
@@ -98,6 +107,28 @@ class MinMaxColumn(Column):
         old_size = len(self)
         super().extend(values)
         self._update_pyramid(old_size)
+
+    def push(self, value: float) -> None:
+        """Append one number and fold it into the block above it on each level: what
+        :meth:`extend` does, without numpy calls per level (a live update brings one point
+        per series, to thousands of series)."""
+        index = self._size
+        Column.push(self, value)
+        low = high = value
+        size_below, level = self._size, 0
+        while size_below > FACTOR:
+            if level == len(self._mins):
+                self._update_pyramid(index)  # a new level covers every block below: build it whole
+                return
+            mins, maxs = self._mins[level], self._maxs[level]
+            block = index // FACTOR
+            if block == len(mins):
+                mins.push(low)
+                maxs.push(high)
+            else:
+                low = mins._data[block] = _fmin(float(mins._data[block]), low)
+                high = maxs._data[block] = _fmax(float(maxs._data[block]), high)
+            index, size_below, level = block, len(mins), level + 1
 
     def _update_pyramid(self, old_size: int) -> None:
         below_min, below_max = self.values, self.values
@@ -156,12 +187,17 @@ class Series:
         self.times = Column(capacity)
         self.values = MinMaxColumn(capacity)
         self.sorted_by = {STEP: True, TIME: True}
+        self._last_finite: dict[str, float | None] = {STEP: None, TIME: None}
+        """Each axis's newest number that is not NaN: order is judged across gaps and batches."""
 
     def __len__(self) -> int:
         return len(self.values)
 
     def append(self, steps: Points, times: Points, values: Points) -> None:
         """Add points. Arguments are sequences of equal length (numbers or None)."""
+        if len(values) == 1 and len(steps) == 1 and len(times) == 1:
+            self.append_one(steps[0], times[0], values[0])
+            return
         step_array = np.asarray(steps, dtype=np.float64)
         time_array = np.asarray(times, dtype=np.float64)
         value_array = np.asarray(values, dtype=np.float64)
@@ -171,18 +207,37 @@ class Series:
             return
         if np.isnan(step_array).any():
             step_array = _forward_fill(step_array, self.steps.last)
-        for axis, column, new in ((STEP, self.steps, step_array), (TIME, self.times, time_array)):
-            if self.sorted_by[axis]:
-                previous = column.last
-                finite = new[~np.isnan(new)]
-                if len(finite) and (
-                    (previous is not None and not math.isnan(previous) and finite[0] < previous)
-                    or (len(finite) > 1 and bool(np.any(np.diff(finite) < 0)))
-                ):
-                    self.sorted_by[axis] = False
+        for axis, new in ((STEP, step_array), (TIME, time_array)):
+            finite = new[~np.isnan(new)]
+            if not len(finite):
+                continue
+            previous = self._last_finite[axis]
+            if self.sorted_by[axis] and (
+                (previous is not None and finite[0] < previous)
+                or (len(finite) > 1 and bool(np.any(np.diff(finite) < 0)))
+            ):
+                self.sorted_by[axis] = False
+            self._last_finite[axis] = float(finite[-1])
         self.steps.extend(step_array)
         self.times.extend(time_array)
         self.values.extend(value_array)
+
+    def append_one(self, step: float | None, t: float | None, value: float | None) -> None:
+        """Add one point, as :meth:`append` adds several (same columns, order rules and pyramid)."""
+        step_value = math.nan if step is None else float(step)
+        if step_value != step_value:  # NaN: the previous step, as _forward_fill does
+            previous = self.steps.last
+            step_value = math.nan if previous is None else previous
+        time_value = math.nan if t is None else float(t)
+        for axis, new in ((STEP, step_value), (TIME, time_value)):
+            if new == new:  # not NaN
+                previous = self._last_finite[axis]
+                if previous is not None and new < previous:
+                    self.sorted_by[axis] = False
+                self._last_finite[axis] = new
+        self.steps.push(step_value)
+        self.times.push(time_value)
+        self.values.push(math.nan if value is None else float(value))
 
     def axis(self, axis: str) -> np.ndarray:
         return self.steps.values if axis == STEP else self.times.values
@@ -253,6 +308,16 @@ class Series:
         ys[0::2] = low
         ys[1::2] = high
         return xs, ys
+
+
+def _fmin(a: float, b: float) -> float:
+    """``np.fmin`` of two floats: a NaN gives way to a number."""
+    return b if a != a else a if b != b or a <= b else b
+
+
+def _fmax(a: float, b: float) -> float:
+    """``np.fmax`` of two floats: a NaN gives way to a number."""
+    return b if a != a else a if b != b or a >= b else b
 
 
 def _forward_fill(values: np.ndarray, previous: float | None) -> np.ndarray:

@@ -10,7 +10,6 @@ import pytest
 from live_run import LiveRun
 from PySide6.QtCore import Qt
 
-from gui.gateway.probe import RunnerProbe
 from gui.main_window import MainWindow
 from gui.widgets.monitor_panel import MonitorPanel
 
@@ -18,13 +17,9 @@ pytestmark = [pytest.mark.gui, pytest.mark.usefixtures("unanswered_dialogs_cance
 
 
 @pytest.fixture
-def window(qtbot, tmp_path):
-    window = MainWindow(probe=RunnerProbe(command=[str(tmp_path / "no-probe")]), initial_profile="example")
-    qtbot.addWidget(window)
-    window.resize(1280, 720)
-    window.show()
-    yield window
-    for panel in window.monitors.panels():
+def window(example_window):
+    yield example_window
+    for panel in example_window.monitors.panels():
         panel.detach()
 
 

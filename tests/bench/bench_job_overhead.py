@@ -76,9 +76,11 @@ TIMING = r"""
 import json, sys, time
 import torch
 import torch.distributed as dist
+imported = time.time()
 
 def timed_steps(run_step, steps, result_path):
     durations = []
+    first_step = time.time()
     last = time.perf_counter()
     for _ in range(steps):
         run_step()
@@ -89,7 +91,8 @@ def timed_steps(run_step, steps, result_path):
         __import__("os").sched_getscheduler(0), "other")
     with open(f"{result_path}.{dist.get_rank()}", "w") as result:
         json.dump({"rank": dist.get_rank(), "durations": durations, "policy": policy,
-                   "nice": __import__("os").nice(0)}, result)
+                   "nice": __import__("os").nice(0), "imported": imported, "first_step": first_step,
+                   "steps_done": time.time()}, result)
 """
 
 DDP_SCRIPT = TIMING + r"""
@@ -236,6 +239,8 @@ def step():
 timed_steps(step, steps, result_path)
 torch.cuda.synchronize()
 dist.destroy_process_group()
+sys.stdout.flush()
+os._exit(0)  # the persistent DataLoader workers' teardown took ~22 s of each ~42 s run on the H200
 """
 """The ``gpu`` model: a causal transformer in bf16 on one CUDA GPU per rank under DDP over NCCL,
 fed by a DataLoader with pinned memory (the GPU check, ``gpu_check.sh``). Its step time is the
@@ -454,6 +459,7 @@ def run_once(variant: str, script: Path, steps: int, script_args: list[str], fol
     command = _command(variant, script, [str(steps), str(result_prefix), *script_args], _free_port(), options.nproc,
                        backend)
     output = folder / "output.txt"
+    spawned = time.time()
     with output.open("w") as sink:
         process = subprocess.Popen(command, env=environment, stdout=sink, stderr=subprocess.STDOUT,
                                    cwd=folder, start_new_session=True)
@@ -468,8 +474,13 @@ def run_once(variant: str, script: Path, steps: int, script_args: list[str], fol
             monitor.stop()
     if code != 0:
         raise RuntimeError(f"{variant} exited {code}:\n{output.read_text()[-3000:]}")
+    ended = time.time()
     ranks = [json.loads(Path(f"{result_prefix}.{rank}").read_text()) for rank in range(options.nproc)]
-    return {"ranks": ranks, "proc": monitor.summary(options.startup_seconds)}
+    rank0 = ranks[0]
+    stages = {"wall": ended - spawned, "to_imported": rank0["imported"] - spawned,
+              "to_first_step": rank0["first_step"] - spawned,
+              "steps": rank0["steps_done"] - rank0["first_step"], "after_steps": ended - rank0["steps_done"]}
+    return {"ranks": ranks, "proc": monitor.summary(options.startup_seconds), "stages": stages}
 
 
 def step_figures(ranks: list[dict], warmup: int, first: int) -> dict[str, float]:
@@ -514,7 +525,14 @@ def _load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def run_block(model: str, load: str, options: argparse.Namespace, folder: Path) -> dict:
+def run_blocks(model: str, options: argparse.Namespace, folder: Path, deadline: float) -> list[dict]:
+    """Every load's rounds of one model, the loads alternating round by round.
+
+    A round is every variant once, in an order that shifts each round; a load's background is
+    started for its round and stopped after it, so quiet and busy rounds see the same machine
+    drift. No run starts after ``deadline`` (monotonic): the rounds finished by then are the result,
+    so a time-boxed call on a lent GPU always reports whole rounds of both loads.
+    """
     script = folder / f"{model}_train.py"
     script.write_text({"ddp": DDP_SCRIPT, "gpt": GPT_SCRIPT, "gpu": GPU_SCRIPT}[model])
     backend = "nccl" if model == "gpu" else "gloo"
@@ -530,36 +548,58 @@ def run_block(model: str, load: str, options: argparse.Namespace, folder: Path) 
                        str(options.gpt_context)]
     first = min(options.first, steps)
     variants = options.variants
-    runs: dict[str, list[dict]] = {variant: [] for variant in variants}
-    background = BackgroundLoad(options.load_workers) if load == "busy" else None
-    if background is not None:
-        background.__enter__()
-    try:
-        for round_number in range(options.rounds):
+    loads = [load.strip() for load in options.loads.split(",") if load.strip()]
+    blocks = {load: {"model": model, "load": load, "steps": steps, "first": first, "background": None,
+                     "runs": {variant: [] for variant in variants}} for load in loads}
+    for round_number in range(options.rounds):
+        for load in loads:
+            if time.monotonic() >= deadline:
+                print(f"  deadline reached: {round_number} whole rounds of {load} and after", flush=True)
+                return list(blocks.values())
+            background = BackgroundLoad(options.load_workers) if load == "busy" else None
+            if background is not None:
+                background.__enter__()
+                blocks[load]["background"] = background.tool
             shift = round_number % len(variants)
-            for variant in variants[shift:] + variants[:shift]:
-                load_before = _load_average()
-                try:
-                    outcome = run_once(variant, script, steps, script_args, folder, options, backend)
-                except RuntimeError as exc:
-                    if UPSTREAM_SHUTDOWN_ABORT not in str(exc):
-                        raise
-                    print(f"  {variant}: gloo aborted at exit, again", flush=True)
-                    outcome = run_once(variant, script, steps, script_args, folder, options, backend)
-                figures = step_figures(outcome["ranks"], min(options.warmup, steps // 2), first)
-                record = {"round": round_number + 1, **figures, "load_before": load_before,
-                          "load_after": _load_average(), "proc": outcome["proc"],
-                          "rank_policies": sorted({rank["policy"] for rank in outcome["ranks"]}),
-                          "rank_nice": sorted({rank["nice"] for rank in outcome["ranks"]})}
-                runs[variant].append(record)
-                print(f"  {model} {load} round {record['round']} {variant:<13} steady {figures['steady_mean'] * 1e3:7.3f} ms"
-                      f"  first {first} {figures['first_mean'] * 1e3:7.3f} ms  (load {load_before} -> "
-                      f"{record['load_after']})", flush=True)
-    finally:
-        if background is not None:
-            background.__exit__(None, None, None)
-    return {"model": model, "load": load, "steps": steps, "first": first,
-            "background": background.tool if background else None, "runs": runs}
+            records = {}
+            try:
+                for variant in variants[shift:] + variants[:shift]:
+                    if time.monotonic() >= deadline:
+                        break
+                    records[variant] = _measured_run(model, load, round_number, variant, script, steps,
+                                                     script_args, folder, options, backend, first)
+            finally:
+                if background is not None:
+                    background.__exit__(None, None, None)
+            if len(records) == len(variants):  # only whole rounds pair up
+                for variant, record in records.items():
+                    blocks[load]["runs"][variant].append(record)
+    return list(blocks.values())
+
+
+def _measured_run(model: str, load: str, round_number: int, variant: str, script: Path, steps: int,
+                  script_args: list[str], folder: Path, options: argparse.Namespace, backend: str,
+                  first: int) -> dict:
+    load_before = _load_average()
+    try:
+        outcome = run_once(variant, script, steps, script_args, folder, options, backend)
+    except RuntimeError as exc:
+        if UPSTREAM_SHUTDOWN_ABORT not in str(exc):
+            raise
+        print(f"  {variant}: gloo aborted at exit, again", flush=True)
+        outcome = run_once(variant, script, steps, script_args, folder, options, backend)
+    figures = step_figures(outcome["ranks"], min(options.warmup, steps // 2), first)
+    record = {"round": round_number + 1, **figures, "load_before": load_before,
+              "load_after": _load_average(), "proc": outcome["proc"], "stages": outcome["stages"],
+              "rank_policies": sorted({rank["policy"] for rank in outcome["ranks"]}),
+              "rank_nice": sorted({rank["nice"] for rank in outcome["ranks"]})}
+    stages = outcome["stages"]
+    print(f"  {model} {load} round {record['round']} {variant:<13} steady {figures['steady_mean'] * 1e3:7.3f} ms"
+          f"  first {first} {figures['first_mean'] * 1e3:7.3f} ms  (load {load_before} -> "
+          f"{record['load_after']}; wall {stages['wall']:.1f} s: torch imported {stages['to_imported']:.1f},"
+          f" first step {stages['to_first_step']:.1f}, steps {stages['steps']:.1f},"
+          f" exit after {stages['after_steps']:.1f})", flush=True)
+    return record
 
 
 # ---- report -------------------------------------------------------------------------------------
@@ -649,6 +689,8 @@ def main() -> int:
     parser.add_argument("--sample-every", type=float, default=1.0, help="/proc monitor period, seconds")
     parser.add_argument("--startup-seconds", type=float, default=5.0)
     parser.add_argument("--timeout", type=float, default=600.0, help="per run, seconds")
+    parser.add_argument("--deadline", type=float, default=float("inf"),
+                        help="start no run after this many seconds; report the whole rounds done by then")
     parser.add_argument("--json", type=Path, help="save every raw figure here")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help="which of bare, rankwatch, no-instrument to run (bare and rankwatch at least)")
@@ -660,12 +702,15 @@ def main() -> int:
     print(f"{os.cpu_count()} cores, load average {_load_average()} at start, python {sys.version.split()[0]}",
           flush=True)
     blocks = []
+    deadline = time.monotonic() + options.deadline
     with tempfile.TemporaryDirectory(prefix="rw-job-bench-", dir="/tmp") as folder:
         for model in options.models.split(","):
-            for load in options.loads.split(","):
-                blocks.append(run_block(model.strip(), load.strip(), options, Path(folder)))
+            blocks.extend(run_blocks(model.strip(), options, Path(folder), deadline))
     for block in blocks:
-        print_block(block)
+        if block["runs"]["bare"]:
+            print_block(block)
+        else:
+            print(f"\n### {block['model']}, {block['load']}: no whole round before the deadline")
     print(f"\nload average at the end: {_load_average()}")
     if options.json:
         options.json.write_text(json.dumps({"options": {k: str(v) for k, v in vars(options).items()},

@@ -31,18 +31,19 @@ fi
 export PYTHONPATH="$PWD:$PWD/runner/worker_path${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export RANKWATCH_HOME=/tmp/rankwatch-gpu-check
 OUT=${OUT:-/tmp}
+PARTS=",${PARTS:-1,2,3,4},"   # which parts to run, e.g. PARTS=1,3,4
 status=0
 nproc; uptime; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-echo "== 1. doctor"; timeout 60 python3 -m runner doctor 2>&1 | tee "$OUT/doctor.txt" || status=1
-echo "== 2. in-process phases"
+[[ $PARTS == *,1,* ]] && { echo "== 1. doctor"; timeout 60 python3 -m runner doctor 2>&1 | tee "$OUT/doctor.txt" || status=1; }
+[[ $PARTS == *,2,* ]] && { echo "== 2. in-process phases"
 timeout 150 python3 tests/bench/gpu_phases_inprocess.py --json "$OUT/inprocess.json" 2>&1 \
-  | tee "$OUT/inprocess.txt" || status=1
-echo "== 3. a job under rankwatch run"
+  | tee "$OUT/inprocess.txt" || status=1; }
+[[ $PARTS == *,3,* ]] && { echo "== 3. a job under rankwatch run"
 timeout 150 python3 tests/bench/gpu_job_check.py --steps "${STEPS:-300}" --json "$OUT/job.json" 2>&1 \
-  | tee "$OUT/job.txt" || status=1
-echo "== 4. overhead"
+  | tee "$OUT/job.txt" || status=1; }
+[[ $PARTS == *,4,* ]] && { echo "== 4. overhead (loads alternate round by round; no run starts after OVERHEAD_DEADLINE s)"
 timeout "${OVERHEAD_TIMEOUT:-330}" python3 tests/bench/bench_job_overhead.py --models gpu --nproc 1 \
-  --variants bare,rankwatch,no-instrument --rounds "${ROUNDS:-6}" --gpu-steps "${GPU_STEPS:-300}" \
+  --variants "${VARIANTS:-bare,rankwatch,no-instrument}" --rounds "${ROUNDS:-6}" --deadline "${OVERHEAD_DEADLINE:-inf}" --gpu-steps "${GPU_STEPS:-300}" \
   --first 150 --warmup 50 --loads "${LOADS:-quiet,busy}" --timeout 90 --json "$OUT/overhead.json" 2>&1 \
-  | tee "$OUT/overhead.txt" || status=1
+  | tee "$OUT/overhead.txt" || status=1; }
 exit $status

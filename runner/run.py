@@ -276,7 +276,7 @@ class Run(HubObserver):
         self.hub.add_gpu_samples(gpu_rows(report, now))
         gpus = {gpu.index: gpu for gpu in report.gpus}
         for rank, (index, util, memory) in rank_gpu_usage(report, self._local_pids()).items():
-            self.hub.model.on_gpu_use(rank, index, util, memory)
+            self.hub.model.on_gpu_use(rank, index, util, memory, now)
             # for the out-of-memory hint: the GPU's memory while the rank's process was on it, before
             # it reported its failure (after that, it frees its memory on the way out)
             if rank not in self.triage_input.exceptions:

@@ -38,7 +38,7 @@ from typing import Any
 from rankwatch import protocol
 from rankwatch.protocol import Bottleneck, EventKind
 from runner.diagnosis.findings import Findings
-from runner.diagnosis.step_windows import RankSteps, StepWindows
+from runner.diagnosis.step_windows import MIN_GPU_READINGS, RankSteps, StepWindows
 from runner.diagnosis.stragglers import StragglerMonitor
 from runner.state import RankState
 
@@ -118,8 +118,9 @@ def judge(shares: dict[str, float | None] | None, clock: str | None, gpu_busy: f
                        f"{_percent(data)}, computing {_percent(computing)})", "comm")
     if clock == protocol.CLOCK_GPU:
         if gpu_busy is None:
-            return verdict(None, f"not determined: the GPU's utilisation was not measured (NVML), so a GPU that "
-                                 f"computes cannot be told from one that waits for the host ({waits})")
+            return verdict(None, f"not determined: NVML read the GPU's utilisation fewer than {MIN_GPU_READINGS} "
+                                 f"times while the steps ran, so a GPU that computes cannot be told from one that "
+                                 f"waits for the host ({waits})")
         if gpu_busy < BUSY_GPU:
             return verdict(Bottleneck.LAUNCH, f"the GPU was busy {_percent(gpu_busy)} of the time (NVML) while the "
                            f"training thread waited for neither data nor communication ({waits})", _dominant(shares))
@@ -211,7 +212,7 @@ class BottleneckMonitor:
             row = self.hub.model.ranks.get(rank)
             if row is None or RankState(row.state).finished or steps.clock != protocol.CLOCK_GPU:
                 continue
-            self.windows.sample_gpu_busy(rank, row.gpu_util)
+            self.windows.sample_gpu_busy(rank, row.gpu_util, self.hub.model.gpu_read_at.get(rank))
 
     @staticmethod
     def _judge_rank(steps: RankSteps, live: bool) -> Verdict:

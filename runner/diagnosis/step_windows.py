@@ -17,13 +17,17 @@ Per rank it keeps:
   added up): the straggler monitor compares two windows of the same steps on every rank;
 * its first and last step numbers (how many steps it made: a straggler's share of the run);
 * the whole run's sum of each phase and count of measured steps (the end-of-run verdict);
-* its GPU's utilisation (NVML, percent), sampled from the live model at each tick while the
-  rank steps: the evidence that tells a GPU that computes from one that waits for the host.
+* its GPU's utilisation (NVML, percent): each reading of the live model once, and only one
+  whose averaging period began after the rank's first step reached the hub, while the rank
+  steps: the evidence that tells a GPU that computes from one that waits for the host. Fewer
+  than ``MIN_GPU_READINGS`` such readings are no evidence (a run of a second or two: the
+  readings NVML has are of the GPU idling before the first step or after the last).
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -37,6 +41,11 @@ HISTORY_STEPS = 32
 """Measured steps (and step times) kept per rank for the straggler monitor's two windows."""
 GPU_BUSY_WINDOW = 30
 """GPU utilisation samples kept per rank (about one a second)."""
+MIN_GPU_READINGS = 3
+"""NVML readings taken while a rank stepped that a verdict from its GPU's utilisation needs."""
+NVML_PERIOD_SECONDS = 1.0
+"""NVML's utilisation is the share of its last sample period (1/6 s to 1 s) in which a kernel
+ran: a reading taken sooner than this after the first step also covers the time before it."""
 
 
 @dataclass
@@ -80,6 +89,10 @@ class RankSteps:
     gpu_busy: deque[float] = field(default_factory=lambda: deque(maxlen=GPU_BUSY_WINDOW))
     gpu_busy_total: float = 0.0
     gpu_busy_samples: int = 0
+    first_step_at: float | None = None
+    """When the rank's first step reached the hub (``time.time()``)."""
+    gpu_read_at: float | None = None
+    """When the last reading counted was taken: each NVML reading counts once."""
 
     @property
     def step_count(self) -> int:
@@ -95,11 +108,16 @@ class RankSteps:
         return protocol.phase_shares([self.phase_totals]) if self.measured_steps else None
 
     def recent_gpu_busy(self) -> float | None:
-        """The median of the recent GPU utilisation samples, 0..1; None when none was taken."""
-        return statistics.median_high(self.gpu_busy) / 100.0 if self.gpu_busy else None
+        """The median of the recent GPU utilisation samples, 0..1; None when fewer than
+        ``MIN_GPU_READINGS`` were taken while the rank stepped."""
+        if len(self.gpu_busy) < MIN_GPU_READINGS:
+            return None
+        return statistics.median_high(self.gpu_busy) / 100.0
 
     def run_gpu_busy(self) -> float | None:
-        return self.gpu_busy_total / self.gpu_busy_samples / 100.0 if self.gpu_busy_samples else None
+        if self.gpu_busy_samples < MIN_GPU_READINGS:
+            return None
+        return self.gpu_busy_total / self.gpu_busy_samples / 100.0
 
 
 _SERIES = frozenset({protocol.STEP_TIME, protocol.PHASE_CLOCK, protocol.COMPUTE_TIME, protocol.CPU_WAIT,
@@ -145,6 +163,8 @@ class StepWindows(HubObserver):
                 steps.elapsed += step_time
                 steps.step_history.append(TimedStep(step, step_time, steps.elapsed))
             steps.last_step = step if steps.last_step is None else max(steps.last_step, step)
+            if steps.first_step is None:
+                steps.first_step_at = time.time()
             steps.first_step = step if steps.first_step is None else min(steps.first_step, step)
             clock = protocol.clock_name(values.get(protocol.PHASE_CLOCK))
             if clock is None:
@@ -162,11 +182,17 @@ class StepWindows(HubObserver):
                     totals[index] = value if totals[index] is None else totals[index] + value  # type: ignore[operator]
         self.changed = True
 
-    def sample_gpu_busy(self, rank: int, utilization: float | None) -> None:
-        """The rank's GPU utilisation now (percent), taken while it steps."""
-        if utilization is None:
+    def sample_gpu_busy(self, rank: int, utilization: float | None, read_at: float | None) -> None:
+        """NVML's reading of the rank's GPU (percent), taken at ``read_at`` while the rank steps: kept
+        once, and only when its period began after the rank's first step reached the hub."""
+        if utilization is None or read_at is None:
             return
         steps = self.rank(rank)
+        if steps.first_step_at is None or read_at - NVML_PERIOD_SECONDS < steps.first_step_at:
+            return
+        if steps.gpu_read_at is not None and read_at <= steps.gpu_read_at:
+            return
+        steps.gpu_read_at = read_at
         steps.gpu_busy.append(utilization)
         steps.gpu_busy_total += utilization
         steps.gpu_busy_samples += 1

@@ -47,6 +47,9 @@ class LiveModel:
     def __init__(self) -> None:
         self.ranks: dict[int, LiveRank] = {}
         self.changed: set[int] = set()
+        self.gpu_read_at: dict[int, float] = {}
+        """rank -> when NVML last read its GPU (``on_gpu_use``): a reading is evidence only for the
+        time it covers (``bottleneck``: not a reading from before the rank's first step)."""
 
     def row(self, rank: int) -> LiveRank:
         row = self.ranks.get(rank)
@@ -186,9 +189,12 @@ class LiveModel:
         row.cpu_percent, row.rss_bytes = cpu_percent, rss
         self.changed.add(rank)
 
-    def on_gpu_use(self, rank: int, gpu_index: int | None, util: float | None, mem_used: int | None) -> None:
+    def on_gpu_use(self, rank: int, gpu_index: int | None, util: float | None, mem_used: int | None,
+                   t: float | None = None) -> None:
+        """NVML's reading of the rank's GPU, taken at ``t`` (now when None)."""
         row = self.row(rank)
         row.gpu_index, row.gpu_util, row.gpu_mem_used = gpu_index, util, mem_used
+        self.gpu_read_at[rank] = time.time() if t is None else t
         if mem_used is not None and (row.gpu_mem_used_peak is None or mem_used > row.gpu_mem_used_peak):
             row.gpu_mem_used_peak = mem_used
         self.changed.add(rank)

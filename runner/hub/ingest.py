@@ -206,10 +206,20 @@ class Ingest:
                        rank_exit_message(rank, code), t=message.t, exit_code=code)
 
     def worker_lost(self, rank: int, t: float) -> None:
-        """A worker's connection (to this hub, or to its node's agent) ended without ``exit``."""
+        """A worker's connection (to this hub, or to its node's agent) ended without ``exit``.
+
+        After another rank's fatal exception or failed exit, the line says so: torchrun SIGTERMs the
+        other ranks then, and one whose connection ends before its exit message reached the hub
+        would otherwise read as an unexplained disconnection. Only the two facts are said (it
+        disconnected, rank N had failed): how it ended is torchrun's report's, in the summary."""
         if rank in self._exited_ranks:
             return
-        self.add_event(EventKind.CONNECTION_LOST, rank, f"rank {rank} disconnected without an exit message", t=t)
+        after = self._first_failed if self._first_failed not in (None, rank) else None
+        if after is None:
+            self.add_event(EventKind.CONNECTION_LOST, rank, f"rank {rank} disconnected without an exit message", t=t)
+        else:
+            self.add_event(EventKind.CONNECTION_LOST, rank, f"rank {rank} disconnected after rank {after} failed",
+                           t=t, after=after)
         self.observers.on_worker_lost(rank, t)
 
     def exited(self, rank: int) -> bool:

@@ -120,3 +120,23 @@ def test_a_rank_whose_peer_finished_its_script_is_the_failure_not_stopped_after_
     hub.message(protocol.Exit(0, 100.1, 1))
     assert [event.message for event in hub.take_batch().events][-1] == "rank 0 exited with code 1"
     assert (model.ranks[0].state, model.ranks[0].exit_code) == ("failed", 1)
+
+
+def test_a_rank_whose_connection_ends_after_another_rank_failed_says_so_not_an_unexplained_loss():
+    """Seen in CI: torchrun's SIGTERM reached rank 0 before its exit message left, after rank 1's
+    exception; the live line was "rank 0 disconnected without an exit message"."""
+    hub, _model = ingest()
+    hub.message(protocol.ExceptionReport(1, 100.0, "ValueError", "batch 3 has 7 features", "tb", "MainThread", True))
+    hub.worker_lost(0, 100.1)
+    lost = hub.take_batch().events[-1]
+    assert (lost.kind, lost.rank, lost.message) == ("connection_lost", 0, "rank 0 disconnected after rank 1 failed")
+    assert lost.fields.get("after") == 1
+
+
+def test_a_connection_lost_with_no_failure_before_it_is_still_unexplained():
+    hub, _model = ingest()
+    hub.message(protocol.ExceptionReport(1, 100.0, "RuntimeError", "caught and logged", "tb", "Thread-2", False))
+    hub.worker_lost(0, 100.1)
+    assert hub.take_batch().events[-1].message == "rank 0 disconnected without an exit message"
+    hub.worker_lost(1, 100.2)  # the failed rank's own connection: nobody failed before it
+    assert hub.take_batch().events[-1].message == "rank 1 disconnected without an exit message"

@@ -254,8 +254,8 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
                          f"({type(error).__name__} {error})")
         gui: dict = {}
         if not args.no_gui:
-            profiled = ["-m", "cProfile", "-o", f"{args.gui_profile}.{ranks}"] if args.gui_profile else []
-            shown = subprocess.run([python, *profiled, str(HERE / "scale_gui.py"), str(run_id), "--seconds", str(args.gui_seconds),
+            profiled = ["--profile-frames", f"{args.gui_profile}.{ranks}"] if args.gui_profile else []
+            shown = subprocess.run([python, str(HERE / "scale_gui.py"), str(run_id), *profiled, "--seconds", str(args.gui_seconds),
                                     "--history-timeout", str(args.phase_timeout)],
                                    capture_output=True, text=True, env=env, timeout=args.phase_timeout + 120)
             lines = shown.stdout.strip().splitlines()
@@ -353,7 +353,7 @@ def main() -> int:
     parser.add_argument("--profile", metavar="PATH",
                         help="cProfile the runner's event loop thread into PATH.<ranks> (pstats format)")
     parser.add_argument("--gui-profile", metavar="PATH",
-                        help="cProfile the GUI process (scale_gui.py) into PATH.<ranks> (pstats format)")
+                        help="cProfile the GUI's frames (scale_gui.py --profile-frames) into PATH.<ranks> (pstats format)")
     args = parser.parse_args()
     python = sys.executable
     print("command: " + shlex.join([Path(python).name, "tests/bench/bench_scale.py", *sys.argv[1:]]), flush=True)

@@ -13,6 +13,7 @@ and the GUI thread's CPU time per frame. Prints one JSON line.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import statistics
@@ -51,7 +52,8 @@ def close_panel(app: QApplication, panel: MonitorPanel) -> None:
     QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
-def measure(app: QApplication, run_id: int, seconds: float, history_timeout: float) -> dict:
+def measure(app: QApplication, run_id: int, seconds: float, history_timeout: float,
+            profile_path: str | None = None) -> dict:
     panel = MonitorPanel()
     panel.resize(*SIZE)
     panel.show()
@@ -83,17 +85,24 @@ def measure(app: QApplication, run_id: int, seconds: float, history_timeout: flo
         seen[0] = model.points_total
         cpu_started = time.thread_time_ns()
         wall_started = time.perf_counter_ns()
+        if profiler is not None:
+            profiler.enable()
         panel.charts.refresh()
         paint(app)
+        if profiler is not None:
+            profiler.disable()
         frame_ms.append((time.perf_counter_ns() - wall_started) / 1e6)
         cpu_ms.append((time.thread_time_ns() - cpu_started) / 1e6)
 
+    profiler = cProfile.Profile() if profile_path else None
     driver = QTimer()
     driver.setInterval(2)
     driver.timeout.connect(frame)
     driver.start()
     app.exec()
     driver.stop()
+    if profiler is not None and profile_path:
+        profiler.dump_stats(profile_path)
     ranks = len(model.ranks) if hasattr(model, "ranks") else None
     close_panel(app, panel)
     frame_ms.sort()
@@ -108,9 +117,10 @@ def main() -> int:
     parser.add_argument("run_id", type=int)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--history-timeout", type=float, default=240.0, help="seconds the history may take")
+    parser.add_argument("--profile-frames", metavar="PATH", help="cProfile the frames only (not the history) into PATH")
     args = parser.parse_args()
     app = QApplication.instance() or QApplication([])
-    print(json.dumps(measure(app, args.run_id, args.seconds, args.history_timeout)), flush=True)
+    print(json.dumps(measure(app, args.run_id, args.seconds, args.history_timeout, args.profile_frames)), flush=True)
     return 0
 
 

@@ -74,9 +74,13 @@ DEFAULT_PIXELS = 800
 """Width assumed before the plot has been laid out."""
 LEFT_AXIS_WIDTH = 54
 BAND_SECONDS = 1.0
+"""The band across many ranks is recomputed at most this often while data streams in."""
+BAND_SHARE = 0.025
+"""...and at most this share of the GUI thread's time per chart: a band that took 45 ms (1,024
+ranks) waits 1.8 s for the next, so five charts' bands take an eighth of the thread, not a
+quarter, and the frames between them stay as fast as without a band."""
 BAND_KEYS = (-3, -2, -1)
 """The readout's rows for the band's p90, median and p10 (no rank has a negative key)."""
-"""The band across many ranks is recomputed at most this often while data streams in."""
 READOUT_OFFSET = 14
 
 # Tableau 10, readable on light and dark backgrounds alike.
@@ -175,6 +179,10 @@ class MetricChart(QWidget):
         self.band: RankBand | None = None
         self._band_drawn: tuple | None = None
         self._band_at = 0.0
+        self._band_every = BAND_SECONDS
+        """Seconds from one band to the next while data streams in (``BAND_SECONDS``, ``BAND_SHARE``)."""
+        self.band_recomputed = False
+        """Whether the last ``refresh`` recomputed the band."""
 
         self.title_label = QLabel(title + (" · vs time" if time_only else ""))
         title_font = QFont(self.title_label.font())
@@ -762,8 +770,12 @@ class MetricChart(QWidget):
             y *= self.scale
         return log10_or_gap(y) if self.log_y else y
 
-    def refresh(self, force: bool = False) -> int:
-        """Redraw curves whose data, range, width, smoothing or scale changed; returns points handed over."""
+    def refresh(self, force: bool = False, band_allowed: bool = True) -> int:
+        """Redraw curves whose data, range, width, smoothing or scale changed; returns points handed over.
+
+        ``band_allowed`` False: the band is not recomputed in this frame unless it was never drawn or
+        the view changed (``band_recomputed`` says whether it was), so a grid can spread the charts'
+        band work over its frames."""
         pixels = self.pixels()
         x_range = None
         if not self.follow_x:
@@ -775,8 +787,9 @@ class MetricChart(QWidget):
         pixel_x, pixel_y = self.view_box.viewPixelSize()
         padding = (2 * abs(pixel_x), 2 * abs(pixel_y))
         low, high = (None, None) if x_range is None else x_range
+        self.band_recomputed = False
         if self.band_mode:
-            changed = self._refresh_band(pixels, low, high, force) or changed
+            changed = self._refresh_band(pixels, low, high, force, band_allowed) or changed
         for curve in self._curves.values():
             if not self.curve_set.is_visible(curve.key):
                 continue
@@ -818,22 +831,29 @@ class MetricChart(QWidget):
                 self.update_readout()
         return drawn_points
 
-    def _refresh_band(self, pixels: int, low: float | None, high: float | None, force: bool) -> bool:
+    def _refresh_band(self, pixels: int, low: float | None, high: float | None, force: bool,
+                      allowed: bool = True) -> bool:
         """Recompute the band when the data changed, at most every ``BAND_SECONDS`` (1,024 ranks'
-        curves are resampled for it); True when it was redrawn."""
+        curves are resampled for it), and when only data changed, in a frame the grid ``allowed``;
+        True when it was redrawn."""
         state = (sum(len(curve.series) for curve in self._curves.values()), pixels, low, high, self._x_axis,
                  self._t0, self.smoothing, self.log_y)
         now = time.monotonic()
         if state == self._band_drawn and not force:
             return False
-        if not force and self._band_drawn is not None and now - self._band_at < BAND_SECONDS:
+        if not force and self._band_drawn is not None and now - self._band_at < self._band_every:
             return False
+        view_changed = self._band_drawn is None or state[1:] != self._band_drawn[1:]
+        if not force and not view_changed and not allowed:
+            return False
+        self.band_recomputed = True
         curves = []
         for curve in self._curves.values():
             smoothed = curve.smoothed.sync() if curve.smoothed is not None else None
             x, y = curve.series.decimate(self._x_axis, low, high, pixels, smoothed)
             curves.append((x, y))
         band = rank_band(curves, max(2, pixels // 2))
+        self._band_every = max(BAND_SECONDS, (time.monotonic() - now) / BAND_SHARE)
         self.band, self._band_drawn, self._band_at = band, state, now
         if band is None:
             self.curve_set.set_band(None)
@@ -842,6 +862,11 @@ class MetricChart(QWidget):
         self.curve_set.set_band(x, self._transform(band.low.copy()), self._transform(band.median.copy()),
                                 self._transform(band.high.copy()))
         return True
+
+    def band_age_key(self) -> float:
+        """Sorts the charts for a frame's one band (``ChartGrid.refresh``): in band mode the one
+        recomputed longest ago first; the others after."""
+        return self._band_at if self.band_mode else math.inf
 
     def band_values_at(self, x: float) -> tuple[float, float, float] | None:
         """(p10, median, p90) across ranks at ``x`` (view coordinates), scaled; None outside the band."""

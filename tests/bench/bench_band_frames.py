@@ -28,15 +28,20 @@ T0 = 1_700_000_000.0
 STEPS = 2000
 
 
-def loss_update(ranks: int, first: int, steps: int) -> dict:
-    return {"type": "update", "v": 1, "metrics": [[rank, T0 + step, step, "loss", 2.0 - step / STEPS + 0.01 * rank,
+NAMES = ("loss", "step_time", "samples_per_s", "data_wait", "grad_norm")
+"""The metrics of ``--metrics N``: one chart each."""
+
+
+def loss_update(ranks: int, first: int, steps: int, metrics: int = 1) -> dict:
+    return {"type": "update", "v": 1, "metrics": [[rank, T0 + step, step, name, 2.0 - step / STEPS + 0.01 * rank,
                                                    "auto"] for step in range(first, first + steps)
-                                                  for rank in range(ranks)]}
+                                                  for rank in range(ranks) for name in NAMES[:metrics]]}
 
 
-def frames(app: QApplication, ranks: int, count: int, every_frame: bool, every_rank: bool) -> list[float]:
+def frames(app: QApplication, ranks: int, count: int, every_frame: bool, every_rank: bool, metrics: int = 1,
+           interval: float = 0.0) -> list[float]:
     model = MonitorModel()
-    model.apply(loss_update(ranks, 0, STEPS))
+    model.apply(loss_update(ranks, 0, STEPS, metrics))
     grid = ChartGrid(model, refresh_hz=1)
     grid.every_rank.setChecked(every_rank)
     grid.resize(1300, 900)
@@ -45,7 +50,9 @@ def frames(app: QApplication, ranks: int, count: int, every_frame: bool, every_r
     grid.refresh(force=True)
     times = []
     for index in range(count):
-        model.apply(loss_update(ranks, STEPS + index, 1))
+        model.apply(loss_update(ranks, STEPS + index, 1, metrics))
+        if interval:
+            time.sleep(interval)
         if every_frame:
             for chart in grid.charts.values():
                 chart._band_at = 0.0
@@ -63,10 +70,13 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=15)
     parser.add_argument("--every-frame", action="store_true", help="recompute the band every frame")
     parser.add_argument("--every-rank", action="store_true", help="every rank's curve, no band (<= 128 ranks)")
+    parser.add_argument("--metrics", type=int, default=1, help=f"charts, 1-{len(NAMES)}: {', '.join(NAMES)}")
+    parser.add_argument("--interval", type=float, default=0.0,
+                        help="seconds between frames (0.05: a live run's 20 a second, the band due once a second)")
     args = parser.parse_args()
     app = QApplication([])
     for ranks in (int(text) for text in args.ranks.split(",")):
-        times = frames(app, ranks, args.frames, args.every_frame, args.every_rank)
+        times = frames(app, ranks, args.frames, args.every_frame, args.every_rank, args.metrics, args.interval)
         print(f"{ranks:5d} ranks: median {statistics.median(times):.1f} ms, max {max(times):.1f} ms; "
               f"per frame {[round(t) for t in times]}")
 

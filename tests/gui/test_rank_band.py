@@ -6,8 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gui.charts import chart as chart_module
+from gui.charts.grid import ChartGrid
+from gui.models.monitor import MonitorModel
 from gui.models.rank_band import BAND_ABOVE_RANKS, rank_band
 from gui.widgets.monitor_panel import MonitorPanel
+from rankwatch.protocol import MetricRecord
+from runner.runstate.messages import UpdateMessage
 
 pytestmark = pytest.mark.gui
 
@@ -56,3 +61,59 @@ def test_thirty_two_ranks_draw_the_median_and_band_and_only_the_failed_rank_on_i
     grid.every_rank.setChecked(True)  # up to 128 ranks, every rank's own curve on demand
     assert not loss.band_mode and all(loss.curve_points(key) > 0 for key in loss.keys)
     panel.detach()
+
+
+def test_new_data_recomputes_one_charts_band_a_frame_and_every_chart_gets_its_turn(qtbot, monkeypatch):
+    """At 1,024 ranks a band costs ~20-30 ms: every chart recomputing its band in the same frame
+    made frames of 100+ ms once a second (``scale_gui.py``, cProfile of the frames)."""
+    monkeypatch.setattr(chart_module, "BAND_SECONDS", 0.0)  # each band due again at once: only the turns limit
+    monkeypatch.setattr(chart_module, "BAND_SHARE", 1e9)
+    model = MonitorModel()
+    names = ("loss", "step_time", "samples_per_s")
+
+    def steps(first: int, count: int) -> None:
+        model.apply(UpdateMessage(metrics=tuple(
+            MetricRecord(rank, 1000.0 + step, step, name, 1.0 + rank / 100, "auto")
+            for step in range(first, first + count) for rank in range(32) for name in names)).to_wire())
+
+    steps(0, 20)
+    grid = ChartGrid(model, refresh_hz=1)
+    qtbot.addWidget(grid)
+    grid.resize(1200, 800)
+    grid.show()
+    grid.refresh(force=True)
+    banded = [chart for chart in grid.charts.values() if chart.band_mode and chart.band is not None]
+    assert len(banded) >= 3
+    drawn = {id(chart): chart._band_drawn for chart in banded}
+    steps(20, 5)
+    turns = []
+    for _frame in range(len(banded)):
+        grid.refresh()
+        turns.append([chart for chart in banded if chart.band_recomputed])
+    assert all(len(recomputed) == 1 for recomputed in turns), [len(r) for r in turns]
+    assert {id(recomputed[0]) for recomputed in turns} == {id(chart) for chart in banded}
+    assert all(chart._band_drawn != drawn[id(chart)] for chart in banded)  # every band has the new steps
+
+
+def test_a_band_that_takes_long_waits_longer_for_the_next(qtbot, monkeypatch):
+    """The band's share of the GUI thread is bounded: its next recompute waits its cost / BAND_SHARE
+    (here a share so small that any cost means a long wait)."""
+    monkeypatch.setattr(chart_module, "BAND_SECONDS", 0.0)
+    monkeypatch.setattr(chart_module, "BAND_SHARE", 1e-9)
+    model = MonitorModel()
+
+    def steps(first: int) -> None:
+        model.apply(UpdateMessage(metrics=tuple(MetricRecord(rank, 1000.0 + step, step, "loss", 1.0, "auto")
+                                                for step in range(first, first + 10) for rank in range(32))).to_wire())
+
+    steps(0)
+    grid = ChartGrid(model, refresh_hz=1)
+    qtbot.addWidget(grid)
+    grid.resize(800, 600)
+    grid.show()
+    grid.refresh(force=True)
+    loss = grid.charts["loss"]
+    assert loss.band is not None and loss._band_every > 1000.0
+    steps(10)
+    grid.refresh()
+    assert not loss.band_recomputed

@@ -338,9 +338,9 @@ def test_model_pairs_step_time_and_data_wait_into_a_share():
 
 
 def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_results_read():
-    newest = {"rank": 0, "step_time": 0.0215, "data_wait_share": 0.01, "comm_wait_share": 0.46}
+    running = RankInfo(rank=0, state="running", step_time=0.0215, data_wait_share=0.01, comm_wait_share=0.46)
+    ended = replace(running, state="exited")
     result = {"steps": 96, "median_step_time": 0.0159, "data_wait_share": 0.02, "comm_wait_share": 0.03}
-    running, ended = RankInfo.from_wire({**newest, "state": "running"}), RankInfo.from_wire({**newest, "state": "exited"})
     assert monitor.rank_timing(running, result) == monitor.RankTiming(0.0215, 0.01, 0.46)  # results of a past incarnation
     assert monitor.rank_timing(ended) == monitor.RankTiming(0.0215, 0.01, 0.46)  # not read yet
     assert monitor.rank_timing(ended, result) == monitor.RankTiming(0.0159, 0.02, 0.03, whole_run_steps=96)

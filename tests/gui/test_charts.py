@@ -16,6 +16,9 @@ from gui.charts.smoothing import ema
 from gui.models import monitor
 from gui.models.monitor import MonitorModel
 from gui.models.series import STEP, TIME, Series
+from rankwatch.protocol import GpuSample, MetricRecord, ProcessSample
+from runner.runstate.messages import RunInfo, SnapshotMessage
+from tests.hub_messages import update
 
 pytestmark = pytest.mark.gui
 
@@ -24,16 +27,15 @@ T0 = 1_700_000_000.0
 
 def model_with_loss(ranks: int = 4, steps: int = 200) -> MonitorModel:
     model = MonitorModel()
-    model.apply({"type": "snapshot", "v": 1, "run": {"id": 7, "status": "running", "world_size": ranks,
-                                                     "started": T0}, "ranks": [], "nodes": [], "spec": {}})
+    model.apply(SnapshotMessage(RunInfo(id=7, status="running", world_size=ranks, started=T0)).to_wire())
     rows = []
     for step in range(steps):
         for rank in range(ranks):
             t = T0 + 0.5 * step
-            rows.append([rank, t, step, "loss", 2.0 - step / steps + 0.01 * rank, "auto"])
-            rows.append([rank, t, step, "step_time", 0.1 + 0.01 * rank, "auto"])
-            rows.append([rank, t, step, "data_wait", 0.02, "auto"])
-    model.apply({"type": "update", "v": 1, "metrics": rows})
+            rows.append(MetricRecord(rank, t, step, "loss", 2.0 - step / steps + 0.01 * rank, "auto"))
+            rows.append(MetricRecord(rank, t, step, "step_time", 0.1 + 0.01 * rank, "auto"))
+            rows.append(MetricRecord(rank, t, step, "data_wait", 0.02, "auto"))
+    model.apply(update(metrics=rows).to_wire())
     return model
 
 
@@ -81,7 +83,8 @@ def test_curves_follow_new_points_on_the_timer_not_per_message(qtbot, grid):
     loss = charts.charts["loss"]
     assert loss.keys == [0, 1, 2, 3]
     assert loss.curve_points(2) == 50
-    model.apply({"type": "update", "v": 1, "metrics": [[2, T0 + 100, 50 + i, "loss", 0.5, "auto"] for i in range(10)]})
+    model.apply(update(metrics=[MetricRecord(2, T0 + 100, 50 + i, "loss", 0.5, "auto")
+                                for i in range(10)]).to_wire())
     assert loss.curve_points(2) == 50  # nothing drawn by the message itself
     qtbot.waitUntil(lambda: loss.curve_points(2) == 60, timeout=2000)
     x, y = loss.curve_data(2)
@@ -106,7 +109,7 @@ def test_clicking_a_legend_entry_toggles_that_rank_on_every_chart(qtbot, grid):
     assert not legend.is_visible(1)
     assert not loss.is_curve_visible(1) and not step_time.is_curve_visible(1)
     assert loss.is_curve_visible(0) and loss.is_curve_visible(2)
-    charts.model.apply({"type": "update", "v": 1, "metrics": [[1, T0 + 99, 30, "loss", 1.0, "auto"]]})
+    charts.model.apply(update(metrics=[MetricRecord(1, T0 + 99, 30, "loss", 1.0, "auto")]).to_wire())
     charts.refresh()
     assert loss.curve_points(1) == 30  # a hidden curve is not redrawn
     qtbot.mouseClick(legend, Qt.MouseButton.LeftButton, pos=point)
@@ -148,7 +151,7 @@ def wheel(widget, steps: int) -> None:
 
 def test_zooming_one_chart_zooms_every_chart_on_the_same_x_axis(qtbot, grid):
     model = model_with_loss(ranks=2, steps=400)
-    model.apply({"type": "update", "v": 1, "procs": [[T0 + i, 0, 100, 50.0, 1 << 30, 4] for i in range(50)]})
+    model.apply(update(procs=[ProcessSample(T0 + i, 0, 100, 50.0, 1 << 30, 4) for i in range(50)]).to_wire())
     charts = grid(model)
     loss, step_time = charts.charts["loss"], charts.charts["step_time"]
     cpu = charts.charts[monitor.CPU_PERCENT]
@@ -182,8 +185,8 @@ def test_smoothing_control_draws_the_moving_average(grid):
     model = MonitorModel()
     rng = np.random.default_rng(4)
     values = rng.normal(size=300)
-    model.apply({"type": "update", "v": 1,
-                 "metrics": [[0, T0 + i, i, "loss", float(v), "auto"] for i, v in enumerate(values)]})
+    model.apply(update(metrics=[MetricRecord(0, T0 + i, i, "loss", float(v), "auto")
+                                for i, v in enumerate(values)]).to_wire())
     charts = grid(model)
     charts.smoothing_slider.setValue(90)
     charts.refresh()
@@ -201,8 +204,8 @@ def test_gpu_samples_switch_the_last_charts_to_gpu_use(grid):
     assert charts.mode == "cpu"
     assert charts.charts[monitor.CPU_PERCENT].isVisible()
     gib = 1 << 30
-    model.apply({"type": "update", "v": 1, "gpus": [[T0 + i, index, 90.0, (10 + index) * gib, 40 * gib, 250, 60, 1400]
-                                                    for i in range(5) for index in range(2)]})
+    model.apply(update(gpus=[GpuSample(T0 + i, index, 90.0, (10 + index) * gib, 40 * gib, 250, 60, 1400)
+                             for i in range(5) for index in range(2)]).to_wire())
     charts.refresh()
     assert charts.mode == "gpu"
     assert charts.charts[monitor.GPU_UTILIZATION].isVisible()
@@ -226,8 +229,8 @@ def test_charts_follow_new_points_until_the_user_zooms(qtbot, grid):
     assert -2 < low <= 0 and 99 <= high <= 110
 
     def add(first: int, count: int) -> None:
-        model.apply({"type": "update", "v": 1, "metrics": [[0, T0 + s, s, "loss", 1.0, "auto"]
-                                                           for s in range(first, first + count)]})
+        model.apply(update(metrics=[MetricRecord(0, T0 + s, s, "loss", 1.0, "auto")
+                                    for s in range(first, first + count)]).to_wire())
         charts.refresh()
 
     add(100, 100)
@@ -264,9 +267,9 @@ def logged_run(ranks: int = 8, steps: int = 50) -> MonitorModel:
     rows = []
     for step in range(steps):
         for rank in range(ranks):
-            rows.append([rank, T0 + 0.5 * step, step, "lr", 0.1 * (1 - step / steps), "log"])
-            rows.append([rank, T0 + 0.5 * step, step, "grad_norm", 1.0 + rank + 0.01 * step, "log"])
-    model.apply({"type": "update", "v": 1, "metrics": rows})
+            rows.append(MetricRecord(rank, T0 + 0.5 * step, step, "lr", 0.1 * (1 - step / steps), "log"))
+            rows.append(MetricRecord(rank, T0 + 0.5 * step, step, "grad_norm", 1.0 + rank + 0.01 * step, "log"))
+    model.apply(update(metrics=rows).to_wire())
     return model
 
 
@@ -276,9 +279,9 @@ def test_every_logged_key_gets_a_chart_with_a_curve_per_rank_after_the_built_in_
     added = []
     charts.chart_added.connect(added.append)
     assert "lr" not in charts.charts
-    rows = [[rank, T0 + 0.5 * step, step, name, 1.0 + rank, "log"]
+    rows = [MetricRecord(rank, T0 + 0.5 * step, step, name, 1.0 + rank, "log")
             for step in range(30) for rank in range(8) for name in ("lr", "grad_norm")]
-    model.apply({"type": "update", "v": 1, "metrics": rows})
+    model.apply(update(metrics=rows).to_wire())
     qtbot.waitUntil(lambda: "grad_norm" in charts.charts, timeout=2000)  # created as the key appears
     assert added == ["lr", "grad_norm"]
     names = charts.shown_chart_names()
@@ -295,8 +298,7 @@ def test_every_logged_key_gets_a_chart_with_a_curve_per_rank_after_the_built_in_
     wheel(charts.charts["loss"], 3)
     assert lr.view_box.viewRange()[0] == pytest.approx(charts.charts["loss"].view_box.viewRange()[0])
     # A new run: its own keys only.
-    model.apply({"type": "snapshot", "v": 1, "run": {"id": 8, "status": "running", "started": T0},
-                 "ranks": [], "nodes": [], "spec": {}})
+    model.apply(SnapshotMessage(RunInfo(id=8, status="running", started=T0)).to_wire())
     charts.refresh()
     assert "lr" not in charts.charts and "loss" in charts.charts
 
@@ -326,7 +328,7 @@ def test_hovering_lists_every_ranks_value_at_the_step(qtbot, grid):
     assert f"step {step}" in text and "rank 3" in text and format_value(2.03 - step / 100) in text
     assert loss.curve_set.marker() == step  # a line at the step
     # New points keep it current (it says what is under the cursor); leaving the plot hides it.
-    charts.model.apply({"type": "update", "v": 1, "metrics": [[0, T0 + 200, 100, "loss", 0.5, "auto"]]})
+    charts.model.apply(update(metrics=[MetricRecord(0, T0 + 200, 100, "loss", 0.5, "auto")]).to_wire())
     charts.refresh()
     assert loss.readout.isVisible() and loss.readout_rows()[1]
     QApplication.sendEvent(viewport, QEvent(QEvent.Type.Leave))
@@ -346,9 +348,8 @@ def test_with_many_ranks_the_readout_lists_those_nearest_the_cursor(grid):
 
 def test_the_wheel_zooms_steps_only_and_y_keeps_fitting_the_visible_part(qtbot, grid):
     model = MonitorModel()
-    model.apply({"type": "update", "v": 1,
-                 "metrics": [[0, T0 + s, s, "loss", 10.0 if s < 100 else 1.0 + 0.001 * s, "auto"]
-                             for s in range(400)]})
+    model.apply(update(metrics=[MetricRecord(0, T0 + s, s, "loss", 10.0 if s < 100 else 1.0 + 0.001 * s, "auto")
+                                for s in range(400)]).to_wire())
     charts = grid(model)
     loss = charts.charts["loss"]
     assert loss.view_box.viewRange()[1][1] >= 10.0
@@ -381,8 +382,8 @@ def test_log_scale_draws_log10_and_leaves_non_positive_values_out(qtbot):
 
 def test_smoothing_keeps_the_raw_curve_faint_and_leaves_samples_alone(grid):
     model = model_with_loss(ranks=2, steps=200)
-    model.apply({"type": "update", "v": 1, "procs": [[T0 + i, 0, 100, 50.0, (1 if i < 50 else 2) << 30, 4]
-                                                    for i in range(100)]})
+    model.apply(update(procs=[ProcessSample(T0 + i, 0, 100, 50.0, (1 if i < 50 else 2) << 30, 4)
+                              for i in range(100)]).to_wire())
     charts = grid(model)
     charts.set_smoothing(0.9)
     charts.refresh()
@@ -398,10 +399,9 @@ def test_an_empty_chart_says_why_and_forgets_the_last_runs_range(grid):
     charts = grid(model)
     loss, data_wait = charts.charts["loss"], charts.charts["data_wait_share"]
     assert not loss.is_empty and loss.view_box.viewRange()[0][1] >= 299
-    model.apply({"type": "snapshot", "v": 1, "run": {"id": 9, "status": "running", "started": T0, "world_size": 2},
-                 "ranks": [], "nodes": [], "spec": {}})
-    model.apply({"type": "update", "v": 1, "metrics": [[0, T0 + s, s, name, 0.1, "auto"]
-                                                       for s in range(3) for name in ("loss", "step_time")]})
+    model.apply(SnapshotMessage(RunInfo(id=9, status="running", started=T0, world_size=2)).to_wire())
+    model.apply(update(metrics=[MetricRecord(0, T0 + s, s, name, 0.1, "auto")
+                                for s in range(3) for name in ("loss", "step_time")]).to_wire())
     charts.refresh(force=True)
     assert data_wait.is_empty and data_wait.note() == "Not measured: no PyTorch DataLoader was seen"
     assert data_wait.note_label.isVisible()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,18 @@ from gui.widgets.rank_table import state_tint
 from gui.widgets.stacks_view import CULPRIT_COLOR, CULPRIT_MARK, NO_CAPTURE_ENDED
 from rankwatch import protocol
 from runner.cli.main import main as cli_main
+from runner.runstate.messages import (
+    Event,
+    LogLine,
+    NodeInfo,
+    RankInfo,
+    RunInfo,
+    SnapshotMessage,
+    StalledFields,
+    event_of,
+)
 from runner.store.store import RunStore
+from tests.hub_messages import run_changes, update
 
 pytestmark = pytest.mark.gui
 
@@ -86,15 +98,28 @@ SIX_KINDS = {
 }
 
 
+def recorded_snapshot(fixture: dict) -> SnapshotMessage:
+    """The snapshot of a recorded run: its stored rows, read as a subscriber reads them."""
+    run = {key: value for key, value in fixture["run"].items() if key != "spec_toml"}
+    return SnapshotMessage(RunInfo.from_wire(run), tuple(RankInfo.from_wire(row) for row in fixture["ranks"]),
+                           tuple(NodeInfo.from_wire(row) for row in fixture["nodes"]))
+
+
+def recorded_events(events: list[dict]) -> list[Event]:
+    """A recorded run's events (as published), typed; one of a kind the contract lacks fails the test."""
+    typed = [event_of(event) for event in events]
+    assert None not in typed, [event["kind"] for event in events]
+    return [event for event in typed if event is not None]
+
+
 @pytest.mark.parametrize("name", list(SIX_KINDS))
 def test_the_diagnosis_of_each_recorded_run_names_its_rank_and_cause(name):
     fixture = load_fixture(name)
     model = MonitorModel()
     diagnosis = DiagnosisModel(model)
-    run = {k: v for k, v in fixture["run"].items() if k != "spec_toml"}
-    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run, "ranks": fixture["ranks"],
-                 "nodes": fixture["nodes"], "spec": {}})
-    model.apply({"type": "update", "v": protocol.VERSION, "events": fixture["events"], "logs": fixture["logs"]})
+    model.apply(recorded_snapshot(fixture).to_wire())
+    model.apply(update(events=recorded_events(fixture["events"]),
+                       logs=[LogLine(*line) for line in fixture["logs"]]).to_wire())
     level, rank, words = SIX_KINDS[name]
     banner = diagnosis.banner()
     assert banner is not None and banner.level == level
@@ -115,19 +140,18 @@ def test_a_run_that_exited_0_with_no_rank_says_so_in_a_warning_not_silence():
                      0, stopped=False)
     model = MonitorModel()
     diagnosis = DiagnosisModel(model)
-    run = {"id": 7, "profile": "multigpu", "status": "succeeded", "started": 1.0, "ended": 3.0, "exit_code": 0,
-           "summary": summary}
-    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run, "ranks": [], "nodes": [], "spec": {}})
+    run = RunInfo(id=7, profile="multigpu", status="succeeded", started=1.0, ended=3.0, exit_code=0, summary=summary)
+    model.apply(SnapshotMessage(run).to_wire())
     banner = diagnosis.banner()
     assert banner is not None and banner.level == WARNING
     assert banner.text == "the job exited 0, but no rank ever reported: nothing was measured"
-    stepless = dict(run, summary=triage(TriageInput(seen={0}, instrumented=True), 0, stopped=False))
-    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": stepless, "ranks": [], "nodes": [], "spec": {}})
+    stepless = replace(run, summary=triage(TriageInput(seen={0}, instrumented=True), 0, stopped=False))
+    model.apply(SnapshotMessage(stepless).to_wire())
     banner = diagnosis.banner()
     assert banner is not None and (banner.level, banner.kind) == (WARNING, "no_step_measured")
     assert banner.text == "all ranks finished, but none made a training step: nothing was measured"
-    ran = dict(run, summary=triage(TriageInput(seen={0}, measured={0}, instrumented=True), 0, stopped=False))
-    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": ran, "ranks": [], "nodes": [], "spec": {}})
+    ran = replace(run, summary=triage(TriageInput(seen={0}, measured={0}, instrumented=True), 0, stopped=False))
+    model.apply(SnapshotMessage(ran).to_wire())
     assert diagnosis.banner() is None  # a good run: no banner
 
 
@@ -140,19 +164,19 @@ def test_a_stall_the_run_saw_live_ends_as_the_summary_says_once_its_rank_finishe
     stall = {"rank": 1, "step": 11, "since": 100.0, "seconds": 5.1, "threshold": 5.0, "resumed_after": None}
     model = MonitorModel()
     diagnosis = DiagnosisModel(model)
-    run = {"id": 3, "profile": "evaluate", "status": "running", "started": 90.0}
-    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run, "ranks": [], "nodes": [], "spec": {}})
-    event = {"kind": "stalled", "rank": 1, "t": 105.1, "step": 11, "seconds": 5.1, "threshold": 5.0,
-             "message": "rank 1 stalled at step 11: no progress for 5 s (threshold 5 s, the stall timeout)"}
-    model.apply({"type": "update", "v": protocol.VERSION, "events": [event], "logs": []})
+    model.apply(SnapshotMessage(RunInfo(id=3, profile="evaluate", status="running", started=90.0)).to_wire())
+    event = Event(105.1, "stalled", 1, "rank 1 stalled at step 11: no progress for 5 s (threshold 5 s, the stall timeout)",
+                  StalledFields(step=11, seconds=5.1, threshold=5.0).to_wire())
+    model.apply(update(events=[event]).to_wire())
     [live] = [f for f in diagnosis.findings() if f.kind == "stalled"]
     assert live.active
     findings = Findings()
     findings.add_stall(StallFinding(**stall))
     summary = triage(TriageInput(findings=findings, seen={0, 1}, measured={0, 1}, instrumented=True,
                                  exits={0: (0, 125.0), 1: (0, 125.0)}), 0, stopped=False)
-    ended = dict(run, status="succeeded", ended=126.0, exit_code=0, summary=summary)
-    model.apply({"type": "update", "v": protocol.VERSION, "run": ended, "events": [], "logs": []})
+    ended = run_changes(id=3, profile="evaluate", status="succeeded", started=90.0, ended=126.0, exit_code=0,
+                        summary=summary)
+    model.apply(update(run=ended).to_wire())
     [done] = [f for f in diagnosis.findings() if f.kind == "stalled"]
     assert not done.active
     assert done.text.endswith("; then it finished by itself 25 s after its last progress (exit code 0): not a hang")
@@ -375,10 +399,9 @@ def test_a_finished_run_whose_capture_events_are_gone_reads_its_capture_file(tmp
     received = []
     diagnosis.stacks_received.connect(received.append)
     events = [event for event in fixture["events"] if event["kind"] != "stacks"]  # dropped from memory
-    run = {**{k: v for k, v in fixture["run"].items() if k != "spec_toml"}, "summary": summary}
-    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run, "ranks": fixture["ranks"],
-                 "nodes": fixture["nodes"], "spec": {}})
-    model.apply({"type": "update", "v": protocol.VERSION, "events": events, "logs": []})
+    snapshot = recorded_snapshot(fixture)
+    model.apply(replace(snapshot, run=replace(snapshot.run, summary=summary)).to_wire())
+    model.apply(update(events=recorded_events(events)).to_wire())
     layout = diagnosis.stacks_layout()
     assert received and received[-1] is diagnosis.capture and layout is not None and layout.culprits == (1,)
     assert layout.verdict.startswith("rank 1 is the culprit")

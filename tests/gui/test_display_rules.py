@@ -13,7 +13,7 @@ from gui.charts import ticks
 from gui.charts.axis import seconds_spacing
 from gui.charts.readout import ReadoutRow, format_value, pick_rows
 from gui.gateway.probe_output import unavailable_report
-from gui.gateway.run_state import HUNG, RankInfo
+from gui.gateway.run_state import HUNG, LogLine, RankInfo, RunInfo, SnapshotMessage
 from gui.gateway.runner_rules import RunStatus
 from gui.models import layout
 from gui.models.charts import (
@@ -31,8 +31,10 @@ from gui.models.notices import run_end_notice, window_title
 from gui.widgets.monitor_panel import STATUS_COLORS
 from gui.widgets.run_progress import progress_texts
 from rankwatch import protocol
+from rankwatch.protocol import MetricRecord
 from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec
+from tests.hub_messages import rank_changes, run_changes, update
 
 T0 = 1_700_000_000.0
 CHART = {definition.series: definition for definition in BUILT_IN_CHARTS}
@@ -176,13 +178,12 @@ def test_the_triage_verdict_wins_over_the_rank_row_in_every_panel():
 
 def finished_run(steps: int, epochs: int, status: str = "succeeded") -> MonitorModel:
     model = MonitorModel()
-    model.apply({"type": "snapshot", "v": 1, "run": {"id": 1, "status": "running", "started": T0},
-                 "ranks": [], "nodes": [], "spec": {"args": ["--epochs", str(epochs)]}})
-    model.apply({"type": "update", "v": 1,
-                 "logs": [[None, T0, "stdout", f"{steps // epochs} steps per epoch, batch size 32", None]],
-                 "metrics": [[0, T0 + step, step, "loss", 1.0, "auto"] for step in range(steps)],
-                 "ranks": [{"rank": 0, "step": steps - 1}]})
-    model.apply({"type": "update", "v": 1, "run": {"status": status, "ended": T0 + steps}})
+    model.apply(SnapshotMessage(RunInfo(id=1, status="running", started=T0),
+                                spec={"args": ["--epochs", str(epochs)]}).to_wire())
+    model.apply(update(logs=[LogLine(None, T0, "stdout", f"{steps // epochs} steps per epoch, batch size 32", None)],
+                       metrics=[MetricRecord(0, T0 + step, step, "loss", 1.0, "auto") for step in range(steps)],
+                       ranks=[rank_changes(0, step=steps - 1)]).to_wire())
+    model.apply(update(run=run_changes(status=status, ended=T0 + steps)).to_wire())
     return model
 
 
@@ -200,7 +201,7 @@ def test_a_run_stopped_early_shows_where_it_stopped():
     progress = finished_run(64, 1).progress()
     assert progress_texts(progress, "stopped")[0] == "epoch 1/1 · 64/64 steps"
     stopped = finished_run(640, 10, "stopped")
-    stopped.apply({"type": "update", "v": 1, "ranks": [{"rank": 0, "step": 639}]})
+    stopped.apply(update(ranks=[rank_changes(0, step=639)]).to_wire())
     assert stopped.progress().fraction == 1.0
 
 
@@ -212,20 +213,20 @@ def test_a_run_without_steps_says_none_yet_only_while_it_can_still_have_some():
 
 # ---- charts: which ones, and what an empty one says ---------------------------------------------
 
-def model_with(metrics: list, spec: dict | None = None, status: str = "running") -> MonitorModel:
+def model_with(metrics: list[MetricRecord], spec: dict | None = None, status: str = "running") -> MonitorModel:
     model = MonitorModel()
-    model.apply({"type": "snapshot", "v": 1, "run": {"id": 1, "status": status, "started": T0, "world_size": 2},
-                 "ranks": [], "nodes": [], "spec": spec or {}})
+    model.apply(SnapshotMessage(RunInfo(id=1, status=status, started=T0, world_size=2), spec=spec or {}).to_wire())
     if metrics:
-        model.apply({"type": "update", "v": 1, "metrics": metrics})
+        model.apply(update(metrics=metrics).to_wire())
     return model
 
 
 def test_every_logged_key_gets_a_chart_in_the_order_it_appeared():
-    model = model_with([[0, T0, 0, "loss", 1.0, "auto"], [0, T0, 0, "step_time", 0.1, "auto"],
-                        [0, T0, 0, "data_wait", 0.01, "auto"], [0, T0, 0, "steps_per_s", 10.0, "auto"],
-                        [0, T0, 0, "lr", 0.1, "log"], [1, T0, 0, "grad_norm", 2.0, "log"],
-                        [0, T0, 1, "val_loss", 1.2, "parsed"]])
+    model = model_with([MetricRecord(0, T0, 0, "loss", 1.0, "auto"), MetricRecord(0, T0, 0, "step_time", 0.1, "auto"),
+                        MetricRecord(0, T0, 0, "data_wait", 0.01, "auto"),
+                        MetricRecord(0, T0, 0, "steps_per_s", 10.0, "auto"),
+                        MetricRecord(0, T0, 0, "lr", 0.1, "log"), MetricRecord(1, T0, 0, "grad_norm", 2.0, "log"),
+                        MetricRecord(0, T0, 1, "val_loss", 1.2, "parsed")])
     assert logged_metric_names(model) == ["lr", "grad_norm", "val_loss"]
     chart = logged_chart("lr")
     assert chart.title == "lr" and chart.logged and chart.smoothable and not chart.time_only
@@ -235,22 +236,22 @@ def test_the_phases_their_clock_and_skipped_steps_get_no_chart_of_their_own():
     """They are drawn as the rank table's bars and said beside the step count, not as charts
     named like keys a script logged."""
     row = [T0, 3, 0.5, 0.1, 0.01, 32, None, True, ["cpu", 0.01, 0.002, 0.03, 0.04, 0.01, 0.005, 0.003]]
-    model = model_with([list(record) for record in protocol.step_row_records(0, row)]
-                       + [[0, T0, 3, "lr", 0.1, "log"]])
+    model = model_with([MetricRecord(*record) for record in protocol.step_row_records(0, row)]
+                       + [MetricRecord(0, T0, 3, "lr", 0.1, "log")])
     assert {*protocol.PHASE_METRICS, protocol.PHASE_CLOCK, protocol.SKIPPED_STEP} <= set(model.series_names())
     assert logged_metric_names(model) == ["lr"]
 
 
 def test_the_allocators_memory_is_one_gpu_chart_in_gib_not_three_charts_of_logged_bytes():
-    model = model_with([[0, T0, 3, name, 2 * 1024**3, "auto"] for name in protocol.GPU_MEMORY_METRICS]
-                       + [[0, T0, 3, "lr", 0.1, "log"]])
+    model = model_with([MetricRecord(0, T0, 3, name, 2 * 1024**3, "auto") for name in protocol.GPU_MEMORY_METRICS]
+                       + [MetricRecord(0, T0, 3, "lr", 0.1, "log")])
     assert logged_metric_names(model) == ["lr"]
     chart = CHART[protocol.GPU_MEMORY_ALLOCATED]
     assert chart.group == "gpu" and chart.scale * 2 * 1024**3 == 2.0 and not chart.logged
 
 
 def test_empty_charts_say_why():
-    stepping = [[0, T0 + s, s, name, 0.1, "auto"] for s in range(3) for name in ("loss", "step_time")]
+    stepping = [MetricRecord(0, T0 + s, s, name, 0.1, "auto") for s in range(3) for name in ("loss", "step_time")]
     model = model_with(stepping)
     assert empty_chart_note(CHART["data_wait_share"], model, False) == "Not measured: no PyTorch DataLoader was seen"
     assert "batch size is unknown" in empty_chart_note(CHART["samples_per_s"], model, False)
@@ -261,7 +262,7 @@ def test_empty_charts_say_why():
         "Not measured: no optimizer step was seen")
     uninstrumented = model_with([], spec={"telemetry": {"instrument": False}})
     assert "instrumentation is off" in empty_chart_note(CHART["loss"], uninstrumented, False)
-    nan_loss = model_with([[0, T0, 0, "loss", None, "auto"]])
+    nan_loss = model_with([MetricRecord(0, T0, 0, "loss", None, "auto")])
     assert "NaN" in empty_chart_note(CHART["loss"], nan_loss, False)
     assert empty_chart_note(CHART["loss"], MonitorModel(), False) == "No run yet"
 

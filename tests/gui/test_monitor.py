@@ -20,16 +20,18 @@ import pytest
 from live_run import LiveRun
 from PySide6.QtCore import Qt
 
-from gui.gateway.run_state import RankInfo
+from gui.gateway.run_state import LogLine, RankInfo, RunInfo, SnapshotMessage
 from gui.models import monitor
 from gui.models.monitor import RANK_COLUMNS, LogBuffer, LogEntry, MonitorModel
 from gui.widgets.log_view import LogView
 from gui.widgets.monitor_panel import DETACHED, DISCONNECTED, MonitorPanel
 from gui.widgets.rank_table import state_tint
 from rankwatch import protocol
+from rankwatch.protocol import MetricRecord, ProcessSample
 from runner.profile.spec import LaunchSpec
 from runner.store.rank_stats import run_statistics
 from runner.store.store import RunStore
+from tests.hub_messages import rank_changes, update
 
 pytestmark = pytest.mark.gui
 
@@ -319,26 +321,26 @@ def test_log_view_keeps_memory_bounded_and_filters(qtbot):
 # ---- the Qt-free model ---------------------------------------------------------------------
 
 
-def snapshot(**run) -> dict:
-    return {"type": "snapshot", "v": 1, "run": {"id": 3, "status": "running", **run},
-            "ranks": [{"rank": 0, "state": "running"}], "nodes": [], "spec": {}}
+def snapshot(args: tuple[str, ...] | None = None, **run) -> dict:
+    return SnapshotMessage(RunInfo(**{"id": 3, "status": "running", **run}), (RankInfo(rank=0, state="running"),),
+                           spec={} if args is None else {"args": list(args)}).to_wire()
 
 
 def test_model_pairs_step_time_and_data_wait_into_a_share():
     model = MonitorModel()
     model.apply(snapshot())
-    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 5, "step_time", 0.2, "auto"]]})
+    model.apply(update(metrics=[MetricRecord(0, 1.0, 5, "step_time", 0.2, "auto")]).to_wire())
     assert monitor.DATA_WAIT_SHARE not in model.series_names()
-    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.1, 5, "data_wait", 0.05, "auto"]]})
+    model.apply(update(metrics=[MetricRecord(0, 1.1, 5, "data_wait", 0.05, "auto")]).to_wire())
     share = model.series(monitor.DATA_WAIT_SHARE)[0]
     assert list(share.values.values) == [0.25]
     assert list(share.steps.values) == [5.0]
 
 
 def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_results_read():
-    newest = {"rank": 0, "step_time": 0.0215, "data_wait_share": 0.01, "comm_wait_share": 0.46}
+    running = RankInfo(rank=0, state="running", step_time=0.0215, data_wait_share=0.01, comm_wait_share=0.46)
+    ended = replace(running, state="exited")
     result = {"steps": 96, "median_step_time": 0.0159, "data_wait_share": 0.02, "comm_wait_share": 0.03}
-    running, ended = RankInfo.from_wire({**newest, "state": "running"}), RankInfo.from_wire({**newest, "state": "exited"})
     assert monitor.rank_timing(running, result) == monitor.RankTiming(0.0215, 0.01, 0.46)  # results of a past incarnation
     assert monitor.rank_timing(ended) == monitor.RankTiming(0.0215, 0.01, 0.46)  # not read yet
     assert monitor.rank_timing(ended, result) == monitor.RankTiming(0.0159, 0.02, 0.03, whole_run_steps=96)
@@ -367,8 +369,8 @@ def test_the_memory_chart_of_a_process_that_is_gone_ends_at_its_last_known_value
     was gone, all zeros, charted as a measurement)."""
     model = MonitorModel()
     model.apply(snapshot())
-    model.apply({"type": "update", "v": 1, "procs": [[1.0, 0, 42, 97.0, 300 << 20, 9]]})
-    model.apply({"type": "update", "v": 1, "procs": [[2.0, 0, 42, 0.0, 0, 0]]})
+    model.apply(update(procs=[ProcessSample(1.0, 0, 42, 97.0, 300 << 20, 9)]).to_wire())
+    model.apply(update(procs=[ProcessSample(2.0, 0, 42, 0.0, 0, 0)]).to_wire())
     rss = model.series(monitor.RSS_BYTES)[0]
     assert list(rss.values.values) == [300 << 20]
     assert list(model.series(monitor.CPU_PERCENT)[0].values.values) == [97.0]
@@ -376,9 +378,9 @@ def test_the_memory_chart_of_a_process_that_is_gone_ends_at_its_last_known_value
 
 def test_model_prefers_measured_loss_over_parsed_lines():
     model = MonitorModel()
-    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 1, "loss", 9.0, "parsed"]]})
+    model.apply(update(metrics=[MetricRecord(0, 1.0, 1, "loss", 9.0, "parsed")]).to_wire())
     assert model.series("loss")[0].values.last == 9.0
-    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 1, "loss", 1.5, "auto"]]})
+    model.apply(update(metrics=[MetricRecord(0, 1.0, 1, "loss", 1.5, "auto")]).to_wire())
     assert model.series("loss")[0].values.last == 1.5
 
 
@@ -387,8 +389,8 @@ def test_a_new_snapshot_starts_the_model_over():
     resets = []
     model.reset.connect(lambda: resets.append(True))
     model.apply(snapshot())
-    model.apply({"type": "update", "v": 1, "metrics": [[0, 1.0, 1, "loss", 1.0, "auto"]],
-                 "logs": [[0, 1.0, "stdout", "hello", None]]})
+    model.apply(update(metrics=[MetricRecord(0, 1.0, 1, "loss", 1.0, "auto")],
+                       logs=[LogLine(0, 1.0, "stdout", "hello", None)]).to_wire())
     model.apply(snapshot(status="stopping"))
     assert resets == [True, True]
     assert model.series_names() == [] and model.logs.total == 0
@@ -408,11 +410,10 @@ def test_log_buffer_reports_what_is_new_and_what_fell_out():
 
 def test_progress_eta_from_epochs_argument_and_printed_steps_per_epoch():
     model = MonitorModel()
-    model.apply({**snapshot(started=1000.0), "spec": {"args": ["--epochs", "2", "--lr", "0.1"]}})
-    model.apply({"type": "update", "v": 1, "logs": [[None, 1000.0, "stdout", "10 steps per epoch", None]]})
-    model.apply({"type": "update", "v": 1,
-                 "metrics": [[0, 1000.0 + 2 * step, step, "loss", 1.0, "auto"] for step in range(11)],
-                 "ranks": [{"rank": 0, "step": 10}]})
+    model.apply(snapshot(args=("--epochs", "2", "--lr", "0.1"), started=1000.0))
+    model.apply(update(logs=[LogLine(None, 1000.0, "stdout", "10 steps per epoch", None)]).to_wire())
+    model.apply(update(metrics=[MetricRecord(0, 1000.0 + 2 * step, step, "loss", 1.0, "auto") for step in range(11)],
+                       ranks=[rank_changes(0, step=10)]).to_wire())
     progress = model.progress(now=1020.0)
     # Step index 10 is the 11th step, in the second epoch of 10 steps.
     assert (progress.step, progress.steps_done, progress.total_steps) == (10, 11, 20)
@@ -426,7 +427,7 @@ def test_progress_eta_from_epochs_argument_and_printed_steps_per_epoch():
 def test_progress_has_no_eta_without_a_known_total():
     model = MonitorModel()
     model.apply(snapshot(started=0.0))
-    model.apply({"type": "update", "v": 1, "metrics": [[0, float(s), s, "loss", 1.0, "auto"] for s in range(5)]})
+    model.apply(update(metrics=[MetricRecord(0, float(s), s, "loss", 1.0, "auto") for s in range(5)]).to_wire())
     progress = model.progress(now=10.0)
     assert progress.total_steps is None and progress.eta_s is None and progress.fraction is None
     assert progress.step == 4

@@ -16,7 +16,7 @@ import pytest
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QColor
 
-from gui.gateway.run_state import RankInfo
+from gui.gateway.run_state import RankInfo, RunInfo, SnapshotMessage, event_of
 from gui.models.diagnosis import INFO, DiagnosisModel
 from gui.models.monitor import (
     NOT_MEASURED,
@@ -31,6 +31,7 @@ from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.phase_bars import PHASE_COLORS, segment_rects, text_color_on
 from gui.widgets.rank_table import PHASE_BAR_COLUMN, PHASES_ROLE
 from rankwatch import protocol
+from tests.hub_messages import run_changes, update
 
 pytestmark = pytest.mark.gui
 
@@ -188,20 +189,21 @@ def test_a_finished_rank_shows_its_whole_run_and_the_clocks_are_named():
     assert clocks_text([phases]) == "GPU clock"
     assert clocks_text([phases, RankPhases(0, SHARES, "cpu")]) == "GPU and CPU clocks"
     model = MonitorModel()
-    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": {"id": 1, "status": "running"},
-                 "ranks": [{"rank": 0, "state": "running", "skipped_steps": 2}, {"rank": 1, "state": "running"}]})
+    model.apply(SnapshotMessage(RunInfo(id=1, status="running"), (RankInfo(rank=0, state="running", skipped_steps=2),
+                                                                  RankInfo(rank=1, state="running"))).to_wire())
     assert model.skipped_steps() == 2
 
 
 def _model_with_events(*events: dict, summary: dict | None = None) -> tuple[MonitorModel, DiagnosisModel]:
+    """A two-rank run given ``events`` (as published: ``Event.to_wire``; a kind the contract lacks
+    fails the test), finished with ``summary`` when one is given."""
     model = MonitorModel()
     diagnosis = DiagnosisModel(model)
-    run = {"id": 1, "status": "running" if summary is None else "succeeded"}
-    if summary is not None:
-        run["summary"] = summary
-    model.apply({"type": "snapshot", "v": protocol.VERSION, "run": run,
-                 "ranks": [{"rank": 0, "state": "running"}, {"rank": 1, "state": "running"}]})
-    model.apply({"type": "update", "v": protocol.VERSION, "events": list(events)})
+    run = RunInfo(id=1, status="running" if summary is None else "succeeded", summary=summary)
+    model.apply(SnapshotMessage(run, (RankInfo(rank=0, state="running"), RankInfo(rank=1, state="running"))).to_wire())
+    typed = [event_of(event) for event in events]
+    assert None not in typed, [event["kind"] for event in events]
+    model.apply(update(events=[event for event in typed if event is not None]).to_wire())
     return model, diagnosis
 
 
@@ -267,6 +269,6 @@ def test_the_banner_names_the_straggler_that_holds_the_others_up_most_as_the_ver
     banner = diagnosis.banner()
     assert banner.rank == 7 and banner.text.startswith("rank 7 is a straggler at step 5") and banner.more == 2
     assert diagnosis.bottleneck.title == "a straggler: rank 7 (rest)" and diagnosis.bottleneck.scope == "live"
-    model.apply({"type": "update", "v": protocol.VERSION, "run": {"status": "lost"}})  # no whole-run verdict
+    model.apply(update(run=run_changes(status="lost")).to_wire())  # no whole-run verdict
     assert diagnosis.bottleneck.scope == "last live verdict"
 

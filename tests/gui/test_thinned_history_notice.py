@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from runner.runstate.messages import decode_hub_message
+from gui.gateway.run_state import HistoryEnd, RankInfo, RunInfo, SnapshotMessage
 
 pytestmark = pytest.mark.gui
 
-SNAPSHOT = {"type": "snapshot", "run": {"id": 12, "profile": "big", "status": "running", "started": 1000.0},
-            "ranks": [{"rank": 0, "state": "running", "step": 3}], "nodes": [], "spec": {"args": []}}
+SNAPSHOT = SnapshotMessage(RunInfo(id=12, profile="big", status="running", started=1000.0),
+                           (RankInfo(rank=0, state="running", step=3),), spec={"args": []})
 
 
 @pytest.fixture
@@ -20,12 +20,12 @@ def panel_size() -> tuple[int, int]:
 
 
 @pytest.mark.parametrize(("history_end", "shortened"), [
-    ({"type": "history_end", "decimated": True, "left_out": {"logs": 2500}}, True),
-    ({"type": "history_end"}, False),
+    (HistoryEnd(decimated=True, left_out={"logs": 2500}), True),
+    (HistoryEnd(), False),
 ])
 def test_a_shortened_history_is_said_in_the_banner_row_and_a_whole_one_is_not(qtbot, panel, history_end, shortened):
-    for wire in (SNAPSHOT, history_end):
-        panel.link.message_received.emit(decode_hub_message(wire))
+    for message in (SNAPSHOT, history_end):
+        panel.link.message_received.emit(message)
     notice = panel.notice_text() or ""
     assert ("Attached with a shortened history" in notice) is shortened
     if shortened:

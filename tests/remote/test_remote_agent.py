@@ -9,7 +9,6 @@ agent's own cleanup.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import subprocess
@@ -20,18 +19,23 @@ import time
 import psutil
 import pytest
 
+from rankwatch import protocol
 from runner import paths
 from runner.remote.launch_message import LaunchMessage, stop_line
 from tests.jobs import SCRIPTS, processes_with_marker, wait_for
 
+TOKEN = "the-run_key-token"
+
 
 class FakeHead:
-    """A TCP listener in place of the head runner: keeps every message one agent sends."""
+    """A TCP listener in place of the head runner: keeps every message of one agent's that the
+    real hub would take (``read_as_the_hub_does``); the reasons of the others go to ``bad_lines``."""
 
     def __init__(self):
         self.server = socket.create_server(("127.0.0.1", 0))
         self.port = self.server.getsockname()[1]
         self.messages: list[dict] = []
+        self.bad_lines: list[str] = []
         self.connection: socket.socket | None = None
         self.closed_by_agent = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
@@ -48,8 +52,18 @@ class FakeHead:
                 break
             buffer += chunk
             *lines, buffer = buffer.split(b"\n")
-            self.messages.extend(json.loads(line) for line in lines if line.strip())
+            for line in lines:
+                if line.strip():
+                    self._keep(line)
         self.closed_by_agent.set()
+
+    def _keep(self, line: bytes) -> None:
+        try:
+            fields = read_as_the_hub_does(line, first=not self.messages)
+        except protocol.ProtocolError as error:
+            self.bad_lines.append(error.reason)
+            return
+        self.messages.append(fields)
 
     def of_type(self, kind: str) -> list[dict]:
         return [m for m in list(self.messages) if m["type"] == kind]
@@ -63,12 +77,33 @@ class FakeHead:
         self.server.close()
 
 
+def read_as_the_hub_does(line: bytes, first: bool) -> dict:
+    """An agent's line as the real hub takes it over TCP (``runner.hub.server``): an
+    ``agent_hello`` with the run's token first, then worker and agent messages, each through its
+    typed ``from_wire``.
+
+    Raises:
+        rankwatch.protocol.ProtocolError: the real hub would refuse the line.
+    """
+    fields = protocol.decode(line)
+    kind = fields["type"]
+    if first and (kind != protocol.AgentHello.TYPE or fields.get("token") != TOKEN):
+        raise protocol.ProtocolError("not_allowed_first", f"{kind} before the agent's hello with the token")
+    if kind == protocol.Metrics.TYPE:
+        protocol.Metrics.from_wire(dict(fields))
+    elif kind in protocol.WORKER_TYPES or kind in protocol.AGENT_TYPES:
+        protocol.message_from_wire(dict(fields))
+    else:
+        raise protocol.ProtocolError("wrong_direction", str(kind))
+    return fields
+
+
 def start_agent(head: FakeHead, run_key: str, mode: str, workdir, *mode_args: str) -> subprocess.Popen:
     env = dict(os.environ, RANKWATCH_RUN_KEY=run_key)  # as the head's remote command sets it
     agent = subprocess.Popen([sys.executable, "-m", "runner", "agent"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     launch = LaunchMessage(
-        token="the-run_key-token", head_host="127.0.0.1", head_port=head.port, run_key=run_key, run=7, node_rank=1,
+        token=TOKEN, head_host="127.0.0.1", head_port=head.port, run_key=run_key, run=7, node_rank=1,
         host="node-b", argv=(sys.executable, str(SCRIPTS / "remote_fake_node.py"), mode, *mode_args),
         env={"RANKWATCH_NODE_RANK": "1", "RANKWATCH_NODE_HOST": "node-b"}, cwd=str(workdir), grace=2.0,
         sample_interval=0.25)
@@ -92,6 +127,7 @@ def test_agent_forwards_tagged_messages_reports_a_lost_worker_and_exits_with_tor
     assert head.closed_by_agent.wait(5)
     kinds = [m["type"] for m in head.messages]
     assert kinds[0] == "agent_hello" and kinds[-1] == "node_exit"
+    assert head.bad_lines == []  # the real hub takes every line the agent sent
     hello = head.messages[0]
     assert hello["token"] == "the-run_key-token" and hello["node_rank"] == 1 and hello["run_key"] == run_key
     [worker_hello] = head.of_type("hello")
@@ -174,3 +210,41 @@ def kill_what_is_left(run_key: str) -> None:
     for process in processes_with_marker(run_key):
         with contextlib.suppress(psutil.Error):
             process.kill()
+
+
+def test_the_fake_head_refuses_the_lines_the_real_hub_refuses_from_an_agent(tmp_path):
+    """The same agent lines to the real hub over TCP and to ``FakeHead``: a worker_lost whose rank
+    is not a number, metrics that name no rank, a subscriber's message; a good heartbeat."""
+    import asyncio
+
+    from tests.hubs import open_hub
+
+    def line(**fields: object) -> bytes:
+        return protocol.encode(str(fields.pop("type")), **fields)
+
+    lines = [protocol.AgentHello(1, token=TOKEN, run_key="k", host="node-b").encode(),
+             line(type="worker_lost", rank="x", t=1.0), line(type="metrics", items=[[1.0, 0, "loss", 0.5, "auto"]]),
+             line(type="subscribe", history=False), line(type="heartbeat", rank=0, t=2.0)]
+
+    async def real_hub_refusals() -> dict[str, int]:
+        hub, _socket_path = await open_hub(tmp_path, token=TOKEN)
+        port = await hub.serve_tcp("127.0.0.1", 0)
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(lines))
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.close()
+        await hub.close()
+        return {key: count for key, count in hub.stats.items() if key.startswith("bad_")}
+
+    assert asyncio.run(real_hub_refusals()) == {"bad_worker_lost": 1, "bad_metrics": 1,
+                                                "bad_line_wrong_direction": 1}
+    head = FakeHead()
+    try:
+        with socket.create_connection(("127.0.0.1", head.port)) as agent:
+            agent.sendall(b"".join(lines))
+        assert head.closed_by_agent.wait(5)
+        assert [message["type"] for message in head.messages] == ["agent_hello", "heartbeat"]
+        assert sorted(head.bad_lines) == ["invalid", "invalid", "wrong_direction"]
+    finally:
+        head.close()

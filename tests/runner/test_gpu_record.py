@@ -139,18 +139,20 @@ def test_the_end_of_a_run_shows_each_ranks_gpu_over_the_run_not_its_last_sample(
 
     from rich.console import Console
 
+    from runner.runstate.messages import Bye, RankInfo, RunInfo, SnapshotMessage
     from runner.view.terminal import TerminalView
+    from tests.hub_messages import run_changes, update
 
-    snapshot = {"type": "snapshot", "run": {"id": gpu_run, "profile": "gpu_train", "status": "running", "started": 97.0},
-                "ranks": [{"rank": 0, "state": "running", "step": 4, "loss": 1.6, "gpu_index": 0, "gpu_util": 3.0,
-                           "gpu_mem_used": GIB}], "nodes": [], "spec": {"args": []}}
-    ended = {"type": "update", "run": {"id": gpu_run, "profile": "gpu_train", "status": "succeeded", "started": 97.0,
-                                       "ended": 106.0}}
+    snapshot = SnapshotMessage(RunInfo(id=gpu_run, profile="gpu_train", status="running", started=97.0),
+                               (RankInfo(rank=0, state="running", step=4, loss=1.6, gpu_index=0, gpu_util=3.0,
+                                         gpu_mem_used=GIB),), spec={"args": []}).to_wire()
+    ended = update(run=run_changes(id=gpu_run, profile="gpu_train", status="succeeded", started=97.0,
+                                   ended=106.0)).to_wire()
     with RunStore(readonly=True) as store:
         stats = run_statistics(store, gpu_run)[0]
     plain_out = io.StringIO()
     plain = TerminalView(live=False, out=plain_out, err=io.StringIO(), status_every=30)
-    for message in (snapshot, ended, {"type": "bye"}):
+    for message in (snapshot, ended, Bye().to_wire()):
         plain.handle(message)
     plain.show_results(stats)
     lines = plain_out.getvalue().splitlines()
@@ -158,7 +160,7 @@ def test_the_end_of_a_run_shows_each_ranks_gpu_over_the_run_not_its_last_sample(
         ", GPU 0 75% (median), 3.6 GiB at most")
     assert not next(line for line in lines if line.startswith("[rankwatch] rank 2 ")).count("GPU")
     live = TerminalView(live=True, out=io.StringIO(), err=io.StringIO())
-    for message in (snapshot, ended, {"type": "bye"}):
+    for message in (snapshot, ended, Bye().to_wire()):
         live.handle(message)
     live.show_results(stats)
     screen = Console(file=io.StringIO(), width=200, color_system=None)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 
 from runner.hub.publisher import DECIMATE_ABOVE_BYTES, Subscriber, decimate_metrics
+from runner.runstate.messages import LogLine, MetricRecord, RankInfo, RunInfo, SnapshotMessage
 from runner.view.terminal import TerminalView, render_summary
+from tests.hub_messages import update
 
 
 class RecordingSubscriber(Subscriber):
@@ -21,8 +23,8 @@ class RecordingSubscriber(Subscriber):
         self.sent.append(message)
 
 
-def metrics(count: int, ranks: int = 2) -> list[list]:
-    return [[i % ranks, float(i), i // ranks, "loss", float(i), "auto"] for i in range(count)]
+def metrics(count: int, ranks: int = 2) -> list[MetricRecord]:
+    return [MetricRecord(i % ranks, float(i), i // ranks, "loss", float(i), "auto") for i in range(count)]
 
 
 def test_decimation_keeps_every_series_last_point():
@@ -36,33 +38,31 @@ def test_decimation_keeps_every_series_last_point():
 def test_a_subscriber_that_falls_behind_gets_thinned_updates_marked_decimated():
     slow = RecordingSubscriber(backlog=DECIMATE_ABOVE_BYTES + 1)
     slow.live = True
-    slow.deliver_update(1, {"type": "update", "metrics": metrics(1000), "decimated": False})
+    slow.deliver_update(1, update(metrics=metrics(1000)).to_wire())
     [message] = slow.sent
     assert message["decimated"] is True and len(message["metrics"]) < 100
 
 
 def test_updates_during_a_replay_are_queued_and_deduplicated():
     subscriber = RecordingSubscriber()
-    subscriber.deliver_update(1, {"type": "update", "metrics": [[0, 1.0, 1, "loss", 1.0, "auto"]]})
-    subscriber.deliver_update(2, {"type": "update", "metrics": [[0, 2.0, 2, "loss", 2.0, "auto"]]})
+    subscriber.deliver_update(1, update(metrics=[MetricRecord(0, 1.0, 1, "loss", 1.0, "auto")]).to_wire())
+    subscriber.deliver_update(2, update(metrics=[MetricRecord(0, 2.0, 2, "loss", 2.0, "auto")]).to_wire())
     assert subscriber.sent == []
     subscriber.go_live(replayed_through=1)  # the replay already held batch 1
     assert [m["metrics"][0][2] for m in subscriber.sent] == [2]
 
 
-def rank_row(rank: int, **fields) -> dict:
-    row = {"rank": rank, "state": "running", "step": 10, "loss": 0.5 + rank, "step_time": 0.02,
-           "data_wait_share": 0.4, "samples_per_s": 1600.0, "cpu_percent": 95.0, "rss_bytes": 700 << 20,
-           "last_seen": None, "gpu_index": None, "host": "h"}
-    row.update(fields)
-    return row
+def rank_row(rank: int, **fields) -> RankInfo:
+    row = {"state": "running", "step": 10, "loss": 0.5 + rank, "step_time": 0.02, "data_wait_share": 0.4,
+           "samples_per_s": 1600.0, "cpu_percent": 95.0, "rss_bytes": 700 << 20, "host": "h", **fields}
+    return RankInfo(rank=rank, **row)
 
 
 def test_live_table_shows_a_row_per_rank():
     out = io.StringIO()
     view = TerminalView(live=False, out=out)
-    view.handle({"type": "snapshot", "run": {"id": 4, "profile": "p", "status": "running"},
-                 "ranks": [rank_row(0), rank_row(1, state="stalled")], "nodes": []})
+    view.handle(SnapshotMessage(RunInfo(id=4, profile="p", status="running"),
+                                (rank_row(0), rank_row(1, state="stalled"))).to_wire())
     from rich.console import Console
 
     console = Console(file=io.StringIO(), width=160)
@@ -75,8 +75,8 @@ def test_live_table_shows_a_row_per_rank():
 def test_plain_mode_prefixes_lines_with_rank_and_stream():
     out, err = io.StringIO(), io.StringIO()
     view = TerminalView(live=False, out=out, err=err, status_every=0)
-    view.handle({"type": "update", "logs": [[1, 0.0, "stdout", "hello", "h"], [None, 0.0, "stderr", "W torchrun", "h"],
-                                            [0, 0.0, "stderr", "[rank0]: Traceback", "h"]]})
+    view.handle(update(logs=[LogLine(1, 0.0, "stdout", "hello", "h"), LogLine(None, 0.0, "stderr", "W torchrun", "h"),
+                             LogLine(0, 0.0, "stderr", "[rank0]: Traceback", "h")]).to_wire())
     assert out.getvalue() == "[rank 1] hello\n"
     assert err.getvalue() == "[torchrun] W torchrun\n[rank 0] Traceback\n"
 

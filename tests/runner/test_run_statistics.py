@@ -18,8 +18,10 @@ from runner.exit_status import (
     process_exit_code,
     stopped_run_exit_code,
 )
+from runner.runstate.messages import Bye, RankInfo, RunInfo, SnapshotMessage
 from runner.store.rank_stats import run_statistics
 from runner.store.store import RecordBatch, RunStore
+from tests.hub_messages import run_changes, update
 
 STEP_TIMES = [0.10, 0.12, 0.50, 0.11]  # steps 1..4 (step 0 has no step time: nothing before it)
 DATA_WAITS = [0.02, 0.01, 0.01, 0.30, 0.01]  # steps 0..4
@@ -121,6 +123,13 @@ def test_a_ranks_exit_code_reads_with_its_signal(code, text):
     assert describe_exit_code(code) == text
 
 
+def running_snapshot(run_id: int) -> dict:
+    """The run as a subscriber first sees it: rank 0 at its last step, with that step's own figures."""
+    return SnapshotMessage(RunInfo(id=run_id, profile="stats", status="running", started=99.0),
+                           (RankInfo(rank=0, state="running", step=4, loss=0.2, step_time=0.0215, comm_wait_share=0.46,
+                                     data_wait_share=0.02, samples_per_s=1491.0),), spec={"args": []}).to_wire()
+
+
 def test_the_end_of_a_plain_run_prints_each_ranks_result_over_the_run_not_its_last_step(stored_run):
     """The live row holds the newest step (here a last step that waited 46 % in collectives);
     the lines printed when the run ends come from the store, over every step."""
@@ -130,14 +139,10 @@ def test_the_end_of_a_plain_run_prints_each_ranks_result_over_the_run_not_its_la
 
     out = io.StringIO()
     view = TerminalView(live=False, out=out, err=io.StringIO(), status_every=30)
-    view.handle({"type": "snapshot", "run": {"id": stored_run, "profile": "stats", "status": "running",
-                                            "started": 99.0},
-                 "ranks": [{"rank": 0, "state": "running", "step": 4, "loss": 0.2, "step_time": 0.0215,
-                            "comm_wait_share": 0.46, "data_wait_share": 0.02, "samples_per_s": 1491.0}],
-                 "nodes": [], "spec": {"args": []}})
-    view.handle({"type": "update", "run": {"id": stored_run, "profile": "stats", "status": "succeeded",
-                                          "started": 99.0, "ended": 110.0}})
-    view.handle({"type": "bye"})
+    view.handle(running_snapshot(stored_run))
+    view.handle(update(run=run_changes(id=stored_run, profile="stats", status="succeeded", started=99.0,
+                                       ended=110.0)).to_wire())
+    view.handle(Bye().to_wire())
     with RunStore(readonly=True) as store:
         view.show_results(run_statistics(store, stored_run)[0])
     lines = out.getvalue().splitlines()
@@ -162,11 +167,7 @@ def test_the_live_tables_last_frame_shows_each_ranks_result_over_the_run_not_its
     from runner.view.terminal import WHOLE_RUN_CAPTION, TerminalView
 
     view = TerminalView(live=True, out=io.StringIO(), err=io.StringIO())
-    view.handle({"type": "snapshot", "run": {"id": stored_run, "profile": "stats", "status": "running",
-                                            "started": 99.0},
-                 "ranks": [{"rank": 0, "state": "running", "step": 4, "loss": 0.2, "step_time": 0.0215,
-                            "comm_wait_share": 0.46, "data_wait_share": 0.02, "samples_per_s": 1491.0}],
-                 "nodes": [], "spec": {"args": []}})
+    view.handle(running_snapshot(stored_run))
 
     def frame() -> str:
         screen = Console(file=io.StringIO(), width=200, color_system=None)
@@ -175,9 +176,9 @@ def test_the_live_tables_last_frame_shows_each_ranks_result_over_the_run_not_its
 
     live = frame()
     assert "46%" in live and "21.5" in live and WHOLE_RUN_CAPTION not in live
-    view.handle({"type": "update", "run": {"id": stored_run, "profile": "stats", "status": "succeeded",
-                                          "started": 99.0, "ended": 110.0}})
-    view.handle({"type": "bye"})
+    view.handle(update(run=run_changes(id=stored_run, profile="stats", status="succeeded", started=99.0,
+                                       ended=110.0)).to_wire())
+    view.handle(Bye().to_wire())
     assert view.shows_results
     with RunStore(readonly=True) as store:
         view.show_results(run_statistics(store, stored_run)[0])

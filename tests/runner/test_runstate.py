@@ -24,6 +24,7 @@ from runner.runstate.messages import (
     fields_of,
 )
 from runner.runstate.state import RunState, steps_done
+from tests.hub_messages import rank_changes, run_changes, update
 from tests.hubs import fake_worker, open_hub
 
 
@@ -87,21 +88,21 @@ def test_rows_are_lenient_and_keep_what_a_newer_hub_adds():
     assert decode_hub_message({"type": "pong"}) is None
     assert decode_hub_message({"type": "bye", "reason": "run ended"}) == Bye("run ended")
     assert decode_hub_message({"type": "history_end"}) == HistoryEnd()
-    update = UpdateMessage.from_wire({"t": 1.0, "events": [{"kind": "no_such_kind", "t": 2.0, "rank": 1}],
-                                      "ranks": [{"step": 3}], "logs": [[0, 1.0]]})
-    assert update.events[0].kind == EventKind.WARNING  # a kind from a newer hub
-    assert update.ranks == () and update.logs == ()
+    newer = UpdateMessage.from_wire({"t": 1.0, "events": [{"kind": "no_such_kind", "t": 2.0, "rank": 1}],
+                                     "ranks": [{"step": 3}], "logs": [[0, 1.0]]})
+    assert newer.events[0].kind == EventKind.WARNING  # a kind from a newer hub
+    assert newer.ranks == () and newer.logs == ()
 
 
 def test_the_run_state_counts_steps_once_and_keeps_only_this_runs_ranks():
     state = RunState()
     state.apply(SnapshotMessage(RunInfo(id=1, status="running"), tuple(RankInfo(rank=r) for r in range(8))))
-    state.apply(UpdateMessage(ranks=({"rank": 2, "step": 639},)))
+    state.apply(update(ranks=[rank_changes(2, step=639)]))
     assert state.current_step() == 639 and state.steps_done() == 640 == steps_done(639)
     assert state.rank_set() == list(range(8))
     changes = state.apply(SnapshotMessage(RunInfo(id=2, status="running"), (RankInfo(rank=0), RankInfo(rank=1))))
     assert changes.reset and state.rank_set() == [0, 1] and state.current_step() is None
-    changes = state.apply(UpdateMessage(run={"status": "succeeded"}))
+    changes = state.apply(update(run=run_changes(status="succeeded")))
     assert changes.status and state.finished and state.run is not None and state.run.id == 2
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from runner.format import MISSING
+from runner.runstate.messages import LogLine, MetricRecord, RankInfo, RunInfo, SnapshotMessage
 from runner.view.columns import COLUMN_GAP, Column, choose_columns, format_rate, text_width
 from runner.view.terminal import RANK_COLUMNS
+from tests.hub_messages import update
 
 RANKS = 8
 ROW = {"rank": "7", "host": MISSING, "state": "running", "step": "1234", "loss": "3.509e-03", "exit": MISSING,
@@ -90,11 +92,12 @@ def test_the_live_header_drops_the_profiles_name_before_it_takes_a_second_line()
     from runner.view.terminal import TerminalView
 
     view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
-    view.handle({"type": "snapshot", "run": {"id": 1, "profile": "example", "status": "running", "started": 1000.0},
-                 "ranks": [{"rank": 0, "state": "running", "step": 107}], "nodes": [],
-                 "spec": {"args": ["--epochs", "10"]}})
-    view.handle({"type": "update", "logs": [[0, 1000.0, "stdout", "16 steps per epoch", "h"]],
-                 "metrics": [[0, 1000.0 + 0.4 * step, step, "loss", 1.0, "auto"] for step in range(108)]})
+    view.handle(SnapshotMessage(RunInfo(id=1, profile="example", status="running", started=1000.0),
+                                (RankInfo(rank=0, state="running", step=107),),
+                                spec={"args": ["--epochs", "10"]}).to_wire())
+    view.handle(update(logs=[LogLine(0, 1000.0, "stdout", "16 steps per epoch", "h")],
+                       metrics=[MetricRecord(0, 1000.0 + 0.4 * step, step, "loss", 1.0, "auto")
+                                for step in range(108)]).to_wire())
     assert view.header(now=1043.0) == ("run 1 · example · running · epoch 7/10 · 108/160 steps (68%) · "
                                        "elapsed 0:43 · ETA 0:21")
     assert view.header(now=1043.0, width=80) == ("run 1 · running · epoch 7/10 · 108/160 steps (68%) · "
@@ -111,9 +114,9 @@ def test_a_wide_terminal_gets_the_finer_phase_bar():
     view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
     shares = {"data": 0.0, "h2d": 0.0, "forward": 0.25, "backward": 0.5, "comm": 0.125, "optimizer": 0.125,
               "rest": 0.0}
-    view.handle({"type": "snapshot", "run": {"id": 1, "profile": "p", "status": "running", "started": 1000.0},
-                 "ranks": [{"rank": r, "state": "running", "step": 5, "loss": 0.5, "phase_shares": shares}
-                           for r in range(2)], "nodes": [], "spec": {"args": []}})
+    view.handle(SnapshotMessage(RunInfo(id=1, profile="p", status="running", started=1000.0),
+                                tuple(RankInfo(rank=r, state="running", step=5, loss=0.5, phase_shares=shares)
+                                      for r in range(2)), spec={"args": []}).to_wire())
 
     def bar(width: int) -> str:
         console = Console(file=io.StringIO(), width=width)

@@ -8,8 +8,10 @@ import time
 
 from rankwatch.protocol import LogLine
 from runner.cli.main import main
+from runner.runstate.messages import Bye, Event, RankInfo, RunInfo, SnapshotMessage
 from runner.store.store import RecordBatch, RunStore
 from runner.view.terminal import TerminalView
+from tests.hub_messages import rank_changes, run_changes, update
 
 CHILD_FAILED_REPORT = [  # the end of torchrun's output once rank 1 failed (torch 2.x, abridged)
     "W1126 api.py:1028] Sending process 32082 closing signal SIGTERM",
@@ -34,29 +36,29 @@ RANK0_ECHO = ["[rank0]: Traceback (most recent call last):",
 
 
 def snapshot() -> dict:
-    return {"type": "snapshot", "run": {"id": 7, "profile": "p", "status": "running", "started": 1000.0},
-            "ranks": [{"rank": r, "state": "running", "step": 10, "loss": 0.5, "last_seen": None} for r in (0, 1)],
-            "nodes": [], "spec": {"args": []}}
+    return SnapshotMessage(RunInfo(id=7, profile="p", status="running", started=1000.0),
+                           tuple(RankInfo(rank=r, state="running", step=10, loss=0.5) for r in (0, 1)),
+                           spec={"args": []}).to_wire()
 
 
-def logs(rank: int | None, lines: list[str], stream: str = "stderr") -> list[list]:
-    return [[rank, 2.0, stream, line, "h"] for line in lines]
+def logs(rank: int | None, lines: list[str], stream: str = "stderr") -> list[LogLine]:
+    return [LogLine(rank, 2.0, stream, line, "h") for line in lines]
 
 
 def failed_run(view: TerminalView, torchrun_first: bool = False) -> None:
     """Rank 1 raises; rank 0 then fails on its dead peer; torchrun reports; the run ends."""
     view.handle(snapshot())
-    view.handle({"type": "update", "logs": logs(None, ["I1126 torchrun starting 2 workers"])})
+    view.handle(update(logs=logs(None, ["I1126 torchrun starting 2 workers"])).to_wire())
     if torchrun_first:  # torchrun's notice before the rank's own end reached the hub (a SIGKILL)
-        view.handle({"type": "update", "logs": logs(None, CHILD_FAILED_REPORT[1:2])})
-    view.handle({"type": "update", "ranks": [{"rank": 1, "state": "failed", "exit_code": 1}],
-                 "events": [{"kind": "rank_failed", "message": "rank 1 exited with code 1", "rank": 1, "t": 2.0}],
-                 "logs": logs(1, RANK1_TRACEBACK)})
-    view.handle({"type": "update", "logs": logs(0, RANK0_ECHO) + logs(None, CHILD_FAILED_REPORT), "events": [
-        {"kind": "connection_lost", "message": "rank 0 disconnected without an exit message", "rank": 0, "t": 2.1}]})
-    view.handle({"type": "update", "ranks": [{"rank": 0, "state": "stopped", "exit_code": None}],
-                 "run": {"id": 7, "profile": "p", "status": "failed", "started": 1000.0, "ended": 1003.0}})
-    view.handle({"type": "bye", "reason": "failed"})
+        view.handle(update(logs=logs(None, CHILD_FAILED_REPORT[1:2])).to_wire())
+    view.handle(update(ranks=[rank_changes(1, state="failed", exit_code=1)],
+                       events=[Event(2.0, "rank_failed", 1, "rank 1 exited with code 1")],
+                       logs=logs(1, RANK1_TRACEBACK)).to_wire())
+    view.handle(update(logs=logs(0, RANK0_ECHO) + logs(None, CHILD_FAILED_REPORT), events=[
+        Event(2.1, "connection_lost", 0, "rank 0 disconnected without an exit message")]).to_wire())
+    view.handle(update(ranks=[rank_changes(0, state="stopped", exit_code=None)],
+                       run=run_changes(id=7, profile="p", status="failed", started=1000.0, ended=1003.0)).to_wire())
+    view.handle(Bye("failed").to_wire())
 
 
 def test_torchruns_report_of_a_failure_stays_off_the_terminal_and_the_last_line_says_where_it_is():
@@ -94,7 +96,7 @@ def test_a_survivors_traceback_that_only_says_its_peer_went_away_is_its_last_lin
     before = io.StringIO()  # no rank has failed yet: nothing to echo, the traceback is shown whole
     view = TerminalView(live=False, out=io.StringIO(), err=before, status_every=0)
     view.handle(snapshot())
-    view.handle({"type": "update", "logs": logs(0, RANK0_ECHO)})
+    view.handle(update(logs=logs(0, RANK0_ECHO)).to_wire())
     assert before.getvalue().splitlines() == [f"[rank 0] {line.removeprefix('[rank0]: ')}" for line in RANK0_ECHO]
 
 
@@ -112,7 +114,7 @@ def test_runs_logs_shows_one_prefix_per_line_as_the_terminal_does(capsys):
     terminal = io.StringIO()
     view = TerminalView(live=False, out=io.StringIO(), err=terminal, status_every=0)
     view.handle(snapshot())
-    view.handle({"type": "update", "logs": logs(1, RANK1_TRACEBACK)})
+    view.handle(update(logs=logs(1, RANK1_TRACEBACK)).to_wire())
     assert stored == terminal.getvalue().splitlines() == [
         "[rank 1] Traceback (most recent call last):", '[rank 1]   File "train.py", line 10, in check_batch',
         "[rank 1] ValueError: bad batch shape on rank 1"]

@@ -7,22 +7,26 @@ import io
 
 from rich.console import Console
 
+from runner.runstate.messages import RankInfo, RunInfo, SnapshotMessage
 from runner.view.terminal import TerminalView
 
 RANKS = 1024
 
 
-def rank_row(rank: int) -> dict:
+def rank_row(rank: int) -> RankInfo:
     state = {513: "failed", 7: "stalled"}.get(rank, "running")
     step_time = 0.9 if rank == 100 else 0.1 + (rank % 10) * 0.001
-    return {"rank": rank, "state": state, "step": 40 if rank == 900 else 50, "loss": 0.5, "step_time": step_time,
-            "last_seen": None}
+    return RankInfo(rank=rank, state=state, step=40 if rank == 900 else 50, loss=0.5, step_time=step_time)
+
+
+def snapshot(ranks: int) -> dict:
+    return SnapshotMessage(RunInfo(id=3, profile="p", status="running", started=1000.0),
+                           tuple(rank_row(rank) for rank in range(ranks)), spec={"args": []}).to_wire()
 
 
 def test_a_thousand_ranks_show_the_ones_that_stand_out_and_a_count_of_all_within_24_lines():
     view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
-    view.handle({"type": "snapshot", "run": {"id": 3, "profile": "p", "status": "running", "started": 1000.0},
-                 "ranks": [rank_row(rank) for rank in range(RANKS)], "nodes": [], "spec": {"args": []}})
+    view.handle(snapshot(RANKS))
     console = Console(file=io.StringIO(), width=120, height=24)
     view._console = console
     console.print(view._table(120))
@@ -38,8 +42,7 @@ def test_a_thousand_ranks_show_the_ones_that_stand_out_and_a_count_of_all_within
 
 def test_eight_ranks_all_show_without_a_count_line():
     view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
-    view.handle({"type": "snapshot", "run": {"id": 3, "profile": "p", "status": "running", "started": 1000.0},
-                 "ranks": [rank_row(rank) for rank in range(8)], "nodes": [], "spec": {"args": []}})
+    view.handle(snapshot(8))
     console = Console(file=io.StringIO(), width=120, height=24)
     view._console = console
     console.print(view._table(120))

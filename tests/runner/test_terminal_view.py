@@ -8,13 +8,25 @@ import time
 import pytest
 from rich.console import Console
 
+from runner.runstate.messages import (
+    Bye,
+    Event,
+    LogLine,
+    MetricRecord,
+    ProcessSample,
+    RankInfo,
+    RunInfo,
+    SnapshotMessage,
+)
 from runner.view.terminal import TerminalView
+from tests.hub_messages import rank_changes, run_changes, update
 
 
-def snapshot(**run) -> dict:
-    return {"type": "snapshot", "run": {"id": 7, "profile": "p", "status": "running", "started": 1000.0, **run},
-            "ranks": [{"rank": r, "state": "running", "step": 10, "loss": 0.5, "last_seen": None} for r in (0, 1)],
-            "nodes": [], "spec": {"args": []}}
+def snapshot(*ranks: RankInfo, args: tuple[str, ...] = (), **run) -> dict:
+    """Run 7 of profile p, running, and its ranks (by default ranks 0 and 1 at step 10, loss 0.5)."""
+    ranks = ranks or tuple(RankInfo(rank=r, state="running", step=10, loss=0.5) for r in (0, 1))
+    return SnapshotMessage(RunInfo(**{"id": 7, "profile": "p", "status": "running", "started": 1000.0, **run}),
+                           ranks, spec={"args": list(args)}).to_wire()
 
 
 def plain_view(**kwargs) -> tuple[TerminalView, io.StringIO, io.StringIO]:
@@ -30,26 +42,26 @@ def rendered(view: TerminalView, width: int = 120) -> str:
 
 
 TORCHRUN_ON_SIGTERM = [
-    [None, 1.0, "stderr", "W1122 api.py:753] Received 15 death signal, shutting down workers", "h"],
-    [None, 1.0, "stderr", "W1122 api.py:1028] Sending process 16132 closing signal SIGTERM", "h"],
-    [None, 1.0, "stderr", "torch.distributed.elastic.multiprocessing.api.SignalException: Process 1 got signal: 15",
-     "h"],
+    LogLine(None, 1.0, "stderr", "W1122 api.py:753] Received 15 death signal, shutting down workers", "h"),
+    LogLine(None, 1.0, "stderr", "W1122 api.py:1028] Sending process 16132 closing signal SIGTERM", "h"),
+    LogLine(None, 1.0, "stderr",
+            "torch.distributed.elastic.multiprocessing.api.SignalException: Process 1 got signal: 15", "h"),
 ]
 
 
 def test_a_stop_prints_stopping_and_stopped_and_keeps_torchruns_lines_off_the_terminal():
     view, out, err = plain_view(interrupt_kills=True)
     view.handle(snapshot())
-    view.handle({"type": "update", "logs": [[None, 0.5, "stderr", "W torchrun start-up warning", "h"]]})
+    view.handle(update(logs=[LogLine(None, 0.5, "stderr", "W torchrun start-up warning", "h")]).to_wire())
     # the stop event and torchrun's reaction may arrive in one update: the stop is known first
-    view.handle({"type": "update", "events": [
-        {"kind": "stopping", "message": "stopping the job (Ctrl-C)", "stopped_by": "Ctrl-C", "t": 1.0, "rank": None},
-        {"kind": "connection_lost", "message": "rank 1 disconnected without an exit message", "t": 1.0, "rank": 1}],
-        "logs": [*TORCHRUN_ON_SIGTERM, [0, 1.0, "stdout", "rank 0 saving a checkpoint", "h"]],
-        "run": {"id": 7, "status": "stopping", "started": 1000.0}})
-    view.handle({"type": "update", "events": [
-        {"kind": "connection_lost", "message": "rank 0 disconnected without an exit message", "t": 1.1, "rank": 0}]})
-    view.handle({"type": "bye", "reason": "stopped"})
+    view.handle(update(events=[
+        Event(1.0, "stopping", None, "stopping the job (Ctrl-C)", {"stopped_by": "Ctrl-C"}),
+        Event(1.0, "connection_lost", 1, "rank 1 disconnected without an exit message")],
+        logs=[*TORCHRUN_ON_SIGTERM, LogLine(0, 1.0, "stdout", "rank 0 saving a checkpoint", "h")],
+        run=run_changes(id=7, status="stopping", started=1000.0)).to_wire())
+    view.handle(update(events=[
+        Event(1.1, "connection_lost", 0, "rank 0 disconnected without an exit message")]).to_wire())
+    view.handle(Bye("stopped").to_wire())
     lines = err.getvalue().splitlines()
     assert lines[0] == "[torchrun] W torchrun start-up warning"  # before the stop: shown as always
     assert lines[1] == "[rankwatch] stopping… (Ctrl-C; Ctrl-C again kills at once)"
@@ -62,43 +74,43 @@ def test_a_stop_prints_stopping_and_stopped_and_keeps_torchruns_lines_off_the_te
 def test_a_stop_asked_elsewhere_says_who_and_that_ctrl_c_kills():
     view, _out, err = plain_view(interrupt_kills=True)
     view.handle(snapshot(status="stopping"))  # attached while it was already stopping
-    view.handle({"type": "update", "logs": TORCHRUN_ON_SIGTERM[:1], "events": [
-        {"kind": "stopping", "stopped_by": "the GUI's Stop or `rankwatch stop`", "message": "", "rank": None}]})
+    view.handle(update(logs=TORCHRUN_ON_SIGTERM[:1], events=[
+        Event(1.0, "stopping", None, "", {"stopped_by": "the GUI's Stop or `rankwatch stop`"})]).to_wire())
     assert err.getvalue() == "[rankwatch] stopping… (the GUI's Stop or `rankwatch stop`; Ctrl-C kills at once)\n"
 
 
 def test_failures_still_show_torchruns_lines():
     view, _out, err = plain_view()
     view.handle(snapshot())
-    view.handle({"type": "update", "logs": TORCHRUN_ON_SIGTERM[:1],
-                 "events": [{"kind": "connection_lost", "message": "rank 1 disconnected without an exit message"}]})
+    view.handle(update(logs=TORCHRUN_ON_SIGTERM[:1],
+                       events=[Event(1.0, "connection_lost", None, "rank 1 disconnected without an exit message")]
+                       ).to_wire())
     assert err.getvalue().splitlines() == ["[torchrun] " + TORCHRUN_ON_SIGTERM[0][3],
                                            "[rankwatch] rank 1 disconnected without an exit message"]
 
 
 def test_the_header_shows_elapsed_epoch_step_and_eta_as_the_gui_does():
     view, _out, _err = plain_view()
-    view.handle({**snapshot(), "spec": {"args": ["--epochs", "2", "--lr", "0.1"]}})
-    view.handle({"type": "update", "logs": [[0, 1000.0, "stdout", "10 steps per epoch", "h"]]})
-    view.handle({"type": "update", "metrics": [[0, 1000.0 + 2 * step, step, "loss", 1.0, "auto"] for step in range(11)],
-                 "ranks": [{"rank": 0, "state": "running", "step": 10}]})
+    view.handle(snapshot(args=("--epochs", "2", "--lr", "0.1")))
+    view.handle(update(logs=[LogLine(0, 1000.0, "stdout", "10 steps per epoch", "h")]).to_wire())
+    view.handle(update(metrics=[MetricRecord(0, 1000.0 + 2 * step, step, "loss", 1.0, "auto") for step in range(11)],
+                       ranks=[rank_changes(0, state="running", step=10)]).to_wire())
     assert view.header(now=1020.0) == "run 7 · p · running · epoch 2/2 · 11/20 steps (55%) · elapsed 0:20 · ETA 0:18"
     assert "run 7 · p · running · epoch 2/2 · 11/20 steps (55%)" in rendered(view)
 
 
 def test_the_header_of_a_finished_run_has_no_eta():
     view, _out, _err = plain_view()
-    view.handle({**snapshot(status="succeeded", ended=1030.0), "spec": {"args": ["--max-steps", "20"]}})
+    view.handle(snapshot(args=("--max-steps", "20"), status="succeeded", ended=1030.0))
     assert view.header(now=5000.0) == "run 7 · p · succeeded · 11/20 steps (55%) · elapsed 0:30"
 
 
 def test_small_values_keep_their_digits_and_missing_ones_read_as_a_dash():
     view, _out, _err = plain_view()
-    view.handle({**snapshot(), "ranks": [
-        {"rank": 0, "state": "running", "step": 3, "loss": 1e-9, "step_time": 0.00004, "data_wait_share": 0.001,
-         "samples_per_s": 0.25, "last_seen": None},
-        {"rank": 1, "state": "running", "step": None, "loss": None, "step_time": None, "data_wait_share": None,
-         "samples_per_s": None, "last_seen": None}]})
+    view.handle(snapshot(
+        RankInfo(rank=0, state="running", step=3, loss=1e-9, step_time=0.00004, data_wait_share=0.001,
+                 samples_per_s=0.25),
+        RankInfo(rank=1, state="running")))
     table = rendered(view)
     row0 = next(line for line in table.splitlines() if line.strip().startswith("0 "))
     row1 = next(line for line in table.splitlines() if line.strip().startswith("1 "))
@@ -111,9 +123,8 @@ def test_the_share_in_collectives_gets_a_column_once_a_rank_measured_it():
     view, _out, _err = plain_view()
     view.handle(snapshot())
     assert "comm wait" not in rendered(view)  # no process group: no column
-    view.handle({**snapshot(), "ranks": [
-        {"rank": 0, "state": "running", "step": 3, "step_time": 0.1, "data_wait_share": None, "comm_wait_share": 0.62},
-        {"rank": 1, "state": "running", "step": 3, "step_time": 0.1, "data_wait_share": None, "comm_wait_share": 0.04}]})
+    view.handle(snapshot(RankInfo(rank=0, state="running", step=3, step_time=0.1, comm_wait_share=0.62),
+                         RankInfo(rank=1, state="running", step=3, step_time=0.1, comm_wait_share=0.04)))
     table = rendered(view)
     header = next(line for line in table.splitlines() if "rank" in line and "state" in line)
     row0 = next(line for line in table.splitlines() if line.strip().startswith("0 "))
@@ -122,18 +133,19 @@ def test_the_share_in_collectives_gets_a_column_once_a_rank_measured_it():
     assert "62%" in row0 and "4%" in row1
 
 
-LOGGED = [[0, 5.0, 5, "lr", 3e-4, "log"], [1, 5.0, 5, "lr", 3e-4, "log"],
-          [0, 4.0, 4, "grad_norm", 7.0, "log"], [0, 5.0, 5, "grad_norm", 1.25, "log"],
-          [1, 5.0, 5, "grad_norm", 0.5, "log"], [0, 5.0, 5, "val_loss", 2e-9, "parsed"],
-          [0, 5.0, 5, "epoch", 3, "log"], [1, 5.0, 5, "loss", 0.75, "auto"]]
-LATE = [[0, 3.0, 3, "grad_norm", 9.0, "log"]]  # an older point arriving in a later batch does not win
+LOGGED = update(metrics=[
+    MetricRecord(0, 5.0, 5, "lr", 3e-4, "log"), MetricRecord(1, 5.0, 5, "lr", 3e-4, "log"),
+    MetricRecord(0, 4.0, 4, "grad_norm", 7.0, "log"), MetricRecord(0, 5.0, 5, "grad_norm", 1.25, "log"),
+    MetricRecord(1, 5.0, 5, "grad_norm", 0.5, "log"), MetricRecord(0, 5.0, 5, "val_loss", 2e-9, "parsed"),
+    MetricRecord(0, 5.0, 5, "epoch", 3, "log"), MetricRecord(1, 5.0, 5, "loss", 0.75, "auto")])
+LATE = update(metrics=[MetricRecord(0, 3.0, 3, "grad_norm", 9.0, "log")])  # older, in a later batch: does not win
 
 
 def test_every_logged_key_gets_a_column_when_they_fit():
     view, _out, _err = plain_view()
     view.handle(snapshot())
-    view.handle({"type": "update", "metrics": LOGGED})
-    view.handle({"type": "update", "metrics": LATE})
+    view.handle(LOGGED.to_wire())
+    view.handle(LATE.to_wire())
     table = rendered(view, width=160)
     header = next(line for line in table.splitlines() if "rank" in line and "state" in line)
     assert header.split()[-3:] == ["lr", "grad_norm", "val_loss"]  # epoch goes to the header line
@@ -145,8 +157,8 @@ def test_every_logged_key_gets_a_column_when_they_fit():
 def test_logged_keys_that_do_not_fit_a_narrow_terminal_are_named_under_the_table():
     view, _out, _err = plain_view()
     view.handle(snapshot())
-    view.handle({"type": "update", "metrics": LOGGED})
-    view.handle({"type": "update", "metrics": LATE})
+    view.handle(LOGGED.to_wire())
+    view.handle(LATE.to_wire())
     narrow = rendered(view, width=40)
     header = next(line for line in narrow.splitlines() if "rank" in line and "state" in line)
     assert header.split() == ["rank", "state", "step", "loss", "lr"]
@@ -157,8 +169,8 @@ def test_logged_keys_that_do_not_fit_a_narrow_terminal_are_named_under_the_table
 def test_plain_status_lines_carry_the_header_and_the_logged_keys():
     view, out, _err = plain_view()
     view.handle(snapshot())
-    view.handle({"type": "update", "metrics": LOGGED})
-    view.handle({"type": "update", "metrics": LATE})
+    view.handle(LOGGED.to_wire())
+    view.handle(LATE.to_wire())
     view.print_status()
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("[rankwatch] run 7 · p · running · epoch 3 · 11 steps")
@@ -170,8 +182,8 @@ def test_plain_status_lines_carry_the_header_and_the_logged_keys():
 def test_a_rank_working_without_steps_is_named_under_the_table_and_in_its_status_line():
     view, out, _err = plain_view()
     since = time.time() - 42
-    view.handle({**snapshot(), "ranks": [{"rank": 0, "state": "running", "step": 310, "working_since": since},
-                                         {"rank": 1, "state": "running", "step": 310, "working_since": None}]})
+    view.handle(snapshot(RankInfo(rank=0, state="running", step=310, working_since=since),
+                         RankInfo(rank=1, state="running", step=310)))
     view.print_status()
     lines = out.getvalue().splitlines()
     assert lines[1].startswith("[rankwatch] rank 0 running, working without steps for 42 s (since step 311): step 311, ")
@@ -202,9 +214,8 @@ def test_format_amount(value, text):
 
 def test_once_a_rank_has_ended_the_table_shows_exit_codes_with_the_signal_name():
     view, _out, _err = plain_view()
-    view.handle({**snapshot(status="failed"), "ranks": [
-        {"rank": 0, "state": "failed", "exit_code": -15, "last_seen": None},
-        {"rank": 1, "state": "failed", "exit_code": 1, "last_seen": None}]})
+    view.handle(snapshot(RankInfo(rank=0, state="failed", exit_code=-15),
+                         RankInfo(rank=1, state="failed", exit_code=1), status="failed"))
     table = rendered(view)
     assert "exit" in table
     assert next(line for line in table.splitlines() if line.strip().startswith("0 ")).rstrip().endswith("SIGTERM (-15)")
@@ -235,9 +246,9 @@ def test_the_live_table_refreshes_on_its_thread_while_lines_print_without_deadlo
         step = 0
         while time.monotonic() < deadline:
             step += 1
-            view.handle({"type": "update", "logs": [[0, 1.0, "stdout", f"line {step}", "h"]],
-                         "metrics": [[0, 1000.0 + step, step, "lr", 1e-3, "log"]],
-                         "ranks": [{"rank": 0, "state": "running", "step": step, "last_seen": None}]})
+            view.handle(update(logs=[LogLine(0, 1.0, "stdout", f"line {step}", "h")],
+                               metrics=[MetricRecord(0, 1000.0 + step, step, "lr", 1e-3, "log")],
+                               ranks=[rank_changes(0, state="running", step=step, last_seen=None)]).to_wire())
         view.stop()
 
     feeder = threading.Thread(target=feed, daemon=True)
@@ -254,10 +265,11 @@ def test_a_stopped_ranks_cpu_and_memory_are_its_last_known_figures_not_zeros():
     it (and the rank row it set); the view keeps the last sample that measured the process."""
     view, _out, _err = plain_view()
     view.handle(snapshot())
-    view.handle({"type": "update", "procs": [[1001.0, 0, 42, 97.0, 300 << 20, 9], [1001.0, 1, 43, 95.0, 310 << 20, 9]],
-                 "ranks": [{"rank": 0, "state": "running", "step": 10, "cpu_percent": 97.0, "rss_bytes": 300 << 20}]})
-    view.handle({"type": "update", "procs": [[1002.0, 0, 42, 0.0, 0, 0]],
-                 "ranks": [{"rank": 0, "state": "stopped", "step": 10, "cpu_percent": 0.0, "rss_bytes": 0}]})
+    view.handle(update(
+        procs=[ProcessSample(1001.0, 0, 42, 97.0, 300 << 20, 9), ProcessSample(1001.0, 1, 43, 95.0, 310 << 20, 9)],
+        ranks=[rank_changes(0, state="running", step=10, cpu_percent=97.0, rss_bytes=300 << 20)]).to_wire())
+    view.handle(update(procs=[ProcessSample(1002.0, 0, 42, 0.0, 0, 0)],
+                       ranks=[rank_changes(0, state="stopped", step=10, cpu_percent=0.0, rss_bytes=0)]).to_wire())
     table = rendered(view)
     row = next(line for line in table.splitlines() if line.strip().startswith("0 "))
     assert "300 MiB" in row and " 97 " in row
@@ -269,7 +281,7 @@ def test_a_run_with_a_stalled_rank_is_hung_in_the_header():
     view, _out, _err = plain_view()
     view.handle(snapshot())
     assert " · running · " in view.header(now=1010.0)
-    view.handle({"type": "update", "ranks": [{"rank": 1, "state": "stalled", "step": 10}]})
+    view.handle(update(ranks=[rank_changes(1, state="stalled", step=10)]).to_wire())
     assert " · hung · " in view.header(now=1010.0)
-    view.handle({"type": "update", "ranks": [{"rank": 1, "state": "running", "step": 11}]})
+    view.handle(update(ranks=[rank_changes(1, state="running", step=11)]).to_wire())
     assert " · running · " in view.header(now=1010.0)

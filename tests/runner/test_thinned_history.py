@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from runner.runstate.messages import HistoryEnd, decode_hub_message
+from runner.runstate.messages import HistoryEnd, RunInfo, SnapshotMessage, decode_hub_message
 from runner.view.terminal import TerminalView
 
 
@@ -25,11 +25,11 @@ def test_history_end_keeps_what_the_hub_left_out_and_words_it():
 def test_attach_prints_once_that_the_history_came_shortened():
     out, err = io.StringIO(), io.StringIO()
     view = TerminalView(live=False, out=out, err=err, status_every=0)
-    view.handle({"type": "snapshot", "run": {"id": 7, "status": "running", "started": 1.0}, "ranks": [], "nodes": []})
-    view.handle({"type": "history_end", "decimated": True, "left_out": {"gpu_samples": 5}})
+    view.handle(SnapshotMessage(RunInfo(id=7, status="running", started=1.0)).to_wire())
+    view.handle(HistoryEnd(decimated=True, left_out={"gpu_samples": 5}).to_wire())
     assert err.getvalue().count("Attached with a shortened history") == 1
     assert "the oldest 5 GPU samples are not shown" in err.getvalue() and "rankwatch runs logs 7" in err.getvalue()
     quiet_out, quiet_err = io.StringIO(), io.StringIO()
     quiet = TerminalView(live=False, out=quiet_out, err=quiet_err, status_every=0)
-    quiet.handle({"type": "history_end"})
+    quiet.handle(HistoryEnd().to_wire())
     assert "shortened" not in quiet_err.getvalue() + quiet_out.getvalue()

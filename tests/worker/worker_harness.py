@@ -1,8 +1,10 @@
 """Test harness for the worker side: a fake hub on a real socket, and real worker processes.
 
 ``FakeHub`` stands in for the runner's hub: a server thread on a real Unix (or
-TCP) socket that decodes every line with ``rankwatch.protocol.decode`` and keeps
-the messages, so tests assert on exactly what a worker put on the wire.
+TCP) socket that decodes every line as the real hub does (``rankwatch.protocol.decode``,
+then the message's own typed ``from_wire``) and keeps the messages, so tests assert
+on exactly what a worker put on the wire, and a line the real hub would refuse is
+refused here too (``bad_lines``).
 Workers are real ``python -m rankwatch._bootstrap`` processes with the
 environment the runner would give them.
 """
@@ -34,7 +36,10 @@ class FakeHub:
 
     ``address`` is what a worker gets in ``RANKWATCH_SOCKET``. Each message gets
     ``_connection`` (the number of the connection it came on). ``kick()``
-    closes every open connection, as a restarted hub would.
+    closes every open connection, as a restarted hub would. A line the real hub
+    refuses (not JSON, not a worker's type, a message its ``from_wire`` rejects,
+    anything before the connection's hello) is not kept: its reason goes to
+    ``bad_lines``.
     """
 
     def __init__(self, tcp: bool = False, path: str | None = None):
@@ -156,6 +161,7 @@ class FakeHub:
             ).start()
 
     def _read_loop(self, client: socket.socket, number: int) -> None:
+        hello_rank: int | None = None
         pending = b""
         while True:
             try:
@@ -170,6 +176,7 @@ class FakeHub:
             for line in lines:
                 try:
                     message = protocol.decode(line, protocol.WORKER_TYPES)
+                    hello_rank = read_as_the_hub_does(message, hello_rank)
                 except protocol.ProtocolError as exc:
                     self.bad_lines.append(exc.reason)
                     continue
@@ -178,6 +185,28 @@ class FakeHub:
             with self._lock:
                 self._messages.extend(decoded)
                 self._lock.notify_all()
+
+
+def read_as_the_hub_does(message: dict[str, Any], hello_rank: int | None) -> int:
+    """Check a decoded worker line as the real hub takes it (``runner.hub.server``): the first
+    message of a connection must be a hello; every message goes through its typed ``from_wire``,
+    a worker's with its hello's rank whatever it claims. Returns the connection's rank.
+
+    Raises:
+        rankwatch.protocol.ProtocolError: the real hub would refuse the message.
+    """
+    fields = dict(message)
+    kind = fields["type"]
+    if hello_rank is None:
+        if kind != protocol.Hello.TYPE:
+            raise protocol.ProtocolError("not_allowed_first", f"{kind} before hello")
+        return protocol.Hello.from_wire(fields).rank
+    if kind == protocol.Metrics.TYPE:
+        protocol.Metrics.from_wire(fields, hello_rank)
+        return hello_rank
+    fields["rank"] = hello_rank
+    protocol.message_from_wire(fields)
+    return hello_rank
 
 
 def worker_environment(

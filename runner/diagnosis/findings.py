@@ -9,7 +9,9 @@ in the run's summary (``summary["diagnostics"]``), so that ``rankwatch run`` and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from runner.diagnosis.flight_recorder import FlightRecorderFinding
+from runner.runstate.messages import JsonObject
 
 KEEP_STALLS = 20
 KEEP_DIVERGENCES = 10
@@ -31,8 +33,8 @@ class StallFinding:
     finished_after: float | None = None
     """Seconds from ``since`` to its exit 0, when it ended still stalled: it was not hung."""
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"rank": self.rank, "step": self.step, "since": self.since, "seconds": self.seconds,
+    def to_json(self) -> JsonObject:
+        data: JsonObject = {"rank": self.rank, "step": self.step, "since": self.since, "seconds": self.seconds,
                                 "threshold": self.threshold, "resumed_after": self.resumed_after}
         if self.finished_after is not None:
             data["finished_after"] = self.finished_after
@@ -50,31 +52,91 @@ class Divergence:
     """The ranks that agreed (the majority)."""
     message: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"step": self.step, "ranks": list(self.ranks), "reference": list(self.reference),
                 "message": self.message}
+
+
+StragglerRecord = JsonObject
+"""A rank's worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess, margin,
+held_steps, message, share} (``runner.diagnosis.stragglers``); a plain object because
+``runner.diagnosis.bottleneck`` judges it as one."""
+
+LauncherRecord = JsonObject
+"""A launcher mismatch: {key, level, ranks, title, cause, advice, ...} (``runner.diagnosis.launcher``)."""
+
+BottleneckRecord = JsonObject
+"""The whole run's bottleneck verdict: {verdict, evidence, action, rank, phase, shares, clock, gpu_busy,
+steps, message, ranks: {rank: the same}}, as ``runner.diagnosis.bottleneck`` writes it."""
+
+
+@dataclass(frozen=True)
+class StackPlaceBrief:
+    """Where one rank was in a stack capture, short (``diagnostics.stacks.places``)."""
+
+    rank: int | None
+    kind: str | None
+    op: str | None
+    what: str | None
+    frame: JsonObject | None
+
+    @classmethod
+    def of(cls, place: JsonObject) -> StackPlaceBrief:
+        return cls(rank=place.get("rank"), kind=place.get("kind"), op=place.get("op"), what=place.get("what"),
+                   frame=place.get("frame"))
+
+    def to_json(self) -> JsonObject:
+        return {"rank": self.rank, "kind": self.kind, "op": self.op, "what": self.what, "frame": self.frame}
+
+
+@dataclass(frozen=True)
+class StacksFinding:
+    """The last stack capture, short (``diagnostics.stacks``)."""
+
+    reason: str | None
+    t: float | None
+    ranks: list[int]
+    verdict: JsonObject | None
+    """``runner.diagnosis.hang_verdict``'s verdict, as the capture holds it."""
+    places: list[StackPlaceBrief]
+    missing: list[JsonObject]
+    path: str | None
+    """The capture's text file (its JSON file when it has none)."""
+    json_path: str | None
+
+    @classmethod
+    def of(cls, result: JsonObject) -> StacksFinding:
+        """From a stack capture's result (``StackCapture``'s ``latest``)."""
+        return cls(reason=result.get("reason"), t=result.get("t"), ranks=result.get("ranks") or [],
+                   verdict=result.get("verdict"),
+                   places=[StackPlaceBrief.of(place) for place in result.get("places") or []],
+                   missing=result.get("missing") or [],
+                   path=result.get("text_path") or result.get("path"), json_path=result.get("path"))
+
+    def to_json(self) -> JsonObject:
+        return {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict,
+                "places": [place.to_json() for place in self.places], "missing": self.missing,
+                "path": self.path, "json_path": self.json_path}
 
 
 @dataclass
 class Findings:
     stalls: list[StallFinding] = field(default_factory=list)
     """One per stall of a rank, the newest ``KEEP_STALLS``."""
-    stragglers: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """rank -> its worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess, margin,
-    held_steps}; after ``StragglerMonitor.conclude`` only the ranks named for a share of their steps (``share``)."""
+    stragglers: dict[int, StragglerRecord] = field(default_factory=dict)
+    """rank -> its worst straggler finding; after ``StragglerMonitor.conclude`` only the ranks named for a share of their steps (``share``)."""
     divergences: list[Divergence] = field(default_factory=list)
     """The first ``KEEP_DIVERGENCES`` times parameters differed across replicas."""
     consistency_checks: int = 0
     """Steps whose parameter fingerprints were compared on every rank."""
-    stacks: dict[str, Any] | None = None
-    """The last stack capture, short: {reason, t, ranks, verdict, places, missing, path, json_path}."""
-    flight_recorder: dict[str, Any] | None = None
-    """The last Flight Recorder comparison: {message, culprits, seq, group, lines, path}."""
-    launcher: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """key -> a launcher mismatch: {key, level, ranks, cause, advice} (``runner.diagnosis.launcher``)."""
-    bottleneck: dict[str, Any] | None = None
-    """The whole run's bottleneck verdict: {verdict, evidence, action, rank, phase, shares, clock, gpu_busy,
-    steps, message, ranks: {rank: the same}} (``runner.diagnosis.bottleneck``)."""
+    stacks: StacksFinding | None = None
+    """The last stack capture, short."""
+    flight_recorder: FlightRecorderFinding | None = None
+    """The last Flight Recorder comparison of stuck ranks."""
+    launcher: dict[str, LauncherRecord] = field(default_factory=dict)
+    """key -> a launcher mismatch (``runner.diagnosis.launcher``)."""
+    bottleneck: BottleneckRecord | None = None
+    """The whole run's bottleneck verdict (``runner.diagnosis.bottleneck``)."""
 
     def add_stall(self, record: StallFinding) -> None:
         self.stalls.append(record)
@@ -84,28 +146,21 @@ class Findings:
         if len(self.divergences) < KEEP_DIVERGENCES:
             self.divergences.append(record)
 
-    def set_stacks(self, result: dict[str, Any]) -> None:
-        self.stacks = {
-            "reason": result.get("reason"), "t": result.get("t"), "ranks": result.get("ranks") or [],
-            "verdict": result.get("verdict"),
-            "places": [{key: place.get(key) for key in ("rank", "kind", "op", "what", "frame")}
-                       for place in result.get("places") or []],
-            "missing": result.get("missing") or [],
-            "path": result.get("text_path") or result.get("path"), "json_path": result.get("path"),
-        }
+    def set_stacks(self, result: JsonObject) -> None:
+        self.stacks = StacksFinding.of(result)
 
-    def set_launcher(self, key: str, record: dict[str, Any]) -> None:
+    def set_launcher(self, key: str, record: LauncherRecord) -> None:
         self.launcher[key] = record
 
-    def to_json(self) -> dict[str, Any] | None:
+    def to_json(self) -> JsonObject | None:
         """The ``diagnostics`` block of the summary, or None when nothing was found or checked."""
-        data: dict[str, Any] = {}
+        data: JsonObject = {}
         if self.stalls:
             data["stalls"] = [stall.to_json() for stall in self.stalls]
         if self.stacks is not None:
-            data["stacks"] = self.stacks
+            data["stacks"] = self.stacks.to_json()
         if self.flight_recorder is not None:
-            data["flight_recorder"] = self.flight_recorder
+            data["flight_recorder"] = self.flight_recorder.to_json()
         if self.launcher:
             data["launcher"] = list(self.launcher.values())
         if self.stragglers:

@@ -447,7 +447,7 @@ def hang_headline(findings: Findings) -> str | None:
     steps = sorted({s.step for s in open_stalls if s.step is not None})
     at = f" at step {steps[0]}" if len(steps) == 1 else ""
     text = f"{who} stalled{at} (no progress for at least {min(s.seconds for s in open_stalls):.0f} s)"
-    verdict = (findings.stacks or {}).get("verdict")
+    verdict = findings.stacks.verdict if findings.stacks is not None else None
     if isinstance(verdict, dict) and verdict.get("message") and verdict.get("kind") != "progressing":
         text += f"; stacks: {verdict['message']}"
     return text

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from runner.diagnosis.flight_recorder import FlightRecorderFinding
+from runner.diagnosis.hang_verdict import HangVerdict
+from runner.diagnosis.stacks import MissingStack, StackAnalysis
 from runner.runstate.messages import JsonObject
 
 KEEP_STALLS = 20
@@ -74,16 +76,12 @@ steps, message, ranks: {rank: the same}}, as ``runner.diagnosis.bottleneck`` wri
 class StackPlaceBrief:
     """Where one rank was in a stack capture, short (``diagnostics.stacks.places``)."""
 
-    rank: int | None
-    kind: str | None
+    rank: int
+    kind: str
     op: str | None
-    what: str | None
+    what: str
     frame: JsonObject | None
-
-    @classmethod
-    def of(cls, place: JsonObject) -> StackPlaceBrief:
-        return cls(rank=place.get("rank"), kind=place.get("kind"), op=place.get("op"), what=place.get("what"),
-                   frame=place.get("frame"))
+    """The deepest frame of the user's own code, with its source line (``Place.to_json``'s)."""
 
     def to_json(self) -> JsonObject:
         return {"rank": self.rank, "kind": self.kind, "op": self.op, "what": self.what, "frame": self.frame}
@@ -93,30 +91,34 @@ class StackPlaceBrief:
 class StacksFinding:
     """The last stack capture, short (``diagnostics.stacks``)."""
 
-    reason: str | None
-    t: float | None
+    reason: str
+    t: float
     ranks: list[int]
-    verdict: JsonObject | None
-    """``runner.diagnosis.hang_verdict``'s verdict, as the capture holds it."""
+    verdict: HangVerdict
     places: list[StackPlaceBrief]
-    missing: list[JsonObject]
+    missing: list[MissingStack]
     path: str | None
     """The capture's text file (its JSON file when it has none)."""
     json_path: str | None
 
     @classmethod
-    def of(cls, result: JsonObject) -> StacksFinding:
-        """From a stack capture's result (``StackCapture``'s ``latest``)."""
-        return cls(reason=result.get("reason"), t=result.get("t"), ranks=result.get("ranks") or [],
-                   verdict=result.get("verdict"),
-                   places=[StackPlaceBrief.of(place) for place in result.get("places") or []],
-                   missing=result.get("missing") or [],
-                   path=result.get("text_path") or result.get("path"), json_path=result.get("path"))
+    def of(cls, result: StackAnalysis) -> StacksFinding:
+        """From a stack capture (``StackCapture``'s ``on_result``)."""
+        places = []
+        for rank in sorted(result.places):
+            place = result.places[rank].to_json()
+            places.append(StackPlaceBrief(rank=rank, kind=place["kind"], op=place["op"], what=place["what"],
+                                          frame=place["frame"]))
+        files = result.files
+        path = files.path if files is not None else None
+        return cls(reason=result.reason, t=result.t, ranks=result.ranks, verdict=result.verdict, places=places,
+                   missing=result.missing, path=(files.text_path if files is not None else None) or path,
+                   json_path=path)
 
     def to_json(self) -> JsonObject:
-        return {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict,
-                "places": [place.to_json() for place in self.places], "missing": self.missing,
-                "path": self.path, "json_path": self.json_path}
+        return {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict.to_json(),
+                "places": [place.to_json() for place in self.places],
+                "missing": [item.to_json() for item in self.missing], "path": self.path, "json_path": self.json_path}
 
 
 @dataclass
@@ -146,7 +148,7 @@ class Findings:
         if len(self.divergences) < KEEP_DIVERGENCES:
             self.divergences.append(record)
 
-    def set_stacks(self, result: JsonObject) -> None:
+    def set_stacks(self, result: StackAnalysis) -> None:
         self.stacks = StacksFinding.of(result)
 
     def set_launcher(self, key: str, record: LauncherRecord) -> None:

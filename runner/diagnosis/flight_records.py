@@ -40,6 +40,7 @@ from runner.diagnosis.flight_recorder import (
     analyse,
     read_dump_file,
 )
+from runner.diagnosis.progress import RankProgress
 from runner.hub.observer import HubObserver
 from runner.state import RankState
 
@@ -53,8 +54,8 @@ class FlightRecorderMonitor(HubObserver):
         self.folder = Path(folder)
         self.findings = findings if findings is not None else Findings()
         self.records: dict[int, TorchRecord] = {}
-        self.progress_of: Callable[[Any, float], dict[str, Any]] | None = None
-        """row, now -> {step, idle_seconds, stalled, progressing} (``StallMonitor.progress_of``); None: unknown."""
+        self.progress_of: Callable[[Any, float], RankProgress] | None = None
+        """row, now -> how the rank moves (``StallMonitor.progress_of``); None: unknown."""
         self._stuck: set[int] | None = None
         self._last_arrival: float | None = None
         self._captures = 0
@@ -71,7 +72,7 @@ class FlightRecorderMonitor(HubObserver):
         if self.progress_of is None:
             return None
         now = time.time()
-        progress = {row.rank: self.progress_of(row, now).get("progressing")
+        progress = {row.rank: self.progress_of(row, now).progressing
                     for row in self.hub.model.ranks.values() if not RankState(row.state).finished}
         if all(value is None for value in progress.values()):
             return None

@@ -40,6 +40,7 @@ from typing import Any
 
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
+from runner.diagnosis.hang_verdict import VerdictKind
 from runner.diagnosis.hints import (
     Evidence,
     GpuMemory,
@@ -448,6 +449,6 @@ def hang_headline(findings: Findings) -> str | None:
     at = f" at step {steps[0]}" if len(steps) == 1 else ""
     text = f"{who} stalled{at} (no progress for at least {min(s.seconds for s in open_stalls):.0f} s)"
     verdict = findings.stacks.verdict if findings.stacks is not None else None
-    if isinstance(verdict, dict) and verdict.get("message") and verdict.get("kind") != "progressing":
-        text += f"; stacks: {verdict['message']}"
+    if verdict is not None and verdict.message and verdict.kind != VerdictKind.PROGRESSING:
+        text += f"; stacks: {verdict.message}"
     return text

@@ -16,6 +16,7 @@ from rankwatch.protocol import FlightRecord
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.flight_recorder import analyse, read_dump_file
 from runner.diagnosis.flight_records import FlightRecorderMonitor
+from runner.diagnosis.progress import RankProgress
 from tests.diagnosis.fakes import FakeHub
 
 
@@ -124,8 +125,8 @@ def test_a_capture_of_a_progressing_job_names_no_rank_that_never_entered_a_colle
         hub.hello(rank, pid=1000 + rank)
     findings = Findings()
     monitor = FlightRecorderMonitor(hub, tmp_path, findings)
-    monitor.progress_of = lambda row, now: {"step": 800, "idle_seconds": 0.0, "stalled": not progressing,
-                                            "progressing": progressing}
+    monitor.progress_of = lambda row, now: RankProgress(step=800, idle_seconds=0.0, stalled=not progressing,
+                                                        progressing=progressing)
     for rank, record in skewed_snapshot().items():
         monitor.on_message(FlightRecord.from_wire({"type": "flight_record", "rank": rank, "record": record}))
     monitor.tick(0.0)  # every running rank answered

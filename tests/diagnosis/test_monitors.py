@@ -9,6 +9,7 @@ import pytest
 from rankwatch import protocol
 from runner.diagnosis.consistency import ConsistencyMonitor, compare_digests
 from runner.diagnosis.findings import Findings
+from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.stalls import (
     AUTO_FLOOR_SECONDS,
     REARM_SECONDS,
@@ -244,11 +245,11 @@ def _two_ranks_at_step_9(idle_0: float, idle_1: float) -> tuple[FakeHub, StallMo
 def test_progress_of_a_rank_for_a_stack_capture():
     hub, monitor, now = _two_ranks_at_step_9(0.2, 8.0)
     moving, stuck = (monitor.progress_of(hub.model.ranks[rank], now) for rank in (0, 1))
-    assert moving == {"step": 9, "idle_seconds": 0.2, "stalled": False, "progressing": True}
-    assert stuck["stalled"] and stuck["progressing"] is False
+    assert moving == RankProgress(step=9, idle_seconds=0.2, stalled=False, progressing=True)
+    assert stuck.stalled and stuck.progressing is False
     fresh = FakeHub()
     fresh.hello(0, pid=5)
-    assert StallMonitor(fresh, 5.0).progress_of(fresh.model.ranks[0], now)["progressing"] is None  # no step yet
+    assert StallMonitor(fresh, 5.0).progress_of(fresh.model.ranks[0], now).progressing is None  # no step yet
 
 
 def test_a_rank_that_stopped_a_moment_after_the_stalled_one_is_not_called_progressing():
@@ -258,9 +259,9 @@ def test_a_rank_that_stopped_a_moment_after_the_stalled_one_is_not_called_progre
     hub, monitor, now = _two_ranks_at_step_9(5.1, 4.7)
     assert [event["rank"] for event in hub.of_kind("stalled")] == [0]
     late = monitor.progress_of(hub.model.ranks[1], now)
-    assert late["stalled"] is False and late["progressing"] is False
+    assert late.stalled is False and late.progressing is False
     step(hub, 1, 10, when=now - 0.3)  # a rank that really moves is idle for about a step
-    assert monitor.progress_of(hub.model.ranks[1], now)["progressing"] is True
+    assert monitor.progress_of(hub.model.ranks[1], now).progressing is True
 
 
 # ---- stragglers -------------------------------------------------------------------------

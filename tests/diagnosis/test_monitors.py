@@ -303,13 +303,13 @@ def test_under_ddp_the_rank_that_waits_for_data_is_the_straggler_not_the_others(
     slow = (0.205, 0.200)
     fast = (0.205, 0.001)
     verdict = straggler_verdict(slow, [fast, fast])
-    assert verdict["cause"] == "data" and verdict["phase"] == "data" and verdict["excess"] == pytest.approx(0.199)
+    assert verdict.cause == "data" and verdict.phase == "data" and verdict.excess == pytest.approx(0.199)
     assert straggler_verdict(fast, [slow, fast]) is None
 
 
 def test_a_rank_whose_steps_take_longer_without_waiting_for_data_computes():
     verdict = straggler_verdict((0.300, 0.002), [(0.200, 0.002), (0.205, 0.001)])
-    assert verdict["cause"] == "compute" and verdict["excess"] == pytest.approx(0.0975)
+    assert verdict.cause == "compute" and verdict.excess == pytest.approx(0.0975)
 
 
 def test_small_differences_are_noise():
@@ -321,7 +321,7 @@ def test_the_margin_grows_with_the_ranks_own_spread():
     steady = [0.001] * 8
     jumpy = [0.0, 0.02, 0.005, 0.015, 0.02, 0.0, 0.01, 0.02]
     mine = StepSummary(0.2, None, 0.13, compute_deviations=tuple(steady))
-    assert straggler_verdict(mine, [StepSummary(0.2, None, 0.10, compute_deviations=tuple(steady))])["cause"] == "compute"
+    assert straggler_verdict(mine, [StepSummary(0.2, None, 0.10, compute_deviations=tuple(steady))]).cause == "compute"
     noisy = StepSummary(0.2, None, 0.13, compute_deviations=tuple(jumpy))
     assert straggler_verdict(noisy, [StepSummary(0.2, None, 0.10, compute_deviations=tuple(jumpy))]) is None
 
@@ -330,9 +330,9 @@ def test_a_data_phase_on_a_machine_whose_ranks_wait_for_a_cpu_must_beat_that_wai
     """Half the time outside waits on the run queue: up to half the others' data phase is the machine's."""
     quiet = StepSummary(0.1, 0.030, 0.02, contention=0.0)
     busy = StepSummary(0.1, 0.030, 0.02, contention=0.5)
-    assert straggler_verdict(StepSummary(0.1, 0.050, 0.02, contention=0.0), [quiet])["cause"] == "data"
+    assert straggler_verdict(StepSummary(0.1, 0.050, 0.02, contention=0.0), [quiet]).cause == "data"
     assert straggler_verdict(StepSummary(0.1, 0.050, 0.02, contention=0.5), [busy]) is None
-    assert straggler_verdict(StepSummary(0.1, 0.080, 0.02, contention=0.5), [busy])["cause"] == "data"
+    assert straggler_verdict(StepSummary(0.1, 0.080, 0.02, contention=0.5), [busy]).cause == "data"
 
 
 def test_a_straggler_is_named_once_two_windows_showed_it_and_it_held_and_is_withdrawn_with_an_event():
@@ -465,7 +465,7 @@ def test_balanced_ranks_without_data_or_process_group_are_not_stragglers():
 def test_steps_stretched_by_waiting_for_a_cpu_do_not_hide_a_rank_computing_three_times_longer():
     """The margin follows the others' compute time, not their 250 ms steps (mostly CPU wait)."""
     verdict = straggler_verdict((0.250, None, 0.038), [(0.250, None, 0.013)])
-    assert verdict["cause"] == "compute" and verdict["excess"] == pytest.approx(0.025)
+    assert verdict.cause == "compute" and verdict.excess == pytest.approx(0.025)
     assert straggler_verdict((0.250, None, 0.014), [(0.250, None, 0.013)]) is None
 
 

@@ -64,12 +64,34 @@ StragglerRecord = JsonObject
 held_steps, message, share} (``runner.diagnosis.stragglers``); a plain object because
 ``runner.diagnosis.bottleneck`` judges it as one."""
 
-LauncherRecord = JsonObject
-"""A launcher mismatch: {key, level, ranks, title, cause, advice, ...} (``runner.diagnosis.launcher``)."""
 
 BottleneckRecord = JsonObject
 """The whole run's bottleneck verdict: {verdict, evidence, action, rank, phase, shares, clock, gpu_busy,
 steps, message, ranks: {rank: the same}}, as ``runner.diagnosis.bottleneck`` writes it."""
+
+
+NoticeReport = JsonObject
+"""One rank's ``notice`` behind a launcher finding: ``t`` and the facts its worker sent (open: each check
+sends its own, read with ``.get``)."""
+
+
+@dataclass(frozen=True)
+class LauncherFinding:
+    """A script that does not fit the way torchrun starts it (``runner.diagnosis.launcher``,
+    ``independent_ranks``): every rank that showed it, worded (``diagnostics.launcher``)."""
+
+    key: str
+    """A ``HintKey`` value: ``self_spawn``, ``no_process_group``..."""
+    level: str
+    """``warning`` or ``info`` (nothing to fix if it is the intent)."""
+    ranks: list[int]
+    title: str
+    cause: str
+    advice: str
+
+    def to_json(self) -> JsonObject:
+        return {"key": self.key, "level": self.level, "ranks": self.ranks, "title": self.title, "cause": self.cause,
+                "advice": self.advice}
 
 
 @dataclass(frozen=True)
@@ -135,7 +157,7 @@ class Findings:
     """The last stack capture, short."""
     flight_recorder: FlightRecorderFinding | None = None
     """The last Flight Recorder comparison of stuck ranks."""
-    launcher: dict[str, LauncherRecord] = field(default_factory=dict)
+    launcher: dict[str, LauncherFinding] = field(default_factory=dict)
     """key -> a launcher mismatch (``runner.diagnosis.launcher``)."""
     bottleneck: BottleneckRecord | None = None
     """The whole run's bottleneck verdict (``runner.diagnosis.bottleneck``)."""
@@ -151,7 +173,7 @@ class Findings:
     def set_stacks(self, result: StackAnalysis) -> None:
         self.stacks = StacksFinding.of(result)
 
-    def set_launcher(self, key: str, record: LauncherRecord) -> None:
+    def set_launcher(self, key: str, record: LauncherFinding) -> None:
         self.launcher[key] = record
 
     def to_json(self) -> JsonObject | None:
@@ -164,7 +186,7 @@ class Findings:
         if self.flight_recorder is not None:
             data["flight_recorder"] = self.flight_recorder.to_json()
         if self.launcher:
-            data["launcher"] = list(self.launcher.values())
+            data["launcher"] = [record.to_json() for record in self.launcher.values()]
         if self.stragglers:
             data["stragglers"] = [self.stragglers[r] for r in sorted(self.stragglers)]
         if self.bottleneck is not None:

@@ -20,7 +20,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from rankwatch.protocol import NO_PROCESS_GROUP
 from runner.diagnosis.findings import LauncherFinding
@@ -28,6 +27,7 @@ from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import BACKWARD, Place, is_user_code, place_of
 from runner.exit_status import PEER_GONE
 from runner.format import format_bytes, ranks_text
+from runner.rank_failure import RankFailure
 from runner.runstate.messages import JsonObject
 
 
@@ -119,8 +119,8 @@ class RunPortHolder:
 
 @dataclass
 class Evidence:
-    first: Any  # RankFailure | None (runner.diagnosis.triage)
-    others: list = field(default_factory=list)
+    first: RankFailure | None
+    others: list[RankFailure] = field(default_factory=list)
     launcher_lines: list[str] = field(default_factory=list)
     stderr_tails: dict[int, list[str]] = field(default_factory=dict)
     legacy_local_rank: bool = False
@@ -159,7 +159,7 @@ class Evidence:
         parts = []
         if self.first is not None:
             parts += [self.first.exception_line or "", self.first.traceback or ""]
-            parts += self.stderr_tails.get(self.first.rank, [])
+            parts += self.stderr_tails.get(self.first.rank, []) if self.first.rank is not None else []
         return "\n".join(parts)
 
     def all_text(self) -> str:
@@ -447,14 +447,14 @@ def _oom_memory(evidence: Evidence, torch_index: str | None) -> str:
     if first is None:
         return ""
     parts = []
-    memory = evidence.rank_gpu_memory.get(first.rank)
+    memory = evidence.rank_gpu_memory.get(first.rank) if first.rank is not None else None
     if memory is not None and memory.free is not None:
         # torch numbers the GPUs it was given (CUDA_VISIBLE_DEVICES), NVML every GPU of the machine
         named = (f"GPU {memory.gpu_index}" if torch_index in (None, str(memory.gpu_index))
                  else f"its GPU (GPU {memory.gpu_index} to nvidia-smi)")
         parts.append(f"{named} had {format_bytes(memory.free)} free of {format_bytes(memory.total)} "
                      "(NVML, at the last sample)")
-    peak = evidence.gpu_mem_peaks.get(first.rank)
+    peak = evidence.gpu_mem_peaks.get(first.rank) if first.rank is not None else None
     if peak is not None:
         parts.append(f"rank {first.rank}'s own peak: {format_bytes(peak)} (torch's allocator)")
     return "".join(f"; {part}" for part in parts)
@@ -724,7 +724,8 @@ def crash_after_the_script_returned(evidence: Evidence) -> Hint | None:
         return None
     cause = (f"rank {first.rank}'s script ran to its end (exit code 0), then the process died of "
              f"{first.signal} while Python shut down: the failure is in the shutdown, after the script's last line")
-    if TERMINATE_WITHOUT_EXCEPTION in "\n".join(evidence.stderr_tails.get(first.rank, [])):
+    tail = evidence.stderr_tails.get(first.rank, []) if first.rank is not None else []
+    if TERMINATE_WITHOUT_EXCEPTION in "\n".join(tail):
         return Hint(HintKey.CRASH_AFTER_THE_SCRIPT_RETURNED, cause,
                     f'"{TERMINATE_WITHOUT_EXCEPTION}": a C++ thread (the gloo/NCCL process group\'s) was '
                     "still running when the interpreter exited, a known upstream abort in torch's teardown, "

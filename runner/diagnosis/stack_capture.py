@@ -48,7 +48,7 @@ from typing import Any
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
 from rankwatch.protocol import EventKind, Message, RemoteStacks
 from runner.diagnosis.progress import RankProgress
-from runner.diagnosis.stack_dumps import last_dump, main_thread, parse_dump, user_frames
+from runner.diagnosis.stack_dumps import Frame, last_dump, main_thread, parse_dump, user_frames
 from runner.diagnosis.stacks import (
     CaptureFiles,
     MissingStack,
@@ -59,6 +59,7 @@ from runner.diagnosis.stacks import (
     format_stacks,
 )
 from runner.hub.observer import HubObserver
+from runner.runstate.messages import JsonObject
 from runner.state import RankState
 
 POLL_SECONDS = 0.2
@@ -221,7 +222,9 @@ class StackCapture(HubObserver):
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        stacks, threads, raw = {}, {}, {}
+        stacks: dict[int, list[Frame]] = {}
+        threads: dict[int, list[JsonObject]] = {}
+        raw: dict[int, str] = {}
         missing = list(pending.missing)
         texts = {rank: self._read_from(rank, offset) for rank, offset in pending.offsets.items()}
         texts.update({rank: pending.remote_texts.get(rank, "") for rank in pending.remote})
@@ -259,7 +262,8 @@ class StackCapture(HubObserver):
         except OSError:
             return ""
 
-    def _write_files(self, result: StackCaptureJson, threads: dict[int, list], raw: dict[int, str]) -> CaptureFiles:
+    def _write_files(self, result: StackCaptureJson, threads: dict[int, list[JsonObject]], raw: dict[int, str]
+                     ) -> CaptureFiles:
         """``capture-<n>.json`` and ``.txt``; returns their paths (None when not writable)."""
         json_path = self.stacks_dir / f"capture-{self.count}.json"
         text_path = self.stacks_dir / f"capture-{self.count}.txt"

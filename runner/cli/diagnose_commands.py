@@ -65,10 +65,10 @@ def doctor_main(args: argparse.Namespace) -> int:
     except ValueError:
         return fail(f"--gpus: {args.gpus!r} is not 'all', 'cpu' or a list of GPU indices like 0,1", as_json=args.json)
     if args.json:
-        print(json.dumps(report, default=str))
+        print(json.dumps(report.to_json(), default=str))
     else:
         sys.stdout.write(format_report(report))
-    return 0 if report["ok"] else EXIT_FAILED
+    return 0 if report.ok else EXIT_FAILED
 
 
 def stacks_main(args: argparse.Namespace) -> int:

@@ -40,13 +40,14 @@ import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 import psutil
 
 from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
 from runner.launch.ports import port_holder, port_is_free
 from runner.probe import probe_interpreter
+from runner.runstate.messages import JsonObject
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import shared_nvml
 
@@ -58,16 +59,167 @@ def _check(key: str, status: str, message: str) -> DoctorCheck:
     return DoctorCheck(key, CheckStatus(status), message)
 
 
-def system_facts() -> dict[str, Any]:
+ProbeFacts = JsonObject
+"""``runner.probe.probe_interpreter``'s answer, as the chosen interpreter wrote it (read with ``.get``)."""
+GpuJson = JsonObject
+"""One GPU as ``GpuSnapshot.to_json`` writes it, with its processes."""
+
+
+@dataclass(frozen=True)
+class SystemFacts:
+    os: str
+    release: str
+    distribution: str | None
+    machine: str
+    hostname: str
+    cpus: int | None
+    usable_cpus: int
+    physical_cores: int | None
+    memory_total: int
+    memory_available: int
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunnerFacts:
+    """The Python that runs Rankwatch itself."""
+
+    python: str
+    python_version: str
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    available: bool
+    reason: str | None
+    driver_version: str | None
+    cuda_driver_version: str | None
+    gpus: list[GpuJson]
+
+    def to_json(self) -> JsonObject:
+        return {"available": self.available, "reason": self.reason, "driver_version": self.driver_version,
+                "cuda_driver_version": self.cuda_driver_version, "gpus": self.gpus}
+
+
+@dataclass(frozen=True)
+class BackendFacts:
+    usable: list[str]
+    unusable: dict[str, str | None]
+    """backend -> why it cannot be used."""
+
+    def to_json(self) -> JsonObject:
+        return {"usable": self.usable, "unusable": self.unusable}
+
+
+@dataclass(frozen=True)
+class PortFacts:
+    port: int
+    free: bool
+    holder: str | None
+    """Who holds it, when it is taken."""
+
+    def to_json(self) -> JsonObject:
+        return asdict(self)
+
+
+@dataclass
+class ThreadFacts:
+    omp_num_threads: str | None
+    """``OMP_NUM_THREADS`` as this shell sets it."""
+    processes: int
+    usable_cpus: int
+    rankwatch_sets: int
+    threads_total: int | None = None
+    """OMP threads times processes, once ``judge`` read a number in ``omp_num_threads``."""
+
+    def to_json(self) -> JsonObject:
+        data: JsonObject = {"omp_num_threads": self.omp_num_threads, "processes": self.processes,
+                            "usable_cpus": self.usable_cpus, "rankwatch_sets": self.rankwatch_sets}
+        if self.threads_total is not None:
+            data["threads_total"] = self.threads_total
+        return data
+
+
+@dataclass(frozen=True)
+class VisibleDeviceFacts:
+    environment: str | None
+    """``CUDA_VISIBLE_DEVICES`` as this shell sets it."""
+    picked: str | list[int]
+    """``all``, ``cpu`` or GPU indices (``parse_gpus``)."""
+    rankwatch_sets: str
+
+    def to_json(self) -> JsonObject:
+        return {"environment": self.environment, "picked": self.picked, "rankwatch_sets": self.rankwatch_sets}
+
+
+@dataclass
+class DoctorFacts:
+    """Everything the doctor gathered, before it is judged."""
+
+    interpreter: ProbeFacts
+    gpus: GpuFacts
+    backends: BackendFacts
+    port: PortFacts
+    threads: ThreadFacts
+    cuda_visible_devices: VisibleDeviceFacts
+    system: SystemFacts | None = None
+    runner: RunnerFacts | None = None
+
+    @classmethod
+    def from_json(cls, data: JsonObject) -> DoctorFacts:
+        """Facts as a report holds them (the judged parts; ``system`` and ``runner`` when present)."""
+        return cls(interpreter=data["interpreter"], gpus=GpuFacts(**data["gpus"]),
+                   backends=BackendFacts(**data["backends"]), port=PortFacts(**data["port"]),
+                   threads=ThreadFacts(**data["threads"]),
+                   cuda_visible_devices=VisibleDeviceFacts(**data["cuda_visible_devices"]),
+                   system=SystemFacts(**data["system"]) if "system" in data else None,
+                   runner=RunnerFacts(**data["runner"]) if "runner" in data else None)
+
+    def to_json(self) -> JsonObject:
+        data: JsonObject = {}
+        if self.system is not None:
+            data["system"] = self.system.to_json()
+        if self.runner is not None:
+            data["runner"] = self.runner.to_json()
+        data.update({"interpreter": self.interpreter, "gpus": self.gpus.to_json(), "backends": self.backends.to_json(),
+                     "port": self.port.to_json(), "threads": self.threads.to_json(),
+                     "cuda_visible_devices": self.cuda_visible_devices.to_json()})
+        return data
+
+
+@dataclass
+class DoctorReport:
+    """``rankwatch doctor``'s answer (module docstring): the facts, the checks, whether the machine is ready."""
+
+    facts: DoctorFacts
+    checks: list[DoctorCheck] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """No check failed (warnings allowed)."""
+        return not any(check.status == CheckStatus.FAIL for check in self.checks)
+
+    def to_json(self) -> JsonObject:
+        return {**self.facts.to_json(), "checks": [check.to_json() for check in self.checks], "ok": self.ok,
+                "seconds": self.seconds}
+
+
+def system_facts() -> SystemFacts:
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count() or 1
     memory = psutil.virtual_memory()
-    return {"os": platform.system(), "release": platform.release(), "distribution": _distribution(),
-            "machine": platform.machine(), "hostname": socket.gethostname(), "cpus": os.cpu_count(),
-            "usable_cpus": usable, "physical_cores": psutil.cpu_count(logical=False),
-            "memory_total": memory.total, "memory_available": memory.available}
+    return SystemFacts(os=platform.system(), release=platform.release(), distribution=_distribution(),
+                       machine=platform.machine(), hostname=socket.gethostname(), cpus=os.cpu_count(),
+                       usable_cpus=usable, physical_cores=psutil.cpu_count(logical=False),
+                       memory_total=memory.total, memory_available=memory.available)
 
 
 def _distribution() -> str | None:
@@ -81,9 +233,9 @@ def _distribution() -> str | None:
     return None
 
 
-def gpu_facts(report: GpuReport) -> dict[str, Any]:
-    return {"available": report.available, "reason": report.reason, "driver_version": report.driver_version,
-            "cuda_driver_version": report.cuda_driver_version, "gpus": [g.to_json() for g in report.gpus]}
+def gpu_facts(report: GpuReport) -> GpuFacts:
+    return GpuFacts(available=report.available, reason=report.reason, driver_version=report.driver_version,
+                    cuda_driver_version=report.cuda_driver_version, gpus=[g.to_json() for g in report.gpus])
 
 
 def parse_gpus(value: str | None, count: int) -> str | list[int]:
@@ -96,7 +248,7 @@ def parse_gpus(value: str | None, count: int) -> str | list[int]:
 
 
 def run_doctor(interpreter: str, port: int = TORCHRUN_DEFAULT_PORT, processes: int | None = None,
-               gpus: str | None = None, environ: dict[str, str] | None = None) -> dict[str, Any]:
+               gpus: str | None = None, environ: dict[str, str] | None = None) -> DoctorReport:
     """Gather every fact and judge it; the probe (seconds: it imports torch) runs alongside NVML."""
     started = time.monotonic()
     environ = dict(os.environ if environ is None else environ)
@@ -110,71 +262,69 @@ def run_doctor(interpreter: str, port: int = TORCHRUN_DEFAULT_PORT, processes: i
     gpu_info = gpu_facts(report)
     picked = parse_gpus(gpus, len(report.gpus))
     if processes is None:
-        processes = len(report.gpus) if picked == "all" else len(picked) if isinstance(picked, list) else system["usable_cpus"]
+        processes = len(report.gpus) if picked == "all" else len(picked) if isinstance(picked, list) else system.usable_cpus
     processes = max(1, processes)
     omp_env = environ.get("OMP_NUM_THREADS")
-    rankwatch_sets = max(1, system["usable_cpus"] // processes)
-    threads = {"omp_num_threads": omp_env, "processes": processes, "usable_cpus": system["usable_cpus"],
-               "rankwatch_sets": rankwatch_sets}
-    visible = {"environment": environ.get("CUDA_VISIBLE_DEVICES"), "picked": picked,
-               "rankwatch_sets": "" if picked == "cpu" else ",".join(
-                   str(i) for i in (range(len(report.gpus)) if picked == "all" else picked))}
+    rankwatch_sets = max(1, system.usable_cpus // processes)
+    threads = ThreadFacts(omp_num_threads=omp_env, processes=processes, usable_cpus=system.usable_cpus,
+                          rankwatch_sets=rankwatch_sets)
+    visible = VisibleDeviceFacts(environment=environ.get("CUDA_VISIBLE_DEVICES"), picked=picked,
+                                 rankwatch_sets="" if picked == "cpu" else ",".join(
+                                     str(i) for i in (range(len(report.gpus)) if picked == "all" else picked)))
     backends = probe.get("backends") or {}
-    result: dict[str, Any] = {
-        "system": system,
-        "runner": {"python": sys.executable, "python_version": platform.python_version()},
-        "interpreter": probe,
-        "gpus": gpu_info,
-        "backends": {"usable": [name for name, b in backends.items() if b.get("available")],
-                     "unusable": {name: b.get("reason") for name, b in backends.items() if not b.get("available")}},
-        "port": {"port": port, "free": free, "holder": holder},
-        "threads": threads,
-        "cuda_visible_devices": visible,
-    }
-    checks = judge(result)
-    result["checks"] = [check.to_json() for check in checks]
-    result["ok"] = not any(check.status == CheckStatus.FAIL for check in checks)
-    result["seconds"] = round(time.monotonic() - started, 2)
-    return result
+    facts = DoctorFacts(
+        system=system,
+        runner=RunnerFacts(python=sys.executable, python_version=platform.python_version()),
+        interpreter=probe,
+        gpus=gpu_info,
+        backends=BackendFacts(
+            usable=[name for name, b in backends.items() if b.get("available")],
+            unusable={name: b.get("reason") for name, b in backends.items() if not b.get("available")}),
+        port=PortFacts(port=port, free=free, holder=holder),
+        threads=threads,
+        cuda_visible_devices=visible,
+    )
+    checks = judge(facts)
+    return DoctorReport(facts, checks, seconds=round(time.monotonic() - started, 2))
 
 
-def judge(facts: dict[str, Any]) -> list[DoctorCheck]:
-    """The verdicts, in the order a person reads them."""
+def judge(facts: DoctorFacts) -> list[DoctorCheck]:
+    """The verdicts, in the order a person reads them; the threads check adds ``threads_total`` to the facts."""
     checks = []
-    gpus, probe = facts["gpus"], facts["interpreter"]
-    if gpus["available"]:
-        checks.append(_check("driver", "ok", f"NVIDIA driver {gpus['driver_version'] or '?'} "
-                                             f"(supports CUDA {gpus['cuda_driver_version'] or '?'}), "
-                                             f"{len(gpus['gpus'])} GPU(s)"))
+    gpus, probe = facts.gpus, facts.interpreter
+    if gpus.available:
+        checks.append(_check("driver", "ok", f"NVIDIA driver {gpus.driver_version or '?'} "
+                                             f"(supports CUDA {gpus.cuda_driver_version or '?'}), "
+                                             f"{len(gpus.gpus)} GPU(s)"))
     else:
-        checks.append(_check("driver", "warn", f"no NVIDIA driver ({gpus['reason'] or 'NVML not available'}): "
+        checks.append(_check("driver", "warn", f"no NVIDIA driver ({gpus.reason or 'NVML not available'}): "
                                                "jobs run in CPU mode with gloo"))
     checks += _interpreter_checks(probe, gpus)
-    usable, unusable = facts["backends"]["usable"], facts["backends"]["unusable"]
+    usable, unusable = facts.backends.usable, facts.backends.unusable
     if probe.get("ok"):
         status = "ok" if usable else "fail"
         text = f"usable backends: {', '.join(usable) or 'none'}"
         if unusable:
             text += "; not usable: " + "; ".join(f"{name}: {why}" for name, why in unusable.items())
         checks.append(_check("backends", status, text))
-    for gpu in gpus["gpus"]:
+    for gpu in gpus.gpus:
         users = gpu.get("processes") or []
         if users:
             who = ", ".join(f"pid {p['pid']}" + (f" ({_gib(p['used_memory'])})" if p.get("used_memory") else "")
                             for p in users)
             checks.append(_check("gpu_users", "warn", f"GPU {gpu['index']} ({gpu.get('name')}) is in use by {who}"))
-    port = facts["port"]
-    if port["free"]:
-        checks.append(_check("port", "ok", f"port {port['port']} is free"))
+    port = facts.port
+    if port.free:
+        checks.append(_check("port", "ok", f"port {port.port} is free"))
     else:
-        checks.append(_check("port", "warn", f"port {port['port']} is in use by {port['holder']}: a static rendezvous "
+        checks.append(_check("port", "warn", f"port {port.port} is in use by {port.holder}: a static rendezvous "
                                              "on it would fail with 'address already in use' (standalone picks a free one)"))
-    checks.append(_threads_check(facts["threads"]))
-    checks += _visible_devices_checks(facts["cuda_visible_devices"], len(gpus["gpus"]))
+    checks.append(_threads_check(facts.threads))
+    checks += _visible_devices_checks(facts.cuda_visible_devices, len(gpus.gpus))
     return checks
 
 
-def _interpreter_checks(probe: dict[str, Any], gpus: dict[str, Any]) -> list[DoctorCheck]:
+def _interpreter_checks(probe: ProbeFacts, gpus: GpuFacts) -> list[DoctorCheck]:
     if not probe.get("ok"):
         return [_check("interpreter", "fail", probe.get("error") or f"{probe.get('python')} cannot run torch")]
     checks = [_check("interpreter", "ok", f"{probe['python']}: Python {probe['python_version']}, torch {probe['torch']}")]
@@ -195,41 +345,41 @@ def _interpreter_checks(probe: dict[str, Any], gpus: dict[str, Any]) -> list[Doc
         if probe.get("cuda_available"):
             checks.append(_check("cuda", "ok", f"{text}; CUDA available, {probe.get('device_count')} device(s)"))
         else:
-            why = probe.get("cuda_error") or ("no NVIDIA driver" if not gpus["available"] else "CUDA cannot initialise")
-            checks.append(_check("cuda", "warn" if gpus["available"] else "info", f"{text}; CUDA not available ({why})"))
-        driver_cuda = gpus.get("cuda_driver_version")
+            why = probe.get("cuda_error") or ("no NVIDIA driver" if not gpus.available else "CUDA cannot initialise")
+            checks.append(_check("cuda", "warn" if gpus.available else "info", f"{text}; CUDA not available ({why})"))
+        driver_cuda = gpus.cuda_driver_version
         if driver_cuda and _version(driver_cuda) < _version(build):
             checks.append(_check("cuda_driver", "warn", f"the driver supports CUDA {driver_cuda}, older than the "
                                                         f"CUDA {build} torch was built for: update the driver"))
     else:
-        checks.append(_check("cuda", "info" if not gpus["available"] else "warn",
-                             "a CPU-only torch build (no CUDA)" + ("" if not gpus["available"] else
+        checks.append(_check("cuda", "info" if not gpus.available else "warn",
+                             "a CPU-only torch build (no CUDA)" + ("" if not gpus.available else
                                                                   ": the GPUs here cannot be used with it")))
     return checks
 
 
-def _threads_check(threads: dict[str, Any]) -> DoctorCheck:
-    processes, cores = threads["processes"], threads["usable_cpus"]
-    value = threads["omp_num_threads"]
+def _threads_check(threads: ThreadFacts) -> DoctorCheck:
+    processes, cores = threads.processes, threads.usable_cpus
+    value = threads.omp_num_threads
     if value is None:
-        return _check("omp_threads", "ok", f"OMP_NUM_THREADS is not set: Rankwatch sets {threads['rankwatch_sets']} "
+        return _check("omp_threads", "ok", f"OMP_NUM_THREADS is not set: Rankwatch sets {threads.rankwatch_sets} "
                                            f"per rank ({cores} cores / {processes} processes)")
     try:
         number = int(value)
     except ValueError:
         return _check("omp_threads", "warn", f"OMP_NUM_THREADS={value!r} is not a number")
     total = number * processes
-    threads["threads_total"] = total
+    threads.threads_total = total
     if total > cores:
         return _check("omp_threads", "warn", f"OMP_NUM_THREADS={number} x {processes} processes = {total} threads "
-                                             f"on {cores} cores: oversubscribed (use {threads['rankwatch_sets']})")
+                                             f"on {cores} cores: oversubscribed (use {threads.rankwatch_sets})")
     return _check("omp_threads", "ok", f"OMP_NUM_THREADS={number} x {processes} processes = {total} threads "
                                        f"on {cores} cores")
 
 
-def _visible_devices_checks(visible: dict[str, Any], count: int) -> list[DoctorCheck]:
+def _visible_devices_checks(visible: VisibleDeviceFacts, count: int) -> list[DoctorCheck]:
     checks = []
-    environment, picked = visible["environment"], visible["picked"]
+    environment, picked = visible.environment, visible.picked
     if isinstance(picked, list):
         missing = [i for i in picked if i >= count]
         if missing:
@@ -237,17 +387,17 @@ def _visible_devices_checks(visible: dict[str, Any], count: int) -> list[DoctorC
                                                         f"(this machine has {count})"))
     if environment is None:
         checks.append(_check("cuda_visible_devices", "ok", "CUDA_VISIBLE_DEVICES is not set; Rankwatch sets it "
-                                                           f"from the picked GPUs ({visible['rankwatch_sets'] or 'none: CPU mode'})"))
+                                                           f"from the picked GPUs ({visible.rankwatch_sets or 'none: CPU mode'})"))
         return checks
     listed = [part.strip() for part in environment.split(",") if part.strip()]
     bad = [part for part in listed if part.isdigit() and int(part) >= count]
     if bad:
         checks.append(_check("cuda_visible_devices", "warn", f"CUDA_VISIBLE_DEVICES={environment} names GPU(s) "
                                                              f"{', '.join(bad)} that do not exist here ({count} GPU(s))"))
-    if environment != visible["rankwatch_sets"]:
+    if environment != visible.rankwatch_sets:
         checks.append(_check("cuda_visible_devices", "info",
                              f"CUDA_VISIBLE_DEVICES={environment!r} is set in this shell; Rankwatch replaces it with "
-                             f"the picked GPUs ({visible['rankwatch_sets']!r}) and numbers them as nvidia-smi does"))
+                             f"the picked GPUs ({visible.rankwatch_sets!r}) and numbers them as nvidia-smi does"))
     elif not bad:
         checks.append(_check("cuda_visible_devices", "ok", f"CUDA_VISIBLE_DEVICES={environment} matches the picked GPUs"))
     return checks
@@ -277,32 +427,34 @@ def _gib(value: int | None) -> str:
 STATUS_MARK = {CheckStatus.OK: "ok  ", CheckStatus.INFO: "info", CheckStatus.WARN: "WARN", CheckStatus.FAIL: "FAIL"}
 
 
-def format_report(result: dict[str, Any]) -> str:
+def format_report(report: DoctorReport) -> str:
     """The human-readable doctor report: facts, then one line per check."""
-    system, probe, gpus = result["system"], result["interpreter"], result["gpus"]
+    facts = report.facts
+    system, runner, probe, gpus = facts.system, facts.runner, facts.interpreter, facts.gpus
+    assert system is not None and runner is not None, "a report of run_doctor has the system's and runner's facts"
     lines = [
-        f"system:      {system['distribution'] or system['os']} ({system['os']} {system['release']}, "
-        f"{system['machine']}), {system['usable_cpus']} usable CPUs, "
-        f"{_gib(system['memory_total'])} RAM ({_gib(system['memory_available'])} free)",
-        f"rankwatch:   Python {result['runner']['python_version']} ({result['runner']['python']})",
+        f"system:      {system.distribution or system.os} ({system.os} {system.release}, "
+        f"{system.machine}), {system.usable_cpus} usable CPUs, "
+        f"{_gib(system.memory_total)} RAM ({_gib(system.memory_available)} free)",
+        f"rankwatch:   Python {runner.python_version} ({runner.python})",
         f"interpreter: {probe.get('python')}: Python {probe.get('python_version') or '?'}, "
         f"torch {probe.get('torch') or 'not importable'}",
         f"CUDA:        build {probe.get('cuda_version') or 'none (CPU-only torch)'}, "
         f"{'available' if probe.get('cuda_available') else 'not available'}; "
-        f"driver {gpus.get('driver_version') or 'none'}; NCCL {probe.get('nccl_version') or '-'}; "
+        f"driver {gpus.driver_version or 'none'}; NCCL {probe.get('nccl_version') or '-'}; "
         f"cuDNN {cudnn_text(probe.get('cudnn_version')) or '-'}",
-        f"GPUs:        {len(gpus['gpus'])}" if gpus["available"] else f"GPUs:        none ({gpus['reason']})",
+        f"GPUs:        {len(gpus.gpus)}" if gpus.available else f"GPUs:        none ({gpus.reason})",
     ]
-    for gpu in gpus["gpus"]:
+    for gpu in gpus.gpus:
         users = ", ".join(f"pid {p['pid']}" for p in gpu.get("processes") or []) or "idle"
         lines.append(f"  GPU {gpu['index']}: {gpu.get('name')}, {_gib(gpu.get('memory_used'))} / "
                      f"{_gib(gpu.get('memory_total'))}, {users}")
-    backends = result["backends"]
-    lines.append(f"backends:    usable: {', '.join(backends['usable']) or 'none'}"
-                 + ("; not usable: " + ", ".join(backends["unusable"]) if backends["unusable"] else ""))
+    backends = facts.backends
+    lines.append(f"backends:    usable: {', '.join(backends.usable) or 'none'}"
+                 + ("; not usable: " + ", ".join(backends.unusable) if backends.unusable else ""))
     lines.append("")
-    for check in (DoctorCheck.from_json(c) for c in result["checks"] if isinstance(c, dict)):
+    for check in report.checks:
         lines.append(f"[{STATUS_MARK[check.status]}] {check.message}")
     lines.append("")
-    lines.append(f"{'ready' if result['ok'] else 'NOT ready'} (checked in {result['seconds']:.1f} s)")
+    lines.append(f"{'ready' if report.ok else 'NOT ready'} (checked in {report.seconds:.1f} s)")
     return "\n".join(lines) + "\n"

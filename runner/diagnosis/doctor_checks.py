@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+
+from runner.runstate.messages import JsonObject
 
 
 class CheckStatus(str, Enum):
@@ -34,7 +35,7 @@ class DoctorCheck:
         return {"key": self.key, "status": self.status.value, "message": self.message}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DoctorCheck:
+    def from_json(cls, data: JsonObject) -> DoctorCheck:
         """Lenient: a missing key is ``?``, a status this version does not know is ``info``."""
         try:
             status = CheckStatus(str(data.get("status") or CheckStatus.INFO.value))

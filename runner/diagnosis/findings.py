@@ -9,7 +9,11 @@ in the run's summary (``summary["diagnostics"]``), so that ``rankwatch run`` and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from runner.diagnosis.flight_recorder import FlightRecorderFinding
+from runner.diagnosis.hang_verdict import HangVerdict
+from runner.diagnosis.stacks import MissingStack, StackAnalysis
+from runner.runstate.messages import JsonObject
 
 KEEP_STALLS = 20
 KEEP_DIVERGENCES = 10
@@ -31,8 +35,8 @@ class StallFinding:
     finished_after: float | None = None
     """Seconds from ``since`` to its exit 0, when it ended still stalled: it was not hung."""
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"rank": self.rank, "step": self.step, "since": self.since, "seconds": self.seconds,
+    def to_json(self) -> JsonObject:
+        data: JsonObject = {"rank": self.rank, "step": self.step, "since": self.since, "seconds": self.seconds,
                                 "threshold": self.threshold, "resumed_after": self.resumed_after}
         if self.finished_after is not None:
             data["finished_after"] = self.finished_after
@@ -50,31 +54,113 @@ class Divergence:
     """The ranks that agreed (the majority)."""
     message: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"step": self.step, "ranks": list(self.ranks), "reference": list(self.reference),
                 "message": self.message}
+
+
+StragglerRecord = JsonObject
+"""A rank's worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess, margin,
+held_steps, message, share} (``runner.diagnosis.stragglers``); a plain object because
+``runner.diagnosis.bottleneck`` judges it as one."""
+
+
+BottleneckRecord = JsonObject
+"""The whole run's bottleneck verdict: {verdict, evidence, action, rank, phase, shares, clock, gpu_busy,
+steps, message, ranks: {rank: the same}}, as ``runner.diagnosis.bottleneck`` writes it."""
+
+
+NoticeReport = JsonObject
+"""One rank's ``notice`` behind a launcher finding: ``t`` and the facts its worker sent (open: each check
+sends its own, read with ``.get``)."""
+
+
+@dataclass(frozen=True)
+class LauncherFinding:
+    """A script that does not fit the way torchrun starts it (``runner.diagnosis.launcher``,
+    ``independent_ranks``): every rank that showed it, worded (``diagnostics.launcher``)."""
+
+    key: str
+    """A ``HintKey`` value: ``self_spawn``, ``no_process_group``..."""
+    level: str
+    """``warning`` or ``info`` (nothing to fix if it is the intent)."""
+    ranks: list[int]
+    title: str
+    cause: str
+    advice: str
+
+    def to_json(self) -> JsonObject:
+        return {"key": self.key, "level": self.level, "ranks": self.ranks, "title": self.title, "cause": self.cause,
+                "advice": self.advice}
+
+
+@dataclass(frozen=True)
+class StackPlaceBrief:
+    """Where one rank was in a stack capture, short (``diagnostics.stacks.places``)."""
+
+    rank: int
+    kind: str
+    op: str | None
+    what: str
+    frame: JsonObject | None
+    """The deepest frame of the user's own code, with its source line (``Place.to_json``'s)."""
+
+    def to_json(self) -> JsonObject:
+        return {"rank": self.rank, "kind": self.kind, "op": self.op, "what": self.what, "frame": self.frame}
+
+
+@dataclass(frozen=True)
+class StacksFinding:
+    """The last stack capture, short (``diagnostics.stacks``)."""
+
+    reason: str
+    t: float
+    ranks: list[int]
+    verdict: HangVerdict
+    places: list[StackPlaceBrief]
+    missing: list[MissingStack]
+    path: str | None
+    """The capture's text file (its JSON file when it has none)."""
+    json_path: str | None
+
+    @classmethod
+    def of(cls, result: StackAnalysis) -> StacksFinding:
+        """From a stack capture (``StackCapture``'s ``on_result``)."""
+        places = []
+        for rank in sorted(result.places):
+            place = result.places[rank].to_json()
+            places.append(StackPlaceBrief(rank=rank, kind=place["kind"], op=place["op"], what=place["what"],
+                                          frame=place["frame"]))
+        files = result.files
+        path = files.path if files is not None else None
+        return cls(reason=result.reason, t=result.t, ranks=result.ranks, verdict=result.verdict, places=places,
+                   missing=result.missing, path=(files.text_path if files is not None else None) or path,
+                   json_path=path)
+
+    def to_json(self) -> JsonObject:
+        return {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict.to_json(),
+                "places": [place.to_json() for place in self.places],
+                "missing": [item.to_json() for item in self.missing], "path": self.path, "json_path": self.json_path}
 
 
 @dataclass
 class Findings:
     stalls: list[StallFinding] = field(default_factory=list)
     """One per stall of a rank, the newest ``KEEP_STALLS``."""
-    stragglers: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """rank -> its worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess, margin,
-    held_steps}; after ``StragglerMonitor.conclude`` only the ranks named for a share of their steps (``share``)."""
+    stragglers: dict[int, StragglerRecord] = field(default_factory=dict)
+    """rank -> its worst straggler finding; after ``StragglerMonitor.conclude`` only the ranks named for a share of their steps (``share``)."""
     divergences: list[Divergence] = field(default_factory=list)
     """The first ``KEEP_DIVERGENCES`` times parameters differed across replicas."""
     consistency_checks: int = 0
     """Steps whose parameter fingerprints were compared on every rank."""
-    stacks: dict[str, Any] | None = None
-    """The last stack capture, short: {reason, t, ranks, verdict, places, missing, path, json_path}."""
-    flight_recorder: dict[str, Any] | None = None
-    """The last Flight Recorder comparison: {message, culprits, seq, group, lines, path}."""
-    launcher: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """key -> a launcher mismatch: {key, level, ranks, cause, advice} (``runner.diagnosis.launcher``)."""
-    bottleneck: dict[str, Any] | None = None
-    """The whole run's bottleneck verdict: {verdict, evidence, action, rank, phase, shares, clock, gpu_busy,
-    steps, message, ranks: {rank: the same}} (``runner.diagnosis.bottleneck``)."""
+    stacks: StacksFinding | None = None
+    """The last stack capture, short."""
+    flight_recorder: FlightRecorderFinding | None = None
+    """The last Flight Recorder comparison of stuck ranks."""
+    launcher: dict[str, LauncherFinding] = field(default_factory=dict)
+    """key -> a launcher mismatch (``runner.diagnosis.launcher``)."""
+    bottleneck: BottleneckRecord | None = None
+    """The whole run's bottleneck verdict (``runner.diagnosis.bottleneck``)."""
 
     def add_stall(self, record: StallFinding) -> None:
         self.stalls.append(record)
@@ -84,30 +170,23 @@ class Findings:
         if len(self.divergences) < KEEP_DIVERGENCES:
             self.divergences.append(record)
 
-    def set_stacks(self, result: dict[str, Any]) -> None:
-        self.stacks = {
-            "reason": result.get("reason"), "t": result.get("t"), "ranks": result.get("ranks") or [],
-            "verdict": result.get("verdict"),
-            "places": [{key: place.get(key) for key in ("rank", "kind", "op", "what", "frame")}
-                       for place in result.get("places") or []],
-            "missing": result.get("missing") or [],
-            "path": result.get("text_path") or result.get("path"), "json_path": result.get("path"),
-        }
+    def set_stacks(self, result: StackAnalysis) -> None:
+        self.stacks = StacksFinding.of(result)
 
-    def set_launcher(self, key: str, record: dict[str, Any]) -> None:
+    def set_launcher(self, key: str, record: LauncherFinding) -> None:
         self.launcher[key] = record
 
-    def to_json(self) -> dict[str, Any] | None:
+    def to_json(self) -> JsonObject | None:
         """The ``diagnostics`` block of the summary, or None when nothing was found or checked."""
-        data: dict[str, Any] = {}
+        data: JsonObject = {}
         if self.stalls:
             data["stalls"] = [stall.to_json() for stall in self.stalls]
         if self.stacks is not None:
-            data["stacks"] = self.stacks
+            data["stacks"] = self.stacks.to_json()
         if self.flight_recorder is not None:
-            data["flight_recorder"] = self.flight_recorder
+            data["flight_recorder"] = self.flight_recorder.to_json()
         if self.launcher:
-            data["launcher"] = list(self.launcher.values())
+            data["launcher"] = [record.to_json() for record in self.launcher.values()]
         if self.stragglers:
             data["stragglers"] = [self.stragglers[r] for r in sorted(self.stragglers)]
         if self.bottleneck is not None:

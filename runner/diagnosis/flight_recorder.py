@@ -23,7 +23,7 @@ ranks that made no progress, as the stall monitor saw them; None when progress i
 unknown, e.g. without step telemetry): when every rank progresses it says so and names
 nobody.
 
-Output (``analyse``)::
+Output (``analyse``): a ``FlightAnalysis``, whose ``to_json`` is what the run keeps::
 
     {message: str | None, culprits: [rank], seq: int | None, group: str | None,
      ranks: {rank: {group: {entered: {...}, completed: int | None}}}, errors: {rank: why},
@@ -35,48 +35,150 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from runner.format import ranks_text
+from runner.runstate.messages import JsonObject
 
 MAX_DUMP_BYTES = 64 << 20
 
+TorchRecord = JsonObject
+"""One rank's Flight Recorder as torch dumps it (``pg_config``, ``pg_status``, ``entries``) or
+``{"error": why}``: torch's own open JSON, read with ``.get`` and never trusted to have a key."""
 
-def analyse(records: dict[int, dict[str, Any]], stuck: Collection[int] | None = None) -> dict[str, Any]:
+
+@dataclass(frozen=True)
+class CollectiveEntry:
+    """One collective of a rank's record, short: what the comparison and the lines need."""
+
+    seq: int
+    op: str | None
+    input_sizes: list[list[int]] | None
+    state: str | None
+    record_id: int | None
+
+    @classmethod
+    def from_torch(cls, entry: JsonObject) -> CollectiveEntry:
+        return cls(seq=entry["collective_seq_id"], op=entry.get("profiling_name"),
+                   input_sizes=entry.get("input_sizes"), state=entry.get("state"), record_id=entry.get("record_id"))
+
+    def to_json(self) -> JsonObject:
+        return {"seq": self.seq, "op": self.op, "input_sizes": self.input_sizes, "state": self.state,
+                "record_id": self.record_id}
+
+
+@dataclass
+class GroupState:
+    """One rank in one process group: its collectives by number, the last it entered and completed."""
+
+    completed: int | None
+    by_seq: dict[int, CollectiveEntry] = field(default_factory=dict)
+    entered: CollectiveEntry | None = None
+
+    def to_json(self) -> JsonObject:
+        """What the analysis keeps per rank and group (``ranks``)."""
+        return {"entered": None if self.entered is None else self.entered.to_json(), "completed": self.completed}
+
+
+GroupsByRank = dict[str, dict[int, GroupState]]
+"""group name -> rank -> its state in that group."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """The first collective the ranks of a group disagree on, and the ranks to blame."""
+
+    culprits: list[int]
+    seq: int
+    group: str
+    message: str
+
+
+@dataclass
+class FlightAnalysis:
+    """``analyse``'s answer (module docstring); ``path``/``not_stored`` once ``publish`` tried to store it."""
+
+    message: str | None = None
+    culprits: list[int] = field(default_factory=list)
+    seq: int | None = None
+    group: str | None = None
+    ranks: dict[int, dict[str, GroupState]] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+    path: str | None = None
+    stored: bool | None = None
+    """None: not yet stored; False: storing failed (``not_stored`` says why)."""
+    not_stored: str | None = None
+
+    def to_json(self) -> JsonObject:
+        """The analysis as the run's ``flight-recorder-<n>.json`` keeps it (with ``path`` once stored)."""
+        data: JsonObject = {
+            "message": self.message, "culprits": list(self.culprits), "seq": self.seq, "group": self.group,
+            "ranks": {rank: {group: state.to_json() for group, state in groups.items()}
+                      for rank, groups in self.ranks.items()},
+            "errors": dict(self.errors), "lines": list(self.lines)}
+        if self.stored is not None:
+            data["path"] = self.path
+        if self.not_stored is not None:
+            data["not_stored"] = self.not_stored
+        return data
+
+
+@dataclass(frozen=True)
+class FlightRecorderFinding:
+    """The last comparison of stuck ranks, as the run's summary keeps it (``diagnostics.flight_recorder``)."""
+
+    message: str | None
+    culprits: list[int]
+    seq: int | None
+    group: str | None
+    lines: list[str]
+    path: str | None
+
+    @classmethod
+    def of(cls, analysis: FlightAnalysis) -> FlightRecorderFinding:
+        return cls(message=analysis.message, culprits=analysis.culprits, seq=analysis.seq, group=analysis.group,
+                   lines=analysis.lines, path=analysis.path)
+
+    def to_json(self) -> JsonObject:
+        return {"message": self.message, "culprits": self.culprits, "seq": self.seq, "group": self.group,
+                "lines": self.lines, "path": self.path}
+
+
+def analyse(records: dict[int, TorchRecord], stuck: Collection[int] | None = None) -> FlightAnalysis:
     """Compare the ranks' Flight Recorders (module docstring); ``stuck``: the ranks that made no progress
     (None: not known), an empty one: every rank progresses, so nothing is compared."""
     errors = {rank: str(record["error"]) for rank, record in records.items() if record.get("error")}
-    groups: dict[str, dict[int, dict[str, Any]]] = {}
+    groups: GroupsByRank = {}
     for rank, record in sorted(records.items()):
         if rank in errors:
             continue
         for group, state in group_states(record).items():
             groups.setdefault(group, {})[rank] = state
-    result: dict[str, Any] = {"message": None, "culprits": [], "seq": None, "group": None,
-                              "ranks": {}, "errors": errors, "lines": []}
+    result = FlightAnalysis(errors=errors)
     progressing = stuck is not None and not stuck and bool(groups)
     if progressing:
-        result["message"] = (f"all {len(records) - len(errors)} ranks are progressing: their records were read "
-                             "one after another while they trained, so their collectives are not compared")
+        result.message = (f"all {len(records) - len(errors)} ranks are progressing: their records were read "
+                          "one after another while they trained, so their collectives are not compared")
     for group, states in sorted(groups.items()):
         for rank, state in states.items():
-            result["ranks"].setdefault(rank, {})[group] = {
-                "entered": state["entered"], "completed": state["completed"]}
-        if result["message"] is None:
+            result.ranks.setdefault(rank, {})[group] = state
+        if result.message is None:
             found = _first_mismatch(group, states)
             if found is not None:
-                result.update(found)
-    if result["message"] is None and groups:
-        result["message"] = _all_in_step(groups)
-    result["lines"] = describe_ranks(groups, errors, pending=not progressing)
+                result.culprits, result.seq, result.group, result.message = (
+                    found.culprits, found.seq, found.group, found.message)
+    if result.message is None and groups:
+        result.message = _all_in_step(groups)
+    result.lines = describe_ranks(groups, errors, pending=not progressing)
     return result
 
 
-def group_states(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per process group (its name): {by_seq: {seq: entry}, entered: entry | None, completed: seq | None}."""
+def group_states(record: TorchRecord) -> dict[str, GroupState]:
+    """Per process group (its name): the rank's collectives by number, the last entered and completed."""
     status = record.get("pg_status") or {}
-    states: dict[str, dict[str, Any]] = {}
+    states: dict[str, GroupState] = {}
     for entry in record.get("entries") or []:
         if not isinstance(entry, dict) or entry.get("is_p2p"):
             continue
@@ -84,15 +186,15 @@ def group_states(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if not isinstance(seq, int) or seq <= 0:
             continue
         group, pg_id = _group_of(entry)
-        state = states.setdefault(group, {"by_seq": {}, "entered": None, "completed": _completed(status, pg_id)})
-        state["by_seq"][seq] = _short(entry)
+        state = states.setdefault(group, GroupState(completed=_completed(status, pg_id)))
+        state.by_seq[seq] = CollectiveEntry.from_torch(entry)
     for state in states.values():
-        if state["by_seq"]:
-            state["entered"] = state["by_seq"][max(state["by_seq"])]
+        if state.by_seq:
+            state.entered = state.by_seq[max(state.by_seq)]
     return states
 
 
-def read_dump_file(path: Path) -> dict[str, Any]:
+def read_dump_file(path: Path) -> TorchRecord:
     """One of NCCL's dump-on-timeout files (``TORCH_FR_DUMP_TEMP_FILE``): the pickled dump.
 
     The file is written by torch in the user's own job; still, it is read only
@@ -115,7 +217,7 @@ def read_dump_file(path: Path) -> dict[str, Any]:
     return record
 
 
-def format_flight_record(event: dict[str, Any]) -> str:
+def format_flight_record(event: JsonObject) -> str:
     """The CLI's lines for a ``flight_recorder`` event (its fields, flat as subscribers get them)."""
     lines = [f"collectives (Flight Recorder): {event.get('message') or 'no collective recorded'}"]
     lines += [f"  {line}" for line in event.get("lines") or []]
@@ -124,17 +226,16 @@ def format_flight_record(event: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def describe_ranks(groups: dict[str, dict[int, dict[str, Any]]], errors: dict[int, str],
-                   pending: bool = True) -> list[str]:
+def describe_ranks(groups: GroupsByRank, errors: dict[int, str], pending: bool = True) -> list[str]:
     """One line per rank and group; ``pending``: mark a collective entered and not completed "(waiting)"
     (not for ranks that progress: they were only passing through it)."""
     lines = []
     for group, states in sorted(groups.items()):
         for rank, state in sorted(states.items()):
-            entered = state["entered"]
-            completed = state["completed"]
-            where = "nothing" if entered is None else f"#{entered['seq']} {_op(entered)}"
-            if pending and entered is not None and completed is not None and entered["seq"] > completed:
+            entered = state.entered
+            completed = state.completed
+            where = "nothing" if entered is None else f"#{entered.seq} {_op(entered)}"
+            if pending and entered is not None and completed is not None and entered.seq > completed:
                 where += " (waiting)"
             done = "–" if completed is None else f"#{completed}"
             lines.append(f"rank {rank} [{_group_name(group)}]: last entered {where}, last completed {done}")
@@ -142,44 +243,49 @@ def describe_ranks(groups: dict[str, dict[int, dict[str, Any]]], errors: dict[in
     return lines
 
 
-def _first_mismatch(group: str, states: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
-    completed = [state["completed"] for state in states.values() if state["completed"] is not None]
-    last = [state["entered"]["seq"] for state in states.values() if state["entered"] is not None]
+def _first_mismatch(group: str, states: dict[int, GroupState]) -> Mismatch | None:
+    completed = [state.completed for state in states.values() if state.completed is not None]
+    last = [state.entered.seq for state in states.values() if state.entered is not None]
     if not last:
         return None
     start = (min(completed) if completed else 0) + 1
     for seq in range(start, max(last) + 1):
-        present = {rank: state["by_seq"].get(seq) for rank, state in states.items()}
+        present = {rank: state.by_seq.get(seq) for rank, state in states.items()}
         entered = {rank: entry for rank, entry in present.items() if entry is not None}
-        missing = [rank for rank, entry in present.items() if entry is None
-                   and (states[rank]["entered"] is None or states[rank]["entered"]["seq"] < seq)]
+        missing = [rank for rank, entry in present.items() if entry is None and _last_entered(states[rank]) < seq]
         if not entered:
             continue
         if missing:
             ops = Counter(_op(entry) for entry in entered.values())
             op = ops.most_common(1)[0][0]
-            return {"culprits": missing, "seq": seq, "group": group,
-                    "message": _never_entered(missing, seq, op, sorted(entered), states, group)}
+            return Mismatch(culprits=missing, seq=seq, group=group,
+                            message=_never_entered(missing, seq, op, sorted(entered), states, group))
         kinds = Counter(_signature(entry) for entry in entered.values())
         if len(kinds) > 1:
             return _different(group, seq, entered, kinds)
     return None
 
 
+def _last_entered(state: GroupState) -> int:
+    """The number of the last collective the rank entered; 0: none (they count from 1)."""
+    return 0 if state.entered is None else state.entered.seq
+
+
 def _never_entered(missing: list[int], seq: int, op: str, waiting: list[int],
-                   states: dict[int, dict[str, Any]], group: str) -> str:
+                   states: dict[int, GroupState], group: str) -> str:
     who = ranks_text(missing)
     lasts = []
     for rank in missing:
-        entered = states[rank]["entered"]
-        last = "none" if entered is None else f"#{entered['seq']} {_op(entered)}"
+        entered = states[rank].entered
+        last = "none" if entered is None else f"#{entered.seq} {_op(entered)}"
         lasts.append(last if len(missing) == 1 else f"rank {rank}: {last}")
     return (f"{who} never entered collective #{seq} ({op}{_in_group(group)}) that {ranks_text(waiting)} "
             f"{'is' if len(waiting) == 1 else 'are'} waiting in; "
             f"{'its last was' if len(missing) == 1 else 'their last:'} {', '.join(lasts)}")
 
 
-def _different(group: str, seq: int, entered: dict[int, dict[str, Any]], kinds: Counter) -> dict[str, Any]:
+def _different(group: str, seq: int, entered: dict[int, CollectiveEntry],
+               kinds: Counter[tuple[str, str]]) -> Mismatch:
     (majority, _count), *_rest = sorted(kinds.items(), key=lambda item: (-item[1], min(
         rank for rank, entry in entered.items() if _signature(entry) == item[0])))
     odd = sorted(rank for rank, entry in entered.items() if _signature(entry) != majority)
@@ -189,51 +295,45 @@ def _different(group: str, seq: int, entered: dict[int, dict[str, Any]], kinds: 
     message = (f"{ranks_text(odd)} called a different collective #{seq}{_in_group(group)} than {ranks_text(usual)} "
                f"({_op(reference)} {_sizes(reference)}; {theirs}): the ranks' collectives are out of step, "
                f"{'it' if len(odd) == 1 else 'they'} skipped or added one before")
-    return {"culprits": odd, "seq": seq, "group": group, "message": message}
+    return Mismatch(culprits=odd, seq=seq, group=group, message=message)
 
 
-def _all_in_step(groups: dict[str, dict[int, dict[str, Any]]]) -> str:
+def _all_in_step(groups: GroupsByRank) -> str:
     for group, states in sorted(groups.items()):
-        pending = {rank: state["entered"] for rank, state in states.items() if state["entered"] is not None
-                   and (state["completed"] is None or state["entered"]["seq"] > state["completed"])}
+        pending = {rank: entered for rank, state in states.items() if (entered := state.entered) is not None
+                   and (state.completed is None or entered.seq > state.completed)}
         if pending and len(pending) == len(states):
-            seqs = {entry["seq"] for entry in pending.values()}
+            seqs = {entry.seq for entry in pending.values()}
             if len(seqs) == 1:
                 entry = next(iter(pending.values()))
-                return (f"every rank is in collective #{entry['seq']} ({_op(entry)}{_in_group(group)}): "
+                return (f"every rank is in collective #{entry.seq} ({_op(entry)}{_in_group(group)}): "
                         "none is missing; the collective itself does not finish (network, a peer process gone)")
     return "the ranks' collectives are in step: no rank is missing from a collective"
 
 
-def _short(entry: dict[str, Any]) -> dict[str, Any]:
-    return {"seq": entry.get("collective_seq_id"), "op": entry.get("profiling_name"),
-            "input_sizes": entry.get("input_sizes"), "state": entry.get("state"),
-            "record_id": entry.get("record_id")}
-
-
-def _group_of(entry: dict[str, Any]) -> tuple[str, Any]:
+def _group_of(entry: JsonObject) -> tuple[str, object]:
     group = entry.get("process_group")
     name = group[0] if isinstance(group, list) and group else entry.get("pg_id")
     pg_id = entry.get("pg_id")
     return str(name), pg_id
 
 
-def _completed(status: dict[str, Any], pg_id: Any) -> int | None:
+def _completed(status: JsonObject, pg_id: object) -> int | None:
     entry = status.get(str(pg_id))
     value = entry.get("last_completed_collective") if isinstance(entry, dict) else None
     return value if isinstance(value, int) and value >= 0 else None
 
 
-def _signature(entry: dict[str, Any]) -> tuple[str, str]:
-    return str(entry.get("op")), repr(entry.get("input_sizes"))
+def _signature(entry: CollectiveEntry) -> tuple[str, str]:
+    return str(entry.op), repr(entry.input_sizes)
 
 
-def _op(entry: dict[str, Any]) -> str:
-    return str(entry.get("op") or "unknown op")
+def _op(entry: CollectiveEntry) -> str:
+    return str(entry.op or "unknown op")
 
 
-def _sizes(entry: dict[str, Any]) -> str:
-    sizes = entry.get("input_sizes")
+def _sizes(entry: CollectiveEntry) -> str:
+    sizes = entry.input_sizes
     return f"sizes {sizes}" if sizes else "no tensors"
 
 
@@ -243,5 +343,3 @@ def _group_name(group: str) -> str:
 
 def _in_group(group: str) -> str:
     return "" if group in ("0", "") else f", group {group}"
-
-

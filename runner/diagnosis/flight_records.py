@@ -33,7 +33,14 @@ from typing import Any
 from rankwatch._flight_recorder import NCCL_DUMP_PREFIX
 from rankwatch.protocol import EventKind, FlightRecord, Message
 from runner.diagnosis.findings import Findings
-from runner.diagnosis.flight_recorder import analyse, read_dump_file
+from runner.diagnosis.flight_recorder import (
+    FlightAnalysis,
+    FlightRecorderFinding,
+    TorchRecord,
+    analyse,
+    read_dump_file,
+)
+from runner.diagnosis.progress import RankProgress
 from runner.hub.observer import HubObserver
 from runner.state import RankState
 
@@ -46,9 +53,9 @@ class FlightRecorderMonitor(HubObserver):
         self.hub = hub
         self.folder = Path(folder)
         self.findings = findings if findings is not None else Findings()
-        self.records: dict[int, dict[str, Any]] = {}
-        self.progress_of: Callable[[Any, float], dict[str, Any]] | None = None
-        """row, now -> {step, idle_seconds, stalled, progressing} (``StallMonitor.progress_of``); None: unknown."""
+        self.records: dict[int, TorchRecord] = {}
+        self.progress_of: Callable[[Any, float], RankProgress] | None = None
+        """row, now -> how the rank moves (``StallMonitor.progress_of``); None: unknown."""
         self._stuck: set[int] | None = None
         self._last_arrival: float | None = None
         self._captures = 0
@@ -65,7 +72,7 @@ class FlightRecorderMonitor(HubObserver):
         if self.progress_of is None:
             return None
         now = time.time()
-        progress = {row.rank: self.progress_of(row, now).get("progressing")
+        progress = {row.rank: self.progress_of(row, now).progressing
                     for row in self.hub.model.ranks.values() if not RankState(row.state).finished}
         if all(value is None for value in progress.values()):
             return None
@@ -82,7 +89,7 @@ class FlightRecorderMonitor(HubObserver):
         stuck, self._stuck = self._stuck, None
         self.publish(records, stuck)
 
-    def publish(self, records: dict[int, dict[str, Any]], stuck: set[int] | None = None) -> dict[str, Any]:
+    def publish(self, records: dict[int, TorchRecord], stuck: set[int] | None = None) -> FlightAnalysis:
         """Compare ``records`` (``stuck``: the ranks that made no progress; None: not known), store and say it."""
         result = analyse(records, stuck)
         self._captures += 1
@@ -91,27 +98,26 @@ class FlightRecorderMonitor(HubObserver):
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-                json.dump({"analysis": result, "records": {str(rank): record for rank, record in records.items()}},
+                json.dump({"analysis": result.to_json(),
+                           "records": {str(rank): record for rank, record in records.items()}},
                           file, default=str)
-            result["path"] = str(path)
+            result.path, result.stored = str(path), True
         except OSError as error:
-            result["path"] = None
-            result["not_stored"] = f"{type(error).__name__}: {error}"
+            result.path, result.stored = None, False
+            result.not_stored = f"{type(error).__name__}: {error}"
         if stuck is None or stuck:  # a snapshot of ranks that progress is not a finding of the run
-            self.findings.flight_recorder = {key: result.get(key) for key in
-                                             ("message", "culprits", "seq", "group", "lines", "path")}
-        fields = {key: result.get(key) for key in ("culprits", "seq", "group", "lines", "errors", "path")}
-        fields["stuck"] = None if stuck is None else sorted(stuck)
-        fields["errors"] = {str(rank): why for rank, why in (result.get("errors") or {}).items()}
-        self.hub.add_event(EventKind.FLIGHT_RECORDER, None, result["message"] or "no collective recorded",
-                           ranks=sorted(records), **fields)
+            self.findings.flight_recorder = FlightRecorderFinding.of(result)
+        self.hub.add_event(EventKind.FLIGHT_RECORDER, None, result.message or "no collective recorded",
+                           ranks=sorted(records), culprits=result.culprits, seq=result.seq, group=result.group,
+                           lines=result.lines, errors={str(rank): why for rank, why in result.errors.items()},
+                           path=result.path, stuck=None if stuck is None else sorted(stuck))
         return result
 
     def _everyone_answered(self) -> bool:
         running = [rank for rank, row in self.hub.model.ranks.items() if not RankState(row.state).finished]
         return bool(running) and all(rank in self.records for rank in running)
 
-    def _add_nccl_dumps(self, records: dict[int, dict[str, Any]]) -> None:
+    def _add_nccl_dumps(self, records: dict[int, TorchRecord]) -> None:
         try:
             names = os.listdir(self.folder)
         except OSError:

@@ -39,14 +39,70 @@ The verdict (``judge``) is JSON, stored in the ``stacks`` event::
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from dataclasses import dataclass, field, replace
+from enum import Enum
 
+from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.stack_places import Place, frame_text, plural
 from runner.format import ranks_text
+from runner.runstate.messages import JsonObject
 
-CULPRIT, MISMATCH, HELD_UP, ALL_WAITING, NO_COLLECTIVE, SAME_PLACE, PROGRESSING, EMPTY = (
-    "culprit", "mismatch", "held_up", "all_waiting", "no_collective", "same_place", "progressing", "empty")
-ERROR, WARNING, INFO = "error", "warning", "info"
+
+class VerdictKind(str, Enum):
+    """What one capture shows (module docstring); ``culprit`` and ``mismatch`` name ranks to blame."""
+
+    CULPRIT = "culprit"
+    MISMATCH = "mismatch"
+    HELD_UP = "held_up"
+    ALL_WAITING = "all_waiting"
+    NO_COLLECTIVE = "no_collective"
+    SAME_PLACE = "same_place"
+    PROGRESSING = "progressing"
+    EMPTY = "empty"
+
+
+class VerdictLevel(str, Enum):
+    """``error``: a culprit (or a mismatch) is named; ``warning``: a hang without one; ``info``: nothing wrong."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+@dataclass(frozen=True)
+class HangVerdict:
+    """``judge``'s answer for one capture; ``to_json`` is what the ``stacks`` event carries."""
+
+    kind: VerdictKind
+    level: VerdictLevel
+    message: str
+    culprits: list[int] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    collective: str | None = None
+    progressing: list[int] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+    progress_known: bool = False
+
+    def to_json(self) -> JsonObject:
+        return {"culprits": self.culprits, "waiting": self.waiting, "collective": self.collective,
+                "progressing": self.progressing, "details": self.details, "progress_known": self.progress_known,
+                "kind": self.kind.value, "level": self.level.value, "message": self.message}
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What every verdict of one capture shares, before the kind is decided."""
+
+    progressing: list[int]
+    progress_known: bool
+    details: list[str] = field(default_factory=list)
+    collective: str | None = None
+
+    def verdict(self, kind: VerdictKind, level: VerdictLevel, message: str, culprits: list[int] | None = None,
+                waiting: list[int] | None = None) -> HangVerdict:
+        return HangVerdict(kind, level, message, culprits=culprits or [], waiting=waiting or [],
+                           collective=self.collective, progressing=self.progressing, details=self.details,
+                           progress_known=self.progress_known)
 
 
 def _is(ranks: list[int], one: str, many: str) -> str:
@@ -82,24 +138,27 @@ def _detail(ranks: list[int], place: Place) -> str:
         "" if place.kind == "user" else f" ({place.what if len(ranks) == 1 else plural(place.what)})")
 
 
-def judge(places: dict[int, Place], progress: dict[int, dict[str, Any]] | None,
-          missing: list[int] | None = None) -> dict[str, Any]:
+def _progressing(progress: dict[int, RankProgress], rank: int) -> bool | None:
+    known = progress.get(rank)
+    return None if known is None else known.progressing
+
+
+def judge(places: dict[int, Place], progress: dict[int, RankProgress] | None,
+          missing: list[int] | None = None) -> HangVerdict:
     """The verdict for one capture (see the module docstring); ``places``: rank -> where it is."""
     missing = sorted(missing or [])
     progress = progress or {}
-    progress_known = any(progress.get(rank, {}).get("progressing") is not None for rank in places)
-    moving = sorted(rank for rank in places if progress.get(rank, {}).get("progressing") is True)
+    progress_known = any(_progressing(progress, rank) is not None for rank in places)
+    moving = sorted(rank for rank in places if _progressing(progress, rank) is True)
     stuck = sorted(rank for rank in places if rank not in moving)
-    verdict: dict[str, Any] = {"culprits": [], "waiting": [], "collective": None, "progressing": moving,
-                               "details": [], "progress_known": progress_known}
+    facts = _Facts(progressing=moving, progress_known=progress_known)
     if not places:
-        return {**verdict, "kind": EMPTY, "level": INFO, "message": "no rank's stack could be read"}
+        return facts.verdict(VerdictKind.EMPTY, VerdictLevel.INFO, "no rank's stack could be read")
     if not stuck:
         parts = [f"{ranks_text(ranks)} {place.what if len(ranks) == 1 else plural(place.what)} at "
                  f"{where_text(place, full=False)}" for ranks, place in _group_by_place(moving, places)]
-        return {**verdict, "kind": PROGRESSING, "level": INFO,
-                "message": f"all {len(places)} ranks are progressing (none stalled); a snapshot of where each was",
-                "details": parts}
+        return replace(facts, details=parts).verdict(
+            VerdictKind.PROGRESSING, VerdictLevel.INFO, f"all {len(places)} ranks are progressing (none stalled); a snapshot of where each was")
     waiting = [rank for rank in stuck if places[rank].waiting]
     elsewhere = [rank for rank in stuck if not places[rank].waiting]
     ops = Counter(places[rank].op for rank in waiting)
@@ -113,15 +172,16 @@ def judge(places: dict[int, Place], progress: dict[int, dict[str, Any]] | None,
         details.append(f"{ranks_text(moving)} {_is(moving, 'is', 'are')} progressing, not held up")
     if not progress_known:
         details.append("progress unknown (no step telemetry): judged from the stacks alone")
-    verdict.update(details=details, collective=collective)
-    found = _blame(places, waiting, elsewhere, ops, collective, missing, verdict)
-    if not progress_known and found["level"] == ERROR:
-        found.update(level=WARNING, message="if the ranks are stuck (no step telemetry to tell), " + found["message"])
+    facts = replace(facts, details=details, collective=collective)
+    found = _blame(places, waiting, elsewhere, ops, collective, missing, facts)
+    if not progress_known and found.level == VerdictLevel.ERROR:
+        found = replace(found, level=VerdictLevel.WARNING,
+                        message="if the ranks are stuck (no step telemetry to tell), " + found.message)
     return found
 
 
-def _blame(places: dict[int, Place], waiting: list[int], elsewhere: list[int], ops: Counter, collective: str | None,
-           missing: list[int], verdict: dict[str, Any]) -> dict[str, Any]:
+def _blame(places: dict[int, Place], waiting: list[int], elsewhere: list[int], ops: Counter[str | None],
+           collective: str | None, missing: list[int], facts: _Facts) -> HangVerdict:
     if waiting and elsewhere:
         waiters = [rank for rank in waiting if places[rank].op == collective]
         what = places[waiters[0]].what if len(waiters) == 1 else plural(places[waiters[0]].what)
@@ -131,8 +191,7 @@ def _blame(places: dict[int, Place], waiting: list[int], elsewhere: list[int], o
         if len(elsewhere) == 1:
             place = places[elsewhere[0]]
             message += f" (at {frame_text(place.frame or place.innermost, full=False)})"
-        return {**verdict, "kind": CULPRIT, "level": ERROR, "message": message, "culprits": elsewhere,
-                "waiting": waiting}
+        return facts.verdict(VerdictKind.CULPRIT, VerdictLevel.ERROR, message, culprits=elsewhere, waiting=waiting)
     if waiting and len(ops) > 1:
         counts = sorted(ops.values())
         odd = ([rank for rank in waiting if ops[places[rank].op] == counts[0]]
@@ -142,9 +201,8 @@ def _blame(places: dict[int, Place], waiting: list[int], elsewhere: list[int], o
         message = f"the stalled ranks wait in different collectives ({parts}): they took different code paths"
         if odd:
             message = f"{ranks_text(odd)} {_is(odd, 'is', 'are')} the odd one out: " + message
-        return {**verdict, "kind": MISMATCH, "level": ERROR, "message": message, "culprits": odd,
-                "waiting": waiting}
-    working = [rank for rank in verdict["progressing"] if not places[rank].waiting]
+        return facts.verdict(VerdictKind.MISMATCH, VerdictLevel.ERROR, message, culprits=odd, waiting=waiting)
+    working = [rank for rank in facts.progressing if not places[rank].waiting]
     if waiting and working:
         waiters = [rank for rank in waiting if places[rank].op == collective]
         what = places[waiters[0]].what if len(waiters) == 1 else plural(places[waiters[0]].what)
@@ -154,24 +212,23 @@ def _blame(places: dict[int, Place], waiting: list[int], elsewhere: list[int], o
             place = places[working[0]]
             message += f" (at {frame_text(place.frame or place.innermost, full=False)})"
         message += ": work on some ranks only (an evaluation, a checkpoint) holds up the others"
-        return {**verdict, "kind": HELD_UP, "level": WARNING, "message": message, "culprits": working,
-                "waiting": waiting}
+        return facts.verdict(VerdictKind.HELD_UP, VerdictLevel.WARNING, message, culprits=working, waiting=waiting)
     if waiting:
-        every = "every stalled rank" if verdict["progress_known"] else "every rank"
+        every = "every stalled rank" if facts.progress_known else "every rank"
         message = f"{every if len(waiting) > 1 else ranks_text(waiting)} {places[waiting[0]].what}: "
         message += (f"{ranks_text(missing)} gave no stack and may be the one missing" if missing else
                     "no rank is missing from it by its stack (a rank on another path, the network, or "
                     "mismatched shapes or groups)")
-        return {**verdict, "kind": ALL_WAITING, "level": WARNING, "message": message, "waiting": waiting}
+        return facts.verdict(VerdictKind.ALL_WAITING, VerdictLevel.WARNING, message, waiting=waiting)
     groups = _group_by_place(elsewhere, places)
     if len(groups) == 1:
         ranks, place = groups[0]
-        stalled = "stalled ranks" if verdict["progress_known"] else "ranks"
+        stalled = "stalled ranks" if facts.progress_known else "ranks"
         message = (f"{f'all {len(ranks)} {stalled} are' if len(ranks) > 1 else ranks_text(ranks) + ' is'}"
                    f" at the same place, in no collective: {where_text(place, full=False)}")
         if place.kind != "user":
             message += f", where {'they ' + plural(place.what) if len(ranks) > 1 else 'it ' + place.what}"
-        return {**verdict, "kind": SAME_PLACE, "level": WARNING, "message": message}
-    return {**verdict, "kind": NO_COLLECTIVE, "level": WARNING,
-            "message": f"no {'stalled ' if verdict['progress_known'] else ''}rank is in a collective: " + "; ".join(
-                f"{ranks_text(ranks)} at {where_text(place, full=False)}" for ranks, place in groups)}
+        return facts.verdict(VerdictKind.SAME_PLACE, VerdictLevel.WARNING, message)
+    return facts.verdict(VerdictKind.NO_COLLECTIVE, VerdictLevel.WARNING,
+                         f"no {'stalled ' if facts.progress_known else ''}rank is in a collective: " + "; ".join(
+                             f"{ranks_text(ranks)} at {where_text(place, full=False)}" for ranks, place in groups))

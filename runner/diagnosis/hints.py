@@ -20,13 +20,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from rankwatch.protocol import NO_PROCESS_GROUP
+from runner.diagnosis.findings import LauncherFinding
 from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import BACKWARD, Place, is_user_code, place_of
 from runner.exit_status import PEER_GONE
 from runner.format import format_bytes, ranks_text
+from runner.rank_failure import RankFailure
+from runner.runstate.messages import JsonObject
 
 
 class HintKey(str, Enum):
@@ -73,11 +75,11 @@ class Hint:
     cause: str
     advice: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"key": self.key.value, "cause": self.cause, "advice": self.advice}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Hint:
+    def from_json(cls, data: JsonObject) -> Hint:
         """Lenient: a key this version does not know is ``OTHER``; missing texts are empty."""
         try:
             key = HintKey(str(data.get("key") or ""))
@@ -105,10 +107,20 @@ class GpuMemory:
         return None if self.used is None or self.total is None else max(0, self.total - self.used)
 
 
+@dataclass(frozen=True)
+class RunPortHolder:
+    """Who held a port while the run went on, looked up at once (after the run it is gone)."""
+
+    pid: int
+    command: str | None
+    rank: int | None
+    """The rank of this run that holds it; None: a process of no rank."""
+
+
 @dataclass
 class Evidence:
-    first: Any  # RankFailure | None (runner.diagnosis.triage)
-    others: list = field(default_factory=list)
+    first: RankFailure | None
+    others: list[RankFailure] = field(default_factory=list)
     launcher_lines: list[str] = field(default_factory=list)
     stderr_tails: dict[int, list[str]] = field(default_factory=dict)
     legacy_local_rank: bool = False
@@ -123,12 +135,12 @@ class Evidence:
     """port -> the process listening on it now, when known."""
     first_is_remote: bool = False
     """The first failure ran on another machine (its kernel log is there)."""
-    launcher: list[dict[str, Any]] = field(default_factory=list)
-    """Launcher mismatches seen while the run went on: {key, level, ranks, cause, advice} (``launcher``)."""
+    launcher: list[LauncherFinding] = field(default_factory=list)
+    """Launcher mismatches seen while the run went on (``launcher``)."""
     script_args: list[str] = field(default_factory=list)
     """The script's arguments (torchrun passes the same ones to every rank)."""
-    port_holders: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """port -> {pid, command, rank}: its holder while the run went on (rank: of this run, or None)."""
+    port_holders: dict[int, RunPortHolder] = field(default_factory=dict)
+    """port -> its holder while the run went on."""
     world_size: int | None = None
     script_returned: bool = False
     """The first failure's script ran to its end (its bootstrap reported exit code 0) before the
@@ -147,7 +159,7 @@ class Evidence:
         parts = []
         if self.first is not None:
             parts += [self.first.exception_line or "", self.first.traceback or ""]
-            parts += self.stderr_tails.get(self.first.rank, [])
+            parts += self.stderr_tails.get(self.first.rank, []) if self.first.rank is not None else []
         return "\n".join(parts)
 
     def all_text(self) -> str:
@@ -171,11 +183,11 @@ def rule(function: Rule) -> Rule:
     return function
 
 
-def launcher_hint(launcher: list[dict[str, Any]], key: str) -> Hint | None:
+def launcher_hint(launcher: list[LauncherFinding], key: str) -> Hint | None:
     """The hint for a launcher mismatch seen while the run went on (worded by ``runner.diagnosis.launcher``)."""
     for record in launcher:
-        if record.get("key") == key:
-            return Hint.from_json({"key": key, "cause": record.get("cause") or key, "advice": record.get("advice")})
+        if record.key == key:
+            return Hint.from_json({"key": key, "cause": record.cause or key, "advice": record.advice})
     return None
 
 
@@ -261,8 +273,8 @@ def _argument(args: list[str], pattern: re.Pattern[str]) -> str | None:
 def _holder_rank(evidence: Evidence, port: int | None) -> tuple[int | None, str]:
     """The rank of this run holding ``port`` and how we know it, or (None, "")."""
     held = evidence.port_holders.get(port) if port is not None else None
-    if held and held.get("rank") is not None:
-        return int(held["rank"]), f"pid {held.get('pid')}"
+    if held is not None and held.rank is not None:
+        return held.rank, f"pid {held.pid}"
     if evidence.world_size and evidence.first is not None:
         could_not_listen = {evidence.first.rank} | {
             other.rank for other in evidence.others if ADDRESS_IN_USE.search(other.exception_line or "")}
@@ -308,8 +320,8 @@ def address_in_use(evidence: Evidence) -> Hint | None:
     which = _taken_port(text)
     where = f"port {which}" if which else "the rendezvous port"
     held = evidence.port_holders.get(which) if which is not None else None
-    if held and held.get("rank") is not None:
-        return Hint(HintKey.ADDRESS_IN_USE, f"{where} is held by rank {held['rank']} of this very run (pid {held.get('pid')})",
+    if held is not None and held.rank is not None:
+        return Hint(HintKey.ADDRESS_IN_USE, f"{where} is held by rank {held.rank} of this very run (pid {held.pid})",
                     "two ranks tried to host the same store: give every rank its own RANK (torchrun does) and let "
                     "only rank 0 host it (dist.init_process_group with init_method env://)")
     holder = evidence.port_holder(int(which)) if which and evidence.port_holder is not None else None
@@ -435,14 +447,14 @@ def _oom_memory(evidence: Evidence, torch_index: str | None) -> str:
     if first is None:
         return ""
     parts = []
-    memory = evidence.rank_gpu_memory.get(first.rank)
+    memory = evidence.rank_gpu_memory.get(first.rank) if first.rank is not None else None
     if memory is not None and memory.free is not None:
         # torch numbers the GPUs it was given (CUDA_VISIBLE_DEVICES), NVML every GPU of the machine
         named = (f"GPU {memory.gpu_index}" if torch_index in (None, str(memory.gpu_index))
                  else f"its GPU (GPU {memory.gpu_index} to nvidia-smi)")
         parts.append(f"{named} had {format_bytes(memory.free)} free of {format_bytes(memory.total)} "
                      "(NVML, at the last sample)")
-    peak = evidence.gpu_mem_peaks.get(first.rank)
+    peak = evidence.gpu_mem_peaks.get(first.rank) if first.rank is not None else None
     if peak is not None:
         parts.append(f"rank {first.rank}'s own peak: {format_bytes(peak)} (torch's allocator)")
     return "".join(f"; {part}" for part in parts)
@@ -712,7 +724,8 @@ def crash_after_the_script_returned(evidence: Evidence) -> Hint | None:
         return None
     cause = (f"rank {first.rank}'s script ran to its end (exit code 0), then the process died of "
              f"{first.signal} while Python shut down: the failure is in the shutdown, after the script's last line")
-    if TERMINATE_WITHOUT_EXCEPTION in "\n".join(evidence.stderr_tails.get(first.rank, [])):
+    tail = evidence.stderr_tails.get(first.rank, []) if first.rank is not None else []
+    if TERMINATE_WITHOUT_EXCEPTION in "\n".join(tail):
         return Hint(HintKey.CRASH_AFTER_THE_SCRIPT_RETURNED, cause,
                     f'"{TERMINATE_WITHOUT_EXCEPTION}": a C++ thread (the gloo/NCCL process group\'s) was '
                     "still running when the interpreter exited, a known upstream abort in torch's teardown, "

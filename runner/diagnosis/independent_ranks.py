@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rankwatch.protocol import LOSS, NO_PROCESS_GROUP, EventKind, Message, Metrics, Notice
-from runner.diagnosis.findings import Findings
+from runner.diagnosis.findings import Findings, LauncherFinding, NoticeReport
 from runner.diagnosis.hints import HintKey
 from runner.format import ranks_text
 from runner.hub.observer import HubObserver
@@ -72,7 +72,7 @@ def copy_groups(losses: dict[int, dict[tuple[str, int], float]]) -> tuple[list[l
     return [group for group in groups if len(group) > 1], len(steps)
 
 
-def fabric_advice(facts: dict[str, Any], world_size: int, local_world_size: int) -> str:
+def fabric_advice(facts: NoticeReport, world_size: int, local_world_size: int) -> str:
     """How Fabric wants to be told that torchrun launched it (``lightning_fabric.connector``: ``Fabric()``
     reads ``LT_*``; ``fabric run`` sets ``LT_CLI_USED=1``, with which ``Fabric()`` joins the group
     itself and refuses ``fabric.launch()``)."""
@@ -100,9 +100,9 @@ def fabric_advice(facts: dict[str, Any], world_size: int, local_world_size: int)
             "by fabric.launch(), which under torchrun starts no process")
 
 
-def describe(reports: dict[int, dict[str, Any]], losses: dict[int, dict[tuple[str, int], float]],
-             world_size: int | None) -> dict[str, Any]:
-    """The finding ``{key, level, ranks, title, cause, advice}`` for the ranks that reported no process group."""
+def describe(reports: dict[int, NoticeReport], losses: dict[int, dict[tuple[str, int], float]],
+             world_size: int | None) -> LauncherFinding:
+    """The finding for the ranks that reported no process group."""
     ranks = sorted(reports)
     first = reports[ranks[0]]
     world = world_size or _int(first.get("world_size")) or len(ranks)
@@ -157,8 +157,8 @@ def describe(reports: dict[int, dict[str, Any]], losses: dict[int, dict[tuple[st
         runs = f"{len(copies)} independent copies" if copies else f"{len(ranks)} separate trainings"
         title = f"Lightning Fabric runs {runs} under torchrun: {evidence}"
         advice = fabric_advice(fabric, world, local_world)
-    return {"key": HintKey.NO_PROCESS_GROUP.value, "level": level, "ranks": ranks, "title": title, "cause": cause,
-            "advice": advice}
+    return LauncherFinding(key=HintKey.NO_PROCESS_GROUP.value, level=level, ranks=ranks, title=title, cause=cause,
+                           advice=advice)
 
 
 class IndependentRanks(HubObserver):
@@ -168,12 +168,12 @@ class IndependentRanks(HubObserver):
         self.hub = hub
         self.findings = findings
         self.clock = clock
-        self.reports: dict[int, dict[str, Any]] = {}
+        self.reports: dict[int, NoticeReport] = {}
         self.losses: dict[int, dict[tuple[str, int], float]] = {}
         """rank -> {(source, step): loss} of its first ``LOSS_STEPS`` steps."""
         self.past_first_steps: set[int] = set()
         self.first_notice: float | None = None
-        self.published: dict[str, Any] | None = None
+        self.published: LauncherFinding | None = None
 
     def on_message(self, message: Message) -> None:
         if isinstance(message, Metrics):
@@ -199,7 +199,7 @@ class IndependentRanks(HubObserver):
         if self.first_notice is None or len(self.reports) < 2:
             return
         if self.published is not None:
-            if len(self.reports) > len(self.published["ranks"]):
+            if len(self.reports) > len(self.published.ranks):
                 self._decide()  # a late rank: the summary names it too (no second event)
             return
         waited = self.clock() - self.first_notice >= SETTLE_SECONDS
@@ -230,10 +230,10 @@ class IndependentRanks(HubObserver):
         first_time = self.published is None
         self.published = record
         if first_time:
-            rank = record["ranks"][0]
-            self.hub.add_event(EventKind.LAUNCH_MISMATCH, rank, f"{record['cause']}. What to do: {record['advice']}",
-                               key=NO_PROCESS_GROUP, level=record["level"], ranks=record["ranks"],
-                               title=record["title"], cause=record["cause"], advice=record["advice"])
+            rank = record.ranks[0]
+            self.hub.add_event(EventKind.LAUNCH_MISMATCH, rank, f"{record.cause}. What to do: {record.advice}",
+                               key=NO_PROCESS_GROUP, level=record.level, ranks=record.ranks,
+                               title=record.title, cause=record.cause, advice=record.advice)
 
 
 def _int(value: Any) -> int | None:

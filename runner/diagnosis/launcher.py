@@ -33,8 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rankwatch.protocol import EventKind, ExceptionReport, Message, Notice
-from runner.diagnosis.findings import Findings
-from runner.diagnosis.hints import HintKey
+from runner.diagnosis.findings import Findings, LauncherFinding, NoticeReport
+from runner.diagnosis.hints import HintKey, RunPortHolder
 from runner.diagnosis.triage import TriageInput
 from runner.format import ranks_text
 from runner.hub.observer import HubObserver
@@ -46,14 +46,14 @@ ADDRESS_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
 PORT = re.compile(r"port[:= ]+(\d{2,5})")
 
 
-def _where(record: dict[str, Any]) -> str:
+def _where(record: NoticeReport) -> str:
     file, line = record.get("file"), record.get("line")
     if not file:
         return ""
     return f" at {os.path.basename(str(file))}:{line} in {record.get('function_name') or '?'}"
 
 
-def describe_self_spawn(reports: dict[int, dict[str, Any]]) -> tuple[str, str, str]:
+def describe_self_spawn(reports: dict[int, NoticeReport]) -> tuple[str, str, str]:
     """(title, cause, advice) for ranks that start their own ranks under torchrun (``torch.multiprocessing.spawn``,
     or a ``multiprocessing.Process`` whose target calls ``init_process_group``)."""
     ranks = sorted(reports)
@@ -78,7 +78,7 @@ def describe_self_spawn(reports: dict[int, dict[str, Any]]) -> tuple[str, str, s
     return title, cause, advice
 
 
-def describe_local_rank_unpassed(reports: dict[int, dict[str, Any]]) -> tuple[str, str, str]:
+def describe_local_rank_unpassed(reports: dict[int, NoticeReport]) -> tuple[str, str, str]:
     """(title, cause, advice) for a script that declares ``--local_rank`` that nobody passes."""
     ranks = sorted(reports)
     option = reports[ranks[0]].get("option") or "--local_rank"
@@ -105,7 +105,7 @@ def describe_local_rank_unpassed(reports: dict[int, dict[str, Any]]) -> tuple[st
     return title, cause, advice
 
 
-def describe_local_rank_spelling(reports: dict[int, dict[str, Any]]) -> tuple[str, str, str]:
+def describe_local_rank_spelling(reports: dict[int, NoticeReport]) -> tuple[str, str, str]:
     ranks = sorted(reports)
     first = reports[ranks[0]]
     passed, instead = first.get("passed") or "--local-rank", first.get("instead_of") or "--local_rank"
@@ -115,7 +115,7 @@ def describe_local_rank_spelling(reports: dict[int, dict[str, Any]]) -> tuple[st
     return f"the legacy option passed {passed}, the spelling the script takes", cause, advice
 
 
-DESCRIBE: dict[str, tuple[str, Callable[[dict[int, dict[str, Any]]], tuple[str, str, str]]]] = {
+DESCRIBE: dict[str, tuple[str, Callable[[dict[int, NoticeReport]], tuple[str, str, str]]]] = {
     SELF_SPAWN: ("warning", describe_self_spawn),
     LOCAL_RANK_UNPASSED: ("warning", describe_local_rank_unpassed),
     LOCAL_RANK_SPELLING: ("info", describe_local_rank_spelling),
@@ -133,7 +133,7 @@ class LaunchChecks(HubObserver):
         self.findings = findings
         self.triage_input = triage_input
         self.holder_lookup = holder_lookup
-        self._reports: dict[str, dict[int, dict[str, Any]]] = {}
+        self._reports: dict[str, dict[int, NoticeReport]] = {}
 
     def tick(self, now: float) -> None:
         pass
@@ -153,8 +153,8 @@ class LaunchChecks(HubObserver):
         reports[rank] = {"t": message.t, **message.facts}
         level, describe = DESCRIBE[key]
         title, cause, advice = describe(reports)
-        self.findings.set_launcher(key, {"key": key, "level": level, "ranks": sorted(reports), "title": title,
-                                         "cause": cause, "advice": advice})
+        self.findings.set_launcher(key, LauncherFinding(key=key, level=level, ranks=sorted(reports), title=title,
+                                                        cause=cause, advice=advice))
         if first_time:
             self.hub.add_event(EventKind.LAUNCH_MISMATCH, rank, f"{cause}. What to do: {advice}", key=key, level=level,
                                ranks=[rank], title=title, cause=cause, advice=advice)
@@ -172,4 +172,4 @@ class LaunchChecks(HubObserver):
             return
         rank = next((row.rank for row in self.hub.model.ranks.values()
                      if row.pid == holder.pid and self.is_local(row)), None)
-        self.triage_input.port_holders[port] = {"pid": holder.pid, "command": holder.command, "rank": rank}
+        self.triage_input.port_holders[port] = RunPortHolder(pid=holder.pid, command=holder.command, rank=rank)

@@ -7,10 +7,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from runner.format import ranks_text
 from runner.rank_failure import stall_outcome
+from runner.runstate.messages import JsonObject
+
+StoredRecord = JsonObject
+"""A block of a stored summary's ``diagnostics`` (a stall, the stacks, a straggler, the bottleneck...), as
+this version or an earlier one wrote it: every key is read with ``.get``, a missing one is said as such."""
 
 LABEL_WIDTH = 15
 
@@ -19,7 +23,7 @@ def _label(name: str) -> str:
     return f"  {(name + ':').ljust(LABEL_WIDTH)}"
 
 
-def _frame(frame: dict[str, Any] | None, full: bool = False) -> str:
+def _frame(frame: StoredRecord | None, full: bool = False) -> str:
     if not frame:
         return "?"
     path = frame.get("file") or "?"
@@ -28,7 +32,7 @@ def _frame(frame: dict[str, Any] | None, full: bool = False) -> str:
 
 
 
-def format_diagnostics(diagnostics: dict[str, Any] | None, run_id: int | None = None) -> list[str]:
+def format_diagnostics(diagnostics: StoredRecord | None, run_id: int | None = None) -> list[str]:
     """The summary lines for stalls, stacks, stragglers and parameter checks (may be empty)."""
     if not diagnostics:
         return []
@@ -57,9 +61,9 @@ def format_diagnostics(diagnostics: dict[str, Any] | None, run_id: int | None = 
     return lines
 
 
-def _stall_groups(stalls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+def _stall_groups(stalls: list[StoredRecord]) -> list[list[StoredRecord]]:
     """Stalls of several ranks at the same step that never resumed are one hang: one line."""
-    groups: list[list[dict[str, Any]]] = []
+    groups: list[list[StoredRecord]] = []
     for stall in stalls:
         for group in groups:
             head = group[0]
@@ -76,7 +80,7 @@ def _stall_groups(stalls: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 MAX_STACK_DETAILS = 4
 
 
-def _stacks_lines(stacks: dict[str, Any], run_id: int | None) -> list[str]:
+def _stacks_lines(stacks: StoredRecord, run_id: int | None) -> list[str]:
     """The verdict of the last capture, where the culprit is (file:line and the line's text), where to see all."""
     verdict = stacks.get("verdict")
     texts = []
@@ -98,7 +102,7 @@ def _stacks_lines(stacks: dict[str, Any], run_id: int | None) -> list[str]:
     return [(_label("stacks") if index == 0 else indent) + text for index, text in enumerate(texts)]
 
 
-def bottleneck_lines(bottleneck: dict[str, Any] | None) -> list[str]:
+def bottleneck_lines(bottleneck: StoredRecord | None) -> list[str]:
     """``bottleneck: input-bound: waiting for data 62 % of the GPU's time`` and what to do about it.
     A straggler is already said on its own line: then only what to do."""
     if not bottleneck:
@@ -118,6 +122,6 @@ def bottleneck_lines(bottleneck: dict[str, Any] | None) -> list[str]:
     return lines
 
 
-def _straggler_text(straggler: dict[str, Any]) -> str:
+def _straggler_text(straggler: StoredRecord) -> str:
     cause = "waits for data" if straggler.get("cause") == "data" else "computes longer"
     return f"rank {straggler.get('rank')} {cause}"

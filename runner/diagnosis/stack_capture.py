@@ -47,9 +47,19 @@ from typing import Any
 
 from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
 from rankwatch.protocol import EventKind, Message, RemoteStacks
-from runner.diagnosis.stack_dumps import last_dump, main_thread, parse_dump, user_frames
-from runner.diagnosis.stacks import analyse, describe, format_stacks
+from runner.diagnosis.progress import RankProgress
+from runner.diagnosis.stack_dumps import Frame, last_dump, main_thread, parse_dump, user_frames
+from runner.diagnosis.stacks import (
+    CaptureFiles,
+    MissingStack,
+    StackAnalysis,
+    StackCaptureJson,
+    analyse,
+    describe,
+    format_stacks,
+)
 from runner.hub.observer import HubObserver
+from runner.runstate.messages import JsonObject
 from runner.state import RankState
 
 POLL_SECONDS = 0.2
@@ -64,8 +74,8 @@ class _Pending:
     t: float
     started: float
     offsets: dict[int, int]
-    missing: list[dict[str, Any]]
-    progress: dict[int, dict[str, Any]] = field(default_factory=dict)
+    missing: list[MissingStack]
+    progress: dict[int, RankProgress] = field(default_factory=dict)
     sizes: dict[int, int] = field(default_factory=dict)
     remote: set[int] = field(default_factory=set)
     remote_texts: dict[int, str] = field(default_factory=dict)
@@ -78,15 +88,15 @@ class StackCapture(HubObserver):
     """One capture at a time, for every rank of the job. Monitor-shaped (``tick``)."""
 
     def __init__(self, hub, stacks_dir: Path, is_local: Callable[[Any], bool] | None = None,
-                 on_result: Callable[[dict[str, Any]], None] | None = None,
+                 on_result: Callable[[StackAnalysis], None] | None = None,
                  remote_capture: Callable[[list[Any]], list[int]] | None = None,
                  wait_seconds: float = WAIT_SECONDS,
-                 progress_of: Callable[[Any, float], dict[str, Any]] | None = None,
+                 progress_of: Callable[[Any, float], RankProgress] | None = None,
                  is_ours: Callable[[int], bool] | None = None,
                  proven_pid: Callable[[int], int | None] | None = None):
         self.hub = hub
         self.progress_of = progress_of
-        """row, now -> {step, idle_seconds, stalled, progressing} (``StallMonitor.progress_of``); None: unknown."""
+        """row, now -> how the rank moves (``StallMonitor.progress_of``); None: unknown."""
         self.stacks_dir = Path(stacks_dir)
         self.is_local = is_local or _same_host
         self.on_result = on_result
@@ -101,7 +111,8 @@ class StackCapture(HubObserver):
         naming torchrun, the keeper or a rank's child (they carry the marker too, and
         ``STACK_SIGNAL``'s default action kills) is refused."""
         self.count = 0
-        self.latest: dict[str, Any] | None = None
+        self.latest: StackCaptureJson | None = None
+        """The last capture, as its event carries it."""
         self._pending: _Pending | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -121,7 +132,7 @@ class StackCapture(HubObserver):
             return False
         rows = [row for row in self.hub.model.ranks.values()
                 if row.pid and not RankState(row.state).finished]
-        missing: list[dict[str, Any]] = []
+        missing: list[MissingStack] = []
         offsets: dict[int, int] = {}
         remote: list[Any] = []
         for row in sorted(rows, key=lambda r: r.rank):
@@ -129,33 +140,33 @@ class StackCapture(HubObserver):
                 remote.append(row)
                 continue
             if self.proven_pid is not None and self.proven_pid(row.rank) != row.pid:
-                missing.append({"rank": row.rank, "why": f"refused to signal pid {row.pid}: it is not proven to be "
-                                                         "the rank's own process (its hello did not come from it)"})
+                missing.append(MissingStack(row.rank, f"refused to signal pid {row.pid}: it is not proven to be "
+                                                      "the rank's own process (its hello did not come from it)"))
                 continue
             if self.is_ours is not None and not self.is_ours(row.pid):
-                missing.append({"rank": row.rank, "why": f"refused to signal pid {row.pid}: it is not a process "
-                                                         "of this run (its hello named a pid the run did not start)"})
+                missing.append(MissingStack(row.rank, f"refused to signal pid {row.pid}: it is not a process "
+                                                      "of this run (its hello named a pid the run did not start)"))
                 continue
             path = Path(stacks_file_path(str(self.stacks_dir), row.rank))
             try:
                 size = path.stat().st_size
             except OSError:
-                missing.append({"rank": row.rank, "why": "no stack handler (its stack file does not exist)"})
+                missing.append(MissingStack(row.rank, "no stack handler (its stack file does not exist)"))
                 continue
             try:
                 os.kill(row.pid, STACK_SIGNAL)
             except ProcessLookupError:
-                missing.append({"rank": row.rank, "why": f"process {row.pid} is gone"})
+                missing.append(MissingStack(row.rank, f"process {row.pid} is gone"))
                 continue
             except PermissionError:
-                missing.append({"rank": row.rank, "why": f"not allowed to signal process {row.pid}"})
+                missing.append(MissingStack(row.rank, f"not allowed to signal process {row.pid}"))
                 continue
             offsets[row.rank] = size
         asked = set(self.remote_capture(remote)) if remote and self.remote_capture is not None else set()
         for row in remote:
             if row.rank not in asked:
-                missing.append({"rank": row.rank, "why": f"on another host ({row.host}): no node agent could be "
-                                                         "asked for its stack (Slurm nodes: not yet)"})
+                missing.append(MissingStack(row.rank, f"on another host ({row.host}): no node agent could be "
+                                                      "asked for its stack (Slurm nodes: not yet)"))
         now = time.time()
         progress = ({row.rank: self.progress_of(row, now) for row in rows} if self.progress_of is not None else {})
         self._pending = _Pending(reason=reason, t=now, started=time.monotonic(), offsets=offsets, missing=missing,
@@ -211,7 +222,9 @@ class StackCapture(HubObserver):
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        stacks, threads, raw = {}, {}, {}
+        stacks: dict[int, list[Frame]] = {}
+        threads: dict[int, list[JsonObject]] = {}
+        raw: dict[int, str] = {}
         missing = list(pending.missing)
         texts = {rank: self._read_from(rank, offset) for rank, offset in pending.offsets.items()}
         texts.update({rank: pending.remote_texts.get(rank, "") for rank in pending.remote})
@@ -221,20 +234,21 @@ class StackCapture(HubObserver):
             if main is None:
                 why = pending.remote_why.get(rank) or f"no dump within {self.wait_seconds:.0f} s"
                 host = pending.hosts.get(rank)
-                missing.append({"rank": rank, "why": f"on {host}: {why}" if host else why})
+                missing.append(MissingStack(rank, f"on {host}: {why}" if host else why))
                 continue
             stacks[rank] = user_frames(main.frames)
             threads[rank] = [t.to_json() for t in parsed]
             raw[rank] = text
-        result = analyse(stacks, pending.reason, pending.t, sorted(missing, key=lambda m: m["rank"]),
+        result = analyse(stacks, pending.reason, pending.t, sorted(missing, key=lambda m: m.rank),
                          progress={rank: pending.progress[rank] for rank in stacks if rank in pending.progress})
         if pending.hosts:
-            result["hosts"] = {str(rank): host for rank, host in sorted(pending.hosts.items())}
+            result.hosts = {str(rank): host for rank, host in sorted(pending.hosts.items())}
         self.count += 1
-        result.update(self._write_files(result, threads, raw))
-        self.latest = result
-        fields = {key: value for key, value in result.items() if key != "t"}
-        self.hub.add_event(EventKind.STACKS, None, f"stacks ({pending.reason}): {describe(result)}", t=pending.t, **fields)
+        result.files = self._write_files(result.to_json(), threads, raw)
+        self.latest = capture = result.to_json()
+        fields = {key: value for key, value in capture.items() if key != "t"}
+        self.hub.add_event(EventKind.STACKS, None, f"stacks ({pending.reason}): {describe(capture)}", t=pending.t,
+                           **fields)
         if self.on_result is not None:
             self.on_result(result)
 
@@ -248,7 +262,8 @@ class StackCapture(HubObserver):
         except OSError:
             return ""
 
-    def _write_files(self, result: dict[str, Any], threads: dict[int, list], raw: dict[int, str]) -> dict[str, Any]:
+    def _write_files(self, result: StackCaptureJson, threads: dict[int, list[JsonObject]], raw: dict[int, str]
+                     ) -> CaptureFiles:
         """``capture-<n>.json`` and ``.txt``; returns their paths (None when not writable)."""
         json_path = self.stacks_dir / f"capture-{self.count}.json"
         text_path = self.stacks_dir / f"capture-{self.count}.txt"
@@ -261,8 +276,8 @@ class StackCapture(HubObserver):
             text_path.write_text(text)
         except OSError as error:
             self.hub.add_event(EventKind.WARNING, None, f"cannot write the stack capture to {self.stacks_dir}: {error}")
-            return {"path": None, "text_path": None}
-        return {"path": str(json_path), "text_path": str(text_path)}
+            return CaptureFiles(path=None, text_path=None)
+        return CaptureFiles(path=str(json_path), text_path=str(text_path))
 
 
 def _on(host: str | None) -> str:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+
+from runner.runstate.messages import JsonObject
 
 THREAD_HEADER = re.compile(
     r"^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-fA-F]+)(?: \[(?P<name>[^\]]*)\])?"
@@ -43,7 +44,7 @@ class Frame:
     line: int | None
     function: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"file": self.file, "line": self.line, "function": self.function}
 
     def short(self) -> str:
@@ -61,7 +62,7 @@ class ThreadStack:
     frames: list[Frame] = field(default_factory=list)
     """Oldest call first (faulthandler prints the most recent first; we reverse)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"ident": self.ident, "current": self.current, "name": self.name,
                 "frames": [f.to_json() for f in self.frames]}
 

@@ -33,9 +33,9 @@ import linecache
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from runner.diagnosis.stack_dumps import Frame
+from runner.runstate.messages import JsonObject
 
 COLLECTIVE, INIT, WORK_WAIT, BACKWARD, CUDA_SYNC, SPAWN_WAIT, DATA_LOADER, USER = (
     "collective", "init", "work_wait", "backward", "cuda_sync", "spawn_wait", "data_loader", "user")
@@ -133,7 +133,7 @@ class Place:
         """``waits in barrier``, ``is in the data loader``, ``is in its own code``."""
         return WHAT[self.kind].format(op=self.op or "?")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"kind": self.kind, "op": self.op, "what": self.what,
                 "frame": None if self.frame is None else {**self.frame.to_json(), "code": self.code},
                 "chain": list(self.chain),
@@ -209,7 +209,7 @@ def _container(outer: list[Frame]) -> str | None:
     return None
 
 
-def frame_text(frame: dict[str, Any] | Frame | None, full: bool = True) -> str:
+def frame_text(frame: JsonObject | Frame | None, full: bool = True) -> str:
     """``/abs/train.py:36 in main`` (``train.py:36 in main`` when not ``full``)."""
     if frame is None:
         return "?"

@@ -9,7 +9,7 @@ registers faulthandler on ``STACK_SIGNAL``, ``rankwatch._stacks``;
 out. Where each rank is comes from ``stack_places``; who holds up whom from
 ``hang_verdict``.
 
-The analysis (``analyse``) is a JSON object; this exact shape is what the
+The analysis (``analyse``) is a ``StackAnalysis``; its JSON (``to_json``) is what the
 ``stacks`` event carries, what ``run_dir/stacks/capture-N.json`` holds and what
 the CLI and the GUI render::
 
@@ -43,37 +43,117 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass, field
 
-from runner.diagnosis.hang_verdict import judge
+from runner.diagnosis.hang_verdict import HangVerdict, judge
+from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.stack_dumps import Frame
 from runner.diagnosis.stack_places import Place, place_of, plural, source_line
 from runner.format import ranks_text
+from runner.runstate.messages import JsonObject
 
 CULPRIT, WAITING, PROGRESSING, STUCK = "culprit", "waiting", "progressing", "stuck"
 
+StackCaptureJson = JsonObject
+"""A capture as its ``stacks`` event or ``capture-N.json`` holds it (``StackAnalysis.to_json``), possibly
+stored by an earlier version: read leniently, with ``.get``."""
 
-def _role(rank: int, verdict: dict[str, Any]) -> str:
-    if rank in (verdict.get("culprits") or ()):
+
+@dataclass(frozen=True)
+class MissingStack:
+    """A rank asked for its stack that gave none, and why (``missing``)."""
+
+    rank: int
+    why: str
+
+    def to_json(self) -> JsonObject:
+        return {"rank": self.rank, "why": self.why}
+
+
+@dataclass(frozen=True)
+class StackGroup:
+    """Ranks with the same main-thread stack and the same role (``groups``)."""
+
+    ranks: list[int]
+    role: str
+    """``CULPRIT``, ``WAITING``, ``PROGRESSING`` or ``STUCK``."""
+    what: str
+    mark: int | None
+    """The index in ``frames`` of the deepest frame of the user's own code."""
+    frames: list[JsonObject]
+    """``Frame.to_json`` with its source line (``code``), oldest call first."""
+
+    def to_json(self) -> JsonObject:
+        return {"ranks": self.ranks, "role": self.role, "what": self.what, "mark": self.mark, "frames": self.frames}
+
+
+@dataclass(frozen=True)
+class CaptureFiles:
+    """Where ``StackCapture`` wrote a capture; None: it could not."""
+
+    path: str | None
+    """``capture-N.json``."""
+    text_path: str | None
+    """``capture-N.txt``."""
+
+
+@dataclass
+class StackAnalysis:
+    """``analyse``'s answer (module docstring); ``hosts`` and ``files`` are added by ``StackCapture``."""
+
+    reason: str
+    t: float
+    ranks: list[int]
+    missing: list[MissingStack]
+    progress: dict[int, RankProgress]
+    places: dict[int, Place]
+    verdict: HangVerdict
+    groups: list[StackGroup]
+    identical: bool
+    hosts: dict[str, str] | None = None
+    """rank (as text) -> its host, for ranks on other nodes."""
+    files: CaptureFiles | None = field(default=None)
+
+    def to_json(self) -> StackCaptureJson:
+        data: JsonObject = {
+            "reason": self.reason,
+            "t": self.t,
+            "ranks": self.ranks,
+            "missing": [item.to_json() for item in self.missing],
+            "progress": [{"rank": rank, **self.progress[rank].to_json()} for rank in sorted(self.progress)],
+            "places": [{"rank": rank, **self.places[rank].to_json()} for rank in sorted(self.places)],
+            "verdict": self.verdict.to_json(),
+            "groups": [group.to_json() for group in self.groups],
+            "identical": self.identical,
+        }
+        if self.hosts is not None:
+            data["hosts"] = self.hosts
+        if self.files is not None:
+            data["path"] = self.files.path
+            data["text_path"] = self.files.text_path
+        return data
+
+
+def _role(rank: int, verdict: HangVerdict) -> str:
+    if rank in verdict.culprits:
         return CULPRIT
-    if rank in (verdict.get("progressing") or ()):
+    if rank in verdict.progressing:
         return PROGRESSING
-    if rank in (verdict.get("waiting") or ()):
+    if rank in verdict.waiting:
         return WAITING
     return STUCK
 
 
-def analyse(stacks: dict[int, list[Frame]], reason: str, t: float, missing: Iterable[dict[str, Any]] = (),
-            progress: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+def analyse(stacks: dict[int, list[Frame]], reason: str, t: float, missing: Iterable[MissingStack] = (),
+            progress: dict[int, RankProgress] | None = None) -> StackAnalysis:
     """Where each rank is, who holds up whom, and the ranks grouped by identical stacks.
 
     ``stacks``: rank -> main-thread frames (oldest first, launcher frames removed);
-    ``progress``: rank -> {step, idle_seconds, stalled, progressing} as the runner saw it.
-    Returns the JSON object described in the module docstring.
+    ``progress``: rank -> how it moves, as the runner saw it.
     """
     missing = list(missing)
     places: dict[int, Place] = {rank: place_of(frames) for rank, frames in stacks.items()}
-    verdict = judge(places, progress, [int(m["rank"]) for m in missing if isinstance(m.get("rank"), int)])
+    verdict = judge(places, progress, [item.rank for item in missing])
     by_stack: dict[tuple[tuple[Frame, ...], str], list[int]] = {}
     for rank in sorted(stacks):
         by_stack.setdefault((tuple(stacks[rank]), _role(rank, verdict)), []).append(rank)
@@ -85,23 +165,15 @@ def analyse(stacks: dict[int, list[Frame]], reason: str, t: float, missing: Iter
         mark = None
         if place.frame is not None:
             mark = max(index for index, frame in enumerate(frames) if frame == place.frame)
-        groups.append({"ranks": ranks, "role": role, "what": place.what, "mark": mark,
-                       "frames": [{**frame.to_json(), "code": source_line(frame.file, frame.line)}
-                                  for frame in frames]})
-    return {
-        "reason": reason,
-        "t": t,
-        "ranks": sorted(stacks),
-        "missing": missing,
-        "progress": [{"rank": rank, **(progress or {})[rank]} for rank in sorted(progress or {})],
-        "places": [{"rank": rank, **places[rank].to_json()} for rank in sorted(places)],
-        "verdict": verdict,
-        "groups": groups,
-        "identical": len({frames for frames, _role in by_stack}) == 1,
-    }
+        groups.append(StackGroup(ranks=ranks, role=role, what=place.what, mark=mark,
+                                 frames=[{**frame.to_json(), "code": source_line(frame.file, frame.line)}
+                                         for frame in frames]))
+    return StackAnalysis(reason=reason, t=t, ranks=sorted(stacks), missing=missing, progress=dict(progress or {}),
+                         places=places, verdict=verdict, groups=groups,
+                         identical=len({frames for frames, _role in by_stack}) == 1)
 
 
-def ensure_verdict(capture: dict[str, Any]) -> dict[str, Any]:
+def ensure_verdict(capture: StackCaptureJson) -> StackCaptureJson:
     """A capture with a ``verdict``: one stored by an earlier version is re-analysed from its frames."""
     if isinstance(capture.get("verdict"), dict) or not isinstance(capture.get("groups"), list):
         return capture
@@ -116,11 +188,13 @@ def ensure_verdict(capture: dict[str, Any]) -> dict[str, Any]:
                 stacks[rank] = frames
     if not stacks:
         return capture
-    redone = analyse(stacks, str(capture.get("reason") or ""), capture.get("t") or 0.0, capture.get("missing") or [])
-    return {**capture, **redone, "t": capture.get("t")}
+    stored_missing = capture.get("missing") or []
+    missing = [MissingStack(item["rank"], item.get("why")) for item in stored_missing if isinstance(item.get("rank"), int)]
+    redone = analyse(stacks, str(capture.get("reason") or ""), capture.get("t") or 0.0, missing)
+    return {**capture, **redone.to_json(), "missing": stored_missing, "t": capture.get("t")}
 
 
-def describe(result: dict[str, Any]) -> str:
+def describe(result: StackCaptureJson) -> str:
     """One line for an event message or a summary: the verdict."""
     verdict = ensure_verdict(result).get("verdict") or {}
     message = verdict.get("message") or "no rank's stack could be read"
@@ -130,7 +204,7 @@ def describe(result: dict[str, Any]) -> str:
     return message
 
 
-def _short(frame: dict[str, Any]) -> str:
+def _short(frame: JsonObject) -> str:
     line = frame.get("line")
     return f"{os.path.basename(frame.get('file') or '?')}:{line if line is not None else '?'} in {frame.get('function')}"
 
@@ -140,7 +214,7 @@ COLUMN_MIN = 34
 TITLES = {CULPRIT: "  <- culprit", PROGRESSING: "  (progressing)"}
 
 
-def group_title(group: dict[str, Any]) -> str:
+def group_title(group: JsonObject) -> str:
     """``rank 1  <- culprit``, ``rank 0  (waits in barrier)``, ``ranks 2, 3  (progressing)``."""
     role = group.get("role")
     title = ranks_text(group["ranks"])
@@ -152,7 +226,7 @@ def group_title(group: dict[str, Any]) -> str:
     return f"{title}  ({what})" if what else title
 
 
-def format_stacks(result: dict[str, Any], width: int = 120) -> str:
+def format_stacks(result: StackCaptureJson, width: int = 120) -> str:
     """The side-by-side view: one column per group of identical stacks, oldest call at the top.
 
     A culprit's deepest frame of its own code is marked ``<<``; the verdict and its

@@ -48,10 +48,10 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from rankwatch.protocol import EventKind
 from runner.diagnosis.findings import Findings, StallFinding
+from runner.diagnosis.progress import RankProgress
 from runner.state import RankState, RunStatus
 
 AUTO_FLOOR_SECONDS = 30.0
@@ -139,8 +139,8 @@ class StallMonitor:
         blind = sum(max(0.0, min(end, now) - max(start, since)) for start, end in self._blind)
         return max(0.0, now - since - blind)
 
-    def progress_of(self, row, now: float) -> dict[str, Any]:
-        """{step, idle_seconds, stalled, progressing} for a stack capture (``progressing`` None: no step yet)."""
+    def progress_of(self, row, now: float) -> RankProgress:
+        """How ``row`` moves, for a stack capture (``progressing`` None: no step yet)."""
         stalled = row.rank in self._stalled or row.state == RankState.STALLED.value
         idle = self.idle_seconds(row, now)
         progressing: bool | None
@@ -153,8 +153,8 @@ class StallMonitor:
             threshold, _source = stall_threshold(self.stall_timeout, row.recent_step_times, True)
             window = max(PROGRESS_WINDOW_SECONDS, PROGRESS_STEP_FACTOR * median)
             progressing = idle < min(PROGRESS_THRESHOLD_FRACTION * threshold, window)
-        return {"step": row.step, "idle_seconds": None if idle is None else round(idle, 1), "stalled": stalled,
-                "progressing": progressing}
+        return RankProgress(step=row.step, idle_seconds=None if idle is None else round(idle, 1), stalled=stalled,
+                            progressing=progressing)
 
     def _note_gap(self, now: float) -> bool:
         """Record a blind interval when the runner's clocks jumped since the last tick; True while re-arming."""

@@ -75,12 +75,13 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from enum import Enum
+from typing import NamedTuple
 
 from rankwatch import protocol
 from rankwatch.protocol import EventKind
-from runner.diagnosis.findings import Findings
-from runner.diagnosis.step_windows import MeasuredStep, RankSteps, StepWindows
+from runner.diagnosis.findings import Findings, StragglerRecord
+from runner.diagnosis.step_windows import MeasuredStep, RankSteps, StepWindows, TimedStep
 from runner.state import RankState
 
 WINDOW = 6
@@ -120,12 +121,43 @@ class StepSummary(NamedTuple):
     compute_deviations: tuple[float, ...] = ()
 
 
-def straggler_verdict(mine: StepSummary | tuple, others: list[StepSummary] | list[tuple]) -> dict[str, Any] | None:
-    """Whether the rank summarised by ``mine`` holds the ``others`` up, beyond the noise (module docstring).
+class StragglerCause(str, Enum):
+    """Why a straggler holds the others up: it waits for its data, or it computes longer."""
 
-    Returns {cause, phase, excess, margin, others_step_time, others_data_wait,
-    others_compute_time} when its excess reaches the margin in a cause, else None.
-    """
+    DATA = "data"
+    COMPUTE = "compute"
+
+
+@dataclass(frozen=True)
+class _Baseline:
+    """The other ranks' medians one rank is compared with, and the margin its excess must reach per cause."""
+
+    data_margin: float | None
+    """None exactly when the data waits are not comparable."""
+    compute_margin: float
+    others_step_time: float
+    others_data_wait: float | None
+    others_compute_time: float | None
+
+
+@dataclass(frozen=True)
+class StragglerVerdict:
+    """A rank whose excess over the others reaches the margin in ``cause`` (``straggler_verdict``)."""
+
+    cause: StragglerCause
+    phase: str | None
+    """``data``, or the compute phase it exceeds the others in most (None without phases)."""
+    excess: float
+    """Seconds per step more than the others' median."""
+    margin: float
+    others_step_time: float
+    others_data_wait: float | None
+    others_compute_time: float | None
+
+
+def straggler_verdict(mine: StepSummary | tuple, others: list[StepSummary] | list[tuple]) -> StragglerVerdict | None:
+    """Whether the rank summarised by ``mine`` holds the ``others`` up, beyond the noise (module docstring):
+    its verdict when its excess reaches the margin in a cause, else None."""
     if not others:
         return None
     return Cohort([StepSummary(*mine), *(StepSummary(*other) for other in others)]).verdict(0)
@@ -164,18 +196,18 @@ class Cohort:
             values = [value for summary in summaries for value in getattr(summary, field)]
             self.pooled[field] = (statistics.median(values) if values else None, len(values))
 
-    def verdict(self, index: int) -> dict[str, Any] | None:
+    def verdict(self, index: int) -> StragglerVerdict | None:
         """``straggler_verdict`` of rank ``index`` against all the others."""
         if len(self.summaries) < 2:
             return None
         me = self.summaries[index]
-        excess, base = self._excesses(me)
-        margins = base.pop("margins")
-        if excess["data"] is not None and excess["data"] >= margins["data"]:
-            return {"cause": "data", "phase": "data", "excess": excess["data"], "margin": margins["data"], **base}
-        if excess["compute"] is not None and excess["compute"] >= margins["compute"]:
-            return {"cause": "compute", "phase": self.slowest_phase(me), "excess": excess["compute"],
-                    "margin": margins["compute"], **base}
+        (data, compute), base = self._excesses(me)
+        others = (base.others_step_time, base.others_data_wait, base.others_compute_time)
+        if data is not None and base.data_margin is not None and data >= base.data_margin:
+            return StragglerVerdict(StragglerCause.DATA, "data", data, base.data_margin, *others)
+        if compute is not None and compute >= base.compute_margin:
+            return StragglerVerdict(StragglerCause.COMPUTE, self.slowest_phase(me), compute, base.compute_margin,
+                                    *others)
         return None
 
     def slowest_phase(self, me: StepSummary) -> str | None:
@@ -196,11 +228,11 @@ class Cohort:
     def below_half_margin(self, index: int) -> bool:
         if len(self.summaries) < 2:
             return True
-        excess, base = self._excesses(self.summaries[index])
-        margins = base["margins"]
-        return all(value is None or value < margins[cause] / 2 for cause, value in excess.items())
+        (data, compute), base = self._excesses(self.summaries[index])
+        return ((data is None or (base.data_margin is not None and data < base.data_margin / 2))
+                and (compute is None or compute < base.compute_margin / 2))
 
-    def _excesses(self, me: StepSummary) -> tuple[dict[str, float | None], dict[str, Any]]:
+    def _excesses(self, me: StepSummary) -> tuple[tuple[float | None, float | None], _Baseline]:
         """Per cause, how much longer ``me`` takes than the others' median (None: not comparable), and the margins."""
         others_step = _median_without(self.step_times, me.step_time)
         assert others_step is not None  # two ranks at least: the others have step times
@@ -219,9 +251,9 @@ class Cohort:
             compute_margin = _base_margin(others_step) + self._noise(me, "step_deviations")
         else:
             compute, compute_margin = None, _base_margin(others_step)  # measured on some ranks only: not comparable
-        return ({"data": data, "compute": compute},
-                {"margins": {"data": data_margin, "compute": compute_margin}, "others_step_time": others_step,
-                 "others_data_wait": others_wait, "others_compute_time": others_compute})
+        return (data, compute), _Baseline(data_margin=data_margin, compute_margin=compute_margin,
+                                          others_step_time=others_step, others_data_wait=others_wait,
+                                          others_compute_time=others_compute)
 
     def _noise(self, me: StepSummary, field: str) -> float:
         """``NOISE_Z`` standard errors of (its median - the others' median), from the ranks' own spread."""
@@ -263,7 +295,7 @@ def _base_margin(others_median: float) -> float:
 class _Streak:
     """A candidate finding (or a named rank's recovery) that has to hold before it is said."""
 
-    cause: str | None
+    cause: StragglerCause | None
     since_step: int | None
     """The first step of the earlier window when both windows first showed it (where its evidence begins)."""
     held_from: float
@@ -277,7 +309,7 @@ class StragglerMonitor:
         self.hub = hub
         self.windows = windows
         self.findings = findings if findings is not None else Findings()
-        self.flagged: dict[int, dict[str, Any]] = {}
+        self.flagged: dict[int, StragglerRecord] = {}
         """rank -> its record, while it is named (the live bottleneck verdict reads it)."""
         self._candidates: dict[int, _Streak] = {}
         self._recoveries: dict[int, _Streak] = {}
@@ -314,21 +346,21 @@ class StragglerMonitor:
                 else:
                     self._judge_recovery(rank, recovered, span)
                 continue
-            if verdict is not None and verdict_then is not None and verdict_then["cause"] == verdict["cause"]:
+            if verdict is not None and verdict_then is not None and verdict_then.cause == verdict.cause:
                 self._candidates.pop(rank, None)
                 self._flag(rank, mine, verdict, window_span(steps, *earlier_ends)[0] if earlier_ends else span[0])
             else:
                 self._judge_candidate(rank, mine, verdict, span)
 
-    def _judge_candidate(self, rank: int, mine: StepSummary, verdict: dict[str, Any] | None,
+    def _judge_candidate(self, rank: int, mine: StepSummary, verdict: StragglerVerdict | None,
                          span: tuple[int | None, float]) -> None:
         """``verdict``: both windows show it, in that cause; ``span``: ``window_span``."""
         if verdict is None:
             self._candidates.pop(rank, None)
             return
         streak = self._candidates.get(rank)
-        if streak is None or streak.cause != verdict["cause"]:
-            streak = self._candidates[rank] = _Streak(verdict["cause"], *span)
+        if streak is None or streak.cause != verdict.cause:
+            streak = self._candidates[rank] = _Streak(verdict.cause, *span)
         if span[1] - streak.held_from >= HOLD_SECONDS - 1e-9:
             del self._candidates[rank]
             self._flag(rank, mine, verdict, streak.since_step)
@@ -344,12 +376,12 @@ class StragglerMonitor:
             del self._recoveries[rank]
             self._clear(rank, streak.since_step)
 
-    def _flag(self, rank: int, mine: StepSummary, verdict: dict[str, Any], since_step: int | None) -> None:
+    def _flag(self, rank: int, mine: StepSummary, verdict: StragglerVerdict, since_step: int | None) -> None:
         step_time, data_wait, compute = mine.step_time, mine.data_wait, mine.compute_time
-        others_step, others_wait = verdict["others_step_time"], verdict["others_data_wait"]
-        others_compute = verdict["others_compute_time"]
-        phase = verdict.get("phase")
-        if verdict["cause"] == "data":
+        others_step, others_wait = verdict.others_step_time, verdict.others_data_wait
+        others_compute = verdict.others_compute_time
+        phase = verdict.phase
+        if verdict.cause == StragglerCause.DATA:
             message = (f"rank {rank} is a straggler: it waits for data ({_ms(data_wait)} of its {_ms(step_time)} "
                        f"step in the data loader; the other ranks wait {_ms(others_wait)})")
         elif compute is not None and others_compute is not None:
@@ -363,11 +395,11 @@ class StragglerMonitor:
             message = (f"rank {rank} is a straggler: it computes longer (step {_ms(step_time)} vs {_ms(others_step)} "
                        f"on the other ranks; data wait {_ms(data_wait)})")
         steps = self.windows.ranks[rank]
-        record = {"rank": rank, "cause": verdict["cause"], "phase": phase, "step": steps.last_step,
+        record: StragglerRecord = {"rank": rank, "cause": verdict.cause.value, "phase": phase, "step": steps.last_step,
                   "since_step": since_step, "step_time": round(step_time, 6), "data_wait": _rounded(data_wait),
                   "compute_time": _rounded(compute), "others_step_time": round(others_step, 6),
                   "others_data_wait": _rounded(others_wait), "others_compute_time": _rounded(others_compute),
-                  "excess": round(verdict["excess"], 6), "margin": round(verdict["margin"], 6),
+                  "excess": round(verdict.excess, 6), "margin": round(verdict.margin, 6),
                   "window": WINDOW}
         self.flagged[rank] = record
         finding = self.findings.stragglers.get(rank)
@@ -418,7 +450,7 @@ def _window(items: list, end: int | None, earlier: bool) -> list:
 
 
 def _judged_pairs(live: dict[int, RankSteps], measured_end: int | None, steps_end: int
-                  ) -> dict[int, tuple[StepSummary, dict[str, Any] | None, bool]]:
+                  ) -> dict[int, tuple[StepSummary, StragglerVerdict | None, bool]]:
     """Per rank whose two windows (ending at these steps) are both there: its later window, the verdict
     both windows give (None unless both show it, in the same cause) and whether both look recovered."""
     later = {rank: summarise(steps, measured_end, steps_end) for rank, steps in live.items()}
@@ -436,7 +468,7 @@ def _judged_pairs(live: dict[int, RankSteps], measured_end: int | None, steps_en
         verdict = now.verdict(now_index[rank])
         verdict_before = before.verdict(before_index[rank])
         both = (verdict if verdict is not None and verdict_before is not None
-                and verdict_before["cause"] == verdict["cause"] else None)
+                and verdict_before.cause == verdict.cause else None)
         judged[rank] = (mine, both, now.below_half_margin(now_index[rank])
                         and before.below_half_margin(before_index[rank]))
     return judged
@@ -468,7 +500,7 @@ def _before(items: list, end: int | None) -> int | None:
 
 def window_span(steps: RankSteps, measured_end: int | None, steps_end: int) -> tuple[int | None, float]:
     """The first step of the rank's earlier window, and its step times added up to the end of the later one."""
-    history: list[Any] = list(steps.history) if steps.history else list(steps.step_history)
+    history: list[MeasuredStep] | list[TimedStep] = list(steps.history) if steps.history else list(steps.step_history)
     end = measured_end if steps.history else steps_end
     later = _window(history, end, False)
     earlier = _window(history, end, True) or later

@@ -12,12 +12,20 @@ stored summary (Slurm's record, a lost runner's) travel untouched in ``extra``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from rankwatch.protocol import as_int
 from runner.diagnosis.hints import Hint
 from runner.rank_failure import RankFailure
+from runner.runstate.messages import JsonObject
 from runner.state import Outcome
+
+FinishedRankJson = JsonObject
+"""A rank of a failed run whose script ran to its end: ``{rank, before}`` (seconds before the failure);
+kept as stored, whatever version wrote it."""
+RankLossesJson = JsonObject
+"""``{rank, dropped, rejected, not_received}`` for a rank that lost records (``Hub.losses``), as stored."""
+DiagnosticsJson = JsonObject
+"""What the monitors found (``Findings.to_json``), as stored: readers take it with ``.get``."""
 
 FIELDS = ("outcome", "headline", "exit_code", "first_failure", "other_failures", "hints", "finished", "diagnostics",
           "stopped_by", "losses", "store_incomplete")
@@ -43,18 +51,19 @@ class RunSummary:
     first_failure: RankFailure | None = None
     other_failures: tuple[RankFailure, ...] = ()
     hints: tuple[Hint, ...] = ()
-    finished: tuple[dict[str, Any], ...] = ()
+    finished: tuple[FinishedRankJson, ...] = ()
     """Ranks of a failed run whose script ran to its end: ``{rank, before}`` (seconds before the failure)."""
-    diagnostics: dict[str, Any] | None = None
+    diagnostics: DiagnosticsJson | None = None
     """What the monitors found (``Findings.to_json``)."""
     stopped_by: str | None = None
-    losses: tuple[dict[str, Any], ...] = ()
+    losses: tuple[RankLossesJson, ...] = ()
     """``{rank, dropped, rejected, not_received}`` per rank that lost records (``Hub.losses``)."""
     store_incomplete: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    extra: JsonObject = field(default_factory=dict, compare=False)
+    """Keys other producers add to the stored summary (Slurm's record, a lost runner's), untouched."""
 
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"outcome": self.outcome.value, "headline": self.headline, "exit_code": self.exit_code}
+    def to_wire(self) -> JsonObject:
+        wire: JsonObject = {"outcome": self.outcome.value, "headline": self.headline, "exit_code": self.exit_code}
         if self.outcome == Outcome.FAILED or self.first_failure is not None or self.other_failures:
             wire["first_failure"] = self.first_failure.to_wire() if self.first_failure is not None else None
             wire["other_failures"] = [failure.to_wire() for failure in self.other_failures]
@@ -69,7 +78,7 @@ class RunSummary:
         return wire
 
     @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> RunSummary:
+    def from_wire(cls, data: JsonObject) -> RunSummary:
         """Lenient, as every stored summary is read: an unknown outcome is ``failed`` only when a
         failure is named, else ``stopped``; what is missing or malformed is left out."""
         try:

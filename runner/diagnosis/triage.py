@@ -36,22 +36,24 @@ import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TypedDict
 
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
+from runner.diagnosis.hang_verdict import VerdictKind
 from runner.diagnosis.hints import (
     Evidence,
     GpuMemory,
     Hint,
     HintKey,
+    RunPortHolder,
     find_hints,
     launcher_hint,
     no_rank_reported,
     no_step_measured,
 )
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
-from runner.diagnosis.summary import RunSummary, StopRequest
+from runner.diagnosis.summary import DiagnosticsJson, RunSummary, StopRequest
 from runner.diagnosis.torchrun_report import TorchrunReport
 from runner.exit_status import (
     STOPPING_SIGNALS,
@@ -63,6 +65,7 @@ from runner.exit_status import (
 from runner.format import ranks_text
 from runner.launch.ports import port_holder
 from runner.rank_failure import RankFailure
+from runner.runstate.messages import JsonObject
 from runner.state import Outcome
 
 TAIL_LINES = 200
@@ -108,12 +111,26 @@ def listening_process(port: int) -> str | None:
     return holder.describe() if holder.pid is not None else None
 
 
+class FirstException(TypedDict, total=False):
+    """A rank's first fatal exception, as its bootstrap reported it (``TriageEvidence``)."""
+
+    t: float | None
+    exc_type: str | None
+    message: str | None
+    traceback: str | None
+
+
+StoreLosses = JsonObject
+"""``Hub.losses``: ``{"losses": [{rank, dropped, rejected, not_received}], "store_incomplete": reason}``,
+only the keys that apply."""
+
+
 @dataclass
 class TriageInput:
     """What the runner collected during the run, per rank."""
 
-    exceptions: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """rank -> first exception {t, exc_type, message, traceback}"""
+    exceptions: dict[int, FirstException] = field(default_factory=dict)
+    """rank -> its first fatal exception"""
     exits: dict[int, tuple[int | None, float]] = field(default_factory=dict)
     """rank -> (code, t) from the bootstrap's exit message"""
     lost: dict[int, float] = field(default_factory=dict)
@@ -147,8 +164,8 @@ class TriageInput:
     kernel_log_reader: Callable[[], list[str] | None] = read_kernel_log
     port_holder_lookup: Callable[[int], str | None] | None = listening_process
     """port -> who holds it now ("pid 12 (python x.py)"), for the address-in-use hint."""
-    port_holders: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """port -> {pid, command, rank (of this run, or None)}: its holder while the run went on, looked up
+    port_holders: dict[int, RunPortHolder] = field(default_factory=dict)
+    """port -> its holder while the run went on, looked up
     when a rank failed with EADDRINUSE (``runner.diagnosis.launcher``); after the run it is gone."""
     script_args: list[str] = field(default_factory=list)
     """The script's arguments: torchrun passes the same ones to every rank."""
@@ -322,14 +339,14 @@ def note_stalls_that_finished(data: TriageInput) -> None:
             stall.finished_after = round(ended - stall.since, 2)
 
 
-def triage(data: TriageInput, exit_code: int, stopped: bool) -> dict[str, Any]:
+def triage(data: TriageInput, exit_code: int, stopped: bool) -> JsonObject:
     """The summary stored with the run and printed at the end of ``rankwatch run``, as JSON
     (:func:`conclude`'s ``RunSummary.to_wire``)."""
     return conclude(data, exit_code, stopped).to_wire()
 
 
 def conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopRequest | None = None,
-             losses: dict[str, Any] | None = None) -> RunSummary:
+             losses: StoreLosses | None = None) -> RunSummary:
     """The run's summary, whole: nothing edits it afterwards.
 
     ``stopped``: the ranks were stopped (on request, or by Slurm from outside); ``stop``: who asked
@@ -352,12 +369,12 @@ def _conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopReques
         hang = hang_headline(data.findings)
         launcher = [hint for hint in (launcher_hint(list(data.findings.launcher.values()), key)
                                       for key in data.findings.launcher) if hint is not None]
-        warnings = [hint for hint in launcher if data.findings.launcher[hint.key].get("level") != "info"]
+        warnings = [hint for hint in launcher if data.findings.launcher[hint.key].level != "info"]
         if stopped and hang:
             headline = f"stopped on request; {hang}"
             diagnostics = without_stragglers(diagnostics)
         elif stopped and warnings:
-            headline = f"stopped on request; {data.findings.launcher[warnings[0].key].get('title')}"
+            headline = f"stopped on request; {data.findings.launcher[warnings[0].key].title}"
         elif stopped and stop is not None:  # no finding to lead with: say who and how
             headline = f"stopped on request ({stop.who}): the job was {stop.how}"
         elif not stopped and not data.seen:  # "all ranks finished" would claim ranks that never were
@@ -425,7 +442,7 @@ def finished_ranks(data: TriageInput, failures: list[RankFailure]) -> dict[int, 
     return {rank: ended for rank, (code, ended) in data.exits.items() if code == 0 and rank not in failed}
 
 
-def without_stragglers(diagnostics: dict[str, Any] | None) -> dict[str, Any] | None:
+def without_stragglers(diagnostics: DiagnosticsJson | None) -> DiagnosticsJson | None:
     """The diagnostics of a failed or hung run: a straggler found while the job still trained does not
     explain its end, so neither its line nor a straggler verdict is repeated there (the events keep them),
     and neither is a bottleneck that could not be determined (a run that failed after a few steps)."""
@@ -447,7 +464,7 @@ def hang_headline(findings: Findings) -> str | None:
     steps = sorted({s.step for s in open_stalls if s.step is not None})
     at = f" at step {steps[0]}" if len(steps) == 1 else ""
     text = f"{who} stalled{at} (no progress for at least {min(s.seconds for s in open_stalls):.0f} s)"
-    verdict = (findings.stacks or {}).get("verdict")
-    if isinstance(verdict, dict) and verdict.get("message") and verdict.get("kind") != "progressing":
-        text += f"; stacks: {verdict['message']}"
+    verdict = findings.stacks.verdict if findings.stacks is not None else None
+    if verdict is not None and verdict.message and verdict.kind != VerdictKind.PROGRESSING:
+        text += f"; stacks: {verdict.message}"
     return text

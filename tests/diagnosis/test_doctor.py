@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import socket
 
-from runner.diagnosis.doctor import cudnn_text, judge
+from runner.diagnosis.doctor import DoctorFacts, cudnn_text, judge
 from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
 from tests.jobs import rankwatch
 
@@ -66,7 +66,7 @@ def facts(**changes) -> dict:
 
 def test_the_judgements_on_a_gpu_machine():
     checks = {}
-    for check in judge(facts()):
+    for check in judge(DoctorFacts.from_json(facts())):
         checks.setdefault(check.key, []).append(check.to_json())
     assert checks["driver"][0]["status"] == "ok" and "550.54" in checks["driver"][0]["message"]
     assert checks["environment"][0]["message"] == "conda environment /c"
@@ -82,7 +82,7 @@ def test_the_judgements_on_a_gpu_machine():
 
 
 def test_picked_gpus_that_do_not_exist_fail():
-    result = judge(facts(cuda_visible_devices={"environment": None, "picked": [0, 5], "rankwatch_sets": "0,5"}))
+    result = judge(DoctorFacts.from_json(facts(cuda_visible_devices={"environment": None, "picked": [0, 5], "rankwatch_sets": "0,5"})))
     assert DoctorCheck("picked_gpus", CheckStatus.FAIL, "picked GPU(s) 5 do not exist (this machine has 2)") in result
 
 

@@ -16,6 +16,7 @@ from rankwatch.protocol import FlightRecord
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.flight_recorder import analyse, read_dump_file
 from runner.diagnosis.flight_records import FlightRecorderMonitor
+from runner.diagnosis.progress import RankProgress
 from tests.diagnosis.fakes import FakeHub
 
 
@@ -40,11 +41,11 @@ def test_a_rank_that_never_entered_the_collective_the_others_wait_in_is_named_wi
     waiting = from_trace(trace([entry(seq) for seq in range(1, 32)], completed=30))
     stuck = from_trace(trace([entry(seq) for seq in range(1, 31)], completed=30))
     result = analyse({0: waiting, 1: waiting, 2: stuck, 3: waiting})
-    assert result["culprits"] == [2] and result["seq"] == 31
-    assert result["message"] == ("rank 2 never entered collective #31 (gloo:all_reduce) that ranks 0, 1, 3 are "
+    assert result.culprits == [2] and result.seq == 31
+    assert result.message == ("rank 2 never entered collective #31 (gloo:all_reduce) that ranks 0, 1, 3 are "
                                  "waiting in; its last was #30 gloo:all_reduce")
-    assert "rank 0 [default group]: last entered #31 gloo:all_reduce (waiting), last completed #30" in result["lines"]
-    assert "rank 2 [default group]: last entered #30 gloo:all_reduce, last completed #30" in result["lines"]
+    assert "rank 0 [default group]: last entered #31 gloo:all_reduce (waiting), last completed #30" in result.lines
+    assert "rank 2 [default group]: last entered #30 gloo:all_reduce, last completed #30" in result.lines
 
 
 def test_a_rank_that_skipped_an_all_reduce_and_waits_in_the_next_collective_is_the_odd_one():
@@ -53,8 +54,8 @@ def test_a_rank_that_skipped_an_all_reduce_and_waits_in_the_next_collective_is_t
     rank_2 = from_trace(trace([entry(seq) for seq in range(1, 6)] + [entry(6, "gloo:barrier", (), False)],
                               completed=5))
     result = analyse({0: others, 1: others, 2: rank_2, 3: others})
-    assert result["culprits"] == [2] and result["seq"] == 6
-    assert result["message"].startswith(
+    assert result.culprits == [2] and result.seq == 6
+    assert result.message.startswith(
         "rank 2 called a different collective #6 than ranks 0, 1, 3 (gloo:all_reduce sizes [[4]]; "
         "rank 2: gloo:barrier no tensors)")
 
@@ -62,16 +63,16 @@ def test_a_rank_that_skipped_an_all_reduce_and_waits_in_the_next_collective_is_t
 def test_ranks_all_waiting_in_the_same_collective_name_nobody():
     same = from_trace(trace([entry(seq) for seq in range(1, 8)], completed=6))
     result = analyse({0: same, 1: same})
-    assert result["culprits"] == [] and "every rank is in collective #7 (gloo:all_reduce)" in result["message"]
+    assert result.culprits == [] and "every rank is in collective #7 (gloo:all_reduce)" in result.message
     done = from_trace(trace([entry(seq) for seq in range(1, 8)], completed=7))
-    assert analyse({0: done, 1: done})["message"].startswith("the ranks' collectives are in step")
+    assert analyse({0: done, 1: done}).message.startswith("the ranks' collectives are in step")
 
 
 def test_a_rank_without_a_recorder_is_listed_with_why():
     same = from_trace(trace([entry(1)], completed=1))
     result = analyse({0: same, 1: {"error": "this torch has no Flight Recorder"}})
-    assert result["errors"] == {1: "this torch has no Flight Recorder"}
-    assert "rank 1: no Flight Recorder (this torch has no Flight Recorder)" in result["lines"]
+    assert result.errors == {1: "this torch has no Flight Recorder"}
+    assert "rank 1: no Flight Recorder (this torch has no Flight Recorder)" in result.lines
 
 
 def test_nccls_dump_on_timeout_file_is_read_as_the_same_record(tmp_path):
@@ -106,13 +107,13 @@ def skewed_snapshot() -> dict[int, dict]:
 def test_the_collectives_of_ranks_that_all_progress_are_not_compared():
     records = skewed_snapshot()
     result = analyse(records, stuck=set())
-    assert result["culprits"] == [] and result["seq"] is None
-    assert result["message"] == ("all 2 ranks are progressing: their records were read one after another while "
+    assert result.culprits == [] and result.seq is None
+    assert result.message == ("all 2 ranks are progressing: their records were read one after another while "
                                  "they trained, so their collectives are not compared")
-    assert "rank 0 [default group]: last entered #1599 gloo:all_reduce, last completed #1598" in result["lines"]
+    assert "rank 0 [default group]: last entered #1599 gloo:all_reduce, last completed #1598" in result.lines
     stuck = analyse(records, stuck={0})  # a rank that does not progress: compared, as without progress
-    assert stuck["culprits"] == [1] == analyse(records)["culprits"]
-    assert stuck["message"].startswith("rank 1 never entered collective #1599 (gloo:all_reduce) that rank 0 is")
+    assert stuck.culprits == [1] == analyse(records).culprits
+    assert stuck.message.startswith("rank 1 never entered collective #1599 (gloo:all_reduce) that rank 0 is")
 
 
 @pytest.mark.parametrize("progressing", [True, False])
@@ -124,8 +125,8 @@ def test_a_capture_of_a_progressing_job_names_no_rank_that_never_entered_a_colle
         hub.hello(rank, pid=1000 + rank)
     findings = Findings()
     monitor = FlightRecorderMonitor(hub, tmp_path, findings)
-    monitor.progress_of = lambda row, now: {"step": 800, "idle_seconds": 0.0, "stalled": not progressing,
-                                            "progressing": progressing}
+    monitor.progress_of = lambda row, now: RankProgress(step=800, idle_seconds=0.0, stalled=not progressing,
+                                                        progressing=progressing)
     for rank, record in skewed_snapshot().items():
         monitor.on_message(FlightRecord.from_wire({"type": "flight_record", "rank": rank, "record": record}))
     monitor.tick(0.0)  # every running rank answered
@@ -135,4 +136,4 @@ def test_a_capture_of_a_progressing_job_names_no_rank_that_never_entered_a_colle
         assert findings.flight_recorder is None  # a snapshot of a healthy job is not a finding of the run
     else:
         assert event["culprits"] == [1] and event["stuck"] == [0, 1]
-        assert findings.flight_recorder["message"].startswith("rank 1 never entered collective #1599")
+        assert findings.flight_recorder.message.startswith("rank 1 never entered collective #1599")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.diagnosis.hints import Evidence, GpuMemory, find_hints
+from runner.diagnosis.findings import LauncherFinding
+from runner.diagnosis.hints import Evidence, GpuMemory, RunPortHolder, find_hints
 from runner.diagnosis.triage import RankFailure, exception_line_from_tail
 
 DATA = Path(__file__).parent / "data"
@@ -184,7 +185,7 @@ DUPLICATE_ARGS = ["--rank", "0", "--world_size", "2", "--init_method", "tcp://12
 
 def test_duplicate_rank_arguments_name_both_ranks_and_the_holder_in_this_run():
     evidence = rank_evidence(text("python_duplicate_rank.txt"), rank=1, script_args=DUPLICATE_ARGS,
-                             port_holders={29544: {"pid": 18683, "command": "python", "rank": 0}}, world_size=2,
+                             port_holders={29544: RunPortHolder(pid=18683, command="python", rank=0)}, world_size=2,
                              port_holder=lambda port: None)
     [hint] = find_hints(evidence)
     assert hint.key == "duplicate_rank"
@@ -204,14 +205,14 @@ def test_duplicate_rank_arguments_find_the_holder_by_elimination_when_it_was_not
 
 def test_a_port_held_by_a_rank_of_this_run_is_not_blamed_on_a_leftover():
     evidence = rank_evidence(text("python_duplicate_rank.txt"), rank=1,
-                             port_holders={29544: {"pid": 18683, "command": "python", "rank": 0}})
+                             port_holders={29544: RunPortHolder(pid=18683, command="python", rank=0)})
     [hint] = find_hints(evidence)  # no --rank argument: the script hard-codes something; still, name the holder
     assert hint.key == "address_in_use" and hint.cause == "port 29544 is held by rank 0 of this very run (pid 18683)"
 
 
 def test_launcher_mismatches_seen_while_running_become_hints_first():
-    spawn = {"key": "self_spawn", "level": "warning", "ranks": [0], "cause": "rank 0 starts its own processes",
-             "advice": "run it directly"}
+    spawn = LauncherFinding(key="self_spawn", level="warning", ranks=[0], title="rank 0 starts its own processes",
+                            cause="rank 0 starts its own processes", advice="run it directly")
     evidence = rank_evidence(text("torchrun_gloo_timeout.txt"), launcher=[spawn])
     assert keys(evidence)[0] == "self_spawn"
 

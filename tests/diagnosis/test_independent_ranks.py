@@ -50,7 +50,8 @@ class Job:
         return self.hub.of_kind(protocol.EventKind.LAUNCH_MISMATCH)
 
     def finding(self) -> dict:
-        return self.findings.launcher[protocol.NO_PROCESS_GROUP]
+        """The launcher finding, as the run's summary keeps it."""
+        return self.findings.launcher[protocol.NO_PROCESS_GROUP].to_json()
 
 
 LOSSES = [0.9, 0.71, 0.55, 0.43, 0.35, 0.3]

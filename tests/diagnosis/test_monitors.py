@@ -9,6 +9,7 @@ import pytest
 from rankwatch import protocol
 from runner.diagnosis.consistency import ConsistencyMonitor, compare_digests
 from runner.diagnosis.findings import Findings
+from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.stalls import (
     AUTO_FLOOR_SECONDS,
     REARM_SECONDS,
@@ -244,11 +245,11 @@ def _two_ranks_at_step_9(idle_0: float, idle_1: float) -> tuple[FakeHub, StallMo
 def test_progress_of_a_rank_for_a_stack_capture():
     hub, monitor, now = _two_ranks_at_step_9(0.2, 8.0)
     moving, stuck = (monitor.progress_of(hub.model.ranks[rank], now) for rank in (0, 1))
-    assert moving == {"step": 9, "idle_seconds": 0.2, "stalled": False, "progressing": True}
-    assert stuck["stalled"] and stuck["progressing"] is False
+    assert moving == RankProgress(step=9, idle_seconds=0.2, stalled=False, progressing=True)
+    assert stuck.stalled and stuck.progressing is False
     fresh = FakeHub()
     fresh.hello(0, pid=5)
-    assert StallMonitor(fresh, 5.0).progress_of(fresh.model.ranks[0], now)["progressing"] is None  # no step yet
+    assert StallMonitor(fresh, 5.0).progress_of(fresh.model.ranks[0], now).progressing is None  # no step yet
 
 
 def test_a_rank_that_stopped_a_moment_after_the_stalled_one_is_not_called_progressing():
@@ -258,9 +259,9 @@ def test_a_rank_that_stopped_a_moment_after_the_stalled_one_is_not_called_progre
     hub, monitor, now = _two_ranks_at_step_9(5.1, 4.7)
     assert [event["rank"] for event in hub.of_kind("stalled")] == [0]
     late = monitor.progress_of(hub.model.ranks[1], now)
-    assert late["stalled"] is False and late["progressing"] is False
+    assert late.stalled is False and late.progressing is False
     step(hub, 1, 10, when=now - 0.3)  # a rank that really moves is idle for about a step
-    assert monitor.progress_of(hub.model.ranks[1], now)["progressing"] is True
+    assert monitor.progress_of(hub.model.ranks[1], now).progressing is True
 
 
 # ---- stragglers -------------------------------------------------------------------------
@@ -302,13 +303,13 @@ def test_under_ddp_the_rank_that_waits_for_data_is_the_straggler_not_the_others(
     slow = (0.205, 0.200)
     fast = (0.205, 0.001)
     verdict = straggler_verdict(slow, [fast, fast])
-    assert verdict["cause"] == "data" and verdict["phase"] == "data" and verdict["excess"] == pytest.approx(0.199)
+    assert verdict.cause == "data" and verdict.phase == "data" and verdict.excess == pytest.approx(0.199)
     assert straggler_verdict(fast, [slow, fast]) is None
 
 
 def test_a_rank_whose_steps_take_longer_without_waiting_for_data_computes():
     verdict = straggler_verdict((0.300, 0.002), [(0.200, 0.002), (0.205, 0.001)])
-    assert verdict["cause"] == "compute" and verdict["excess"] == pytest.approx(0.0975)
+    assert verdict.cause == "compute" and verdict.excess == pytest.approx(0.0975)
 
 
 def test_small_differences_are_noise():
@@ -320,7 +321,7 @@ def test_the_margin_grows_with_the_ranks_own_spread():
     steady = [0.001] * 8
     jumpy = [0.0, 0.02, 0.005, 0.015, 0.02, 0.0, 0.01, 0.02]
     mine = StepSummary(0.2, None, 0.13, compute_deviations=tuple(steady))
-    assert straggler_verdict(mine, [StepSummary(0.2, None, 0.10, compute_deviations=tuple(steady))])["cause"] == "compute"
+    assert straggler_verdict(mine, [StepSummary(0.2, None, 0.10, compute_deviations=tuple(steady))]).cause == "compute"
     noisy = StepSummary(0.2, None, 0.13, compute_deviations=tuple(jumpy))
     assert straggler_verdict(noisy, [StepSummary(0.2, None, 0.10, compute_deviations=tuple(jumpy))]) is None
 
@@ -329,9 +330,9 @@ def test_a_data_phase_on_a_machine_whose_ranks_wait_for_a_cpu_must_beat_that_wai
     """Half the time outside waits on the run queue: up to half the others' data phase is the machine's."""
     quiet = StepSummary(0.1, 0.030, 0.02, contention=0.0)
     busy = StepSummary(0.1, 0.030, 0.02, contention=0.5)
-    assert straggler_verdict(StepSummary(0.1, 0.050, 0.02, contention=0.0), [quiet])["cause"] == "data"
+    assert straggler_verdict(StepSummary(0.1, 0.050, 0.02, contention=0.0), [quiet]).cause == "data"
     assert straggler_verdict(StepSummary(0.1, 0.050, 0.02, contention=0.5), [busy]) is None
-    assert straggler_verdict(StepSummary(0.1, 0.080, 0.02, contention=0.5), [busy])["cause"] == "data"
+    assert straggler_verdict(StepSummary(0.1, 0.080, 0.02, contention=0.5), [busy]).cause == "data"
 
 
 def test_a_straggler_is_named_once_two_windows_showed_it_and_it_held_and_is_withdrawn_with_an_event():
@@ -464,7 +465,7 @@ def test_balanced_ranks_without_data_or_process_group_are_not_stragglers():
 def test_steps_stretched_by_waiting_for_a_cpu_do_not_hide_a_rank_computing_three_times_longer():
     """The margin follows the others' compute time, not their 250 ms steps (mostly CPU wait)."""
     verdict = straggler_verdict((0.250, None, 0.038), [(0.250, None, 0.013)])
-    assert verdict["cause"] == "compute" and verdict["excess"] == pytest.approx(0.025)
+    assert verdict.cause == "compute" and verdict.excess == pytest.approx(0.025)
     assert straggler_verdict((0.250, None, 0.014), [(0.250, None, 0.013)]) is None
 
 

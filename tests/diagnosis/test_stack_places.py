@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.stack_dumps import Frame, main_thread, parse_dump, user_frames
 from runner.diagnosis.stack_places import WAITING_KINDS, is_user_code, place_of
 from runner.diagnosis.stacks import analyse
@@ -76,9 +77,9 @@ def test_a_project_folder_named_torch_is_the_users_code():
 
 def test_every_rank_waiting_for_the_processes_it_spawned_is_said_so():
     result = analyse({0: frames_of("spawn"), 1: frames_of("spawn")}, "stalled", 1.0,
-                     progress={rank: {"step": None, "idle_seconds": 200.0, "stalled": True, "progressing": False}
+                     progress={rank: RankProgress(step=None, idle_seconds=200.0, stalled=True, progressing=False)
                                for rank in (0, 1)})
-    verdict = result["verdict"]
+    verdict = result.verdict.to_json()
     assert verdict["kind"] == "same_place" and verdict["culprits"] == []
     assert verdict["message"] == ("all 2 stalled ranks are at the same place, in no collective: spawn_rank.py:14 in "
                                   "<module>, where they wait for spawned processes (torch.multiprocessing.spawn)")

@@ -16,9 +16,10 @@ import textwrap
 import time
 from pathlib import Path
 
+from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.stack_capture import StackCapture
 from runner.diagnosis.stack_dumps import Frame, last_dump, main_thread, parse_dump, user_frames
-from runner.diagnosis.stacks import analyse, describe, ensure_verdict, format_stacks
+from runner.diagnosis.stacks import MissingStack, analyse, describe, ensure_verdict, format_stacks
 from runner.paths import WORKER_PATH
 from tests.diagnosis.fakes import FakeHub
 from tests.jobs import REPO, SCRIPTS
@@ -46,8 +47,13 @@ def marked(marker: str) -> tuple[int, str]:
     raise AssertionError(marker)
 
 
-STALLED = {"step": 7, "idle_seconds": 6.0, "stalled": True, "progressing": False}
-MOVING = {"step": 40, "idle_seconds": 0.1, "stalled": False, "progressing": True}
+STALLED = RankProgress(step=7, idle_seconds=6.0, stalled=True, progressing=False)
+MOVING = RankProgress(step=40, idle_seconds=0.1, stalled=False, progressing=True)
+
+
+def analysed(*args, **kwargs) -> dict:
+    """The analysis as its event carries it."""
+    return analyse(*args, **kwargs).to_json()
 
 
 def test_a_real_dump_parses_into_threads_with_the_main_thread_found():
@@ -74,7 +80,7 @@ def test_only_the_last_dump_of_an_appended_file_is_used():
 
 
 def test_two_ranks_the_one_in_no_collective_is_the_culprit_with_its_line_and_the_other_waits_in_barrier():
-    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "stalled", 100.0,
+    result = analysed({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "stalled", 100.0,
                      progress={0: STALLED, 1: STALLED})
     verdict = result["verdict"]
     assert verdict["kind"] == "culprit" and verdict["level"] == "error"
@@ -98,7 +104,7 @@ def test_two_ranks_the_one_in_no_collective_is_the_culprit_with_its_line_and_the
 
 
 def test_any_number_of_ranks_every_rank_outside_the_collective_is_named():
-    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER), 2: main_frames(HELPER),
+    result = analysed({0: main_frames(BARRIER), 1: main_frames(HELPER), 2: main_frames(HELPER),
                       3: main_frames(BARRIER)}, "stalled", 1.0, progress={r: STALLED for r in range(4)})
     verdict = result["verdict"]
     assert verdict["culprits"] == [1, 2] and verdict["waiting"] == [0, 3]
@@ -108,7 +114,7 @@ def test_any_number_of_ranks_every_rank_outside_the_collective_is_named():
 
 
 def test_progressing_ranks_are_a_snapshot_never_a_disagreement():
-    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "requested", 1.0,
+    result = analysed({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "requested", 1.0,
                      progress={0: MOVING, 1: MOVING})
     verdict = result["verdict"]
     assert verdict["kind"] == "progressing" and verdict["level"] == "info" and verdict["culprits"] == []
@@ -119,7 +125,7 @@ def test_progressing_ranks_are_a_snapshot_never_a_disagreement():
 
 
 def test_a_progressing_rank_is_not_blamed_while_others_are_stuck():
-    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER), 2: main_frames(HELPER)}, "stalled", 1.0,
+    result = analysed({0: main_frames(BARRIER), 1: main_frames(HELPER), 2: main_frames(HELPER)}, "stalled", 1.0,
                      progress={0: STALLED, 1: STALLED, 2: MOVING})
     verdict = result["verdict"]
     assert verdict["culprits"] == [1] and verdict["progressing"] == [2]
@@ -128,7 +134,7 @@ def test_a_progressing_rank_is_not_blamed_while_others_are_stuck():
 
 def test_ranks_waiting_in_a_collective_while_another_works_outside_any_wait_for_that_one():
     """rank 0 evaluates (working, no step) while the others wait in the barrier after the evaluation."""
-    result = analyse({0: main_frames(HELPER), 1: main_frames(BARRIER), 2: main_frames(BARRIER)}, "stalled", 1.0,
+    result = analysed({0: main_frames(HELPER), 1: main_frames(BARRIER), 2: main_frames(BARRIER)}, "stalled", 1.0,
                      progress={0: MOVING, 1: STALLED, 2: STALLED})
     verdict = result["verdict"]
     assert (verdict["kind"], verdict["level"]) == ("held_up", "warning")
@@ -140,8 +146,8 @@ def test_ranks_waiting_in_a_collective_while_another_works_outside_any_wait_for_
 
 
 def test_all_ranks_in_the_same_collective_name_none_and_point_at_missing_ranks():
-    result = analyse({0: main_frames(BARRIER), 1: main_frames(BARRIER)}, "stalled", 1.0,
-                     [{"rank": 2, "why": "on another host (node-b)"}], progress={0: STALLED, 1: STALLED})
+    result = analysed({0: main_frames(BARRIER), 1: main_frames(BARRIER)}, "stalled", 1.0,
+                     [MissingStack(2, "on another host (node-b)")], progress={0: STALLED, 1: STALLED})
     verdict = result["verdict"]
     assert verdict["kind"] == "all_waiting" and verdict["culprits"] == [] and verdict["level"] == "warning"
     assert verdict["message"] == "every stalled rank waits in barrier: rank 2 gave no stack and may be the one missing"
@@ -149,14 +155,14 @@ def test_all_ranks_in_the_same_collective_name_none_and_point_at_missing_ranks()
 
 
 def test_without_step_telemetry_the_verdict_says_it_judged_from_the_stacks_alone():
-    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "requested", 1.0)
+    result = analysed({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "requested", 1.0)
     verdict = result["verdict"]
     assert verdict["culprits"] == [1] and verdict["level"] == "warning" and not verdict["progress_known"]
     assert verdict["message"].startswith("if the ranks are stuck (no step telemetry to tell), rank 1 is the culprit")
 
 
 def test_the_side_by_side_view_names_the_culprit_and_marks_its_line():
-    result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "stalled", 1.0,
+    result = analysed({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "stalled", 1.0,
                      progress={0: STALLED, 1: STALLED})
     helper_line, helper_text = marked("WAIT")
     text = format_stacks(result, width=120)
@@ -169,7 +175,7 @@ def test_the_side_by_side_view_names_the_culprit_and_marks_its_line():
 
 
 def test_missing_ranks_are_listed_with_the_reason():
-    result = analyse({0: main_frames(HELPER)}, "requested", 1.0, [{"rank": 1, "why": "process 9 is gone"}])
+    result = analysed({0: main_frames(HELPER)}, "requested", 1.0, [MissingStack(1, "process 9 is gone")])
     assert result["missing"] == [{"rank": 1, "why": "process 9 is gone"}]
     assert "rank 1: no stack (process 9 is gone)" in format_stacks(result)
 
@@ -222,7 +228,7 @@ def test_capture_signals_each_rank_and_reads_its_new_dump(tmp_path):
         for rank, process in enumerate([*processes, unprotected]):
             hub.hello(rank, pid=process.pid)
         results = []
-        capture = StackCapture(hub, tmp_path, on_result=results.append)
+        capture = StackCapture(hub, tmp_path, on_result=lambda result: results.append(result.to_json()))
         assert capture.capture_stacks(reason="requested")
         assert not capture.capture_stacks(reason="requested")  # one at a time
         deadline = time.monotonic() + 5
@@ -292,7 +298,7 @@ def test_a_thousand_ranks_read_as_ranges_with_the_culprit_group_first():
     """1,024 ranks, rank 512 outside the barrier: two groups, the culprit's first, and every message
     names the waiting ranks as two ranges, not a thousand numbers."""
     stacks = {rank: main_frames(HELPER if rank == 512 else BARRIER) for rank in range(1024)}
-    result = analyse(stacks, "stalled", 1.0, progress={rank: STALLED for rank in range(1024)})
+    result = analysed(stacks, "stalled", 1.0, progress={rank: STALLED for rank in range(1024)})
     verdict = result["verdict"]
     assert verdict["culprits"] == [512]
     assert verdict["message"].startswith("rank 512 is the culprit: ranks 0-511, 513-1023 wait in barrier")

@@ -46,7 +46,7 @@ def test_a_cohort_judges_every_rank_as_comparing_it_with_the_others_one_by_one()
             others = summaries[:index] + summaries[index + 1:]
             excess, _base = cohort._excesses(me)
             expected = excess_by_definition(me, others)
-            for got, want in zip((excess["data"], excess["compute"]), expected, strict=True):
+            for got, want in zip(excess, expected, strict=True):
                 assert (got is None) == (want is None) and (got is None or math.isclose(got, want, abs_tol=1e-15))
             assert cohort.verdict(index) == stragglers.straggler_verdict(me, others)
 
@@ -61,4 +61,4 @@ def test_a_thousand_ranks_are_judged_at_once_and_the_slow_one_named_by_its_slowe
     summaries[700] = summaries[700]._replace(compute_time=0.14, phases=tuple(slow))
     cohort = Cohort(summaries)
     verdicts = {index: verdict for index in range(1024) if (verdict := cohort.verdict(index)) is not None}
-    assert list(verdicts) == [700] and verdicts[700]["cause"] == "compute" and verdicts[700]["phase"] == "backward"
+    assert list(verdicts) == [700] and verdicts[700].cause == "compute" and verdicts[700].phase == "backward"

@@ -10,8 +10,9 @@ from pathlib import Path
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings, StallFinding
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
+from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.report import format_diagnostics
-from runner.diagnosis.stacks import analyse
+from runner.diagnosis.stacks import CaptureFiles, analyse
 from runner.diagnosis.torchrun_report import parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage, usage_error_from_tail
 from runner.view.terminal import render_summary
@@ -161,10 +162,11 @@ def hang_findings() -> Findings:
     findings = Findings()
     for rank in range(2):
         findings.add_stall(StallFinding(rank=rank, step=7, since=1.0, seconds=5.2, threshold=5.0))
-    stalled = {"step": 7, "idle_seconds": 5.2, "stalled": True, "progressing": False}
+    stalled = RankProgress(step=7, idle_seconds=5.2, stalled=True, progressing=False)
     result = analyse({0: main_frames(BARRIER), 1: main_frames(HELPER)}, "stalled", 2.0,
                      progress={0: stalled, 1: stalled})
-    findings.set_stacks({**result, "text_path": "/runs/3/stacks/capture-1.txt"})
+    result.files = CaptureFiles(path=None, text_path="/runs/3/stacks/capture-1.txt")
+    findings.set_stacks(result)
     return findings
 
 

@@ -100,7 +100,9 @@ class _Row:
     KINDS: ClassVar[dict[str, str]] = {}
     """field -> decoder name (``_DECODERS``); fields not named here are numbers of kind "int"."""
 
-    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False, kw_only=True)
+    """Keys the row carries that this version does not know: kept, and sent on. Keyword-only: a row
+    made positionally (``RankInfo(3)``) gets its own first field, not ``extra``."""
 
     @classmethod
     def from_wire(cls: type[_RowT], data: Mapping[str, Any]) -> _RowT:

@@ -132,3 +132,9 @@ def test_the_fields_of_the_kinds_readers_use_are_typed():
                                                     "stopped_by": "SIGINT (Ctrl-C)"}]}).events[0]
     assert fields_of(stopping) == StoppingFields(stopped_by="SIGINT (Ctrl-C)")
     assert fields_of(protocol.Event(1.0, EventKind.WARNING, None, "w")) is None  # its fields stay as sent
+
+
+def test_a_row_made_positionally_gets_its_own_first_field_not_the_unknown_keys():
+    """``extra`` (keys this version does not know) came first, inherited: ``RankInfo(3)`` was rank 0."""
+    assert RankInfo(3).rank == 3 and RankInfo(3).extra == {}
+    assert RunInfo(7).id == 7

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
 
-from rankwatch import _instrument, _phases
+from rankwatch import _instrument, _loss, _phases
 from rankwatch._buffer import RecordBuffer
 
 VOCAB, WIDTH, LAYERS, CONTEXT, BATCH = 8192, 768, 6, 256, 16
@@ -85,11 +85,12 @@ def _never_split(step_time):
     return 1 << 30
 
 
-MODES = ("off", "full", "nophases", "nocomm")
+MODES = ("off", "full", "nophases", "nocomm", "noloss")
 """``off``: nothing installed; ``full``: the instrumentation as a job gets it; ``nophases``: installed,
 but no step is timed (``split_every`` never due: loss, step time, data wait only); ``nocomm``: steps
 timed, but without the autograd engine's callbacks that split ``comm`` from ``backward`` (Python on
-the engine's device thread)."""
+the engine's device thread); ``noloss``: everything but the loss's copy to pinned host memory
+(an event and a non-blocking copy each backward)."""
 
 
 def _install(mode: str):
@@ -100,13 +101,19 @@ def _install(mode: str):
         _phases.split_every = _never_split
     elif mode == "nocomm":
         clock.phases._is_initialized = lambda: False
+    elif mode == "noloss":
+        _loss.copy_to_host = _no_copy
     return buffer, clock
+
+
+def _no_copy(tensor):
+    return None  # never read: these blocks have no reporter
 
 
 def measure(model, optimizer, loader, cycles: int, block: int, skip: int, label: str, modes: list[str],
             device: str) -> dict:
     means: dict[str, list[float]] = {mode: [] for mode in modes}
-    split_every = _phases.split_every
+    split_every, copy_to_host = _phases.split_every, _loss.copy_to_host
     for cycle in range(cycles):
         order = modes[cycle % len(modes):] + modes[:cycle % len(modes)]
         for mode in order:
@@ -120,6 +127,7 @@ def measure(model, optimizer, loader, cycles: int, block: int, skip: int, label:
                     installed[0].drain()
                     installed[1].uninstall()
                 _phases.split_every = split_every
+                _loss.copy_to_host = copy_to_host
             means[mode].append(statistics.fmean(durations[skip:]))
         print(f"  {label} cycle {cycle + 1} ({', '.join(order)}): "
               + ", ".join(f"{mode} {means[mode][-1] * 1e3:.3f} ms" for mode in modes), flush=True)

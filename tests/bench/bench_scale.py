@@ -244,6 +244,12 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
         rss_end = hub.memory_info().rss
         window = ended_wall - began_wall
         cores = (ended_cpu - began_cpu) / window
+        # each phase's figures as soon as it is measured: a run whose end outlasts its timeout keeps them
+        print("streamed: " + json.dumps({"ranks": ranks, "window_s": round(window, 1), "cores": round(cores, 3),
+                                         "fresh_p50_ms": _ms(fresh.p(0.5)), "fresh_p95_ms": _ms(fresh.p(0.95)),
+                                         "fresh_max_ms": _ms(fresh.p(1.0)), "rss_mb_peak": rss_peak / 2**20,
+                                         "fakes_cores": round(fakes_cores, 3), "machine_busy": machine_busy}),
+              flush=True)
         try:
             if args.no_replay:
                 raise RuntimeError("left out (--no-replay)")
@@ -252,6 +258,7 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
             replay_s, replay_records = None, 0
             notes.append(f"history replay did not reach history_end in {args.phase_timeout:.0f} s "
                          f"({type(error).__name__} {error})")
+        print(f"replay: {json.dumps({'replay_s': replay_s, 'replay_records': replay_records})}", flush=True)
         gui: dict = {}
         if not args.no_gui:
             profiled = ["--profile-frames", f"{args.gui_profile}.{ranks}"] if args.gui_profile else []
@@ -265,8 +272,11 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
                                       if "propagateSizeHints" not in line)[:800]}
             if gui.get("error"):
                 notes.append(f"GUI: {gui['error']}")
+        print(f"gui: {json.dumps(gui)}", flush=True)
         (workdir / "stop").touch()
-        runner_rc = runner.wait(END_TIMEOUT_S)
+        stop_asked = time.perf_counter()
+        runner_rc = runner.wait(args.end_timeout)
+        print(f"runner ended {time.perf_counter() - stop_asked:.1f} s after the ranks were told to exit", flush=True)
         if fresh.thread is not None:
             fresh.thread.join(10)
         if fresh.error:
@@ -352,6 +362,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep each run's folder (store, sent counts)")
     parser.add_argument("--profile", metavar="PATH",
                         help="cProfile the runner's event loop thread into PATH.<ranks> (pstats format)")
+    parser.add_argument("--end-timeout", type=float, default=END_TIMEOUT_S,
+                        help="seconds the runner may take to end the run once its ranks exit")
     parser.add_argument("--gui-profile", metavar="PATH",
                         help="cProfile the GUI's frames (scale_gui.py --profile-frames) into PATH.<ranks> (pstats format)")
     args = parser.parse_args()

@@ -317,10 +317,17 @@ class StragglerMonitor:
     def tick(self, now: float) -> None:
         if not self.windows.take_changed():
             return
+        self._judge(finished_too=False)
+
+    def _judge(self, finished_too: bool) -> None:
+        """Judge every rank's last two windows against the others' (module docstring). Live, a rank
+        that finished is left out; at the end (``finished_too``) every rank is judged once more on
+        all its steps: a run of a second or two sends them in a batch or two, and the ranks may have
+        finished before a tick saw the two windows."""
         live = {}
         for rank, steps in self.windows.ranks.items():
             row = self.hub.model.ranks.get(rank)
-            if row is not None and RankState(row.state).finished:
+            if not finished_too and row is not None and RankState(row.state).finished:
                 self._candidates.pop(rank, None)
                 continue
             if len(steps.step_history) >= MIN_STEPS:
@@ -429,6 +436,7 @@ class StragglerMonitor:
 
     def conclude(self) -> None:
         """The run's stragglers: those named for at least ``SUMMARY_SHARE`` of their steps (module docstring)."""
+        self._judge(finished_too=True)
         for rank in list(self.findings.stragglers):
             steps = self.windows.ranks.get(rank)
             if rank in self.flagged:

@@ -301,8 +301,10 @@ def test_a_rank_computing_three_times_longer_is_the_compute_straggler_and_a_bala
     stragglers = [e for e in events if e["kind"] == "straggler" and e["data"]["active"]]
     assert {e["rank"] for e in stragglers} == {1}
     first = stragglers[0]["data"]
-    # two windows of 6 steps and a 0.4 s hold: ~24 of its ~33 ms steps, then the next batch of metrics
-    assert first["cause"] == "compute" and first["phase"] == "forward" and first["step"] <= 36
+    # two windows of 6 steps and a 0.4 s hold: named live (about step 24) when a tick saw the windows
+    # while the ranks ran; a run of ~1 s may deliver its steps after they finished, and the end's
+    # last judgement names it then (both seen here, about one run in two each)
+    assert first["cause"] == "compute" and first["phase"] == "forward" and first["since_step"] <= 26
     assert first["data_wait"] is None  # no DataLoader: not measured, never 0
     assert first["compute_time"] > 1.3 * first["others_compute_time"]
     verdict = bottleneck_of(run)

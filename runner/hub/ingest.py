@@ -27,6 +27,7 @@ from runner.exit_status import only_says_peer_gone, rank_exit_message
 from runner.hub.live_model import LiveModel
 from runner.hub.observer import Observers
 from runner.state import RankState
+from runner.store.statistics_tally import RunTally
 from runner.store.store import RecordBatch
 
 FLUSH_NOW_RECORDS = 50_000
@@ -44,6 +45,8 @@ class Ingest:
         self.observers = observers
         self.stats = stats
         self.pending = RecordBatch()
+        self.tally = RunTally()
+        """Every metric record taken, added up: the run's statistics when it ends (``statistics_tally``)."""
         self.rejected: dict[int, Counter[str]] = {}
         """rank -> reason -> records left out at ingest (what the store could not hold)."""
         self._rejected_examples: dict[int, dict[str, str]] = {}
@@ -76,6 +79,7 @@ class Ingest:
 
     def add_metric(self, record: MetricRecord) -> None:
         self.pending.metrics.append(record)
+        self.tally.add(record[0], [record])
         self.model.on_metric(*record)
         self._on_pending(False)
 
@@ -149,6 +153,7 @@ class Ingest:
             rejected = self.reject(message.rank, message.rejected, message.examples)
         records = message.records
         self.pending.metrics += records
+        self.tally.add(message.rank, records)
         self.model.on_metric_batch(message.rank, records, rejected)
         if len(self.pending) >= FLUSH_NOW_RECORDS:
             self._on_full_batch()

@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rankwatch import protocol
-from runner.store.run_figures import KEPT_VERSION, computed_run_figures
+from runner.store.run_figures import KEPT_VERSION, RunFigures, computed_run_figures
 
 BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_WAIT, protocol.SAMPLES_PER_SECOND,
                               protocol.STEPS_PER_SECOND, protocol.COMM_WAIT, protocol.CPU_WAIT,
@@ -122,6 +122,55 @@ class LoggedKey:
 
 
 
+@dataclass
+class RecordFigures:
+    """What a rank's metric records add up to: the part of ``RankStats`` read from them (computed
+    from the store here, or tallied as they arrived by ``statistics_tally``)."""
+
+    steps: int | None = None
+    last_step: int | None = None
+    last_loss: float | None = None
+    loss_source: str | None = None
+    median_step_time: float | None = None
+    data_wait_share: float | None = None
+    comm_wait_share: float | None = None
+    """From the old ``comm_wait`` records; the ``comm`` phase's share replaces it where measured."""
+    samples_per_s: float | None = None
+    phase_shares: dict[str, float | None] | None = None
+    measured_steps: int | None = None
+    phase_clock: str | None = None
+    skipped_steps: int = 0
+    gpu_mem_allocated: int | None = None
+    gpu_mem_reserved: int | None = None
+    gpu_mem_peak: int | None = None
+
+    def apply_to(self, entry: RankStats) -> None:
+        entry.steps, entry.last_step = self.steps, self.last_step
+        entry.last_loss, entry.loss_source = self.last_loss, self.loss_source
+        entry.median_step_time, entry.data_wait_share = self.median_step_time, self.data_wait_share
+        entry.comm_wait_share, entry.samples_per_s = self.comm_wait_share, self.samples_per_s
+        if self.phase_shares is not None:
+            entry.phase_shares, entry.measured_steps = self.phase_shares, self.measured_steps
+            entry.phase_clock = self.phase_clock
+            entry.comm_wait_share = self.phase_shares.get("comm")
+        if self.steps is not None:
+            entry.skipped_steps = self.skipped_steps
+        entry.gpu_mem_allocated, entry.gpu_mem_reserved = self.gpu_mem_allocated, self.gpu_mem_reserved
+        entry.gpu_mem_peak = self.gpu_mem_peak
+
+
+@dataclass(frozen=True)
+class TalliedStatistics:
+    """What the hub added up of a run's records as they came (``statistics_tally.RunTally``)."""
+
+    ranks: dict[int, RecordFigures]
+    logged: list[LoggedKey]
+    run: RunFigures | None
+    """The runs list's figures; None when the records hold none."""
+    run_known: bool = True
+    """False when the tally could not tell the runs list's figures (``statistics_tally.LOSS_DETAIL``)."""
+
+
 def custom_metric_names(names: list[str]) -> list[str]:
     """The keys a script logged, in the order given (built-in metrics left out)."""
     return [name for name in names if name not in BUILT_IN_METRICS]
@@ -165,14 +214,14 @@ def _measured(store, run_id: int, name: str, rank: int) -> dict[int, float]:
                " AND step IS NOT NULL AND value IS NOT NULL", run_id, name, rank, protocol.SOURCE_AUTO)}
 
 
-def _add_timing(store, run_id: int, stats: RankStats) -> None:
-    step_times = _measured(store, run_id, protocol.STEP_TIME, stats.rank)
+def _add_timing(store, run_id: int, rank: int, stats: RecordFigures) -> None:
+    step_times = _measured(store, run_id, protocol.STEP_TIME, rank)
     if not step_times:
         return
     stats.median_step_time = statistics.median(step_times.values())
-    stats.data_wait_share = _share_of_step_time(_measured(store, run_id, protocol.DATA_WAIT, stats.rank), step_times)
-    stats.comm_wait_share = _share_of_step_time(_measured(store, run_id, protocol.COMM_WAIT, stats.rank), step_times)
-    rates = _measured(store, run_id, protocol.SAMPLES_PER_SECOND, stats.rank)
+    stats.data_wait_share = _share_of_step_time(_measured(store, run_id, protocol.DATA_WAIT, rank), step_times)
+    stats.comm_wait_share = _share_of_step_time(_measured(store, run_id, protocol.COMM_WAIT, rank), step_times)
+    rates = _measured(store, run_id, protocol.SAMPLES_PER_SECOND, rank)
     counted = [step for step in rates if step in step_times]
     counted_time = sum(step_times[step] for step in counted)
     if counted and counted_time > 0:
@@ -263,25 +312,28 @@ def run_gpu_utilisation(store, run_id: int) -> float | None:
     return float(statistics.median(values)) if values else None
 
 
-def _add_gpu_figures(store, run_id: int, ordered: list[RankStats]) -> None:
+def _add_gpu_utilisation(store, run_id: int, ordered: list[RankStats]) -> None:
+    """Each rank's GPU's median utilisation and its memory, from the GPU samples (NVML)."""
     utilisation = gpu_utilisation(store, run_id, [(entry.rank, entry.gpu_index, entry.first_seen, entry.last_seen)
                                                   for entry in ordered])
     totals = {index: total for index, total in _rows(
         store, "SELECT gpu_index, MAX(memory_total) FROM gpu_samples WHERE run_id = ? GROUP BY gpu_index", run_id)}
-    newest = {name: {rank: value for rank, value, _t in _rows(
-        store, "SELECT rank, value, MAX(t) FROM metrics WHERE run_id = ? AND name = ? AND source = ?"
-               " AND value IS NOT NULL GROUP BY rank", run_id, name, protocol.SOURCE_AUTO)}
-        for name in (protocol.GPU_MEMORY_ALLOCATED, protocol.GPU_MEMORY_RESERVED)}
-    peaks = dict(_rows(store, "SELECT rank, MAX(value) FROM metrics WHERE run_id = ? AND name = ? AND source = ?"
-                              " AND value IS NOT NULL GROUP BY rank", run_id, protocol.GPU_MEMORY_PEAK,
-                       protocol.SOURCE_AUTO))
     for entry in ordered:
         entry.gpu_util = utilisation.get(entry.rank)
         if entry.gpu_index is not None:
             entry.gpu_mem_total = _as_bytes(totals.get(entry.gpu_index))
-        entry.gpu_mem_allocated = _as_bytes(newest[protocol.GPU_MEMORY_ALLOCATED].get(entry.rank))
-        entry.gpu_mem_reserved = _as_bytes(newest[protocol.GPU_MEMORY_RESERVED].get(entry.rank))
-        entry.gpu_mem_peak = _as_bytes(peaks.get(entry.rank))
+
+
+def _gpu_memory(store, run_id: int) -> tuple[dict[int, int | None], dict[int, int | None], dict[int, int | None]]:
+    """rank -> torch's allocator at the newest reading (allocated, reserved) and its peak."""
+    newest = [{rank: _as_bytes(value) for rank, value, _t in _rows(
+        store, "SELECT rank, value, MAX(t) FROM metrics WHERE run_id = ? AND name = ? AND source = ?"
+               " AND value IS NOT NULL GROUP BY rank", run_id, name, protocol.SOURCE_AUTO)}
+        for name in (protocol.GPU_MEMORY_ALLOCATED, protocol.GPU_MEMORY_RESERVED)]
+    peaks = {rank: _as_bytes(value) for rank, value in _rows(
+        store, "SELECT rank, MAX(value) FROM metrics WHERE run_id = ? AND name = ? AND source = ?"
+               " AND value IS NOT NULL GROUP BY rank", run_id, protocol.GPU_MEMORY_PEAK, protocol.SOURCE_AUTO)}
+    return newest[0], newest[1], peaks
 
 
 def _as_bytes(value: float | None) -> int | None:
@@ -312,12 +364,20 @@ def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]
     return kept if kept is not None else computed_run_statistics(store, run_id)
 
 
-def keep_run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]]:
-    """Compute the statistics of run ``run_id``, which has ended, and its runs-list figures
-    (``run_figures``), and keep them in the store. Its hub calls it once it has stored the
-    last record (``store`` writable)."""
-    stats, logged = computed_run_statistics(store, run_id)
-    figures = computed_run_figures(store, [run_id]).get(run_id)
+def keep_run_statistics(store, run_id: int, tallied: TalliedStatistics | None = None
+                        ) -> tuple[list[RankStats], list[LoggedKey]]:
+    """Keep the statistics of run ``run_id``, which has ended, and its runs-list figures
+    (``run_figures``) in the store. Its hub calls it once it has stored the last record
+    (``store`` writable), with what it tallied of every record it stored (``tallied``);
+    without that they are computed from the records (every record read)."""
+    if tallied is None:
+        stats, logged = computed_run_statistics(store, run_id)
+    else:
+        stats, logged = statistics_with(store, run_id, tallied.ranks, tallied.logged)
+    if tallied is not None and tallied.run_known:
+        figures = tallied.run
+    else:
+        figures = computed_run_figures(store, [run_id]).get(run_id)
     with store.connection:
         store.connection.execute(
             "INSERT OR REPLACE INTO run_statistics (run_id, version, ranks, logged, figures) VALUES (?, ?, ?, ?, ?)",
@@ -341,6 +401,15 @@ def _kept_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKe
 
 def computed_run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]]:
     """Per-rank statistics and the logged keys, computed from the run's records."""
+    return statistics_with(store, run_id, _record_figures(store, run_id),
+                           _logged_keys(store, run_id, store.metric_names(run_id)))
+
+
+def statistics_with(store, run_id: int, figures: dict[int, RecordFigures],
+                    logged: list[LoggedKey]) -> tuple[list[RankStats], list[LoggedKey]]:
+    """Per-rank statistics of run ``run_id`` from the figures of its records (computed from the
+    store, or tallied by its hub as they arrived: ``statistics_tally``), with what the store
+    keeps of each rank (its row, its hello, its GPU's samples)."""
     stats: dict[int, RankStats] = {}
     for row in store.ranks(run_id):
         stats[row["rank"]] = RankStats(
@@ -351,28 +420,38 @@ def computed_run_statistics(store, run_id: int) -> tuple[list[RankStats], list[L
         entry = stats.get(event["rank"]) if event["rank"] is not None else None
         if entry is not None and (entry.first_seen is None or event["t"] < entry.first_seen):
             entry.first_seen = event["t"]
+    for rank in figures:
+        stats.setdefault(rank, RankStats(rank=rank))
+    ordered = [stats[rank] for rank in sorted(stats)]
+    for entry in ordered:
+        found = figures.get(entry.rank)
+        if found is not None:
+            found.apply_to(entry)
+    _add_gpu_utilisation(store, run_id, ordered)
+    return ordered, logged
+
+
+def _record_figures(store, run_id: int) -> dict[int, RecordFigures]:
+    """rank -> the figures of its records, read from the store (every record of the run)."""
     steps = _per_rank_max_step(store, run_id, auto_only=True)
     last_steps = _per_rank_max_step(store, run_id, auto_only=False)
     losses = _last_losses(store, run_id)
-    for rank in set(steps) | set(last_steps) | set(losses):
-        stats.setdefault(rank, RankStats(rank=rank))
-    ordered = [stats[rank] for rank in sorted(stats)]
     phases, clocks = _add_phases(store, run_id), _newest_clocks(store, run_id)
     skipped = _counts(store, run_id, protocol.SKIPPED_STEP)
-    for entry in ordered:
-        entry.steps = None if entry.rank not in steps else steps[entry.rank] + 1
-        entry.last_step = last_steps.get(entry.rank)
-        if entry.rank in losses:
-            entry.last_loss, entry.loss_source = losses[entry.rank]
-        _add_timing(store, run_id, entry)
-        if entry.rank in phases:
-            entry.phase_shares, entry.measured_steps = phases[entry.rank]
-            entry.phase_clock = clocks.get(entry.rank)
-            entry.comm_wait_share = entry.phase_shares.get("comm")
-        if entry.steps is not None:
-            entry.skipped_steps = skipped.get(entry.rank, 0)
-    _add_gpu_figures(store, run_id, ordered)
-    return ordered, _logged_keys(store, run_id, store.metric_names(run_id))
+    memory = _gpu_memory(store, run_id)
+    figures = {}
+    for rank in sorted(set(steps) | set(last_steps) | set(losses)):
+        found = figures[rank] = RecordFigures(
+            steps=None if rank not in steps else steps[rank] + 1, last_step=last_steps.get(rank),
+            skipped_steps=skipped.get(rank, 0), gpu_mem_allocated=memory[0].get(rank),
+            gpu_mem_reserved=memory[1].get(rank), gpu_mem_peak=memory[2].get(rank))
+        if rank in losses:
+            found.last_loss, found.loss_source = losses[rank]
+        _add_timing(store, run_id, rank, found)
+        if rank in phases:
+            found.phase_shares, found.measured_steps = phases[rank]
+            found.phase_clock = clocks.get(rank)
+    return figures
 
 
 RANK_SUMMARY_COLUMNS = ("rank", "state", "host", "pid", "exit_code", "steps", "last_step", "last_loss", "loss_source",

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from runner.diagnosis.bottleneck_record import BottleneckRecord
 from runner.diagnosis.flight_recorder import FlightRecorderFinding
 from runner.diagnosis.hang_verdict import HangVerdict
 from runner.diagnosis.stacks import MissingStack, StackAnalysis
+from runner.diagnosis.straggler_record import StragglerRecord
 from runner.runstate.messages import JsonObject
 
 KEEP_STALLS = 20
@@ -57,17 +59,6 @@ class Divergence:
     def to_json(self) -> JsonObject:
         return {"step": self.step, "ranks": list(self.ranks), "reference": list(self.reference),
                 "message": self.message}
-
-
-StragglerRecord = JsonObject
-"""A rank's worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess, margin,
-held_steps, message, share} (``runner.diagnosis.stragglers``); a plain object because
-``runner.diagnosis.bottleneck`` judges it as one."""
-
-
-BottleneckRecord = JsonObject
-"""The whole run's bottleneck verdict: {verdict, evidence, action, rank, phase, shares, clock, gpu_busy,
-steps, message, ranks: {rank: the same}}, as ``runner.diagnosis.bottleneck`` writes it."""
 
 
 NoticeReport = JsonObject
@@ -148,7 +139,8 @@ class Findings:
     stalls: list[StallFinding] = field(default_factory=list)
     """One per stall of a rank, the newest ``KEEP_STALLS``."""
     stragglers: dict[int, StragglerRecord] = field(default_factory=dict)
-    """rank -> its worst straggler finding; after ``StragglerMonitor.conclude`` only the ranks named for a share of their steps (``share``)."""
+    """rank -> its worst straggler finding (``straggler_record``); after ``StragglerMonitor.conclude`` only the
+    ranks named for a share of their steps (``share``)."""
     divergences: list[Divergence] = field(default_factory=list)
     """The first ``KEEP_DIVERGENCES`` times parameters differed across replicas."""
     consistency_checks: int = 0
@@ -160,7 +152,7 @@ class Findings:
     launcher: dict[str, LauncherFinding] = field(default_factory=dict)
     """key -> a launcher mismatch (``runner.diagnosis.launcher``)."""
     bottleneck: BottleneckRecord | None = None
-    """The whole run's bottleneck verdict (``runner.diagnosis.bottleneck``)."""
+    """The whole run's bottleneck verdict, with each rank's (``runner.diagnosis.bottleneck``)."""
 
     def add_stall(self, record: StallFinding) -> None:
         self.stalls.append(record)
@@ -188,9 +180,9 @@ class Findings:
         if self.launcher:
             data["launcher"] = [record.to_json() for record in self.launcher.values()]
         if self.stragglers:
-            data["stragglers"] = [self.stragglers[r] for r in sorted(self.stragglers)]
+            data["stragglers"] = [self.stragglers[r].to_wire() for r in sorted(self.stragglers)]
         if self.bottleneck is not None:
-            data["bottleneck"] = self.bottleneck
+            data["bottleneck"] = self.bottleneck.to_wire()
         if self.divergences:
             data["divergences"] = [divergence.to_json() for divergence in self.divergences]
         if self.consistency_checks:

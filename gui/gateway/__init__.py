@@ -7,6 +7,8 @@
   the reads it runs (widgets and models never open SQLite);
 * ``launch_spec``, ``runner_rules``: the runner's Qt-free schema and rules the GUI
   shows as they are (the launch spec and its commands; states, progress, wording).
+* ``findings``: what the runner's monitors found (stragglers, the bottleneck verdict,
+  stalls, stack captures...) and the events they come in, as the runner's own types.
 
 Layers (import-linter, ``pyproject.toml``): the window and widgets, then charts, then
 the Qt-free models, then this gateway, then the contract (``rankwatch.protocol``).

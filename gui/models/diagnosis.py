@@ -18,16 +18,40 @@ Two sources, both from the runner (``runner/diagnosis``):
 run, or a finished one loaded from the store: its events are replayed the same
 way) and answers what the failure banner, the diagnosis panel, the rank table's
 notes and the stacks view show. It only reads; nothing here blocks or raises on
-odd input (a field that is missing is shown as unknown).
+odd input (a field that is missing is shown as unknown). Events and findings are
+decoded once, at the entry, through the runner's own types (``gui.gateway.findings``,
+``gui.gateway.run_state``): nothing below reads them by string key.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gui.gateway.findings import (
+    BottleneckRecord,
+    CaptureRecord,
+    Divergence,
+    EarlyFailure,
+    FlightRecorderFinding,
+    LauncherFinding,
+    NodeLost,
+    ResumedFields,
+    RunFinishedFields,
+    StallEvent,
+    StoredDiagnostics,
+    StragglerCause,
+    StragglerRecord,
+    StragglerWithdrawn,
+    fields_of,
+    is_capture,
+    straggler_of,
+)
+from gui.gateway.run_state import Event as HubEvent
+from gui.gateway.run_state import event_of
 from gui.gateway.runner_rules import (
     Hint,
     HintKey,
@@ -42,11 +66,9 @@ from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
-from gui.models.stacks import StacksLayout, is_capture, layout_capture, ranks_text
+from gui.models.stacks import StacksLayout, layout_capture, ranks_text
 from rankwatch.protocol import Bottleneck as Verdicts
 from rankwatch.protocol import EventKind
-from rankwatch.protocol import as_float as _float
-from rankwatch.protocol import as_int as _int
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 """Banner levels."""
@@ -56,7 +78,7 @@ NOTHING_MEASURED = (HintKey.NO_RANK_REPORTED, HintKey.NO_STEP_MEASURED)
 """The summary hints of a job that exited 0 and measured nothing: no rank ever reported, or none made
 a training step (``runner.diagnosis.hints``)."""
 
-CAUSE_WORDS = {"data": "waiting for data", "compute": "computing"}
+CAUSE_WORDS = {StragglerCause.DATA: "waiting for data", StragglerCause.COMPUTE: "computing"}
 """A straggler's cause, as the banner and the rank table say it."""
 STRAGGLER_VERDICT = Verdicts.STRAGGLER.value
 HEALTHY_VERDICTS = frozenset({Verdicts.COMPUTE.value})
@@ -68,9 +90,8 @@ def clock(t: float | None) -> str:
     return "" if t is None else time.strftime("%H:%M:%S", time.localtime(float(t)))
 
 
-def _ms(seconds: Any) -> str:
-    value = _float(seconds)
-    return "?" if value is None else f"{1000.0 * value:.0f} ms"
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{1000.0 * seconds:.0f} ms"
 
 
 @dataclass(frozen=True)
@@ -146,21 +167,13 @@ class Bottleneck:
     """The run ended without a whole-run verdict (a runner that was killed): the last live one."""
 
     @classmethod
-    def from_record(cls, record: dict[str, Any], whole_run: bool, rank: int | None = None,
-                    ended: bool = False) -> Bottleneck:
-        verdict = record.get("verdict")
-        found_ranks = record.get("ranks")
-        ranks: dict[str, Any] = found_ranks if isinstance(found_ranks, dict) else {}
-        per_rank = []
-        for key, value in ranks.items():  # JSON object keys: "0", "1", ...
-            if str(key).isdigit() and isinstance(value, dict):
-                per_rank.append((int(key), value.get("verdict") if isinstance(value.get("verdict"), str) else None))
-        return cls(verdict if isinstance(verdict, str) else None, str(record.get("evidence") or ""),
-                   str(record["action"]) if record.get("action") else None,
-                   _int(record.get("rank")) if record.get("rank") is not None else rank,
-                   str(record["phase"]) if record.get("phase") else None,
-                   str(record["clock"]) if record.get("clock") else None, _int(record.get("steps")) or 0,
-                   whole_run, _float(record.get("t")), tuple(sorted(per_rank)), ended)
+    def of(cls, record: BottleneckRecord, whole_run: bool, t: float | None = None, ended: bool = False) -> Bottleneck:
+        """The runner's verdict as the monitor shows it (the summary's, or a ``bottleneck`` event's at ``t``)."""
+        verdict = record.verdict
+        return cls(None if verdict.kind is None else verdict.kind.value, verdict.evidence, verdict.action,
+                   verdict.rank, verdict.phase, verdict.clock, verdict.steps, whole_run, t,
+                   tuple((rank, None if each.kind is None else each.kind.value)
+                         for rank, each in sorted(record.ranks.items())), ended)
 
     @property
     def title(self) -> str:
@@ -211,94 +224,90 @@ class Bottleneck:
         return " · ".join(f"rank {rank} {verdict or 'not determined'}" for rank, verdict in self.ranks)
 
 
-def straggler_text(event: dict[str, Any], past: bool = False) -> str:
+def _straggler(straggler: StragglerRecord | Mapping[str, Any]) -> StragglerRecord:
+    """A straggler as the runner types it; its JSON (a stored finding, an event's fields) is read as one."""
+    return straggler if isinstance(straggler, StragglerRecord) else StragglerRecord.from_wire(straggler)
+
+
+def straggler_text(straggler: StragglerRecord | Mapping[str, Any], past: bool = False) -> str:
     """``rank 1 is a straggler at step 6: it waits for data (161 ms of its 167 ms step in the data loader; ...)``.
 
     The runner's message says it (``runner.diagnosis.stragglers``: the phase, on the step's
     clock); only the step is added, and the tense once it is over. Events without a message
     (older stores) are worded from their fields.
     """
-    rank = event.get("rank")
-    message = event.get("message")
-    if isinstance(message, str) and message:
-        verb = "was" if past else "is"
-        lead = f"rank {rank} is a straggler"
-        if message.startswith(lead):
-            step = event.get("step")
-            where = f" at step {step}" if step is not None else ""
-            return f"rank {rank} {verb} a straggler{where}{message[len(lead):]}"
-        return message
-    cause = CAUSE_WORDS.get(str(event.get("cause")), str(event.get("cause") or "cause unknown"))
-    step = event.get("step")
-    where = f" at step {step}" if step is not None else ""
-    if event.get("cause") == "data":
-        detail = (f"{_ms(event.get('data_wait'))} of its {_ms(event.get('step_time'))} step in the data loader; "
-                  f"the other ranks wait {_ms(event.get('others_data_wait'))}")
-    elif event.get("compute_time") is not None and event.get("others_compute_time") is not None:
-        # under DDP every rank's step time is the same: the compute times are the evidence
-        detail = (f"{_ms(event.get('compute_time'))} of its {_ms(event.get('step_time'))} step vs "
-                  f"{_ms(event.get('others_compute_time'))} on the other ranks, which wait for it in collectives")
-    else:
-        detail = (f"{_ms(event.get('step_time'))} per step against {_ms(event.get('others_step_time'))} "
-                  "on the other ranks, not explained by data wait")
+    record = _straggler(straggler)
+    rank = record.rank
     verb = "was" if past else "is"
+    where = f" at step {record.step}" if record.step is not None else ""
+    if record.message:
+        lead = f"rank {rank} is a straggler"
+        if record.message.startswith(lead):
+            return f"rank {rank} {verb} a straggler{where}{record.message[len(lead):]}"
+        return record.message
+    cause = "cause unknown" if record.cause is None else CAUSE_WORDS[record.cause]
+    if record.cause == StragglerCause.DATA:
+        detail = (f"{_ms(record.data_wait)} of its {_ms(record.step_time)} step in the data loader; "
+                  f"the other ranks wait {_ms(record.others_data_wait)}")
+    elif record.compute_time is not None and record.others_compute_time is not None:
+        # under DDP every rank's step time is the same: the compute times are the evidence
+        detail = (f"{_ms(record.compute_time)} of its {_ms(record.step_time)} step vs "
+                  f"{_ms(record.others_compute_time)} on the other ranks, which wait for it in collectives")
+    else:
+        detail = (f"{_ms(record.step_time)} per step against {_ms(record.others_step_time)} "
+                  "on the other ranks, not explained by data wait")
     return f"rank {rank} {verb} a straggler{where}: {cause} ({detail})"
 
 
-def straggler_note(event: dict[str, Any]) -> str:
+def straggler_note(straggler: StragglerRecord | Mapping[str, Any]) -> str:
     """The rank table's note: ``straggler: waiting for data``, ``straggler: computing (forward)``."""
-    cause = str(event.get("cause"))
-    note = f"straggler: {CAUSE_WORDS.get(cause, '?')}"
-    phase = event.get("phase")
-    if cause != "data" and isinstance(phase, str) and phase:
-        note += f" ({phase})"
+    record = _straggler(straggler)
+    note = f"straggler: {'?' if record.cause is None else CAUSE_WORDS[record.cause]}"
+    if record.cause != StragglerCause.DATA and record.phase:
+        note += f" ({record.phase})"
     return note
 
 
-def divergence_text(event: dict[str, Any]) -> str:
-    """``parameters diverged at step 14: rank 1 disagrees with rank 0``."""
-    ranks = [r for r in (event.get("ranks") or []) if isinstance(r, int)] or (
-        [event["rank"]] if isinstance(event.get("rank"), int) else [])
-    reference = [r for r in (event.get("reference") or []) if isinstance(r, int)]
+def divergence_text(divergence: Divergence, rank: int | None = None) -> str:
+    """``parameters diverged at step 14: rank 1 disagrees with rank 0``; ``rank``: the event's, for one
+    that names no ranks."""
+    ranks = list(divergence.ranks) or ([rank] if rank is not None else [])
     who = ranks_text(ranks) if ranks else "a rank"
     verb = "disagrees" if len(ranks) == 1 else "disagree"
-    against = f" with {ranks_text(reference)}" if reference else ""
-    return f"parameters diverged at step {event.get('step')}: {who} {verb}{against}"
+    against = f" with {ranks_text(divergence.reference)}" if divergence.reference else ""
+    return f"parameters diverged at step {divergence.step}: {who} {verb}{against}"
 
 
-def _early_failure_text(event: dict[str, Any]) -> str:
-    """``rank 1 raised ValueError: ...``, ``rank 0 failed (exit code 1)``, ``rank 1 disconnected ...``."""
-    rank = event.get("rank")
-    if event.get("kind") == EventKind.EXCEPTION.value:
-        return f"rank {rank} raised {event.get('message') or event.get('exc_type') or 'an exception'}"
-    if event.get("kind") == EventKind.CONNECTION_LOST.value:
-        return f"rank {rank} disconnected without an exit message (killed?)"
-    code = _int(event.get("exit_code"))
-    return f"rank {rank} failed" + (f" ({ended_by(code)})" if code is not None else "")
-
-
-def _stall_line(stalls: list[dict[str, Any]], now: float) -> str:
+def _stall_line(stalls: Iterable[StallEvent], now: float) -> str:
     """``rank 0 stalled at step 7 for 12 s`` (several ranks at one step in one line)."""
-    by_step: dict[Any, list[dict[str, Any]]] = {}
-    for event in stalls:
-        by_step.setdefault(event.get("step"), []).append(event)
+    by_step: dict[int | None, list[StallEvent]] = {}
+    for stall in stalls:
+        by_step.setdefault(stall.step, []).append(stall)
     parts = []
     for step, events in sorted(by_step.items(), key=lambda item: (item[0] is None, item[0] or 0)):
-        ranks = sorted(e["rank"] for e in events if isinstance(e.get("rank"), int))
-        seconds = min(_stall_seconds(e, now) for e in events)
+        ranks = sorted(stall.rank for stall in events if stall.rank is not None)
+        seconds = min(stall.stalled_for(now) for stall in events)
         where = f"at step {step}" if step is not None else "before its first step"
-        verb = "stalled"
-        parts.append(f"{ranks_text(ranks)} {verb} {where} for {format_age(seconds)}")
+        parts.append(f"{ranks_text(ranks)} stalled {where} for {format_age(seconds)}")
     return "; ".join(parts)
 
 
-def _stall_seconds(event: dict[str, Any], now: float) -> float:
-    since = _float(event.get("last_progress"))
-    if since is not None:
-        return max(0.0, now - since)
-    seconds = _float(event.get("seconds")) or 0.0
-    t = _float(event.get("t"))
-    return seconds + (max(0.0, now - t) if t is not None else 0.0)
+@dataclass(frozen=True)
+class _Divergence:
+    """A ``divergence`` event: its finding and the event's own rank and time."""
+
+    divergence: Divergence
+    rank: int | None
+    t: float
+
+
+@dataclass(frozen=True)
+class _Mismatch:
+    """A ``launch_mismatch`` event: its finding, the rank that showed it first, and its message."""
+
+    finding: LauncherFinding
+    rank: int | None
+    message: str
 
 
 class DiagnosisModel:
@@ -306,7 +315,7 @@ class DiagnosisModel:
 
     Events (``gui.models.Event``):
         changed: the summary or a finding changed (redraw the banner and the panel).
-        stacks_received(dict): a new stack capture (the ``stacks`` event's analysis).
+        stacks_received(CaptureRecord): a new stack capture (the ``stacks`` event's analysis).
     """
 
     def __init__(self, monitor: MonitorModel) -> None:
@@ -321,28 +330,29 @@ class DiagnosisModel:
 
     def _clear(self) -> None:
         self._events_seen = 0
-        self._summary_seen: Any = None
-        self._finished_summary: dict[str, Any] | None = None
-        self.stalls: dict[int, dict[str, Any]] = {}
+        self._summary_seen: Mapping[str, Any] | None = None
+        self._finished_summary: Mapping[str, Any] | None = None
+        """The ``run_finished`` event's summary, until the run's row has it."""
+        self.stalls: dict[int, StallEvent] = {}
         """rank -> its open ``stalled`` event (removed on ``resumed``)."""
         self.findings_seen: list[Finding] = []
-        self.stragglers: dict[int, dict[str, Any]] = {}
+        self.stragglers: dict[int, StragglerRecord] = {}
         """rank -> its active ``straggler`` event."""
-        self.divergences: list[dict[str, Any]] = []
-        self.lost_nodes: dict[int, dict[str, Any]] = {}
-        self.launch_mismatches: dict[str, dict[str, Any]] = {}
+        self.divergences: list[_Divergence] = []
+        self.lost_nodes: dict[int, NodeLost] = {}
+        self.launch_mismatches: dict[str, _Mismatch] = {}
         """key -> the ``launch_mismatch`` event (the first rank that showed it)."""
-        self._decoded: tuple[dict[str, Any], RunSummary] | None = None
-        """The summary last decoded, and the dict it was decoded from."""
-        self.early_failures: list[dict[str, Any]] = []
+        self._decoded: tuple[Mapping[str, Any], RunSummary, StoredDiagnostics] | None = None
+        """The summary last decoded, and the mapping it was decoded from."""
+        self.early_failures: list[EarlyFailure] = []
         """``exception``, ``rank_failed`` and ``connection_lost`` events: what is known of a
         failure before the runner's triage names the first one (at the end of the run)."""
         self._stopping = False
-        self.live_bottleneck: dict[str, Any] | None = None
-        """The latest ``bottleneck`` event: the run's live verdict."""
-        self.capture: dict[str, Any] | None = None
+        self.live_bottleneck: tuple[BottleneckRecord, float] | None = None
+        """The latest ``bottleneck`` event and its time: the run's live verdict."""
+        self.capture: CaptureRecord | None = None
         self.captures = 0
-        self._layout: tuple[dict[str, Any], StacksLayout] | None = None
+        self._layout: tuple[CaptureRecord, StacksLayout] | None = None
 
     # ---- following the monitor model --------------------------------------------------
 
@@ -374,86 +384,95 @@ class DiagnosisModel:
         """The last capture of a finished run whose ``stacks`` events are no longer in memory: its file."""
         if self.capture is not None:
             return
-        stacks = self.diagnostics.get("stacks")
-        path = stacks.get("json_path") if isinstance(stacks, dict) else None
-        if not isinstance(path, str) or not path:
+        stacks = self.diagnostics.stacks
+        path = None if stacks is None else stacks.json_path
+        if not path:
             return
         try:
             with open(path, encoding="utf-8") as handle:
                 capture = json.load(handle)
         except (OSError, ValueError):
             return  # moved or deleted: the summary's verdict is still shown in the findings
-        if isinstance(capture, dict) and isinstance(capture.get("groups"), list):
-            capture.pop("threads", None)
-            self.capture = {**capture, "kind": EventKind.STACKS.value}
+        if isinstance(capture, dict) and is_capture(capture):
+            self.capture = CaptureRecord.from_wire(capture)
             self.captures += 1
             self.stacks_received.emit(self.capture)
 
-    def _take_events(self, events: list[dict[str, Any]]) -> bool:
-        """Apply events in order; True when anything the diagnosis shows changed."""
+    def _take_events(self, events: Iterable[Mapping[str, Any]]) -> bool:
+        """Apply events in order (as the monitor holds them: published JSON, decoded here); True when
+        anything the diagnosis shows changed."""
         changed = False
-        for event in events:
-            kind = event.get("kind")
-            rank = event.get("rank")
-            if kind == EventKind.STALLED.value and isinstance(rank, int):
-                self.stalls[rank] = event
-                self._note(Finding(EventKind.STALLED.value, rank, _int(event.get("step")), str(event.get("message") or
-                                   _stall_line([event], _float(event.get("t")) or time.time())), True,
-                                   _float(event.get("t"))))
-            elif kind == EventKind.RESUMED.value and isinstance(rank, int):
-                self.stalls.pop(rank, None)
-                self._close(EventKind.STALLED.value, rank, f"resumed at step {event.get('step')}")
-            elif kind == EventKind.STRAGGLER.value and isinstance(rank, int):
-                if event.get("active", True):
-                    self.stragglers[rank] = event
-                    self._note(Finding(EventKind.STRAGGLER.value, rank, _int(event.get("step")), straggler_text(event), True,
-                                       _float(event.get("t"))))
-                else:
-                    self.stragglers.pop(rank, None)
-                    self._close(EventKind.STRAGGLER.value, rank, f"no longer a straggler at step {event.get('step')}")
-            elif kind == EventKind.DIVERGENCE.value:
-                self.divergences.append(event)
-                ranks = tuple(r for r in event.get("ranks") or [] if isinstance(r, int))
-                self._note(Finding(EventKind.DIVERGENCE.value, _int(rank), _int(event.get("step")), divergence_text(event), True,
-                                   _float(event.get("t")), ranks))
-            elif kind == EventKind.STACKS.value and is_capture(event):
-                self.capture = event
-                self.captures += 1
-                layout = self._laid_out(event)
-                self._note(Finding(EventKind.STACKS.value, None, None, f"stacks ({layout.reason}): {layout.verdict}", False,
-                                   _float(event.get("t"))))
-                self.stacks_received.emit(event)
-            elif kind == EventKind.FLIGHT_RECORDER.value:  # the ranks' collectives compared after a capture
-                culprits = tuple(r for r in event.get("culprits") or [] if isinstance(r, int))
-                self._note(Finding(EventKind.FLIGHT_RECORDER.value, culprits[0] if len(culprits) == 1 else None, None,
-                                   f"collectives (Flight Recorder): {event.get('message')}", bool(culprits),
-                                   _float(event.get("t")), culprits))
-            elif kind == EventKind.LAUNCH_MISMATCH.value and isinstance(event.get("key"), str):
-                self.launch_mismatches[event["key"]] = event
-                self._note(Finding(EventKind.LAUNCH_MISMATCH.value, _int(rank), None,
-                                   str(event.get("title") or event.get("cause") or event.get("message") or ""),
-                                   event.get("level") != "info", _float(event.get("t"))))
-            elif kind == EventKind.NODE_LOST.value:
-                node_rank = _int(event.get("node_rank"))
-                self.lost_nodes[node_rank if node_rank is not None else -1] = event
-                self._note(Finding(EventKind.NODE_LOST.value, None, None, str(event.get("message") or "a node was lost"), True,
-                                   _float(event.get("t"))))
-            elif kind in (EventKind.RANK_FAILED.value, EventKind.EXCEPTION.value) and isinstance(rank, int):
-                if kind == EventKind.RANK_FAILED.value or event.get("fatal", True):
-                    self.early_failures.append(event)
-            elif kind == EventKind.CONNECTION_LOST.value and isinstance(rank, int):
-                if not self._stopping:  # ranks stopped on request drop their connections too
-                    self.early_failures.append(event)
-            elif kind == EventKind.STOPPING.value:
-                self._stopping = True
-            elif kind == EventKind.BOTTLENECK.value:
-                self.live_bottleneck = event
-            elif kind == EventKind.RUN_FINISHED.value and isinstance(event.get("summary"), dict):
-                self._finished_summary = event["summary"]
-            else:
-                continue
-            changed = True
+        for data in events:
+            event = event_of(data)
+            if event is not None and self._take_event(event):
+                changed = True
         return changed
+
+    def _take_event(self, event: HubEvent) -> bool:
+        """One typed event; True when it changed what is shown."""
+        kind, rank, t = event.kind, event.rank, event.t
+        if kind == EventKind.STALLED and rank is not None:
+            stall = self.stalls[rank] = StallEvent.from_event(event)
+            self._note(Finding(kind.value, rank, stall.step, stall.message or _stall_line([stall], t), True, t))
+        elif kind == EventKind.RESUMED and rank is not None:
+            self.stalls.pop(rank, None)
+            resumed = fields_of(event)
+            step = resumed.step if isinstance(resumed, ResumedFields) else None
+            self._close(EventKind.STALLED.value, rank, f"resumed at step {step}")
+        elif kind == EventKind.STRAGGLER and rank is not None:
+            straggler = straggler_of(event)
+            if isinstance(straggler, StragglerWithdrawn):
+                self.stragglers.pop(rank, None)
+                self._close(kind.value, rank, f"no longer a straggler at step {straggler.step}")
+            else:
+                self.stragglers[rank] = straggler
+                self._note(Finding(kind.value, rank, straggler.step, straggler_text(straggler), True, t))
+        elif kind == EventKind.DIVERGENCE:
+            divergence = Divergence.from_wire({**event.fields, "message": event.message})
+            self.divergences.append(_Divergence(divergence, rank, t))
+            self._note(Finding(kind.value, rank, divergence.step, divergence_text(divergence, rank), True, t,
+                               tuple(divergence.ranks)))
+        elif kind == EventKind.STACKS and is_capture(event.fields):
+            capture = self.capture = CaptureRecord.from_wire({**event.fields, "t": t})
+            self.captures += 1
+            layout = self._laid_out(capture)
+            self._note(Finding(kind.value, None, None, f"stacks ({layout.reason}): {layout.verdict}", False, t))
+            self.stacks_received.emit(capture)
+        elif kind == EventKind.FLIGHT_RECORDER:  # the ranks' collectives compared after a capture
+            flight = FlightRecorderFinding.from_wire(event.fields)
+            culprits = tuple(flight.culprits)
+            self._note(Finding(kind.value, culprits[0] if len(culprits) == 1 else None, None,
+                               f"collectives (Flight Recorder): {event.message}", bool(culprits), t, culprits))
+        elif kind == EventKind.LAUNCH_MISMATCH:
+            mismatch = LauncherFinding.from_wire(event.fields)
+            if not mismatch.key:
+                return False
+            self.launch_mismatches[mismatch.key] = _Mismatch(mismatch, rank, event.message)
+            self._note(Finding(kind.value, rank, None, mismatch.title or mismatch.cause or event.message,
+                               mismatch.level != "info", t))
+        elif kind == EventKind.NODE_LOST:
+            lost = NodeLost.from_event(event)
+            self.lost_nodes[lost.node_rank if lost.node_rank is not None else -1] = lost
+            self._note(Finding(kind.value, None, None, lost.message or "a node was lost", True, t))
+        elif kind in (EventKind.RANK_FAILED, EventKind.EXCEPTION) and rank is not None:
+            failure = EarlyFailure.from_event(event)
+            if kind == EventKind.RANK_FAILED or failure.fatal:
+                self.early_failures.append(failure)
+        elif kind == EventKind.CONNECTION_LOST and rank is not None:
+            if not self._stopping:  # ranks stopped on request drop their connections too
+                self.early_failures.append(EarlyFailure.from_event(event))
+        elif kind == EventKind.STOPPING:
+            self._stopping = True
+        elif kind == EventKind.BOTTLENECK:
+            self.live_bottleneck = (BottleneckRecord.from_event(event), t)
+        elif kind == EventKind.RUN_FINISHED:
+            finished = fields_of(event)
+            if not isinstance(finished, RunFinishedFields) or finished.summary is None:
+                return False
+            self._finished_summary = finished.summary
+        else:
+            return False
+        return True
 
     def _note(self, finding: Finding) -> None:
         self.findings_seen.append(finding)
@@ -465,21 +484,28 @@ class DiagnosisModel:
     # ---- what the views read ----------------------------------------------------------
 
     @property
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> Mapping[str, Any] | None:
+        """The run's summary as it came (the run's row, else the ``run_finished`` event); read it
+        through ``run_summary`` and ``diagnostics``."""
         summary = None if self.monitor.run is None else self.monitor.run.summary
         if summary is not None:
             return summary
         return self._finished_summary
 
-    @property
-    def run_summary(self) -> RunSummary | None:
-        """The summary decoded once (the runner's ``RunSummary``), while the run's row holds it."""
+    def _decoded_summary(self) -> tuple[RunSummary, StoredDiagnostics] | None:
+        """The summary decoded once (the runner's ``RunSummary`` and its findings), while it is the same."""
         summary = self.summary
         if summary is None:
             return None
         if self._decoded is None or self._decoded[0] is not summary:
-            self._decoded = (summary, RunSummary.from_wire(summary))
-        return self._decoded[1]
+            decoded = RunSummary.from_wire(dict(summary))
+            self._decoded = (summary, decoded, StoredDiagnostics.from_wire(decoded.diagnostics))
+        return self._decoded[1], self._decoded[2]
+
+    @property
+    def run_summary(self) -> RunSummary | None:
+        decoded = self._decoded_summary()
+        return None if decoded is None else decoded[0]
 
     @property
     def outcome(self) -> Outcome | None:
@@ -511,28 +537,28 @@ class DiagnosisModel:
         return [] if decoded is None else list(decoded.hints)
 
     @property
-    def diagnostics(self) -> dict[str, Any]:
-        found = (self.summary or {}).get("diagnostics")
-        return found if isinstance(found, dict) else {}
+    def diagnostics(self) -> StoredDiagnostics:
+        """What the monitors found, as the summary keeps it (empty before the summary)."""
+        decoded = self._decoded_summary()
+        return StoredDiagnostics() if decoded is None else decoded[1]
 
     @property
     def bottleneck(self) -> Bottleneck | None:
         """The run's bottleneck verdict: over the whole run once the summary has it, else the
         live one (the latest ``bottleneck`` event); None before either."""
-        final = self.diagnostics.get("bottleneck")
-        if isinstance(final, dict):
-            return Bottleneck.from_record(final, whole_run=True)
-        event = self.live_bottleneck
-        if event is None:
+        final = self.diagnostics.bottleneck
+        if final is not None:
+            return Bottleneck.of(final, whole_run=True)
+        if self.live_bottleneck is None:
             return None
-        return Bottleneck.from_record(event, whole_run=False, rank=_int(event.get("rank")),
-                                      ended=self.monitor.finished)
+        record, t = self.live_bottleneck
+        return Bottleneck.of(record, whole_run=False, t=t, ended=self.monitor.finished)
 
     def stacks_layout(self) -> StacksLayout | None:
         """The latest stack capture laid out side by side."""
         return None if self.capture is None else self._laid_out(self.capture)
 
-    def _laid_out(self, capture: dict[str, Any]) -> StacksLayout:
+    def _laid_out(self, capture: CaptureRecord) -> StacksLayout:
         """``capture`` laid out, once per capture (the panel asks on every refresh)."""
         if self._layout is None or self._layout[0] is not capture:
             self._layout = (capture, layout_capture(capture))
@@ -544,43 +570,38 @@ class DiagnosisModel:
         found = list(self.findings_seen)
         kinds = {f.kind for f in found}
         diagnostics = self.diagnostics
-        for stall in diagnostics.get("stalls") or []:  # how the run's end closed a stall the events left open
-            if stall.get("finished_after") is not None:
-                close_finding(found, EventKind.STALLED.value, _int(stall.get("rank")), stall_outcome(stall))
+        for stall in diagnostics.stalls:  # how the run's end closed a stall the events left open
+            if stall.finished_after is not None:
+                close_finding(found, EventKind.STALLED.value, stall.rank, stall_outcome(stall.to_json()))
         if EventKind.STALLED.value not in kinds:
-            for stall in diagnostics.get("stalls") or []:
-                after = stall.get("resumed_after")
-                where = f"at step {stall.get('step')}" if stall.get("step") is not None else "before its first step"
-                hung = after is None and stall.get("finished_after") is None
-                found.append(Finding(EventKind.STALLED.value, _int(stall.get("rank")), _int(stall.get("step")),
-                                     f"rank {stall.get('rank')} stalled {where} (no progress for "
-                                     f"{_float(stall.get('seconds')) or 0:.0f} s){stall_outcome(stall)}", hung,
-                                     _float(stall.get("since"))))
+            for stall in diagnostics.stalls:
+                where = f"at step {stall.step}" if stall.step is not None else "before its first step"
+                hung = stall.resumed_after is None and stall.finished_after is None
+                found.append(Finding(EventKind.STALLED.value, stall.rank, stall.step,
+                                     f"rank {stall.rank} stalled {where} (no progress for {stall.seconds:.0f} s)"
+                                     f"{stall_outcome(stall.to_json())}", hung, stall.since))
         if EventKind.STRAGGLER.value not in kinds:
-            for straggler in diagnostics.get("stragglers") or []:
-                found.append(Finding(EventKind.STRAGGLER.value, _int(straggler.get("rank")), _int(straggler.get("step")),
+            for straggler in diagnostics.stragglers:
+                found.append(Finding(EventKind.STRAGGLER.value, straggler.rank, straggler.step,
                                      straggler_text(straggler, past=True), False))
         if EventKind.DIVERGENCE.value not in kinds:
-            for divergence in diagnostics.get("divergences") or []:
-                found.append(Finding(EventKind.DIVERGENCE.value, _int((divergence.get("ranks") or [None])[0]),
-                                     _int(divergence.get("step")), divergence_text(divergence), False,
-                                     ranks=tuple(divergence.get("ranks") or ())))
-        if EventKind.STACKS.value not in kinds and isinstance(diagnostics.get("stacks"), dict):
-            stacks = diagnostics["stacks"]
-            verdict = stacks.get("verdict") if isinstance(stacks.get("verdict"), dict) else {}
-            text = f"stacks ({stacks.get('reason')}): {verdict.get('message') or 'captured'}"
-            found.append(Finding(EventKind.STACKS.value, None, None, text, False, _float(stacks.get("t"))))
-        flight = diagnostics.get("flight_recorder")
-        if EventKind.FLIGHT_RECORDER.value not in kinds and isinstance(flight, dict) and flight.get("message"):
-            culprits = tuple(r for r in flight.get("culprits") or [] if isinstance(r, int))
+            for divergence in diagnostics.divergences:
+                found.append(Finding(EventKind.DIVERGENCE.value, divergence.ranks[0] if divergence.ranks else None,
+                                     divergence.step, divergence_text(divergence), False,
+                                     ranks=tuple(divergence.ranks)))
+        stacks = diagnostics.stacks
+        if EventKind.STACKS.value not in kinds and stacks is not None:
+            text = f"stacks ({stacks.reason}): {stacks.verdict.message or 'captured'}"
+            found.append(Finding(EventKind.STACKS.value, None, None, text, False, stacks.t))
+        flight = diagnostics.flight_recorder
+        if EventKind.FLIGHT_RECORDER.value not in kinds and flight is not None and flight.message:
+            culprits = tuple(flight.culprits)
             found.append(Finding(EventKind.FLIGHT_RECORDER.value, culprits[0] if len(culprits) == 1 else None, None,
-                                 f"collectives (Flight Recorder): {flight['message']}", False, ranks=culprits))
+                                 f"collectives (Flight Recorder): {flight.message}", False, ranks=culprits))
         if EventKind.LAUNCH_MISMATCH.value not in kinds:
-            for record in diagnostics.get("launcher") or []:
-                if isinstance(record, dict):
-                    found.append(Finding(EventKind.LAUNCH_MISMATCH.value, None, None, str(record.get("title") or record.get("cause")),
-                                         record.get("level") != "info",
-                                         ranks=tuple(r for r in record.get("ranks") or [] if isinstance(r, int))))
+            for record in diagnostics.launcher:
+                found.append(Finding(EventKind.LAUNCH_MISMATCH.value, None, None, record.title or record.cause,
+                                     record.level != "info", ranks=tuple(record.ranks)))
         return found
 
     def rank_notes(self, now: float | None = None) -> dict[int, str]:
@@ -592,16 +613,14 @@ class DiagnosisModel:
             notes.setdefault(first.rank, []).append(f"failed first: {failure_end_words(first)}")
         live = not self.monitor.finished
         if live:
-            for rank, event in self.stalls.items():
-                step = event.get("step")
-                where = f" at step {step}" if step is not None else ""
-                notes.setdefault(rank, []).append(f"stalled{where} for {format_age(_stall_seconds(event, now))}")
-        for rank, event in self.stragglers.items():
-            notes.setdefault(rank, []).append(straggler_note(event))
-        for event in self.divergences:
-            for rank in event.get("ranks") or []:
-                if isinstance(rank, int):
-                    notes.setdefault(rank, []).append(f"diverged at step {event.get('step')}")
+            for rank, stall in self.stalls.items():
+                where = f" at step {stall.step}" if stall.step is not None else ""
+                notes.setdefault(rank, []).append(f"stalled{where} for {format_age(stall.stalled_for(now))}")
+        for rank, straggler in self.stragglers.items():
+            notes.setdefault(rank, []).append(straggler_note(straggler))
+        for seen in self.divergences:
+            for rank in seen.divergence.ranks:
+                notes.setdefault(rank, []).append(f"diverged at step {seen.divergence.step}")
         capture = self.stacks_layout()
         if capture is not None and capture.level != STACKS_INFO:
             for column in capture.culprit_columns:
@@ -684,20 +703,20 @@ class DiagnosisModel:
                 text += f" · {layout.verdict}"
             culprits = layout.culprits if layout is not None and layout.level == STACKS_ERROR else ()
             candidates.append(Banner(WARNING, text, "stall", culprits[0] if culprits else min(self.stalls)))
-        for event in self.launch_mismatches.values():
-            if event.get("level") != "info":
-                candidates.append(Banner(WARNING, f"{event.get('title') or event.get('cause')} (see Diagnosis)",
-                                         EventKind.LAUNCH_MISMATCH.value, _int(event.get("rank"))))
+        for mismatch in self.launch_mismatches.values():
+            if mismatch.finding.level != "info":
+                candidates.append(Banner(WARNING, f"{mismatch.finding.title or mismatch.finding.cause} (see Diagnosis)",
+                                         EventKind.LAUNCH_MISMATCH.value, mismatch.rank))
         if self.early_failures and not candidates:
-            event = min(self.early_failures, key=lambda e: _float(e.get("t")) or 0.0)
-            candidates.append(Banner(ERROR, f"{_early_failure_text(event)}; waiting for the runner's diagnosis…",
-                                     "failure", _int(event.get("rank"))))
+            failure = min(self.early_failures, key=lambda each: each.t)
+            candidates.append(Banner(ERROR, f"{failure.text}; waiting for the runner's diagnosis…", "failure",
+                                     failure.rank))
         # the straggler that holds the others up most first (as the bottleneck verdict names it)
-        for rank, event in sorted(self.stragglers.items(), key=lambda item: (-(_float(item[1].get("excess")) or 0.0),
-                                                                            item[0])):
-            candidates.append(Banner(WARNING, straggler_text(event), EventKind.STRAGGLER.value, rank))
-        for event in self.divergences[-1:]:
-            candidates.append(Banner(WARNING, divergence_text(event), EventKind.DIVERGENCE.value, _int(event.get("rank"))))
+        for rank, straggler in sorted(self.stragglers.items(), key=lambda item: (-(item[1].excess or 0.0), item[0])):
+            candidates.append(Banner(WARNING, straggler_text(straggler), EventKind.STRAGGLER.value, rank))
+        for seen in self.divergences[-1:]:
+            candidates.append(Banner(WARNING, divergence_text(seen.divergence, seen.rank), EventKind.DIVERGENCE.value,
+                                     seen.rank))
         bottleneck = self.bottleneck
         if (bottleneck is not None and bottleneck.problem
                 and not (bottleneck.verdict == STRAGGLER_VERDICT and self.stragglers)):
@@ -708,5 +727,5 @@ class DiagnosisModel:
         return Banner(top.level, top.text, top.kind, top.rank, more=len(candidates) - 1)
 
     def _lost_nodes_text(self) -> str:
-        texts = [str(event.get("message") or f"node {node} was lost") for node, event in sorted(self.lost_nodes.items())]
+        texts = [lost.message or f"node {node} was lost" for node, lost in sorted(self.lost_nodes.items())]
         return "; ".join(texts)

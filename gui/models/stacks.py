@@ -11,18 +11,21 @@ level (``error`` only when a culprit or a mismatch is named: a snapshot of ranks
 that progress is never red), its details (file:line and the source line) and the
 ranks that gave no stack.
 
-Raises nothing: a capture from an earlier Rankwatch (no verdict) is judged again
-from its frames (``ensure_verdict``); one without groups lays out as no columns.
+The capture is read through the runner's own type (``CaptureRecord``, from the
+gateway), never by string key. Raises nothing: a capture from an earlier Rankwatch
+(no verdict) is judged again from its frames (``ensure_verdict``); one without groups
+lays out as no columns.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from gui.gateway.runner_rules import ensure_verdict, plural, ranks_text
+from gui.gateway.findings import CaptureRecord, SourceFrame
+from gui.gateway.runner_rules import plural, ranks_text
 
 CULPRIT, WAITING, PROGRESSING, STUCK = "culprit", "waiting", "progressing", "stuck"
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -115,38 +118,26 @@ class StacksLayout:
         return f"{count} rank{'s' if count != 1 else ''} · main thread · oldest call first · taken{when} {why}".strip()
 
 
-def is_capture(event: dict[str, Any]) -> bool:
-    """A ``stacks`` event with the cross-rank analysis (not a per-rank "dump written" notice)."""
-    return event.get("kind") == "stacks" and isinstance(event.get("groups"), list)
+def _frame(source: SourceFrame, marked: bool) -> StackFrame:
+    return StackFrame(source.file, source.line, source.function, source.code, marked)
 
 
-def _frame(data: dict[str, Any], marked: bool) -> StackFrame:
-    line = data.get("line")
-    code = data.get("code")
-    return StackFrame(str(data.get("file") or "?"), int(line) if isinstance(line, int) else None,
-                      str(data.get("function") or "?"), code if isinstance(code, str) else None, marked)
-
-
-def layout_capture(capture: dict[str, Any]) -> StacksLayout:
-    capture = ensure_verdict(capture)
-    groups = [g for g in capture.get("groups") or [] if isinstance(g, dict)]
+def layout_capture(capture: CaptureRecord | Mapping[str, object]) -> StacksLayout:
+    """The capture as the stacks view draws it; a capture's JSON is read as a ``CaptureRecord`` first."""
+    if not isinstance(capture, CaptureRecord):
+        capture = CaptureRecord.from_wire(capture)
     columns = []
-    for group in groups:
-        mark = group.get("mark") if isinstance(group.get("mark"), int) else None
-        frames = tuple(_frame(data, index == mark) for index, data in enumerate(group.get("frames") or [])
-                       if isinstance(data, dict))
-        columns.append(StackColumn(ranks=tuple(int(r) for r in group.get("ranks") or [] if isinstance(r, int)),
-                                   frames=frames, role=str(group.get("role") or STUCK),
-                                   what=str(group.get("what") or "")))
-    missing = tuple((int(m["rank"]), str(m.get("why") or "no stack"))
-                    for m in capture.get("missing") or [] if isinstance(m, dict) and isinstance(m.get("rank"), int))
-    found_verdict = capture.get("verdict")
-    verdict: dict[str, Any] = found_verdict if isinstance(found_verdict, dict) else {}
-    message = str(verdict.get("message") or ("No rank's stack could be read." if not columns else ""))
+    for group in capture.groups:
+        frames = tuple(_frame(frame, index == group.mark) for index, frame in enumerate(group.source_frames()))
+        columns.append(StackColumn(ranks=tuple(group.ranks), frames=frames, role=group.role, what=group.what))
+    missing = tuple((item.rank, item.why) for item in capture.missing)
+    verdict = capture.verdict
+    message = (verdict.message if verdict is not None else "") or ("No rank's stack could be read." if not columns
+                                                                    else "")
     return StacksLayout(
-        columns=tuple(columns), missing=missing, reason=str(capture.get("reason") or ""), t=capture.get("t"),
-        identical=bool(capture.get("identical")) and bool(columns),
+        columns=tuple(columns), missing=missing, reason=capture.reason, t=capture.t,
+        identical=capture.identical and bool(columns),
         verdict=message,
-        level=str(verdict.get("level") or INFO),
-        details=tuple(str(detail) for detail in verdict.get("details") or []),
-        culprits=tuple(int(r) for r in verdict.get("culprits") or [] if isinstance(r, int)))
+        level=INFO if verdict is None else verdict.level.value,
+        details=() if verdict is None else tuple(verdict.details),
+        culprits=() if verdict is None else tuple(verdict.culprits))

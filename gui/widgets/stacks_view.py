@@ -18,7 +18,7 @@ A double-click on a frame (or Enter on it) asks to open its ``file:line`` in the
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontDatabase
@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from gui.editor_link import SourceLocation
+from gui.gateway.findings import CaptureRecord
 from gui.gateway.runner_rules import RankState
 from gui.models.stacks import (
     CULPRIT,
@@ -76,7 +77,7 @@ class StacksView(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.layout_shown: StacksLayout | None = None
-        self.capture: dict[str, Any] | None = None
+        self.capture: CaptureRecord | None = None
         self.waiting = False
         self.live = True
         """Whether a capture can still be asked for (the run is live); says which empty text to show."""
@@ -137,9 +138,12 @@ class StacksView(QWidget):
         else:
             self._update_empty()
 
-    def show_capture(self, capture: dict[str, Any] | None) -> None:
-        """Draw a ``stacks`` event's analysis (``None``: no capture yet)."""
+    def show_capture(self, capture: CaptureRecord | Mapping[str, object] | None) -> None:
+        """Draw a capture (``DiagnosisModel.stacks_received``'s; a ``stacks`` event's analysis as JSON is
+        read as one); ``None``: no capture yet."""
         self.waiting = False
+        if capture is not None and not isinstance(capture, CaptureRecord):
+            capture = CaptureRecord.from_wire(capture)
         self.capture = capture
         if capture is None:
             self.layout_shown = None
@@ -208,7 +212,7 @@ class StacksView(QWidget):
         self.details.setText("\n".join(layout.details))
         self.details.setVisible(bool(layout.details))
         self.heading.setText(layout.heading)
-        self.heading.setToolTip(str((self.capture or {}).get("text_path") or ""))
+        self.heading.setToolTip((self.capture.text_path if self.capture is not None else None) or "")
         self.heading.show()
         table = self.table
         table.clear()

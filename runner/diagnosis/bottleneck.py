@@ -32,13 +32,13 @@ the verdict at the end (``summary["diagnostics"]["bottleneck"]``) reads the whol
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
-from typing import Any
 
 from rankwatch import protocol
 from rankwatch.protocol import Bottleneck, EventKind
+from runner.diagnosis.bottleneck_record import BottleneckRecord, BottleneckVerdict
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.step_windows import MIN_GPU_READINGS, RankSteps, StepWindows
+from runner.diagnosis.straggler_record import StragglerCause, StragglerRecord
 from runner.diagnosis.stragglers import StragglerMonitor
 from runner.state import RankState
 
@@ -64,44 +64,18 @@ ACTIONS = {
                         "torch.compile) or add devices",
 }
 STRAGGLER_ACTIONS = {
-    "data": "look at that rank's data: its DataLoader workers, its disk or its shard",
-    "compute": "look at that rank's device: another process on it, its clocks or temperature, or a rank that "
+    StragglerCause.DATA: "look at that rank's data: its DataLoader workers, its disk or its shard",
+    StragglerCause.COMPUTE: "look at that rank's device: another process on it, its clocks or temperature, or a rank that "
                "does extra work (a larger shard, logging or evaluation on one rank only)",
 }
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """A verdict with its evidence; ``kind`` None: not determined (``evidence`` says why)."""
-
-    kind: Bottleneck | None
-    evidence: str
-    action: str | None = None
-    rank: int | None = None
-    """The straggler."""
-    phase: str | None = None
-    """The phase that names it (a straggler's; the dominant phase otherwise)."""
-    shares: dict[str, float | None] | None = None
-    clock: str | None = None
-    gpu_busy: float | None = None
-    steps: int = 0
-
-    @property
-    def words(self) -> str:
-        return "not determined" if self.kind is None else self.kind.value
-
-    def to_json(self) -> dict[str, Any]:
-        return {"verdict": None if self.kind is None else self.kind.value, "evidence": self.evidence,
-                "action": self.action, "rank": self.rank, "phase": self.phase, "shares": self.shares,
-                "clock": self.clock, "gpu_busy": self.gpu_busy, "steps": self.steps}
-
-
 def judge(shares: dict[str, float | None] | None, clock: str | None, gpu_busy: float | None,
-          steps: int) -> Verdict:
+          steps: int) -> BottleneckVerdict:
     """The verdict of one rank's (or the run's) phase shares (module docstring)."""
 
-    def verdict(kind: Bottleneck | None, evidence: str, phase: str | None = None) -> Verdict:
-        return Verdict(kind, evidence, None if kind is None else ACTIONS[kind], phase=phase, shares=shares,
+    def verdict(kind: Bottleneck | None, evidence: str, phase: str | None = None) -> BottleneckVerdict:
+        return BottleneckVerdict(kind, evidence, None if kind is None else ACTIONS[kind], phase=phase, shares=shares,
                        clock=clock, gpu_busy=gpu_busy, steps=steps)
 
     if shares is None or steps < MIN_MEASURED_STEPS:
@@ -130,12 +104,12 @@ def judge(shares: dict[str, float | None] | None, clock: str | None, gpu_busy: f
                    f"{_percent(shares.get('rest'))} ({waits})", _dominant(shares))
 
 
-def judge_straggler(finding: dict[str, Any]) -> Verdict:
+def judge_straggler(finding: StragglerRecord) -> BottleneckVerdict:
     """The run's verdict when ``stragglers`` flagged a rank (its finding, with its message)."""
-    cause = finding.get("cause") or "compute"
-    return Verdict(Bottleneck.STRAGGLER, str(finding.get("message") or f"rank {finding.get('rank')} holds the others up"),
-                   STRAGGLER_ACTIONS.get(cause, STRAGGLER_ACTIONS["compute"]), rank=finding.get("rank"),
-                   phase=finding.get("phase") or ("data" if cause == "data" else None))
+    cause = finding.cause or StragglerCause.COMPUTE
+    return BottleneckVerdict(Bottleneck.STRAGGLER, finding.message or f"rank {finding.rank} holds the others up",
+                   STRAGGLER_ACTIONS[cause], rank=finding.rank,
+                   phase=finding.phase or ("data" if cause == StragglerCause.DATA else None))
 
 
 def _dominant(shares: dict[str, float | None]) -> str | None:
@@ -193,9 +167,8 @@ class BottleneckMonitor:
         if self._candidate_ticks < SETTLE_TICKS:
             return
         self.announced, self._candidate = key, None
-        fields = {key: value for key, value in verdict.to_json().items() if key != "rank"}  # the event's own rank
-        self.hub.add_event(EventKind.BOTTLENECK, verdict.rank, _message(verdict), **fields,
-                           ranks={str(rank): ranks[rank].to_json() for rank in sorted(ranks)})
+        record = BottleneckRecord(verdict, _message(verdict), ranks)
+        self.hub.add_event(EventKind.BOTTLENECK, verdict.rank, _message(verdict), **record.event_fields())
 
     def conclude(self) -> None:
         """The verdict over the whole run, into the findings (the end-of-run summary)."""
@@ -203,8 +176,7 @@ class BottleneckMonitor:
         if not ranks:
             return
         verdict = self._judge_run(ranks, live=False)
-        self.findings.bottleneck = {**verdict.to_json(), "message": _message(verdict),
-                                    "ranks": {str(rank): ranks[rank].to_json() for rank in sorted(ranks)}}
+        self.findings.bottleneck = BottleneckRecord(verdict, _message(verdict), ranks)
 
     def _sample_gpus(self) -> None:
         """Each stepping GPU rank's utilisation now, into its window (the evidence for launch-bound)."""
@@ -215,18 +187,18 @@ class BottleneckMonitor:
             self.windows.sample_gpu_busy(rank, row.gpu_util, self.hub.model.gpu_read_at.get(rank))
 
     @staticmethod
-    def _judge_rank(steps: RankSteps, live: bool) -> Verdict:
+    def _judge_rank(steps: RankSteps, live: bool) -> BottleneckVerdict:
         if live:
             return judge(steps.window_shares(), steps.clock, steps.recent_gpu_busy(), len(steps.measured))
         return judge(steps.run_shares(), steps.clock, steps.run_gpu_busy(), steps.measured_steps)
 
-    def _judge_run(self, ranks: dict[int, Verdict], live: bool) -> Verdict:
+    def _judge_run(self, ranks: dict[int, BottleneckVerdict], live: bool) -> BottleneckVerdict:
         """A straggler (named now, live; kept by ``StragglerMonitor.conclude``, which runs first, at the
         end) is the run's verdict; otherwise the ranks' mean shares judged as one."""
         flagged = (self.stragglers.flagged if live else self.findings.stragglers).values()
         if flagged:
-            worst = max(flagged, key=lambda record: record.get("excess") or 0.0)
-            return judge_straggler(self.findings.stragglers.get(worst["rank"], worst))
+            worst = max(flagged, key=lambda record: record.excess or 0.0)
+            return judge_straggler(self.findings.stragglers.get(worst.rank, worst) if worst.rank is not None else worst)
         verdicts = list(ranks.values())
         clocks = {verdict.clock for verdict in verdicts if verdict.clock is not None}
         clock = clocks.pop() if len(clocks) == 1 else None
@@ -235,7 +207,7 @@ class BottleneckMonitor:
         return judge(run_shares([verdict.shares for verdict in verdicts]), clock, _median(busy), steps)
 
 
-def _message(verdict: Verdict) -> str:
+def _message(verdict: BottleneckVerdict) -> str:
     if verdict.kind is None:
         return f"bottleneck not determined: {verdict.evidence}"
     if verdict.kind is Bottleneck.STRAGGLER:

@@ -8,11 +8,16 @@ in the run's summary (``summary["diagnostics"]``), so that ``rankwatch run`` and
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from rankwatch.protocol import as_float, as_int
+from runner.diagnosis.bottleneck_record import BottleneckRecord
 from runner.diagnosis.flight_recorder import FlightRecorderFinding
 from runner.diagnosis.hang_verdict import HangVerdict
-from runner.diagnosis.stacks import MissingStack, StackAnalysis
+from runner.diagnosis.stacks import MissingStack, StackAnalysis, int_list
+from runner.diagnosis.straggler_record import StragglerRecord
 from runner.runstate.messages import JsonObject
 
 KEEP_STALLS = 20
@@ -42,12 +47,24 @@ class StallFinding:
             data["finished_after"] = self.finished_after
         return data
 
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> StallFinding | None:
+        """A stall as a stored summary keeps it; None without a rank. A number that is missing reads as 0."""
+        rank = as_int(data.get("rank"))
+        if rank is None:
+            return None
+        return cls(rank=rank, step=as_int(data.get("step")), since=as_float(data.get("since")) or 0.0,
+                   seconds=as_float(data.get("seconds")) or 0.0, threshold=as_float(data.get("threshold")) or 0.0,
+                   resumed_after=as_float(data.get("resumed_after")),
+                   finished_after=as_float(data.get("finished_after")))
+
 
 @dataclass(frozen=True)
 class Divergence:
     """Parameters that differed across replicas after an optimizer step (``diagnostics.divergences``)."""
 
-    step: int
+    step: int | None
+    """None only in a record read back without one."""
     ranks: list[int]
     """The ranks whose fingerprint differed from the reference's."""
     reference: list[int]
@@ -58,16 +75,12 @@ class Divergence:
         return {"step": self.step, "ranks": list(self.ranks), "reference": list(self.reference),
                 "message": self.message}
 
-
-StragglerRecord = JsonObject
-"""A rank's worst straggler finding: {rank, cause, step, step_time, data_wait, others_..., excess, margin,
-held_steps, message, share} (``runner.diagnosis.stragglers``); a plain object because
-``runner.diagnosis.bottleneck`` judges it as one."""
-
-
-BottleneckRecord = JsonObject
-"""The whole run's bottleneck verdict: {verdict, evidence, action, rank, phase, shares, clock, gpu_busy,
-steps, message, ranks: {rank: the same}}, as ``runner.diagnosis.bottleneck`` writes it."""
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> Divergence:
+        """As the summary keeps it, or a ``divergence`` event's fields with its message; a step that is
+        missing reads as None."""
+        return cls(step=as_int(data.get("step")), ranks=int_list(data.get("ranks")),
+                   reference=int_list(data.get("reference")), message=str(data.get("message") or ""))
 
 
 NoticeReport = JsonObject
@@ -93,6 +106,13 @@ class LauncherFinding:
         return {"key": self.key, "level": self.level, "ranks": self.ranks, "title": self.title, "cause": self.cause,
                 "advice": self.advice}
 
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> LauncherFinding:
+        """As the summary keeps it, or a ``launch_mismatch`` event's fields (the same keys)."""
+        return cls(key=str(data.get("key") or ""), level=str(data.get("level") or "warning"),
+                   ranks=int_list(data.get("ranks")), title=str(data.get("title") or ""),
+                   cause=str(data.get("cause") or ""), advice=str(data.get("advice") or ""))
+
 
 @dataclass(frozen=True)
 class StackPlaceBrief:
@@ -108,13 +128,23 @@ class StackPlaceBrief:
     def to_json(self) -> JsonObject:
         return {"rank": self.rank, "kind": self.kind, "op": self.op, "what": self.what, "frame": self.frame}
 
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> StackPlaceBrief | None:
+        rank = as_int(data.get("rank"))
+        if rank is None:
+            return None
+        frame = data.get("frame")
+        return cls(rank=rank, kind=str(data.get("kind") or ""), op=data.get("op") if isinstance(data.get("op"), str)
+                   else None, what=str(data.get("what") or ""), frame=dict(frame) if isinstance(frame, Mapping) else None)
+
 
 @dataclass(frozen=True)
 class StacksFinding:
     """The last stack capture, short (``diagnostics.stacks``)."""
 
     reason: str
-    t: float
+    t: float | None
+    """When it was taken; None only in a record read back without it."""
     ranks: list[int]
     verdict: HangVerdict
     places: list[StackPlaceBrief]
@@ -142,13 +172,29 @@ class StacksFinding:
                 "places": [place.to_json() for place in self.places],
                 "missing": [item.to_json() for item in self.missing], "path": self.path, "json_path": self.json_path}
 
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> StacksFinding:
+        """As the summary keeps it. One stored by an earlier version has no verdict: an empty one, whose
+        message is empty (its capture file, re-judged, says more)."""
+        verdict = data.get("verdict")
+        places = [StackPlaceBrief.from_wire(place) for place in data.get("places") or [] if isinstance(place, Mapping)]
+        missing = [MissingStack.from_wire(item) for item in data.get("missing") or [] if isinstance(item, Mapping)]
+        return cls(reason=str(data.get("reason") or ""), t=as_float(data.get("t")),
+                   ranks=int_list(data.get("ranks")),
+                   verdict=HangVerdict.from_wire(verdict if isinstance(verdict, Mapping) else {}),
+                   places=[place for place in places if place is not None],
+                   missing=[item for item in missing if item is not None],
+                   path=data.get("path") if isinstance(data.get("path"), str) else None,
+                   json_path=data.get("json_path") if isinstance(data.get("json_path"), str) else None)
+
 
 @dataclass
 class Findings:
     stalls: list[StallFinding] = field(default_factory=list)
     """One per stall of a rank, the newest ``KEEP_STALLS``."""
     stragglers: dict[int, StragglerRecord] = field(default_factory=dict)
-    """rank -> its worst straggler finding; after ``StragglerMonitor.conclude`` only the ranks named for a share of their steps (``share``)."""
+    """rank -> its worst straggler finding (``straggler_record``); after ``StragglerMonitor.conclude`` only the
+    ranks named for a share of their steps (``share``)."""
     divergences: list[Divergence] = field(default_factory=list)
     """The first ``KEEP_DIVERGENCES`` times parameters differed across replicas."""
     consistency_checks: int = 0
@@ -160,7 +206,7 @@ class Findings:
     launcher: dict[str, LauncherFinding] = field(default_factory=dict)
     """key -> a launcher mismatch (``runner.diagnosis.launcher``)."""
     bottleneck: BottleneckRecord | None = None
-    """The whole run's bottleneck verdict (``runner.diagnosis.bottleneck``)."""
+    """The whole run's bottleneck verdict, with each rank's (``runner.diagnosis.bottleneck``)."""
 
     def add_stall(self, record: StallFinding) -> None:
         self.stalls.append(record)
@@ -188,11 +234,50 @@ class Findings:
         if self.launcher:
             data["launcher"] = [record.to_json() for record in self.launcher.values()]
         if self.stragglers:
-            data["stragglers"] = [self.stragglers[r] for r in sorted(self.stragglers)]
+            data["stragglers"] = [self.stragglers[r].to_wire() for r in sorted(self.stragglers)]
         if self.bottleneck is not None:
-            data["bottleneck"] = self.bottleneck
+            data["bottleneck"] = self.bottleneck.to_wire()
         if self.divergences:
             data["divergences"] = [divergence.to_json() for divergence in self.divergences]
         if self.consistency_checks:
             data["consistency_checks"] = self.consistency_checks
         return data or None
+
+
+@dataclass(frozen=True)
+class StoredDiagnostics:
+    """A summary's ``diagnostics`` block read back (``Findings.to_json`` wrote it, this version or an
+    earlier one): every finding typed, what cannot be read left out."""
+
+    stalls: tuple[StallFinding, ...] = ()
+    stacks: StacksFinding | None = None
+    flight_recorder: FlightRecorderFinding | None = None
+    launcher: tuple[LauncherFinding, ...] = ()
+    stragglers: tuple[StragglerRecord, ...] = ()
+    bottleneck: BottleneckRecord | None = None
+    divergences: tuple[Divergence, ...] = ()
+    consistency_checks: int = 0
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any] | None) -> StoredDiagnostics:
+        if not isinstance(data, Mapping):
+            return cls()
+
+        def objects(key: str) -> list[Mapping[str, Any]]:
+            found = data.get(key)
+            return [item for item in found if isinstance(item, Mapping)] if isinstance(found, list) else []
+
+        def one(key: str) -> Mapping[str, Any] | None:
+            found = data.get(key)
+            return found if isinstance(found, Mapping) else None
+
+        stalls = (StallFinding.from_wire(item) for item in objects("stalls"))
+        stacks, flight, bottleneck = one("stacks"), one("flight_recorder"), one("bottleneck")
+        return cls(stalls=tuple(stall for stall in stalls if stall is not None),
+                   stacks=None if stacks is None else StacksFinding.from_wire(stacks),
+                   flight_recorder=None if flight is None else FlightRecorderFinding.from_wire(flight),
+                   launcher=tuple(LauncherFinding.from_wire(item) for item in objects("launcher")),
+                   stragglers=tuple(StragglerRecord.from_wire(item) for item in objects("stragglers")),
+                   bottleneck=None if bottleneck is None else BottleneckRecord.from_wire(bottleneck),
+                   divergences=tuple(Divergence.from_wire(item) for item in objects("divergences")),
+                   consistency_checks=as_int(data.get("consistency_checks")) or 0)

@@ -39,8 +39,10 @@ The verdict (``judge``) is JSON, stored in the ``stacks`` event::
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.stack_places import Place, frame_text, plural
@@ -87,6 +89,31 @@ class HangVerdict:
         return {"culprits": self.culprits, "waiting": self.waiting, "collective": self.collective,
                 "progressing": self.progressing, "details": self.details, "progress_known": self.progress_known,
                 "kind": self.kind.value, "level": self.level.value, "message": self.message}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> HangVerdict:
+        """As a capture or a summary keeps it (``to_json``). A kind or level this version does not know
+        reads as ``empty`` and ``info``: nothing is blamed on words it cannot read."""
+        try:
+            kind = VerdictKind(data.get("kind"))
+        except ValueError:
+            kind = VerdictKind.EMPTY
+        try:
+            level = VerdictLevel(data.get("level"))
+        except ValueError:
+            level = VerdictLevel.INFO
+
+        def ranks(key: str) -> list[int]:
+            found = data.get(key)
+            return [rank for rank in found if type(rank) is int] if isinstance(found, list) else []
+
+        details = data.get("details")
+        collective = data.get("collective")
+        return cls(kind=kind, level=level, message=str(data.get("message") or ""), culprits=ranks("culprits"),
+                   waiting=ranks("waiting"), collective=collective if isinstance(collective, str) else None,
+                   progressing=ranks("progressing"),
+                   details=[str(detail) for detail in details] if isinstance(details, list) else [],
+                   progress_known=bool(data.get("progress_known")))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
+from rankwatch.protocol import Bottleneck
+from runner.diagnosis.bottleneck_record import BottleneckRecord
+from runner.diagnosis.straggler_record import StragglerCause, StragglerRecord
 from runner.format import ranks_text
 from runner.rank_failure import stall_outcome
 from runner.runstate.messages import JsonObject
@@ -50,9 +54,13 @@ def format_diagnostics(diagnostics: StoredRecord | None, run_id: int | None = No
     flight = diagnostics.get("flight_recorder")
     if flight and flight.get("message"):
         lines.append(f"{_label('collectives')}{flight['message']} (Flight Recorder)")
-    for straggler in diagnostics.get("stragglers") or []:
-        lines.append(f"{_label('straggler')}{straggler.get('message') or _straggler_text(straggler)}")
-    lines += bottleneck_lines(diagnostics.get("bottleneck"))
+    for stored in diagnostics.get("stragglers") or []:
+        if isinstance(stored, Mapping):
+            straggler = StragglerRecord.from_wire(stored)
+            lines.append(f"{_label('straggler')}{straggler.message or _straggler_text(straggler)}")
+    bottleneck = diagnostics.get("bottleneck")
+    if isinstance(bottleneck, Mapping) and bottleneck:
+        lines += bottleneck_lines(BottleneckRecord.from_wire(bottleneck))
     for divergence in diagnostics.get("divergences") or []:
         lines.append(f"{_label('divergence')}{divergence.get('message')}")
     checks = diagnostics.get("consistency_checks")
@@ -102,26 +110,24 @@ def _stacks_lines(stacks: StoredRecord, run_id: int | None) -> list[str]:
     return [(_label("stacks") if index == 0 else indent) + text for index, text in enumerate(texts)]
 
 
-def bottleneck_lines(bottleneck: StoredRecord | None) -> list[str]:
+def bottleneck_lines(bottleneck: BottleneckRecord) -> list[str]:
     """``bottleneck: input-bound: waiting for data 62 % of the GPU's time`` and what to do about it.
     A straggler is already said on its own line: then only what to do."""
-    if not bottleneck:
-        return []
-    verdict = bottleneck.get("verdict")
+    verdict = bottleneck.verdict
     indent = " " * (LABEL_WIDTH + 2)
-    if verdict is None:
-        return [f"{_label('bottleneck')}not determined: {bottleneck.get('evidence')}"]
+    if verdict.kind is None:
+        return [f"{_label('bottleneck')}not determined: {verdict.evidence}"]
     lines = []
-    if verdict != "straggler":
-        lines.append(f"{_label('bottleneck')}{verdict}: {bottleneck.get('evidence')}")
+    if verdict.kind is not Bottleneck.STRAGGLER:
+        lines.append(f"{_label('bottleneck')}{verdict.kind.value}: {verdict.evidence}")
     else:
-        lines.append(f"{_label('bottleneck')}a straggler: rank {bottleneck.get('rank')}"
-                     + (f" ({bottleneck.get('phase')})" if bottleneck.get("phase") else ""))
-    if bottleneck.get("action"):
-        lines.append(f"{indent}→ {bottleneck['action']}")
+        lines.append(f"{_label('bottleneck')}a straggler: rank {verdict.rank}"
+                     + (f" ({verdict.phase})" if verdict.phase else ""))
+    if verdict.action:
+        lines.append(f"{indent}→ {verdict.action}")
     return lines
 
 
-def _straggler_text(straggler: StoredRecord) -> str:
-    cause = "waits for data" if straggler.get("cause") == "data" else "computes longer"
-    return f"rank {straggler.get('rank')} {cause}"
+def _straggler_text(straggler: StragglerRecord) -> str:
+    cause = "waits for data" if straggler.cause == StragglerCause.DATA else "computes longer"
+    return f"rank {straggler.rank} {cause}"

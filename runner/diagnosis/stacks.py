@@ -42,9 +42,11 @@ re-analysed from their frames by ``ensure_verdict``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from rankwatch.protocol import as_float
 from runner.diagnosis.hang_verdict import HangVerdict, judge
 from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.stack_dumps import Frame
@@ -56,7 +58,12 @@ CULPRIT, WAITING, PROGRESSING, STUCK = "culprit", "waiting", "progressing", "stu
 
 StackCaptureJson = JsonObject
 """A capture as its ``stacks`` event or ``capture-N.json`` holds it (``StackAnalysis.to_json``), possibly
-stored by an earlier version: read leniently, with ``.get``."""
+stored by an earlier version: read leniently, with ``.get`` (or typed: ``CaptureRecord.from_wire``)."""
+
+
+def int_list(value: object) -> list[int]:
+    """The integers of a JSON list (ranks); what is not one is left out."""
+    return [item for item in value if type(item) is int] if isinstance(value, list) else []
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,29 @@ class MissingStack:
 
     def to_json(self) -> JsonObject:
         return {"rank": self.rank, "why": self.why}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> MissingStack | None:
+        """None without a rank."""
+        rank = data.get("rank")
+        return cls(rank, str(data.get("why") or "no stack")) if type(rank) is int else None
+
+
+@dataclass(frozen=True)
+class SourceFrame:
+    """A frame of a group's stack with its source line, as a capture keeps it (``groups[].frames``)."""
+
+    file: str
+    line: int | None
+    function: str
+    code: str | None = None
+    """The source line, as read when the capture was taken (None: not readable)."""
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> SourceFrame:
+        line, code = data.get("line"), data.get("code")
+        return cls(str(data.get("file") or "?"), line if type(line) is int else None,
+                   str(data.get("function") or "?"), code if isinstance(code, str) else None)
 
 
 @dataclass(frozen=True)
@@ -85,6 +115,19 @@ class StackGroup:
 
     def to_json(self) -> JsonObject:
         return {"ranks": self.ranks, "role": self.role, "what": self.what, "mark": self.mark, "frames": self.frames}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> StackGroup:
+        """A group as a capture keeps it; one of an earlier version without a role is ``stuck``."""
+        mark, frames = data.get("mark"), data.get("frames")
+        return cls(ranks=int_list(data.get("ranks")), role=str(data.get("role") or STUCK),
+                   what=str(data.get("what") or ""), mark=mark if type(mark) is int else None,
+                   frames=[dict(frame) for frame in frames if isinstance(frame, Mapping)]
+                   if isinstance(frames, list) else [])
+
+    def source_frames(self) -> list[SourceFrame]:
+        """``frames``, typed, oldest call first."""
+        return [SourceFrame.from_wire(frame) for frame in self.frames]
 
 
 @dataclass(frozen=True)
@@ -132,6 +175,43 @@ class StackAnalysis:
             data["path"] = self.files.path
             data["text_path"] = self.files.text_path
         return data
+
+
+@dataclass(frozen=True)
+class CaptureRecord:
+    """A capture read back from its ``stacks`` event or its ``capture-N.json`` (``StackAnalysis.to_json``;
+    what the GUI's stacks view lays out). One stored by an earlier version is judged again first
+    (``ensure_verdict``); ``verdict`` is None only for one without frames to judge."""
+
+    reason: str
+    t: float | None
+    ranks: list[int]
+    missing: list[MissingStack]
+    verdict: HangVerdict | None
+    groups: list[StackGroup]
+    identical: bool
+    path: str | None = None
+    text_path: str | None = None
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> CaptureRecord:
+        data = ensure_verdict(dict(data))
+        verdict, groups, missing = data.get("verdict"), data.get("groups"), data.get("missing")
+        read_missing = (MissingStack.from_wire(item) for item in missing if isinstance(item, Mapping)) \
+            if isinstance(missing, list) else ()
+        return cls(reason=str(data.get("reason") or ""), t=as_float(data.get("t")), ranks=int_list(data.get("ranks")),
+                   missing=[item for item in read_missing if item is not None],
+                   verdict=HangVerdict.from_wire(verdict) if isinstance(verdict, Mapping) else None,
+                   groups=[StackGroup.from_wire(group) for group in groups if isinstance(group, Mapping)]
+                   if isinstance(groups, list) else [],
+                   identical=bool(data.get("identical")),
+                   path=data.get("path") if isinstance(data.get("path"), str) else None,
+                   text_path=data.get("text_path") if isinstance(data.get("text_path"), str) else None)
+
+
+def is_capture(fields: Mapping[str, Any]) -> bool:
+    """Whether a ``stacks`` event's fields are a cross-rank analysis (groups), not a per-rank "dump written"."""
+    return isinstance(fields.get("groups"), list)
 
 
 def _role(rank: int, verdict: HangVerdict) -> str:

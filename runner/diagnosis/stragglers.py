@@ -74,14 +74,14 @@ import bisect
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import Enum
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from rankwatch import protocol
 from rankwatch.protocol import EventKind
-from runner.diagnosis.findings import Findings, StragglerRecord
+from runner.diagnosis.findings import Findings
 from runner.diagnosis.step_windows import MeasuredStep, RankSteps, StepWindows, TimedStep
+from runner.diagnosis.straggler_record import StragglerCause, StragglerRecord, StragglerWithdrawn
 from runner.state import RankState
 
 WINDOW = 6
@@ -119,13 +119,6 @@ class StepSummary(NamedTuple):
     """Each step's distance from the median, per quantity: the noise the margin grows with."""
     data_deviations: tuple[float, ...] = ()
     compute_deviations: tuple[float, ...] = ()
-
-
-class StragglerCause(str, Enum):
-    """Why a straggler holds the others up: it waits for its data, or it computes longer."""
-
-    DATA = "data"
-    COMPUTE = "compute"
 
 
 @dataclass(frozen=True)
@@ -311,6 +304,8 @@ class StragglerMonitor:
         self.findings = findings if findings is not None else Findings()
         self.flagged: dict[int, StragglerRecord] = {}
         """rank -> its record, while it is named (the live bottleneck verdict reads it)."""
+        self._named_since: dict[int, int | None] = {}
+        """rank -> the first step of the window where its current naming began, while it is named."""
         self._candidates: dict[int, _Streak] = {}
         self._recoveries: dict[int, _Streak] = {}
 
@@ -402,37 +397,40 @@ class StragglerMonitor:
             message = (f"rank {rank} is a straggler: it computes longer (step {_ms(step_time)} vs {_ms(others_step)} "
                        f"on the other ranks; data wait {_ms(data_wait)})")
         steps = self.windows.ranks[rank]
-        record: StragglerRecord = {"rank": rank, "cause": verdict.cause.value, "phase": phase, "step": steps.last_step,
-                  "since_step": since_step, "step_time": round(step_time, 6), "data_wait": _rounded(data_wait),
-                  "compute_time": _rounded(compute), "others_step_time": round(others_step, 6),
-                  "others_data_wait": _rounded(others_wait), "others_compute_time": _rounded(others_compute),
-                  "excess": round(verdict.excess, 6), "margin": round(verdict.margin, 6),
-                  "window": WINDOW}
+        record = StragglerRecord(
+            rank=rank, cause=verdict.cause, phase=phase, step=steps.last_step, since_step=since_step,
+            step_time=round(step_time, 6), data_wait=_rounded(data_wait), compute_time=_rounded(compute),
+            others_step_time=round(others_step, 6), others_data_wait=_rounded(others_wait),
+            others_compute_time=_rounded(others_compute), excess=round(verdict.excess, 6),
+            margin=round(verdict.margin, 6), window=WINDOW)
         self.flagged[rank] = record
         finding = self.findings.stragglers.get(rank)
-        held = finding.get("held_steps", 0) if finding else 0
-        if finding is None or record["excess"] > finding["excess"]:
-            finding = self.findings.stragglers[rank] = {**record, "message": message}
-        finding.update(held_steps=held, active_since=since_step)
-        self.hub.add_event(EventKind.STRAGGLER, rank, message, active=True, **{k: v for k, v in record.items() if k != "rank"})
+        held = (finding.held_steps or 0) if finding is not None else 0
+        if finding is None or (record.excess or 0.0) > (finding.excess or 0.0):
+            finding = replace(record, message=message)  # the worst naming is the one the summary keeps
+        self.findings.stragglers[rank] = replace(finding, held_steps=held)
+        self._named_since[rank] = since_step
+        self.hub.add_event(EventKind.STRAGGLER, rank, message, **record.event_fields())
 
     def _clear(self, rank: int, until_step: int | None) -> None:
         """Withdraw a named rank: its excess stayed under half the margin since ``until_step``."""
         self.flagged.pop(rank, None)
         held = self._close_finding(rank, until_step)
-        self.hub.add_event(EventKind.STRAGGLER, rank, f"rank {rank} is no longer a straggler: since step {until_step} its "
-                           "excess over the other ranks stayed under half the noise margin",
-                           active=False, step=self.windows.ranks[rank].last_step, held_steps=held)
+        withdrawn = StragglerWithdrawn(
+            rank, self.windows.ranks[rank].last_step, held, f"rank {rank} is no longer a straggler: since step "
+            f"{until_step} its excess over the other ranks stayed under half the noise margin")
+        self.hub.add_event(EventKind.STRAGGLER, rank, withdrawn.message, **withdrawn.event_fields())
 
     def _close_finding(self, rank: int, until_step: int | None) -> int | None:
         """Add the steps since the rank was named (from the window where it began) to its finding's count."""
         finding = self.findings.stragglers.get(rank)
+        since = self._named_since.pop(rank, None)
         if finding is None:
             return None
-        since = finding.pop("active_since", None)
         if since is not None and until_step is not None:
-            finding["held_steps"] = finding.get("held_steps", 0) + max(0, until_step - since)
-        return finding.get("held_steps")
+            finding = self.findings.stragglers[rank] = replace(
+                finding, held_steps=(finding.held_steps or 0) + max(0, until_step - since))
+        return finding.held_steps
 
     def conclude(self) -> None:
         """The run's stragglers: those named for at least ``SUMMARY_SHARE`` of their steps (module docstring)."""
@@ -443,12 +441,12 @@ class StragglerMonitor:
                 self._close_finding(rank, None if steps is None or steps.last_step is None else steps.last_step + 1)
             finding = self.findings.stragglers[rank]
             total = steps.step_count if steps is not None else 0
-            held = min(finding.get("held_steps") or 0, total)
+            held = min(finding.held_steps or 0, total)
             if total <= 0 or held / total < SUMMARY_SHARE:
                 del self.findings.stragglers[rank]
                 continue
-            finding.update(held_steps=held, steps=total, share=round(held / total, 3))
-            finding["message"] = f"{finding['message']}; for {held} of its {total} steps"
+            self.findings.stragglers[rank] = replace(finding, held_steps=held, steps=total, share=round(held / total, 3),
+                                                     message=f"{finding.message}; for {held} of its {total} steps")
 
 
 def _window(items: list, end: int | None, earlier: bool) -> list:

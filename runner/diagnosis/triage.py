@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypedDict
 
+from rankwatch.protocol import Bottleneck
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings
 from runner.diagnosis.hang_verdict import VerdictKind
@@ -53,7 +54,7 @@ from runner.diagnosis.hints import (
     no_step_measured,
 )
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
-from runner.diagnosis.summary import DiagnosticsJson, RunSummary, StopRequest
+from runner.diagnosis.summary import RunSummary, StopRequest
 from runner.diagnosis.torchrun_report import TorchrunReport
 from runner.exit_status import (
     STOPPING_SIGNALS,
@@ -372,7 +373,7 @@ def _conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopReques
         warnings = [hint for hint in launcher if data.findings.launcher[hint.key].level != "info"]
         if stopped and hang:
             headline = f"stopped on request; {hang}"
-            diagnostics = without_stragglers(diagnostics)
+            diagnostics = without_stragglers(data.findings).to_json()
         elif stopped and warnings:
             headline = f"stopped on request; {data.findings.launcher[warnings[0].key].title}"
         elif stopped and stop is not None:  # no finding to lead with: say who and how
@@ -409,7 +410,7 @@ def _conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopReques
                      for rank, ended in sorted(evidence.finished.items()))
     return RunSummary(Outcome.FAILED, failure_headline(first, hints, exit_code), exit_code, first_failure=first,
                       other_failures=tuple(others), hints=tuple(hints), finished=finished,
-                      diagnostics=without_stragglers(diagnostics) or None,
+                      diagnostics=without_stragglers(data.findings).to_json(),
                       stopped_by=stop.who if stop is not None else None)
 
 
@@ -442,16 +443,14 @@ def finished_ranks(data: TriageInput, failures: list[RankFailure]) -> dict[int, 
     return {rank: ended for rank, (code, ended) in data.exits.items() if code == 0 and rank not in failed}
 
 
-def without_stragglers(diagnostics: DiagnosticsJson | None) -> DiagnosticsJson | None:
-    """The diagnostics of a failed or hung run: a straggler found while the job still trained does not
+def without_stragglers(findings: Findings) -> Findings:
+    """The findings of a failed or hung run: a straggler found while the job still trained does not
     explain its end, so neither its line nor a straggler verdict is repeated there (the events keep them),
     and neither is a bottleneck that could not be determined (a run that failed after a few steps)."""
-    if not diagnostics:
-        return diagnostics
-    kept = {key: value for key, value in diagnostics.items() if key != "stragglers"}
-    if (kept.get("bottleneck") or {}).get("verdict") in ("straggler", None):
-        kept.pop("bottleneck", None)
-    return kept or None
+    bottleneck = findings.bottleneck
+    if bottleneck is not None and bottleneck.verdict.kind in (Bottleneck.STRAGGLER, None):
+        bottleneck = None
+    return replace(findings, stragglers={}, bottleneck=bottleneck)
 
 
 def hang_headline(findings: Findings) -> str | None:

@@ -354,7 +354,7 @@ def test_a_straggler_is_named_once_two_windows_showed_it_and_it_held_and_is_with
     assert event["phase"] == "data" and 0 < event["margin"] < event["excess"]
     assert event["data_wait"] == pytest.approx(0.18) and event["others_data_wait"] == pytest.approx(0.002)
     assert "rank 1 is a straggler: it waits for data (180 ms of its 200 ms step" in event["message"]
-    assert findings.stragglers[1]["cause"] == "data"
+    assert findings.stragglers[1].cause == "data"
     run_steps(monitor, windows, range(41, 80), slow_data)
     events = hub.of_kind("straggler")
     assert [(e["rank"], e["active"]) for e in events] == [(1, True), (1, False)]
@@ -365,8 +365,8 @@ def test_a_straggler_is_named_once_two_windows_showed_it_and_it_held_and_is_with
     assert withdrawn["message"] == ("rank 1 is no longer a straggler: since step 39 its excess over the other "
                                     "ranks stayed under half the noise margin")
     monitor.conclude()
-    assert findings.stragglers[1]["share"] == pytest.approx(38 / 79, abs=0.001)
-    assert findings.stragglers[1]["message"].endswith("; for 38 of its 79 steps")
+    assert findings.stragglers[1].share == pytest.approx(38 / 79, abs=0.001)
+    assert findings.stragglers[1].message.endswith("; for 38 of its 79 steps")
 
 
 def test_steps_that_arrive_in_one_batch_are_judged_as_if_they_had_come_one_by_one():

@@ -7,12 +7,15 @@ import json
 import shutil
 from pathlib import Path
 
+from rankwatch.protocol import Bottleneck
+from runner.diagnosis.bottleneck_record import BottleneckRecord, BottleneckVerdict
 from runner.diagnosis.error_files import find_error_files, read_error_file
 from runner.diagnosis.findings import Findings, StallFinding
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
 from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.report import format_diagnostics
 from runner.diagnosis.stacks import CaptureFiles, analyse
+from runner.diagnosis.straggler_record import StragglerCause, StragglerRecord
 from runner.diagnosis.torchrun_report import parse_torchrun_report
 from runner.diagnosis.triage import TriageInput, triage, usage_error_from_tail
 from runner.view.terminal import render_summary
@@ -190,7 +193,8 @@ def test_a_stopped_hang_says_who_stalled_and_who_holds_them_up_in_the_headline_a
 
 def test_a_successful_run_keeps_its_findings():
     findings = Findings()
-    findings.stragglers[1] = {"rank": 1, "cause": "data", "excess": 0.2, "message": "rank 1 is a straggler: x"}
+    findings.stragglers[1] = StragglerRecord(rank=1, cause=StragglerCause.DATA, excess=0.2,
+                                             message="rank 1 is a straggler: x")
     findings.consistency_checks = 4
     summary = triage(TriageInput(findings=findings), 0, stopped=False)
     assert summary["outcome"] == "succeeded"
@@ -202,34 +206,35 @@ def test_a_successful_run_keeps_its_findings():
 def test_failure_and_hang_summaries_do_not_repeat_a_straggler():
     """A straggler found while the job trained does not explain how it ended: only a finished run's
     summary says it (the events keep it)."""
-    straggler = {"rank": 1, "cause": "compute", "excess": 0.02, "message": "rank 1 is a straggler: x"}
-    verdict = {"verdict": "straggler", "rank": 1, "phase": "forward", "action": "look at rank 1",
-               "message": "rank 1 is a straggler: x"}
+    straggler = StragglerRecord(rank=1, cause=StragglerCause.COMPUTE, excess=0.02, message="rank 1 is a straggler: x")
+    verdict = BottleneckRecord(BottleneckVerdict(Bottleneck.STRAGGLER, "rank 1 is a straggler: x", "look at rank 1",
+                                                 rank=1, phase="forward"), "rank 1 is a straggler: x")
     hung = hang_findings()
-    hung.stragglers[1], hung.bottleneck = dict(straggler), dict(verdict)
+    hung.stragglers[1], hung.bottleneck = straggler, verdict
     hang = format_diagnostics(triage(TriageInput(findings=hung), 130, stopped=True)["diagnostics"], 3)
     assert hang[0].startswith("  stalled:") and not any("a straggler" in line for line in hang)
     failing = Findings()
-    failing.stragglers[1], failing.bottleneck = dict(straggler), dict(verdict)
+    failing.stragglers[1], failing.bottleneck = straggler, verdict
     failing.consistency_checks = 2
     data = TriageInput(findings=failing, seen={0, 1}, exits={1: (1, 10.0)})
     failed = triage(data, 1, stopped=False)
     assert failed["outcome"] == "failed"
     assert format_diagnostics(failed["diagnostics"]) == ["  parameters:    identical on every rank at all 2 checks"]
     alone = Findings()
-    alone.stragglers[1] = dict(straggler)
+    alone.stragglers[1] = straggler
     assert "diagnostics" not in triage(TriageInput(findings=alone, seen={0, 1}), 1, stopped=False)
 
 
 def test_a_failed_runs_summary_leaves_out_a_bottleneck_that_was_not_determined():
     """Five steps, then a failure: "not determined: 1 step(s) had their phases timed" explains nothing there."""
-    undetermined = {"verdict": None, "evidence": "not measured: 1 step(s) had their phases timed, 5 are needed"}
+    undetermined = BottleneckRecord(
+        BottleneckVerdict(None, "not measured: 1 step(s) had their phases timed, 5 are needed"), None)
     failing = Findings()
-    failing.bottleneck = dict(undetermined)
+    failing.bottleneck = undetermined
     assert "diagnostics" not in triage(TriageInput(findings=failing, seen={0, 1}, exits={1: (1, 10.0)}), 1,
                                        stopped=False)
     finished = Findings()
-    finished.bottleneck = dict(undetermined)
+    finished.bottleneck = undetermined
     summary = triage(TriageInput(findings=finished, seen={0, 1}, measured={0, 1}, instrumented=True), 0,
                      stopped=False)
     assert summary["diagnostics"]["bottleneck"]["verdict"] is None  # a finished run still says why not

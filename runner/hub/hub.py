@@ -278,12 +278,13 @@ class Hub:
         (``runner.store.rank_stats``), after the subscribers had their bye: `runs show` and the
         History then read one row, whatever the size of the run. They are what ingest tallied
         as the records came (milliseconds; reading a 1,024-rank run of ten minutes back took two
-        minutes), unless the store refused some of those records: then they are computed from
-        what it holds."""
+        minutes), unless the store refused some of those records (or the tally failed): then
+        they are computed from what it holds."""
         run_id = self.run_id
         if run_id is None or not (self._run_row or {}).get("ended") or self.writer.incomplete is not None:
             return
-        tallied = self.ingest.tally.statistics() if self.writer.refused_rows == 0 else None
+        tally = self.ingest.tally
+        tallied = tally.statistics() if self.writer.refused_rows == 0 and tally.failed is None else None
         try:
             await self.writer.call(lambda store: self.writer.try_write(keep_run_statistics, store, run_id, tallied))
         except Exception as error:  # never in the way of closing: readers compute them instead

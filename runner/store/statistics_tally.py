@@ -137,7 +137,7 @@ class RankTally:
         self.allocated: tuple[float, float] | None = None
         self.reserved: tuple[float, float] | None = None
         self.peak: float | None = None
-        self.loss_detail: dict[int, tuple[array[int], array[float]]] | None = {}
+        self.loss_detail: dict[int, tuple[list[int], list[float]]] | None = {}
         """level -> the steps and values of this rank's logged or parsed losses that are in the
         run's per-step means: taken out again when a better source of the rank comes later. None
         once more than ``LOSS_DETAIL`` (the means then come from the store)."""
@@ -209,9 +209,20 @@ class RunTally:
         self._loss_levels: dict[int, set[int]] = {}
         """rank -> the loss source levels it reported with a step."""
         self.records = 0
+        self.failed: str | None = None
+        """Why a record could not be added (a bug: the statistics are then computed from the store)."""
 
     def add(self, rank: int, records: list[MetricRow]) -> None:
-        """Records of ``rank`` (each ``(rank, t, step, name, value, source)``), in arrival order."""
+        """Records of ``rank`` (each ``(rank, t, step, name, value, source)``), in arrival order.
+        Never raises: ingest goes on whatever a record holds."""
+        if self.failed is not None:
+            return
+        try:
+            self._add(rank, records)
+        except Exception as error:  # a tally must never stop ingest
+            self.failed = f"{type(error).__name__}: {error}"
+
+    def _add(self, rank: int, records: list[MetricRow]) -> None:
         tally = self.ranks.get(rank)
         if tally is None:
             tally = self.ranks[rank] = RankTally()
@@ -289,7 +300,7 @@ class RunTally:
             total[0] += value
             total[1] += 1
         if level and tally.loss_detail is not None:  # a better source may come: then these go out again
-            steps, values = tally.loss_detail.setdefault(level, (array("q"), array("d")))
+            steps, values = tally.loss_detail.setdefault(level, ([], []))
             steps.append(step)
             values.append(value)
             if len(steps) > LOSS_DETAIL:

@@ -178,3 +178,11 @@ def test_the_hub_keeps_the_statistics_it_tallied_from_every_record_it_stored(tmp
         computed_figures = run_figures.computed_run_figures(store, [run_id])[run_id]
         assert kept_figures.steps == computed_figures.steps == 40
         assert kept_figures.final_loss == pytest.approx(computed_figures.final_loss, rel=1e-9)
+
+
+def test_a_record_the_tally_cannot_add_stops_the_tally_not_ingest():
+    tally = RunTally()
+    tally.add(0, [(0, T0, 0, protocol.LOSS, 1.0, protocol.SOURCE_AUTO)])
+    tally.add(0, [(0, T0, "one", protocol.LOSS, 1.0, protocol.SOURCE_AUTO)])  # type: ignore[list-item]
+    assert tally.failed is not None and "TypeError" in tally.failed
+    tally.add(0, [(0, T0, 2, protocol.LOSS, 1.0, protocol.SOURCE_AUTO)])  # ignored, without raising

@@ -42,7 +42,8 @@ from runner.hub.observer import HubObserver, Observers
 from runner.hub.publisher import LocalSubscriber, Publisher, event_message
 from runner.hub.server import ConnectionServer, Refusals
 from runner.hub.writer import StoreWriter
-from runner.store.rank_stats import keep_run_statistics
+from runner.store.rank_stats import keep_live_statistics, keep_run_statistics
+from runner.store.run_figures import LIVE_STATISTICS_SECONDS
 from runner.store.store import RecordBatch, RunStore
 
 ACCEPT_SETTLE_SECONDS = 0.1
@@ -100,6 +101,7 @@ class Hub:
                                    stats=self.stats)
         """Old detail into the metric pyramid as the run goes (``runner.hub.compaction``)."""
         self._compact_task: asyncio.Task[None] | None = None
+        self._live_statistics_task: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._run_changed = False
         self._node_rows_changed: list[dict[str, Any]] = []
@@ -241,6 +243,7 @@ class Hub:
         loop = asyncio.get_running_loop()
         self._flush_task = loop.create_task(self._flush_forever(), name="hub-flush")
         self._compact_task = loop.create_task(self.compactor.run_forever(), name="hub-compact")
+        self._live_statistics_task = loop.create_task(self._keep_live_statistics_forever(), name="hub-statistics")
 
     async def close(self, reason: str = "run ended", drain_seconds: float = 5.0) -> None:
         """Stop listening, read what producers already sent (up to ``drain_seconds``), flush
@@ -254,6 +257,8 @@ class Hub:
         self.server.stop_listening()
         if self._compact_task is not None:
             self._compact_task.cancel()
+        if self._live_statistics_task is not None:
+            self._live_statistics_task.cancel()
         if self._flush_task is not None:
             async with self._flush_lock:  # never cancel a flush halfway: its commit would go on unseen
                 self._flush_task.cancel()
@@ -272,6 +277,20 @@ class Hub:
         self.publisher.close_all()
         await self._keep_run_statistics()
         self.writer.close()
+
+    async def _keep_live_statistics_forever(self) -> None:
+        """Every ``LIVE_STATISTICS_SECONDS``, write what ingest has tallied so far: `runs show`,
+        `runs list` and the History of the live run read it instead of every record."""
+        while True:
+            await asyncio.sleep(LIVE_STATISTICS_SECONDS)
+            await self.keep_live_statistics()
+
+    async def keep_live_statistics(self) -> None:
+        run_id, tally = self.run_id, self.ingest.tally
+        if run_id is None or tally.failed is not None or self.writer.refused_rows or self.writer.incomplete:
+            return
+        tallied, now = tally.statistics(), time.time()
+        await self.writer.call(lambda store: self.writer.try_write(keep_live_statistics, store, run_id, tallied, now))
 
     async def _keep_run_statistics(self) -> None:
         """An ended run's per-rank statistics, kept in the store once its last record is stored

@@ -48,11 +48,17 @@ from __future__ import annotations
 import json
 import sqlite3
 import statistics
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from rankwatch import protocol
-from runner.store.run_figures import KEPT_VERSION, RunFigures, computed_run_figures
+from runner.store.run_figures import (
+    KEPT_VERSION,
+    LIVE_STALE_SECONDS,
+    RunFigures,
+    computed_run_figures,
+)
 
 BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_WAIT, protocol.SAMPLES_PER_SECOND,
                               protocol.STEPS_PER_SECOND, protocol.COMM_WAIT, protocol.CPU_WAIT,
@@ -143,6 +149,13 @@ class RecordFigures:
     gpu_mem_allocated: int | None = None
     gpu_mem_reserved: int | None = None
     gpu_mem_peak: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RecordFigures:
+        return cls(**data)
 
     def apply_to(self, entry: RankStats) -> None:
         entry.steps, entry.last_step = self.steps, self.last_step
@@ -361,7 +374,43 @@ def run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]
         runner.store.store.RunNotFound: no such run (from the store).
     """
     kept = _kept_statistics(store, run_id)
-    return kept if kept is not None else computed_run_statistics(store, run_id)
+    if kept is not None:
+        return kept
+    live = live_statistics(store, run_id)
+    if live is not None:
+        return statistics_with(store, run_id, live.ranks, live.logged)
+    return computed_run_statistics(store, run_id)
+
+
+def keep_live_statistics(store, run_id: int, tallied: TalliedStatistics, t: float) -> None:
+    """Write what the hub of live run ``run_id`` tallied by time ``t`` (``store`` writable)."""
+    with store.connection:
+        store.connection.execute(
+            "INSERT OR REPLACE INTO live_statistics (run_id, version, t, ranks, logged, figures)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, KEPT_VERSION, t, json.dumps({rank: figures.to_json() for rank, figures in tallied.ranks.items()}),
+             json.dumps([key.to_json() for key in tallied.logged]),
+             json.dumps(tallied.run.to_json() if tallied.run else {}) if tallied.run_known else None))
+
+
+def live_statistics(store, run_id: int, now: float | None = None) -> TalliedStatistics | None:
+    """What the hub of run ``run_id`` tallied, if the run has not ended and its hub wrote them in
+    the last ``LIVE_STALE_SECONDS``; else None."""
+    try:
+        rows = _rows(store, "SELECT live.t, live.ranks, live.logged, live.figures FROM live_statistics AS live"
+                            " JOIN runs ON runs.id = live.run_id WHERE live.run_id = ? AND live.version = ?"
+                            " AND runs.ended IS NULL", run_id, KEPT_VERSION)
+    except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
+        return None
+    if not rows:
+        return None
+    t, ranks, logged, figures = rows[0]
+    if t < (time.time() if now is None else now) - LIVE_STALE_SECONDS:
+        return None
+    run = json.loads(figures) if figures is not None else None
+    return TalliedStatistics({int(rank): RecordFigures.from_json(data) for rank, data in json.loads(ranks).items()},
+                             [LoggedKey.from_json(key) for key in json.loads(logged)],
+                             RunFigures.from_json(run) if run else None, run_known=figures is not None)
 
 
 def keep_run_statistics(store, run_id: int, tallied: TalliedStatistics | None = None
@@ -379,6 +428,7 @@ def keep_run_statistics(store, run_id: int, tallied: TalliedStatistics | None = 
     else:
         figures = computed_run_figures(store, [run_id]).get(run_id)
     with store.connection:
+        store.connection.execute("DELETE FROM live_statistics WHERE run_id = ?", (run_id,))
         store.connection.execute(
             "INSERT OR REPLACE INTO run_statistics (run_id, version, ranks, logged, figures) VALUES (?, ?, ?, ?, ?)",
             (run_id, KEPT_VERSION, json.dumps([entry.to_json() for entry in stats]),

@@ -16,13 +16,15 @@ statement over the loss and throughput records of those runs, through the
 
 A figure not measured is ``None`` (shown "–"), never 0. An ended run's figures are read from
 what its hub kept (``rank_stats.keep_run_statistics``, the ``run_statistics`` table): one row,
-where the query reads every loss record of the run (2.6 s at 1,024 ranks for 20 s).
+where the query reads every loss record of the run (2.6 s at 1,024 ranks for 20 s, 66 s after
+ten minutes). A live run's are what its hub tallied lately (``live_statistics``).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -89,6 +91,11 @@ KEPT_VERSION = 1
 """The version of what ``run_figures`` and ``rank_stats.run_statistics`` compute, kept with an
 ended run's figures: raise it when a figure's definition changes, and the figures kept by the
 older code are computed again rather than read."""
+LIVE_STATISTICS_SECONDS = 30.0
+"""How often a live run's hub writes what it has tallied (``rank_stats.keep_live_statistics``)."""
+LIVE_STALE_SECONDS = 3 * LIVE_STATISTICS_SECONDS
+"""A live run's tally older than this is not read: its runner is gone or stuck, and records it
+stored after the tally would be missing (they are computed from the records instead)."""
 
 
 def run_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures]:
@@ -99,6 +106,7 @@ def run_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures]:
         runner.store.schema.StoreError: the store cannot be read.
     """
     kept = _kept_figures(store, run_ids)
+    kept.update(_live_figures(store, [run_id for run_id in run_ids if run_id not in kept]))
     computed = computed_run_figures(store, [run_id for run_id in run_ids if run_id not in kept])
     return {**computed, **{run_id: figures for run_id, figures in kept.items() if figures is not None}}
 
@@ -113,6 +121,24 @@ def _kept_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures | None]
         rows = store.connection.execute(
             f"SELECT run_id, figures FROM run_statistics WHERE version = ? AND figures IS NOT NULL"
             f" AND run_id IN ({marks})", (KEPT_VERSION, *ids)).fetchall()
+    except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
+        return {}
+    return {int(run_id): (RunFigures.from_json(data) if (data := json.loads(text)) else None)
+            for run_id, text in rows}
+
+
+def _live_figures(store, run_ids: Sequence[int], now: float | None = None) -> dict[int, RunFigures | None]:
+    """run id -> the figures its hub tallied, for live runs whose hub wrote them lately."""
+    if not run_ids:
+        return {}
+    ids = [int(run_id) for run_id in run_ids]
+    marks = ", ".join("?" * len(ids))
+    since = (time.time() if now is None else now) - LIVE_STALE_SECONDS
+    try:
+        rows = store.connection.execute(
+            f"SELECT live.run_id, live.figures FROM live_statistics AS live JOIN runs ON runs.id = live.run_id"
+            f" WHERE live.version = ? AND live.figures IS NOT NULL AND runs.ended IS NULL AND live.t >= ?"
+            f" AND live.run_id IN ({marks})", (KEPT_VERSION, since, *ids)).fetchall()
     except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
         return {}
     return {int(run_id): (RunFigures.from_json(data) if (data := json.loads(text)) else None)

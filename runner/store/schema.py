@@ -179,11 +179,25 @@ MIGRATIONS: list[str] = [
         figures  TEXT
     );
     """,
+    # 8 -> 9: a live run's statistics as its hub has tallied them (``runner.store.statistics_tally``),
+    # written every ``LIVE_STATISTICS_SECONDS``: `runs show` and the History of a live run read
+    # them with the store's rank rows instead of every record (two minutes at 1,024 ranks after
+    # ten). ``ranks`` holds each rank's ``RecordFigures``; ``t`` when they were tallied.
+    """
+    CREATE TABLE live_statistics (
+        run_id   INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        version  INTEGER NOT NULL,
+        t        REAL NOT NULL,
+        ranks    TEXT NOT NULL,
+        logged   TEXT NOT NULL,
+        figures  TEXT
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 TABLES = ("runs", "ranks", "nodes", "metrics", "logs", "events", "gpu_samples", "process_samples", "compactions")
-DERIVED_TABLES = ("run_statistics",)
+DERIVED_TABLES = ("run_statistics", "live_statistics")
 """Tables computed from the others (not exported; deleted with their run)."""
 
 

@@ -186,3 +186,41 @@ def test_a_record_the_tally_cannot_add_stops_the_tally_not_ingest():
     tally.add(0, [(0, T0, "one", protocol.LOSS, 1.0, protocol.SOURCE_AUTO)])  # type: ignore[list-item]
     assert tally.failed is not None and "TypeError" in tally.failed
     tally.add(0, [(0, T0, 2, protocol.LOSS, 1.0, protocol.SOURCE_AUTO)])  # ignored, without raising
+
+
+async def _a_live_run_with_its_tally_written(tmp_path) -> int:
+    hub, socket_path = await open_hub(tmp_path)
+    for rank in range(2):
+        _reader, writer = await asyncio.open_unix_connection(str(socket_path))
+        writer.write(hello(rank))
+        for items in _rank_messages(rank, 30):
+            writer.write(protocol.encode_metric_items(rank, items))
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+    await asyncio.sleep(0.3)
+    await hub.flush()
+    await hub.keep_live_statistics()
+    run_id = hub.run_id
+    await hub.close(reason="runner gone")  # not ended: nothing kept, the live row stays
+    assert run_id is not None
+    return run_id
+
+
+def test_a_live_runs_statistics_are_read_from_what_its_hub_tallied_while_fresh(tmp_path):
+    run_id = asyncio.run(_a_live_run_with_its_tally_written(tmp_path))
+    with RunStore(tmp_path / "runs.db") as store:
+        computed = computed_run_statistics(store, run_id)
+        figures = run_figures.computed_run_figures(store, [run_id])[run_id]
+        assert [entry.steps for entry in computed[0]] == [30, 30]
+        store.connection.execute("DELETE FROM metrics WHERE run_id = ?", (run_id,))  # only the tally can tell now
+        store.connection.commit()
+        live, logged = run_statistics(store, run_id)
+        _assert_same(live, computed[0])
+        assert logged == computed[1]
+        assert run_figures.run_figures(store, [run_id])[run_id].steps == figures.steps == 30
+        # a tally its hub stopped writing (the runner gone for minutes) is not read
+        store.connection.execute("UPDATE live_statistics SET t = t - ?", (run_figures.LIVE_STALE_SECONDS + 1,))
+        store.connection.commit()
+        assert [entry.steps for entry in run_statistics(store, run_id)[0]] == [None, None]
+        assert run_id not in run_figures.run_figures(store, [run_id])

@@ -48,8 +48,11 @@ EXACT_STEP_TIMES = 4096
 """Step times per rank kept as they are (8 bytes each); beyond them, the histogram."""
 STEP_TIME_BIN = 0.001
 """The histogram's relative bin width: bin ``i`` holds values in [(1+w)^i, (1+w)^(i+1))."""
-PAIR_WINDOW = 256
-"""Steps of a rank waiting for their step time (or their wait) at most."""
+PAIR_WINDOW = 16
+"""Steps of a rank waiting for the rest of their records at most. A step's records come in one
+message, or the next; most steps never complete all four (a script without samples, runs
+without the old ``comm_wait``), so this bounds what every rank holds: 256 held 65 MB at 1,024
+ranks."""
 LOSS_DETAIL = 1024
 """Logged or parsed losses of a rank kept, in case a better source of its loss comes later."""
 

@@ -30,6 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "runner" / "worker_path")]
 
+import psutil  # noqa: E402
+
 from rankwatch import protocol  # noqa: E402
 from runner.store import rank_stats, run_figures  # noqa: E402
 from runner.store.statistics_tally import RunTally  # noqa: E402
@@ -90,7 +92,7 @@ def main() -> None:
     total = sum(len(records) for _rank, records in sent)
     print(f"{args.ranks} ranks x {args.steps} steps: {total:,} records in {len(sent):,} messages", flush=True)
     tally_us, floor_us = [], []
-    tally = RunTally()
+    tally: RunTally | None = RunTally()
     for round_number in range(args.rounds):
         floor: list = []
         started = time.perf_counter()
@@ -104,11 +106,18 @@ def main() -> None:
         tally_us.append((time.perf_counter() - started) / total * 1e6)
         print(f"round {round_number + 1}: tally.add {tally_us[-1]:.3f} us/record, list append {floor_us[-1]:.3f}",
               flush=True)
+    tally = None
+    before = psutil.Process().memory_info().rss
+    tally = RunTally()
+    for rank, records in sent:
+        tally.add(rank, records)
+    held_mb = (psutil.Process().memory_info().rss - before) / 1e6
     started = time.perf_counter()
     tallied = tally.statistics()
     read_s = time.perf_counter() - started
     print(f"tally: median {statistics.median(tally_us):.3f} us/record (floor {statistics.median(floor_us):.3f});"
-          f" statistics read off in {read_s * 1000:.0f} ms", flush=True)
+          f" statistics read off in {read_s * 1000:.0f} ms; the tally holds ~{held_mb:.0f} MB (RSS growth)",
+          flush=True)
     if args.store is None:
         return
     if not args.store.exists():

@@ -33,9 +33,11 @@ from runner.store.rank_stats import (
     BUILT_IN_METRICS,
     LoggedKey,
     RankStats,
+    live_statistics,
     run_gpu_utilisation,
     run_statistics,
 )
+from runner.store.run_figures import LIVE_STATISTICS_SECONDS
 from runner.store.store import RunNotFound, RunStore
 from runner.view.log_lines import prefixed_line
 from runner.view.phase_bars import phase_lines
@@ -155,6 +157,7 @@ def show_main(args: argparse.Namespace) -> int:
             nodes = store.nodes(run["id"])
             metric_names = store.metric_names(run["id"])
             stats, logged = run_statistics(store, run["id"])
+            live = live_statistics(store, run["id"]) if run.get("ended") is None else None
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED, as_json=args.json)
     # a live run with a stalled rank is hung, as `runs list`, the terminal and the GUI say
@@ -179,7 +182,8 @@ def show_main(args: argparse.Namespace) -> int:
         print("  nodes:")
         for node in (NodeInfo.from_wire(row) for row in nodes):
             print(f"    node {node.node_rank}  {node.host or '':<20} {node.state or '':<9} {node.detail or ''}")
-    print("  ranks:")
+    print("  ranks:" if live is None else f"  ranks (as the hub had counted them at {_when(live.t)[-8:]};"
+                                          f" it writes them every {LIVE_STATISTICS_SECONDS:.0f} s):")
     for line in format_rank_table(stats):
         print(f"    {line}")
     phases = phase_lines([(entry.rank, entry.phase_shares) for entry in stats],

@@ -53,6 +53,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rankwatch import protocol
+from runner.store.liveness import runner_alive
 from runner.store.run_figures import (
     KEPT_VERSION,
     LIVE_STALE_SECONDS,
@@ -182,6 +183,8 @@ class TalliedStatistics:
     """The runs list's figures; None when the records hold none."""
     run_known: bool = True
     """False when the tally could not tell the runs list's figures (``statistics_tally.LOSS_DETAIL``)."""
+    t: float | None = None
+    """When they were tallied, as written for a live run (``keep_live_statistics``)."""
 
 
 def custom_metric_names(names: list[str]) -> list[str]:
@@ -394,23 +397,23 @@ def keep_live_statistics(store, run_id: int, tallied: TalliedStatistics, t: floa
 
 
 def live_statistics(store, run_id: int, now: float | None = None) -> TalliedStatistics | None:
-    """What the hub of run ``run_id`` tallied, if the run has not ended and its hub wrote them in
-    the last ``LIVE_STALE_SECONDS``; else None."""
+    """What the hub of run ``run_id`` tallied, while its runner is alive and wrote them in the last
+    ``LIVE_STALE_SECONDS``; else None (an ended run has its kept statistics; a lost one stored
+    records after its last tally, so they are computed)."""
     try:
-        rows = _rows(store, "SELECT live.t, live.ranks, live.logged, live.figures FROM live_statistics AS live"
-                            " JOIN runs ON runs.id = live.run_id WHERE live.run_id = ? AND live.version = ?"
-                            " AND runs.ended IS NULL", run_id, KEPT_VERSION)
+        rows = _rows(store, "SELECT t, ranks, logged, figures FROM live_statistics WHERE run_id = ? AND version = ?",
+                     run_id, KEPT_VERSION)
     except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
         return None
     if not rows:
         return None
     t, ranks, logged, figures = rows[0]
-    if t < (time.time() if now is None else now) - LIVE_STALE_SECONDS:
+    if t < (time.time() if now is None else now) - LIVE_STALE_SECONDS or not runner_alive(store.run(run_id)):
         return None
     run = json.loads(figures) if figures is not None else None
     return TalliedStatistics({int(rank): RecordFigures.from_json(data) for rank, data in json.loads(ranks).items()},
                              [LoggedKey.from_json(key) for key in json.loads(logged)],
-                             RunFigures.from_json(run) if run else None, run_known=figures is not None)
+                             RunFigures.from_json(run) if run else None, run_known=figures is not None, t=t)
 
 
 def keep_run_statistics(store, run_id: int, tallied: TalliedStatistics | None = None

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rankwatch import protocol
+from runner.store.liveness import runner_alive
 
 _LEVEL = (f"CASE source WHEN '{protocol.SOURCE_AUTO}' THEN 0 WHEN '{protocol.SOURCE_LOG}' THEN 1"
           f" WHEN '{protocol.SOURCE_PARSED}' THEN 2 ELSE 9 END")
@@ -128,7 +129,7 @@ def _kept_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures | None]
 
 
 def _live_figures(store, run_ids: Sequence[int], now: float | None = None) -> dict[int, RunFigures | None]:
-    """run id -> the figures its hub tallied, for live runs whose hub wrote them lately."""
+    """run id -> the figures its hub tallied, for runs whose runner is alive and wrote them lately."""
     if not run_ids:
         return {}
     ids = [int(run_id) for run_id in run_ids]
@@ -136,13 +137,15 @@ def _live_figures(store, run_ids: Sequence[int], now: float | None = None) -> di
     since = (time.time() if now is None else now) - LIVE_STALE_SECONDS
     try:
         rows = store.connection.execute(
-            f"SELECT live.run_id, live.figures FROM live_statistics AS live JOIN runs ON runs.id = live.run_id"
+            f"SELECT live.run_id, live.figures, runs.ended, runs.runner_pid, runs.runner_identity, runs.created"
+            f" FROM live_statistics AS live JOIN runs ON runs.id = live.run_id"
             f" WHERE live.version = ? AND live.figures IS NOT NULL AND runs.ended IS NULL AND live.t >= ?"
             f" AND live.run_id IN ({marks})", (KEPT_VERSION, since, *ids)).fetchall()
     except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
         return {}
     return {int(run_id): (RunFigures.from_json(data) if (data := json.loads(text)) else None)
-            for run_id, text in rows}
+            for run_id, text, ended, pid, identity, created in rows
+            if runner_alive({"ended": ended, "runner_pid": pid, "runner_identity": identity, "created": created})}
 
 
 def computed_run_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures]:

@@ -10,6 +10,7 @@ records without a step. And a real hub on a real socket keeps the tallied ones.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import math
 import random
@@ -18,6 +19,7 @@ import time
 import pytest
 
 from rankwatch import protocol
+from runner.cli import run_history
 from runner.store import run_figures
 from runner.store.rank_stats import (
     RankStats,
@@ -207,8 +209,11 @@ async def _a_live_run_with_its_tally_written(tmp_path) -> int:
     return run_id
 
 
-def test_a_live_runs_statistics_are_read_from_what_its_hub_tallied_while_fresh(tmp_path):
+def test_a_live_runs_statistics_are_read_from_what_its_hub_tallied_while_fresh(tmp_path, monkeypatch, capsys):
     run_id = asyncio.run(_a_live_run_with_its_tally_written(tmp_path))
+    monkeypatch.setenv("RANKWATCH_STORE", str(tmp_path / "runs.db"))
+    assert run_history.show_main(argparse.Namespace(run=str(run_id), json=False)) == 0
+    assert "ranks (as the hub had counted them at " in capsys.readouterr().out  # says how fresh they are
     with RunStore(tmp_path / "runs.db") as store:
         computed = computed_run_statistics(store, run_id)
         figures = run_figures.computed_run_figures(store, [run_id])[run_id]
@@ -219,8 +224,14 @@ def test_a_live_runs_statistics_are_read_from_what_its_hub_tallied_while_fresh(t
         _assert_same(live, computed[0])
         assert logged == computed[1]
         assert run_figures.run_figures(store, [run_id])[run_id].steps == figures.steps == 30
-        # a tally its hub stopped writing (the runner gone for minutes) is not read
+        # a tally its hub stopped writing (the runner stuck for minutes) is not read
         store.connection.execute("UPDATE live_statistics SET t = t - ?", (run_figures.LIVE_STALE_SECONDS + 1,))
+        store.connection.commit()
+        assert [entry.steps for entry in run_statistics(store, run_id)[0]] == [None, None]
+        assert run_id not in run_figures.run_figures(store, [run_id])
+        # nor is a fresh one of a runner that is gone: it stored records after its last tally
+        store.connection.execute("UPDATE live_statistics SET t = ?", (time.time(),))
+        store.connection.execute("UPDATE runs SET runner_pid = ? WHERE id = ?", (2**22 + 1, run_id))
         store.connection.commit()
         assert [entry.steps for entry in run_statistics(store, run_id)[0]] == [None, None]
         assert run_id not in run_figures.run_figures(store, [run_id])

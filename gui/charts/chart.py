@@ -848,11 +848,11 @@ class MetricChart(QWidget):
             return False
         self.band_recomputed = True
         curves = []
+        bins = max(2, pixels // 2)
         for curve in self._curves.values():
             smoothed = curve.smoothed.sync() if curve.smoothed is not None else None
-            x, y = curve.series.decimate(self._x_axis, low, high, pixels, smoothed)
-            curves.append((x, y))
-        band = rank_band(curves, max(2, pixels // 2))
+            curves.append(curve.series.band_points(self._x_axis, low, high, bins, smoothed))
+        band = rank_band(curves, bins)
         self._band_every = max(BAND_SECONDS, (time.monotonic() - now) / BAND_SHARE)
         self.band, self._band_drawn, self._band_at = band, state, now
         if band is None:

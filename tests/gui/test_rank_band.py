@@ -117,3 +117,26 @@ def test_a_band_that_takes_long_waits_longer_for_the_next(qtbot, monkeypatch):
     steps(10)
     grid.refresh()
     assert not loss.band_recomputed
+
+
+def test_a_band_samples_a_ranks_own_points_where_they_are_few_and_its_decimated_curve_beyond():
+    """The band interpolates each rank's stored points at its grid; decimating them first to
+    min/max pairs per pixel moved the sampled values inside each pixel's range, and cost most of
+    a 1,024-rank band frame."""
+    from gui.models.series import BAND_RAW_FACTOR, STEP, Series
+
+    series = Series()
+    steps = np.arange(400.0)
+    values = np.where(steps % 2 == 0, 1.0, 3.0)  # a zigzag: every pixel holds a 1 and a 3
+    series.append(steps, steps + 1.7e9, values)
+    x, y = series.band_points(STEP, 0.0, 399.0, bins=100)
+    np.testing.assert_array_equal(x, steps) and np.testing.assert_array_equal(y, values)
+    assert not x.flags.writeable and not y.flags.writeable  # the series' own memory, read only
+    band = rank_band([(x, y)], 9)
+    grid = np.linspace(0.0, 399.0, 9)
+    assert band is not None and np.allclose(band.median, np.interp(grid, steps, values))
+    long = Series()
+    many = np.arange(100.0 * BAND_RAW_FACTOR + 1)
+    long.append(many, many + 1.7e9, many)
+    x, _y = long.band_points(STEP, None, None, bins=100)
+    assert len(x) < len(many) / 2  # decimated: at most about two points a bin

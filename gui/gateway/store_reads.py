@@ -1,8 +1,11 @@
-"""What the GUI reads from the run store, as plain values: the reads the store reader runs.
+"""What the GUI reads from the run store: the reads the store reader runs.
 
 Each read is a function of a read-only ``RunStore`` (run on the reader's thread, see
-``store_reader``) that returns dicts, tuples and lists the models turn into what they
-show; no model or widget sees the store itself. :func:`run_now` is the one read a widget
+``store_reader``) that returns what the models turn into what they show; no model or
+widget sees the store itself. A stored run comes back in the types a live run arrives in
+(``runner.runstate.messages``: ``RunInfo``, ``RankInfo``, ``NodeInfo``, the contract's
+``Event``; ``RankStats`` for its whole-run figures), decoded once, here, as leniently as the
+hub's messages are: the models never read a stored row by its keys. :func:`run_now` is the one read a widget
 may make on its own thread: one row by its key, to decide how to open a run.
 
 Every read raises ``RunNotFound`` for a run that is not in the store (the reader
@@ -13,21 +16,23 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rankwatch import protocol
+from runner.runstate.messages import Event, NodeInfo, RankInfo, RunInfo, event_of
 from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
-from runner.store.rank_stats import run_statistics
+from runner.store.rank_stats import RankStats, run_statistics
 from runner.store.run_figures import RunFigures, run_figures
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records", "export_run", "rank_results",
-           "run_now", "run_records", "runs", "set_run_notes", "with_liveness"]
+__all__ = ["RankStats", "RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records", "export_run",
+           "rank_results", "run_now", "run_records", "runs", "set_run_notes", "with_liveness"]
 
 _finished_figures: dict[tuple[str, int], RunFigures] = {}
 """Figures of finished runs, by (store, run id): they cannot change, so the runs list, polled
@@ -39,20 +44,28 @@ LIVE_FIGURES_EVERY_S = 15.0
 
 @dataclass
 class RunRecords:
-    """One run as the store recorded it; ``metric_chunks`` streams (read it inside the read)."""
+    """One run as the store recorded it, in the hub's types; ``metric_chunks`` streams (read it
+    inside the read)."""
 
-    run: dict[str, Any]
-    ranks: list[dict[str, Any]]
-    nodes: list[dict[str, Any]]
+    run: RunInfo
+    """The ``runs`` row (without its ``spec_toml``: see ``spec``); a column this version does not
+    know is kept in ``extra``, a value of the wrong type is None (not measured)."""
+    spec_toml: str | None
+    """The launch spec as stored (TOML text), None when the run has none."""
+    spec: dict[str, Any]
+    """``spec_toml`` read as the profile table the run was launched with; empty when unreadable."""
+    ranks: tuple[RankInfo, ...]
+    nodes: tuple[NodeInfo, ...]
     metric_chunks: Iterator[list[protocol.MetricRecord]]
     gpu_samples: list[Any]
     process_samples: list[Any]
     logs: list[tuple[Any, ...]]
     """The last ``log_limit`` lines: ``(rank, t, stream, line, node)``."""
     log_total: int
-    events: list[dict[str, Any]]
-    """``{"kind", "t", "rank", **data}``, as the hub publishes them."""
-    rank_results: dict[int, dict[str, Any]]
+    events: tuple[Event, ...]
+    """As the hub publishes them (an event of a kind from a newer Rankwatch is a warning that
+    names it in ``fields["unknown_kind"]``)."""
+    rank_results: dict[int, RankStats]
     """Each rank's figures over the whole run (:func:`rank_results`); empty while it runs."""
 
 
@@ -133,34 +146,93 @@ def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> dic
 
 def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
     """Everything recorded of run ``run_id`` (the last ``log_limit`` log lines)."""
-    run = store.run(run_id)
+    row = store.run(run_id)
+    run = _run_info(row)
     return RunRecords(
-        run=run, ranks=store.ranks(run_id), nodes=store.nodes(run_id),
+        run=run, spec_toml=_spec_text(row), spec=spec_table(_spec_text(row)),
+        ranks=typed_rows(RankInfo, store.ranks(run_id)), nodes=typed_rows(NodeInfo, store.nodes(run_id)),
         metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
         process_samples=store.process_samples(run_id),
         logs=[(row["rank"], row["t"], row["stream"], row["line"], row["node"])
               for row in store.logs(run_id, limit=log_limit)],
         log_total=store.count("logs", run_id),
-        events=[{"kind": event["kind"], "t": event["t"], "rank": event["rank"], **(event["data"] or {})}
-                for event in store.events(run_id)],
-        rank_results=rank_results(store, run_id) if run.get("ended") is not None else {})
+        events=stored_events(store.events(run_id)),
+        rank_results=rank_results(store, run_id) if run.ended is not None else {})
 
 
 def chart_records(store: RunStore, run_id: int) -> RunRecords:
     """What run ``run_id``'s charts are drawn from (its metrics and samples; no logs, events or
     per-rank figures): the runs overlay reads this of each run it compares."""
-    run = store.run(run_id)
-    return RunRecords(run=run, ranks=store.ranks(run_id), nodes=[], metric_chunks=store.iter_metrics(run_id),
-                      gpu_samples=store.gpu_samples(run_id), process_samples=store.process_samples(run_id),
-                      logs=[], log_total=0, events=[], rank_results={})
+    row = store.run(run_id)
+    return RunRecords(run=_run_info(row), spec_toml=_spec_text(row), spec={},
+                      ranks=typed_rows(RankInfo, store.ranks(run_id)), nodes=(),
+                      metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
+                      process_samples=store.process_samples(run_id), logs=[], log_total=0, events=(),
+                      rank_results={})
 
 
-def rank_results(store: RunStore, run_id: int) -> dict[int, dict[str, Any]]:
+def rank_results(store: RunStore, run_id: int) -> dict[int, RankStats]:
     """Each rank's figures over the whole run, by rank: ``steps``, ``median_step_time``,
     ``data_wait_share``, ``comm_wait_share``, ``samples_per_s``... (``runner.store.rank_stats``:
     what ``rankwatch show`` and the end of a plain run print)."""
     stats, _logged = run_statistics(store, run_id)
-    return {entry.rank: entry.to_json() for entry in stats}
+    return {entry.rank: entry for entry in stats}
+
+
+_SPEC_COLUMN = "spec_toml"
+"""The ``runs`` column holding the launch spec: read apart (``RunRecords.spec``), not part of the RUN row."""
+
+
+def _run_info(row: Mapping[str, Any]) -> RunInfo:
+    """The stored ``runs`` row as the hub publishes it (``RunInfo``): its spec apart."""
+    return RunInfo.from_wire({key: value for key, value in row.items() if key != _SPEC_COLUMN})
+
+
+def _spec_text(row: Mapping[str, Any]) -> str | None:
+    text = row.get(_SPEC_COLUMN)
+    return text if isinstance(text, str) and text else None
+
+
+def spec_table(text: str | None) -> dict[str, Any]:
+    """A stored spec (TOML text) as the profile table the run was launched with; empty when there
+    is none or it cannot be read (a run is still shown without it)."""
+    if not text:
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except (ValueError, TypeError):
+        return {}
+
+
+_RowT = TypeVar("_RowT", RankInfo, NodeInfo)
+
+
+def typed_rows(row_type: type[_RowT], rows: Iterable[Mapping[str, Any]]) -> tuple[_RowT, ...]:
+    """The stored rows that decode (``RankInfo.from_wire``: a row without its key is left out)."""
+    typed = []
+    for row in rows:
+        try:
+            typed.append(row_type.from_wire(row))
+        except ValueError:
+            continue
+    return tuple(typed)
+
+
+def stored_events(rows: Iterable[Mapping[str, Any]]) -> tuple[Event, ...]:
+    """The store's ``events`` rows (``kind``, ``t``, ``rank``, ``data``) as the hub publishes them
+    (``runner.runstate.messages.event_of``); a row that names no kind is left out."""
+    events = []
+    for row in rows:
+        data = row.get("data")
+        event = event_of({**(data if isinstance(data, Mapping) else {}),
+                          "kind": row.get("kind"), "t": row.get("t"), "rank": row.get("rank")})
+        if event is not None:
+            events.append(event)
+    return tuple(events)
 
 
 def export_run(store: RunStore, run_id: int, folder: Path, log_limit: int) -> RunRecords:

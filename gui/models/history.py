@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from gui.gateway.run_state import RunInfo
+
 HISTORY_COLUMNS = ("Run", "Profile", "Script", "Tags", "Started", "Duration", "Status", "Outcome", "Exit",
                    "Final loss", "Best loss", "Steps", "Samples/s", "Ranks", "Host")
 NUMERIC_COLUMNS = frozenset({"Run", "Duration", "Exit", "Final loss", "Best loss", "Steps", "Samples/s", "Ranks"})
@@ -181,8 +183,8 @@ def matches_filter(row: RunRow, text: str) -> bool:
     return all(word in haystack for word in words)
 
 
-def run_title(run: dict[str, Any]) -> str:
+def run_title(run: RunInfo, spec_toml: str | None = None) -> str:
     """``Run 12 · alpha · train.py --epochs 3 · succeeded``: what a picture of run ``run`` (its
-    stored row) is titled."""
-    parts = [f"Run {run['id']}", run.get("profile") or "", entry_of(run.get("spec_toml")), str(run.get("status") or "")]
+    stored row, launched with ``spec_toml``) is titled."""
+    parts = [f"Run {run.id}", run.profile or "", entry_of(spec_toml), run.status or ""]
     return " · ".join(part for part in parts if part)

@@ -35,6 +35,7 @@ from rankwatch import protocol
 from runner.cli.main import main as cli_main
 from runner.runstate.messages import (
     Event,
+    EventKind,
     LogLine,
     NodeInfo,
     RankInfo,
@@ -461,8 +462,8 @@ def test_a_launcher_mismatch_is_a_named_finding(qtbot, panel):
                         timeout=5000)
         [(_time, name, rank, what)] = diagnosis.table_texts(diagnosis.findings_table)
         assert (name, rank) == ("launcher mismatch", "1")
-        event = next(e for e in panel.model.events if e["kind"] == "launch_mismatch")
-        assert what == event["title"]
+        event = next(e for e in panel.model.events if e.kind == EventKind.LAUNCH_MISMATCH)
+        assert what == event.fields["title"]
     finally:
         runner.close()
 

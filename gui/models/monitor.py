@@ -18,7 +18,7 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -38,10 +38,10 @@ from gui.gateway.run_state import (
     steps_done,
     working_text,
 )
-from gui.gateway.runner_rules import Hint, Progress, RankState
+from gui.gateway.runner_rules import Progress, RankState, RunSummary
 from gui.models import NOT_MEASURED, Event
 from gui.models.event_words import event_message, event_title
-from gui.models.exits import rank_ended_by
+from gui.models.exits import rank_ended_by, run_summary
 from gui.models.phases import RankPhases, rank_phases
 from gui.models.series import Series
 from rankwatch import protocol
@@ -253,7 +253,7 @@ def step_text(step: Any, skipped: int) -> str:
     return f"{text} ({skipped:,} skipped)" if skipped else text
 
 
-def rank_cells(row: RankInfo, now: float, note: str = "", summary: dict[str, Any] | None = None,
+def rank_cells(row: RankInfo, now: float, note: str = "", summary: RunSummary | Mapping[str, Any] | None = None,
                result: RankStats | None = None) -> tuple[str, ...]:
     """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order; ``summary`` is the
     run's triage (how it says a rank ended wins over the row); ``result`` the rank's whole-run
@@ -709,18 +709,18 @@ def _shown_kind(event: RunEvent) -> str:
     return unknown if isinstance(unknown, str) and unknown else event.kind.value
 
 
-def summary_lines(summary: dict[str, Any] | None) -> tuple[str, list[str]]:
-    """The failure triage of a finished run as (headline, detail lines): hints and the first traceback."""
-    if not isinstance(summary, dict):
+def summary_lines(summary: RunSummary | Mapping[str, Any] | None) -> tuple[str, list[str]]:
+    """The failure triage of a finished run (``RunInfo.summary``, decoded here when it comes as
+    sent) as (headline, detail lines): hints and the first traceback."""
+    decoded = run_summary(summary)
+    if decoded is None:
         return "", []
-    headline = str(summary.get("headline") or summary.get("outcome") or "")
-    details = []
-    for hint in (Hint.from_json(h) for h in summary.get("hints") or [] if isinstance(h, dict)):
-        details.append(f"Hint: {hint.cause}. {hint.advice}".strip())
-    first = summary.get("first_failure")
-    if isinstance(first, dict) and first.get("traceback"):
-        details.append(f"Traceback of rank {first.get('rank')}:")
-        details.extend(str(first["traceback"]).rstrip().splitlines())
+    headline = decoded.headline or decoded.outcome.value
+    details = [f"Hint: {hint.cause}. {hint.advice}".strip() for hint in decoded.hints]
+    first = decoded.first_failure
+    if first is not None and first.traceback:
+        details.append(f"Traceback of rank {first.rank}:")
+        details.extend(first.traceback.rstrip().splitlines())
     return headline, details
 
 

@@ -10,8 +10,13 @@ import pytest
 
 from gui.gateway import store_reads
 from gui.gateway.run_state import EventKind, NodeInfo, RankInfo, RunInfo
-from gui.models.monitor import NOT_MEASURED, format_event
+from gui.models.exits import rank_ended_by
+from gui.models.monitor import NOT_MEASURED, format_event, summary_lines
 from rankwatch.protocol import Event, MetricRecord
+from runner.diagnosis.hints import Hint, HintKey
+from runner.diagnosis.summary import RunSummary
+from runner.rank_failure import RankFailure
+from runner.state import Outcome
 from runner.store.rank_stats import RankStats
 from runner.store.store import RecordBatch, RunStore
 
@@ -78,3 +83,13 @@ def test_a_reopened_stored_run_shows_a_malformed_value_as_not_measured(newer_run
     lines = [format_event(event) for event in panel.model.events]
     assert lines[0].endswith("  rank 1  Warning: disk almost full")
     assert lines[1].split("  ", 1)[1] == "Stop requested: stop asked"  # not "rank not a rank  Stop..."
+
+
+def test_the_summary_lines_and_rank_endings_read_a_typed_summary_as_the_sent_one():
+    failure = RankFailure(rank=1, exit_code=1, traceback="Traceback (most recent call last):\n  boom\n")
+    summary = RunSummary(outcome=Outcome.FAILED, headline="rank 1 failed", exit_code=1, first_failure=failure,
+                         hints=(Hint(HintKey.OTHER, "the data loader died", "look at rank 1"),))
+    expected = ("rank 1 failed", ["Hint: the data loader died. look at rank 1", "Traceback of rank 1:",
+                                  "Traceback (most recent call last):", "  boom"])
+    assert summary_lines(summary) == summary_lines(summary.to_wire()) == expected
+    assert rank_ended_by(RankInfo(rank=1, state="failed"), summary, finished=True) == "exit code 1"

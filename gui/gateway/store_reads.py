@@ -31,7 +31,8 @@ from runner.store.rank_stats import RankStats, run_statistics
 from runner.store.run_figures import RunFigures, run_figures
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["RankStats", "RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records", "export_run",
+__all__ = ["ListedRun", "RankStats", "RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records",
+           "export_run",
            "rank_results", "run_now", "run_records", "runs", "set_run_notes", "with_liveness"]
 
 _finished_figures: dict[tuple[str, int], RunFigures] = {}
@@ -69,13 +70,47 @@ class RunRecords:
     """Each rank's figures over the whole run (:func:`rank_results`); empty while it runs."""
 
 
-def with_liveness(run: dict[str, Any]) -> dict[str, Any]:
-    """The run's row with ``live`` (its runner is alive and listening) and ``effective_status``
+@dataclass(frozen=True)
+class ListedRun:
+    """A run as the runs list shows it: its RUN row (``RunInfo``, as the hub publishes it), whether
+    it is live, the status a person sees, what the store keeps beside (its spec, tags and notes)
+    and its headline figures."""
+
+    run: RunInfo
+    live: bool
+    """Its runner is alive and listening: the GUI can attach to its socket."""
+    effective_status: str
+    """The stored status; ``lost`` for a runner that died without recording an end, ``hung`` for a
+    live run with a stalled rank; empty for a row without a status."""
+    spec_toml: str | None = None
+    tags: tuple[str, ...] = ()
+    notes: str = ""
+    figures: RunFigures = dataclasses.field(default_factory=RunFigures)
+    """``runner.store.run_figures`` (only :func:`runs` reads them)."""
+
+    @property
+    def id(self) -> int:
+        """The run's id (a stored row always has one)."""
+        return int(self.run.id or 0)
+
+
+def with_liveness(run: Mapping[str, Any]) -> ListedRun:
+    """The store's ``runs`` row, typed, with whether it is live and the status a person sees
     (``lost`` for a runner that died without recording an end): what the runs list shows."""
-    return {**run, "live": is_live(run), "effective_status": effective_status(run) if run.get("status") else ""}
+    tags = run.get("tags")
+    notes = run.get("notes")
+    return ListedRun(
+        run=_run_info({key: value for key, value in run.items() if key not in _LISTED_APART}),
+        live=is_live(dict(run)), effective_status=effective_status(dict(run)) if run.get("status") else "",
+        spec_toml=_spec_text(run), tags=tuple(str(tag) for tag in tags) if isinstance(tags, (list, tuple)) else (),
+        notes=notes if isinstance(notes, str) else "")
 
 
-def run_now(run_id: int) -> dict[str, Any]:
+_LISTED_APART = ("tags", "notes")
+"""``runs`` columns a ``ListedRun`` holds beside its RUN row (as ``spec_toml``)."""
+
+
+def run_now(run_id: int) -> ListedRun:
     """Run ``run_id``'s row with its liveness (see :func:`with_liveness`), read on this thread.
 
     Raises:
@@ -89,45 +124,44 @@ def run_now(run_id: int) -> dict[str, Any]:
         raise OSError(f"the run store cannot be read: {error}") from error
 
 
-def runs(store: RunStore, limit: int) -> list[dict[str, Any]]:
-    """The newest ``limit`` runs, each with its liveness and its ``figures``
-    (``runner.store.run_figures``, as a dict)."""
+def runs(store: RunStore, limit: int) -> list[ListedRun]:
+    """The newest ``limit`` runs, each with its liveness and its figures (``runner.store.run_figures``)."""
     rows = [with_liveness(run) for run in store.runs(limit=limit)]
-    stalled = store.stalled_runs([row["id"] for row in rows if row["live"]])
-    for row in rows:  # a live run with a stalled rank is hung, as its header and `runs list` say
-        row["effective_status"] = shown_status(row["effective_status"], ["stalled"] if row["id"] in stalled else [])
+    stalled = store.stalled_runs([row.id for row in rows if row.live])
     figures = _figures(store, rows)
-    for row in rows:  # plain values: the models do not import the runner
-        row["figures"] = dataclasses.asdict(figures.get(row["id"], RunFigures()))
-    return rows
+    # a live run with a stalled rank is hung, as its header and `runs list` say
+    return [dataclasses.replace(row, figures=figures.get(row.id, RunFigures()),
+                                effective_status=shown_status(row.effective_status,
+                                                              ["stalled"] if row.id in stalled else []) or "")
+            for row in rows]
 
 
-def _figures(store: RunStore, rows: list[dict[str, Any]]) -> dict[int, RunFigures]:
+def _figures(store: RunStore, rows: list[ListedRun]) -> dict[int, RunFigures]:
     """Each run's figures: one query for the runs not known yet (``run_figures``). A finished run's
     are read once; a live run's again once ``LIVE_FIGURES_EVERY_S`` have passed (reading a long
     run's loss takes about a second: not at every poll of the list)."""
     path, now = str(store.path), time.monotonic()
     known: dict[int, RunFigures] = {}
     for row in rows:
-        key = (path, row["id"])
-        if row.get("ended") is not None and key in _finished_figures:
-            known[row["id"]] = _finished_figures[key]
-        elif row.get("ended") is None and key in _live_figures and now - _live_figures[key][0] < LIVE_FIGURES_EVERY_S:
-            known[row["id"]] = _live_figures[key][1]
-    fresh = run_figures(store, [row["id"] for row in rows if row["id"] not in known])
+        key = (path, row.id)
+        if row.run.ended is not None and key in _finished_figures:
+            known[row.id] = _finished_figures[key]
+        elif row.run.ended is None and key in _live_figures and now - _live_figures[key][0] < LIVE_FIGURES_EVERY_S:
+            known[row.id] = _live_figures[key][1]
+    fresh = run_figures(store, [row.id for row in rows if row.id not in known])
     for row in rows:
-        if row["id"] in known:
+        if row.id in known:
             continue
-        figures = fresh.get(row["id"], RunFigures())
-        if row.get("ended") is not None:
-            _finished_figures[(path, row["id"])] = figures
-            _live_figures.pop((path, row["id"]), None)
+        figures = fresh.get(row.id, RunFigures())
+        if row.run.ended is not None:
+            _finished_figures[(path, row.id)] = figures
+            _live_figures.pop((path, row.id), None)
         else:
-            _live_figures[(path, row["id"])] = (now, figures)
+            _live_figures[(path, row.id)] = (now, figures)
     return {**fresh, **known}
 
 
-def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> dict[str, Any]:
+def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> ListedRun:
     """Write run ``run_id``'s tags and notes (a writable store, opened for this write only: the
     GUI's one write), and return its row as now stored.
 
@@ -139,7 +173,7 @@ def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> dic
         with RunStore() as store:
             store.resolve_run_id(run_id)
             store.set_run_notes(run_id, tags=tags, notes=notes)
-            return store.run(run_id)
+            return with_liveness(store.run(run_id))
     except sqlite3.Error as error:
         raise OSError(f"the run store cannot be written: {error}") from error
 

@@ -304,7 +304,7 @@ class HistoryPanel(QWidget):
     def rows(self) -> list[RunRow]:
         return list(self.table_model.rows)
 
-    def _on_runs_read(self, runs: list[dict]) -> None:
+    def _on_runs_read(self, runs: list[store_reads.ListedRun]) -> None:
         self._on_rows_loaded([RunRow.from_store(run) for run in runs])
 
     def _on_store_unreadable(self, message: str) -> None:

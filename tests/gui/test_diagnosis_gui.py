@@ -289,7 +289,7 @@ def test_a_hung_run_is_hung_in_the_header_history_and_runs_list_and_show_not_run
     qtbot.waitUntil(lambda: panel.status_label.text() == "hung", timeout=3000)
     assert panel.model.status == "running"  # the runner's record: the run goes on
     with RunStore(readonly=True) as store:
-        listed = {row["id"]: row["effective_status"] for row in store_reads.runs(store, 10)}
+        listed = {row.id: row.effective_status for row in store_reads.runs(store, 10)}
     assert listed[runner.run_id] == "hung"  # History
     capsys.readouterr()
     assert cli_main(["runs", "list", "--json"]) == 0

@@ -11,6 +11,7 @@ import pytest
 from gui.gateway import store_reads
 from gui.gateway.run_state import EventKind, NodeInfo, RankInfo, RunInfo
 from gui.models.exits import rank_ended_by
+from gui.models.history import HISTORY_COLUMNS, RunRow, history_cells
 from gui.models.monitor import NOT_MEASURED, format_event, summary_lines
 from rankwatch.protocol import Event, MetricRecord
 from runner.diagnosis.hints import Hint, HintKey
@@ -93,3 +94,17 @@ def test_the_summary_lines_and_rank_endings_read_a_typed_summary_as_the_sent_one
                                   "Traceback (most recent call last):", "  boom"])
     assert summary_lines(summary) == summary_lines(summary.to_wire()) == expected
     assert rank_ended_by(RankInfo(rank=1, state="failed"), summary, finished=True) == "exit code 1"
+
+
+def test_the_runs_list_shows_a_malformed_stored_value_as_not_measured(store, tmp_path):
+    run_id = store.create_run(run_key="malformed-row", profile="alpha", spec_toml='script = "train.py"',
+                              command=None, host="h", workdir=None, runner_pid=1, socket=None, world_size=2,
+                              status="running")
+    store.update_run(run_id, started=T0, ended=T0 + 9, status="succeeded", exit_code=0)
+    with store.connection:
+        store.connection.execute("UPDATE runs SET created = 'yesterday', world_size = 'two' WHERE id = ?", (run_id,))
+    [listed] = store_reads.runs(store, 10)
+    row = RunRow.from_store(listed)
+    cells = dict(zip(HISTORY_COLUMNS, history_cells(row), strict=True))
+    assert (row.created, row.world_size) == (0.0, None)
+    assert (cells["Run"], cells["Script"], cells["Duration"], cells["Ranks"]) == (str(run_id), "train.py", "0:09", "")

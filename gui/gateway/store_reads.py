@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rankwatch import protocol
-from runner.runstate.messages import Event, NodeInfo, RankInfo, RunInfo, event_of
+from runner.runstate.messages import (
+    Event,
+    GpuSample,
+    LogLine,
+    NodeInfo,
+    ProcessSample,
+    RankInfo,
+    RunInfo,
+    event_of,
+)
 from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
 from runner.store.rank_stats import RankStats, run_statistics
@@ -58,10 +67,10 @@ class RunRecords:
     ranks: tuple[RankInfo, ...]
     nodes: tuple[NodeInfo, ...]
     metric_chunks: Iterator[list[protocol.MetricRecord]]
-    gpu_samples: list[Any]
-    process_samples: list[Any]
-    logs: list[tuple[Any, ...]]
-    """The last ``log_limit`` lines: ``(rank, t, stream, line, node)``."""
+    gpu_samples: list[GpuSample]
+    process_samples: list[ProcessSample]
+    logs: list[LogLine]
+    """The last ``log_limit`` lines (a malformed stored line is left out, as a published one is)."""
     log_total: int
     events: tuple[Event, ...]
     """As the hub publishes them (an event of a kind from a newer Rankwatch is a warning that
@@ -187,8 +196,7 @@ def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
         ranks=typed_rows(RankInfo, store.ranks(run_id)), nodes=typed_rows(NodeInfo, store.nodes(run_id)),
         metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
         process_samples=store.process_samples(run_id),
-        logs=[(row["rank"], row["t"], row["stream"], row["line"], row["node"])
-              for row in store.logs(run_id, limit=log_limit)],
+        logs=stored_lines(store.logs(run_id, limit=log_limit)),
         log_total=store.count("logs", run_id),
         events=stored_events(store.events(run_id)),
         rank_results=rank_results(store, run_id) if run.ended is not None else {})
@@ -254,6 +262,17 @@ def typed_rows(row_type: type[_RowT], rows: Iterable[Mapping[str, Any]]) -> tupl
         except ValueError:
             continue
     return tuple(typed)
+
+
+def stored_lines(rows: Iterable[Mapping[str, Any]]) -> list[LogLine]:
+    """The store's ``logs`` rows as the hub publishes them (``LogLine.from_wire``: a line that is
+    not text is left out)."""
+    lines = []
+    for row in rows:
+        line = LogLine.from_wire((row.get("rank"), row.get("t"), row.get("stream"), row.get("line"), row.get("node")))
+        if line is not None:
+            lines.append(line)
+    return lines
 
 
 def stored_events(rows: Iterable[Mapping[str, Any]]) -> tuple[Event, ...]:

@@ -511,8 +511,13 @@ class MonitorModel:
         return count
 
     def add_log_rows(self, rows: Iterable[list | tuple]) -> None:
-        """Protocol log items ``[rank, t, stream, line, node]`` (a stored run's, a test's)."""
-        lines = [line for line in (LogLine.from_wire(row) for row in rows) if line is not None]
+        """Protocol log items ``[rank, t, stream, line, node]`` as published (a test's); a malformed
+        one is left out (``LogLine.from_wire``)."""
+        self.add_log_lines([line for line in (LogLine.from_wire(row) for row in rows) if line is not None])
+
+    def add_log_lines(self, lines: Sequence[LogLine]) -> None:
+        """Lines a rank printed before this model saw the run (a stored run's): their progress
+        (``epoch 3/10``) is noted, as the hub notes a live line's."""
         for line in lines:
             self.state.progress.note_line(line.line)
         self._add_log_lines(lines)
@@ -668,7 +673,7 @@ class MonitorModel:
         model.add_gpu_rows(records.gpu_samples)
         model.state.note_process_samples(records.process_samples)
         model.add_process_rows(records.process_samples)
-        model.add_log_rows(records.logs)
+        model.add_log_lines(records.logs)
         model.logs.total = max(model.logs.total, records.log_total)
         model.add_events(records.events)
         model.rank_results = records.rank_results

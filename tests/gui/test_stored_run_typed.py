@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from gui.gateway import store_reads
-from gui.gateway.run_state import EventKind, NodeInfo, RankInfo, RunInfo
+from gui.gateway.run_state import EventKind, LogLine, NodeInfo, RankInfo, RunInfo
 from gui.models.exits import rank_ended_by
 from gui.models.history import HISTORY_COLUMNS, RunRow, history_cells
 from gui.models.monitor import NOT_MEASURED, format_event, summary_lines
@@ -40,6 +40,7 @@ def newer_run(store: RunStore) -> int:
     for step in range(STEPS):
         for rank in range(2):
             batch.metrics.append(MetricRecord(rank, T0 + step, step, "step_time", 0.1, "auto"))
+    batch.logs.append(LogLine(0, T0 + 1, "stdout", "epoch 1/3", None))
     batch.events.append(Event(T0 + 1, EventKind.WARNING, 1, "disk almost full", {"newer_field": 7}))
     batch.events.append(Event(T0 + 2, EventKind.STOP_REQUESTED, 0, "stop asked"))
     store.write_batch(run_id, batch)
@@ -59,6 +60,7 @@ def test_a_stored_run_is_read_into_the_hubs_typed_rows(newer_run):
     assert "spec_toml" not in records.run.extra  # read apart, not sent on as a RUN key
     assert [type(row) for row in records.ranks] == [RankInfo, RankInfo]
     assert [type(node) for node in records.nodes] == [NodeInfo]
+    assert [(type(line), line.line) for line in records.logs] == [(LogLine, "epoch 1/3")]
     assert [(event.kind, event.rank, event.message) for event in records.events] == [
         (EventKind.WARNING, 1, "disk almost full"), (EventKind.STOP_REQUESTED, None, "stop asked")]
     assert isinstance(records.rank_results[0], RankStats) and records.rank_results[0].steps == STEPS

@@ -12,7 +12,7 @@ from gui.gateway import store_reads
 from gui.gateway.run_state import EventKind, LogLine, NodeInfo, RankInfo, RunInfo
 from gui.models.exits import rank_ended_by
 from gui.models.history import HISTORY_COLUMNS, RunRow, history_cells
-from gui.models.monitor import NOT_MEASURED, format_event, summary_lines
+from gui.models.monitor import NOT_MEASURED, MonitorModel, format_event, summary_lines
 from rankwatch.protocol import Event, MetricRecord
 from runner.diagnosis.hints import Hint, HintKey
 from runner.diagnosis.summary import RunSummary
@@ -110,3 +110,16 @@ def test_the_runs_list_shows_a_malformed_stored_value_as_not_measured(store, tmp
     cells = dict(zip(HISTORY_COLUMNS, history_cells(row), strict=True))
     assert (row.created, row.world_size) == (0.0, None)
     assert (cells["Run"], cells["Script"], cells["Duration"], cells["Ranks"]) == (str(run_id), "train.py", "0:09", "")
+
+
+def test_an_event_of_a_newer_kind_is_titled_by_its_kind_live_and_stored(newer_run):
+    with RunStore() as store, store.connection:
+        store.connection.execute("UPDATE events SET kind = 'gpu_throttled' WHERE kind = 'warning'")
+    with RunStore(readonly=True) as store:
+        stored = MonitorModel.from_records(store_reads.run_records(store, newer_run, 100))
+    live = MonitorModel()
+    live.apply({"type": "update", "t": T0 + 1, "events": [
+        {"kind": "gpu_throttled", "t": T0 + 1, "rank": 1, "message": "disk almost full", "newer_field": 7}]})
+    [shown] = [format_event(event) for event in live.events]
+    assert shown.split("  ", 1)[1] == "rank 1  Gpu throttled: disk almost full"  # not "Warning: ..."
+    assert format_event(stored.events[0]) == shown

@@ -206,7 +206,7 @@ def chart_records(store: RunStore, run_id: int) -> RunRecords:
     """What run ``run_id``'s charts are drawn from (its metrics and samples; no logs, events or
     per-rank figures): the runs overlay reads this of each run it compares."""
     row = store.run(run_id)
-    return RunRecords(run=_run_info(row), spec_toml=_spec_text(row), spec={},
+    return RunRecords(run=_run_info(row), spec_toml=_spec_text(row), spec=spec_table(_spec_text(row)),
                       ranks=typed_rows(RankInfo, store.ranks(run_id)), nodes=(),
                       metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
                       process_samples=store.process_samples(run_id), logs=[], log_total=0, events=(),

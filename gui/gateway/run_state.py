@@ -29,8 +29,12 @@ from runner.runstate.state import (
     working_text,
 )
 
+RunEvent = Event
+"""The contract's ``Event`` (something that happened in a run), under a name the GUI's models can
+tell apart from their own observer ``gui.models.Event``."""
+
 __all__ = [
-    "HUNG", "Bye", "Changes", "Event", "EventKind", "HistoryEnd", "HubMessage", "LogLine", "NodeInfo", "RankInfo", "RunInfo", "RunState",
+    "HUNG", "Bye", "Changes", "Event", "EventKind", "HistoryEnd", "HubMessage", "LogLine", "NodeInfo", "RankInfo", "RunEvent", "RunInfo", "RunState",
     "SnapshotMessage", "UpdateMessage", "decode_hub_message", "event_of", "measured_process", "shown_status", "steps_done",
     "working_text",
 ]

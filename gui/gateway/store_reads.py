@@ -1,8 +1,11 @@
-"""What the GUI reads from the run store, as plain values: the reads the store reader runs.
+"""What the GUI reads from the run store: the reads the store reader runs.
 
 Each read is a function of a read-only ``RunStore`` (run on the reader's thread, see
-``store_reader``) that returns dicts, tuples and lists the models turn into what they
-show; no model or widget sees the store itself. :func:`run_now` is the one read a widget
+``store_reader``) that returns what the models turn into what they show; no model or
+widget sees the store itself. A stored run comes back in the types a live run arrives in
+(``runner.runstate.messages``: ``RunInfo``, ``RankInfo``, ``NodeInfo``, the contract's
+``Event``; ``RankStats`` for its whole-run figures), decoded once, here, as leniently as the
+hub's messages are: the models never read a stored row by its keys. :func:`run_now` is the one read a widget
 may make on its own thread: one row by its key, to decide how to open a run.
 
 Every read raises ``RunNotFound`` for a run that is not in the store (the reader
@@ -13,21 +16,33 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rankwatch import protocol
+from runner.runstate.messages import (
+    Event,
+    GpuSample,
+    LogLine,
+    NodeInfo,
+    ProcessSample,
+    RankInfo,
+    RunInfo,
+    event_of,
+)
 from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
-from runner.store.rank_stats import run_statistics
+from runner.store.rank_stats import RankStats, run_statistics
 from runner.store.run_figures import RunFigures, run_figures
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records", "export_run", "rank_results",
-           "run_now", "run_records", "runs", "set_run_notes", "with_liveness"]
+__all__ = ["ListedRun", "RankStats", "RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records",
+           "export_run",
+           "rank_results", "run_now", "run_records", "runs", "set_run_notes", "with_liveness"]
 
 _finished_figures: dict[tuple[str, int], RunFigures] = {}
 """Figures of finished runs, by (store, run id): they cannot change, so the runs list, polled
@@ -39,30 +54,72 @@ LIVE_FIGURES_EVERY_S = 15.0
 
 @dataclass
 class RunRecords:
-    """One run as the store recorded it; ``metric_chunks`` streams (read it inside the read)."""
+    """One run as the store recorded it, in the hub's types; ``metric_chunks`` streams (read it
+    inside the read)."""
 
-    run: dict[str, Any]
-    ranks: list[dict[str, Any]]
-    nodes: list[dict[str, Any]]
+    run: RunInfo
+    """The ``runs`` row (without its ``spec_toml``: see ``spec``); a column this version does not
+    know is kept in ``extra``, a value of the wrong type is None (not measured)."""
+    spec_toml: str | None
+    """The launch spec as stored (TOML text), None when the run has none."""
+    spec: dict[str, Any]
+    """``spec_toml`` read as the profile table the run was launched with; empty when unreadable."""
+    ranks: tuple[RankInfo, ...]
+    nodes: tuple[NodeInfo, ...]
     metric_chunks: Iterator[list[protocol.MetricRecord]]
-    gpu_samples: list[Any]
-    process_samples: list[Any]
-    logs: list[tuple[Any, ...]]
-    """The last ``log_limit`` lines: ``(rank, t, stream, line, node)``."""
+    gpu_samples: list[GpuSample]
+    process_samples: list[ProcessSample]
+    logs: list[LogLine]
+    """The last ``log_limit`` lines (a malformed stored line is left out, as a published one is)."""
     log_total: int
-    events: list[dict[str, Any]]
-    """``{"kind", "t", "rank", **data}``, as the hub publishes them."""
-    rank_results: dict[int, dict[str, Any]]
+    events: tuple[Event, ...]
+    """As the hub publishes them (an event of a kind from a newer Rankwatch is a warning that
+    names it in ``fields["unknown_kind"]``)."""
+    rank_results: dict[int, RankStats]
     """Each rank's figures over the whole run (:func:`rank_results`); empty while it runs."""
 
 
-def with_liveness(run: dict[str, Any]) -> dict[str, Any]:
-    """The run's row with ``live`` (its runner is alive and listening) and ``effective_status``
+@dataclass(frozen=True)
+class ListedRun:
+    """A run as the runs list shows it: its RUN row (``RunInfo``, as the hub publishes it), whether
+    it is live, the status a person sees, what the store keeps beside (its spec, tags and notes)
+    and its headline figures."""
+
+    run: RunInfo
+    live: bool
+    """Its runner is alive and listening: the GUI can attach to its socket."""
+    effective_status: str
+    """The stored status; ``lost`` for a runner that died without recording an end, ``hung`` for a
+    live run with a stalled rank; empty for a row without a status."""
+    spec_toml: str | None = None
+    tags: tuple[str, ...] = ()
+    notes: str = ""
+    figures: RunFigures = dataclasses.field(default_factory=RunFigures)
+    """``runner.store.run_figures`` (only :func:`runs` reads them)."""
+
+    @property
+    def id(self) -> int:
+        """The run's id (a stored row always has one)."""
+        return int(self.run.id or 0)
+
+
+def with_liveness(run: Mapping[str, Any]) -> ListedRun:
+    """The store's ``runs`` row, typed, with whether it is live and the status a person sees
     (``lost`` for a runner that died without recording an end): what the runs list shows."""
-    return {**run, "live": is_live(run), "effective_status": effective_status(run) if run.get("status") else ""}
+    tags = run.get("tags")
+    notes = run.get("notes")
+    return ListedRun(
+        run=_run_info({key: value for key, value in run.items() if key not in _LISTED_APART}),
+        live=is_live(dict(run)), effective_status=effective_status(dict(run)) if run.get("status") else "",
+        spec_toml=_spec_text(run), tags=tuple(str(tag) for tag in tags) if isinstance(tags, (list, tuple)) else (),
+        notes=notes if isinstance(notes, str) else "")
 
 
-def run_now(run_id: int) -> dict[str, Any]:
+_LISTED_APART = ("tags", "notes")
+"""``runs`` columns a ``ListedRun`` holds beside its RUN row (as ``spec_toml``)."""
+
+
+def run_now(run_id: int) -> ListedRun:
     """Run ``run_id``'s row with its liveness (see :func:`with_liveness`), read on this thread.
 
     Raises:
@@ -76,45 +133,44 @@ def run_now(run_id: int) -> dict[str, Any]:
         raise OSError(f"the run store cannot be read: {error}") from error
 
 
-def runs(store: RunStore, limit: int) -> list[dict[str, Any]]:
-    """The newest ``limit`` runs, each with its liveness and its ``figures``
-    (``runner.store.run_figures``, as a dict)."""
+def runs(store: RunStore, limit: int) -> list[ListedRun]:
+    """The newest ``limit`` runs, each with its liveness and its figures (``runner.store.run_figures``)."""
     rows = [with_liveness(run) for run in store.runs(limit=limit)]
-    stalled = store.stalled_runs([row["id"] for row in rows if row["live"]])
-    for row in rows:  # a live run with a stalled rank is hung, as its header and `runs list` say
-        row["effective_status"] = shown_status(row["effective_status"], ["stalled"] if row["id"] in stalled else [])
+    stalled = store.stalled_runs([row.id for row in rows if row.live])
     figures = _figures(store, rows)
-    for row in rows:  # plain values: the models do not import the runner
-        row["figures"] = dataclasses.asdict(figures.get(row["id"], RunFigures()))
-    return rows
+    # a live run with a stalled rank is hung, as its header and `runs list` say
+    return [dataclasses.replace(row, figures=figures.get(row.id, RunFigures()),
+                                effective_status=shown_status(row.effective_status,
+                                                              ["stalled"] if row.id in stalled else []) or "")
+            for row in rows]
 
 
-def _figures(store: RunStore, rows: list[dict[str, Any]]) -> dict[int, RunFigures]:
+def _figures(store: RunStore, rows: list[ListedRun]) -> dict[int, RunFigures]:
     """Each run's figures: one query for the runs not known yet (``run_figures``). A finished run's
     are read once; a live run's again once ``LIVE_FIGURES_EVERY_S`` have passed (reading a long
     run's loss takes about a second: not at every poll of the list)."""
     path, now = str(store.path), time.monotonic()
     known: dict[int, RunFigures] = {}
     for row in rows:
-        key = (path, row["id"])
-        if row.get("ended") is not None and key in _finished_figures:
-            known[row["id"]] = _finished_figures[key]
-        elif row.get("ended") is None and key in _live_figures and now - _live_figures[key][0] < LIVE_FIGURES_EVERY_S:
-            known[row["id"]] = _live_figures[key][1]
-    fresh = run_figures(store, [row["id"] for row in rows if row["id"] not in known])
+        key = (path, row.id)
+        if row.run.ended is not None and key in _finished_figures:
+            known[row.id] = _finished_figures[key]
+        elif row.run.ended is None and key in _live_figures and now - _live_figures[key][0] < LIVE_FIGURES_EVERY_S:
+            known[row.id] = _live_figures[key][1]
+    fresh = run_figures(store, [row.id for row in rows if row.id not in known])
     for row in rows:
-        if row["id"] in known:
+        if row.id in known:
             continue
-        figures = fresh.get(row["id"], RunFigures())
-        if row.get("ended") is not None:
-            _finished_figures[(path, row["id"])] = figures
-            _live_figures.pop((path, row["id"]), None)
+        figures = fresh.get(row.id, RunFigures())
+        if row.run.ended is not None:
+            _finished_figures[(path, row.id)] = figures
+            _live_figures.pop((path, row.id), None)
         else:
-            _live_figures[(path, row["id"])] = (now, figures)
+            _live_figures[(path, row.id)] = (now, figures)
     return {**fresh, **known}
 
 
-def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> dict[str, Any]:
+def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> ListedRun:
     """Write run ``run_id``'s tags and notes (a writable store, opened for this write only: the
     GUI's one write), and return its row as now stored.
 
@@ -126,41 +182,110 @@ def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> dic
         with RunStore() as store:
             store.resolve_run_id(run_id)
             store.set_run_notes(run_id, tags=tags, notes=notes)
-            return store.run(run_id)
+            return with_liveness(store.run(run_id))
     except sqlite3.Error as error:
         raise OSError(f"the run store cannot be written: {error}") from error
 
 
 def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
     """Everything recorded of run ``run_id`` (the last ``log_limit`` log lines)."""
-    run = store.run(run_id)
+    row = store.run(run_id)
+    run = _run_info(row)
     return RunRecords(
-        run=run, ranks=store.ranks(run_id), nodes=store.nodes(run_id),
+        run=run, spec_toml=_spec_text(row), spec=spec_table(_spec_text(row)),
+        ranks=typed_rows(RankInfo, store.ranks(run_id)), nodes=typed_rows(NodeInfo, store.nodes(run_id)),
         metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
         process_samples=store.process_samples(run_id),
-        logs=[(row["rank"], row["t"], row["stream"], row["line"], row["node"])
-              for row in store.logs(run_id, limit=log_limit)],
+        logs=stored_lines(store.logs(run_id, limit=log_limit)),
         log_total=store.count("logs", run_id),
-        events=[{"kind": event["kind"], "t": event["t"], "rank": event["rank"], **(event["data"] or {})}
-                for event in store.events(run_id)],
-        rank_results=rank_results(store, run_id) if run.get("ended") is not None else {})
+        events=stored_events(store.events(run_id)),
+        rank_results=rank_results(store, run_id) if run.ended is not None else {})
 
 
 def chart_records(store: RunStore, run_id: int) -> RunRecords:
     """What run ``run_id``'s charts are drawn from (its metrics and samples; no logs, events or
     per-rank figures): the runs overlay reads this of each run it compares."""
-    run = store.run(run_id)
-    return RunRecords(run=run, ranks=store.ranks(run_id), nodes=[], metric_chunks=store.iter_metrics(run_id),
-                      gpu_samples=store.gpu_samples(run_id), process_samples=store.process_samples(run_id),
-                      logs=[], log_total=0, events=[], rank_results={})
+    row = store.run(run_id)
+    return RunRecords(run=_run_info(row), spec_toml=_spec_text(row), spec=spec_table(_spec_text(row)),
+                      ranks=typed_rows(RankInfo, store.ranks(run_id)), nodes=(),
+                      metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
+                      process_samples=store.process_samples(run_id), logs=[], log_total=0, events=(),
+                      rank_results={})
 
 
-def rank_results(store: RunStore, run_id: int) -> dict[int, dict[str, Any]]:
+def rank_results(store: RunStore, run_id: int) -> dict[int, RankStats]:
     """Each rank's figures over the whole run, by rank: ``steps``, ``median_step_time``,
     ``data_wait_share``, ``comm_wait_share``, ``samples_per_s``... (``runner.store.rank_stats``:
     what ``rankwatch show`` and the end of a plain run print)."""
     stats, _logged = run_statistics(store, run_id)
-    return {entry.rank: entry.to_json() for entry in stats}
+    return {entry.rank: entry for entry in stats}
+
+
+_SPEC_COLUMN = "spec_toml"
+"""The ``runs`` column holding the launch spec: read apart (``RunRecords.spec``), not part of the RUN row."""
+
+
+def _run_info(row: Mapping[str, Any]) -> RunInfo:
+    """The stored ``runs`` row as the hub publishes it (``RunInfo``): its spec apart."""
+    return RunInfo.from_wire({key: value for key, value in row.items() if key != _SPEC_COLUMN})
+
+
+def _spec_text(row: Mapping[str, Any]) -> str | None:
+    text = row.get(_SPEC_COLUMN)
+    return text if isinstance(text, str) and text else None
+
+
+def spec_table(text: str | None) -> dict[str, Any]:
+    """A stored spec (TOML text) as the profile table the run was launched with; empty when there
+    is none or it cannot be read (a run is still shown without it)."""
+    if not text:
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except (ValueError, TypeError):
+        return {}
+
+
+_RowT = TypeVar("_RowT", RankInfo, NodeInfo)
+
+
+def typed_rows(row_type: type[_RowT], rows: Iterable[Mapping[str, Any]]) -> tuple[_RowT, ...]:
+    """The stored rows that decode (``RankInfo.from_wire``: a row without its key is left out)."""
+    typed = []
+    for row in rows:
+        try:
+            typed.append(row_type.from_wire(row))
+        except ValueError:
+            continue
+    return tuple(typed)
+
+
+def stored_lines(rows: Iterable[Mapping[str, Any]]) -> list[LogLine]:
+    """The store's ``logs`` rows as the hub publishes them (``LogLine.from_wire``: a line that is
+    not text is left out)."""
+    lines = []
+    for row in rows:
+        line = LogLine.from_wire((row.get("rank"), row.get("t"), row.get("stream"), row.get("line"), row.get("node")))
+        if line is not None:
+            lines.append(line)
+    return lines
+
+
+def stored_events(rows: Iterable[Mapping[str, Any]]) -> tuple[Event, ...]:
+    """The store's ``events`` rows (``kind``, ``t``, ``rank``, ``data``) as the hub publishes them
+    (``runner.runstate.messages.event_of``); a row that names no kind is left out."""
+    events = []
+    for row in rows:
+        data = row.get("data")
+        event = event_of({**(data if isinstance(data, Mapping) else {}),
+                          "kind": row.get("kind"), "t": row.get("t"), "rank": row.get("rank")})
+        if event is not None:
+            events.append(event)
+    return tuple(events)
 
 
 def export_run(store: RunStore, run_id: int, folder: Path, log_limit: int) -> RunRecords:

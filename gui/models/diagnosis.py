@@ -51,7 +51,6 @@ from gui.gateway.findings import (
     straggler_of,
 )
 from gui.gateway.run_state import Event as HubEvent
-from gui.gateway.run_state import event_of
 from gui.gateway.runner_rules import (
     Hint,
     HintKey,
@@ -398,13 +397,12 @@ class DiagnosisModel:
             self.captures += 1
             self.stacks_received.emit(self.capture)
 
-    def _take_events(self, events: Iterable[Mapping[str, Any]]) -> bool:
-        """Apply events in order (as the monitor holds them: published JSON, decoded here); True when
-        anything the diagnosis shows changed."""
+    def _take_events(self, events: Iterable[HubEvent]) -> bool:
+        """Apply events in order (as the monitor holds them, typed); True when anything the
+        diagnosis shows changed."""
         changed = False
-        for data in events:
-            event = event_of(data)
-            if event is not None and self._take_event(event):
+        for event in events:
+            if self._take_event(event):
                 changed = True
         return changed
 

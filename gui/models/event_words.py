@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gui.gateway.run_state import RunEvent
+
 EVENT_TITLES = {
     "rank_started": "Rank started", "rank_exited": "Rank exited", "rank_failed": "Rank failed",
     "rank_stopped": "Rank stopped", "exception": "Exception", "thread_exception": "Exception in a thread",
@@ -34,12 +36,12 @@ def event_title(kind: str) -> str:
     return EVENT_TITLES.get(kind) or kind.replace("_", " ").capitalize()
 
 
-def event_message(event: Mapping[str, Any]) -> str:
+def event_message(event: RunEvent) -> str:
     """The event's message, with the hub's counters spelled out for ``hub_stats``."""
-    kind = str(event.get("kind") or "")
-    message = str(event.get("message") or "")
+    kind = event.kind.value
+    message = event.message
     if kind == "hub_stats":
-        return _counters_text(event.get("counters"))
+        return _counters_text(event.fields.get("counters"))
     if message == INTERNAL_MESSAGES.get(kind):
         return ""
     return message

@@ -15,24 +15,34 @@ recorded it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gui.gateway.run_state import RankInfo
 from gui.gateway.runner_rules import UNKNOWN_END as UNKNOWN
 from gui.gateway.runner_rules import RunSummary, ended_by, rank_end_words
 
-__all__ = ["NOT_ENDED", "UNKNOWN", "ended_by", "rank_ended_by", "rank_exits"]
+__all__ = ["NOT_ENDED", "UNKNOWN", "ended_by", "rank_ended_by", "rank_exits", "run_summary"]
 
 NOT_ENDED = ""
 """A rank that is still running has no end to tell."""
 
 
-def rank_exits(summary: dict[str, Any] | None) -> dict[int, tuple[int | None, str | None, int | None]]:
+def run_summary(summary: RunSummary | Mapping[str, Any] | None) -> RunSummary | None:
+    """The run's triage typed: as it is, or decoded from the RUN row's ``summary`` as sent
+    (``RunSummary.from_wire``, lenient); None for a run without one."""
+    if isinstance(summary, RunSummary):
+        return summary
+    return RunSummary.from_wire(dict(summary)) if isinstance(summary, Mapping) else None
+
+
+def rank_exits(summary: RunSummary | Mapping[str, Any] | None
+               ) -> dict[int, tuple[int | None, str | None, int | None]]:
     """rank -> (exit code, signal name, the rank whose failure it followed) as the run's triage found
     them (first failure and others)."""
-    if not isinstance(summary, dict):
+    decoded = run_summary(summary)
+    if decoded is None:
         return {}
-    decoded = RunSummary.from_wire(summary)
     found: dict[int, tuple[int | None, str | None, int | None]] = {}
     for fate in reversed([decoded.first_failure, *decoded.other_failures]):  # the first wins over a repeat
         if fate is not None and fate.rank is not None:
@@ -40,7 +50,7 @@ def rank_exits(summary: dict[str, Any] | None) -> dict[int, tuple[int | None, st
     return found
 
 
-def rank_ended_by(row: RankInfo, summary: dict[str, Any] | None, finished: bool) -> str:
+def rank_ended_by(row: RankInfo, summary: RunSummary | Mapping[str, Any] | None, finished: bool) -> str:
     """What a rank's "Ended by" says: the triage's verdict, else its row; empty while it runs."""
     verdict = rank_exits(summary).get(row.rank)
     if verdict is not None and (verdict[0] is not None or verdict[1] or verdict[2] is not None):

@@ -16,9 +16,13 @@ import math
 import shlex
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
+
+from gui.gateway.run_state import RunInfo
+from gui.gateway.store_reads import ListedRun, RunFigures
 
 HISTORY_COLUMNS = ("Run", "Profile", "Script", "Tags", "Started", "Duration", "Status", "Outcome", "Exit",
                    "Final loss", "Best loss", "Steps", "Samples/s", "Ranks", "Host")
@@ -55,23 +59,6 @@ def entry_of(spec_toml: str | None) -> str:
 
 
 @dataclass(frozen=True)
-class RunFigures:
-    """A run's headline figures as the store reads them (``runner.store.run_figures``); ``None``
-    where not measured."""
-
-    final_loss: float | None = None
-    best_loss: float | None = None
-    steps: int | None = None
-    samples_per_s: float | None = None
-
-    @classmethod
-    def from_store(cls, figures: dict[str, Any] | None) -> RunFigures:
-        figures = figures or {}
-        return cls(final_loss=figures.get("final_loss"), best_loss=figures.get("best_loss"),
-                   steps=figures.get("steps"), samples_per_s=figures.get("samples_per_s"))
-
-
-@dataclass(frozen=True)
 class RunRow:
     run_id: int
     profile: str | None
@@ -92,20 +79,17 @@ class RunRow:
     outcome: str = ""
     """What triage concluded (the stored summary's ``outcome``); empty while it runs."""
     figures: RunFigures = field(default_factory=RunFigures)
+    """``None`` where not measured (``runner.store.run_figures``)."""
 
     @classmethod
-    def from_store(cls, run: dict[str, Any]) -> RunRow:
+    def from_store(cls, listed: ListedRun) -> RunRow:
         """From the store's row with its liveness (``gui.gateway.store_reads.with_liveness``)."""
-        live = bool(run.get("live"))
-        status = str(run.get("effective_status") or "")
-        return cls(run_id=int(run["id"]), profile=run.get("profile"), status=status,
-                   created=float(run.get("created") or 0.0), started=run.get("started"), ended=run.get("ended"),
-                   exit_code=run.get("exit_code"), world_size=run.get("world_size"), host=run.get("host"),
-                   live=live, socket=run.get("socket"), script=entry_of(run.get("spec_toml")),
-                   tags=tuple(run.get("tags") or ()), notes=str(run.get("notes") or ""),
-                   outcome=_outcome_of(run.get("summary")),
-                   figures=RunFigures.from_store(run.get("figures")))
-
+        run = listed.run
+        return cls(run_id=listed.id, profile=run.profile, status=listed.effective_status,
+                   created=run.created or 0.0, started=run.started, ended=run.ended, exit_code=run.exit_code,
+                   world_size=run.world_size, host=run.host, live=listed.live, socket=run.socket,
+                   script=entry_of(listed.spec_toml), tags=listed.tags, notes=listed.notes,
+                   outcome=_outcome_of(run.summary), figures=listed.figures)
 
     def duration(self, now: float | None = None) -> float | None:
         start = self.started or self.created
@@ -115,9 +99,11 @@ class RunRow:
         return None if end is None else max(0.0, end - start)
 
 
-def _outcome_of(summary: Any) -> str:
-    """The stored summary's outcome (``succeeded``, ``failed``, ``stopped``...), empty without one."""
-    return str(summary.get("outcome") or "") if isinstance(summary, dict) else ""
+def _outcome_of(summary: Mapping[str, Any] | None) -> str:
+    """The stored summary's outcome (``succeeded``, ``failed``, ``stopped``...) as recorded, empty
+    without one: its one key the list shows (the runs list is polled; the whole summary is decoded,
+    ``RunSummary.from_wire``, where it is shown)."""
+    return str(summary.get("outcome") or "") if summary is not None else ""
 
 
 def _duration_text(seconds: float | None) -> str:
@@ -181,8 +167,8 @@ def matches_filter(row: RunRow, text: str) -> bool:
     return all(word in haystack for word in words)
 
 
-def run_title(run: dict[str, Any]) -> str:
+def run_title(run: RunInfo, spec_toml: str | None = None) -> str:
     """``Run 12 · alpha · train.py --epochs 3 · succeeded``: what a picture of run ``run`` (its
-    stored row) is titled."""
-    parts = [f"Run {run['id']}", run.get("profile") or "", entry_of(run.get("spec_toml")), str(run.get("status") or "")]
+    stored row, launched with ``spec_toml``) is titled."""
+    parts = [f"Run {run.id}", run.profile or "", entry_of(spec_toml), run.status or ""]
     return " · ".join(part for part in parts if part)

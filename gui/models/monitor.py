@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gui.gateway.run_state import (
+    EventKind,
     HubMessage,
     LogLine,
     NodeInfo,
     RankInfo,
+    RunEvent,
     RunInfo,
     RunState,
     SnapshotMessage,
@@ -37,10 +38,10 @@ from gui.gateway.run_state import (
     steps_done,
     working_text,
 )
-from gui.gateway.runner_rules import Hint, Progress, RankState
+from gui.gateway.runner_rules import Progress, RankState, RunSummary
 from gui.models import NOT_MEASURED, Event
 from gui.models.event_words import event_message, event_title
-from gui.models.exits import rank_ended_by
+from gui.models.exits import rank_ended_by, run_summary
 from gui.models.phases import RankPhases, rank_phases
 from gui.models.series import Series
 from rankwatch import protocol
@@ -48,7 +49,7 @@ from rankwatch import protocol
 if TYPE_CHECKING:
     import numpy as np
 
-    from gui.gateway.store_reads import RunRecords
+    from gui.gateway.store_reads import RankStats, RunRecords
 
     Points = Sequence[float | None] | np.ndarray
     """One column of points for :meth:`MonitorModel.append_points` (a number or None each)."""
@@ -221,28 +222,27 @@ class RankTiming:
     """Set when the figures are the whole run's (the median over this many steps)."""
 
 
-def rank_timing(row: RankInfo, result: dict[str, Any] | None = None) -> RankTiming:
+def rank_timing(row: RankInfo, result: RankStats | None = None) -> RankTiming:
     """The newest step's figures while the rank runs; once it ended and the run's results were
     read (``MonitorModel.rank_results``), its whole run's: the median step, the shares over
     every step. A last step (a checkpoint, the final all-reduce) is no summary: seen "comm
     wait 46 %" for a rank that waited 3 % of its run, as the plain terminal's results say."""
-    if result is not None and finished_rank(row) and result.get("median_step_time") is not None:
-        return RankTiming(result["median_step_time"], result.get("data_wait_share"), result.get("comm_wait_share"),
-                          result.get("steps"))
+    if result is not None and finished_rank(row) and result.median_step_time is not None:
+        return RankTiming(result.median_step_time, result.data_wait_share, result.comm_wait_share, result.steps)
     return RankTiming(row.step_time, row.data_wait_share, row.comm_wait_share)
 
 
-def rank_phases_of(row: RankInfo, result: dict[str, Any] | None = None) -> RankPhases:
+def rank_phases_of(row: RankInfo, result: RankStats | None = None) -> RankPhases:
     """Where the rank's steps go (``gui.models.phases.rank_phases``): its recent steps while it
     runs, its whole run once it ended and the run's figures were read (as :func:`rank_timing`)."""
     return rank_phases(row, result, finished_rank(row))
 
 
-def skipped_steps(row: RankInfo, result: dict[str, Any] | None = None) -> int:
+def skipped_steps(row: RankInfo, result: RankStats | None = None) -> int:
     """Steps ``GradScaler`` skipped on the rank (counted among its steps): the whole run's once it
     ended and the figures were read, else the hub's count."""
-    if result is not None and finished_rank(row) and result.get("skipped_steps") is not None:
-        return int(result["skipped_steps"])
+    if result is not None and finished_rank(row) and result.skipped_steps is not None:
+        return int(result.skipped_steps)
     return int(row.skipped_steps or 0)
 
 
@@ -253,8 +253,8 @@ def step_text(step: Any, skipped: int) -> str:
     return f"{text} ({skipped:,} skipped)" if skipped else text
 
 
-def rank_cells(row: RankInfo, now: float, note: str = "", summary: dict[str, Any] | None = None,
-               result: dict[str, Any] | None = None) -> tuple[str, ...]:
+def rank_cells(row: RankInfo, now: float, note: str = "", summary: RunSummary | Mapping[str, Any] | None = None,
+               result: RankStats | None = None) -> tuple[str, ...]:
     """The rank table's texts for one RANK row, in :data:`RANK_COLUMNS` order; ``summary`` is the
     run's triage (how it says a rank ended wins over the row); ``result`` the rank's whole-run
     figures once the run ended (:func:`rank_timing`)."""
@@ -285,7 +285,7 @@ def rank_cells(row: RankInfo, now: float, note: str = "", summary: dict[str, Any
 
 
 def rank_sort_keys(row: RankInfo, now: float, note: str = "",
-                   result: dict[str, Any] | None = None) -> tuple[Any, ...]:
+                   result: RankStats | None = None) -> tuple[Any, ...]:
     """Numbers where the column is numeric, so sorting by step or loss is numeric; the figures
     shown (:func:`rank_timing`)."""
     timing = rank_timing(row, result)
@@ -328,10 +328,11 @@ class MonitorModel:
         self.state = RunState()
         """The run, its ranks and nodes and what derives from them (``runner.runstate``): the
         terminal view renders the same state."""
-        self.rank_results: dict[int, dict[str, Any]] = {}
+        self.rank_results: dict[int, RankStats] = {}
         """Each rank's whole-run figures, read from the store once the run ended (``set_rank_results``)."""
         self.logs = LogBuffer(self._log_limit)
-        self.events: deque[dict[str, Any]] = deque(maxlen=self._event_limit)
+        self.events: deque[RunEvent] = deque(maxlen=self._event_limit)
+        """The run's events as the hub publishes them (``rankwatch.protocol.Event``), newest last."""
         self.events_total = 0
         self._series: dict[str, dict[int, dict[str, Series]]] = {}
         self.gpu_memory_total: dict[int, float] = {}
@@ -415,7 +416,7 @@ class MonitorModel:
         if message.logs:
             self._add_log_lines(message.logs)
         if message.events:
-            self.add_events([event.to_wire() for event in message.events])
+            self.add_events(message.events)
         if changes.ranks:
             self.ranks_changed.emit()
         if changes.nodes:
@@ -510,8 +511,13 @@ class MonitorModel:
         return count
 
     def add_log_rows(self, rows: Iterable[list | tuple]) -> None:
-        """Protocol log items ``[rank, t, stream, line, node]`` (a stored run's, a test's)."""
-        lines = [line for line in (LogLine.from_wire(row) for row in rows) if line is not None]
+        """Protocol log items ``[rank, t, stream, line, node]`` as published (a test's); a malformed
+        one is left out (``LogLine.from_wire``)."""
+        self.add_log_lines([line for line in (LogLine.from_wire(row) for row in rows) if line is not None])
+
+    def add_log_lines(self, lines: Sequence[LogLine]) -> None:
+        """Lines a rank printed before this model saw the run (a stored run's): their progress
+        (``epoch 3/10``) is noted, as the hub notes a live line's."""
         for line in lines:
             self.state.progress.note_line(line.line)
         self._add_log_lines(lines)
@@ -522,12 +528,11 @@ class MonitorModel:
             self.logs.extend(entries)
             self.logs_added.emit()
 
-    def add_events(self, events: Iterable[dict[str, Any]]) -> None:
+    def add_events(self, events: Iterable[RunEvent]) -> None:
         added = 0
         for event in events:
-            if isinstance(event, dict):
-                self.events.append(event)
-                added += 1
+            self.events.append(event)
+            added += 1
         self.events_total += added
         if added:
             self.events_added.emit()
@@ -630,7 +635,7 @@ class MonitorModel:
         return max((skipped_steps(row, self.rank_results.get(row.rank)) for row in self.rank_rows()),
                    default=0)
 
-    def set_rank_results(self, results: dict[int, dict[str, Any]]) -> None:
+    def set_rank_results(self, results: dict[int, RankStats]) -> None:
         """The run ended: each rank's whole-run figures (``gui.gateway.store_reads.rank_results``)."""
         self.rank_results = results
         self.ranks_changed.emit()
@@ -662,17 +667,13 @@ class MonitorModel:
         """A model of a run as the store recorded it (``gui.gateway.store_reads.run_records``;
         built on the store reader's thread, where ``records.metric_chunks`` can be read)."""
         model = cls(log_limit=log_limit)
-        run = records.run
-        spec = _spec_from_toml(run.get("spec_toml"))
-        public_run = {k: v for k, v in run.items() if k not in ("spec_toml",)}
-        model.apply(SnapshotMessage(RunInfo.from_wire(public_run), _typed(RankInfo.from_wire, records.ranks),
-                                    _typed(NodeInfo.from_wire, records.nodes), spec))
+        model.apply(SnapshotMessage(records.run, records.ranks, records.nodes, records.spec))
         for chunk in records.metric_chunks:
             model.add_metric_rows(chunk)
         model.add_gpu_rows(records.gpu_samples)
         model.state.note_process_samples(records.process_samples)
         model.add_process_rows(records.process_samples)
-        model.add_log_rows(records.logs)
+        model.add_log_lines(records.logs)
         model.logs.total = max(model.logs.total, records.log_total)
         model.add_events(records.events)
         model.rank_results = records.rank_results
@@ -697,61 +698,37 @@ class MonitorModel:
                     self.state.merge_rank(known)
 
 
-def format_event(event: dict[str, Any]) -> str:
-    """``12:03:04  rank 3  Rank failed: message`` (local time of day; ``gui.models.event_words``)."""
-    t = event.get("t")
-    if t is None:
-        when = "--:--:--"
-    else:
-        when = time.strftime("%H:%M:%S", time.localtime(float(t)))
-    rank = event.get("rank")
-    who = "" if rank is None else f"rank {rank}  "
+def format_event(event: RunEvent) -> str:
+    """``12:03:04  rank 3  Rank failed: message`` (local time of day; ``gui.models.event_words``).
+    An event of a kind from a newer Rankwatch (a warning naming it) is titled by its own kind."""
+    when = time.strftime("%H:%M:%S", time.localtime(event.t))
+    who = "" if event.rank is None else f"rank {event.rank}  "
     message = event_message(event)
-    text = f"{when}  {who}{event_title(str(event.get('kind') or 'event'))}"
+    text = f"{when}  {who}{event_title(_shown_kind(event))}"
     return f"{text}: {message}" if message else text
 
 
-def summary_lines(summary: dict[str, Any] | None) -> tuple[str, list[str]]:
-    """The failure triage of a finished run as (headline, detail lines): hints and the first traceback."""
-    if not isinstance(summary, dict):
+def _shown_kind(event: RunEvent) -> str:
+    """The kind an event is titled by: its own, or the newer kind a warning stands for."""
+    unknown = event.fields.get("unknown_kind") if event.kind == EventKind.WARNING else None
+    return unknown if isinstance(unknown, str) and unknown else event.kind.value
+
+
+def summary_lines(summary: RunSummary | Mapping[str, Any] | None) -> tuple[str, list[str]]:
+    """The failure triage of a finished run (``RunInfo.summary``, decoded here when it comes as
+    sent) as (headline, detail lines): hints and the first traceback."""
+    decoded = run_summary(summary)
+    if decoded is None:
         return "", []
-    headline = str(summary.get("headline") or summary.get("outcome") or "")
-    details = []
-    for hint in (Hint.from_json(h) for h in summary.get("hints") or [] if isinstance(h, dict)):
-        details.append(f"Hint: {hint.cause}. {hint.advice}".strip())
-    first = summary.get("first_failure")
-    if isinstance(first, dict) and first.get("traceback"):
-        details.append(f"Traceback of rank {first.get('rank')}:")
-        details.extend(str(first["traceback"]).rstrip().splitlines())
+    headline = decoded.headline or decoded.outcome.value
+    details = [f"Hint: {hint.cause}. {hint.advice}".strip() for hint in decoded.hints]
+    first = decoded.first_failure
+    if first is not None and first.traceback:
+        details.append(f"Traceback of rank {first.rank}:")
+        details.extend(first.traceback.rstrip().splitlines())
     return headline, details
-
-
-_Row = TypeVar("_Row", RankInfo, NodeInfo)
-
-
-def _typed(from_wire: Callable[[Mapping[str, Any]], _Row], rows: Iterable[dict[str, Any]]) -> tuple[_Row, ...]:
-    """The stored rows that decode (``RankInfo.from_wire``: a row without its key is left out)."""
-    typed = []
-    for row in rows:
-        try:
-            typed.append(from_wire(row))
-        except ValueError:
-            continue
-    return tuple(typed)
 
 
 def _numbers(values: list) -> list:
     return [math.nan if v is None else v for v in values]
 
-
-def _spec_from_toml(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10
-        import tomli as tomllib
-    try:
-        return tomllib.loads(text)
-    except (ValueError, TypeError):
-        return {}

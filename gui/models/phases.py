@@ -18,11 +18,14 @@ steps; once it ended and the run's figures were read, its whole run (as the timi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gui.gateway.run_state import RankInfo
 from gui.models import NOT_MEASURED
 from rankwatch import protocol
+
+if TYPE_CHECKING:
+    from gui.gateway.store_reads import RankStats
 
 PHASES = protocol.PHASES
 PHASE_WORDS = {
@@ -127,13 +130,13 @@ class RankPhases:
         return "\n".join(lines)
 
 
-def rank_phases(row: RankInfo, result: dict[str, Any] | None = None, finished: bool = False) -> RankPhases:
+def rank_phases(row: RankInfo, result: RankStats | None = None, finished: bool = False) -> RankPhases:
     """A rank's phases: its recent steps' (the hub's row) while it runs; once it ended
     (``finished``) and the run's figures were read (``MonitorModel.rank_results``), its whole run's."""
     rank = row.rank
-    if result is not None and finished and result.get("phase_shares"):
-        return RankPhases(rank, result["phase_shares"], result.get("phase_clock") or row.phase_clock,
-                          whole_run=True, steps=result.get("measured_steps"))
+    if result is not None and finished and result.phase_shares:
+        return RankPhases(rank, result.phase_shares, result.phase_clock or row.phase_clock,
+                          whole_run=True, steps=result.measured_steps)
     return RankPhases(rank, row.phase_shares, row.phase_clock)
 
 

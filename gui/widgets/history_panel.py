@@ -304,7 +304,7 @@ class HistoryPanel(QWidget):
     def rows(self) -> list[RunRow]:
         return list(self.table_model.rows)
 
-    def _on_runs_read(self, runs: list[dict]) -> None:
+    def _on_runs_read(self, runs: list[store_reads.ListedRun]) -> None:
         self._on_rows_loaded([RunRow.from_store(run) for run in runs])
 
     def _on_store_unreadable(self, message: str) -> None:
@@ -407,7 +407,7 @@ class HistoryPanel(QWidget):
             loaded = []
             for run_id in ids:
                 records = store_reads.chart_records(store, run_id)
-                loaded.append((run_id, run_label(run_id, records.run.get("profile")),
+                loaded.append((run_id, run_label(run_id, records.run.profile),
                                MonitorModel.from_records(records, log_limit=1)))
             return loaded
 
@@ -516,7 +516,7 @@ class HistoryPanel(QWidget):
 
         def read(store: store_reads.RunStore) -> tuple[Path, MonitorModel, str]:
             records = store_reads.export_run(store, run_id, target, LOG_LIMIT)
-            return target, MonitorModel.from_records(records), run_title(records.run)
+            return target, MonitorModel.from_records(records), run_title(records.run, records.spec_toml)
 
         def failed(message: str) -> None:
             self._on_failed(f"export of run {run_id} failed: {message}")

@@ -50,7 +50,7 @@ from gui.gateway import store_reads
 from gui.gateway.launch_spec import LaunchSpec
 from gui.gateway.link import RunnerLink
 from gui.gateway.process import CommandBuilder, RunnerProcess, runner_command
-from gui.gateway.run_state import HUNG, HubMessage, SnapshotMessage
+from gui.gateway.run_state import HUNG, HubMessage, SnapshotMessage, UpdateMessage
 from gui.gateway.runner_rules import RankState, RunStatus
 from gui.gateway.store_reader import store_reader
 from gui.gateway.store_reads import RunNotFound
@@ -265,10 +265,10 @@ class MonitorPanel(QWidget):
         except (RunNotFound, OSError) as error:
             self._show_banner(f"Cannot open run {run_id}: {error}", "error")
             return
-        if run["live"]:
+        if run.live:
             self._live = True
             self._show_banner(f"Attaching to run {run_id}…", "info")
-            self.link.open(run["socket"], history=True)
+            self.link.open(run.run.socket or "", history=True)
         else:
             self._show_banner(f"Loading run {run_id} from the store…", "info")
             self._load_from_store(run_id)
@@ -426,10 +426,10 @@ class MonitorPanel(QWidget):
             run = store_reads.run_now(self.run_id)
         except (RunNotFound, OSError):
             return False
-        if run.get("ended") is None:
+        if run.run.ended is None:
             return False
-        self.model.apply({"type": "update", "run": {k: run[k] for k in
-                                                     ("status", "ended", "exit_code", "summary") if k in run}})
+        self.model.apply(UpdateMessage(run={"status": run.run.status, "ended": run.run.ended,
+                                            "exit_code": run.run.exit_code, "summary": run.run.summary}))
         self._update_summary()
         self._read_rank_results()
         return True

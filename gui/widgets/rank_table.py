@@ -52,6 +52,7 @@ from PySide6.QtWidgets import (
 
 from gui.gateway.run_state import RankInfo
 from gui.gateway.runner_rules import RankState
+from gui.gateway.store_reads import RankStats
 from gui.models.diagnosis import Bottleneck
 from gui.models.monitor import (
     PHASES_COLUMN,
@@ -182,7 +183,7 @@ class RankTableModel(ColumnTableModel):
             return WHOLE_RUN_COLUMNS.get(self.columns[section])
         return super().headerData(section, orientation, role)
 
-    def _result(self, row: RankInfo) -> dict[str, Any] | None:
+    def _result(self, row: RankInfo) -> RankStats | None:
         return self.model.rank_results.get(row.rank)
 
     def refresh(self, now: float | None = None) -> None:

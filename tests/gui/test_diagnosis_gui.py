@@ -35,6 +35,7 @@ from rankwatch import protocol
 from runner.cli.main import main as cli_main
 from runner.runstate.messages import (
     Event,
+    EventKind,
     LogLine,
     NodeInfo,
     RankInfo,
@@ -288,7 +289,7 @@ def test_a_hung_run_is_hung_in_the_header_history_and_runs_list_and_show_not_run
     qtbot.waitUntil(lambda: panel.status_label.text() == "hung", timeout=3000)
     assert panel.model.status == "running"  # the runner's record: the run goes on
     with RunStore(readonly=True) as store:
-        listed = {row["id"]: row["effective_status"] for row in store_reads.runs(store, 10)}
+        listed = {row.id: row.effective_status for row in store_reads.runs(store, 10)}
     assert listed[runner.run_id] == "hung"  # History
     capsys.readouterr()
     assert cli_main(["runs", "list", "--json"]) == 0
@@ -461,8 +462,8 @@ def test_a_launcher_mismatch_is_a_named_finding(qtbot, panel):
                         timeout=5000)
         [(_time, name, rank, what)] = diagnosis.table_texts(diagnosis.findings_table)
         assert (name, rank) == ("launcher mismatch", "1")
-        event = next(e for e in panel.model.events if e["kind"] == "launch_mismatch")
-        assert what == event["title"]
+        event = next(e for e in panel.model.events if e.kind == EventKind.LAUNCH_MISMATCH)
+        assert what == event.fields["title"]
     finally:
         runner.close()
 

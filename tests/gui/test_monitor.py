@@ -29,7 +29,7 @@ from gui.widgets.rank_table import state_tint
 from rankwatch import protocol
 from rankwatch.protocol import MetricRecord, ProcessSample
 from runner.profile.spec import LaunchSpec
-from runner.store.rank_stats import run_statistics
+from runner.store.rank_stats import RankStats, run_statistics
 from runner.store.store import RunStore
 from tests.hub_messages import rank_changes, update
 
@@ -340,11 +340,11 @@ def test_model_pairs_step_time_and_data_wait_into_a_share():
 def test_the_timing_columns_are_the_whole_runs_only_for_a_rank_that_ended_with_results_read():
     running = RankInfo(rank=0, state="running", step_time=0.0215, data_wait_share=0.01, comm_wait_share=0.46)
     ended = replace(running, state="exited")
-    result = {"steps": 96, "median_step_time": 0.0159, "data_wait_share": 0.02, "comm_wait_share": 0.03}
+    result = RankStats(rank=0, steps=96, median_step_time=0.0159, data_wait_share=0.02, comm_wait_share=0.03)
     assert monitor.rank_timing(running, result) == monitor.RankTiming(0.0215, 0.01, 0.46)  # results of a past incarnation
     assert monitor.rank_timing(ended) == monitor.RankTiming(0.0215, 0.01, 0.46)  # not read yet
     assert monitor.rank_timing(ended, result) == monitor.RankTiming(0.0159, 0.02, 0.03, whole_run_steps=96)
-    assert monitor.rank_timing(ended, {"steps": 3, "median_step_time": None}) == monitor.RankTiming(
+    assert monitor.rank_timing(ended, RankStats(rank=0, steps=3, median_step_time=None)) == monitor.RankTiming(
         0.0215, 0.01, 0.46)  # no step time stored: nothing to summarise
     cells = dict(zip(RANK_COLUMNS, monitor.rank_cells(ended, 0.0, result=result), strict=True))
     assert (cells["Step ms"], cells["Data wait %"], cells["Comm wait %"]) == ("15.9", "2", "3")

@@ -17,6 +17,7 @@ from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QColor
 
 from gui.gateway.run_state import RankInfo, RunInfo, SnapshotMessage, event_of
+from gui.gateway.store_reads import RankStats
 from gui.models.diagnosis import INFO, DiagnosisModel
 from gui.models.monitor import (
     NOT_MEASURED,
@@ -112,7 +113,7 @@ def test_a_rank_that_computes_longer_has_the_wider_forward_and_is_the_named_stra
     qtbot.waitUntil(lambda: all(p.whole_run for p in table.table_model.phases()), timeout=5000)
     results = panel.model.rank_results
     assert "its whole run (" in cell_tooltip(panel, 1, PHASES_COLUMN)
-    assert f"forward: {format_share(results[1]['phase_shares']['forward'])}" in cell_tooltip(panel, 1, PHASES_COLUMN)
+    assert f"forward: {format_share((results[1].phase_shares or {})['forward'])}" in cell_tooltip(panel, 1, PHASES_COLUMN)
     panel.diagnosis_panel.refresh()
     box = panel.diagnosis_panel.bottleneck_text()
     assert box.startswith("Bottleneck (whole run")
@@ -179,7 +180,7 @@ def test_every_phase_has_its_own_colour_and_a_readable_label_colour():
 
 def test_a_finished_rank_shows_its_whole_run_and_the_clocks_are_named():
     row = RankInfo(rank=2, state="exited", phase_shares={"forward": 1.0}, phase_clock="gpu", step=9, skipped_steps=1)
-    result = {"phase_shares": SHARES, "phase_clock": "gpu", "measured_steps": 640, "skipped_steps": 3}
+    result = RankStats(rank=2, phase_shares=SHARES, phase_clock="gpu", measured_steps=640, skipped_steps=3)
     phases = rank_phases_of(row, result)
     assert phases.whole_run and phases.shares == SHARES and "its whole run (640 timed steps)" in phases.tooltip()
     assert not rank_phases_of(replace(row, state="running"), result).whole_run  # live: its recent steps

@@ -36,8 +36,11 @@ are the bytes held.
   disconnected; except a subscriber still loading its history that took a replay line in the
   last ``CATCH_UP_READ_SECONDS`` (reading, only slower than the run writes): its queued live
   updates are let go, and after the replay it is caught up from the store (the rows committed
-  meanwhile, bounded as any replay, then every rank, node and the run as they are now), at
-  most ``CATCH_UP_ROUNDS`` times;
+  meanwhile: of the metrics each series' newest record, the other tables bounded as in any
+  replay; then every rank, node and the run as they are now), at most ``CATCH_UP_ROUNDS`` times.
+  A catch-up costs what those seconds hold, not what the run does: sent as a replay of its own,
+  a range past the budget read each series whole (seconds at 1,024 ranks), more live updates
+  queued meanwhile than the GUI could take, and the catch-ups never ended;
 * a replay waits for the subscriber to read (``drain``), but not forever: one that takes
   no byte for ``REPLAY_STALL_SECONDS`` (stopped with Ctrl-Z, a hung GUI) is disconnected.
   A slow reader keeps its place: any byte taken counts as progress;
@@ -553,8 +556,8 @@ class Publisher:
 
     async def _catch_up(self, subscriber: Subscriber, run_id: int, before: ReplaySummary) -> ReplaySummary:
         """The live updates it missed while its replay went on (``let_queue_go``), from the store: the
-        rows committed since ``before`` (bounded as any replay), then every rank, node and the run
-        as they are now."""
+        rows committed since ``before`` (of the metrics, each series' newest), then every rank, node
+        and the run as they are now."""
         subscriber.missed_live = False
         self.stats["replay_catch_ups"] += 1
         summary = before.followed_by(await self._replay(subscriber, run_id, before.last_keys))
@@ -567,31 +570,62 @@ class Publisher:
     async def _replay(self, subscriber: Subscriber, run_id: int, after: dict[str, int] | None = None) -> ReplaySummary:
         """Stream the stored history (rows after ``after``, per table), bounded
         (``runner.store.replay_window``): the most recent rows of each table, metrics older than
-        their recent tail thinned per series. Returns what it included (through which batch, up
-        to which row of each table) and what it left out."""
+        their recent tail thinned per series. A catch-up (``after`` given) sends of the metrics
+        only each series' newest record since ``after`` (``replay_window.latest_points``): it
+        costs what those seconds hold, so catch-ups end, however big the run. Returns what it
+        included (through which batch, up to which row of each table) and what it left out."""
         budget = self.replay_budget
         since = after or {}
+        catching_up = after is not None
 
-        def plan(store: RunStore) -> tuple[int, dict[str, int], MetricWindow, dict[str, tuple[int, int]]]:
+        def plan(store: RunStore) -> tuple[int, dict[str, int], MetricWindow | None, dict[str, tuple[int, int]]]:
             last = store.last_rowids(run_id)
             starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep,
                                                         since.get(table, 0))
                       for table, keep in budget.keep.items()}
-            return (self._commit_seq(), last, replay_window.plan_metrics(
-                store.connection, run_id, last["metrics"], budget, since.get("metrics", 0)), starts)
+            window = None if catching_up else replay_window.plan_metrics(
+                store.connection, run_id, last["metrics"], budget, since.get("metrics", 0))
+            return self._commit_seq(), last, window, starts
 
         through, last, window, starts = await self.writer.call(plan)
         left_out = {table: skipped for table, (_after, skipped) in starts.items() if skipped}
         for table in ("logs", "events"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
-        if window.decimated:
-            sent = await self._replay_older_metrics(subscriber, run_id, window)
-            if window.older_records is not None:  # a sampled window is not counted: that reads every row
-                left_out["metrics"] = window.older_records - sent
-        await self._replay_table(subscriber, run_id, "metrics", window.tail_after, last["metrics"])
+        decimated = False
+        if window is None:
+            decimated = await self._replay_latest_metrics(subscriber, run_id, since.get("metrics", 0),
+                                                          last["metrics"], left_out)
+        else:
+            decimated = window.decimated
+            if window.decimated:
+                sent = await self._replay_older_metrics(subscriber, run_id, window)
+                if window.older_records is not None:  # a sampled window is not counted: that reads every row
+                    left_out["metrics"] = window.older_records - sent
+            await self._replay_table(subscriber, run_id, "metrics", window.tail_after, last["metrics"])
         for table in ("gpu_samples", "process_samples"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
-        return ReplaySummary(through, window.decimated, left_out, last)
+        return ReplaySummary(through, decimated, left_out, last)
+
+    async def _replay_latest_metrics(self, subscriber: Subscriber, run_id: int, after: int, through: int,
+                                     left_out: dict[str, int]) -> bool:
+        """A catch-up's metrics: each series' newest record in (``after``, ``through``]; counts the
+        rest in ``left_out``. True when some were left out (its updates say ``decimated``)."""
+        if through <= after or subscriber.closed:
+            return False
+
+        def read(store: RunStore) -> replay_window.LatestPoints:
+            return replay_window.latest_points(store.connection, run_id, after, through)
+
+        latest = await self.reader.call(read)
+        skipped = latest.records - len(latest.points)
+        if skipped:
+            left_out["metrics"] = left_out.get("metrics", 0) + skipped
+        for start in range(0, len(latest.points), HISTORY_ROWS_PER_READ):
+            if subscriber.closed:
+                break
+            await self._send_chunk(subscriber, RecordBatch(metrics=latest.points[start:start + HISTORY_ROWS_PER_READ]),
+                                   decimated=bool(skipped))
+        return bool(skipped)
 
     async def _replay_table(self, subscriber: Subscriber, run_id: int, table: str, after: int, upto: int) -> None:
         """Rows of ``table`` with key in (``after``, ``upto``], as they came, a chunk at a time."""

@@ -201,3 +201,31 @@ def recent_start(connection: sqlite3.Connection, table: str, run_id: int, throug
     left_out = connection.execute(f"SELECT COUNT(*) FROM {table} WHERE run_id = ? AND {key} > ? AND {key} <= ?",
                                   (run_id, after, start)).fetchone()[0]
     return start, int(left_out)
+
+
+@dataclass(frozen=True)
+class LatestPoints:
+    """Each series' last record among rows (``after``, ``through``]: what a catch-up sends of the
+    metrics, and how many records of the range they stand for."""
+
+    points: list[MetricRecord]
+    """In time order (``rank, t, step, name, value, source``)."""
+    records: int
+    """Metric records in the range: ``records - len(points)`` were left out."""
+
+
+def latest_points(connection: sqlite3.Connection, run_id: int, after: int, through: int) -> LatestPoints:
+    """Each series' (and source's) newest record with row id in (``after``, ``through``].
+
+    A catch-up (``runner.hub.publisher``) covers the seconds its replay took: it walks those rows
+    by row id, so it costs what the range holds, not what the run does. (Planned as a replay, a
+    range past the budget took the envelope path, whose queries read each series whole: seconds
+    at 1,024 ranks, during which more live updates queued than the reader could take, so the
+    catch-ups never ended and the GUI was dropped again and again.)
+    """
+    rows = connection.execute(
+        "SELECT MAX(rowid), rank, t, step, name, value, source, COUNT(*) FROM metrics"
+        " WHERE +run_id = ? AND rowid > ? AND rowid <= ? GROUP BY rank, name, source",
+        (run_id, after, through)).fetchall()
+    records = sum(int(row[7]) for row in rows)
+    return LatestPoints(_in_time_order(row[:7] for row in rows), records)

@@ -14,13 +14,14 @@ every record when the run fits the window. Updates of thinned points say ``decim
 table). A replay of every record of a big run took longer than the live updates queued
 behind it could wait (1,024 ranks: dropped before ``history_end``).
 
-History is streamed, not loaded: the writer thread plans the replay (the rows
-committed when it began, so replay and live never overlap or leave a gap), then a
-reader thread of its own reads them a few thousand rows at a time beside the commits
-(``runner.hub.store_reader``: behind them, each read waited ~0.3 s at 1,024 ranks), each chunk goes out as lines of at most
-``HISTORY_LINE_BYTES``, and the next chunk is read only once the subscriber's
-socket has taken the last (``drain``: back-pressure). The hub holds one chunk per
-replaying subscriber, whatever the size of the run.
+History is streamed, not loaded: the writer thread fixes which rows a replay covers (the
+rows committed when it began, so replay and live never overlap or leave a gap), then a
+reader thread of its own plans the window over them and reads them a few thousand rows at
+a time beside the commits (``runner.hub.store_reader``: behind them, each read waited
+~0.3 s at 1,024 ranks), each chunk goes out as lines of at most ``HISTORY_LINE_BYTES``,
+and the next chunk is read only once the subscriber's socket has taken the last
+(``drain``: back-pressure). The hub holds one chunk per replaying subscriber, whatever the
+size of the run.
 
 Memory policy for subscribers that read slowly or never. What a subscriber has not
 read sits in the hub's memory, and one budget counts all of it (``held_bytes``): the live
@@ -192,6 +193,9 @@ class Subscriber(abc.ABC):
         """The replay chunk in flight: read from the store, not yet handed to ``send_lines``."""
         self.read_progress_at: float | None = None
         """When it last took a replay line (``time.monotonic``); None: not yet."""
+        self.replay_waits_on_it = False
+        """Its replay waits for it to take what was sent (``wait_until_read``); False while the
+        hub plans or reads the store: then it holds nothing up."""
         self.missed_live = False
         """Live updates queued during its replay were let go (``Publisher._catch_up``): the store has them."""
         self.closed = False
@@ -271,7 +275,15 @@ class Subscriber(abc.ABC):
             self.send(message)
 
     def is_reading(self) -> bool:
-        """Whether it took a replay line in the last ``CATCH_UP_READ_SECONDS`` (it is not stalled)."""
+        """Whether it keeps up with its replay: it took everything sent and the hub is reading the
+        store, or it took a replay line in the last ``CATCH_UP_READ_SECONDS`` (it is not stalled).
+
+        A subscriber waiting for the hub is no slow reader: at 1,024 ranks on a busy machine,
+        the hub took seconds to plan and read a replay, the live updates queued meanwhile passed
+        the budget, and the GUI was dropped for having "stopped reading" when it had nothing to
+        read (its link subscribed again, and the history started over)."""
+        if not self.replay_waits_on_it:
+            return True
         return (self.read_progress_at is not None
                 and time.monotonic() - self.read_progress_at < CATCH_UP_READ_SECONDS)
 
@@ -578,16 +590,21 @@ class Publisher:
         since = after or {}
         catching_up = after is not None
 
-        def plan(store: RunStore) -> tuple[int, dict[str, int], MetricWindow | None, dict[str, tuple[int, int]]]:
-            last = store.last_rowids(run_id)
+        def committed(store: RunStore) -> tuple[int, dict[str, int]]:
+            return self._commit_seq(), store.last_rowids(run_id)
+
+        def plan(store: RunStore, last: dict[str, int]) -> tuple[MetricWindow | None, dict[str, tuple[int, int]]]:
             starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep,
                                                         since.get(table, 0))
                       for table, keep in budget.keep.items()}
             window = None if catching_up else replay_window.plan_metrics(
                 store.connection, run_id, last["metrics"], budget, since.get("metrics", 0))
-            return self._commit_seq(), last, window, starts
+            return window, starts
 
-        through, last, window, starts = await self.writer.call(plan)
+        # which rows: on the writer thread, in order with the commits (constant time); the window
+        # over them on the reader's (at 1,024 ranks seconds of seeks, which held the commits back)
+        through, last = await self.writer.call(committed)
+        window, starts = await self.reader.call(plan, last)
         left_out = {table: skipped for table, (_after, skipped) in starts.items() if skipped}
         for table in ("logs", "events"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
@@ -671,7 +688,12 @@ class Publisher:
             for message, lines in chunk:
                 subscriber.send_lines(message, lines)
                 subscriber.replay_bytes -= sum(map(len, lines))
-                if await subscriber.wait_until_read(REPLAY_STALL_SECONDS):
+                subscriber.replay_waits_on_it = True
+                try:
+                    read = await subscriber.wait_until_read(REPLAY_STALL_SECONDS)
+                finally:
+                    subscriber.replay_waits_on_it = False
+                if read:
                     subscriber.read_progress_at = time.monotonic()
                 else:
                     subscriber.abandon(DropReason.STALLED_REPLAY)

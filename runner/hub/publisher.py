@@ -640,8 +640,9 @@ class Publisher:
         for start in range(0, len(latest.points), HISTORY_ROWS_PER_READ):
             if subscriber.closed:
                 break
-            await self._send_chunk(subscriber, RecordBatch(metrics=latest.points[start:start + HISTORY_ROWS_PER_READ]),
-                                   decimated=bool(skipped))
+            batch = RecordBatch()
+            batch.metrics.extend(latest.points[start:start + HISTORY_ROWS_PER_READ])
+            await self._send_chunk(subscriber, batch, decimated=bool(skipped))
         return bool(skipped)
 
     async def _replay_table(self, subscriber: Subscriber, run_id: int, table: str, after: int, upto: int) -> None:

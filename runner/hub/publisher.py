@@ -37,8 +37,8 @@ are the bytes held.
   disconnected; except a subscriber still loading its history that took a replay line in the
   last ``CATCH_UP_READ_SECONDS`` (reading, only slower than the run writes): its queued live
   updates are let go, and after the replay it is caught up from the store (the rows committed
-  meanwhile: of the metrics each series' newest record, the other tables bounded as in any
-  replay; then every rank, node and the run as they are now), at most ``CATCH_UP_ROUNDS`` times.
+  meanwhile: of metrics, GPU and process samples each series' newest record, logs and events
+  bounded as in any replay; then every rank, node and the run as they are now), at most ``CATCH_UP_ROUNDS`` times.
   A catch-up costs what those seconds hold, not what the run does: sent as a replay of its own,
   a range past the budget read each series whole (seconds at 1,024 ranks), more live updates
   queued meanwhile than the GUI could take, and the catch-ups never ended;
@@ -78,7 +78,7 @@ from runner.hub.store_reader import StoreReader
 from runner.hub.writer import StoreWriter
 from runner.store import replay_window
 from runner.store.replay_window import MetricWindow, ReplayBudget, SeriesSpan
-from runner.store.store import RecordBatch, RunStore
+from runner.store.store import RECORD_CLASSES, RecordBatch, RunStore
 
 DECIMATE_ABOVE_BYTES = 4 << 20
 DISCONNECT_ABOVE_BYTES = 16 << 20
@@ -582,8 +582,8 @@ class Publisher:
     async def _replay(self, subscriber: Subscriber, run_id: int, after: dict[str, int] | None = None) -> ReplaySummary:
         """Stream the stored history (rows after ``after``, per table), bounded
         (``runner.store.replay_window``): the most recent rows of each table, metrics older than
-        their recent tail thinned per series. A catch-up (``after`` given) sends of the metrics
-        only each series' newest record since ``after`` (``replay_window.latest_points``): it
+        their recent tail thinned per series. A catch-up (``after`` given) sends of metrics and
+        samples only each series' newest record since ``after`` (``replay_window.latest_rows``): it
         costs what those seconds hold, so catch-ups end, however big the run. Returns what it
         included (through which batch, up to which row of each table) and what it left out."""
         budget = self.replay_budget
@@ -596,7 +596,7 @@ class Publisher:
         def plan(store: RunStore, last: dict[str, int]) -> tuple[MetricWindow | None, dict[str, tuple[int, int]]]:
             starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep,
                                                         since.get(table, 0))
-                      for table, keep in budget.keep.items()}
+                      for table, keep in budget.keep.items() if not catching_up or table in ("logs", "events")}
             window = None if catching_up else replay_window.plan_metrics(
                 store.connection, run_id, last["metrics"], budget, since.get("metrics", 0))
             return window, starts
@@ -608,42 +608,45 @@ class Publisher:
         left_out = {table: skipped for table, (_after, skipped) in starts.items() if skipped}
         for table in ("logs", "events"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
-        decimated = False
-        if window is None:
-            decimated = await self._replay_latest_metrics(subscriber, run_id, since.get("metrics", 0),
-                                                          last["metrics"], left_out)
-        else:
-            decimated = window.decimated
-            if window.decimated:
-                sent = await self._replay_older_metrics(subscriber, run_id, window)
-                if window.older_records is not None:  # a sampled window is not counted: that reads every row
-                    left_out["metrics"] = window.older_records - sent
-            await self._replay_table(subscriber, run_id, "metrics", window.tail_after, last["metrics"])
+        if window is None:  # a catch-up: the newest of each series, GPU and process
+            decimated = False
+            for table in ("metrics", "gpu_samples", "process_samples"):
+                decimated |= await self._replay_latest(subscriber, run_id, table, since.get(table, 0), last[table],
+                                                       left_out)
+            return ReplaySummary(through, decimated, left_out, last)
+        if window.decimated:
+            sent = await self._replay_older_metrics(subscriber, run_id, window)
+            if window.older_records is not None:  # a sampled window is not counted: that reads every row
+                left_out["metrics"] = window.older_records - sent
+        await self._replay_table(subscriber, run_id, "metrics", window.tail_after, last["metrics"])
         for table in ("gpu_samples", "process_samples"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
-        return ReplaySummary(through, decimated, left_out, last)
+        return ReplaySummary(through, window.decimated, left_out, last)
 
-    async def _replay_latest_metrics(self, subscriber: Subscriber, run_id: int, after: int, through: int,
-                                     left_out: dict[str, int]) -> bool:
-        """A catch-up's metrics: each series' newest record in (``after``, ``through``]; counts the
-        rest in ``left_out``. True when some were left out (its updates say ``decimated``)."""
+    async def _replay_latest(self, subscriber: Subscriber, run_id: int, table: str, after: int, through: int,
+                             left_out: dict[str, int]) -> bool:
+        """A catch-up's rows of ``table``: the newest of each series (a metric series, a GPU, a
+        rank's process) in (``after``, ``through``]; counts the rest in ``left_out``. True when some
+        were left out (its updates say ``decimated``)."""
         if through <= after or subscriber.closed:
             return False
+        columns = RunStore.RECORD_TABLES[table][1]
 
-        def read(store: RunStore) -> replay_window.LatestPoints:
-            return replay_window.latest_points(store.connection, run_id, after, through)
+        def read(store: RunStore) -> replay_window.LatestRows:
+            return replay_window.latest_rows(store.connection, table, columns, RECORD_CLASSES[table], run_id,
+                                             after, through)
 
         latest = await self.reader.call(read)
-        skipped = latest.records - len(latest.points)
+        skipped = latest.records - len(latest.rows)
         if skipped:
-            left_out["metrics"] = left_out.get("metrics", 0) + skipped
-        for start in range(0, len(latest.points), HISTORY_ROWS_PER_READ):
+            left_out[table] = left_out.get(table, 0) + skipped
+        for start in range(0, len(latest.rows), HISTORY_ROWS_PER_READ):
             if subscriber.closed:
                 break
             batch = RecordBatch()
-            batch.metrics.extend(latest.points[start:start + HISTORY_ROWS_PER_READ])
-            await self._send_chunk(subscriber, batch, decimated=bool(skipped))
-        return bool(skipped)
+            getattr(batch, table).extend(latest.rows[start:start + HISTORY_ROWS_PER_READ])
+            await self._send_chunk(subscriber, batch, decimated=table == "metrics" and bool(skipped))
+        return table == "metrics" and bool(skipped)
 
     async def _replay_table(self, subscriber: Subscriber, run_id: int, table: str, after: int, upto: int) -> None:
         """Rows of ``table`` with key in (``after``, ``upto``], as they came, a chunk at a time."""

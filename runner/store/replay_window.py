@@ -203,29 +203,36 @@ def recent_start(connection: sqlite3.Connection, table: str, run_id: int, throug
     return start, int(left_out)
 
 
+LATEST_PER: Mapping[str, str] = {"metrics": "rank, name, source", "gpu_samples": "gpu_index",
+                                  "process_samples": "rank"}
+"""What a catch-up sends one row of (the newest) per table: a series, a GPU, a rank's process."""
+
+
 @dataclass(frozen=True)
-class LatestPoints:
-    """Each series' last record among rows (``after``, ``through``]: what a catch-up sends of the
-    metrics, and how many records of the range they stand for."""
+class LatestRows:
+    """The newest row of each series (``LATEST_PER``) among rows (``after``, ``through``] of a
+    table: what a catch-up sends of it, and how many rows of the range they stand for."""
 
-    points: list[MetricRecord]
-    """In time order (``rank, t, step, name, value, source``)."""
+    rows: list[Any]
+    """The contract's records, in the order they were stored."""
     records: int
-    """Metric records in the range: ``records - len(points)`` were left out."""
+    """Rows in the range: ``records - len(rows)`` were left out."""
 
 
-def latest_points(connection: sqlite3.Connection, run_id: int, after: int, through: int) -> LatestPoints:
-    """Each series' (and source's) newest record with row id in (``after``, ``through``].
+def latest_rows(connection: sqlite3.Connection, table: str, columns: str, record: type[tuple[Any, ...]],
+                run_id: int, after: int, through: int) -> LatestRows:
+    """The newest row of each series of ``table`` (``LATEST_PER``) with key in (``after``, ``through``],
+    as ``record`` values of ``columns``.
 
     A catch-up (``runner.hub.publisher``) covers the seconds its replay took: it walks those rows
-    by row id, so it costs what the range holds, not what the run does. (Planned as a replay, a
+    by key, so it costs what the range holds, not what the run does. (Planned as a replay, a
     range past the budget took the envelope path, whose queries read each series whole: seconds
     at 1,024 ranks, during which more live updates queued than the reader could take, so the
     catch-ups never ended and the GUI was dropped again and again.)
     """
+    key = TABLE_KEYS[table]
     rows = connection.execute(
-        "SELECT MAX(rowid), rank, t, step, name, value, source, COUNT(*) FROM metrics"
-        " WHERE +run_id = ? AND rowid > ? AND rowid <= ? GROUP BY rank, name, source",
-        (run_id, after, through)).fetchall()
-    records = sum(int(row[7]) for row in rows)
-    return LatestPoints(_in_time_order(row[:7] for row in rows), records)
+        f"SELECT MAX({key}), {columns}, COUNT(*) FROM {table} WHERE +run_id = ? AND {key} > ? AND {key} <= ?"
+        f" GROUP BY {LATEST_PER[table]} ORDER BY 1", (run_id, after, through)).fetchall()
+    new = tuple.__new__
+    return LatestRows([new(record, tuple(row[1:-1])) for row in rows], sum(int(row[-1]) for row in rows))

@@ -14,13 +14,14 @@ every record when the run fits the window. Updates of thinned points say ``decim
 table). A replay of every record of a big run took longer than the live updates queued
 behind it could wait (1,024 ranks: dropped before ``history_end``).
 
-History is streamed, not loaded: the writer thread plans the replay (the rows
-committed when it began, so replay and live never overlap or leave a gap), then a
-reader thread of its own reads them a few thousand rows at a time beside the commits
-(``runner.hub.store_reader``: behind them, each read waited ~0.3 s at 1,024 ranks), each chunk goes out as lines of at most
-``HISTORY_LINE_BYTES``, and the next chunk is read only once the subscriber's
-socket has taken the last (``drain``: back-pressure). The hub holds one chunk per
-replaying subscriber, whatever the size of the run.
+History is streamed, not loaded: the writer thread fixes which rows a replay covers (the
+rows committed when it began, so replay and live never overlap or leave a gap), then a
+reader thread of its own plans the window over them and reads them a few thousand rows at
+a time beside the commits (``runner.hub.store_reader``: behind them, each read waited
+~0.3 s at 1,024 ranks), each chunk goes out as lines of at most ``HISTORY_LINE_BYTES``,
+and the next chunk is read only once the subscriber's socket has taken the last
+(``drain``: back-pressure). The hub holds one chunk per replaying subscriber, whatever the
+size of the run.
 
 Memory policy for subscribers that read slowly or never. What a subscriber has not
 read sits in the hub's memory, and one budget counts all of it (``held_bytes``): the live
@@ -36,8 +37,11 @@ are the bytes held.
   disconnected; except a subscriber still loading its history that took a replay line in the
   last ``CATCH_UP_READ_SECONDS`` (reading, only slower than the run writes): its queued live
   updates are let go, and after the replay it is caught up from the store (the rows committed
-  meanwhile, bounded as any replay, then every rank, node and the run as they are now), at
-  most ``CATCH_UP_ROUNDS`` times;
+  meanwhile: of metrics, GPU and process samples each series' newest record, logs and events
+  bounded as in any replay; then every rank, node and the run as they are now), at most ``CATCH_UP_ROUNDS`` times.
+  A catch-up costs what those seconds hold, not what the run does: sent as a replay of its own,
+  a range past the budget read each series whole (seconds at 1,024 ranks), more live updates
+  queued meanwhile than the GUI could take, and the catch-ups never ended;
 * a replay waits for the subscriber to read (``drain``), but not forever: one that takes
   no byte for ``REPLAY_STALL_SECONDS`` (stopped with Ctrl-Z, a hung GUI) is disconnected.
   A slow reader keeps its place: any byte taken counts as progress;
@@ -74,7 +78,7 @@ from runner.hub.store_reader import StoreReader
 from runner.hub.writer import StoreWriter
 from runner.store import replay_window
 from runner.store.replay_window import MetricWindow, ReplayBudget, SeriesSpan
-from runner.store.store import RecordBatch, RunStore
+from runner.store.store import RECORD_CLASSES, RecordBatch, RunStore
 
 DECIMATE_ABOVE_BYTES = 4 << 20
 DISCONNECT_ABOVE_BYTES = 16 << 20
@@ -189,6 +193,9 @@ class Subscriber(abc.ABC):
         """The replay chunk in flight: read from the store, not yet handed to ``send_lines``."""
         self.read_progress_at: float | None = None
         """When it last took a replay line (``time.monotonic``); None: not yet."""
+        self.replay_waits_on_it = False
+        """Its replay waits for it to take what was sent (``wait_until_read``); False while the
+        hub plans or reads the store: then it holds nothing up."""
         self.missed_live = False
         """Live updates queued during its replay were let go (``Publisher._catch_up``): the store has them."""
         self.closed = False
@@ -268,7 +275,15 @@ class Subscriber(abc.ABC):
             self.send(message)
 
     def is_reading(self) -> bool:
-        """Whether it took a replay line in the last ``CATCH_UP_READ_SECONDS`` (it is not stalled)."""
+        """Whether it keeps up with its replay: it took everything sent and the hub is reading the
+        store, or it took a replay line in the last ``CATCH_UP_READ_SECONDS`` (it is not stalled).
+
+        A subscriber waiting for the hub is no slow reader: at 1,024 ranks on a busy machine,
+        the hub took seconds to plan and read a replay, the live updates queued meanwhile passed
+        the budget, and the GUI was dropped for having "stopped reading" when it had nothing to
+        read (its link subscribed again, and the history started over)."""
+        if not self.replay_waits_on_it:
+            return True
         return (self.read_progress_at is not None
                 and time.monotonic() - self.read_progress_at < CATCH_UP_READ_SECONDS)
 
@@ -553,8 +568,8 @@ class Publisher:
 
     async def _catch_up(self, subscriber: Subscriber, run_id: int, before: ReplaySummary) -> ReplaySummary:
         """The live updates it missed while its replay went on (``let_queue_go``), from the store: the
-        rows committed since ``before`` (bounded as any replay), then every rank, node and the run
-        as they are now."""
+        rows committed since ``before`` (of the metrics, each series' newest), then every rank, node
+        and the run as they are now."""
         subscriber.missed_live = False
         self.stats["replay_catch_ups"] += 1
         summary = before.followed_by(await self._replay(subscriber, run_id, before.last_keys))
@@ -567,23 +582,38 @@ class Publisher:
     async def _replay(self, subscriber: Subscriber, run_id: int, after: dict[str, int] | None = None) -> ReplaySummary:
         """Stream the stored history (rows after ``after``, per table), bounded
         (``runner.store.replay_window``): the most recent rows of each table, metrics older than
-        their recent tail thinned per series. Returns what it included (through which batch, up
-        to which row of each table) and what it left out."""
+        their recent tail thinned per series. A catch-up (``after`` given) sends of metrics and
+        samples only each series' newest record since ``after`` (``replay_window.latest_rows``): it
+        costs what those seconds hold, so catch-ups end, however big the run. Returns what it
+        included (through which batch, up to which row of each table) and what it left out."""
         budget = self.replay_budget
         since = after or {}
+        catching_up = after is not None
 
-        def plan(store: RunStore) -> tuple[int, dict[str, int], MetricWindow, dict[str, tuple[int, int]]]:
-            last = store.last_rowids(run_id)
+        def committed(store: RunStore) -> tuple[int, dict[str, int]]:
+            return self._commit_seq(), store.last_rowids(run_id)
+
+        def plan(store: RunStore, last: dict[str, int]) -> tuple[MetricWindow | None, dict[str, tuple[int, int]]]:
             starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep,
                                                         since.get(table, 0))
-                      for table, keep in budget.keep.items()}
-            return (self._commit_seq(), last, replay_window.plan_metrics(
-                store.connection, run_id, last["metrics"], budget, since.get("metrics", 0)), starts)
+                      for table, keep in budget.keep.items() if not catching_up or table in ("logs", "events")}
+            window = None if catching_up else replay_window.plan_metrics(
+                store.connection, run_id, last["metrics"], budget, since.get("metrics", 0))
+            return window, starts
 
-        through, last, window, starts = await self.writer.call(plan)
+        # which rows: on the writer thread, in order with the commits (constant time); the window
+        # over them on the reader's (at 1,024 ranks seconds of seeks, which held the commits back)
+        through, last = await self.writer.call(committed)
+        window, starts = await self.reader.call(plan, last)
         left_out = {table: skipped for table, (_after, skipped) in starts.items() if skipped}
         for table in ("logs", "events"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
+        if window is None:  # a catch-up: the newest of each series, GPU and process
+            decimated = False
+            for table in ("metrics", "gpu_samples", "process_samples"):
+                decimated |= await self._replay_latest(subscriber, run_id, table, since.get(table, 0), last[table],
+                                                       left_out)
+            return ReplaySummary(through, decimated, left_out, last)
         if window.decimated:
             sent = await self._replay_older_metrics(subscriber, run_id, window)
             if window.older_records is not None:  # a sampled window is not counted: that reads every row
@@ -592,6 +622,31 @@ class Publisher:
         for table in ("gpu_samples", "process_samples"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
         return ReplaySummary(through, window.decimated, left_out, last)
+
+    async def _replay_latest(self, subscriber: Subscriber, run_id: int, table: str, after: int, through: int,
+                             left_out: dict[str, int]) -> bool:
+        """A catch-up's rows of ``table``: the newest of each series (a metric series, a GPU, a
+        rank's process) in (``after``, ``through``]; counts the rest in ``left_out``. True when some
+        were left out (its updates say ``decimated``)."""
+        if through <= after or subscriber.closed:
+            return False
+        columns = RunStore.RECORD_TABLES[table][1]
+
+        def read(store: RunStore) -> replay_window.LatestRows:
+            return replay_window.latest_rows(store.connection, table, columns, RECORD_CLASSES[table], run_id,
+                                             after, through)
+
+        latest = await self.reader.call(read)
+        skipped = latest.records - len(latest.rows)
+        if skipped:
+            left_out[table] = left_out.get(table, 0) + skipped
+        for start in range(0, len(latest.rows), HISTORY_ROWS_PER_READ):
+            if subscriber.closed:
+                break
+            batch = RecordBatch()
+            getattr(batch, table).extend(latest.rows[start:start + HISTORY_ROWS_PER_READ])
+            await self._send_chunk(subscriber, batch, decimated=table == "metrics" and bool(skipped))
+        return table == "metrics" and bool(skipped)
 
     async def _replay_table(self, subscriber: Subscriber, run_id: int, table: str, after: int, upto: int) -> None:
         """Rows of ``table`` with key in (``after``, ``upto``], as they came, a chunk at a time."""
@@ -637,7 +692,12 @@ class Publisher:
             for message, lines in chunk:
                 subscriber.send_lines(message, lines)
                 subscriber.replay_bytes -= sum(map(len, lines))
-                if await subscriber.wait_until_read(REPLAY_STALL_SECONDS):
+                subscriber.replay_waits_on_it = True
+                try:
+                    read = await subscriber.wait_until_read(REPLAY_STALL_SECONDS)
+                finally:
+                    subscriber.replay_waits_on_it = False
+                if read:
                     subscriber.read_progress_at = time.monotonic()
                 else:
                     subscriber.abandon(DropReason.STALLED_REPLAY)

@@ -201,3 +201,38 @@ def recent_start(connection: sqlite3.Connection, table: str, run_id: int, throug
     left_out = connection.execute(f"SELECT COUNT(*) FROM {table} WHERE run_id = ? AND {key} > ? AND {key} <= ?",
                                   (run_id, after, start)).fetchone()[0]
     return start, int(left_out)
+
+
+LATEST_PER: Mapping[str, str] = {"metrics": "rank, name, source", "gpu_samples": "gpu_index",
+                                  "process_samples": "rank"}
+"""What a catch-up sends one row of (the newest) per table: a series, a GPU, a rank's process."""
+
+
+@dataclass(frozen=True)
+class LatestRows:
+    """The newest row of each series (``LATEST_PER``) among rows (``after``, ``through``] of a
+    table: what a catch-up sends of it, and how many rows of the range they stand for."""
+
+    rows: list[Any]
+    """The contract's records, in the order they were stored."""
+    records: int
+    """Rows in the range: ``records - len(rows)`` were left out."""
+
+
+def latest_rows(connection: sqlite3.Connection, table: str, columns: str, record: type[tuple[Any, ...]],
+                run_id: int, after: int, through: int) -> LatestRows:
+    """The newest row of each series of ``table`` (``LATEST_PER``) with key in (``after``, ``through``],
+    as ``record`` values of ``columns``.
+
+    A catch-up (``runner.hub.publisher``) covers the seconds its replay took: it walks those rows
+    by key, so it costs what the range holds, not what the run does. (Planned as a replay, a
+    range past the budget took the envelope path, whose queries read each series whole: seconds
+    at 1,024 ranks, during which more live updates queued than the reader could take, so the
+    catch-ups never ended and the GUI was dropped again and again.)
+    """
+    key = TABLE_KEYS[table]
+    rows = connection.execute(
+        f"SELECT MAX({key}), {columns}, COUNT(*) FROM {table} WHERE +run_id = ? AND {key} > ? AND {key} <= ?"
+        f" GROUP BY {LATEST_PER[table]} ORDER BY 1", (run_id, after, through)).fetchall()
+    new = tuple.__new__
+    return LatestRows([new(record, tuple(row[1:-1])) for row in rows], sum(int(row[-1]) for row in rows))

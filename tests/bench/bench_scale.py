@@ -261,7 +261,8 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
         print(f"replay: {json.dumps({'replay_s': replay_s, 'replay_records': replay_records})}", flush=True)
         gui: dict = {}
         if not args.no_gui:
-            profiled = ["--profile-frames", f"{args.gui_profile}.{ranks}"] if args.gui_profile else []
+            profiled = (["--profile-frames", f"{args.gui_profile}.{ranks}",
+                         "--profile-history", f"{args.gui_profile}.{ranks}.history"] if args.gui_profile else [])
             shown = subprocess.run([python, str(HERE / "scale_gui.py"), str(run_id), *profiled, "--seconds", str(args.gui_seconds),
                                     "--history-timeout", str(args.phase_timeout)],
                                    capture_output=True, text=True, env=env, timeout=args.phase_timeout + 120)
@@ -365,7 +366,8 @@ def main() -> int:
     parser.add_argument("--end-timeout", type=float, default=END_TIMEOUT_S,
                         help="seconds the runner may take to end the run once its ranks exit")
     parser.add_argument("--gui-profile", metavar="PATH",
-                        help="cProfile the GUI's frames (scale_gui.py --profile-frames) into PATH.<ranks> (pstats format)")
+                        help="cProfile the GUI's frames (scale_gui.py --profile-frames) into PATH.<ranks>, and its "
+                             "history load into PATH.<ranks>.history (pstats format)")
     args = parser.parse_args()
     python = sys.executable
     print("command: " + shlex.join([Path(python).name, "tests/bench/bench_scale.py", *sys.argv[1:]]), flush=True)

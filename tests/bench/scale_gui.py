@@ -31,6 +31,44 @@ from PySide6.QtCore import QEvent, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from gui.widgets.monitor_panel import MonitorPanel  # noqa: E402
+from runner.runstate.messages import HistoryEnd, SnapshotMessage, UpdateMessage  # noqa: E402
+
+
+class LinkTrace:
+    """What the panel's link saw, and when (seconds since ``attach``): a history that does not
+    arrive says where it stopped (no snapshot, a replay cut short by a reconnect, no end)."""
+
+    def __init__(self, panel: MonitorPanel, started: float) -> None:
+        self.started = started
+        self.events: list[tuple[float, str]] = []
+        self.updates = 0
+        self.update_records = 0
+        self.updates_at_end: int | None = None
+        self.hub_said: list[str] = []
+        """The hub's warnings that it disconnected a subscriber (this one, on an earlier try)."""
+        panel.link.subscribed.connect(lambda: self._note("subscribed"))
+        panel.link.connection_lost.connect(lambda reason: self._note(f"connection lost: {reason}"))
+        panel.link.message_received.connect(self._on_message)
+
+    def _note(self, what: str) -> None:
+        self.events.append((round(time.perf_counter() - self.started, 2), what))
+
+    def _on_message(self, message: object) -> None:
+        if isinstance(message, UpdateMessage):
+            self.updates += 1
+            self.update_records += len(message.metrics)
+            for event in message.events:
+                if "disconnected" in event.message and event.message not in self.hub_said:
+                    self.hub_said.append(event.message)
+        elif isinstance(message, SnapshotMessage):
+            self._note(f"snapshot ({self.updates} updates before)")
+        elif isinstance(message, HistoryEnd):
+            self.updates_at_end = self.updates
+            self._note(f"history_end after {self.updates} updates, {self.update_records} metric records")
+
+    def summary(self) -> dict:
+        return {"link_events": self.events, "updates": self.updates, "update_records": self.update_records,
+                "hub_said": self.hub_said}
 
 
 def paint(app: QApplication) -> None:
@@ -53,20 +91,30 @@ def close_panel(app: QApplication, panel: MonitorPanel) -> None:
 
 
 def measure(app: QApplication, run_id: int, seconds: float, history_timeout: float,
-            profile_path: str | None = None) -> dict:
+            profile_path: str | None = None, history_profile_path: str | None = None) -> dict:
     panel = MonitorPanel()
     panel.resize(*SIZE)
     panel.show()
     panel.charts.timer.stop()  # frames are driven below
     started = time.perf_counter()
+    trace = LinkTrace(panel, started)
+    history_profiler = cProfile.Profile() if history_profile_path else None
+    if history_profiler is not None:
+        history_profiler.enable()
     panel.attach(run_id)
     try:
         wait(app, lambda: panel.model.history_done, history_timeout)
     except TimeoutError:
+        if history_profiler is not None and history_profile_path:
+            history_profiler.disable()
+            history_profiler.dump_stats(history_profile_path)
         close_panel(app, panel)
         return {"error": f"the history was not in the window after {history_timeout:.0f} s",
-                "points_in_model": panel.model.points_total}
+                "points_in_model": panel.model.points_total, **trace.summary()}
     history_s = time.perf_counter() - started
+    if history_profiler is not None and history_profile_path:
+        history_profiler.disable()
+        history_profiler.dump_stats(history_profile_path)
     panel.charts.refresh()
     paint(app)
     first_frame_s = time.perf_counter() - started
@@ -109,7 +157,8 @@ def measure(app: QApplication, run_id: int, seconds: float, history_timeout: flo
     return {"history_s": history_s, "first_frame_s": first_frame_s, "frames": len(frame_ms),
             "frame_mean_ms": statistics.fmean(frame_ms) if frame_ms else None,
             "frame_p95_ms": frame_ms[int(0.95 * (len(frame_ms) - 1))] if frame_ms else None,
-            "frame_cpu_ms": statistics.fmean(cpu_ms) if cpu_ms else None, "ranks_seen": ranks}
+            "frame_cpu_ms": statistics.fmean(cpu_ms) if cpu_ms else None, "ranks_seen": ranks,
+            "link_events": trace.events}
 
 
 def main() -> int:
@@ -118,9 +167,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--history-timeout", type=float, default=240.0, help="seconds the history may take")
     parser.add_argument("--profile-frames", metavar="PATH", help="cProfile the frames only (not the history) into PATH")
+    parser.add_argument("--profile-history", metavar="PATH",
+                        help="cProfile the GUI from attach to the history's end (or the timeout) into PATH")
     args = parser.parse_args()
     app = QApplication.instance() or QApplication([])
-    print(json.dumps(measure(app, args.run_id, args.seconds, args.history_timeout, args.profile_frames)), flush=True)
+    print(json.dumps(measure(app, args.run_id, args.seconds, args.history_timeout, args.profile_frames,
+                                 args.profile_history)), flush=True)
     return 0
 
 

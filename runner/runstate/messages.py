@@ -454,8 +454,8 @@ class HistoryEnd:
         parts = ["older points of each chart are the low and high of their stretch"] if self.decimated else []
         counted = [f"{count:,} {LEFT_OUT_WORDS.get(table, table.replace('_', ' '))}"
                    for table, count in sorted(self.left_out.items()) if count]
-        if counted:
-            parts.append(f"the oldest {', '.join(counted)} are not shown")
+        if counted:  # the oldest ones of a replay, and those a catch-up skipped (it sends each series' newest)
+            parts.append(f"{', '.join(counted)} are not shown")
         where = f"rankwatch runs logs {run_id}" if run_id is not None else "rankwatch runs logs RUN"
         return f"Attached with a shortened history: {'; '.join(parts)}. The store keeps everything ({where})."
 

@@ -82,10 +82,11 @@ class FakeRanksNode(NodeHandle):
         for first in range(0, world, RANKS_PER_PROCESS):
             count = min(RANKS_PER_PROCESS, world - first)
             process = await asyncio.create_subprocess_exec(
-                sys.executable, str(RANKS_SCRIPT), context.socket, context.token, context.run_key,
+                sys.executable, str(RANKS_SCRIPT),
                 "--first", str(first), "--count", str(count), "--world-size", str(world),
                 "--rate", str(self.run.rate), "--stop-file", str(self.run.workdir / "stop"),
                 "--result", str(self.run.workdir / f"sent-{first}.json"),
+                "--", context.socket, context.token, context.run_key,  # a token may begin with "-"
                 stdout=asyncio.subprocess.PIPE, limit=1 << 20)
             self.processes.append(process)
             self._readers.append(asyncio.create_task(self._read(process)))

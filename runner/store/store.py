@@ -139,26 +139,11 @@ def connect(path: Path | None = None, *, readonly: bool = False) -> sqlite3.Conn
     return connection
 
 
-WAL_CHECKPOINT_PAGES = 65_536
-"""Pages (4 KiB) the write-ahead log grows to before a commit copies them into the store: 256 MiB.
-
-A big run's commit touches one index page per series (rank and metric: 12,288 at 1,024 ranks),
-wherever that series' newest records are, so each commit appends ~12,000 pages to the log, and
-SQLite's default (a checkpoint past 1,000 pages) copied all of them into the store again at
-every commit. Checkpointing every few commits copies each page once for all of them: writing a
-1,024-rank run's 300th step took 126 ms instead of 355 ms (``tests/bench/PERFORMANCE.md``).
-A small run reaches the size rarely; readers and crash recovery read the log as before."""
-WAL_KEPT_BYTES = 64 << 20
-"""What the log file is cut back to after a checkpoint (SQLite keeps its largest size otherwise)."""
-
-
 def _set_up(connection: sqlite3.Connection) -> None:
     """WAL mode, then the schema (created or migrated). Safe to repeat after a busy refusal."""
     connection.execute("PRAGMA journal_mode=WAL")
     connection.execute("PRAGMA synchronous=NORMAL")
     connection.execute("PRAGMA foreign_keys=ON")
-    connection.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
-    connection.execute(f"PRAGMA journal_size_limit={WAL_KEPT_BYTES}")
     migrate(connection)
 
 

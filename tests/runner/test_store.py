@@ -142,22 +142,3 @@ def test_runners_and_readers_racing_on_a_fresh_store_all_succeed(tmp_path):
             assert store.connection.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
             assert sorted(run["run_key"] for run in store.runs()) == [f"key-{index}" for index in range(4)]
         assert _schema_of(path) == expected
-
-
-def test_commits_leave_a_big_runs_pages_in_the_log_until_it_holds_many_of_them(tmp_path):
-    """SQLite's default copies the log into the store past 1,000 pages, at nearly every commit of a
-    big run (each touches one index page per series); the store lets the log grow to
-    ``WAL_CHECKPOINT_PAGES`` first, so a page written by several commits is copied once."""
-    from rankwatch import protocol
-    from runner.store.store import WAL_CHECKPOINT_PAGES, RecordBatch
-
-    with RunStore(tmp_path / "runs.db") as store:
-        run_id = store.create_run(run_key="k", profile=None, spec_toml="", command=None, host="h", workdir=None,
-                                  runner_pid=1, socket=None, world_size=64, status="running")
-        for step in range(40):
-            records = [(rank, 1.7e9 + step, step, f"metric_{index}", float(step), protocol.SOURCE_AUTO)
-                       for rank in range(64) for index in range(40)]
-            store.write_batch(run_id, RecordBatch(metrics=records))
-        log_pages = (tmp_path / "runs.db-wal").stat().st_size // 4096
-        assert 2_000 < log_pages < WAL_CHECKPOINT_PAGES
-    assert not (tmp_path / "runs.db-wal").exists()  # the last connection copied it in and removed it

@@ -73,12 +73,15 @@ from gui.models.series import STEP, TIME, Series
 DEFAULT_PIXELS = 800
 """Width assumed before the plot has been laid out."""
 LEFT_AXIS_WIDTH = 54
-BAND_SECONDS = 1.0
-"""The band across many ranks is recomputed at most this often while data streams in."""
+BAND_SECONDS = 2.0
+"""The band across many ranks is recomputed at most this often while data streams in. A frame
+that redraws a band costs about twice one that does not (~66 against ~31 ms with five
+1,024-rank charts: the fill is repainted, not only computed), so the frames between bands are
+most frames: 1 s made more than half the frames band frames once a band was cheap to compute."""
 BAND_SHARE = 0.025
-"""...and at most this share of the GUI thread's time per chart: a band that took 45 ms (1,024
-ranks) waits 1.8 s for the next, so five charts' bands take an eighth of the thread, not a
-quarter, and the frames between them stay as fast as without a band."""
+"""...and at most this share of the GUI thread's time per chart, for bands slower to compute
+than ``BAND_SECONDS`` allows (a band that takes 80 ms waits 3.2 s), so five charts' bands take
+an eighth of the thread at most."""
 BAND_KEYS = (-3, -2, -1)
 """The readout's rows for the band's p90, median and p10 (no rank has a negative key)."""
 READOUT_OFFSET = 14

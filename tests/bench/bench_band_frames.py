@@ -1,7 +1,7 @@
 """Frame time of the chart grid with the median and p10-p90 band across many ranks (offscreen).
 
 A model holding 2,000 steps of loss for each rank count; then ``--frames`` frames, each after one
-new step of every rank. The band is recomputed at most once a second (``BAND_SECONDS``): the
+new step of every rank. The band is recomputed at most every ``BAND_SECONDS`` (2 s): the
 other frames draw the band and the ranks that stand out only. ``--every-frame`` recomputes it
 each frame (the worst case); ``--every-rank`` draws each rank's own curve instead (up to 128).
 

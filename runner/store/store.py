@@ -390,8 +390,18 @@ class RunStore:
         return [dict(row) for row in rows]
 
     def metric_names(self, run_id: int) -> list[str]:
-        rows = self.connection.execute("SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name", (run_id,))
-        return [row[0] for row in rows]
+        """The names of the run's metrics, sorted: one seek down ``metrics_by_series`` per name (a
+        loose index scan). ``SELECT DISTINCT`` read every index entry of the run: 1.9 s for a
+        1,024-rank run of ten minutes, at every `runs show`."""
+        names: list[str] = []
+        row = self.connection.execute("SELECT name FROM metrics WHERE run_id = ? ORDER BY name LIMIT 1",
+                                      (run_id,)).fetchone()
+        while row is not None:
+            names.append(row[0])
+            row = self.connection.execute(
+                "SELECT name FROM metrics WHERE run_id = ? AND name > ? ORDER BY name LIMIT 1",
+                (run_id, row[0])).fetchone()
+        return names
 
     def metrics(self, run_id: int, name: str | None = None, rank: int | None = None,
                 source: str | None = None) -> list[MetricRecord]:

@@ -22,6 +22,10 @@ memory, it says how it differs:
 * The runs list's loss means take each rank's losses from its most deliberate source, as
   ``run_figures`` does. A rank whose better source comes after it logged more than
   ``LOSS_DETAIL`` losses from another leaves them to the store's computation (``run_known``).
+* Those loss means are kept per step for the newest ``LOSS_STEPS_KEPT`` steps while every rank
+  reports from one source; older steps are folded into the best mean and the newest, so a run of
+  days holds ~1 MB, not ~50. A rank more than that many steps behind the others, or a better
+  source arriving for a folded step, leaves those figures to the store's computation.
 * Newest values are the ones with the latest time; on equal times the first that arrived, as
   SQLite's ``MAX(t)`` picks the first row in the index.
 """
@@ -55,6 +59,10 @@ without the old ``comm_wait``), so this bounds what every rank holds: 256 held 6
 ranks."""
 LOSS_DETAIL = 1024
 """Logged or parsed losses of a rank kept, in case a better source of its loss comes later."""
+LOSS_STEPS_KEPT = 10_000
+"""Steps whose loss mean across ranks is kept open; older ones are folded into the best and the
+newest mean so far (``RunTally._seal_oldest``), ``LOSS_SEAL_BATCH`` at a time."""
+LOSS_SEAL_BATCH = 1_000
 
 _LOG_BIN = math.log1p(STEP_TIME_BIN)
 _STEP_TIME, _DATA_WAIT, _COMM_WAIT, _SAMPLES = (protocol.STEP_TIME, protocol.DATA_WAIT, protocol.COMM_WAIT,
@@ -211,6 +219,11 @@ class RunTally:
         """level -> step -> [sum, count] of every rank's losses with a step (``run_figures``' means)."""
         self._loss_levels: dict[int, set[int]] = {}
         """rank -> the loss source levels it reported with a step."""
+        self._sealed: tuple[float, int, float] | None = None
+        """(best mean, newest step, its mean) of the steps folded out of ``_loss_steps``."""
+        self._unsealed_late = False
+        """A loss came for a step at or before the newest folded one (a rank far behind, or step
+        numbers that start again): the means are left to the store."""
         self.records = 0
         self.failed: str | None = None
         """Why a record could not be added (a bug: the statistics are then computed from the store)."""
@@ -299,6 +312,10 @@ class RunTally:
         total = by_step.get(step)
         if total is None:
             by_step[step] = [value, 1.0]
+            if self._sealed is not None and step <= self._sealed[1]:
+                self._unsealed_late = True  # a step at or before the folded ones: not whole in either
+            if len(by_step) > LOSS_STEPS_KEPT + LOSS_SEAL_BATCH and len(self._loss_steps) == 1:
+                self._seal_oldest(by_step)
         else:
             total[0] += value
             total[1] += 1
@@ -308,6 +325,20 @@ class RunTally:
             values.append(value)
             if len(steps) > LOSS_DETAIL:
                 tally.loss_detail = None
+
+    def _seal_oldest(self, by_step: dict[int, list[float]]) -> None:
+        """Fold the ``LOSS_SEAL_BATCH`` steps entered first into ``_sealed`` (one source: each step's
+        mean is its sum over its count)."""
+        best, newest, newest_mean = self._sealed if self._sealed is not None else (math.inf, None, math.nan)
+        for _ in range(LOSS_SEAL_BATCH):
+            step, (total, count) = next(iter(by_step.items()))
+            del by_step[step]
+            mean = total / count
+            best = min(best, mean)
+            if newest is None or step > newest:
+                newest, newest_mean = step, mean
+        assert newest is not None
+        self._sealed = (best, newest, newest_mean)
 
     # ---- reading ----------------------------------------------------------------------------
 
@@ -333,11 +364,20 @@ class RunTally:
         if means is None:
             return None, False
         throughputs = [tally.paired[4] / tally.paired[5] for tally in self.ranks.values() if tally.paired[5] > 0]
-        if not measured and not means and not throughputs:
+        if not measured and not means and not throughputs and self._sealed is None:
             return None, True
-        last = max(measured) if measured else (max(means) if means else None)
-        final = means[max(means)] if means else None
-        return RunFigures(final_loss=final, best_loss=min(means.values()) if means else None,
+        lowest: float | None = min(means.values(), default=None)
+        newest_step: int | None = max(means, default=None)
+        final = means[newest_step] if newest_step is not None else None
+        if self._sealed is not None:
+            if self._unsealed_late:
+                return None, False
+            best, newest, newest_mean = self._sealed
+            lowest = best if lowest is None else min(best, lowest)
+            if newest_step is None or newest > newest_step:
+                newest_step, final = newest, newest_mean
+        last = max(measured) if measured else newest_step
+        return RunFigures(final_loss=final, best_loss=lowest,
                           steps=None if last is None else int(last) + 1,
                           samples_per_s=sum(throughputs) if throughputs else None), True
 
@@ -358,7 +398,10 @@ class RunTally:
                     return None
                 steps, values = detail.get(level, ((), ()))
                 for step, value in zip(steps, values, strict=True):
-                    into = sums[step]
+                    found = sums.get(step)
+                    if found is None:  # folded away (``_seal_oldest``): the store can tell
+                        return None
+                    into = found
                     into[0] -= value
                     into[1] -= 1
         return {step: total / count for step, (total, count) in sums.items() if count > 0}

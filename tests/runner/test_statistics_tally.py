@@ -235,3 +235,35 @@ def test_a_live_runs_statistics_are_read_from_what_its_hub_tallied_while_fresh(t
         store.connection.commit()
         assert [entry.steps for entry in run_statistics(store, run_id)[0]] == [None, None]
         assert run_id not in run_figures.run_figures(store, [run_id])
+
+
+def test_a_long_runs_loss_means_are_folded_and_its_runs_list_figures_stay_those_of_the_store(tmp_path):
+    """A run of days has hundreds of thousands of steps: the tally keeps the newest
+    ``LOSS_STEPS_KEPT`` steps' means open and folds older ones into the best and the newest, so it
+    holds a bounded amount. A loss for a step at or before the folded ones makes it defer to the
+    store."""
+    from runner.store.statistics_tally import LOSS_SEAL_BATCH, LOSS_STEPS_KEPT
+
+    steps = LOSS_STEPS_KEPT + 3 * LOSS_SEAL_BATCH
+    rng = random.Random(3)
+    tally = RunTally()
+    with RunStore(tmp_path / "runs.db") as store:
+        run_id = store.create_run(run_key="k", profile=None, spec_toml="", command=None, host="h", workdir=None,
+                                  runner_pid=1, socket=None, world_size=2, status="running")
+        by_rank = []
+        for rank in range(2):
+            losses = [2.0 - step / steps + rng.random() / 10 for step in range(steps)]
+            losses[500] = 0.01 if rank == 0 else 0.03  # the best mean, early: folded away long before the end
+            by_rank.append(_records(rank, [[T0 + step, step, protocol.LOSS, loss, protocol.SOURCE_AUTO]
+                                           for step, loss in enumerate(losses)]))
+            store.write_batch(run_id, RecordBatch(metrics=by_rank[-1]))
+        for first in range(0, steps, 500):  # the ranks' batches interleaved, as a hub receives them
+            for rank, records in enumerate(by_rank):
+                tally.add(rank, records[first:first + 500])
+        assert len(tally._loss_steps[0]) <= LOSS_STEPS_KEPT + LOSS_SEAL_BATCH  # bounded, not every step
+        (ours, known), theirs = tally.run_figures(), run_figures.computed_run_figures(store, [run_id])[run_id]
+        assert known and ours is not None
+        assert ours.best_loss == pytest.approx(theirs.best_loss) == pytest.approx(0.02)
+        assert ours.final_loss == pytest.approx(theirs.final_loss) and ours.steps == theirs.steps == steps
+        tally.add(1, _records(1, [[T0 + steps, 7, protocol.LOSS, 5.0, protocol.SOURCE_AUTO]]))  # a folded step again
+        assert tally.run_figures() == (None, False)  # left to the store

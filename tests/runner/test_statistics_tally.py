@@ -149,18 +149,24 @@ def test_the_median_step_time_is_exact_while_few_and_within_the_bin_width_after(
     assert times.median() == pytest.approx(truth, rel=STEP_TIME_BIN)
 
 
-async def _a_varied_run(tmp_path) -> tuple[int, int]:
-    hub, socket_path = await open_hub(tmp_path)
-    for rank in range(3):
+async def _send_ranks(socket_path, ranks: int, steps: int, exit_after: bool) -> None:
+    """Fake workers on the real protocol: each rank's hello, its varied messages, maybe its exit."""
+    for rank in range(ranks):
         _reader, writer = await asyncio.open_unix_connection(str(socket_path))
         writer.write(hello(rank))
-        for items in _rank_messages(rank, 40):
+        for items in _rank_messages(rank, steps):
             writer.write(protocol.encode_metric_items(rank, items))
-        writer.write(protocol.Exit(rank, time.time(), 0).encode())
+        if exit_after:
+            writer.write(protocol.Exit(rank, time.time(), 0).encode())
         await writer.drain()
         writer.close()
         await writer.wait_closed()
     await asyncio.sleep(0.3)
+
+
+async def _a_varied_run(tmp_path) -> tuple[int, int]:
+    hub, socket_path = await open_hub(tmp_path)
+    await _send_ranks(socket_path, 3, 40, exit_after=True)
     await hub.update_run(ended=time.time(), status="succeeded", exit_code=0)
     run_id, taken = hub.run_id, hub.ingest.tally.records
     await hub.close(reason="succeeded")
@@ -192,15 +198,7 @@ def test_a_record_the_tally_cannot_add_stops_the_tally_not_ingest():
 
 async def _a_live_run_with_its_tally_written(tmp_path) -> int:
     hub, socket_path = await open_hub(tmp_path)
-    for rank in range(2):
-        _reader, writer = await asyncio.open_unix_connection(str(socket_path))
-        writer.write(hello(rank))
-        for items in _rank_messages(rank, 30):
-            writer.write(protocol.encode_metric_items(rank, items))
-        await writer.drain()
-        writer.close()
-        await writer.wait_closed()
-    await asyncio.sleep(0.3)
+    await _send_ranks(socket_path, 2, 30, exit_after=False)
     await hub.flush()
     await hub.keep_live_statistics()
     run_id = hub.run_id

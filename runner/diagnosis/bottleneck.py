@@ -209,7 +209,7 @@ class BottleneckMonitor:
 
 def _message(verdict: BottleneckVerdict) -> str:
     if verdict.kind is None:
-        return f"bottleneck not determined: {verdict.evidence}"
+        return f"bottleneck {verdict.evidence}"  # "not measured: ..." or "not determined: ..."
     if verdict.kind is Bottleneck.STRAGGLER:
         return verdict.evidence
     return f"{verdict.kind.value}: {verdict.evidence}"

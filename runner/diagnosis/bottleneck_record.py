@@ -30,7 +30,9 @@ def _shares(value: object) -> dict[str, float | None] | None:
 
 @dataclass(frozen=True)
 class BottleneckVerdict:
-    """A verdict with its evidence; ``kind`` None: not determined (``evidence`` says why)."""
+    """A verdict with its evidence; ``kind`` None: not determined, and ``evidence`` says why in a
+    sentence that begins with it ("not measured: ..." or "not determined: ..."): readers print it
+    as it is, never behind words of their own that would say it twice."""
 
     kind: Bottleneck | None
     evidence: str

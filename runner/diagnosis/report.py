@@ -115,8 +115,8 @@ def bottleneck_lines(bottleneck: BottleneckRecord) -> list[str]:
     A straggler is already said on its own line: then only what to do."""
     verdict = bottleneck.verdict
     indent = " " * (LABEL_WIDTH + 2)
-    if verdict.kind is None:
-        return [f"{_label('bottleneck')}not determined: {verdict.evidence}"]
+    if verdict.kind is None:  # the evidence says why, its first words "not measured" or "not determined"
+        return [f"{_label('bottleneck')}{verdict.evidence}"]
     lines = []
     if verdict.kind is not Bottleneck.STRAGGLER:
         lines.append(f"{_label('bottleneck')}{verdict.kind.value}: {verdict.evidence}")

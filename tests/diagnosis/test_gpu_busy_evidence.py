@@ -8,6 +8,8 @@ tick, not once per reading.
 
 from rankwatch import protocol
 from runner.diagnosis.bottleneck import BottleneckMonitor
+from runner.diagnosis.bottleneck_record import BottleneckRecord
+from runner.diagnosis.report import bottleneck_lines
 from runner.diagnosis.step_windows import MIN_GPU_READINGS, NVML_PERIOD_SECONDS, StepWindows
 from runner.hub.live_model import LiveModel
 
@@ -65,3 +67,14 @@ def test_the_live_verdict_needs_the_same_evidence():
     model.on_gpu_use(0, 0, 20.0, 1 << 30, first + 4.0)
     windows.sample_gpu_busy(0, model.ranks[0].gpu_util, model.gpu_read_at.get(0))
     assert BottleneckMonitor._judge_rank(windows.rank(0), live=True).kind is protocol.Bottleneck.LAUNCH
+
+
+def test_a_verdict_not_determined_says_so_once_where_it_is_printed():
+    """Seen on an H200: the end of the example printed "bottleneck: not determined: not determined: NVML ..."."""
+    verdict = verdict_after([(98.0, 0.0)])
+    line, = bottleneck_lines(BottleneckRecord(verdict, None))
+    assert line.split() == ["bottleneck:", "not", "determined:", "NVML", *line.split()[4:]], line
+    assert line.count("not determined") == 1 and line.count("not measured") == 0, line
+    too_few = BottleneckMonitor._judge_rank(StepWindows().rank(0), live=False)
+    line, = bottleneck_lines(BottleneckRecord(too_few, None))
+    assert "not measured: 0 step(s) had their phases timed" in line and "determined" not in line, line

@@ -290,30 +290,31 @@ def _step_span(store, run_id: int, rank: int) -> tuple[float | None, float | Non
     return (first[0][0], last[0][0]) if first and last else (None, None)
 
 
-def _median_utilisation(store, run_id: int, gpu_index: int,
-                        spans: list[tuple[float | None, float | None]]) -> float | None:
-    """The median of GPU ``gpu_index``'s utilisation samples in the first of ``spans`` that holds any."""
-    for start, end in spans:
-        if start is None or end is None:
-            continue
-        values = [value for (value,) in _rows(
-            store, "SELECT utilization FROM gpu_samples WHERE run_id = ? AND t >= ? AND t <= ? AND gpu_index = ?"
-                   " AND utilization IS NOT NULL", run_id, start, end, gpu_index)]
-        if values:
-            return float(statistics.median(values))
-    return None
+def _median_utilisation(store, run_id: int, gpu_index: int, start: float, end: float) -> float | None:
+    """The median of GPU ``gpu_index``'s utilisation samples taken from ``start`` to ``end``."""
+    values = [value for (value,) in _rows(
+        store, "SELECT utilization FROM gpu_samples WHERE run_id = ? AND t >= ? AND t <= ? AND gpu_index = ?"
+               " AND utilization IS NOT NULL", run_id, start, end, gpu_index)]
+    return float(statistics.median(values)) if values else None
 
 
 def gpu_utilisation(store, run_id: int, ranks: list[tuple[int, int | None, float | None, float | None]]
                     ) -> dict[int, float]:
     """rank -> its GPU's median utilisation (``RankStats.gpu_util``), for ``ranks`` given as
-    ``(rank, gpu index, first seen, last seen)``; ranks without a GPU or a sample are left out."""
+    ``(rank, gpu index, first seen, last seen)``; ranks without a GPU or a sample are left out.
+
+    Over the samples taken while the rank made steps; over its whole life only when it made none
+    (a script whose steps Rankwatch cannot see). A rank whose steps all fell between two readings
+    has no figure: the readings around them are of the GPU loading the model or idle after the
+    end (on an H200 the example's 128 steps took 0.8 s and showed "0%")."""
     result = {}
     for rank, gpu_index, first_seen, last_seen in ranks:
         if gpu_index is None:
             continue
-        spans = [_step_span(store, run_id, rank), (first_seen, last_seen)]
-        value = _median_utilisation(store, run_id, gpu_index, spans)
+        start, end = _step_span(store, run_id, rank)
+        if start is None or end is None:
+            start, end = first_seen, last_seen
+        value = None if start is None or end is None else _median_utilisation(store, run_id, gpu_index, start, end)
         if value is not None:
             result[rank] = value
     return result

@@ -349,3 +349,25 @@ def test_a_gpu_run_records_its_use_and_an_out_of_memory_names_the_free_memory_an
     assert (rank["gpu_index"], rank["gpu_util"], rank["gpu_mem_used_peak"], rank["gpu_mem_total"]) == (
         0, 51.0, 3_902_799_872, H200_MEMORY_TOTAL)
     assert (rank["gpu_mem_allocated"], rank["gpu_mem_reserved"], rank["gpu_mem_peak"]) == (5 * GIB, 6 * GIB, 7 * GIB)
+
+
+def test_a_ranks_gpu_use_is_not_read_from_samples_taken_before_its_steps_or_after_them():
+    """Seen on an H200: the example's 128 steps took 0.8 s between two NVML readings and
+    ``runs show`` said "GPU % 0%", the readings of the GPU loading the model and idle after the
+    end. A rank that made no step Rankwatch could see is still judged over its whole life."""
+    quick = step_rows(0, "gpu")  # steps at t 100 .. 104
+    around = [GpuSample(t, 0, 0.0, GIB, GPU_TOTAL, 80.0, 35.0, 345.0) for t in (98.0, 99.0, 106.0)]
+    during_life = [GpuSample(t, 1, value, GIB, GPU_TOTAL, 80.0, 35.0, 345.0)
+                   for t, value in ((98.0, 40.0), (99.0, 60.0), (106.0, 50.0))]
+    with RunStore() as store:
+        run_id = store.create_run(run_key="q" * 24, profile="quick", spec_toml="", command="", host="h",
+                                  workdir="/", runner_pid=1, socket=None, world_size=2, status="succeeded")
+        store.update_run(run_id, started=97.0, ended=107.0, exit_code=0)
+        for rank in (0, 1):  # rank 1: no step records at all (steps Rankwatch did not see)
+            store.upsert_rank(run_id, rank, state="exited", exit_code=0, host="h", pid=100 + rank,
+                              first_seen=97.5, last_seen=106.5, gpu_index=rank)
+        store.write_batch(run_id, RecordBatch(metrics=quick, gpu_samples=around + during_life))
+    with RunStore(readonly=True) as store:
+        stepped, unstepped = run_statistics(store, run_id)[0]
+    assert stepped.gpu_util is None, "no reading was taken while the steps ran: not measured, never 0%"
+    assert unstepped.gpu_util == 50.0

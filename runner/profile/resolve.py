@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,12 +29,22 @@ class MachineFacts:
 
     cpu_count: int
     gpus: GpuReport
+    omp_num_threads: int | None = None
+    """``OMP_NUM_THREADS`` as the user's shell exported it (a positive number), else None. With
+    ``omp_num_threads = "auto"`` the workers get it, as torchrun leaves an exported value alone
+    (and as ``rankwatch doctor`` judges it); a number in the profile still wins."""
 
     @classmethod
     def detect(cls, gpus: GpuReport) -> MachineFacts:
         """This machine's usable CPUs, with ``gpus`` as reported by NVML or `rankwatch probe`
         (NVML itself is queried by ``runner.run.detect_machine``)."""
-        return cls(cpu_count=usable_cpus(), gpus=gpus)
+        return cls(cpu_count=usable_cpus(), gpus=gpus, omp_num_threads=exported_omp_threads(os.environ))
+
+
+def exported_omp_threads(environ: Mapping[str, str]) -> int | None:
+    """``OMP_NUM_THREADS`` from ``environ`` when it is a positive whole number (what OpenMP reads)."""
+    value = environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 def usable_cpus() -> int:
@@ -154,7 +165,7 @@ def resolve(spec: LaunchSpec, machine: MachineFacts, base_dir: Path | None = Non
              for rank, node in enumerate(spec.nodes)]
     local_processes = nodes[0].processes
     if spec.omp_num_threads == AUTO:
-        omp = max(1, machine.cpu_count // max(1, local_processes))
+        omp = machine.omp_num_threads or max(1, machine.cpu_count // max(1, local_processes))
     else:
         omp = int(spec.omp_num_threads)
     return ResolvedLaunch(spec=spec, nodes=tuple(nodes), gpus=gpus, backend=backend,

@@ -188,8 +188,9 @@ class LaunchSpec:
                                 help="restart the workers up to N times after a failure")
     omp_num_threads: int | str = setting(
         AUTO, INTEGER, low=1, high=1024, auto=True, flag="--omp-num-threads", metavar="N|auto",
-        help="OMP_NUM_THREADS for each worker (auto: cores / processes per node)")
-    """``"auto"`` = cores divided by local processes (at least 1)."""
+        help="OMP_NUM_THREADS for each worker (auto: the shell's, else cores / processes per node)")
+    """``"auto"`` = the ``OMP_NUM_THREADS`` the shell exported, else cores divided by local processes
+    (at least 1)."""
     legacy_local_rank: bool = setting(False, BOOL, flag="--legacy-local-rank",
                                       help="pass --local_rank=N to the script (torch.distributed.launch style)")
     """Pass ``--local_rank=N`` to scripts written for ``torch.distributed.launch``."""

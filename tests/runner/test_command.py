@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 from runner.launch.command import RendezvousPlan, RunnerContext, build_commands, build_node_command
-from runner.profile.resolve import MachineFacts, resolve
+from runner.profile.resolve import MachineFacts, exported_omp_threads, resolve
 from runner.profile.spec import LaunchSpec, NodeSpec, RendezvousSpec
 from runner.sampling.gpu_report import GpuReport, GpuSnapshot
 
@@ -36,6 +37,19 @@ def test_picked_gpus_become_cuda_visible_devices_and_auto_nproc():
     assert command.env["CUDA_VISIBLE_DEVICES"] == "1,3"
     assert command.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert command.env["OMP_NUM_THREADS"] == "16"
+
+
+def test_auto_threads_keep_what_the_shell_exported_and_a_profiles_number_wins():
+    """As torchrun leaves an exported OMP_NUM_THREADS alone, and as ``rankwatch doctor`` judges it:
+    before, "auto" replaced the shell's 1 with 16 (cores / processes) without a word."""
+    shell = dataclasses.replace(four_gpus(), omp_num_threads=exported_omp_threads({"OMP_NUM_THREADS": "1"}))
+    [auto] = build_commands(resolve(LaunchSpec(script="/w/t.py", gpus=(1, 3)), shell), RendezvousPlan("standalone"))
+    assert auto.env["OMP_NUM_THREADS"] == "1"
+    [chosen] = build_commands(resolve(LaunchSpec(script="/w/t.py", gpus=(1, 3), omp_num_threads=4), shell),
+                              RendezvousPlan("standalone"))
+    assert chosen.env["OMP_NUM_THREADS"] == "4"
+    assert [exported_omp_threads({"OMP_NUM_THREADS": value}) for value in ("8", " 2 ", "0", "four", "")] == [
+        8, 2, None, None, None]
 
 
 def test_static_and_c10d_rendezvous_flags_per_node():

@@ -25,8 +25,10 @@
 #   5. tests/bench/gpu_instrument_ab.py: the instrumentation on and off (and parts of it) every 80
 #      steps in one process, quiet and busy (~4 minutes; runs before 4 when both are asked).
 # PARTS picks them (default 1,2,3,4). The third lease found the instrumentation alone costs nothing
-# measurable in one process while whole runs were 8-12 % slower than bare, so the next runs
+# measurable in one process while whole runs were 8-12 % slower than bare (bare with 1 OpenMP
+# thread, Rankwatch with 16 until the runner kept an exported OMP_NUM_THREADS), so the next runs
 #   PARTS=5 bash tests/bench/gpu_check.sh      # off, full, and full with the real reporter thread
+#   PARTS=4 VARIANTS=bare,rankwatch OVERHEAD_DEADLINE=300 OVERHEAD_TIMEOUT=360 bash tests/bench/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if compgen -G ".whl/*.whl" >/dev/null; then

@@ -13,12 +13,12 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
-from runner.diagnosis.hints import Hint
 from runner.diagnosis.report import format_diagnostics
+from runner.diagnosis.summary import FinishedRank, RunSummary
 from runner.exit_status import (
     describe_exit_code,
     describe_stop_reason,
@@ -35,7 +35,7 @@ from runner.format import (
     format_percent,
     ranks_text,
 )
-from runner.rank_failure import describe_losses
+from runner.rank_failure import RankFailure, describe_losses
 from runner.runstate.messages import (
     Bye,
     EventKind,
@@ -615,21 +615,26 @@ def _gpu_text(entry: RankStats) -> str:
     return f", GPU {entry.gpu_index} {format_fixed(entry.gpu_util, '{:.0f}%')} (median){used}"
 
 
-def _finished_text(finished: dict[str, Any], failed_rank: int) -> str:
+def _finished_text(finished: FinishedRank, failed_rank: int | None) -> str:
     """``rank 1 (exit code 0, 0.02 s before rank 0 failed)``: a rank of a failed run whose script ran to its end."""
-    before = finished.get("before")
+    before = finished.before
     when = ""
-    if isinstance(before, (int, float)):
+    if before is not None:
         when = (f", {before:.2f} s before rank {failed_rank} failed" if before >= 0
                 else f", {-before:.2f} s after rank {failed_rank} failed")
-    return f"rank {finished.get('rank')} ({ended_by(0)}{when})"
+    return f"rank {finished.rank} ({ended_by(0)}{when})"
 
 
-def render_summary(run: dict[str, Any], out: TextIO) -> None:
+def render_summary(run: RunInfo | Mapping[str, Any], out: TextIO) -> None:
     """The block printed at the end of a run: outcome, first failure, hints, where to look.
+
+    ``run``: the run's row, as the hub publishes it or the store holds it; its summary is read
+    through ``RunSummary.from_wire`` (leniently: a summary of any earlier version reads).
 
     On a terminal its long lines are wrapped at words, each under its own value
     (``wrap_summary_line``): the terminal's own wrapping cut words in two ("(dat" / "a 1%")."""
+    if not isinstance(run, RunInfo):
+        run = RunInfo.from_wire(run)
     if not out.isatty():
         _write_summary(run, out)
         return
@@ -665,57 +670,61 @@ def wrap_summary_line(text: str, width: int) -> list[str]:
                          break_on_hyphens=False, drop_whitespace=True) or [text]
 
 
-def _write_summary(run: dict[str, Any], out: TextIO) -> None:
-    summary = run.get("summary") or {}
-    status = run.get("status")
+def _write_summary(run: RunInfo, out: TextIO) -> None:
+    summary = RunSummary.from_wire(run.summary or {})
     width = 72
-    exit_code = run.get("exit_code")
-    code = MISSING if exit_code is None else exit_code
-    out.write("\n" + f"── Rankwatch · run {run.get('id')} {status} (exit code {code}) ".ljust(width, "─") + "\n")
-    if summary.get("headline"):
-        out.write(f"{summary['headline']}\n")
-    first = summary.get("first_failure")
-    if first:
-        how = how_it_ended(first.get("exit_code"), first.get("signal"))
-        where = f" on {first['host']}" if first.get("host") else ""
-        out.write(f"  first to fail: rank {first['rank']}{where} ({how};"
-                  f" known from: {first.get('evidence')})\n")
-        if first.get("exception_line"):
-            out.write(f"  exception:     {first['exception_line']}\n")
-        traceback = (first.get("traceback") or "").strip().splitlines()
-        if traceback:
-            source = first.get("traceback_source")
-            out.write(f"  traceback (last lines{', from ' + source if source and source != 'bootstrap' else ''}):\n")
-            for line in traceback[-6:]:
-                out.write(f"    {line}\n")
-        if first.get("kernel_log"):
-            out.write(f"  kernel log:    {first['kernel_log']}\n")
-    others = summary.get("other_failures") or []
-    if others:  # ranks that ended alike go together: "ranks 0, 2-7 (SIGTERM, stopped after rank 1 failed)"
+    code = MISSING if run.exit_code is None else run.exit_code
+    out.write("\n" + f"── Rankwatch · run {run.id} {run.status} (exit code {code}) ".ljust(width, "─") + "\n")
+    if summary.headline:
+        out.write(f"{summary.headline}\n")
+    first = summary.first_failure
+    if first is not None:
+        _write_first_failure(first, out)
+    if any(other.rank is not None for other in summary.other_failures):  # ranks that ended alike go together: "ranks 0, 2-7 (SIGTERM, stopped after rank 1 failed)"
         alike: dict[str, list[int]] = {}
-        for other in others:
-            alike.setdefault(failure_end_words(other), []).append(other["rank"])
+        for other in summary.other_failures:
+            if other.rank is not None:
+                alike.setdefault(failure_end_words(other), []).append(other.rank)
         described = [f"{ranks_text(ranks)} ({words})" for words, ranks in alike.items()]
         out.write(f"  then:          {', '.join(described[:8])}{' ...' if len(described) > 8 else ''}\n")
-    finished = summary.get("finished") or []
-    if finished and first:
-        out.write(f"  finished:      {', '.join(_finished_text(item, first['rank']) for item in finished[:8])}"
+    finished = summary.finished
+    if finished and first is not None:
+        out.write(f"  finished:      {', '.join(_finished_text(item, first.rank) for item in finished[:8])}"
                   f"{' ...' if len(finished) > 8 else ''}\n")
-    for line in format_diagnostics(summary.get("diagnostics"), run.get("id")):
+    for line in format_diagnostics(summary.diagnostics, run.id):
         out.write(line + "\n")
-    for line in describe_losses(summary):
+    for line in describe_losses(summary.losses, summary.store_incomplete):
         out.write(f"  not stored:    {line}\n")
-    lost = summary.get("runner_lost")
-    if isinstance(lost, dict):  # the runner died: what the store holds of the run (runner.store.lost_run)
-        stored = lost.get("stored") or {}
-        newest = lost.get("newest_record_t")
+    lost = summary.runner_lost
+    if lost is not None:  # the runner died: what the store holds of the run (runner.store.lost_run)
+        newest = lost.newest_record_t
         until = f", the newest from {time.strftime('%H:%M:%S', time.localtime(newest))}" if newest else ""
-        out.write(f"  stored:        {stored.get('metrics', MISSING)} metric records, "
-                  f"{stored.get('logs', MISSING)} log lines{until}\n")
-        if lost.get("not_stored"):
-            out.write(f"  not stored:    {lost['not_stored']}\n")
-    for hint in (Hint.from_json(h) for h in summary.get("hints") or [] if isinstance(h, dict)):
+        out.write(f"  stored:        {_count(lost.stored_metrics)} metric records, "
+                  f"{_count(lost.stored_logs)} log lines{until}\n")
+        if lost.not_stored:
+            out.write(f"  not stored:    {lost.not_stored}\n")
+    for hint in summary.hints:
         out.write(f"  hint: {hint.cause}\n        -> {hint.advice}\n")
-    if run.get("id") is not None:
-        out.write(f"  details: rankwatch runs show {run['id']}   logs: rankwatch runs logs {run['id']}\n")
+    if run.id is not None:
+        out.write(f"  details: rankwatch runs show {run.id}   logs: rankwatch runs logs {run.id}\n")
     out.flush()
+
+
+def _write_first_failure(first: RankFailure, out: TextIO) -> None:
+    how = how_it_ended(first.exit_code, first.signal)
+    where = f" on {first.host}" if first.host else ""
+    out.write(f"  first to fail: rank {first.rank}{where} ({how}; known from: {first.evidence})\n")
+    if first.exception_line:
+        out.write(f"  exception:     {first.exception_line}\n")
+    traceback = (first.traceback or "").strip().splitlines()
+    if traceback:
+        source = first.traceback_source
+        out.write(f"  traceback (last lines{', from ' + source if source and source != 'bootstrap' else ''}):\n")
+        for line in traceback[-6:]:
+            out.write(f"    {line}\n")
+    if first.kernel_log:
+        out.write(f"  kernel log:    {first.kernel_log}\n")
+
+
+def _count(value: int | None) -> str:
+    return MISSING if value is None else str(value)

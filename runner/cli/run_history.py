@@ -14,6 +14,7 @@ from rankwatch import protocol
 from runner.cli import prune_command
 from runner.cli.output import EXIT_FAILED, fail
 from runner.cli.run_choice import chosen_run
+from runner.diagnosis.summary import RunSummary
 from runner.exit_status import describe_exit_code
 from runner.format import (
     MISSING,
@@ -197,7 +198,7 @@ def show_main(args: argparse.Namespace) -> int:
         for line in format_logged_keys(logged):
             print(f"    {line}")
     if info.summary:
-        render_summary(run, sys.stdout)
+        render_summary(info, sys.stdout)
     return 0
 
 
@@ -390,23 +391,24 @@ def attach_main(args: argparse.Namespace) -> int:
             return fail(f"cannot reach the runner of run {run['id']} ({error}); is it still running?",
                         code=EXIT_FAILED)
         with _open_store() as store:
-            final = store.run(run["id"])
-            ended = bool(final.get("ended"))
+            final_row = store.run(run["id"])
+            final = RunInfo.from_wire(final_row)
+            ended = bool(final.ended)
             # before stop: the live table's last frame shows them (not from a store the disk cut short:
             # its figures end where the storing did, and would be mixed with the live step)
-            complete = not (final.get("summary") or {}).get("store_incomplete")
+            complete = not RunSummary.from_wire(final.summary or {}).store_incomplete
             if ended and complete and view.shows_results:
                 view.show_results(run_statistics(store, run["id"])[0])
     finally:
         view.stop()
     if ended:
         render_summary(final, sys.stderr)
-        return int(final.get("exit_code") or 0)
+        return final.exit_code or 0
     if followed == FOLLOW_DETACHED:
         print(detach_message(run["id"]), file=sys.stderr)
         return 0
     if followed == FOLLOW_HUNG_UP:
-        return fail(hung_up_message(final), code=EXIT_FAILED)
+        return fail(hung_up_message(final_row), code=EXIT_FAILED)
     return 0
 
 

@@ -48,6 +48,7 @@ from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
 from runner.diagnosis.doctor_facts import (
     BackendFacts,
     DoctorFacts,
+    DoctorGpu,
     GpuFacts,
     InterpreterFacts,
     PortFacts,
@@ -113,7 +114,7 @@ def _distribution() -> str | None:
 
 def gpu_facts(report: GpuReport) -> GpuFacts:
     return GpuFacts(available=report.available, reason=report.reason, driver_version=report.driver_version,
-                    cuda_driver_version=report.cuda_driver_version, gpus=tuple(report.gpus))
+                    cuda_driver_version=report.cuda_driver_version, gpus=tuple(DoctorGpu.of(gpu) for gpu in report.gpus))
 
 
 def parse_gpus(value: str | None, count: int) -> str | list[int]:

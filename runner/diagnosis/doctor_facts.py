@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rankwatch.protocol import as_float, as_int
+from rankwatch.protocol import as_int
 from runner.runstate.messages import JsonObject
-from runner.sampling.gpu_report import GpuProcess, GpuSnapshot
+from runner.sampling.gpu_report import GpuSnapshot
 
-__all__ = ["BackendFacts", "DoctorFacts", "GpuFacts", "InterpreterFacts", "PortFacts", "ProbeBackend",
-           "PythonEnvironment", "RunnerFacts", "SystemFacts", "ThreadFacts", "VisibleDeviceFacts", "gpu_from_json",
+__all__ = ["BackendFacts", "DoctorFacts", "DoctorGpu", "GpuFacts", "GpuUser", "InterpreterFacts", "PortFacts",
+           "ProbeBackend", "PythonEnvironment", "RunnerFacts", "SystemFacts", "ThreadFacts", "VisibleDeviceFacts",
            "object_of"]
 
 
@@ -183,17 +183,58 @@ class InterpreterFacts:
                    extra={key: value for key, value in data.items() if key not in cls.KNOWN}, keys=tuple(data))
 
 
-def gpu_from_json(data: Mapping[str, Any]) -> GpuSnapshot:
-    """A GPU as the report holds it (``GpuSnapshot.to_json``, with its processes), leniently."""
-    processes = data.get("processes")
-    users = tuple(GpuProcess(pid=as_int(item.get("pid")) or 0, used_memory=as_int(item.get("used_memory")),
-                             name=_text(item.get("name")))
-                  for item in (processes if isinstance(processes, list) else []) if isinstance(item, Mapping))
-    return GpuSnapshot(index=as_int(data.get("index")) or 0, name=_text(data.get("name")), uuid=_text(data.get("uuid")),
-                       memory_used=as_int(data.get("memory_used")), memory_total=as_int(data.get("memory_total")),
-                       utilization=as_float(data.get("utilization")), power_watts=as_float(data.get("power_watts")),
-                       temperature_c=as_float(data.get("temperature_c")),
-                       sm_clock_mhz=as_float(data.get("sm_clock_mhz")), processes=users)
+@dataclass(frozen=True)
+class GpuUser:
+    """A process on a GPU (``GpuProcess``, as the report holds it)."""
+
+    pid: int | None
+    used_memory: int | None
+    extra: JsonObject = field(default_factory=dict, compare=False, repr=False)
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def to_json(self) -> JsonObject:
+        return _ordered({"pid": self.pid, "used_memory": self.used_memory}, self.extra, self.keys)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GpuUser:
+        return cls(pid=as_int(data.get("pid")), used_memory=as_int(data.get("used_memory")),
+                   extra={key: value for key, value in data.items() if key not in ("pid", "used_memory")},
+                   keys=tuple(data))
+
+
+@dataclass(frozen=True)
+class DoctorGpu:
+    """A GPU and who uses it, as the report holds it (``GpuSnapshot.to_json``: NVML's other readings
+    travel in ``extra``)."""
+
+    index: int | None
+    name: str | None = None
+    memory_used: int | None = None
+    memory_total: int | None = None
+    processes: tuple[GpuUser, ...] = ()
+    extra: JsonObject = field(default_factory=dict, compare=False, repr=False)
+    keys: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    KNOWN = ("index", "name", "memory_used", "memory_total", "processes")
+
+    def to_json(self) -> JsonObject:
+        return _ordered({"index": self.index, "name": self.name, "memory_used": self.memory_used,
+                         "memory_total": self.memory_total, "processes": [user.to_json() for user in self.processes]},
+                        self.extra, self.keys)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> DoctorGpu:
+        processes = data.get("processes")
+        return cls(index=as_int(data.get("index")), name=_text(data.get("name")),
+                   memory_used=as_int(data.get("memory_used")), memory_total=as_int(data.get("memory_total")),
+                   processes=tuple(GpuUser.from_json(item) for item in (processes if isinstance(processes, list) else [])
+                                   if isinstance(item, Mapping)),
+                   extra={key: value for key, value in data.items() if key not in cls.KNOWN}, keys=tuple(data))
+
+    @classmethod
+    def of(cls, snapshot: GpuSnapshot) -> DoctorGpu:
+        """A GPU as the sampler read it."""
+        return cls.from_json(snapshot.to_json())
 
 
 @dataclass(frozen=True)
@@ -202,7 +243,7 @@ class GpuFacts:
     reason: str | None
     driver_version: str | None
     cuda_driver_version: str | None
-    gpus: tuple[GpuSnapshot, ...]
+    gpus: tuple[DoctorGpu, ...]
 
     def to_json(self) -> JsonObject:
         return {"available": self.available, "reason": self.reason, "driver_version": self.driver_version,
@@ -214,7 +255,7 @@ class GpuFacts:
         return cls(available=bool(data.get("available")), reason=_text(data.get("reason")),
                    driver_version=_text(data.get("driver_version")),
                    cuda_driver_version=_text(data.get("cuda_driver_version")),
-                   gpus=tuple(gpu_from_json(gpu) for gpu in (gpus if isinstance(gpus, list) else [])
+                   gpus=tuple(DoctorGpu.from_json(gpu) for gpu in (gpus if isinstance(gpus, list) else [])
                               if isinstance(gpu, Mapping)))
 
 

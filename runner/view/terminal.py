@@ -14,7 +14,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from runner.diagnosis.report import format_diagnostics
@@ -570,19 +570,18 @@ class TerminalView:
             cells = {
                 "rank": str(rank), "host": (row.host or MISSING) if host_shown else MISSING, "state": row.state,
                 "step": MISSING if row.step is None else str(steps_done(row.step)),
-                "loss": format_number(shown.get("loss")),
+                "loss": format_number(shown.loss),
                 "exit": describe_exit_code(row.exit_code),
-                "step_time": format_amount(shown.get("step_time"), 1000),
-                "samples_per_s": format_rate(shown.get("samples_per_s")),
+                "step_time": format_amount(shown.step_time, 1000),
+                "samples_per_s": format_rate(shown.samples_per_s),
                 "cpu_percent": MISSING if gpu else format_fixed(cpu_percent, "{:.0f}"),
                 "rss": MISSING if gpu else format_bytes(rss_bytes),
-                "gpu_util": format_fixed(shown.get("gpu_util"), "{:.0f}") if gpu else MISSING,
-                "gpu_mem": format_bytes(shown.get("gpu_mem_used")) if gpu else MISSING,
+                "gpu_util": format_fixed(shown.gpu_util, "{:.0f}") if gpu else MISSING,
+                "gpu_mem": format_bytes(shown.gpu_mem_used) if gpu else MISSING,
                 "gpu": str(row.gpu_index) if gpu and row.gpu_index is not None else MISSING,
-                "data_wait": format_percent(shown.get("data_wait_share")),
-                "comm_wait": format_percent(shown.get("comm_wait_share")),
-                "phases": (phase_bar(shown.get("phase_shares"), bar_width)
-                           if shown.get("phase_shares") else MISSING),
+                "data_wait": format_percent(shown.data_wait_share),
+                "comm_wait": format_percent(shown.comm_wait_share),
+                "phases": phase_bar(shown.phase_shares, bar_width) if shown.phase_shares else MISSING,
                 "seen": MISSING if RankState(row.state).finished or age is None else f"{max(0.0, age):.0f} s",
             }
             for name in logged_names:
@@ -590,17 +589,36 @@ class TerminalView:
             rows.append(cells)
         return columns, rows
 
-    def _figures(self, rank: int, row: RankInfo) -> dict[str, Any]:
+    def _figures(self, rank: int, row: RankInfo) -> ShownFigures:
         """The loss, step time and shares shown for ``rank``: the live row's newest step while the
         run goes, its whole-run figures from the store once ``show_results`` gave them."""
         result = self._results.get(rank) if self._results is not None else None
         if result is None:
-            return row.to_wire()
-        return {"loss": result.last_loss if result.last_loss is not None else row.loss,
-                "step_time": result.median_step_time, "data_wait_share": result.data_wait_share,
-                "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s,
-                "phase_shares": result.phase_shares,
-                "gpu_util": result.gpu_util, "gpu_mem_used": result.gpu_mem_used_peak}
+            return ShownFigures(loss=row.loss, step_time=row.step_time, data_wait_share=row.data_wait_share,
+                                comm_wait_share=row.comm_wait_share, samples_per_s=row.samples_per_s,
+                                phase_shares=row.phase_shares, gpu_util=row.gpu_util, gpu_mem_used=row.gpu_mem_used)
+        return ShownFigures(loss=result.last_loss if result.last_loss is not None else row.loss,
+                            step_time=result.median_step_time, data_wait_share=result.data_wait_share,
+                            comm_wait_share=result.comm_wait_share, samples_per_s=result.samples_per_s,
+                            phase_shares=result.phase_shares, gpu_util=result.gpu_util,
+                            gpu_mem_used=result.gpu_mem_used_peak)
+
+
+@dataclass(frozen=True)
+class ShownFigures:
+    """A rank's figures in the live table: its newest step's while the run goes, its whole run's
+    (``RankStats``) in the last frame."""
+
+    loss: float | None
+    step_time: float | None
+    """Seconds per step (the median over the run in the last frame)."""
+    data_wait_share: float | None
+    comm_wait_share: float | None
+    samples_per_s: float | None
+    phase_shares: dict[str, float | None] | None
+    gpu_util: float | None
+    gpu_mem_used: int | None
+    """Bytes (the most the rank held over the run, in the last frame)."""
 
 
 def _ranks_in(message: UpdateMessage) -> list[int]:

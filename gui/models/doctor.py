@@ -45,7 +45,8 @@ class DoctorReport:
     seconds: float | None
     checks: tuple[DoctorCheck, ...]
     sections: tuple[Section, ...]
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    facts: doctor_facts.DoctorFacts | None = field(default=None, compare=False, repr=False)
+    """The report's facts, read with the runner's type (what ``sections`` words)."""
 
     def counts(self) -> dict[CheckStatus, int]:
         """How many checks each status has (every status, zero included)."""
@@ -108,7 +109,8 @@ def parse_doctor_output(text: str) -> DoctorReport:
     seconds = data.get("seconds")
     return DoctorReport(ok=bool(data.get("ok", not any(c.status == FAIL for c in checks))),
                         seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
-                        checks=checks, sections=tuple(build_sections(data)), raw=data)
+                        checks=checks, sections=tuple(build_sections(data)),
+                        facts=doctor_facts.DoctorFacts.from_json(data))
 
 
 def _text(value: Any, missing: str = "—") -> str:
@@ -121,15 +123,6 @@ def _text(value: Any, missing: str = "—") -> str:
 
 def gib(value: Any) -> str:
     return "?" if not isinstance(value, (int, float)) else f"{value / (1 << 30):.1f} GiB"
-
-
-def cudnn_text(version: Any) -> str | None:
-    """torch reports cuDNN as one number: 8907 is 8.9.7, 90100 is 9.1.0."""
-    if not isinstance(version, int) or isinstance(version, bool) or version <= 0:
-        return None
-    if version >= 90000:
-        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
-    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
 
 
 def build_sections(data: dict[str, Any]) -> list[Section]:
@@ -157,7 +150,7 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
             rows.append(("CUDA build", f"{_text(probe.cuda_version, 'none (CPU-only torch)')}; "
                                        f"{'available' if probe.cuda_available else 'not available'}, "
                                        f"{_text(probe.device_count, '0')} device(s)"))
-            rows.append(("cuDNN / NCCL", f"{cudnn_text(probe.cudnn_version) or '—'} / {_text(probe.nccl_version)}"))
+            rows.append(("cuDNN / NCCL", f"{probe.cudnn or '—'} / {_text(probe.nccl_version)}"))
         if part(data, "runner"):
             runner = doctor_facts.RunnerFacts.from_json(part(data, "runner"))
             rows.append(("Rankwatch's Python", f"{_text(runner.python)} (Python {_text(runner.python_version, '?')})"))

@@ -56,12 +56,16 @@ from runner.diagnosis.doctor_facts import (
     SystemFacts,
     ThreadFacts,
     VisibleDeviceFacts,
+    cudnn_text,
 )
 from runner.launch.ports import port_holder, port_is_free
 from runner.probe import probe_interpreter
 from runner.runstate.messages import JsonObject
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import shared_nvml
+
+__all__ = ["TORCHRUN_DEFAULT_PORT", "DoctorFacts", "DoctorReport", "cudnn_text", "format_report", "gpu_facts", "judge",
+           "parse_gpus", "run_doctor", "system_facts"]
 
 TORCHRUN_DEFAULT_PORT = 29500
 DOCTOR_PROBE_TIMEOUT_SECONDS = 30
@@ -215,7 +219,7 @@ def _interpreter_checks(probe: InterpreterFacts, gpus: GpuFacts) -> list[DoctorC
                                                     "(the system's or a user-wide Python)"))
     build = probe.cuda_version
     if build:
-        cudnn = cudnn_text(probe.cudnn_version)
+        cudnn = probe.cudnn
         text = (f"torch built for CUDA {build}" + (f", cuDNN {cudnn}" if cudnn else "")
                 + (f", NCCL {probe.nccl_version}" if probe.nccl_version else ""))
         if probe.cuda_available:
@@ -279,15 +283,6 @@ def _visible_devices_checks(visible: VisibleDeviceFacts, count: int) -> list[Doc
     return checks
 
 
-def cudnn_text(version: int | None) -> str | None:
-    """torch reports cuDNN as one number: 8907 is 8.9.7, 90100 is 9.1.0 (cuDNN 9 changed the scheme)."""
-    if not isinstance(version, int) or version <= 0:
-        return None
-    if version >= 90000:
-        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
-    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
-
-
 def _version(text: str) -> tuple[int, ...]:
     parts = []
     for piece in str(text).split("."):
@@ -318,7 +313,7 @@ def format_report(report: DoctorReport) -> str:
         f"CUDA:        build {probe.cuda_version or 'none (CPU-only torch)'}, "
         f"{'available' if probe.cuda_available else 'not available'}; "
         f"driver {gpus.driver_version or 'none'}; NCCL {probe.nccl_version or '-'}; "
-        f"cuDNN {cudnn_text(probe.cudnn_version) or '-'}",
+        f"cuDNN {probe.cudnn or '-'}",
         f"GPUs:        {len(gpus.gpus)}" if gpus.available else f"GPUs:        none ({gpus.reason})",
     ]
     for gpu in gpus.gpus:

@@ -23,7 +23,7 @@ from runner.sampling.gpu_report import GpuSnapshot
 
 __all__ = ["BackendFacts", "DoctorFacts", "DoctorGpu", "GpuFacts", "GpuUser", "InterpreterFacts", "PortFacts",
            "ProbeBackend", "PythonEnvironment", "RunnerFacts", "SystemFacts", "ThreadFacts", "VisibleDeviceFacts",
-           "object_of"]
+           "cudnn_text", "object_of"]
 
 
 def _text(value: object) -> str | None:
@@ -128,6 +128,15 @@ class PythonEnvironment:
                    extra={key: value for key, value in data.items() if key not in cls.KNOWN}, keys=tuple(data))
 
 
+def cudnn_text(version: int | None) -> str | None:
+    """torch reports cuDNN as one number: 8907 is 8.9.7, 90100 is 9.1.0 (cuDNN 9 changed the scheme)."""
+    if not isinstance(version, int) or isinstance(version, bool) or version <= 0:
+        return None
+    if version >= 90000:
+        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
+    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
+
+
 @dataclass(frozen=True)
 class InterpreterFacts:
     """The chosen interpreter, as ``runner.probe.probe_interpreter`` found it (it runs there)."""
@@ -157,6 +166,11 @@ class InterpreterFacts:
 
     KNOWN = ("ok", "python", "python_version", "torch", "error", "cuda_available", "cuda_version", "cuda_error",
              "device_count", "nccl_version", "cudnn_version", "backends", "environment")
+
+    @property
+    def cudnn(self) -> str | None:
+        """The cuDNN version in words (``9.1.0``); None: none reported."""
+        return cudnn_text(self.cudnn_version)
 
     def to_json(self) -> JsonObject:
         values: JsonObject = {

@@ -36,3 +36,13 @@ def test_a_report_with_missing_and_malformed_parts_reads_in_the_runner_and_the_p
     shown = parse_doctor_output(json.dumps({**partial, "checks": []}))
     assert dict(shown.section("GPUs").rows)["GPU 0"] == "H100: 1.0 GiB / 80.0 GiB used; idle"
     assert shown.section("Environment") is None
+
+
+def test_the_panel_keeps_the_runners_facts_and_words_cudnn_with_the_runners_rule():
+    from gui.models import doctor as gui_doctor
+
+    report = parse_doctor_output(RECORDED.read_text())
+    assert isinstance(report.facts, DoctorFacts)
+    cudnn = report.facts.interpreter.cudnn
+    assert cudnn is not None and dict(report.section("Interpreter").rows)["cuDNN / NCCL"].startswith(f"{cudnn} / ")
+    assert not hasattr(gui_doctor, "cudnn_text")  # one rule, the runner's

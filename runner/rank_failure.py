@@ -3,6 +3,8 @@ a run's store lacks: the runner's side of the contract (its words are ``runner.e
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rankwatch.protocol.numbers import MAX_LONG_TEXT_CHARS, as_float, as_int, as_text
@@ -19,14 +21,19 @@ class Evidence:
     TORCHRUN_REPORT = "torchrun report"
 
 
-def stall_outcome(stall: dict[str, Any]) -> str:
+def stall_outcome(stall: Mapping[str, Any]) -> str:
     """How a stall (a ``stalls`` record of a run's diagnostics) ended, as the tail of its summary line."""
-    after = stall.get("resumed_after")
-    if isinstance(after, (int, float)):
-        return f"; resumed after {after:.0f} s"
-    finished = stall.get("finished_after")
-    if isinstance(finished, (int, float)):
-        return f"; then it finished by itself {finished:.0f} s after its last progress (exit code 0): not a hang"
+    return stall_end_words(as_float(stall.get("resumed_after")), as_float(stall.get("finished_after")))
+
+
+def stall_end_words(resumed_after: float | None, finished_after: float | None) -> str:
+    """``; resumed after 12 s``: how a stall ended (seconds from its rank's last progress to its next,
+    or to its exit 0), as the tail of its summary line."""
+    if resumed_after is not None:
+        return f"; resumed after {resumed_after:.0f} s"
+    if finished_after is not None:
+        return (f"; then it finished by itself {finished_after:.0f} s after its last progress (exit code 0): "
+                "not a hang")
     return "; never resumed"
 
 
@@ -94,28 +101,53 @@ class RankFailure:
         return f"RankFailure({self.who!r}, exit_code={self.exit_code!r}, signal={self.signal!r})"
 
 
+@dataclass(frozen=True)
+class RankLosses:
+    """A rank whose records did not all reach the store (``summary["losses"]``, ``Hub.losses``)."""
+
+    rank: int | None
+    dropped: int = 0
+    """Dropped by the worker itself (its queue was full, or the runner unreachable)."""
+    rejected: int = 0
+    """Dropped by the runner: values the store cannot hold."""
+    not_received: int = 0
+    """Sent by the worker, never received (a connection broke)."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Keys a newer Rankwatch adds, kept as stored."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"rank": self.rank, "dropped": self.dropped, "rejected": self.rejected,
+                "not_received": self.not_received, **self.extra}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> RankLosses:
+        """Lenient: a count that is missing or not a number is 0."""
+        return cls(rank=as_int(data.get("rank")), dropped=as_int(data.get("dropped")) or 0,
+                   rejected=as_int(data.get("rejected")) or 0, not_received=as_int(data.get("not_received")) or 0,
+                   extra={key: value for key, value in data.items() if key not in _LOSS_KEYS})
+
+
+_LOSS_KEYS = frozenset({"rank", "dropped", "rejected", "not_received"})
+
+
 def _records(count: int) -> str:
     return f"{count} record{'s' if count != 1 else ''}"
 
 
-def describe_losses(summary: dict[str, Any]) -> list[str]:
+def describe_losses(losses: Sequence[RankLosses], store_incomplete: str | None) -> list[str]:
     """What a run's store lacks, one line per rank (``rank 3: 120 records dropped (...)``), from the
     summary's ``losses`` and ``store_incomplete`` (``runner.hub.Hub.losses``)."""
     lines = []
-    for row in summary.get("losses") or []:
-        if not isinstance(row, dict):
-            continue
+    for row in losses:
         parts = []
-        dropped, rejected, missing = (as_int(row.get(key)) or 0 for key in ("dropped", "rejected", "not_received"))
-        if dropped:
-            parts.append(f"{_records(dropped)} dropped by the worker (its queue was full or the runner unreachable)")
-        if rejected:
-            parts.append(f"{_records(rejected)} dropped by the runner (values the store cannot hold)")
-        if missing:
-            parts.append(f"{_records(missing)} sent but never received (a connection broke)")
+        if row.dropped:
+            parts.append(f"{_records(row.dropped)} dropped by the worker (its queue was full or the runner unreachable)")
+        if row.rejected:
+            parts.append(f"{_records(row.rejected)} dropped by the runner (values the store cannot hold)")
+        if row.not_received:
+            parts.append(f"{_records(row.not_received)} sent but never received (a connection broke)")
         if parts:
-            lines.append(f"rank {row.get('rank')}: " + "; ".join(parts))
-    incomplete = summary.get("store_incomplete")
-    if incomplete:
-        lines.append(f"store incomplete: {incomplete}; what followed was shown live but not stored")
+            lines.append(f"rank {row.rank}: " + "; ".join(parts))
+    if store_incomplete:
+        lines.append(f"store incomplete: {store_incomplete}; what followed was shown live but not stored")
     return lines

@@ -1,7 +1,7 @@
 """The runner's Qt-free values and rules that the GUI shows as they are (one truth in both).
 
 The states of a run, a rank and a node, and how a run ended (``Outcome``, ``RunSummary``); a
-hint and its keys (``Hint``, ``HintKey``); a doctor check (``DoctorCheck``, ``CheckStatus``); how
+hint and its keys (``Hint``, ``HintKey``); a doctor check (``DoctorCheck``, ``CheckStatus``) and the facts it judged (``doctor_facts``); how
 a rank ended, in words (``exit_status``); progress as the terminal view counts it; how a stack
 capture's verdict is worded; the GPU report the probe parses; where Rankwatch keeps its files
 (``paths``, which ``RANKWATCH_HOME`` moves) and its private-file umask.
@@ -12,6 +12,7 @@ these names from here (an import-linter contract in ``pyproject.toml``).
 from __future__ import annotations
 
 from runner import paths
+from runner.diagnosis import doctor_facts
 from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
 from runner.diagnosis.hints import Hint, HintKey
 from runner.diagnosis.stack_places import plural
@@ -54,6 +55,7 @@ __all__ = [
     "RunSummary",
     "adopt_private_umask",
     "compute_progress",
+    "doctor_facts",
     "ended_by",
     "ensure_verdict",
     "failure_end_words",

@@ -497,7 +497,7 @@ class DiagnosisModel:
             return None
         if self._decoded is None or self._decoded[0] is not summary:
             decoded = RunSummary.from_wire(dict(summary))
-            self._decoded = (summary, decoded, StoredDiagnostics.from_wire(decoded.diagnostics))
+            self._decoded = (summary, decoded, decoded.diagnostics or StoredDiagnostics())
         return self._decoded[1], self._decoded[2]
 
     @property

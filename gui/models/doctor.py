@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gui.gateway.runner_rules import CheckStatus, DoctorCheck
+from gui.gateway.runner_rules import CheckStatus, DoctorCheck, doctor_facts
 from gui.models import Event
 
 OK, INFO, WARN, FAIL = CheckStatus.OK, CheckStatus.INFO, CheckStatus.WARN, CheckStatus.FAIL
@@ -45,7 +45,8 @@ class DoctorReport:
     seconds: float | None
     checks: tuple[DoctorCheck, ...]
     sections: tuple[Section, ...]
-    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    facts: doctor_facts.DoctorFacts | None = field(default=None, compare=False, repr=False)
+    """The report's facts, read with the runner's type (what ``sections`` words)."""
 
     def counts(self) -> dict[CheckStatus, int]:
         """How many checks each status has (every status, zero included)."""
@@ -108,7 +109,8 @@ def parse_doctor_output(text: str) -> DoctorReport:
     seconds = data.get("seconds")
     return DoctorReport(ok=bool(data.get("ok", not any(c.status == FAIL for c in checks))),
                         seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
-                        checks=checks, sections=tuple(build_sections(data)), raw=data)
+                        checks=checks, sections=tuple(build_sections(data)),
+                        facts=doctor_facts.DoctorFacts.from_json(data))
 
 
 def _text(value: Any, missing: str = "—") -> str:
@@ -123,100 +125,87 @@ def gib(value: Any) -> str:
     return "?" if not isinstance(value, (int, float)) else f"{value / (1 << 30):.1f} GiB"
 
 
-def cudnn_text(version: Any) -> str | None:
-    """torch reports cuDNN as one number: 8907 is 8.9.7, 90100 is 9.1.0."""
-    if not isinstance(version, int) or isinstance(version, bool) or version <= 0:
-        return None
-    if version >= 90000:
-        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
-    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
-
-
-def _dict(data: dict[str, Any], key: str) -> dict[str, Any]:
-    value = data.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def build_sections(data: dict[str, Any]) -> list[Section]:
-    """The facts of a doctor report, grouped as the panel shows them (absent parts are skipped)."""
+    """The facts of a doctor report, grouped as the panel shows them (absent parts are skipped).
+
+    Each part is read with the runner's own type (``doctor_facts``), leniently: what is missing
+    or of the wrong type shows as "—"."""
     sections = []
-    system = _dict(data, "system")
-    if system:
+    part = doctor_facts.object_of
+    if part(data, "system"):
+        system = doctor_facts.SystemFacts.from_json(part(data, "system"))
         sections.append(Section("System", (
-            ("OS", f"{_text(system.get('distribution') or system.get('os'))} ({_text(system.get('os'))} "
-                   f"{_text(system.get('release'), '')}, {_text(system.get('machine'), '')})"),
-            ("Host", _text(system.get("hostname"))),
-            ("CPUs", f"{_text(system.get('usable_cpus'))} usable of {_text(system.get('cpus'))} "
-                     f"({_text(system.get('physical_cores'))} physical cores)"),
-            ("Memory", f"{gib(system.get('memory_total'))} ({gib(system.get('memory_available'))} available)"),
+            ("OS", f"{_text(system.distribution or system.os)} ({_text(system.os)} "
+                   f"{_text(system.release, '')}, {_text(system.machine, '')})"),
+            ("Host", _text(system.hostname)),
+            ("CPUs", f"{_text(system.usable_cpus)} usable of {_text(system.cpus)} "
+                     f"({_text(system.physical_cores)} physical cores)"),
+            ("Memory", f"{gib(system.memory_total)} ({gib(system.memory_available)} available)"),
         )))
-    probe = _dict(data, "interpreter")
-    runner = _dict(data, "runner")
-    if probe or runner:
-        rows = [("Python", f"{_text(probe.get('python'))} (Python {_text(probe.get('python_version'), '?')})"),
-                ("torch", _text(probe.get("torch"), "not importable" + (f": {probe['error']}" if probe.get("error")
-                                                                         else "")))]
-        if probe.get("torch"):
-            rows.append(("CUDA build", f"{_text(probe.get('cuda_version'), 'none (CPU-only torch)')}; "
-                                       f"{'available' if probe.get('cuda_available') else 'not available'}, "
-                                       f"{_text(probe.get('device_count'), '0')} device(s)"))
-            rows.append(("cuDNN / NCCL", f"{cudnn_text(probe.get('cudnn_version')) or '—'} / "
-                                         f"{_text(probe.get('nccl_version'))}"))
-        if runner:
-            rows.append(("Rankwatch's Python", f"{_text(runner.get('python'))} "
-                                               f"(Python {_text(runner.get('python_version'), '?')})"))
+    probe = doctor_facts.InterpreterFacts.from_json(part(data, "interpreter"))
+    if part(data, "interpreter") or part(data, "runner"):
+        rows = [("Python", f"{_text(probe.python)} (Python {_text(probe.python_version, '?')})"),
+                ("torch", _text(probe.torch, "not importable" + (f": {probe.error}" if probe.error else "")))]
+        if probe.torch:
+            rows.append(("CUDA build", f"{_text(probe.cuda_version, 'none (CPU-only torch)')}; "
+                                       f"{'available' if probe.cuda_available else 'not available'}, "
+                                       f"{_text(probe.device_count, '0')} device(s)"))
+            rows.append(("cuDNN / NCCL", f"{probe.cudnn or '—'} / {_text(probe.nccl_version)}"))
+        if part(data, "runner"):
+            runner = doctor_facts.RunnerFacts.from_json(part(data, "runner"))
+            rows.append(("Rankwatch's Python", f"{_text(runner.python)} (Python {_text(runner.python_version, '?')})"))
         sections.append(Section("Interpreter", tuple(rows)))
-    gpus = _dict(data, "gpus")
-    if gpus:
+    if part(data, "gpus"):
+        gpus = doctor_facts.GpuFacts.from_json(part(data, "gpus"))
         rows = []
-        if gpus.get("available"):
-            rows.append(("Driver", f"{_text(gpus.get('driver_version'))} (CUDA {_text(gpus.get('cuda_driver_version'))})"))
-            for gpu in gpus.get("gpus") or []:
-                users = ", ".join(f"pid {p.get('pid')}" for p in gpu.get("processes") or []) or "idle"
-                rows.append((f"GPU {gpu.get('index')}", f"{_text(gpu.get('name'))}: {gib(gpu.get('memory_used'))} / "
-                                                        f"{gib(gpu.get('memory_total'))} used; {users}"))
+        if gpus.available:
+            rows.append(("Driver", f"{_text(gpus.driver_version)} (CUDA {_text(gpus.cuda_driver_version)})"))
+            for gpu in gpus.gpus:
+                users = ", ".join(f"pid {user.pid}" for user in gpu.processes) or "idle"
+                rows.append((f"GPU {gpu.index}", f"{_text(gpu.name)}: {gib(gpu.memory_used)} / "
+                                                 f"{gib(gpu.memory_total)} used; {users}"))
         else:
-            rows.append(("GPUs", f"none ({_text(gpus.get('reason'), 'no NVIDIA driver')})"))
+            rows.append(("GPUs", f"none ({_text(gpus.reason, 'no NVIDIA driver')})"))
         sections.append(Section("GPUs", tuple(rows)))
-    backends = _dict(data, "backends")
-    if backends:
-        rows = [("Usable", ", ".join(backends.get("usable") or []) or "none")]
-        for name, why in sorted((backends.get("unusable") or {}).items()):
+    if part(data, "backends"):
+        backends = doctor_facts.BackendFacts.from_json(part(data, "backends"))
+        rows = [("Usable", ", ".join(backends.usable) or "none")]
+        for name, why in sorted(backends.unusable.items()):
             rows.append((f"{name} (not usable)", _text(why, "unknown reason")))
         sections.append(Section("Backends", tuple(rows)))
-    port = _dict(data, "port")
-    if port:
-        state = "free" if port.get("free") else f"in use by {_text(port.get('holder'), 'another process')}"
-        sections.append(Section("Port", ((f"Port {_text(port.get('port'))}", state),)))
-    threads = _dict(data, "threads")
-    if threads:
+    if part(data, "port"):
+        port = doctor_facts.PortFacts.from_json(part(data, "port"))
+        state = "free" if port.free else f"in use by {_text(port.holder, 'another process')}"
+        sections.append(Section("Port", ((f"Port {_text(port.port)}", state),)))
+    if part(data, "threads"):
+        threads = doctor_facts.ThreadFacts.from_json(part(data, "threads"))
         sections.append(Section("Threads", (
-            ("OMP_NUM_THREADS", _text(threads.get("omp_num_threads"), "not set")),
-            ("Processes per node", _text(threads.get("processes"))),
-            ("Usable CPUs", _text(threads.get("usable_cpus"))),
-            ("Rankwatch sets", f"{_text(threads.get('rankwatch_sets'))} thread(s) per rank"),
+            ("OMP_NUM_THREADS", _text(threads.omp_num_threads, "not set")),
+            ("Processes per node", _text(threads.processes)),
+            ("Usable CPUs", _text(threads.usable_cpus)),
+            ("Rankwatch sets", f"{_text(threads.rankwatch_sets)} thread(s) per rank"),
         )))
-    visible = _dict(data, "cuda_visible_devices")
-    if visible:
-        picked = visible.get("picked")
+    if part(data, "cuda_visible_devices"):
+        visible = doctor_facts.VisibleDeviceFacts.from_json(part(data, "cuda_visible_devices"))
+        picked = visible.picked
         picked_text = ", ".join(map(str, picked)) if isinstance(picked, list) else _text(picked)
         sections.append(Section("CUDA_VISIBLE_DEVICES", (
-            ("In the environment", _text(visible.get("environment"), "not set")),
+            ("In the environment", _text(visible.environment, "not set")),
             ("Picked GPUs", picked_text),
-            ("Rankwatch sets", repr(visible.get("rankwatch_sets") or "")),
+            ("Rankwatch sets", repr(visible.rankwatch_sets or "")),
         )))
-    environment = _dict(probe, "environment")
-    if environment:
-        if environment.get("conda"):
-            kind = f"conda environment {_text(environment.get('conda_env'), '')}".strip()
-        elif environment.get("virtualenv"):
+    environment = probe.environment
+    if environment is not None and environment.keys:  # an empty answer says nothing
+        if environment.conda:
+            kind = f"conda environment {_text(environment.conda_env, '')}".strip()
+        elif environment.virtualenv:
             kind = "virtual environment"
         else:
             kind = "no virtual environment (a system or base Python)"
         sections.append(Section("Environment", (
             ("Kind", kind),
-            ("Prefix", _text(environment.get("prefix"))),
-            ("Base prefix", _text(environment.get("base_prefix"))),
+            ("Prefix", _text(environment.prefix)),
+            ("Base prefix", _text(environment.base_prefix)),
         )))
     return sections
 

@@ -17,7 +17,7 @@ from runner.cli.output import EXIT_FAILED, fail
 from runner.cli.run_choice import chosen_run
 from runner.diagnosis.doctor import TORCHRUN_DEFAULT_PORT, format_report, run_doctor
 from runner.diagnosis.flight_recorder import format_flight_record
-from runner.diagnosis.stacks import format_stacks
+from runner.diagnosis.stacks import CaptureRecord, format_stacks
 from runner.hub.client import HubClient
 from runner.profile.resolve import default_interpreter
 from runner.runstate.messages import Bye, EventKind, HubMessage, UpdateMessage
@@ -96,13 +96,15 @@ def stacks_main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(capture, default=str))
     else:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(capture["t"])) if capture.get("t") else "?"
+        record = CaptureRecord.from_wire(capture)
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.t)) if record.t else "?"
         print(f"run {run['id']} · captured {when}")
         sys.stdout.write(format_stacks(capture, width=shutil.get_terminal_size((120, 24)).columns))
-        if capture.get("text_path"):
-            print(f"every thread of every rank: {capture['text_path']}")
-        if capture.get("flight_recorder"):
-            sys.stdout.write(format_flight_record(capture["flight_recorder"]))
+        if record.text_path:
+            print(f"every thread of every rank: {record.text_path}")
+        flight = capture.get("flight_recorder")
+        if isinstance(flight, dict) and flight:
+            sys.stdout.write(format_flight_record(flight))
     return 0
 
 

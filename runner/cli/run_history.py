@@ -14,6 +14,7 @@ from rankwatch import protocol
 from runner.cli import prune_command
 from runner.cli.output import EXIT_FAILED, fail
 from runner.cli.run_choice import chosen_run
+from runner.diagnosis.summary import RunSummary
 from runner.exit_status import describe_exit_code
 from runner.format import (
     MISSING,
@@ -101,8 +102,8 @@ def _when(t: float | None) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else MISSING
 
 
-def _duration(run: dict) -> str:
-    start, end = run.get("started") or run.get("created"), run.get("ended")
+def _duration(run: RunInfo) -> str:
+    start, end = run.started or run.created, run.ended
     if not start:
         return MISSING
     seconds = (end or datetime.datetime.now().timestamp()) - start
@@ -138,10 +139,11 @@ def list_main(args: argparse.Namespace) -> int:
     gpu_header = f"  {'GPU %':>5}" if show_gpu else ""
     print(f"{'id':>5}  {'status':<10} {'exit':>4}  {'started':<19}  {'time':>6}  {'ranks':>5}{gpu_header}  profile")
     for run in runs:
-        exit_code = MISSING if run["exit_code"] is None else str(run["exit_code"])
+        info = RunInfo.from_wire(run)
+        exit_code = MISSING if info.exit_code is None else str(info.exit_code)
         gpu = f"  {format_fixed(run['gpu_util'], '{:.0f}%'):>5}" if show_gpu else ""
-        print(f"{run['id']:>5}  {run['status']:<10} {exit_code:>4}  {_when(run['started'] or run['created']):<19}  "
-              f"{_duration(run):>6}  {run['world_size'] or MISSING:>5}{gpu}  {run['profile'] or MISSING}")
+        print(f"{info.id:>5}  {info.status:<10} {exit_code:>4}  {_when(info.started or info.created):<19}  "
+              f"{_duration(info):>6}  {info.world_size or MISSING:>5}{gpu}  {info.profile or MISSING}")
     return 0
 
 
@@ -170,7 +172,7 @@ def show_main(args: argparse.Namespace) -> int:
     info = RunInfo.from_wire(run)  # the stored run, in the type the hub's subscribers get
     print(f"run {info.id}  {info.status}  exit code {MISSING if info.exit_code is None else info.exit_code}")
     print(f"  profile:  {info.profile or MISSING}")
-    print(f"  started:  {_when(info.started or info.created)}  ({_duration(run)})")
+    print(f"  started:  {_when(info.started or info.created)}  ({_duration(info)})")
     print(f"  host:     {info.host}   workdir: {info.workdir}")
     built_in = [name for name in metric_names if name in BUILT_IN_METRICS]
     print(f"  metrics:  {', '.join(built_in) or 'none measured'}"
@@ -197,7 +199,7 @@ def show_main(args: argparse.Namespace) -> int:
         for line in format_logged_keys(logged):
             print(f"    {line}")
     if info.summary:
-        render_summary(run, sys.stdout)
+        render_summary(info, sys.stdout)
     return 0
 
 
@@ -323,7 +325,7 @@ def logs_main(args: argparse.Namespace) -> int:
             run = store.run(run_id)
             multi_node = len(store.nodes(run_id)) > 1
             if args.rank is not None:
-                known = _known_ranks(store, run)
+                known = _known_ranks(store, run_id, RunInfo.from_wire(run).world_size)
                 if args.rank not in known:
                     return fail(f"run {run_id} has {describe_ranks(known)}; there is no rank {args.rank}")
             if args.launcher:  # the launcher's lines have no rank; the store filters by rank only
@@ -341,15 +343,15 @@ def logs_main(args: argparse.Namespace) -> int:
         if args.grep:
             print(f"rankwatch: no line of {whose} contains {args.grep!r}", file=sys.stderr)
             return EXIT_FAILED  # as grep: nothing selected
-        print(f"rankwatch: {whose} printed nothing{'' if run.get('ended') else ' yet'}", file=sys.stderr)
+        print(f"rankwatch: {whose} printed nothing{'' if RunInfo.from_wire(run).ended else ' yet'}", file=sys.stderr)
     return 0
 
 
-def _known_ranks(store: RunStore, run: dict) -> list[int]:
+def _known_ranks(store: RunStore, run_id: int, world_size: int | None) -> list[int]:
     """Ranks the run had: those the store knows, else 0..world_size-1 from the plan."""
-    ranks = {row["rank"] for row in store.ranks(run["id"])}
-    if not ranks and run.get("world_size"):
-        ranks = set(range(int(run["world_size"])))
+    ranks = {row["rank"] for row in store.ranks(run_id)}
+    if not ranks and world_size:
+        ranks = set(range(world_size))
     return sorted(ranks)
 
 
@@ -390,23 +392,24 @@ def attach_main(args: argparse.Namespace) -> int:
             return fail(f"cannot reach the runner of run {run['id']} ({error}); is it still running?",
                         code=EXIT_FAILED)
         with _open_store() as store:
-            final = store.run(run["id"])
-            ended = bool(final.get("ended"))
+            final_row = store.run(run["id"])
+            final = RunInfo.from_wire(final_row)
+            ended = bool(final.ended)
             # before stop: the live table's last frame shows them (not from a store the disk cut short:
             # its figures end where the storing did, and would be mixed with the live step)
-            complete = not (final.get("summary") or {}).get("store_incomplete")
+            complete = not RunSummary.from_wire(final.summary or {}).store_incomplete
             if ended and complete and view.shows_results:
                 view.show_results(run_statistics(store, run["id"])[0])
     finally:
         view.stop()
     if ended:
         render_summary(final, sys.stderr)
-        return int(final.get("exit_code") or 0)
+        return final.exit_code or 0
     if followed == FOLLOW_DETACHED:
         print(detach_message(run["id"]), file=sys.stderr)
         return 0
     if followed == FOLLOW_HUNG_UP:
-        return fail(hung_up_message(final), code=EXIT_FAILED)
+        return fail(hung_up_message(final_row), code=EXIT_FAILED)
     return 0
 
 

@@ -34,7 +34,7 @@ from rankwatch import protocol
 from runner.cli.output import EXIT_FAILED, EXIT_INVALID, fail
 from runner.cli.run_choice import NoLiveRun, SeveralLiveRuns, chosen_run
 from runner.launch.process_tree import end_job, find_job_pids, signal_pids
-from runner.runstate.messages import Bye, decode_hub_line
+from runner.runstate.messages import Bye, RunInfo, decode_hub_line
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, is_runner_process, runner_alive
 from runner.store.store import RunNotFound, RunStore
@@ -86,16 +86,16 @@ def stop_main(args: argparse.Namespace) -> int:
         advice = ("its processes may need `kill -KILL`" if args.force
                   else f"try `rankwatch stop {run_id} --force`")
         return fail(f"run {run_id} did not end within {args.timeout:.0f} s; {advice}", code=EXIT_FAILED)
-    status = final.get("status")
-    if status == RunStatus.LOST.value:
+    ended = RunInfo.from_wire(final)
+    if ended.status == RunStatus.LOST.value:
         return _not_running(final) if find_job_pids(final["run_key"]) else fail(
             f"the runner of run {run_id} died before recording the end (lost); no process of the job is left",
             code=EXIT_FAILED)
-    if status == RunStatus.STOPPED.value:
-        print(f"run {run_id} stopped in {seconds:.1f} s (exit code {final.get('exit_code')})", file=sys.stderr)
+    if ended.status == RunStatus.STOPPED.value:
+        print(f"run {run_id} stopped in {seconds:.1f} s (exit code {ended.exit_code})", file=sys.stderr)
     else:
-        print(f"run {run_id} ended on its own before the stop took effect: {status} "
-              f"(exit code {final.get('exit_code')})", file=sys.stderr)
+        print(f"run {run_id} ended on its own before the stop took effect: {ended.status} "
+              f"(exit code {ended.exit_code})", file=sys.stderr)
     return 0
 
 
@@ -115,7 +115,7 @@ def _not_running(run: dict[str, Any]) -> int:
         print(f"rankwatch: run {run['id']} is not running (lost: its runner died without recording an end); "
               "nothing to stop", file=sys.stderr)
         return EXIT_NOT_RUNNING
-    code = run.get("exit_code")
+    code = RunInfo.from_wire(run).exit_code
     print(f"rankwatch: run {run['id']} is not running ({status}{'' if code is None else f', exit code {code}'}); "
           "nothing to stop", file=sys.stderr)
     return EXIT_NOT_RUNNING
@@ -123,7 +123,7 @@ def _not_running(run: dict[str, Any]) -> int:
 
 def _ask_over_socket(run: dict[str, Any], force: bool, timeout: float) -> bool:
     """Send ``stop`` as a subscriber and wait for ``bye``; False when the socket cannot be reached."""
-    socket_path = run.get("socket")
+    socket_path = RunInfo.from_wire(run).socket
     if not socket_path:
         return False
     try:
@@ -182,7 +182,7 @@ def _wait_until_ended(run_id: int, deadline: float) -> dict[str, Any] | None:
     while True:
         with RunStore(readonly=True) as store:
             run = store.run(run_id)
-        if run.get("ended") is not None:
+        if RunInfo.from_wire(run).ended is not None:
             return run
         if not runner_alive(run):
             run["status"] = effective_status(run)

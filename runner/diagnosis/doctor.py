@@ -40,16 +40,32 @@ import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import psutil
 
 from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
+from runner.diagnosis.doctor_facts import (
+    BackendFacts,
+    DoctorFacts,
+    DoctorGpu,
+    GpuFacts,
+    InterpreterFacts,
+    PortFacts,
+    RunnerFacts,
+    SystemFacts,
+    ThreadFacts,
+    VisibleDeviceFacts,
+    cudnn_text,
+)
 from runner.launch.ports import port_holder, port_is_free
 from runner.probe import probe_interpreter
 from runner.runstate.messages import JsonObject
 from runner.sampling.gpu_report import GpuReport
 from runner.sampling.nvml import shared_nvml
+
+__all__ = ["TORCHRUN_DEFAULT_PORT", "DoctorFacts", "DoctorReport", "cudnn_text", "format_report", "gpu_facts", "judge",
+           "parse_gpus", "run_doctor", "system_facts"]
 
 TORCHRUN_DEFAULT_PORT = 29500
 DOCTOR_PROBE_TIMEOUT_SECONDS = 30
@@ -57,139 +73,6 @@ DOCTOR_PROBE_TIMEOUT_SECONDS = 30
 
 def _check(key: str, status: str, message: str) -> DoctorCheck:
     return DoctorCheck(key, CheckStatus(status), message)
-
-
-ProbeFacts = JsonObject
-"""``runner.probe.probe_interpreter``'s answer, as the chosen interpreter wrote it (read with ``.get``)."""
-GpuJson = JsonObject
-"""One GPU as ``GpuSnapshot.to_json`` writes it, with its processes."""
-
-
-@dataclass(frozen=True)
-class SystemFacts:
-    os: str
-    release: str
-    distribution: str | None
-    machine: str
-    hostname: str
-    cpus: int | None
-    usable_cpus: int
-    physical_cores: int | None
-    memory_total: int
-    memory_available: int
-
-    def to_json(self) -> JsonObject:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class RunnerFacts:
-    """The Python that runs Rankwatch itself."""
-
-    python: str
-    python_version: str
-
-    def to_json(self) -> JsonObject:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class GpuFacts:
-    available: bool
-    reason: str | None
-    driver_version: str | None
-    cuda_driver_version: str | None
-    gpus: list[GpuJson]
-
-    def to_json(self) -> JsonObject:
-        return {"available": self.available, "reason": self.reason, "driver_version": self.driver_version,
-                "cuda_driver_version": self.cuda_driver_version, "gpus": self.gpus}
-
-
-@dataclass(frozen=True)
-class BackendFacts:
-    usable: list[str]
-    unusable: dict[str, str | None]
-    """backend -> why it cannot be used."""
-
-    def to_json(self) -> JsonObject:
-        return {"usable": self.usable, "unusable": self.unusable}
-
-
-@dataclass(frozen=True)
-class PortFacts:
-    port: int
-    free: bool
-    holder: str | None
-    """Who holds it, when it is taken."""
-
-    def to_json(self) -> JsonObject:
-        return asdict(self)
-
-
-@dataclass
-class ThreadFacts:
-    omp_num_threads: str | None
-    """``OMP_NUM_THREADS`` as this shell sets it."""
-    processes: int
-    usable_cpus: int
-    rankwatch_sets: int
-    threads_total: int | None = None
-    """OMP threads times processes, once ``judge`` read a number in ``omp_num_threads``."""
-
-    def to_json(self) -> JsonObject:
-        data: JsonObject = {"omp_num_threads": self.omp_num_threads, "processes": self.processes,
-                            "usable_cpus": self.usable_cpus, "rankwatch_sets": self.rankwatch_sets}
-        if self.threads_total is not None:
-            data["threads_total"] = self.threads_total
-        return data
-
-
-@dataclass(frozen=True)
-class VisibleDeviceFacts:
-    environment: str | None
-    """``CUDA_VISIBLE_DEVICES`` as this shell sets it."""
-    picked: str | list[int]
-    """``all``, ``cpu`` or GPU indices (``parse_gpus``)."""
-    rankwatch_sets: str
-
-    def to_json(self) -> JsonObject:
-        return {"environment": self.environment, "picked": self.picked, "rankwatch_sets": self.rankwatch_sets}
-
-
-@dataclass
-class DoctorFacts:
-    """Everything the doctor gathered, before it is judged."""
-
-    interpreter: ProbeFacts
-    gpus: GpuFacts
-    backends: BackendFacts
-    port: PortFacts
-    threads: ThreadFacts
-    cuda_visible_devices: VisibleDeviceFacts
-    system: SystemFacts | None = None
-    runner: RunnerFacts | None = None
-
-    @classmethod
-    def from_json(cls, data: JsonObject) -> DoctorFacts:
-        """Facts as a report holds them (the judged parts; ``system`` and ``runner`` when present)."""
-        return cls(interpreter=data["interpreter"], gpus=GpuFacts(**data["gpus"]),
-                   backends=BackendFacts(**data["backends"]), port=PortFacts(**data["port"]),
-                   threads=ThreadFacts(**data["threads"]),
-                   cuda_visible_devices=VisibleDeviceFacts(**data["cuda_visible_devices"]),
-                   system=SystemFacts(**data["system"]) if "system" in data else None,
-                   runner=RunnerFacts(**data["runner"]) if "runner" in data else None)
-
-    def to_json(self) -> JsonObject:
-        data: JsonObject = {}
-        if self.system is not None:
-            data["system"] = self.system.to_json()
-        if self.runner is not None:
-            data["runner"] = self.runner.to_json()
-        data.update({"interpreter": self.interpreter, "gpus": self.gpus.to_json(), "backends": self.backends.to_json(),
-                     "port": self.port.to_json(), "threads": self.threads.to_json(),
-                     "cuda_visible_devices": self.cuda_visible_devices.to_json()})
-        return data
 
 
 @dataclass
@@ -235,7 +118,7 @@ def _distribution() -> str | None:
 
 def gpu_facts(report: GpuReport) -> GpuFacts:
     return GpuFacts(available=report.available, reason=report.reason, driver_version=report.driver_version,
-                    cuda_driver_version=report.cuda_driver_version, gpus=[g.to_json() for g in report.gpus])
+                    cuda_driver_version=report.cuda_driver_version, gpus=tuple(DoctorGpu.of(gpu) for gpu in report.gpus))
 
 
 def parse_gpus(value: str | None, count: int) -> str | list[int]:
@@ -258,28 +141,26 @@ def run_doctor(interpreter: str, port: int = TORCHRUN_DEFAULT_PORT, processes: i
         report = shared_nvml().report(with_processes=True)
         free = port_is_free(port)
         holder = None if free else port_holder(port).describe()
-        probe = probing.result()
+        probe = InterpreterFacts.from_json(probing.result())
     gpu_info = gpu_facts(report)
+    cores = system.usable_cpus or 1
     picked = parse_gpus(gpus, len(report.gpus))
     if processes is None:
-        processes = len(report.gpus) if picked == "all" else len(picked) if isinstance(picked, list) else system.usable_cpus
+        processes = len(report.gpus) if picked == "all" else len(picked) if isinstance(picked, list) else cores
     processes = max(1, processes)
     omp_env = environ.get("OMP_NUM_THREADS")
-    rankwatch_sets = max(1, system.usable_cpus // processes)
-    threads = ThreadFacts(omp_num_threads=omp_env, processes=processes, usable_cpus=system.usable_cpus,
+    rankwatch_sets = max(1, cores // processes)
+    threads = ThreadFacts(omp_num_threads=omp_env, processes=processes, usable_cpus=cores,
                           rankwatch_sets=rankwatch_sets)
     visible = VisibleDeviceFacts(environment=environ.get("CUDA_VISIBLE_DEVICES"), picked=picked,
                                  rankwatch_sets="" if picked == "cpu" else ",".join(
                                      str(i) for i in (range(len(report.gpus)) if picked == "all" else picked)))
-    backends = probe.get("backends") or {}
     facts = DoctorFacts(
         system=system,
         runner=RunnerFacts(python=sys.executable, python_version=platform.python_version()),
         interpreter=probe,
         gpus=gpu_info,
-        backends=BackendFacts(
-            usable=[name for name, b in backends.items() if b.get("available")],
-            unusable={name: b.get("reason") for name, b in backends.items() if not b.get("available")}),
+        backends=BackendFacts.of(probe),
         port=PortFacts(port=port, free=free, holder=holder),
         threads=threads,
         cuda_visible_devices=visible,
@@ -301,18 +182,17 @@ def judge(facts: DoctorFacts) -> list[DoctorCheck]:
                                                "jobs run in CPU mode with gloo"))
     checks += _interpreter_checks(probe, gpus)
     usable, unusable = facts.backends.usable, facts.backends.unusable
-    if probe.get("ok"):
+    if probe.ok:
         status = "ok" if usable else "fail"
         text = f"usable backends: {', '.join(usable) or 'none'}"
         if unusable:
             text += "; not usable: " + "; ".join(f"{name}: {why}" for name, why in unusable.items())
         checks.append(_check("backends", status, text))
     for gpu in gpus.gpus:
-        users = gpu.get("processes") or []
-        if users:
-            who = ", ".join(f"pid {p['pid']}" + (f" ({_gib(p['used_memory'])})" if p.get("used_memory") else "")
-                            for p in users)
-            checks.append(_check("gpu_users", "warn", f"GPU {gpu['index']} ({gpu.get('name')}) is in use by {who}"))
+        if gpu.processes:
+            who = ", ".join(f"pid {p.pid}" + (f" ({_gib(p.used_memory)})" if p.used_memory else "")
+                            for p in gpu.processes)
+            checks.append(_check("gpu_users", "warn", f"GPU {gpu.index} ({gpu.name}) is in use by {who}"))
     port = facts.port
     if port.free:
         checks.append(_check("port", "ok", f"port {port.port} is free"))
@@ -324,28 +204,28 @@ def judge(facts: DoctorFacts) -> list[DoctorCheck]:
     return checks
 
 
-def _interpreter_checks(probe: ProbeFacts, gpus: GpuFacts) -> list[DoctorCheck]:
-    if not probe.get("ok"):
-        return [_check("interpreter", "fail", probe.get("error") or f"{probe.get('python')} cannot run torch")]
-    checks = [_check("interpreter", "ok", f"{probe['python']}: Python {probe['python_version']}, torch {probe['torch']}")]
-    environment = probe.get("environment") or {}
-    if environment.get("conda"):
-        checks.append(_check("environment", "ok", f"conda environment {environment.get('prefix')}"))
-    elif environment.get("virtualenv"):
-        checks.append(_check("environment", "ok", f"virtual environment {environment.get('prefix')} "
-                                                  f"(base {environment.get('base_prefix')})"))
-    elif environment:
-        checks.append(_check("environment", "info", f"no virtual environment: {environment.get('prefix')} "
+def _interpreter_checks(probe: InterpreterFacts, gpus: GpuFacts) -> list[DoctorCheck]:
+    if not probe.ok:
+        return [_check("interpreter", "fail", probe.error or f"{probe.python} cannot run torch")]
+    checks = [_check("interpreter", "ok", f"{probe.python}: Python {probe.python_version}, torch {probe.torch}")]
+    environment = probe.environment
+    if environment is not None and environment.conda:
+        checks.append(_check("environment", "ok", f"conda environment {environment.prefix}"))
+    elif environment is not None and environment.virtualenv:
+        checks.append(_check("environment", "ok", f"virtual environment {environment.prefix} "
+                                                  f"(base {environment.base_prefix})"))
+    elif environment is not None and environment.keys:  # an empty answer says nothing
+        checks.append(_check("environment", "info", f"no virtual environment: {environment.prefix} "
                                                     "(the system's or a user-wide Python)"))
-    build = probe.get("cuda_version")
+    build = probe.cuda_version
     if build:
-        cudnn = cudnn_text(probe.get("cudnn_version"))
+        cudnn = probe.cudnn
         text = (f"torch built for CUDA {build}" + (f", cuDNN {cudnn}" if cudnn else "")
-                + (f", NCCL {probe['nccl_version']}" if probe.get("nccl_version") else ""))
-        if probe.get("cuda_available"):
-            checks.append(_check("cuda", "ok", f"{text}; CUDA available, {probe.get('device_count')} device(s)"))
+                + (f", NCCL {probe.nccl_version}" if probe.nccl_version else ""))
+        if probe.cuda_available:
+            checks.append(_check("cuda", "ok", f"{text}; CUDA available, {probe.device_count} device(s)"))
         else:
-            why = probe.get("cuda_error") or ("no NVIDIA driver" if not gpus.available else "CUDA cannot initialise")
+            why = probe.cuda_error or ("no NVIDIA driver" if not gpus.available else "CUDA cannot initialise")
             checks.append(_check("cuda", "warn" if gpus.available else "info", f"{text}; CUDA not available ({why})"))
         driver_cuda = gpus.cuda_driver_version
         if driver_cuda and _version(driver_cuda) < _version(build):
@@ -359,7 +239,7 @@ def _interpreter_checks(probe: ProbeFacts, gpus: GpuFacts) -> list[DoctorCheck]:
 
 
 def _threads_check(threads: ThreadFacts) -> DoctorCheck:
-    processes, cores = threads.processes, threads.usable_cpus
+    processes, cores = threads.processes or 1, threads.usable_cpus or 1
     value = threads.omp_num_threads
     if value is None:
         return _check("omp_threads", "ok", f"OMP_NUM_THREADS is not set: Rankwatch sets {threads.rankwatch_sets} "
@@ -403,15 +283,6 @@ def _visible_devices_checks(visible: VisibleDeviceFacts, count: int) -> list[Doc
     return checks
 
 
-def cudnn_text(version: int | None) -> str | None:
-    """torch reports cuDNN as one number: 8907 is 8.9.7, 90100 is 9.1.0 (cuDNN 9 changed the scheme)."""
-    if not isinstance(version, int) or version <= 0:
-        return None
-    if version >= 90000:
-        return f"{version // 10000}.{version % 10000 // 100}.{version % 100}"
-    return f"{version // 1000}.{version % 1000 // 100}.{version % 100}"
-
-
 def _version(text: str) -> tuple[int, ...]:
     parts = []
     for piece in str(text).split("."):
@@ -437,18 +308,17 @@ def format_report(report: DoctorReport) -> str:
         f"{system.machine}), {system.usable_cpus} usable CPUs, "
         f"{_gib(system.memory_total)} RAM ({_gib(system.memory_available)} free)",
         f"rankwatch:   Python {runner.python_version} ({runner.python})",
-        f"interpreter: {probe.get('python')}: Python {probe.get('python_version') or '?'}, "
-        f"torch {probe.get('torch') or 'not importable'}",
-        f"CUDA:        build {probe.get('cuda_version') or 'none (CPU-only torch)'}, "
-        f"{'available' if probe.get('cuda_available') else 'not available'}; "
-        f"driver {gpus.driver_version or 'none'}; NCCL {probe.get('nccl_version') or '-'}; "
-        f"cuDNN {cudnn_text(probe.get('cudnn_version')) or '-'}",
+        f"interpreter: {probe.python}: Python {probe.python_version or '?'}, "
+        f"torch {probe.torch or 'not importable'}",
+        f"CUDA:        build {probe.cuda_version or 'none (CPU-only torch)'}, "
+        f"{'available' if probe.cuda_available else 'not available'}; "
+        f"driver {gpus.driver_version or 'none'}; NCCL {probe.nccl_version or '-'}; "
+        f"cuDNN {probe.cudnn or '-'}",
         f"GPUs:        {len(gpus.gpus)}" if gpus.available else f"GPUs:        none ({gpus.reason})",
     ]
     for gpu in gpus.gpus:
-        users = ", ".join(f"pid {p['pid']}" for p in gpu.get("processes") or []) or "idle"
-        lines.append(f"  GPU {gpu['index']}: {gpu.get('name')}, {_gib(gpu.get('memory_used'))} / "
-                     f"{_gib(gpu.get('memory_total'))}, {users}")
+        users = ", ".join(f"pid {p.pid}" for p in gpu.processes) or "idle"
+        lines.append(f"  GPU {gpu.index}: {gpu.name}, {_gib(gpu.memory_used)} / {_gib(gpu.memory_total)}, {users}")
     backends = facts.backends
     lines.append(f"backends:    usable: {', '.join(backends.usable) or 'none'}"
                  + ("; not usable: " + ", ".join(backends.unusable) if backends.unusable else ""))

@@ -16,7 +16,7 @@ from rankwatch.protocol import as_float, as_int
 from runner.diagnosis.bottleneck_record import BottleneckRecord
 from runner.diagnosis.flight_recorder import FlightRecorderFinding
 from runner.diagnosis.hang_verdict import HangVerdict
-from runner.diagnosis.stacks import MissingStack, StackAnalysis, int_list
+from runner.diagnosis.stacks import MissingStack, SourceFrame, StackAnalysis, int_list
 from runner.diagnosis.straggler_record import StragglerRecord
 from runner.runstate.messages import JsonObject
 
@@ -139,6 +139,26 @@ class StackPlaceBrief:
 
 
 @dataclass(frozen=True)
+class StackOutlier:
+    """The odd ranks of a capture and where they were, as a summary of an earlier version kept it
+    (``diagnostics.stacks.outlier``; this version keeps the ``verdict`` instead)."""
+
+    ranks: list[int]
+    frame: SourceFrame | None
+
+    def to_json(self) -> JsonObject:
+        frame = None if self.frame is None else {"file": self.frame.file, "line": self.frame.line,
+                                                 "function": self.frame.function}
+        return {"ranks": self.ranks, "frame": frame}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> StackOutlier:
+        frame = data.get("frame")
+        return cls(ranks=int_list(data.get("ranks")),
+                   frame=SourceFrame.from_wire(frame) if isinstance(frame, Mapping) and frame else None)
+
+
+@dataclass(frozen=True)
 class StacksFinding:
     """The last stack capture, short (``diagnostics.stacks``)."""
 
@@ -152,6 +172,8 @@ class StacksFinding:
     path: str | None
     """The capture's text file (its JSON file when it has none)."""
     json_path: str | None
+    outlier: StackOutlier | None = None
+    """Only in a summary of an earlier version, which has no verdict (its ``message`` is empty then)."""
 
     @classmethod
     def of(cls, result: StackAnalysis) -> StacksFinding:
@@ -168,15 +190,18 @@ class StacksFinding:
                    json_path=path)
 
     def to_json(self) -> JsonObject:
-        return {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict.to_json(),
+        data = {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict.to_json(),
                 "places": [place.to_json() for place in self.places],
                 "missing": [item.to_json() for item in self.missing], "path": self.path, "json_path": self.json_path}
+        if self.outlier is not None:
+            data["outlier"] = self.outlier.to_json()
+        return data
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> StacksFinding:
         """As the summary keeps it. One stored by an earlier version has no verdict: an empty one, whose
         message is empty (its capture file, re-judged, says more)."""
-        verdict = data.get("verdict")
+        verdict, outlier = data.get("verdict"), data.get("outlier")
         places = [StackPlaceBrief.from_wire(place) for place in data.get("places") or [] if isinstance(place, Mapping)]
         missing = [MissingStack.from_wire(item) for item in data.get("missing") or [] if isinstance(item, Mapping)]
         return cls(reason=str(data.get("reason") or ""), t=as_float(data.get("t")),
@@ -185,7 +210,8 @@ class StacksFinding:
                    places=[place for place in places if place is not None],
                    missing=[item for item in missing if item is not None],
                    path=data.get("path") if isinstance(data.get("path"), str) else None,
-                   json_path=data.get("json_path") if isinstance(data.get("json_path"), str) else None)
+                   json_path=data.get("json_path") if isinstance(data.get("json_path"), str) else None,
+                   outlier=StackOutlier.from_wire(outlier) if isinstance(outlier, Mapping) else None)
 
 
 @dataclass
@@ -222,26 +248,19 @@ class Findings:
     def set_launcher(self, key: str, record: LauncherFinding) -> None:
         self.launcher[key] = record
 
-    def to_json(self) -> JsonObject | None:
+    def stored(self) -> StoredDiagnostics | None:
         """The ``diagnostics`` block of the summary, or None when nothing was found or checked."""
-        data: JsonObject = {}
-        if self.stalls:
-            data["stalls"] = [stall.to_json() for stall in self.stalls]
-        if self.stacks is not None:
-            data["stacks"] = self.stacks.to_json()
-        if self.flight_recorder is not None:
-            data["flight_recorder"] = self.flight_recorder.to_json()
-        if self.launcher:
-            data["launcher"] = [record.to_json() for record in self.launcher.values()]
-        if self.stragglers:
-            data["stragglers"] = [self.stragglers[r].to_wire() for r in sorted(self.stragglers)]
-        if self.bottleneck is not None:
-            data["bottleneck"] = self.bottleneck.to_wire()
-        if self.divergences:
-            data["divergences"] = [divergence.to_json() for divergence in self.divergences]
-        if self.consistency_checks:
-            data["consistency_checks"] = self.consistency_checks
-        return data or None
+        stored = StoredDiagnostics(
+            stalls=tuple(self.stalls), stacks=self.stacks, flight_recorder=self.flight_recorder,
+            launcher=tuple(self.launcher.values()),
+            stragglers=tuple(self.stragglers[rank] for rank in sorted(self.stragglers)),
+            bottleneck=self.bottleneck, divergences=tuple(self.divergences), consistency_checks=self.consistency_checks)
+        return stored if stored.to_wire() else None
+
+    def to_json(self) -> JsonObject | None:
+        """The ``diagnostics`` block as stored (``StoredDiagnostics.to_wire``), or None when empty."""
+        stored = self.stored()
+        return None if stored is None else stored.to_wire()
 
 
 @dataclass(frozen=True)
@@ -258,6 +277,27 @@ class StoredDiagnostics:
     divergences: tuple[Divergence, ...] = ()
     consistency_checks: int = 0
 
+    def to_wire(self) -> JsonObject:
+        """The block as a summary stores it: only what was found or checked, in this order."""
+        data: JsonObject = {}
+        if self.stalls:
+            data["stalls"] = [stall.to_json() for stall in self.stalls]
+        if self.stacks is not None:
+            data["stacks"] = self.stacks.to_json()
+        if self.flight_recorder is not None:
+            data["flight_recorder"] = self.flight_recorder.to_json()
+        if self.launcher:
+            data["launcher"] = [record.to_json() for record in self.launcher]
+        if self.stragglers:
+            data["stragglers"] = [record.to_wire() for record in self.stragglers]
+        if self.bottleneck is not None:
+            data["bottleneck"] = self.bottleneck.to_wire()
+        if self.divergences:
+            data["divergences"] = [divergence.to_json() for divergence in self.divergences]
+        if self.consistency_checks:
+            data["consistency_checks"] = self.consistency_checks
+        return data
+
     @classmethod
     def from_wire(cls, data: Mapping[str, Any] | None) -> StoredDiagnostics:
         if not isinstance(data, Mapping):
@@ -269,7 +309,7 @@ class StoredDiagnostics:
 
         def one(key: str) -> Mapping[str, Any] | None:
             found = data.get(key)
-            return found if isinstance(found, Mapping) else None
+            return found if isinstance(found, Mapping) and found else None  # an empty block says nothing
 
         stalls = (StallFinding.from_wire(item) for item in objects("stalls"))
         stacks, flight, bottleneck = one("stacks"), one("flight_recorder"), one("bottleneck")

@@ -1,4 +1,5 @@
-"""Lines for the end-of-run summary: what the monitors found (``summary["diagnostics"]``).
+"""Lines for the end-of-run summary: what the monitors found (``RunSummary.diagnostics``, read back
+typed by ``StoredDiagnostics``, whatever version stored it).
 
 ``runner.view.terminal.render_summary`` prints these under the failure block, so
 ``rankwatch run``, ``attach`` and ``runs show`` all say the same thing.
@@ -6,19 +7,13 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-
 from rankwatch.protocol import Bottleneck
 from runner.diagnosis.bottleneck_record import BottleneckRecord
+from runner.diagnosis.findings import StacksFinding, StallFinding, StoredDiagnostics
+from runner.diagnosis.stacks import SourceFrame
 from runner.diagnosis.straggler_record import StragglerCause, StragglerRecord
 from runner.format import ranks_text
-from runner.rank_failure import stall_outcome
-from runner.runstate.messages import JsonObject
-
-StoredRecord = JsonObject
-"""A block of a stored summary's ``diagnostics`` (a stall, the stacks, a straggler, the bottleneck...), as
-this version or an earlier one wrote it: every key is read with ``.get``, a missing one is said as such."""
+from runner.rank_failure import stall_end_words
 
 LABEL_WIDTH = 15
 
@@ -27,57 +22,49 @@ def _label(name: str) -> str:
     return f"  {(name + ':').ljust(LABEL_WIDTH)}"
 
 
-def _frame(frame: StoredRecord | None, full: bool = False) -> str:
-    if not frame:
+def _frame(frame: SourceFrame | None) -> str:
+    if frame is None:
         return "?"
-    path = frame.get("file") or "?"
-    return f"{path if full else os.path.basename(path)}:{frame.get('line', '?')} in {frame.get('function')}"
+    return f"{frame.file}:{'?' if frame.line is None else frame.line} in {frame.function}"
 
 
-
-
-def format_diagnostics(diagnostics: StoredRecord | None, run_id: int | None = None) -> list[str]:
+def format_diagnostics(diagnostics: StoredDiagnostics | None, run_id: int | None = None) -> list[str]:
     """The summary lines for stalls, stacks, stragglers and parameter checks (may be empty)."""
-    if not diagnostics:
+    if diagnostics is None:
         return []
     lines = []
-    for stalls in _stall_groups(diagnostics.get("stalls") or []):
+    for stalls in _stall_groups(diagnostics.stalls):
         stall = stalls[0]
-        where = f"at step {stall['step']}" if stall.get("step") is not None else "before the first step"
-        tail = stall_outcome(stall)
-        seconds = min(s["seconds"] for s in stalls)
-        lines.append(f"{_label('stalled')}{ranks_text(sorted(s['rank'] for s in stalls))} {where} (no progress for "
-                     f"{seconds:.0f} s, threshold {stall['threshold']:.0f} s{tail})")
-    stacks = diagnostics.get("stacks")
-    if stacks:
-        lines += _stacks_lines(stacks, run_id)
-    flight = diagnostics.get("flight_recorder")
-    if flight and flight.get("message"):
-        lines.append(f"{_label('collectives')}{flight['message']} (Flight Recorder)")
-    for stored in diagnostics.get("stragglers") or []:
-        if isinstance(stored, Mapping):
-            straggler = StragglerRecord.from_wire(stored)
-            lines.append(f"{_label('straggler')}{straggler.message or _straggler_text(straggler)}")
-    bottleneck = diagnostics.get("bottleneck")
-    if isinstance(bottleneck, Mapping) and bottleneck:
-        lines += bottleneck_lines(BottleneckRecord.from_wire(bottleneck))
-    for divergence in diagnostics.get("divergences") or []:
-        lines.append(f"{_label('divergence')}{divergence.get('message')}")
-    checks = diagnostics.get("consistency_checks")
-    if checks and not diagnostics.get("divergences"):
-        lines.append(f"{_label('parameters')}identical on every rank at all {checks} checks")
+        where = f"at step {stall.step}" if stall.step is not None else "before the first step"
+        tail = stall_end_words(stall.resumed_after, stall.finished_after)
+        seconds = min(s.seconds for s in stalls)
+        lines.append(f"{_label('stalled')}{ranks_text(sorted(s.rank for s in stalls))} {where} (no progress for "
+                     f"{seconds:.0f} s, threshold {stall.threshold:.0f} s{tail})")
+    if diagnostics.stacks is not None:
+        lines += _stacks_lines(diagnostics.stacks, run_id)
+    flight = diagnostics.flight_recorder
+    if flight is not None and flight.message:
+        lines.append(f"{_label('collectives')}{flight.message} (Flight Recorder)")
+    for straggler in diagnostics.stragglers:
+        lines.append(f"{_label('straggler')}{straggler.message or _straggler_text(straggler)}")
+    if diagnostics.bottleneck is not None:
+        lines += bottleneck_lines(diagnostics.bottleneck)
+    for divergence in diagnostics.divergences:
+        lines.append(f"{_label('divergence')}{divergence.message}")
+    if diagnostics.consistency_checks and not diagnostics.divergences:
+        lines.append(f"{_label('parameters')}identical on every rank at all {diagnostics.consistency_checks} checks")
     return lines
 
 
-def _stall_groups(stalls: list[StoredRecord]) -> list[list[StoredRecord]]:
+def _stall_groups(stalls: tuple[StallFinding, ...]) -> list[list[StallFinding]]:
     """Stalls of several ranks at the same step that never resumed are one hang: one line."""
-    groups: list[list[StoredRecord]] = []
+    groups: list[list[StallFinding]] = []
     for stall in stalls:
         for group in groups:
             head = group[0]
-            if (head.get("step"), head.get("threshold")) == (stall.get("step"), stall.get("threshold")) \
-                    and head.get("resumed_after") is None and stall.get("resumed_after") is None \
-                    and (head.get("finished_after") is None) == (stall.get("finished_after") is None):
+            if (head.step, head.threshold) == (stall.step, stall.threshold) \
+                    and head.resumed_after is None and stall.resumed_after is None \
+                    and (head.finished_after is None) == (stall.finished_after is None):
                 group.append(stall)
                 break
         else:
@@ -86,26 +73,24 @@ def _stall_groups(stalls: list[StoredRecord]) -> list[list[StoredRecord]]:
 
 
 MAX_STACK_DETAILS = 4
+CAPTURE_REASONS = {"stalled": "taken when ranks stalled", "requested": "taken on request"}
 
 
-def _stacks_lines(stacks: StoredRecord, run_id: int | None) -> list[str]:
+def _stacks_lines(stacks: StacksFinding, run_id: int | None) -> list[str]:
     """The verdict of the last capture, where the culprit is (file:line and the line's text), where to see all."""
-    verdict = stacks.get("verdict")
     texts = []
-    if isinstance(verdict, dict):
-        when = {"stalled": "taken when ranks stalled", "requested": "taken on request"}.get(
-            str(stacks.get("reason")), f"reason: {stacks.get('reason')}")
-        texts.append(f"{verdict.get('message')} ({when})")
-        texts += list(verdict.get("details") or [])[:MAX_STACK_DETAILS]
-    else:  # a summary written by an earlier version
-        outlier = stacks.get("outlier") or {}
-        texts.append(f"{ranks_text(outlier['ranks'])} differs at {_frame(outlier.get('frame'), full=True)}"
-                     if outlier.get("ranks") else f"captured ({stacks.get('reason')})")
-    for item in stacks.get("missing") or []:
-        texts.append(f"rank {item.get('rank')}: no stack ({item.get('why')})")
-    if stacks.get("path"):
+    if stacks.verdict.message:
+        texts.append(f"{stacks.verdict.message} ({CAPTURE_REASONS.get(stacks.reason, f'reason: {stacks.reason}')})")
+        texts += stacks.verdict.details[:MAX_STACK_DETAILS]
+    else:  # a summary written by an earlier version: no verdict
+        outlier = stacks.outlier
+        texts.append(f"{ranks_text(outlier.ranks)} differs at {_frame(outlier.frame)}"
+                     if outlier is not None and outlier.ranks else f"captured ({stacks.reason})")
+    for item in stacks.missing:
+        texts.append(f"rank {item.rank}: no stack ({item.why})")
+    if stacks.path:
         again = f"; again: rankwatch stacks {run_id}" if run_id is not None else ""
-        texts.append(f"(every thread: {stacks['path']}{again})")
+        texts.append(f"(every thread: {stacks.path}{again})")
     indent = " " * (LABEL_WIDTH + 2)
     return [(_label("stacks") if index == 0 else indent) + text for index, text in enumerate(texts)]
 

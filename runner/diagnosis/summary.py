@@ -6,29 +6,90 @@ already in it), the failures, hints and findings. Nothing edits it afterwards; `
 what the store, the hub's ``run_finished`` event and every reader get, in the same shape as
 before this type (a failed run's summary always has ``first_failure``, ``other_failures`` and
 ``hints``; the other keys only when they say something). Keys other producers add to the
-stored summary (Slurm's record, a lost runner's) travel untouched in ``extra``.
+stored summary (Slurm's record) travel untouched in ``extra``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from rankwatch.protocol import as_int
+from rankwatch.protocol import as_float, as_int, as_text
+from runner.diagnosis.findings import StoredDiagnostics
 from runner.diagnosis.hints import Hint
-from runner.rank_failure import RankFailure
+from runner.rank_failure import RankFailure, RankLosses
 from runner.runstate.messages import JsonObject
 from runner.state import Outcome
 
-FinishedRankJson = JsonObject
-"""A rank of a failed run whose script ran to its end: ``{rank, before}`` (seconds before the failure);
-kept as stored, whatever version wrote it."""
-RankLossesJson = JsonObject
-"""``{rank, dropped, rejected, not_received}`` for a rank that lost records (``Hub.losses``), as stored."""
-DiagnosticsJson = JsonObject
-"""What the monitors found (``Findings.to_json``), as stored: readers take it with ``.get``."""
-
 FIELDS = ("outcome", "headline", "exit_code", "first_failure", "other_failures", "hints", "finished", "diagnostics",
-          "stopped_by", "losses", "store_incomplete")
+          "stopped_by", "losses", "store_incomplete", "runner_lost")
+
+
+def _extra(data: Mapping[str, Any], known: frozenset[str]) -> JsonObject:
+    return {key: value for key, value in data.items() if key not in known}
+
+
+@dataclass(frozen=True)
+class FinishedRank:
+    """A rank of a failed run whose script ran to its end (``summary["finished"]``)."""
+
+    rank: int | None
+    before: float | None
+    """Seconds before the first failure it ended (negative: after it); None: not known."""
+    extra: JsonObject = field(default_factory=dict, compare=False, repr=False)
+    """Keys a newer Rankwatch adds, kept as stored."""
+
+    KEYS = frozenset({"rank", "before"})
+
+    def to_wire(self) -> JsonObject:
+        return {"rank": self.rank, "before": self.before, **self.extra}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> FinishedRank:
+        """Lenient: a rank or time that is missing or not a number is unknown."""
+        return cls(rank=as_int(data.get("rank")), before=as_float(data.get("before")),
+                   extra=_extra(data, cls.KEYS))
+
+
+@dataclass(frozen=True)
+class LostRunner:
+    """What the watchdog found when the run's runner died without recording the end
+    (``summary["runner_lost"]``, written by ``runner.store.lost_run``)."""
+
+    runner_pid: int | None = None
+    died: float | None = None
+    """When the watchdog saw it gone (seconds since 1970)."""
+    processes_killed: int | None = None
+    """Processes of the job the watchdog had to SIGKILL."""
+    stored_metrics: int | None = None
+    """Metric records the store holds of the run (``stored.metrics``); None: not counted."""
+    stored_logs: int | None = None
+    """Log lines the store holds of the run (``stored.logs``)."""
+    newest_record_t: float | None = None
+    """When the newest stored record was made; None: nothing stored."""
+    not_stored: str | None = None
+    """What cannot be counted, in words."""
+    extra: JsonObject = field(default_factory=dict, compare=False, repr=False)
+    """Keys a newer Rankwatch adds, kept as stored."""
+
+    KEYS = frozenset({"runner_pid", "died", "processes_killed", "stored", "newest_record_t", "not_stored"})
+
+    def to_wire(self) -> JsonObject:
+        return {"runner_pid": self.runner_pid, "died": self.died, "processes_killed": self.processes_killed,
+                "stored": {"metrics": self.stored_metrics, "logs": self.stored_logs},
+                "newest_record_t": self.newest_record_t, "not_stored": self.not_stored, **self.extra}
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> LostRunner:
+        """Lenient: what is missing or of the wrong type is unknown."""
+        stored = data.get("stored")
+        stored = stored if isinstance(stored, Mapping) else {}
+        return cls(runner_pid=as_int(data.get("runner_pid")), died=as_float(data.get("died")),
+                   processes_killed=as_int(data.get("processes_killed")),
+                   stored_metrics=as_int(stored.get("metrics")), stored_logs=as_int(stored.get("logs")),
+                   newest_record_t=as_float(data.get("newest_record_t")), not_stored=as_text(data.get("not_stored")),
+                   extra=_extra(data, cls.KEYS))
 
 
 @dataclass(frozen=True)
@@ -51,16 +112,18 @@ class RunSummary:
     first_failure: RankFailure | None = None
     other_failures: tuple[RankFailure, ...] = ()
     hints: tuple[Hint, ...] = ()
-    finished: tuple[FinishedRankJson, ...] = ()
-    """Ranks of a failed run whose script ran to its end: ``{rank, before}`` (seconds before the failure)."""
-    diagnostics: DiagnosticsJson | None = None
-    """What the monitors found (``Findings.to_json``)."""
+    finished: tuple[FinishedRank, ...] = ()
+    """Ranks of a failed run whose script ran to its end."""
+    diagnostics: StoredDiagnostics | None = None
+    """What the monitors found (``Findings.stored``)."""
     stopped_by: str | None = None
-    losses: tuple[RankLossesJson, ...] = ()
-    """``{rank, dropped, rejected, not_received}`` per rank that lost records (``Hub.losses``)."""
+    losses: tuple[RankLosses, ...] = ()
+    """Each rank that lost records (``Hub.losses``)."""
     store_incomplete: str | None = None
+    runner_lost: LostRunner | None = None
+    """The runner died without recording the end (``runner.store.lost_run``)."""
     extra: JsonObject = field(default_factory=dict, compare=False)
-    """Keys other producers add to the stored summary (Slurm's record, a lost runner's), untouched."""
+    """Keys other producers add to the stored summary (Slurm's record), untouched."""
 
     def to_wire(self) -> JsonObject:
         wire: JsonObject = {"outcome": self.outcome.value, "headline": self.headline, "exit_code": self.exit_code}
@@ -70,9 +133,11 @@ class RunSummary:
             wire["hints"] = [hint.to_json() for hint in self.hints]
         elif self.hints:
             wire["hints"] = [hint.to_json() for hint in self.hints]
-        optional = {"finished": [dict(item) for item in self.finished], "diagnostics": self.diagnostics,
-                    "stopped_by": self.stopped_by, "losses": [dict(row) for row in self.losses],
-                    "store_incomplete": self.store_incomplete}
+        optional = {"finished": [item.to_wire() for item in self.finished],
+                    "diagnostics": None if self.diagnostics is None else self.diagnostics.to_wire(),
+                    "stopped_by": self.stopped_by, "losses": [row.to_wire() for row in self.losses],
+                    "store_incomplete": self.store_incomplete,
+                    "runner_lost": None if self.runner_lost is None else self.runner_lost.to_wire()}
         wire.update({key: value for key, value in optional.items() if value})
         wire.update(self.extra)
         return wire
@@ -85,16 +150,21 @@ class RunSummary:
             outcome = Outcome(str(data.get("outcome")))
         except ValueError:
             outcome = Outcome.FAILED if isinstance(data.get("first_failure"), dict) else Outcome.STOPPED
-        first = data.get("first_failure")
+        first, diagnostics, lost = data.get("first_failure"), data.get("diagnostics"), data.get("runner_lost")
         return cls(
             outcome=outcome, headline=str(data.get("headline") or ""), exit_code=as_int(data.get("exit_code")),
             first_failure=RankFailure.from_wire(first) if isinstance(first, dict) else None,
             other_failures=tuple(RankFailure.from_wire(o) for o in data.get("other_failures") or []
                                  if isinstance(o, dict)),
             hints=tuple(Hint.from_json(h) for h in data.get("hints") or [] if isinstance(h, dict)),
-            finished=tuple(item for item in data.get("finished") or [] if isinstance(item, dict)),
-            diagnostics=data.get("diagnostics") if isinstance(data.get("diagnostics"), dict) else None,
+            finished=tuple(FinishedRank.from_wire(item) for item in _list(data.get("finished")) if isinstance(item, dict)),
+            diagnostics=StoredDiagnostics.from_wire(diagnostics) if isinstance(diagnostics, dict) else None,
             stopped_by=data.get("stopped_by") if isinstance(data.get("stopped_by"), str) else None,
-            losses=tuple(row for row in data.get("losses") or [] if isinstance(row, dict)),
+            losses=tuple(RankLosses.from_wire(row) for row in _list(data.get("losses")) if isinstance(row, dict)),
             store_incomplete=data.get("store_incomplete") if isinstance(data.get("store_incomplete"), str) else None,
+            runner_lost=LostRunner.from_wire(lost) if isinstance(lost, dict) else None,
             extra={key: value for key, value in data.items() if key not in FIELDS})
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []

@@ -54,7 +54,7 @@ from runner.diagnosis.hints import (
     no_step_measured,
 )
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
-from runner.diagnosis.summary import RunSummary, StopRequest
+from runner.diagnosis.summary import FinishedRank, RunSummary, StopRequest
 from runner.diagnosis.torchrun_report import TorchrunReport
 from runner.exit_status import (
     STOPPING_SIGNALS,
@@ -65,7 +65,7 @@ from runner.exit_status import (
 )
 from runner.format import ranks_text
 from runner.launch.ports import port_holder
-from runner.rank_failure import RankFailure
+from runner.rank_failure import RankFailure, RankLosses
 from runner.runstate.messages import JsonObject
 from runner.state import Outcome
 
@@ -358,13 +358,14 @@ def conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopRequest
     summary = _conclude(data, exit_code, stopped, stop)
     losses = losses or {}
     incomplete = losses.get("store_incomplete")
-    return replace(summary, losses=tuple(losses.get("losses") or ()), store_incomplete=incomplete,
+    rows = losses.get("losses") or ()
+    return replace(summary, losses=tuple(RankLosses.from_wire(row) for row in rows), store_incomplete=incomplete,
                    headline=summary.headline + (f" (store incomplete: {incomplete})" if incomplete else ""))
 
 
 def _conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopRequest | None) -> RunSummary:
     note_stalls_that_finished(data)
-    diagnostics = data.findings.to_json()
+    diagnostics = data.findings.stored()
     if stopped or exit_code == 0:
         headline = "stopped on request" if stopped else "all ranks finished"
         hang = hang_headline(data.findings)
@@ -373,7 +374,7 @@ def _conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopReques
         warnings = [hint for hint in launcher if data.findings.launcher[hint.key].level != "info"]
         if stopped and hang:
             headline = f"stopped on request; {hang}"
-            diagnostics = without_stragglers(data.findings).to_json()
+            diagnostics = without_stragglers(data.findings).stored()
         elif stopped and warnings:
             headline = f"stopped on request; {data.findings.launcher[warnings[0].key].title}"
         elif stopped and stop is not None:  # no finding to lead with: say who and how
@@ -385,7 +386,7 @@ def _conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopReques
             headline = "all ranks finished, but none made a training step: nothing was measured"
             launcher = [no_step_measured(data.run_id), *launcher]
         return RunSummary(Outcome.STOPPED if stopped else Outcome.SUCCEEDED, headline, exit_code if stopped else 0,
-                          hints=tuple(launcher), diagnostics=diagnostics or None,
+                          hints=tuple(launcher), diagnostics=diagnostics,
                           stopped_by=stop.who if stop is not None else None)
     first, others = first_failure(data)
     kernel_log = None
@@ -406,11 +407,11 @@ def _conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopReques
         script_returned=first is not None and first.signal is not None
         and first.rank in data.exits and data.exits[first.rank][0] == 0)
     hints = find_hints(evidence)
-    finished = tuple({"rank": rank, "before": round(first.when - ended, 2) if first and first.when else None}
+    finished = tuple(FinishedRank(rank, round(first.when - ended, 2) if first and first.when else None)
                      for rank, ended in sorted(evidence.finished.items()))
     return RunSummary(Outcome.FAILED, failure_headline(first, hints, exit_code), exit_code, first_failure=first,
                       other_failures=tuple(others), hints=tuple(hints), finished=finished,
-                      diagnostics=without_stragglers(data.findings).to_json(),
+                      diagnostics=without_stragglers(data.findings).stored(),
                       stopped_by=stop.who if stop is not None else None)
 
 

@@ -13,12 +13,12 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
-from runner.diagnosis.hints import Hint
 from runner.diagnosis.report import format_diagnostics
+from runner.diagnosis.summary import FinishedRank, RunSummary
 from runner.exit_status import (
     describe_exit_code,
     describe_stop_reason,
@@ -35,7 +35,7 @@ from runner.format import (
     format_percent,
     ranks_text,
 )
-from runner.rank_failure import describe_losses
+from runner.rank_failure import RankFailure, describe_losses
 from runner.runstate.messages import (
     Bye,
     EventKind,
@@ -570,19 +570,18 @@ class TerminalView:
             cells = {
                 "rank": str(rank), "host": (row.host or MISSING) if host_shown else MISSING, "state": row.state,
                 "step": MISSING if row.step is None else str(steps_done(row.step)),
-                "loss": format_number(shown.get("loss")),
+                "loss": format_number(shown.loss),
                 "exit": describe_exit_code(row.exit_code),
-                "step_time": format_amount(shown.get("step_time"), 1000),
-                "samples_per_s": format_rate(shown.get("samples_per_s")),
+                "step_time": format_amount(shown.step_time, 1000),
+                "samples_per_s": format_rate(shown.samples_per_s),
                 "cpu_percent": MISSING if gpu else format_fixed(cpu_percent, "{:.0f}"),
                 "rss": MISSING if gpu else format_bytes(rss_bytes),
-                "gpu_util": format_fixed(shown.get("gpu_util"), "{:.0f}") if gpu else MISSING,
-                "gpu_mem": format_bytes(shown.get("gpu_mem_used")) if gpu else MISSING,
+                "gpu_util": format_fixed(shown.gpu_util, "{:.0f}") if gpu else MISSING,
+                "gpu_mem": format_bytes(shown.gpu_mem_used) if gpu else MISSING,
                 "gpu": str(row.gpu_index) if gpu and row.gpu_index is not None else MISSING,
-                "data_wait": format_percent(shown.get("data_wait_share")),
-                "comm_wait": format_percent(shown.get("comm_wait_share")),
-                "phases": (phase_bar(shown.get("phase_shares"), bar_width)
-                           if shown.get("phase_shares") else MISSING),
+                "data_wait": format_percent(shown.data_wait_share),
+                "comm_wait": format_percent(shown.comm_wait_share),
+                "phases": phase_bar(shown.phase_shares, bar_width) if shown.phase_shares else MISSING,
                 "seen": MISSING if RankState(row.state).finished or age is None else f"{max(0.0, age):.0f} s",
             }
             for name in logged_names:
@@ -590,17 +589,36 @@ class TerminalView:
             rows.append(cells)
         return columns, rows
 
-    def _figures(self, rank: int, row: RankInfo) -> dict[str, Any]:
+    def _figures(self, rank: int, row: RankInfo) -> ShownFigures:
         """The loss, step time and shares shown for ``rank``: the live row's newest step while the
         run goes, its whole-run figures from the store once ``show_results`` gave them."""
         result = self._results.get(rank) if self._results is not None else None
         if result is None:
-            return row.to_wire()
-        return {"loss": result.last_loss if result.last_loss is not None else row.loss,
-                "step_time": result.median_step_time, "data_wait_share": result.data_wait_share,
-                "comm_wait_share": result.comm_wait_share, "samples_per_s": result.samples_per_s,
-                "phase_shares": result.phase_shares,
-                "gpu_util": result.gpu_util, "gpu_mem_used": result.gpu_mem_used_peak}
+            return ShownFigures(loss=row.loss, step_time=row.step_time, data_wait_share=row.data_wait_share,
+                                comm_wait_share=row.comm_wait_share, samples_per_s=row.samples_per_s,
+                                phase_shares=row.phase_shares, gpu_util=row.gpu_util, gpu_mem_used=row.gpu_mem_used)
+        return ShownFigures(loss=result.last_loss if result.last_loss is not None else row.loss,
+                            step_time=result.median_step_time, data_wait_share=result.data_wait_share,
+                            comm_wait_share=result.comm_wait_share, samples_per_s=result.samples_per_s,
+                            phase_shares=result.phase_shares, gpu_util=result.gpu_util,
+                            gpu_mem_used=result.gpu_mem_used_peak)
+
+
+@dataclass(frozen=True)
+class ShownFigures:
+    """A rank's figures in the live table: its newest step's while the run goes, its whole run's
+    (``RankStats``) in the last frame."""
+
+    loss: float | None
+    step_time: float | None
+    """Seconds per step (the median over the run in the last frame)."""
+    data_wait_share: float | None
+    comm_wait_share: float | None
+    samples_per_s: float | None
+    phase_shares: dict[str, float | None] | None
+    gpu_util: float | None
+    gpu_mem_used: int | None
+    """Bytes (the most the rank held over the run, in the last frame)."""
 
 
 def _ranks_in(message: UpdateMessage) -> list[int]:
@@ -615,21 +633,26 @@ def _gpu_text(entry: RankStats) -> str:
     return f", GPU {entry.gpu_index} {format_fixed(entry.gpu_util, '{:.0f}%')} (median){used}"
 
 
-def _finished_text(finished: dict[str, Any], failed_rank: int) -> str:
+def _finished_text(finished: FinishedRank, failed_rank: int | None) -> str:
     """``rank 1 (exit code 0, 0.02 s before rank 0 failed)``: a rank of a failed run whose script ran to its end."""
-    before = finished.get("before")
+    before = finished.before
     when = ""
-    if isinstance(before, (int, float)):
+    if before is not None:
         when = (f", {before:.2f} s before rank {failed_rank} failed" if before >= 0
                 else f", {-before:.2f} s after rank {failed_rank} failed")
-    return f"rank {finished.get('rank')} ({ended_by(0)}{when})"
+    return f"rank {finished.rank} ({ended_by(0)}{when})"
 
 
-def render_summary(run: dict[str, Any], out: TextIO) -> None:
+def render_summary(run: RunInfo | Mapping[str, Any], out: TextIO) -> None:
     """The block printed at the end of a run: outcome, first failure, hints, where to look.
+
+    ``run``: the run's row, as the hub publishes it or the store holds it; its summary is read
+    through ``RunSummary.from_wire`` (leniently: a summary of any earlier version reads).
 
     On a terminal its long lines are wrapped at words, each under its own value
     (``wrap_summary_line``): the terminal's own wrapping cut words in two ("(dat" / "a 1%")."""
+    if not isinstance(run, RunInfo):
+        run = RunInfo.from_wire(run)
     if not out.isatty():
         _write_summary(run, out)
         return
@@ -665,57 +688,61 @@ def wrap_summary_line(text: str, width: int) -> list[str]:
                          break_on_hyphens=False, drop_whitespace=True) or [text]
 
 
-def _write_summary(run: dict[str, Any], out: TextIO) -> None:
-    summary = run.get("summary") or {}
-    status = run.get("status")
+def _write_summary(run: RunInfo, out: TextIO) -> None:
+    summary = RunSummary.from_wire(run.summary or {})
     width = 72
-    exit_code = run.get("exit_code")
-    code = MISSING if exit_code is None else exit_code
-    out.write("\n" + f"── Rankwatch · run {run.get('id')} {status} (exit code {code}) ".ljust(width, "─") + "\n")
-    if summary.get("headline"):
-        out.write(f"{summary['headline']}\n")
-    first = summary.get("first_failure")
-    if first:
-        how = how_it_ended(first.get("exit_code"), first.get("signal"))
-        where = f" on {first['host']}" if first.get("host") else ""
-        out.write(f"  first to fail: rank {first['rank']}{where} ({how};"
-                  f" known from: {first.get('evidence')})\n")
-        if first.get("exception_line"):
-            out.write(f"  exception:     {first['exception_line']}\n")
-        traceback = (first.get("traceback") or "").strip().splitlines()
-        if traceback:
-            source = first.get("traceback_source")
-            out.write(f"  traceback (last lines{', from ' + source if source and source != 'bootstrap' else ''}):\n")
-            for line in traceback[-6:]:
-                out.write(f"    {line}\n")
-        if first.get("kernel_log"):
-            out.write(f"  kernel log:    {first['kernel_log']}\n")
-    others = summary.get("other_failures") or []
-    if others:  # ranks that ended alike go together: "ranks 0, 2-7 (SIGTERM, stopped after rank 1 failed)"
+    code = MISSING if run.exit_code is None else run.exit_code
+    out.write("\n" + f"── Rankwatch · run {run.id} {run.status} (exit code {code}) ".ljust(width, "─") + "\n")
+    if summary.headline:
+        out.write(f"{summary.headline}\n")
+    first = summary.first_failure
+    if first is not None:
+        _write_first_failure(first, out)
+    if any(other.rank is not None for other in summary.other_failures):  # ranks that ended alike go together: "ranks 0, 2-7 (SIGTERM, stopped after rank 1 failed)"
         alike: dict[str, list[int]] = {}
-        for other in others:
-            alike.setdefault(failure_end_words(other), []).append(other["rank"])
+        for other in summary.other_failures:
+            if other.rank is not None:
+                alike.setdefault(failure_end_words(other), []).append(other.rank)
         described = [f"{ranks_text(ranks)} ({words})" for words, ranks in alike.items()]
         out.write(f"  then:          {', '.join(described[:8])}{' ...' if len(described) > 8 else ''}\n")
-    finished = summary.get("finished") or []
-    if finished and first:
-        out.write(f"  finished:      {', '.join(_finished_text(item, first['rank']) for item in finished[:8])}"
+    finished = summary.finished
+    if finished and first is not None:
+        out.write(f"  finished:      {', '.join(_finished_text(item, first.rank) for item in finished[:8])}"
                   f"{' ...' if len(finished) > 8 else ''}\n")
-    for line in format_diagnostics(summary.get("diagnostics"), run.get("id")):
+    for line in format_diagnostics(summary.diagnostics, run.id):
         out.write(line + "\n")
-    for line in describe_losses(summary):
+    for line in describe_losses(summary.losses, summary.store_incomplete):
         out.write(f"  not stored:    {line}\n")
-    lost = summary.get("runner_lost")
-    if isinstance(lost, dict):  # the runner died: what the store holds of the run (runner.store.lost_run)
-        stored = lost.get("stored") or {}
-        newest = lost.get("newest_record_t")
+    lost = summary.runner_lost
+    if lost is not None:  # the runner died: what the store holds of the run (runner.store.lost_run)
+        newest = lost.newest_record_t
         until = f", the newest from {time.strftime('%H:%M:%S', time.localtime(newest))}" if newest else ""
-        out.write(f"  stored:        {stored.get('metrics', MISSING)} metric records, "
-                  f"{stored.get('logs', MISSING)} log lines{until}\n")
-        if lost.get("not_stored"):
-            out.write(f"  not stored:    {lost['not_stored']}\n")
-    for hint in (Hint.from_json(h) for h in summary.get("hints") or [] if isinstance(h, dict)):
+        out.write(f"  stored:        {_count(lost.stored_metrics)} metric records, "
+                  f"{_count(lost.stored_logs)} log lines{until}\n")
+        if lost.not_stored:
+            out.write(f"  not stored:    {lost.not_stored}\n")
+    for hint in summary.hints:
         out.write(f"  hint: {hint.cause}\n        -> {hint.advice}\n")
-    if run.get("id") is not None:
-        out.write(f"  details: rankwatch runs show {run['id']}   logs: rankwatch runs logs {run['id']}\n")
+    if run.id is not None:
+        out.write(f"  details: rankwatch runs show {run.id}   logs: rankwatch runs logs {run.id}\n")
     out.flush()
+
+
+def _write_first_failure(first: RankFailure, out: TextIO) -> None:
+    how = how_it_ended(first.exit_code, first.signal)
+    where = f" on {first.host}" if first.host else ""
+    out.write(f"  first to fail: rank {first.rank}{where} ({how}; known from: {first.evidence})\n")
+    if first.exception_line:
+        out.write(f"  exception:     {first.exception_line}\n")
+    traceback = (first.traceback or "").strip().splitlines()
+    if traceback:
+        source = first.traceback_source
+        out.write(f"  traceback (last lines{', from ' + source if source and source != 'bootstrap' else ''}):\n")
+        for line in traceback[-6:]:
+            out.write(f"    {line}\n")
+    if first.kernel_log:
+        out.write(f"  kernel log:    {first.kernel_log}\n")
+
+
+def _count(value: int | None) -> str:
+    return MISSING if value is None else str(value)

@@ -10,7 +10,7 @@ from pathlib import Path
 from rankwatch.protocol import Bottleneck
 from runner.diagnosis.bottleneck_record import BottleneckRecord, BottleneckVerdict
 from runner.diagnosis.error_files import find_error_files, read_error_file
-from runner.diagnosis.findings import Findings, StallFinding
+from runner.diagnosis.findings import Findings, StallFinding, StoredDiagnostics
 from runner.diagnosis.kernel_log import find_oom_kill, read_kernel_log
 from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.report import format_diagnostics
@@ -181,7 +181,7 @@ def test_a_stopped_hang_says_who_stalled_and_who_holds_them_up_in_the_headline_a
         "stopped on request; ranks 0, 1 were stalled at step 7 (no progress for at least 5 s); stacks: rank 1 is the "
         "culprit: rank 0 waits in barrier, rank 1 is in no collective "
         f"(at diag_hang.py:{helper_line} in wait_for_checkpoint)")
-    lines = format_diagnostics(summary["diagnostics"], 3)
+    lines = format_diagnostics(StoredDiagnostics.from_wire(summary["diagnostics"]), 3)
     assert lines[0] == "  stalled:       ranks 0, 1 at step 7 (no progress for 5 s, threshold 5 s; never resumed)"
     assert lines[1].startswith("  stacks:        rank 1 is the culprit: rank 0 waits in barrier")
     assert lines[1].endswith("(taken when ranks stalled)")
@@ -198,7 +198,7 @@ def test_a_successful_run_keeps_its_findings():
     findings.consistency_checks = 4
     summary = triage(TriageInput(findings=findings), 0, stopped=False)
     assert summary["outcome"] == "succeeded"
-    assert format_diagnostics(summary["diagnostics"]) == ["  straggler:     rank 1 is a straggler: x",
+    assert format_diagnostics(StoredDiagnostics.from_wire(summary["diagnostics"])) == ["  straggler:     rank 1 is a straggler: x",
                                                           "  parameters:    identical on every rank at all 4 checks"]
     assert "diagnostics" not in triage(TriageInput(), 0, stopped=False)
 
@@ -211,7 +211,7 @@ def test_failure_and_hang_summaries_do_not_repeat_a_straggler():
                                                  rank=1, phase="forward"), "rank 1 is a straggler: x")
     hung = hang_findings()
     hung.stragglers[1], hung.bottleneck = straggler, verdict
-    hang = format_diagnostics(triage(TriageInput(findings=hung), 130, stopped=True)["diagnostics"], 3)
+    hang = format_diagnostics(StoredDiagnostics.from_wire(triage(TriageInput(findings=hung), 130, stopped=True)["diagnostics"]), 3)
     assert hang[0].startswith("  stalled:") and not any("a straggler" in line for line in hang)
     failing = Findings()
     failing.stragglers[1], failing.bottleneck = straggler, verdict
@@ -219,7 +219,7 @@ def test_failure_and_hang_summaries_do_not_repeat_a_straggler():
     data = TriageInput(findings=failing, seen={0, 1}, exits={1: (1, 10.0)})
     failed = triage(data, 1, stopped=False)
     assert failed["outcome"] == "failed"
-    assert format_diagnostics(failed["diagnostics"]) == ["  parameters:    identical on every rank at all 2 checks"]
+    assert format_diagnostics(StoredDiagnostics.from_wire(failed["diagnostics"])) == ["  parameters:    identical on every rank at all 2 checks"]
     alone = Findings()
     alone.stragglers[1] = straggler
     assert "diagnostics" not in triage(TriageInput(findings=alone, seen={0, 1}), 1, stopped=False)
@@ -284,7 +284,7 @@ def test_a_stall_whose_rank_then_exited_0_is_not_reported_as_never_resumed():
     summary = triage(data, 1, stopped=True)
     stalls = summary["diagnostics"]["stalls"]
     assert stalls[0]["finished_after"] == 76.0 and "finished_after" not in stalls[1]
-    lines = format_diagnostics(summary["diagnostics"])
+    lines = format_diagnostics(StoredDiagnostics.from_wire(summary["diagnostics"]))
     assert lines == [
         "  stalled:       rank 0 at step 310 (no progress for 30 s, threshold 30 s; then it finished by itself "
         "76 s after its last progress (exit code 0): not a hang)",

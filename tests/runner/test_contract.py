@@ -10,7 +10,7 @@ import pytest
 
 from rankwatch import protocol
 from rankwatch.protocol import EventKind, MetricRecord
-from runner.rank_failure import Evidence, RankFailure, describe_losses
+from runner.rank_failure import Evidence, RankFailure, RankLosses, describe_losses
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -280,8 +280,7 @@ def test_a_ranks_fate_travels_whole_and_its_wording_is_the_runners():
 
 
 def test_losses_are_worded_per_rank():
-    lines = describe_losses({"losses": [{"rank": 3, "dropped": 0, "rejected": 120, "not_received": 0}],
-                                      "store_incomplete": "disk full"})
+    lines = describe_losses([RankLosses(rank=3, dropped=0, rejected=120, not_received=0)], "disk full")
     assert lines[0].startswith("rank 3: 120 records dropped by the runner")
     assert "disk full" in lines[1]
 

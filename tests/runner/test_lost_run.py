@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 
 from rankwatch.protocol import LogLine, MetricRecord
+from runner.diagnosis.summary import RunSummary
 from runner.rank_failure import describe_losses
 from runner.store.lost_run import record_lost_run
 from runner.store.store import RecordBatch, RunStore
@@ -36,7 +37,7 @@ def test_a_lost_run_says_when_and_how_and_counts_what_was_stored(tmp_path):
     assert summary["runner_lost"]["stored"] == {"metrics": 4, "logs": 1}
     assert summary["runner_lost"]["newest_record_t"] == 12.5
     assert "cannot be counted" in summary["runner_lost"]["not_stored"]
-    assert describe_losses(summary) == [
+    assert describe_losses(RunSummary.from_wire(summary).losses, None) == [
         "rank 1: 2 records sent but never received (a connection broke)",
         "rank 2: 5 records dropped by the worker (its queue was full or the runner unreachable)"]
     shown = io.StringIO()

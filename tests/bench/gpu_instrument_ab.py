@@ -27,8 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile

@@ -268,6 +268,8 @@ class StoredRun(RunInfo):
 
     KINDS: ClassVar[dict[str, str]] = {**RunInfo.KINDS, "run_key": "str", "spec_toml": "str",
                                        "runner_identity": "str", "tags": "words", "notes": "str"}
+    id: int = 0
+    """The run's id: a stored row always has one (the primary key)."""
     run_key: str | None = None
     """The run's key: its worker processes carry it (``runner.processes``), to be found and stopped."""
     spec_toml: str | None = None

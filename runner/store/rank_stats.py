@@ -323,8 +323,7 @@ def gpu_utilisation(store, run_id: int, ranks: list[tuple[int, int | None, float
 def run_gpu_utilisation(store, run_id: int) -> float | None:
     """One figure for a run (``runs list``): the median of its ranks' ``gpu_util``; None when no rank
     of it was seen on a sampled GPU."""
-    ranks = [(row["rank"], row.get("gpu_index"), row.get("first_seen"), row.get("last_seen"))
-             for row in store.ranks(run_id)]
+    ranks = [(row.rank, row.gpu_index, row.first_seen, row.last_seen) for row in store.ranks(run_id)]
     values = list(gpu_utilisation(store, run_id, ranks).values())
     return float(statistics.median(values)) if values else None
 
@@ -409,7 +408,7 @@ def live_statistics(store, run_id: int, now: float | None = None) -> TalliedStat
     if not rows:
         return None
     t, ranks, logged, figures = rows[0]
-    if t < (time.time() if now is None else now) - LIVE_STALE_SECONDS or not runner_alive(store.run(run_id)):
+    if t < (time.time() if now is None else now) - LIVE_STALE_SECONDS or not runner_alive(store.stored_run(run_id)):
         return None
     run = json.loads(figures) if figures is not None else None
     return TalliedStatistics({int(rank): RecordFigures.from_json(data) for rank, data in json.loads(ranks).items()},
@@ -466,10 +465,10 @@ def statistics_with(store, run_id: int, figures: dict[int, RecordFigures],
     keeps of each rank (its row, its hello, its GPU's samples)."""
     stats: dict[int, RankStats] = {}
     for row in store.ranks(run_id):
-        stats[row["rank"]] = RankStats(
-            rank=row["rank"], state=row.get("state"), host=row.get("host"), pid=row.get("pid"),
-            exit_code=row.get("exit_code"), first_seen=row.get("first_seen"), last_seen=row.get("last_seen"),
-            dropped=row.get("dropped"), gpu_index=row.get("gpu_index"), gpu_mem_used_peak=row.get("gpu_mem_used_peak"))
+        stats[row.rank] = RankStats(
+            rank=row.rank, state=row.state, host=row.host, pid=row.pid, exit_code=row.exit_code,
+            first_seen=row.first_seen, last_seen=row.last_seen, dropped=row.dropped, gpu_index=row.gpu_index,
+            gpu_mem_used_peak=row.gpu_mem_used_peak)
     for event in store.events(run_id, kind="rank_started"):  # the hello, when the store has no first_seen
         entry = stats.get(event["rank"]) if event["rank"] is not None else None
         if entry is not None and (entry.first_seen is None or event["t"] < entry.first_seen):

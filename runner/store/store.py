@@ -39,6 +39,7 @@ from rankwatch.protocol import (
     clock_name,
 )
 from runner import paths, privacy
+from runner.rows import JsonObject, NodeInfo, StoredRank, StoredRun
 from runner.store.liveness import process_identity
 from runner.store.rank_stats import RANK_SUMMARY_COLUMNS, rank_summary_rows, run_statistics
 from runner.store.schema import TABLES, migrate
@@ -362,15 +363,31 @@ class RunStore:
         return run_id
 
     def run(self, run_id: int) -> dict[str, Any]:
+        """The ``runs`` row as the hub publishes it (its RUN object, tags and summary decoded).
+
+        Only the hub reads this form (it sends the row on as JSON); every other reader takes
+        :meth:`stored_run`."""
+        return _run_dict(self._run_row(run_id))
+
+    def stored_run(self, run_id: int) -> StoredRun:
+        """Run ``run_id``, typed.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        return StoredRun.from_wire(dict(self._run_row(run_id)))
+
+    def _run_row(self, run_id: int) -> sqlite3.Row:
         row = self.connection.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id}")
-        return _run_dict(row)
+        return row
 
-    def runs(self, limit: int = 50, live_only: bool = False) -> list[dict[str, Any]]:
+    def runs(self, limit: int = 50, live_only: bool = False) -> list[StoredRun]:
+        """The newest ``limit`` runs, newest first (only those without an end with ``live_only``)."""
         where = "WHERE ended IS NULL" if live_only else ""
         rows = self.connection.execute(f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", (limit,))
-        return [_run_dict(row) for row in rows]
+        return [StoredRun.from_wire(dict(row)) for row in rows]
 
     def stalled_runs(self, run_ids: list[int]) -> set[int]:
         """Which of ``run_ids`` have a rank the stall monitor marked ``stalled`` (as of its last commit)."""
@@ -381,13 +398,22 @@ class RunStore:
             f"SELECT DISTINCT run_id FROM ranks WHERE state = 'stalled' AND run_id IN ({marks})", run_ids)
         return {int(row[0]) for row in rows}
 
-    def ranks(self, run_id: int) -> list[dict[str, Any]]:
+    def ranks(self, run_id: int) -> list[StoredRank]:
+        """The run's ranks, by rank (``run_id`` kept in ``extra``)."""
         rows = self.connection.execute("SELECT * FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,))
-        return [dict(row) for row in rows]
+        return [StoredRank.from_wire(dict(row)) for row in rows]
 
     def nodes(self, run_id: int) -> list[dict[str, Any]]:
-        rows = self.connection.execute("SELECT * FROM nodes WHERE run_id = ? ORDER BY node_rank", (run_id,))
-        return [dict(row) for row in rows]
+        """The ``nodes`` rows as the hub publishes them (its NODE objects). Only the hub reads this
+        form (it sends the rows on as JSON); every other reader takes :meth:`stored_nodes`."""
+        return [dict(row) for row in self._node_rows(run_id)]
+
+    def stored_nodes(self, run_id: int) -> list[NodeInfo]:
+        """The run's nodes, typed, by node rank (``run_id`` kept in ``extra``)."""
+        return [NodeInfo.from_wire(dict(row)) for row in self._node_rows(run_id)]
+
+    def _node_rows(self, run_id: int) -> sqlite3.Cursor:
+        return self.connection.execute("SELECT * FROM nodes WHERE run_id = ? ORDER BY node_rank", (run_id,))
 
     def metric_names(self, run_id: int) -> list[str]:
         """The names of the run's metrics, sorted: one seek down ``metrics_by_series`` per name (a
@@ -567,6 +593,12 @@ def normalize_tags(tags: Iterable[str]) -> list[str]:
             if word and word not in result:
                 result.append(word)
     return result
+
+
+def stored_rank_json(row: StoredRank) -> JsonObject:
+    """The ``ranks`` row as the table holds it, column for column (what `runs show --json` gives of
+    a rank before its figures): not the RANK row's wire, which has the live-only fields too."""
+    return {**row.extra, "rank": row.rank, **{column: getattr(row, column) for column in RunStore.RANK_COLUMNS}}
 
 
 def _run_dict(row: sqlite3.Row) -> dict[str, Any]:

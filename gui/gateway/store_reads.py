@@ -18,7 +18,7 @@ import dataclasses
 import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,6 @@ from runner.runstate.messages import (
     ProcessSample,
     RankInfo,
     RunInfo,
-    event_of,
 )
 from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
@@ -187,9 +186,9 @@ def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
         ranks=tuple(store.ranks(run_id)), nodes=tuple(store.stored_nodes(run_id)),
         metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
         process_samples=store.process_samples(run_id),
-        logs=stored_lines(store.logs(run_id, limit=log_limit)),
+        logs=store.log_lines(run_id, limit=log_limit),
         log_total=store.count("logs", run_id),
-        events=stored_events(store.events(run_id)),
+        events=tuple(store.stored_events(run_id)),
         rank_results=rank_results(store, run_id) if run.ended is not None else {})
 
 
@@ -225,30 +224,6 @@ def spec_table(text: str | None) -> dict[str, Any]:
         return tomllib.loads(text)
     except (ValueError, TypeError):
         return {}
-
-
-def stored_lines(rows: Iterable[Mapping[str, Any]]) -> list[LogLine]:
-    """The store's ``logs`` rows as the hub publishes them (``LogLine.from_wire``: a line that is
-    not text is left out)."""
-    lines = []
-    for row in rows:
-        line = LogLine.from_wire((row.get("rank"), row.get("t"), row.get("stream"), row.get("line"), row.get("node")))
-        if line is not None:
-            lines.append(line)
-    return lines
-
-
-def stored_events(rows: Iterable[Mapping[str, Any]]) -> tuple[Event, ...]:
-    """The store's ``events`` rows (``kind``, ``t``, ``rank``, ``data``) as the hub publishes them
-    (``runner.runstate.messages.event_of``); a row that names no kind is left out."""
-    events = []
-    for row in rows:
-        data = row.get("data")
-        event = event_of({**(data if isinstance(data, Mapping) else {}),
-                          "kind": row.get("kind"), "t": row.get("t"), "rank": row.get("rank")})
-        if event is not None:
-            events.append(event)
-    return tuple(events)
 
 
 def export_run(store: RunStore, run_id: int, folder: Path, log_limit: int) -> RunRecords:

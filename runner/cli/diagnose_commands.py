@@ -168,14 +168,14 @@ async def _next_events(messages: AsyncIterator[HubMessage], found: dict[str, dic
 
 def last_stored_capture(run_id: int) -> dict | None:
     with RunStore(readonly=True) as store:
-        events = store.events(run_id, kind="stacks")
+        events = store.stored_events(run_id, kind="stacks")
     if not events:
         return None
     last = events[-1]
-    capture = {**last["data"], "kind": "stacks", "t": last["t"], "rank": last["rank"]}
+    capture = {"message": last.message, **last.fields, "kind": "stacks", "t": last.t, "rank": last.rank}
     with RunStore(readonly=True) as store:
-        flights = [event for event in store.events(run_id, kind=protocol.EventKind.FLIGHT_RECORDER.value)
-                   if event["t"] >= last["t"]]
+        flights = [event for event in store.stored_events(run_id, kind=protocol.EventKind.FLIGHT_RECORDER.value)
+                   if event.t >= last.t]
     if flights:
-        capture["flight_recorder"] = {**flights[0]["data"], "t": flights[0]["t"]}
+        capture["flight_recorder"] = {"message": flights[0].message, **flights[0].fields, "t": flights[0].t}
     return capture

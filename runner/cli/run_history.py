@@ -330,14 +330,14 @@ def logs_main(args: argparse.Namespace) -> int:
                 if args.rank not in known:
                     return fail(f"run {run_id} has {describe_ranks(known)}; there is no rank {args.rank}")
             if args.launcher:  # the launcher's lines have no rank; the store filters by rank only
-                rows = [row for row in store.logs(run_id, contains=args.grep) if row["rank"] is None]
+                rows = [row for row in store.log_lines(run_id, contains=args.grep) if row.rank is None]
                 rows = rows[-args.tail:] if args.tail else rows
             else:
-                rows = store.logs(run_id, rank=args.rank, limit=args.tail, contains=args.grep)
+                rows = store.log_lines(run_id, rank=args.rank, limit=args.tail, contains=args.grep)
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED)
     for row in rows:
-        print(prefixed_line(row["rank"], row["node"], multi_node, row["line"]))
+        print(prefixed_line(row.rank, row.node, multi_node, row.line))
     if not rows:
         whose = ("rank " + str(args.rank) if args.rank is not None else "the launcher" if args.launcher
                  else f"run {run_id}")

@@ -469,10 +469,10 @@ def statistics_with(store, run_id: int, figures: dict[int, RecordFigures],
             rank=row.rank, state=row.state, host=row.host, pid=row.pid, exit_code=row.exit_code,
             first_seen=row.first_seen, last_seen=row.last_seen, dropped=row.dropped, gpu_index=row.gpu_index,
             gpu_mem_used_peak=row.gpu_mem_used_peak)
-    for event in store.events(run_id, kind="rank_started"):  # the hello, when the store has no first_seen
-        entry = stats.get(event["rank"]) if event["rank"] is not None else None
-        if entry is not None and (entry.first_seen is None or event["t"] < entry.first_seen):
-            entry.first_seen = event["t"]
+    for event in store.stored_events(run_id, kind="rank_started"):  # the hello, when the store has no first_seen
+        entry = stats.get(event.rank) if event.rank is not None else None
+        if entry is not None and (entry.first_seen is None or event.t < entry.first_seen):
+            entry.first_seen = event.t
     for rank in figures:
         stats.setdefault(rank, RankStats(rank=rank))
     ordered = [stats[rank] for rank in sorted(stats)]

@@ -39,7 +39,7 @@ from rankwatch.protocol import (
     clock_name,
 )
 from runner import paths, privacy
-from runner.rows import JsonObject, NodeInfo, StoredRank, StoredRun
+from runner.rows import JsonObject, NodeInfo, StoredRank, StoredRun, wire_float, wire_int
 from runner.store.liveness import process_identity
 from runner.store.rank_stats import RANK_SUMMARY_COLUMNS, rank_summary_rows, run_statistics
 from runner.store.schema import TABLES, migrate
@@ -489,6 +489,23 @@ class RunStore:
 
     def logs(self, run_id: int, rank: int | None = None, limit: int | None = None, after_id: int = 0,
              contains: str | None = None) -> list[dict[str, Any]]:
+        """The ``logs`` rows as the table holds them (with their ``id``); readers take :meth:`log_lines`."""
+        return [dict(row) for row in self._log_rows(run_id, rank, limit, after_id, contains)]
+
+    def log_lines(self, run_id: int, rank: int | None = None, limit: int | None = None,
+                  contains: str | None = None) -> list[LogLine]:
+        """The run's printed lines in order, as the hub publishes them: only rank ``rank``'s, only the
+        last ``limit``, only those containing ``contains``, when given (a malformed stored line is
+        left out, as a published one is)."""
+        lines = []
+        for row in self._log_rows(run_id, rank, limit, 0, contains):
+            line = LogLine.from_wire((row["rank"], row["t"], row["stream"], row["line"], row["node"]))
+            if line is not None:
+                lines.append(line)
+        return lines
+
+    def _log_rows(self, run_id: int, rank: int | None, limit: int | None, after_id: int,
+                  contains: str | None) -> sqlite3.Cursor:
         clauses, params = ["run_id = ?", "id > ?"], list[object]([run_id, after_id])
         if rank is not None:
             clauses.append("rank = ?")
@@ -499,19 +516,34 @@ class RunStore:
         sql = f"SELECT * FROM logs WHERE {' AND '.join(clauses)} ORDER BY id"
         if limit is not None:
             sql = f"SELECT * FROM ({sql.replace('ORDER BY id', 'ORDER BY id DESC')} LIMIT {int(limit)}) ORDER BY id"
-        return [dict(row) for row in self.connection.execute(sql, params)]
+        return self.connection.execute(sql, params)
 
     def events(self, run_id: int, kind: str | None = None) -> list[dict[str, Any]]:
-        sql, params = "SELECT * FROM events WHERE run_id = ?", list[object]([run_id])
-        if kind is not None:
-            sql += " AND kind = ?"
-            params.append(kind)
+        """The ``events`` rows as the table holds them (``data`` decoded); readers take :meth:`stored_events`."""
         result = []
-        for row in self.connection.execute(sql + " ORDER BY id", params):
+        for row in self._event_rows(run_id, kind):
             item = dict(row)
             item["data"] = json.loads(item["data"]) if item["data"] else {}
             result.append(item)
         return result
+
+    def stored_events(self, run_id: int, kind: str | None = None) -> list[Event]:
+        """The run's events in order (only those of ``kind``, when given), as the hub publishes them:
+        a kind from a newer Rankwatch is a warning that names it (``Event.from_store``), a rank or
+        time of the wrong type is None / 0."""
+        events = []
+        for row in self._event_rows(run_id, kind):
+            data = json.loads(row["data"]) if row["data"] else {}
+            events.append(Event.from_store(wire_float(row["t"]) or 0.0, str(row["kind"]), wire_int(row["rank"]),
+                                           data if isinstance(data, dict) else {}))
+        return events
+
+    def _event_rows(self, run_id: int, kind: str | None) -> sqlite3.Cursor:
+        sql, params = "SELECT * FROM events WHERE run_id = ?", list[object]([run_id])
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        return self.connection.execute(sql + " ORDER BY id", params)
 
     def gpu_samples(self, run_id: int) -> list[GpuSample]:
         return [tuple.__new__(GpuSample, row) for row in self.connection.execute(

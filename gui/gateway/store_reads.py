@@ -81,33 +81,29 @@ class RunRecords:
 
 @dataclass(frozen=True)
 class ListedRun:
-    """A run as the runs list shows it: its RUN row (``RunInfo``, as the hub publishes it), whether
-    it is live, the status a person sees, what the store keeps beside (its spec, tags and notes)
-    and its headline figures."""
+    """A run as the runs list shows it: its stored row (``StoredRun``: the RUN row the hub publishes,
+    with its spec, tags and notes), whether it is live, the status a person sees, and its headline
+    figures."""
 
-    run: RunInfo
+    run: StoredRun
     live: bool
     """Its runner is alive and listening: the GUI can attach to its socket."""
     effective_status: str
     """The stored status; ``lost`` for a runner that died without recording an end, ``hung`` for a
     live run with a stalled rank; empty for a row without a status."""
-    spec_toml: str | None = None
-    tags: tuple[str, ...] = ()
-    notes: str = ""
     figures: RunFigures = dataclasses.field(default_factory=RunFigures)
     """``runner.store.run_figures`` (only :func:`runs` reads them)."""
 
     @property
     def id(self) -> int:
-        """The run's id (a stored row always has one)."""
-        return int(self.run.id or 0)
+        """The run's id."""
+        return self.run.id
 
 
 def with_liveness(run: StoredRun) -> ListedRun:
     """The store's ``runs`` row with whether it is live and the status a person sees (``lost`` for
     a runner that died without recording an end): what the runs list shows."""
-    return ListedRun(run=run, live=is_live(run), effective_status=effective_status(run) if run.status else "",
-                     spec_toml=run.spec_toml or None, tags=run.tags, notes=run.notes or "")
+    return ListedRun(run=run, live=is_live(run), effective_status=effective_status(run) if run.status else "")
 
 
 def run_now(run_id: int) -> ListedRun:

@@ -4,7 +4,8 @@ The worker -> hub half of the contract is typed in ``rankwatch.protocol``; this 
 hub -> subscriber half as the readers see it (the GUI's link, the terminal view, ``attach``,
 ``runs show``, ``stop``, ``stacks``). Records keep the contract's own types (``MetricRecord``,
 ``LogLine``, ``GpuSample``, ``ProcessSample``, ``Event`` with its ``EventKind``); the rows the
-hub sends as JSON objects (the run, its ranks, its nodes) become frozen dataclasses here.
+hub sends as JSON objects (the run, its ranks, its nodes) become the frozen dataclasses of
+``runner.rows`` (re-exported here; the store's readers return them too).
 
 Decoding is lenient, as the hub's own is: a field of the wrong type becomes ``None`` (not
 measured), a key a newer hub adds is kept in ``extra`` so that nothing is lost on the way

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from runner.processes import MARKER_VARIABLE
 from runner.store.liveness import runner_alive
+from runner.store.store import RunStore
 
 LIVE_RUNS_LIMIT = 1000
 """Runs without a recorded end read from the store (lost ones among them are left out by liveness)."""
@@ -48,7 +49,7 @@ def run_key_of(pid: int) -> str | None:
     return None
 
 
-def run_processes(store, pids: Iterable[int]) -> dict[int, RunProcess]:
+def run_processes(store: RunStore, pids: Iterable[int]) -> dict[int, RunProcess]:
     """pid -> the live run (and rank) it belongs to, for those of ``pids`` that belong to one."""
     keys = {pid: key for pid in set(pids) if (key := run_key_of(pid)) is not None}
     if not keys:

@@ -50,7 +50,7 @@ import sqlite3
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rankwatch import protocol
 from runner.store.liveness import runner_alive
@@ -60,6 +60,9 @@ from runner.store.run_figures import (
     RunFigures,
     computed_run_figures,
 )
+
+if TYPE_CHECKING:  # the store imports this module: only its type, to check the readers' calls
+    from runner.store.store import RunStore
 
 BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_WAIT, protocol.SAMPLES_PER_SECOND,
                               protocol.STEPS_PER_SECOND, protocol.COMM_WAIT, protocol.CPU_WAIT,
@@ -320,7 +323,7 @@ def gpu_utilisation(store, run_id: int, ranks: list[tuple[int, int | None, float
     return result
 
 
-def run_gpu_utilisation(store, run_id: int) -> float | None:
+def run_gpu_utilisation(store: RunStore, run_id: int) -> float | None:
     """One figure for a run (``runs list``): the median of its ranks' ``gpu_util``; None when no rank
     of it was seen on a sampled GPU."""
     ranks = [(row.rank, row.gpu_index, row.first_seen, row.last_seen) for row in store.ranks(run_id)]
@@ -396,7 +399,7 @@ def keep_live_statistics(store, run_id: int, tallied: TalliedStatistics, t: floa
              json.dumps(tallied.run.to_json() if tallied.run else {}) if tallied.run_known else None))
 
 
-def live_statistics(store, run_id: int, now: float | None = None) -> TalliedStatistics | None:
+def live_statistics(store: RunStore, run_id: int, now: float | None = None) -> TalliedStatistics | None:
     """What the hub of run ``run_id`` tallied, while its runner is alive and wrote them in the last
     ``LIVE_STALE_SECONDS``; else None (an ended run has its kept statistics; a lost one stored
     records after its last tally, so they are computed)."""
@@ -458,7 +461,7 @@ def computed_run_statistics(store, run_id: int) -> tuple[list[RankStats], list[L
                            _logged_keys(store, run_id, store.metric_names(run_id)))
 
 
-def statistics_with(store, run_id: int, figures: dict[int, RecordFigures],
+def statistics_with(store: RunStore, run_id: int, figures: dict[int, RecordFigures],
                     logged: list[LoggedKey]) -> tuple[list[RankStats], list[LoggedKey]]:
     """Per-rank statistics of run ``run_id`` from the figures of its records (computed from the
     store, or tallied by its hub as they arrived: ``statistics_tally``), with what the store

@@ -69,7 +69,7 @@ def latest_run(home: Path | None = None) -> dict | None:
     try:
         with RunStore(store_file, readonly=True) as store:
             runs = store.runs(limit=1)
-            return runs[0] if runs else None
+            return store.run(runs[0].id) if runs else None
     except Exception:
         return None
 
@@ -77,4 +77,4 @@ def latest_run(home: Path | None = None) -> dict | None:
 def ranks_running(run_id: int, count: int) -> bool:
     with RunStore(readonly=True) as store:
         ranks = store.ranks(run_id)
-    return len([r for r in ranks if r["state"] == "running" and r["pid"]]) >= count
+    return len([r for r in ranks if r.state == "running" and r.pid]) >= count

@@ -157,8 +157,8 @@ def run_trial(ending: str) -> Trial:
         if not output.up.wait(START_TIMEOUT_SECONDS) or output.up_at is None:
             raise AssertionError(f"{ending}: the ranks' children never came up:\n{output.text(1.0)}")
         with RunStore(readonly=True) as store:
-            [run] = [run for run in store.runs(limit=100) if run["runner_pid"] == runner.pid]
-        trial.run_key = run["run_key"]
+            [run] = [run for run in store.runs(limit=100) if run.runner_pid == runner.pid]
+        trial.run_key = run.run_key
         killed_runner = False
         if ending == "runner_and_sentinel_killed":
             sentinel = _sentinel_pid(trial.run_key)

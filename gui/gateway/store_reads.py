@@ -18,12 +18,13 @@ import dataclasses
 import sqlite3
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from rankwatch import protocol
+from runner.rows import StoredRun
 from runner.runstate.messages import (
     Event,
     GpuSample,
@@ -32,7 +33,6 @@ from runner.runstate.messages import (
     ProcessSample,
     RankInfo,
     RunInfo,
-    event_of,
 )
 from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
@@ -58,8 +58,8 @@ class RunRecords:
     inside the read)."""
 
     run: RunInfo
-    """The ``runs`` row (without its ``spec_toml``: see ``spec``); a column this version does not
-    know is kept in ``extra``, a value of the wrong type is None (not measured)."""
+    """The ``runs`` row (a ``StoredRun``: its spec is also read as ``spec``); a column this version
+    does not know is kept in ``extra``, a value of the wrong type is None (not measured)."""
     spec_toml: str | None
     """The launch spec as stored (TOML text), None when the run has none."""
     spec: dict[str, Any]
@@ -81,42 +81,29 @@ class RunRecords:
 
 @dataclass(frozen=True)
 class ListedRun:
-    """A run as the runs list shows it: its RUN row (``RunInfo``, as the hub publishes it), whether
-    it is live, the status a person sees, what the store keeps beside (its spec, tags and notes)
-    and its headline figures."""
+    """A run as the runs list shows it: its stored row (``StoredRun``: the RUN row the hub publishes,
+    with its spec, tags and notes), whether it is live, the status a person sees, and its headline
+    figures."""
 
-    run: RunInfo
+    run: StoredRun
     live: bool
     """Its runner is alive and listening: the GUI can attach to its socket."""
     effective_status: str
     """The stored status; ``lost`` for a runner that died without recording an end, ``hung`` for a
     live run with a stalled rank; empty for a row without a status."""
-    spec_toml: str | None = None
-    tags: tuple[str, ...] = ()
-    notes: str = ""
     figures: RunFigures = dataclasses.field(default_factory=RunFigures)
     """``runner.store.run_figures`` (only :func:`runs` reads them)."""
 
     @property
     def id(self) -> int:
-        """The run's id (a stored row always has one)."""
-        return int(self.run.id or 0)
+        """The run's id."""
+        return self.run.id
 
 
-def with_liveness(run: Mapping[str, Any]) -> ListedRun:
-    """The store's ``runs`` row, typed, with whether it is live and the status a person sees
-    (``lost`` for a runner that died without recording an end): what the runs list shows."""
-    tags = run.get("tags")
-    notes = run.get("notes")
-    return ListedRun(
-        run=_run_info({key: value for key, value in run.items() if key not in _LISTED_APART}),
-        live=is_live(dict(run)), effective_status=effective_status(dict(run)) if run.get("status") else "",
-        spec_toml=_spec_text(run), tags=tuple(str(tag) for tag in tags) if isinstance(tags, (list, tuple)) else (),
-        notes=notes if isinstance(notes, str) else "")
-
-
-_LISTED_APART = ("tags", "notes")
-"""``runs`` columns a ``ListedRun`` holds beside its RUN row (as ``spec_toml``)."""
+def with_liveness(run: StoredRun) -> ListedRun:
+    """The store's ``runs`` row with whether it is live and the status a person sees (``lost`` for
+    a runner that died without recording an end): what the runs list shows."""
+    return ListedRun(run=run, live=is_live(run), effective_status=effective_status(run) if run.status else "")
 
 
 def run_now(run_id: int) -> ListedRun:
@@ -128,7 +115,7 @@ def run_now(run_id: int) -> ListedRun:
     """
     try:
         with RunStore(readonly=True) as store:
-            return with_liveness(store.run(run_id))
+            return with_liveness(store.stored_run(run_id))
     except sqlite3.Error as error:
         raise OSError(f"the run store cannot be read: {error}") from error
 
@@ -182,32 +169,31 @@ def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> Lis
         with RunStore() as store:
             store.resolve_run_id(run_id)
             store.set_run_notes(run_id, tags=tags, notes=notes)
-            return with_liveness(store.run(run_id))
+            return with_liveness(store.stored_run(run_id))
     except sqlite3.Error as error:
         raise OSError(f"the run store cannot be written: {error}") from error
 
 
 def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
     """Everything recorded of run ``run_id`` (the last ``log_limit`` log lines)."""
-    row = store.run(run_id)
-    run = _run_info(row)
+    run = store.stored_run(run_id)
     return RunRecords(
-        run=run, spec_toml=_spec_text(row), spec=spec_table(_spec_text(row)),
-        ranks=typed_rows(RankInfo, store.ranks(run_id)), nodes=typed_rows(NodeInfo, store.nodes(run_id)),
+        run=run, spec_toml=run.spec_toml or None, spec=spec_table(run.spec_toml),
+        ranks=tuple(store.ranks(run_id)), nodes=tuple(store.stored_nodes(run_id)),
         metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
         process_samples=store.process_samples(run_id),
-        logs=stored_lines(store.logs(run_id, limit=log_limit)),
+        logs=store.log_lines(run_id, limit=log_limit),
         log_total=store.count("logs", run_id),
-        events=stored_events(store.events(run_id)),
+        events=tuple(store.stored_events(run_id)),
         rank_results=rank_results(store, run_id) if run.ended is not None else {})
 
 
 def chart_records(store: RunStore, run_id: int) -> RunRecords:
     """What run ``run_id``'s charts are drawn from (its metrics and samples; no logs, events or
     per-rank figures): the runs overlay reads this of each run it compares."""
-    row = store.run(run_id)
-    return RunRecords(run=_run_info(row), spec_toml=_spec_text(row), spec=spec_table(_spec_text(row)),
-                      ranks=typed_rows(RankInfo, store.ranks(run_id)), nodes=(),
+    run = store.stored_run(run_id)
+    return RunRecords(run=run, spec_toml=run.spec_toml or None, spec=spec_table(run.spec_toml),
+                      ranks=tuple(store.ranks(run_id)), nodes=(),
                       metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
                       process_samples=store.process_samples(run_id), logs=[], log_total=0, events=(),
                       rank_results={})
@@ -219,20 +205,6 @@ def rank_results(store: RunStore, run_id: int) -> dict[int, RankStats]:
     what ``rankwatch show`` and the end of a plain run print)."""
     stats, _logged = run_statistics(store, run_id)
     return {entry.rank: entry for entry in stats}
-
-
-_SPEC_COLUMN = "spec_toml"
-"""The ``runs`` column holding the launch spec: read apart (``RunRecords.spec``), not part of the RUN row."""
-
-
-def _run_info(row: Mapping[str, Any]) -> RunInfo:
-    """The stored ``runs`` row as the hub publishes it (``RunInfo``): its spec apart."""
-    return RunInfo.from_wire({key: value for key, value in row.items() if key != _SPEC_COLUMN})
-
-
-def _spec_text(row: Mapping[str, Any]) -> str | None:
-    text = row.get(_SPEC_COLUMN)
-    return text if isinstance(text, str) and text else None
 
 
 def spec_table(text: str | None) -> dict[str, Any]:
@@ -248,44 +220,6 @@ def spec_table(text: str | None) -> dict[str, Any]:
         return tomllib.loads(text)
     except (ValueError, TypeError):
         return {}
-
-
-_RowT = TypeVar("_RowT", RankInfo, NodeInfo)
-
-
-def typed_rows(row_type: type[_RowT], rows: Iterable[Mapping[str, Any]]) -> tuple[_RowT, ...]:
-    """The stored rows that decode (``RankInfo.from_wire``: a row without its key is left out)."""
-    typed = []
-    for row in rows:
-        try:
-            typed.append(row_type.from_wire(row))
-        except ValueError:
-            continue
-    return tuple(typed)
-
-
-def stored_lines(rows: Iterable[Mapping[str, Any]]) -> list[LogLine]:
-    """The store's ``logs`` rows as the hub publishes them (``LogLine.from_wire``: a line that is
-    not text is left out)."""
-    lines = []
-    for row in rows:
-        line = LogLine.from_wire((row.get("rank"), row.get("t"), row.get("stream"), row.get("line"), row.get("node")))
-        if line is not None:
-            lines.append(line)
-    return lines
-
-
-def stored_events(rows: Iterable[Mapping[str, Any]]) -> tuple[Event, ...]:
-    """The store's ``events`` rows (``kind``, ``t``, ``rank``, ``data``) as the hub publishes them
-    (``runner.runstate.messages.event_of``); a row that names no kind is left out."""
-    events = []
-    for row in rows:
-        data = row.get("data")
-        event = event_of({**(data if isinstance(data, Mapping) else {}),
-                          "kind": row.get("kind"), "t": row.get("t"), "rank": row.get("rank")})
-        if event is not None:
-            events.append(event)
-    return tuple(events)
 
 
 def export_run(store: RunStore, run_id: int, folder: Path, log_limit: int) -> RunRecords:

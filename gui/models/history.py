@@ -88,7 +88,7 @@ class RunRow:
         return cls(run_id=listed.id, profile=run.profile, status=listed.effective_status,
                    created=run.created or 0.0, started=run.started, ended=run.ended, exit_code=run.exit_code,
                    world_size=run.world_size, host=run.host, live=listed.live, socket=run.socket,
-                   script=entry_of(listed.spec_toml), tags=listed.tags, notes=listed.notes,
+                   script=entry_of(run.spec_toml), tags=run.tags, notes=run.notes or "",
                    outcome=_outcome_of(run.summary), figures=listed.figures)
 
     def duration(self, now: float | None = None) -> float | None:

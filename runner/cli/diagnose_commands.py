@@ -10,7 +10,6 @@ import shutil
 import sys
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from rankwatch import protocol
 from runner.cli.output import EXIT_FAILED, fail
@@ -20,6 +19,7 @@ from runner.diagnosis.flight_recorder import format_flight_record
 from runner.diagnosis.stacks import CaptureRecord, format_stacks
 from runner.hub.client import HubClient
 from runner.profile.resolve import default_interpreter
+from runner.rows import StoredRun
 from runner.runstate.messages import Bye, EventKind, HubMessage, UpdateMessage
 from runner.store.liveness import effective_status, runner_alive
 from runner.store.store import RunNotFound, RunStore
@@ -79,18 +79,18 @@ def stacks_main(args: argparse.Namespace) -> int:
         return fail(str(error), code=EXIT_FAILED, as_json=args.json)
     capture = None
     alive = runner_alive(run)
-    if alive and run.get("socket"):
+    if alive and run.socket:
         try:
-            capture = asyncio.run(request_stacks(run["socket"], args.timeout))
+            capture = asyncio.run(request_stacks(run.socket, args.timeout))
         except (OSError, ConnectionError) as error:
-            print(f"rankwatch: cannot reach the runner of run {run['id']} ({error}); showing the last stored capture",
+            print(f"rankwatch: cannot reach the runner of run {run.id} ({error}); showing the last stored capture",
                   file=sys.stderr)
         else:
             if capture is None:
-                print(f"rankwatch: no stacks from run {run['id']} within {args.timeout:.0f} s; "
+                print(f"rankwatch: no stacks from run {run.id} within {args.timeout:.0f} s; "
                       "showing the last stored capture", file=sys.stderr)
     if capture is None:
-        capture = last_stored_capture(run["id"])
+        capture = last_stored_capture(run.id)
         if capture is None:
             return fail(no_capture_message(run, alive), code=EXIT_FAILED, as_json=args.json)
     if args.json:
@@ -98,7 +98,7 @@ def stacks_main(args: argparse.Namespace) -> int:
     else:
         record = CaptureRecord.from_wire(capture)
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.t)) if record.t else "?"
-        print(f"run {run['id']} · captured {when}")
+        print(f"run {run.id} · captured {when}")
         sys.stdout.write(format_stacks(capture, width=shutil.get_terminal_size((120, 24)).columns))
         if record.text_path:
             print(f"every thread of every rank: {record.text_path}")
@@ -108,10 +108,10 @@ def stacks_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def no_capture_message(run: dict[str, Any], alive: bool) -> str:
+def no_capture_message(run: StoredRun, alive: bool) -> str:
     """Why ``rankwatch stacks`` has nothing to show, and what to run instead: a finished run's ranks
     are gone, so asking again cannot capture them."""
-    run_id = run["id"]
+    run_id = run.id
     if alive:
         return (f"run {run_id} is running but sent no stacks and has none stored: its ranks may not have "
                 f"started yet; try again (`rankwatch stacks {run_id}`)")
@@ -168,14 +168,14 @@ async def _next_events(messages: AsyncIterator[HubMessage], found: dict[str, dic
 
 def last_stored_capture(run_id: int) -> dict | None:
     with RunStore(readonly=True) as store:
-        events = store.events(run_id, kind="stacks")
+        events = store.stored_events(run_id, kind="stacks")
     if not events:
         return None
     last = events[-1]
-    capture = {**last["data"], "kind": "stacks", "t": last["t"], "rank": last["rank"]}
+    capture = {"message": last.message, **last.fields, "kind": "stacks", "t": last.t, "rank": last.rank}
     with RunStore(readonly=True) as store:
-        flights = [event for event in store.events(run_id, kind=protocol.EventKind.FLIGHT_RECORDER.value)
-                   if event["t"] >= last["t"]]
+        flights = [event for event in store.stored_events(run_id, kind=protocol.EventKind.FLIGHT_RECORDER.value)
+                   if event.t >= last.t]
     if flights:
-        capture["flight_recorder"] = {**flights[0]["data"], "t": flights[0]["t"]}
+        capture["flight_recorder"] = {"message": flights[0].message, **flights[0].fields, "t": flights[0].t}
     return capture

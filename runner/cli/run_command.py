@@ -33,6 +33,7 @@ from runner.profile.files import (
 from runner.profile.oversubscription import oversubscription_warnings
 from runner.profile.parse import SpecErrors
 from runner.profile.resolve import absolute_paths
+from runner.rows import StoredRun
 from runner.run import Run, prepare_launch
 from runner.sampling.nvml import shared_nvml
 from runner.slurm.script import render_by_hand
@@ -154,15 +155,15 @@ def run_main(args: argparse.Namespace) -> int:
     if run.run_id is None:
         return exit_code
     with RunStore(readonly=True) as store:
-        final = store.run(run.run_id)
+        final = store.stored_run(run.run_id)
     render_summary(final, sys.stderr)
     return _process_exit_code(run, final)
 
 
-def _process_exit_code(run: Run, final: dict) -> int:
+def _process_exit_code(run: Run, final: StoredRun) -> int:
     """This process's exit code: the run's, or 128 + N when signal N to this process stopped it."""
-    return process_exit_code(final.get("exit_code") or 0, run.received_signal,
-                             stopped=final.get("status") == RunStatus.STOPPED.value)
+    return process_exit_code(final.exit_code or 0, run.received_signal,
+                             stopped=final.status == RunStatus.STOPPED.value)
 
 
 def _detach(profile, as_json: bool) -> int:
@@ -222,4 +223,4 @@ def _run_detached_child(prepared, ready_fd: int) -> int:
     if run.run_id is None:
         return exit_code
     with RunStore(readonly=True) as store:
-        return _process_exit_code(run, store.run(run.run_id))
+        return _process_exit_code(run, store.stored_run(run.run_id))

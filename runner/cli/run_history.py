@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import datetime
 import json
 import signal
@@ -26,7 +27,8 @@ from runner.format import (
     format_percent,
 )
 from runner.hub.client import HubClient
-from runner.runstate.messages import Bye, NodeInfo, RunInfo
+from runner.rows import StoredRun
+from runner.runstate.messages import Bye, RunInfo
 from runner.runstate.state import shown_status
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, runner_alive
@@ -39,7 +41,7 @@ from runner.store.rank_stats import (
     run_statistics,
 )
 from runner.store.run_figures import LIVE_STATISTICS_SECONDS
-from runner.store.store import RunNotFound, RunStore
+from runner.store.store import RunNotFound, RunStore, stored_rank_json
 from runner.view.log_lines import prefixed_line
 from runner.view.phase_bars import phase_lines
 from runner.view.terminal import TerminalView, render_summary
@@ -116,32 +118,30 @@ def list_main(args: argparse.Namespace) -> int:
     try:
         with _open_store() as store:
             runs = store.runs(limit=args.limit, live_only=args.live)
-            for run in runs:
-                run["gpu_util"] = run_gpu_utilisation(store, run["id"])
-            stalled = store.stalled_runs([run["id"] for run in runs if run.get("ended") is None])
+            gpu_util = {run.id: run_gpu_utilisation(store, run.id) for run in runs}
+            stalled = store.stalled_runs([run.id for run in runs if run.ended is None])
     except RunNotFound as error:
         if args.json:
             print("[]")
             return 0
         return fail(str(error), code=EXIT_FAILED)
-    for run in runs:
-        run["status"] = shown_status(effective_status(run), ["stalled"] if run["id"] in stalled else [])
+    runs = [dataclasses.replace(run, status=shown_status(effective_status(run), ["stalled"] if run.id in stalled else []))
+            for run in runs]
     if args.live:
-        runs = [r for r in runs if r["status"] != RunStatus.LOST.value]
+        runs = [r for r in runs if r.status != RunStatus.LOST.value]
     if args.json:
-        print(json.dumps(runs, default=str))
+        print(json.dumps([{**run.to_wire(), "gpu_util": gpu_util[run.id]} for run in runs], default=str))
         return 0
     if not runs:
         print("no live runs" if args.live else "no runs recorded yet", file=sys.stderr)
         return 0
     # GPU %: a column once a listed run has the figure (a run on GPUs sampled here)
-    show_gpu = any(run["gpu_util"] is not None for run in runs)
+    show_gpu = any(gpu_util[run.id] is not None for run in runs)
     gpu_header = f"  {'GPU %':>5}" if show_gpu else ""
     print(f"{'id':>5}  {'status':<10} {'exit':>4}  {'started':<19}  {'time':>6}  {'ranks':>5}{gpu_header}  profile")
-    for run in runs:
-        info = RunInfo.from_wire(run)
+    for info in runs:
         exit_code = MISSING if info.exit_code is None else str(info.exit_code)
-        gpu = f"  {format_fixed(run['gpu_util'], '{:.0f}%'):>5}" if show_gpu else ""
+        gpu = f"  {format_fixed(gpu_util[info.id], '{:.0f}%'):>5}" if show_gpu else ""
         print(f"{info.id:>5}  {info.status:<10} {exit_code:>4}  {_when(info.started or info.created):<19}  "
               f"{_duration(info):>6}  {info.world_size or MISSING:>5}{gpu}  {info.profile or MISSING}")
     return 0
@@ -154,22 +154,23 @@ SOURCE_NAMES = {protocol.SOURCE_AUTO: "measured", protocol.SOURCE_LOG: "rankwatc
 def show_main(args: argparse.Namespace) -> int:
     try:
         with _open_store() as store:
-            run = store.run(store.resolve_run_id(args.run))
-            rows = {row["rank"]: row for row in store.ranks(run["id"])}
-            nodes = store.nodes(run["id"])
-            metric_names = store.metric_names(run["id"])
-            stats, logged = run_statistics(store, run["id"])
-            live = live_statistics(store, run["id"]) if run.get("ended") is None else None
+            stored = store.stored_run(store.resolve_run_id(args.run))
+            rows = {row.rank: row for row in store.ranks(stored.id)}
+            nodes = store.stored_nodes(stored.id)
+            metric_names = store.metric_names(stored.id)
+            stats, logged = run_statistics(store, stored.id)
+            live = live_statistics(store, stored.id) if stored.ended is None else None
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED, as_json=args.json)
     # a live run with a stalled rank is hung, as `runs list`, the terminal and the GUI say
-    run["status"] = shown_status(effective_status(run), [row.get("state") for row in rows.values()])
+    info = dataclasses.replace(stored, status=shown_status(effective_status(stored),
+                                                           [row.state for row in rows.values()]))
     if args.json:
-        ranks = [{**rows.get(entry.rank, {}), **entry.to_json()} for entry in stats]
-        print(json.dumps({"run": run, "ranks": ranks, "nodes": nodes, "metrics": metric_names,
-                          "logged": [key.to_json() for key in logged]}, default=str))
+        ranks = [{**(stored_rank_json(rows[entry.rank]) if entry.rank in rows else {}), **entry.to_json()}
+                 for entry in stats]
+        print(json.dumps({"run": info.to_wire(), "ranks": ranks, "nodes": [node.to_wire() for node in nodes],
+                          "metrics": metric_names, "logged": [key.to_json() for key in logged]}, default=str))
         return 0
-    info = RunInfo.from_wire(run)  # the stored run, in the type the hub's subscribers get
     print(f"run {info.id}  {info.status}  exit code {MISSING if info.exit_code is None else info.exit_code}")
     print(f"  profile:  {info.profile or MISSING}")
     print(f"  started:  {_when(info.started or info.created)}  ({_duration(info)})")
@@ -182,7 +183,7 @@ def show_main(args: argparse.Namespace) -> int:
         print(f"    {line}")
     if nodes and len(nodes) > 1:
         print("  nodes:")
-        for node in (NodeInfo.from_wire(row) for row in nodes):
+        for node in nodes:
             print(f"    node {node.node_rank}  {node.host or '':<20} {node.state or '':<9} {node.detail or ''}")
     print("  ranks:" if live is None else f"  ranks (as the hub had counted them at {_when(live.t)[-8:]};"
                                           f" it writes them every {LIVE_STATISTICS_SECONDS:.0f} s):")
@@ -322,34 +323,34 @@ def logs_main(args: argparse.Namespace) -> int:
     try:
         with _open_store() as store:
             run_id = store.resolve_run_id(args.run)
-            run = store.run(run_id)
-            multi_node = len(store.nodes(run_id)) > 1
+            run = store.stored_run(run_id)
+            multi_node = len(store.stored_nodes(run_id)) > 1
             if args.rank is not None:
-                known = _known_ranks(store, run_id, RunInfo.from_wire(run).world_size)
+                known = _known_ranks(store, run_id, run.world_size)
                 if args.rank not in known:
                     return fail(f"run {run_id} has {describe_ranks(known)}; there is no rank {args.rank}")
             if args.launcher:  # the launcher's lines have no rank; the store filters by rank only
-                rows = [row for row in store.logs(run_id, contains=args.grep) if row["rank"] is None]
+                rows = [row for row in store.log_lines(run_id, contains=args.grep) if row.rank is None]
                 rows = rows[-args.tail:] if args.tail else rows
             else:
-                rows = store.logs(run_id, rank=args.rank, limit=args.tail, contains=args.grep)
+                rows = store.log_lines(run_id, rank=args.rank, limit=args.tail, contains=args.grep)
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED)
     for row in rows:
-        print(prefixed_line(row["rank"], row["node"], multi_node, row["line"]))
+        print(prefixed_line(row.rank, row.node, multi_node, row.line))
     if not rows:
         whose = ("rank " + str(args.rank) if args.rank is not None else "the launcher" if args.launcher
                  else f"run {run_id}")
         if args.grep:
             print(f"rankwatch: no line of {whose} contains {args.grep!r}", file=sys.stderr)
             return EXIT_FAILED  # as grep: nothing selected
-        print(f"rankwatch: {whose} printed nothing{'' if RunInfo.from_wire(run).ended else ' yet'}", file=sys.stderr)
+        print(f"rankwatch: {whose} printed nothing{'' if run.ended else ' yet'}", file=sys.stderr)
     return 0
 
 
 def _known_ranks(store: RunStore, run_id: int, world_size: int | None) -> list[int]:
     """Ranks the run had: those the store knows, else 0..world_size-1 from the plan."""
-    ranks = {row["rank"] for row in store.ranks(run_id)}
+    ranks = {row.rank for row in store.ranks(run_id)}
     if not ranks and world_size:
         ranks = set(range(world_size))
     return sorted(ranks)
@@ -375,53 +376,51 @@ def attach_main(args: argparse.Namespace) -> int:
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED)
     if not runner_alive(run):
-        print(f"run {run['id']} is not running ({effective_status(run)}); showing what was stored", file=sys.stderr)
-        run["status"] = effective_status(run)
-        show = argparse.Namespace(run=str(run["id"]), json=False)
+        print(f"run {run.id} is not running ({effective_status(run)}); showing what was stored", file=sys.stderr)
+        show = argparse.Namespace(run=str(run.id), json=False)
         return show_main(show)
     view = TerminalView(live=False if args.plain else None, status_every=args.status_every)
     view.start()
     followed = FOLLOW_BYE
     try:
         try:
-            followed = asyncio.run(_follow(run["socket"], view))
+            followed = asyncio.run(_follow(run.socket or "", view))
         except KeyboardInterrupt:
             followed = FOLLOW_DETACHED  # Ctrl-C before the signals were ours; detaching leaves the run going
         except (ConnectionError, FileNotFoundError) as error:
             view.stop()
-            return fail(f"cannot reach the runner of run {run['id']} ({error}); is it still running?",
+            return fail(f"cannot reach the runner of run {run.id} ({error}); is it still running?",
                         code=EXIT_FAILED)
         with _open_store() as store:
-            final_row = store.run(run["id"])
-            final = RunInfo.from_wire(final_row)
+            final = store.stored_run(run.id)
             ended = bool(final.ended)
             # before stop: the live table's last frame shows them (not from a store the disk cut short:
             # its figures end where the storing did, and would be mixed with the live step)
             complete = not RunSummary.from_wire(final.summary or {}).store_incomplete
             if ended and complete and view.shows_results:
-                view.show_results(run_statistics(store, run["id"])[0])
+                view.show_results(run_statistics(store, run.id)[0])
     finally:
         view.stop()
     if ended:
         render_summary(final, sys.stderr)
         return final.exit_code or 0
     if followed == FOLLOW_DETACHED:
-        print(detach_message(run["id"]), file=sys.stderr)
+        print(detach_message(run.id), file=sys.stderr)
         return 0
     if followed == FOLLOW_HUNG_UP:
-        return fail(hung_up_message(final_row), code=EXIT_FAILED)
+        return fail(hung_up_message(final), code=EXIT_FAILED)
     return 0
 
 
-def hung_up_message(run: dict) -> str:
+def hung_up_message(run: StoredRun) -> str:
     """Why a view ended without the run's end: the runner hung up on it (it drops a view that cannot
     keep up, and says so in the run's events), or the runner is gone."""
     if runner_alive(run):
-        return (f"the runner of run {run['id']} stopped sending to this view before the run ended (it drops a "
+        return (f"the runner of run {run.id} stopped sending to this view before the run ended (it drops a "
                 f"view that falls too far behind; the run's events say why); the run goes on: "
-                f"`rankwatch attach {run['id']}` to watch again")
-    return (f"the runner of run {run['id']} is gone (status: {effective_status(run)}); "
-            f"`rankwatch runs show {run['id']}` shows what was stored")
+                f"`rankwatch attach {run.id}` to watch again")
+    return (f"the runner of run {run.id} is gone (status: {effective_status(run)}); "
+            f"`rankwatch runs show {run.id}` shows what was stored")
 
 
 def detach_message(run_id: int) -> str:

@@ -24,17 +24,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
 import time
-from typing import Any
 
 from rankwatch import protocol
 from runner.cli.output import EXIT_FAILED, EXIT_INVALID, fail
 from runner.cli.run_choice import NoLiveRun, SeveralLiveRuns, chosen_run
 from runner.launch.process_tree import end_job, find_job_pids, signal_pids
-from runner.runstate.messages import Bye, RunInfo, decode_hub_line
+from runner.rows import StoredRun
+from runner.runstate.messages import Bye, decode_hub_line
 from runner.state import RunStatus
 from runner.store.liveness import effective_status, is_runner_process, runner_alive
 from runner.store.store import RunNotFound, RunStore
@@ -72,13 +73,13 @@ def stop_main(args: argparse.Namespace) -> int:
         return fail(str(error), code=EXIT_INVALID)
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED)
-    run_id = run["id"]
+    run_id = run.id
     if not runner_alive(run):
         return _not_running(run)
     started = time.monotonic()
     print(f"stopping run {run_id}{' (kill at once)' if args.force else ''}…", file=sys.stderr, flush=True)
     if not _ask_over_socket(run, args.force, args.timeout) and not _signal_runner(run, args.force):
-        return fail(f"cannot reach the runner of run {run_id} (pid {run['runner_pid']}) and it is not "
+        return fail(f"cannot reach the runner of run {run_id} (pid {run.runner_pid}) and it is not "
                     "a Rankwatch runner any more; nothing was stopped", code=EXIT_FAILED)
     final = _wait_until_ended(run_id, started + args.timeout)
     seconds = time.monotonic() - started
@@ -86,44 +87,43 @@ def stop_main(args: argparse.Namespace) -> int:
         advice = ("its processes may need `kill -KILL`" if args.force
                   else f"try `rankwatch stop {run_id} --force`")
         return fail(f"run {run_id} did not end within {args.timeout:.0f} s; {advice}", code=EXIT_FAILED)
-    ended = RunInfo.from_wire(final)
-    if ended.status == RunStatus.LOST.value:
-        return _not_running(final) if find_job_pids(final["run_key"]) else fail(
+    if final.status == RunStatus.LOST.value:
+        return _not_running(final) if final.run_key and find_job_pids(final.run_key) else fail(
             f"the runner of run {run_id} died before recording the end (lost); no process of the job is left",
             code=EXIT_FAILED)
-    if ended.status == RunStatus.STOPPED.value:
-        print(f"run {run_id} stopped in {seconds:.1f} s (exit code {ended.exit_code})", file=sys.stderr)
+    if final.status == RunStatus.STOPPED.value:
+        print(f"run {run_id} stopped in {seconds:.1f} s (exit code {final.exit_code})", file=sys.stderr)
     else:
-        print(f"run {run_id} ended on its own before the stop took effect: {ended.status} "
-              f"(exit code {ended.exit_code})", file=sys.stderr)
+        print(f"run {run_id} ended on its own before the stop took effect: {final.status} "
+              f"(exit code {final.exit_code})", file=sys.stderr)
     return 0
 
 
-def _not_running(run: dict[str, Any]) -> int:
+def _not_running(run: StoredRun) -> int:
     """A run whose runner is gone: finished, or lost (then end any process it left behind)."""
     status = effective_status(run)
     if status == RunStatus.LOST.value:
-        leftovers = find_job_pids(run["run_key"]) if run.get("run_key") else []
+        leftovers = find_job_pids(run.run_key) if run.run_key else []
         if leftovers:
             # Nobody asked these to stop yet (their runner is gone): one SIGTERM each, as a stop
             # would have sent, then end_job's SIGKILL for what is still there after the grace.
             signal_pids(leftovers, signal.SIGTERM)
-            killed = end_job(run["run_key"], grace=2.0)
-            print(f"run {run['id']} was lost (its runner died); ended {len(leftovers)} process(es) it left behind"
+            killed = end_job(run.run_key or "", grace=2.0)
+            print(f"run {run.id} was lost (its runner died); ended {len(leftovers)} process(es) it left behind"
                   f"{f', {len(killed)} with SIGKILL' if killed else ''}", file=sys.stderr)
             return 0
-        print(f"rankwatch: run {run['id']} is not running (lost: its runner died without recording an end); "
+        print(f"rankwatch: run {run.id} is not running (lost: its runner died without recording an end); "
               "nothing to stop", file=sys.stderr)
         return EXIT_NOT_RUNNING
-    code = RunInfo.from_wire(run).exit_code
-    print(f"rankwatch: run {run['id']} is not running ({status}{'' if code is None else f', exit code {code}'}); "
+    code = run.exit_code
+    print(f"rankwatch: run {run.id} is not running ({status}{'' if code is None else f', exit code {code}'}); "
           "nothing to stop", file=sys.stderr)
     return EXIT_NOT_RUNNING
 
 
-def _ask_over_socket(run: dict[str, Any], force: bool, timeout: float) -> bool:
+def _ask_over_socket(run: StoredRun, force: bool, timeout: float) -> bool:
     """Send ``stop`` as a subscriber and wait for ``bye``; False when the socket cannot be reached."""
-    socket_path = RunInfo.from_wire(run).socket
+    socket_path = run.socket
     if not socket_path:
         return False
     try:
@@ -160,11 +160,11 @@ async def _send_stop(socket_path: str, force: bool, timeout: float) -> None:
         writer.close()
 
 
-def _signal_runner(run: dict[str, Any], force: bool) -> bool:
+def _signal_runner(run: StoredRun, force: bool) -> bool:
     """SIGTERM to the run's runner (twice with ``force``); False when the pid is not its runner."""
     if not is_runner_process(run):
         return False
-    pid = int(run["runner_pid"])
+    pid = int(run.runner_pid or 0)
     try:
         os.kill(pid, signal.SIGTERM)
         if force:
@@ -177,16 +177,15 @@ def _signal_runner(run: dict[str, Any], force: bool) -> bool:
     return True
 
 
-def _wait_until_ended(run_id: int, deadline: float) -> dict[str, Any] | None:
+def _wait_until_ended(run_id: int, deadline: float) -> StoredRun | None:
     """The run's row once it has an end (or its runner is gone); None at the deadline."""
     while True:
         with RunStore(readonly=True) as store:
-            run = store.run(run_id)
-        if RunInfo.from_wire(run).ended is not None:
+            run = store.stored_run(run_id)
+        if run.ended is not None:
             return run
         if not runner_alive(run):
-            run["status"] = effective_status(run)
-            return run
+            return dataclasses.replace(run, status=effective_status(run))
         if time.monotonic() >= deadline:
             return None
         time.sleep(POLL_SECONDS)

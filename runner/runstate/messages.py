@@ -4,7 +4,8 @@ The worker -> hub half of the contract is typed in ``rankwatch.protocol``; this 
 hub -> subscriber half as the readers see it (the GUI's link, the terminal view, ``attach``,
 ``runs show``, ``stop``, ``stacks``). Records keep the contract's own types (``MetricRecord``,
 ``LogLine``, ``GpuSample``, ``ProcessSample``, ``Event`` with its ``EventKind``); the rows the
-hub sends as JSON objects (the run, its ranks, its nodes) become frozen dataclasses here.
+hub sends as JSON objects (the run, its ranks, its nodes) become the frozen dataclasses of
+``runner.rows`` (re-exported here; the store's readers return them too).
 
 Decoding is lenient, as the hub's own is: a field of the wrong type becomes ``None`` (not
 measured), a key a newer hub adds is kept in ``extra`` so that nothing is lost on the way
@@ -13,14 +14,13 @@ through, and ``to_wire`` gives back what ``from_wire`` read.
 
 from __future__ import annotations
 
-import copy
-import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from rankwatch import protocol
 from rankwatch.protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
+from runner.rows import JsonObject, NodeInfo, RankInfo, Row, RunInfo, wire_float, wire_int
 
 __all__ = [
     "EVENT_FIELDS",
@@ -51,236 +51,17 @@ __all__ = [
     "fields_of",
 ]
 
-_RowT = TypeVar("_RowT", bound="_Row")
-
-JsonObject = dict[str, Any]
-"""A JSON object as the hub sends it: the wire side of the typed values below (nothing else)."""
+_RowT = TypeVar("_RowT", bound=Row)
 
 MetricItem = Sequence[Any]
 """A metric record as published: ``(rank, t, step, name, value, source)`` (``MetricRecord``, or
 the list it is on the wire: 100k of them a second are not copied into tuples)."""
 
 
-def _int(value: object) -> int | None:
-    return protocol.as_int(value) if not isinstance(value, bool) else int(value)
-
-
-def _float(value: object) -> float | None:
-    return protocol.as_float(value) if not isinstance(value, bool) else float(value)
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) else None if value is None else str(value)
-
-
-def _share_map(value: object) -> dict[str, float | None] | None:
-    if not isinstance(value, Mapping):
-        return None
-    return {str(key): _float(share) for key, share in value.items()}
-
-
-def _summary(value: object) -> JsonObject | None:
-    """The run's triage summary: an object on the wire, JSON text in older store rows."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    return dict(value) if isinstance(value, Mapping) else None
-
-
-_DECODERS: dict[str, Callable[[object], Any]] = {"int": _int, "float": _float, "str": _text, "shares": _share_map,
-                             "summary": _summary}
-
-
-@dataclass(frozen=True)
-class _Row:
-    """A JSON object row: its known fields typed, any other key kept in ``extra``."""
-
-    KINDS: ClassVar[dict[str, str]] = {}
-    """field -> decoder name (``_DECODERS``); fields not named here are numbers of kind "int"."""
-
-    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False, kw_only=True)
-    """Keys the row carries that this version does not know: kept, and sent on. Keyword-only: a row
-    made positionally (``RankInfo(3)``) gets its own first field, not ``extra``."""
-
-    @classmethod
-    def from_wire(cls: type[_RowT], data: Mapping[str, Any]) -> _RowT:
-        """Raises ValueError for a row without its key (a rank row without a rank)."""
-        return cls._completed(cls._decoded(data))
-
-    @classmethod
-    def _decoded(cls, data: Mapping[str, Any]) -> JsonObject:
-        """The keys ``data`` carries, typed (the others under ``extra``)."""
-        known = _field_names(cls)
-        kinds = cls.KINDS
-        values: JsonObject = {}
-        extra = {}
-        for name, value in data.items():
-            if name in known:
-                values[name] = _DECODERS[kinds.get(name, "int")](value)
-            else:
-                extra[name] = value
-        values["extra"] = extra
-        return values
-
-    @classmethod
-    def _completed(cls: type[_RowT], values: JsonObject) -> _RowT:
-        return cls(**values)
-
-    def to_wire(self) -> JsonObject:
-        data = dict(self.extra)
-        for name in _field_order(type(self)):
-            data[name] = getattr(self, name)
-        return data
-
-    def merged(self: _RowT, data: Mapping[str, Any]) -> _RowT:
-        """This row with the keys ``data`` carries replaced (the hub sends whole rows, the store
-        fewer columns: a key that is absent keeps its value).
-
-        Copied field by field rather than through ``dataclasses.replace`` (which runs ``fields``
-        and ``__init__`` again): a live update of a 1,024-rank run merges a thousand rows, and
-        ``replace`` made that 20 ms of the GUI thread."""
-        changes = type(self)._decoded(data)
-        extra = changes.pop("extra")
-        if changes.get("state", "") is None and "state" in _field_names(type(self)):
-            changes.pop("state")
-        merged = copy.copy(self)
-        state = merged.__dict__
-        state.update(changes)
-        if extra:
-            state["extra"] = {**self.extra, **extra}
-        return merged
-
-
-_FIELD_ORDER: dict[type, tuple[str, ...]] = {}
-_FIELD_NAMES: dict[type, frozenset[str]] = {}
-
-
-def _field_names(cls: type[_Row]) -> frozenset[str]:
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(_field_order(cls))
-    return names
-
-
-def _field_order(cls: type[_Row]) -> tuple[str, ...]:
-    """The row's fields but ``extra``, in declaration order (the wire form's key order)."""
-    order = _FIELD_ORDER.get(cls)
-    if order is None:
-        order = _FIELD_ORDER[cls] = tuple(item.name for item in fields(cls) if item.name != "extra")
-    return order
-
-
-@dataclass(frozen=True)
-class RunInfo(_Row):
-    """The RUN row: the store's ``runs`` row as the hub publishes it (``summary`` decoded)."""
-
-    KINDS: ClassVar[dict[str, str]] = {
-        "profile": "str", "command": "str", "host": "str", "workdir": "str",
-        "created": "float", "started": "float", "ended": "float", "status": "str", "socket": "str",
-        "summary": "summary",
-    }
-    id: int | None = None
-    profile: str | None = None
-    command: str | None = None
-    host: str | None = None
-    workdir: str | None = None
-    created: float | None = None
-    started: float | None = None
-    ended: float | None = None
-    status: str | None = None
-    """A ``runner.state.RunStatus`` value."""
-    exit_code: int | None = None
-    runner_pid: int | None = None
-    socket: str | None = None
-    world_size: int | None = None
-    summary: JsonObject | None = None
-
-
-_RANK_FLOATS = ("loss", "step_time", "data_wait_share", "comm_wait_share", "samples_per_s", "steps_per_s",
-                "last_seen", "first_seen", "cpu_percent", "gpu_util", "working_since")
-_RANK_TEXTS = ("host", "state", "loss_source", "python", "torch", "phase_clock")
-
-
-@dataclass(frozen=True)
-class RankInfo(_Row):
-    """A RANK row (``rankwatch.protocol.RankRow``), or the store's ``ranks`` row of a run that ended."""
-
-    KINDS: ClassVar[dict[str, str]] = {**{name: "float" for name in _RANK_FLOATS},
-                                       **{name: "str" for name in _RANK_TEXTS}, "phase_shares": "shares"}
-    rank: int = 0
-    local_rank: int | None = None
-    node_rank: int | None = None
-    host: str | None = None
-    pid: int | None = None
-    gpu_index: int | None = None
-    state: str = "waiting"
-    """A ``runner.state.RankState`` value."""
-    exit_code: int | None = None
-    step: int | None = None
-    """The newest step index the rank reported (0 is its first step)."""
-    loss: float | None = None
-    loss_source: str | None = None
-    step_time: float | None = None
-    data_wait_share: float | None = None
-    comm_wait_share: float | None = None
-    samples_per_s: float | None = None
-    steps_per_s: float | None = None
-    last_seen: float | None = None
-    first_seen: float | None = None
-    cpu_percent: float | None = None
-    rss_bytes: int | None = None
-    gpu_util: float | None = None
-    gpu_mem_used: int | None = None
-    dropped: int | None = None
-    rejected: int | None = None
-    sent: int | None = None
-    world_size: int | None = None
-    python: str | None = None
-    torch: str | None = None
-    restart: int | None = None
-    working_since: float | None = None
-    phase_clock: str | None = None
-    phase_shares: dict[str, float | None] | None = None
-    skipped_steps: int | None = None
-    gpu_mem_allocated: int | None = None
-    gpu_mem_reserved: int | None = None
-    gpu_mem_peak: int | None = None
-
-    @classmethod
-    def _completed(cls, values: JsonObject) -> RankInfo:
-        if values.get("state") is None:
-            values.pop("state", None)
-        if values.get("rank") is None:
-            raise ValueError("a rank row without a rank")
-        return cls(**values)
-
-
-@dataclass(frozen=True)
-class NodeInfo(_Row):
-    """A node of the run (the store's ``nodes`` row): its host and how it is doing."""
-
-    KINDS: ClassVar[dict[str, str]] = {"host": "str", "state": "str", "changed": "float", "detail": "str"}
-    node_rank: int = 0
-    host: str | None = None
-    state: str | None = None
-    """A ``runner.state.NodeState`` value."""
-    processes: int | None = None
-    changed: float | None = None
-    detail: str | None = None
-
-    @classmethod
-    def _completed(cls, values: JsonObject) -> NodeInfo:
-        if values.get("node_rank") is None:
-            values["node_rank"] = 0
-        return cls(**values)
-
-
 # ---- the fields of the event kinds their readers use, typed ------------------------------------
 
 @dataclass(frozen=True)
-class StoppingFields(_Row):
+class StoppingFields(Row):
     """``stopping``: who or what stops the run (``runner.exit_status.describe_stop_reason``)."""
 
     KINDS: ClassVar[dict[str, str]] = {"stopped_by": "str"}
@@ -288,7 +69,7 @@ class StoppingFields(_Row):
 
 
 @dataclass(frozen=True)
-class LaunchModeFields(_Row):
+class LaunchModeFields(Row):
     """``launch_mode``: how the script is started (``torchrun`` or ``self-spawn``), why, and who chose."""
 
     KINDS: ClassVar[dict[str, str]] = {"mode": "str", "reason": "str", "chosen_by": "str"}
@@ -298,7 +79,7 @@ class LaunchModeFields(_Row):
 
 
 @dataclass(frozen=True)
-class StalledFields(_Row):
+class StalledFields(Row):
     """``stalled``: the step the rank is stuck at, for how long, and the threshold it passed."""
 
     KINDS: ClassVar[dict[str, str]] = {"seconds": "float", "threshold": "float"}
@@ -308,7 +89,7 @@ class StalledFields(_Row):
 
 
 @dataclass(frozen=True)
-class ResumedFields(_Row):
+class ResumedFields(Row):
     """``resumed``: the step a stalled rank made, and how long it had stalled."""
 
     KINDS: ClassVar[dict[str, str]] = {"stalled_seconds": "float"}
@@ -317,7 +98,7 @@ class ResumedFields(_Row):
 
 
 @dataclass(frozen=True)
-class RunFinishedFields(_Row):
+class RunFinishedFields(Row):
     """``run_finished``: the recorded status, exit code and triage summary."""
 
     KINDS: ClassVar[dict[str, str]] = {"status": "str", "summary": "summary"}
@@ -508,7 +289,7 @@ def event_of(data: Mapping[str, Any]) -> Event | None:
     is not one the contract defines."""
     fields_of = {key: value for key, value in data.items() if key not in ("kind", "t", "rank")}
     try:
-        return Event.from_store(_float(data.get("t")) or 0.0, str(data.get("kind")), _int(data.get("rank")),
+        return Event.from_store(wire_float(data.get("t")) or 0.0, str(data.get("kind")), wire_int(data.get("rank")),
                                 fields_of)
     except ValueError:
         return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runner.format import format_duration
+from runner.rows import RunInfo
 from runner.state import RunStatus
 
 TOTAL_STEP_METRICS = ("total_steps", "max_steps", "num_steps")
@@ -133,7 +134,7 @@ def _int_or_none(value: float | None) -> int | None:
 
 
 def compute_progress(*, step: int | None, last_value: Callable[[Sequence[str]], float | None],
-                     args: Sequence[Any], tracker: ProgressTracker, run: dict[str, Any] | None,
+                     args: Sequence[Any], tracker: ProgressTracker, run: RunInfo | None,
                      finished: bool, now: float) -> Progress:
     """Step, epoch, elapsed and, when the number of steps is known, an ETA.
 
@@ -153,9 +154,8 @@ def compute_progress(*, step: int | None, last_value: Callable[[Sequence[str]], 
         if total_epochs:
             epoch = min(epoch, total_epochs)
     elapsed = None
-    if run and run.get("started"):
-        end = run.get("ended") or now
-        elapsed = max(0.0, float(end) - float(run["started"]))
+    if run is not None and run.started:
+        elapsed = max(0.0, (run.ended or now) - run.started)
     rate = tracker.rate()
     eta = None
     if total_steps and step is not None and not finished:

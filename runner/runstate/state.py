@@ -213,9 +213,8 @@ class RunState:
 
     def progress_now(self, last_value: Callable[[Sequence[str]], float | None], now: float | None = None) -> Progress:
         """Step, epoch, elapsed and ETA (``runner.runstate.progress.compute_progress``)."""
-        run = None if self.run is None else self.run.to_wire()
         return compute_progress(step=self.current_step(), last_value=last_value, args=self.spec.get("args") or [],
-                                tracker=self.progress, run=run, finished=self.finished,
+                                tracker=self.progress, run=self.run, finished=self.finished,
                                 now=time.time() if now is None else now)
 
     def working_text(self, rank: int, now: float) -> str:

@@ -14,11 +14,11 @@ was recorded; a process with that pid and another identity is not the runner.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from runner.processes import pid_alive
+from runner.rows import StoredRun
 from runner.state import RunStatus
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
@@ -49,36 +49,36 @@ def process_identity(pid: int) -> str | None:
     return f"{boot}:{int(fields[start_index])}"
 
 
-def is_runner_process(run: dict[str, Any]) -> bool:
+def is_runner_process(run: StoredRun) -> bool:
     """Whether the run's ``runner_pid`` is (still) the process that recorded the run, not a
     later process the pid was given to."""
-    pid = run.get("runner_pid")
-    if not (isinstance(pid, int) and pid > 0 and pid_alive(pid)):
+    pid = run.runner_pid
+    if not (pid is not None and pid > 0 and pid_alive(pid)):
         return False
-    recorded, current = run.get("runner_identity"), process_identity(pid)
+    recorded, current = run.runner_identity, process_identity(pid)
     if recorded and current:
         return current == recorded
     try:
         started = psutil.Process(pid).create_time()
     except psutil.Error:
         return False
-    created = run.get("created")
-    return isinstance(created, (int, float)) and started <= created + START_TIME_SLACK_SECONDS
+    created = run.created
+    return created is not None and started <= created + START_TIME_SLACK_SECONDS
 
 
-def runner_alive(run: dict[str, Any]) -> bool:
+def runner_alive(run: StoredRun) -> bool:
     """No end recorded and the run's runner process still exists (on this host)."""
-    return run.get("ended") is None and is_runner_process(run)
+    return run.ended is None and is_runner_process(run)
 
 
-def is_live(run: dict[str, Any]) -> bool:
+def is_live(run: StoredRun) -> bool:
     """Live and reachable: the runner is alive and its socket is there to subscribe to."""
-    socket = run.get("socket")
-    return runner_alive(run) and isinstance(socket, str) and bool(socket) and Path(socket).exists()
+    socket = run.socket
+    return runner_alive(run) and bool(socket) and Path(str(socket)).exists()
 
 
-def effective_status(run: dict[str, Any]) -> str:
+def effective_status(run: StoredRun) -> str:
     """The stored status, or ``lost`` for a run whose runner vanished without ending it."""
-    if run.get("ended") is None and not runner_alive(run):
+    if run.ended is None and not runner_alive(run):
         return RunStatus.LOST.value
-    return str(run["status"])
+    return str(run.status)

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.rows import StoredRun
 from runner.store.liveness import runner_alive
 from runner.store.schema import DERIVED_TABLES, TABLES
 from runner.store.store import RunStore
@@ -35,15 +36,15 @@ def choose_runs(store: RunStore, *, ended_before: float | None = None, keep: int
     rows = store.connection.execute("SELECT * FROM runs ORDER BY id DESC").fetchall()
     chosen, kept_live = [], []
     for index, row in enumerate(rows):
-        run = dict(row)
-        when = run.get("ended") or run.get("created") or 0.0
+        run = StoredRun.from_wire(dict(row))
+        when = run.ended or run.created or 0.0
         picked = (ended_before is not None and when < ended_before) or (keep is not None and index >= keep)
         if not picked:
             continue
         if runner_alive(run):
-            kept_live.append(int(run["id"]))
+            kept_live.append(int(row["id"]))
         else:
-            chosen.append(int(run["id"]))
+            chosen.append(int(row["id"]))
     return PruneChoice(tuple(sorted(chosen)), tuple(sorted(kept_live)))
 
 

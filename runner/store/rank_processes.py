@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from runner.processes import MARKER_VARIABLE
 from runner.store.liveness import runner_alive
+from runner.store.store import RunStore
 
 LIVE_RUNS_LIMIT = 1000
 """Runs without a recorded end read from the store (lost ones among them are left out by liveness)."""
@@ -48,22 +49,21 @@ def run_key_of(pid: int) -> str | None:
     return None
 
 
-def run_processes(store, pids: Iterable[int]) -> dict[int, RunProcess]:
+def run_processes(store: RunStore, pids: Iterable[int]) -> dict[int, RunProcess]:
     """pid -> the live run (and rank) it belongs to, for those of ``pids`` that belong to one."""
     keys = {pid: key for pid in set(pids) if (key := run_key_of(pid)) is not None}
     if not keys:
         return {}
-    runs = {run["run_key"]: run for run in store.runs(limit=LIVE_RUNS_LIMIT, live_only=True)
-            if run["run_key"] in keys.values() and runner_alive(run)}
+    runs = {run.run_key: run for run in store.runs(limit=LIVE_RUNS_LIMIT, live_only=True)
+            if run.run_key in keys.values() and runner_alive(run)}
     found: dict[int, RunProcess] = {}
     ranks_by_run: dict[int, dict[int, int]] = {}
     for pid, key in keys.items():
         run = runs.get(key)
         if run is None:
             continue
-        ranks = ranks_by_run.get(run["id"])
+        ranks = ranks_by_run.get(run.id)
         if ranks is None:
-            ranks = ranks_by_run[run["id"]] = {row["pid"]: row["rank"] for row in store.ranks(run["id"])
-                                                if row.get("pid")}
-        found[pid] = RunProcess(run=run["id"], rank=ranks.get(pid), profile=run.get("profile"))
+            ranks = ranks_by_run[run.id] = {row.pid: row.rank for row in store.ranks(run.id) if row.pid}
+        found[pid] = RunProcess(run=run.id, rank=ranks.get(pid), profile=run.profile)
     return found

@@ -50,7 +50,7 @@ import sqlite3
 import statistics
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rankwatch import protocol
 from runner.store.liveness import runner_alive
@@ -60,6 +60,9 @@ from runner.store.run_figures import (
     RunFigures,
     computed_run_figures,
 )
+
+if TYPE_CHECKING:  # the store imports this module: only its type, to check the readers' calls
+    from runner.store.store import RunStore
 
 BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_WAIT, protocol.SAMPLES_PER_SECOND,
                               protocol.STEPS_PER_SECOND, protocol.COMM_WAIT, protocol.CPU_WAIT,
@@ -320,11 +323,10 @@ def gpu_utilisation(store, run_id: int, ranks: list[tuple[int, int | None, float
     return result
 
 
-def run_gpu_utilisation(store, run_id: int) -> float | None:
+def run_gpu_utilisation(store: RunStore, run_id: int) -> float | None:
     """One figure for a run (``runs list``): the median of its ranks' ``gpu_util``; None when no rank
     of it was seen on a sampled GPU."""
-    ranks = [(row["rank"], row.get("gpu_index"), row.get("first_seen"), row.get("last_seen"))
-             for row in store.ranks(run_id)]
+    ranks = [(row.rank, row.gpu_index, row.first_seen, row.last_seen) for row in store.ranks(run_id)]
     values = list(gpu_utilisation(store, run_id, ranks).values())
     return float(statistics.median(values)) if values else None
 
@@ -397,7 +399,7 @@ def keep_live_statistics(store, run_id: int, tallied: TalliedStatistics, t: floa
              json.dumps(tallied.run.to_json() if tallied.run else {}) if tallied.run_known else None))
 
 
-def live_statistics(store, run_id: int, now: float | None = None) -> TalliedStatistics | None:
+def live_statistics(store: RunStore, run_id: int, now: float | None = None) -> TalliedStatistics | None:
     """What the hub of run ``run_id`` tallied, while its runner is alive and wrote them in the last
     ``LIVE_STALE_SECONDS``; else None (an ended run has its kept statistics; a lost one stored
     records after its last tally, so they are computed)."""
@@ -409,7 +411,7 @@ def live_statistics(store, run_id: int, now: float | None = None) -> TalliedStat
     if not rows:
         return None
     t, ranks, logged, figures = rows[0]
-    if t < (time.time() if now is None else now) - LIVE_STALE_SECONDS or not runner_alive(store.run(run_id)):
+    if t < (time.time() if now is None else now) - LIVE_STALE_SECONDS or not runner_alive(store.stored_run(run_id)):
         return None
     run = json.loads(figures) if figures is not None else None
     return TalliedStatistics({int(rank): RecordFigures.from_json(data) for rank, data in json.loads(ranks).items()},
@@ -459,21 +461,21 @@ def computed_run_statistics(store, run_id: int) -> tuple[list[RankStats], list[L
                            _logged_keys(store, run_id, store.metric_names(run_id)))
 
 
-def statistics_with(store, run_id: int, figures: dict[int, RecordFigures],
+def statistics_with(store: RunStore, run_id: int, figures: dict[int, RecordFigures],
                     logged: list[LoggedKey]) -> tuple[list[RankStats], list[LoggedKey]]:
     """Per-rank statistics of run ``run_id`` from the figures of its records (computed from the
     store, or tallied by its hub as they arrived: ``statistics_tally``), with what the store
     keeps of each rank (its row, its hello, its GPU's samples)."""
     stats: dict[int, RankStats] = {}
     for row in store.ranks(run_id):
-        stats[row["rank"]] = RankStats(
-            rank=row["rank"], state=row.get("state"), host=row.get("host"), pid=row.get("pid"),
-            exit_code=row.get("exit_code"), first_seen=row.get("first_seen"), last_seen=row.get("last_seen"),
-            dropped=row.get("dropped"), gpu_index=row.get("gpu_index"), gpu_mem_used_peak=row.get("gpu_mem_used_peak"))
-    for event in store.events(run_id, kind="rank_started"):  # the hello, when the store has no first_seen
-        entry = stats.get(event["rank"]) if event["rank"] is not None else None
-        if entry is not None and (entry.first_seen is None or event["t"] < entry.first_seen):
-            entry.first_seen = event["t"]
+        stats[row.rank] = RankStats(
+            rank=row.rank, state=row.state, host=row.host, pid=row.pid, exit_code=row.exit_code,
+            first_seen=row.first_seen, last_seen=row.last_seen, dropped=row.dropped, gpu_index=row.gpu_index,
+            gpu_mem_used_peak=row.gpu_mem_used_peak)
+    for event in store.stored_events(run_id, kind="rank_started"):  # the hello, when the store has no first_seen
+        entry = stats.get(event.rank) if event.rank is not None else None
+        if entry is not None and (entry.first_seen is None or event.t < entry.first_seen):
+            entry.first_seen = event.t
     for rank in figures:
         stats.setdefault(rank, RankStats(rank=rank))
     ordered = [stats[rank] for rank in sorted(stats)]

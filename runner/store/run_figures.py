@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rankwatch import protocol
+from runner.rows import StoredRun
 from runner.store.liveness import runner_alive
 
 _LEVEL = (f"CASE source WHEN '{protocol.SOURCE_AUTO}' THEN 0 WHEN '{protocol.SOURCE_LOG}' THEN 1"
@@ -145,7 +146,7 @@ def _live_figures(store, run_ids: Sequence[int], now: float | None = None) -> di
         return {}
     return {int(run_id): (RunFigures.from_json(data) if (data := json.loads(text)) else None)
             for run_id, text, ended, pid, identity, created in rows
-            if runner_alive({"ended": ended, "runner_pid": pid, "runner_identity": identity, "created": created})}
+            if runner_alive(StoredRun(ended=ended, runner_pid=pid, runner_identity=identity, created=created))}
 
 
 def computed_run_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures]:

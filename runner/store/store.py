@@ -39,6 +39,7 @@ from rankwatch.protocol import (
     clock_name,
 )
 from runner import paths, privacy
+from runner.rows import JsonObject, NodeInfo, StoredRank, StoredRun, wire_float, wire_int
 from runner.store.liveness import process_identity
 from runner.store.rank_stats import RANK_SUMMARY_COLUMNS, rank_summary_rows, run_statistics
 from runner.store.schema import TABLES, migrate
@@ -362,15 +363,31 @@ class RunStore:
         return run_id
 
     def run(self, run_id: int) -> dict[str, Any]:
+        """The ``runs`` row as the hub publishes it (its RUN object, tags and summary decoded).
+
+        Only the hub reads this form (it sends the row on as JSON); every other reader takes
+        :meth:`stored_run`."""
+        return _run_dict(self._run_row(run_id))
+
+    def stored_run(self, run_id: int) -> StoredRun:
+        """Run ``run_id``, typed.
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        return StoredRun.from_wire(dict(self._run_row(run_id)))
+
+    def _run_row(self, run_id: int) -> sqlite3.Row:
         row = self.connection.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise RunNotFound(f"no run {run_id}")
-        return _run_dict(row)
+        return row
 
-    def runs(self, limit: int = 50, live_only: bool = False) -> list[dict[str, Any]]:
+    def runs(self, limit: int = 50, live_only: bool = False) -> list[StoredRun]:
+        """The newest ``limit`` runs, newest first (only those without an end with ``live_only``)."""
         where = "WHERE ended IS NULL" if live_only else ""
         rows = self.connection.execute(f"SELECT * FROM runs {where} ORDER BY id DESC LIMIT ?", (limit,))
-        return [_run_dict(row) for row in rows]
+        return [StoredRun.from_wire(dict(row)) for row in rows]
 
     def stalled_runs(self, run_ids: list[int]) -> set[int]:
         """Which of ``run_ids`` have a rank the stall monitor marked ``stalled`` (as of its last commit)."""
@@ -381,13 +398,22 @@ class RunStore:
             f"SELECT DISTINCT run_id FROM ranks WHERE state = 'stalled' AND run_id IN ({marks})", run_ids)
         return {int(row[0]) for row in rows}
 
-    def ranks(self, run_id: int) -> list[dict[str, Any]]:
+    def ranks(self, run_id: int) -> list[StoredRank]:
+        """The run's ranks, by rank (``run_id`` kept in ``extra``)."""
         rows = self.connection.execute("SELECT * FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,))
-        return [dict(row) for row in rows]
+        return [StoredRank.from_wire(dict(row)) for row in rows]
 
     def nodes(self, run_id: int) -> list[dict[str, Any]]:
-        rows = self.connection.execute("SELECT * FROM nodes WHERE run_id = ? ORDER BY node_rank", (run_id,))
-        return [dict(row) for row in rows]
+        """The ``nodes`` rows as the hub publishes them (its NODE objects). Only the hub reads this
+        form (it sends the rows on as JSON); every other reader takes :meth:`stored_nodes`."""
+        return [dict(row) for row in self._node_rows(run_id)]
+
+    def stored_nodes(self, run_id: int) -> list[NodeInfo]:
+        """The run's nodes, typed, by node rank (``run_id`` kept in ``extra``)."""
+        return [NodeInfo.from_wire(dict(row)) for row in self._node_rows(run_id)]
+
+    def _node_rows(self, run_id: int) -> sqlite3.Cursor:
+        return self.connection.execute("SELECT * FROM nodes WHERE run_id = ? ORDER BY node_rank", (run_id,))
 
     def metric_names(self, run_id: int) -> list[str]:
         """The names of the run's metrics, sorted: one seek down ``metrics_by_series`` per name (a
@@ -463,6 +489,23 @@ class RunStore:
 
     def logs(self, run_id: int, rank: int | None = None, limit: int | None = None, after_id: int = 0,
              contains: str | None = None) -> list[dict[str, Any]]:
+        """The ``logs`` rows as the table holds them (with their ``id``); readers take :meth:`log_lines`."""
+        return [dict(row) for row in self._log_rows(run_id, rank, limit, after_id, contains)]
+
+    def log_lines(self, run_id: int, rank: int | None = None, limit: int | None = None,
+                  contains: str | None = None) -> list[LogLine]:
+        """The run's printed lines in order, as the hub publishes them: only rank ``rank``'s, only the
+        last ``limit``, only those containing ``contains``, when given (a malformed stored line is
+        left out, as a published one is)."""
+        lines = []
+        for row in self._log_rows(run_id, rank, limit, 0, contains):
+            line = LogLine.from_wire((row["rank"], row["t"], row["stream"], row["line"], row["node"]))
+            if line is not None:
+                lines.append(line)
+        return lines
+
+    def _log_rows(self, run_id: int, rank: int | None, limit: int | None, after_id: int,
+                  contains: str | None) -> sqlite3.Cursor:
         clauses, params = ["run_id = ?", "id > ?"], list[object]([run_id, after_id])
         if rank is not None:
             clauses.append("rank = ?")
@@ -473,19 +516,34 @@ class RunStore:
         sql = f"SELECT * FROM logs WHERE {' AND '.join(clauses)} ORDER BY id"
         if limit is not None:
             sql = f"SELECT * FROM ({sql.replace('ORDER BY id', 'ORDER BY id DESC')} LIMIT {int(limit)}) ORDER BY id"
-        return [dict(row) for row in self.connection.execute(sql, params)]
+        return self.connection.execute(sql, params)
 
     def events(self, run_id: int, kind: str | None = None) -> list[dict[str, Any]]:
-        sql, params = "SELECT * FROM events WHERE run_id = ?", list[object]([run_id])
-        if kind is not None:
-            sql += " AND kind = ?"
-            params.append(kind)
+        """The ``events`` rows as the table holds them (``data`` decoded); readers take :meth:`stored_events`."""
         result = []
-        for row in self.connection.execute(sql + " ORDER BY id", params):
+        for row in self._event_rows(run_id, kind):
             item = dict(row)
             item["data"] = json.loads(item["data"]) if item["data"] else {}
             result.append(item)
         return result
+
+    def stored_events(self, run_id: int, kind: str | None = None) -> list[Event]:
+        """The run's events in order (only those of ``kind``, when given), as the hub publishes them:
+        a kind from a newer Rankwatch is a warning that names it (``Event.from_store``), a rank or
+        time of the wrong type is None / 0."""
+        events = []
+        for row in self._event_rows(run_id, kind):
+            data = json.loads(row["data"]) if row["data"] else {}
+            events.append(Event.from_store(wire_float(row["t"]) or 0.0, str(row["kind"]), wire_int(row["rank"]),
+                                           data if isinstance(data, dict) else {}))
+        return events
+
+    def _event_rows(self, run_id: int, kind: str | None) -> sqlite3.Cursor:
+        sql, params = "SELECT * FROM events WHERE run_id = ?", list[object]([run_id])
+        if kind is not None:
+            sql += " AND kind = ?"
+            params.append(kind)
+        return self.connection.execute(sql + " ORDER BY id", params)
 
     def gpu_samples(self, run_id: int) -> list[GpuSample]:
         return [tuple.__new__(GpuSample, row) for row in self.connection.execute(
@@ -567,6 +625,12 @@ def normalize_tags(tags: Iterable[str]) -> list[str]:
             if word and word not in result:
                 result.append(word)
     return result
+
+
+def stored_rank_json(row: StoredRank) -> JsonObject:
+    """The ``ranks`` row as the table holds it, column for column (what `runs show --json` gives of
+    a rank before its figures): not the RANK row's wire, which has the live-only fields too."""
+    return {**row.extra, "rank": row.rank, **{column: getattr(row, column) for column in RunStore.RANK_COLUMNS}}
 
 
 def _run_dict(row: sqlite3.Row) -> dict[str, Any]:

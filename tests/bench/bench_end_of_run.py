@@ -124,7 +124,7 @@ def main() -> None:
         write_store(args.store, by_step, args.ranks)
         print(f"store written in {time.perf_counter() - started:.0f} s", flush=True)
     with RunStore(args.store) as store:
-        run_id = store.runs(limit=1)[0]["id"]
+        run_id = store.runs(limit=1)[0].id
         started = time.perf_counter()
         kept = rank_stats.statistics_with(store, run_id, tallied.ranks, tallied.logged)
         with_store_s = time.perf_counter() - started

@@ -69,7 +69,8 @@ def main() -> int:
         run_s = time.monotonic() - began
         print(f"load average after: {os.getloadavg()}", flush=True)
         with RunStore(home / "data" / "runs.db", readonly=True) as store:
-            [run] = store.runs(limit=1)
+            [listed] = store.runs(limit=1)
+            run = store.run(listed.id)
             ranks = store.ranks(run["id"])
             nodes = store.nodes(run["id"])
             per_rank = dict(store.connection.execute(
@@ -81,7 +82,7 @@ def main() -> int:
             "nodes": args.nodes, "ranks": world, "exit_code": result.returncode, "status": run["status"],
             "cluster_up_s": round(cluster_s, 1), "run_s": round(run_s, 1),
             "first_to_last_rank_started_s": round(max(running) - min(running), 2) if running else None,
-            "ranks_seen": len(ranks), "ranks_exited_0": sum(1 for rank in ranks if rank.get("exit_code") == 0),
+            "ranks_seen": len(ranks), "ranks_exited_0": sum(1 for rank in ranks if rank.exit_code == 0),
             "nodes_seen": len(nodes), "node_states": sorted({node.get("state") or "" for node in nodes}),
             "hosts": sorted({node.get("host") or "" for node in nodes}),
             "loss_records_stored": sum(per_rank.values()), "loss_records_logged": world * args.steps,

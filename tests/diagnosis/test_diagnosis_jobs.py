@@ -74,9 +74,9 @@ def test_an_exception_in_rank_1_names_rank_1_its_exception_and_the_raising_line(
     assert "rank 0 exited with code" not in result.stderr
     assert f"then:          rank 0 ({ended})" in block
     with RunStore(readonly=True) as store:
-        ranks = {row["rank"]: row for row in store.ranks(run["id"])}
-    assert (ranks[0]["state"], ranks[0]["exit_code"]) == ("stopped", other["exit_code"])
-    assert (ranks[1]["state"], ranks[1]["exit_code"]) == ("failed", 1)
+        ranks = {row.rank: row for row in store.ranks(run["id"])}
+    assert (ranks[0].state, ranks[0].exit_code) == ("stopped", other["exit_code"])
+    assert (ranks[1].state, ranks[1].exit_code) == ("failed", 1)
     shown = rankwatch("runs", "show", str(run["id"])).stdout
     row0 = next(line.split() for line in shown.splitlines() if line.split()[:2] == ["0", "stopped"])
     assert " ".join(row0[4:4 + len(describe_exit_code(other["exit_code"]).split())]) == describe_exit_code(

@@ -4,6 +4,7 @@ loss overlay of two runs; export to CSV and PNG."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from gui.gateway.store_reads import with_liveness
 from gui.models.history import HISTORY_COLUMNS, RunRow
 from gui.widgets.history_panel import HistoryPanel
 from rankwatch.protocol import Event, LogLine, MetricRecord
+from runner.rows import StoredRun
 from runner.store.liveness import process_identity
 from runner.store.store import RecordBatch, RunStore
 
@@ -158,14 +160,13 @@ def test_overlay_png_can_be_saved(qtbot, store, history_panel, tmp_path):
 def test_run_rows_tell_live_from_lost(store, tmp_path):
     socket_file = tmp_path / "sock"
     socket_file.touch()
-    base = {"id": 1, "profile": None, "status": "running", "created": 10.0, "started": 11.0, "exit_code": None,
-            "world_size": 2, "host": "h"}
-    live = RunRow.from_store(with_liveness({**base, "ended": None, "runner_pid": os.getpid(),
-                                            "socket": str(socket_file),
-                                            "runner_identity": process_identity(os.getpid())}))  # as stored
-    lost = RunRow.from_store(with_liveness({**base, "ended": None, "runner_pid": dead_pid(), "socket": str(socket_file)}))
-    done = RunRow.from_store(with_liveness({**base, "ended": 20.0, "status": "failed", "runner_pid": os.getpid(),
-                                            "socket": str(socket_file)}))
+    base = StoredRun(id=1, profile=None, status="running", created=10.0, started=11.0, exit_code=None,
+                     world_size=2, host="h", socket=str(socket_file))
+    live = RunRow.from_store(with_liveness(dataclasses.replace(
+        base, runner_pid=os.getpid(), runner_identity=process_identity(os.getpid()))))  # as stored
+    lost = RunRow.from_store(with_liveness(dataclasses.replace(base, runner_pid=dead_pid())))
+    done = RunRow.from_store(with_liveness(dataclasses.replace(base, ended=20.0, status="failed",
+                                                               runner_pid=os.getpid())))
     assert (live.live, live.status) == (True, "running")
     assert (lost.live, lost.status) == (False, "lost")
     assert (done.live, done.status, done.duration()) == (False, "failed", 9.0)

@@ -26,15 +26,15 @@ def test_out_of_range_values_every_100_steps_lose_nothing_else():
     assert sorted(done) == [0, 1]
     with RunStore(readonly=True) as store:
         run_id = store.resolve_run_id("last")
-        ranks = {row["rank"]: row for row in store.ranks(run_id)}
+        ranks = {row.rank: row for row in store.ranks(run_id)}
         for rank, (steps, bad) in done.items():
             losses = store.metrics(run_id, name="loss", rank=rank)
             assert [record.step for record in losses] == list(range(steps)), f"rank {rank}"
             assert len(store.metrics(run_id, name="fine", rank=rank)) == bad // 3  # the good half of a bad call
             printed = [row for row in store.logs(run_id, rank=rank) if re.match(r"rank \d step \d+$", row["line"])]
             assert len(printed) == (steps + 9) // 10, f"rank {rank}"
-            assert ranks[rank]["rejected"] == bad and ranks[rank]["dropped"] == 0
-            assert ranks[rank]["first_seen"] is not None
+            assert ranks[rank].rejected == bad and ranks[rank].dropped == 0
+            assert ranks[rank].first_seen is not None
         told = store.events(run_id, kind="records_rejected")
     assert {event["rank"] for event in told} == {0, 1}
     for rank, (_steps, bad) in done.items():

@@ -33,14 +33,14 @@ def test_rank_one_raising_is_named_first_with_its_exit_code_and_exception():
     assert "exception:     ValueError: bad batch shape on rank 1" in summary
     with RunStore(readonly=True) as store:
         run = store.run(store.resolve_run_id("last"))
-        ranks = {r["rank"]: r for r in store.ranks(run["id"])}
+        ranks = {r.rank: r for r in store.ranks(run["id"])}
     assert run["status"] == "failed" and run["summary"]["first_failure"]["rank"] == 1
-    assert ranks[1]["state"] == "failed" and ranks[1]["exit_code"] == 1
-    assert ranks[0]["state"] in ("stopped", "failed")
+    assert ranks[1].state == "failed" and ranks[1].exit_code == 1
+    assert ranks[0].state in ("stopped", "failed")
     # one exit code per rank: the rank table says what the diagnosis says (runner.exit_status)
     summary = run["summary"]
     for failure in [summary["first_failure"], *summary.get("other_failures", [])]:
-        assert ranks[failure["rank"]]["exit_code"] == failure["exit_code"], failure
+        assert ranks[failure["rank"]].exit_code == failure["exit_code"], failure
     # torchrun's own report (ChildFailedError, its Root Cause box) is in the log, not before the summary
     before_summary = result.stderr[:result.stderr.rindex("── Rankwatch")]
     assert "ChildFailedError" not in before_summary and "Root Cause" not in before_summary, before_summary
@@ -113,7 +113,7 @@ def test_sigkill_of_the_runner_takes_the_job_down_too():
     # lost, ended when the runner died (not when the watchdog got round to it), and how
     assert finished["status"] == "lost" and killed_at <= finished["ended"] <= gone_at
     assert f"the runner (pid {runner.pid}) died at" in finished["summary"]["headline"]
-    assert [row["state"] for row in ranks] == ["lost", "lost"]  # not "running" for ever
+    assert [row.state for row in ranks] == ["lost", "lost"]  # not "running" for ever
     # the count of what the store holds agrees with the store
     assert finished["summary"]["runner_lost"]["stored"] == stored
 
@@ -133,9 +133,9 @@ def test_unflushed_prints_arrive_promptly_attributed_to_their_rank():
                 return {row["rank"]: row["line"] for row in store.logs(run["id"]) if "unflushed hello" in row["line"]}
         seen = wait_for(lambda: len(greetings()) == 2 and greetings(), 45, what="both unflushed lines")
         with RunStore(readonly=True) as store:
-            ranks = {row["rank"]: row for row in store.ranks(run["id"])}
+            ranks = {row.rank: row for row in store.ranks(run["id"])}
         # the ranks have not exited (which would flush): the lines came while they slept
-        assert all(not RankState(ranks[rank]["state"]).finished and psutil.pid_exists(ranks[rank]["pid"])
+        assert all(not RankState(ranks[rank].state).finished and psutil.pid_exists(ranks[rank].pid or 0)
                    for rank in (0, 1))
         assert seen == {0: "unflushed hello from rank 0", 1: "unflushed hello from rank 1"}
     finally:

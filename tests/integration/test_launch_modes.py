@@ -41,7 +41,7 @@ def run_once(env: dict, *args: str) -> tuple[object, dict, dict]:
     result = rankwatch("run", "--plain", *args, env=env)
     with RunStore(Path(env["RANKWATCH_HOME"]) / "data" / "runs.db", readonly=True) as store:
         run = store.run(store.resolve_run_id("last"))
-        stored = {"ranks": {row["rank"]: row for row in store.ranks(run["id"])},
+        stored = {"ranks": {row.rank: row for row in store.ranks(run["id"])},
                   "loss_steps": {}, "logs": store.logs(run["id"]), "events": store.events(run["id"])}
         for rank, _t, step, _name, _value, _source in store.metrics(run["id"], name="loss"):
             stored["loss_steps"].setdefault(rank, set()).add(step)
@@ -73,7 +73,7 @@ def test_a_seed_tutorial_script_gets_its_own_rank_and_a_tcp_init_method_per_proc
     result, run, stored = tcp_run
     assert result.returncode == 0, result.stderr
     assert run["status"] == "succeeded"
-    assert {rank: row["state"] for rank, row in stored["ranks"].items()} == {0: "exited", 1: "exited"}
+    assert {rank: row.state for rank, row in stored["ranks"].items()} == {0: "exited", 1: "exited"}
     assert stored["loss_steps"] == {0: set(range(STEPS)), 1: set(range(STEPS))}  # one per optimizer step
     for rank in (0, 1):
         [line] = [text for text in lines_of(stored, rank) if " joins " in text]
@@ -109,11 +109,11 @@ def test_a_script_that_spawns_its_ranks_runs_once_and_its_children_are_the_ranks
     assert mode["data"]["mode"] == "self-spawn" and mode["data"]["chosen_by"] == "auto"
     assert "mp.spawn(...) on line" in mode["data"]["message"]
     assert "[rankwatch] launch mode: self-spawn (the script starts its own ranks: mp.spawn(...) on line" in result.stderr
-    assert {rank: row["state"] for rank, row in stored["ranks"].items()} == {0: "exited", 1: "exited"}
+    assert {rank: row.state for rank, row in stored["ranks"].items()} == {0: "exited", 1: "exited"}
     assert stored["loss_steps"] == {0: set(range(STEPS)), 1: set(range(STEPS))}
     for rank in (0, 1):  # ranks by their process group (index i joined as 1 - i), lines from before it too
         assert f"Running basic DDP example: spawn index {1 - rank} is rank {rank}." in lines_of(stored, rank)
-        assert stored["ranks"][rank]["pid"] != stored["ranks"][1 - rank]["pid"]
+        assert stored["ranks"][rank].pid != stored["ranks"][1 - rank].pid
     assert "torch.distributed.run" not in run["command"]
 
 
@@ -122,7 +122,7 @@ def test_a_failure_in_spawned_rank_1_is_named_as_rank_1(home):
     assert result.returncode != 0
     assert run["status"] == "failed" and run["summary"]["first_failure"]["rank"] == 1
     assert "RuntimeError: rank 1 gives up" in result.stderr[result.stderr.rindex("── Rankwatch"):]
-    assert stored["ranks"][1]["state"] == "failed"
+    assert stored["ranks"][1].state == "failed"
     assert len(stored["loss_steps"][1]) == 2  # it raised after its second step
     # the script's own process started the ranks: its lines (torch's report of the failure) are the launcher's
     assert any("ProcessRaisedException" in line for line in lines_of(stored, None))
@@ -158,7 +158,7 @@ def test_stop_of_a_self_spawning_run_leaves_no_process_and_ranks_without_a_group
         assert time.monotonic() - asked < 10
         with RunStore(store_path, readonly=True) as store:
             assert store.run(info["run_id"])["status"] == "stopped"
-            assert {rank["state"] for rank in store.ranks(info["run_id"])} == {"stopped"}
+            assert {rank.state for rank in store.ranks(info["run_id"])} == {"stopped"}
     finally:
         if psutil.pid_exists(info["pid"]):
             rankwatch("stop", str(info["run_id"]), "--force", env=home)
@@ -196,7 +196,7 @@ def test_a_spawned_script_that_imports_init_process_group_by_name_counts_each_op
                                                                       1: epochs * steps_per_epoch}
     assert stored_losses(home, run["id"]) == printed  # every step, each the loss the script computed
     for rank in (0, 1):
-        assert stored["ranks"][rank]["state"] == "exited"
+        assert stored["ranks"][rank].state == "exited"
         assert f"[GPU{rank}] Epoch 9 | Batchsize: 32 | Steps: {steps_per_epoch}" in lines_of(stored, rank)
 
 
@@ -214,5 +214,5 @@ def test_the_tutorials_process_harness_runs_once_and_its_processes_are_the_ranks
     assert stored_losses(home, run["id"]) == printed_losses(tmp_path)
     assert stored["loss_steps"] == {0: set(range(steps)), 1: set(range(steps))}
     for rank in (0, 1):
-        assert stored["ranks"][rank]["state"] == "exited"
+        assert stored["ranks"][rank].state == "exited"
         assert lines_of(stored, rank) == [f"Rank {rank} done after {steps} steps"]  # each rank's own line

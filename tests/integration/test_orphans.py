@@ -47,7 +47,7 @@ def test_no_process_of_the_run_outlives_it(ending):
     assert trial.asyncio_tracebacks == [], trial.output
     if ending == "runner_and_sentinel_killed":
         with RunStore(readonly=True) as store:
-            [run] = [run for run in store.runs(limit=100) if run["run_key"] == trial.run_key]
+            [run] = [run for run in store.runs(limit=100) if run.run_key == trial.run_key]
             assert effective_status(run) == "lost"  # its runner is gone: a reader sees the run as lost
         return
     assert (trial.exit_code, trial.node_state) == EXPECTED[ending], trial.output

@@ -60,7 +60,7 @@ def finished_run():
 
     def ended():
         with RunStore(store_file, readonly=True) as store:
-            return store.runs(limit=1)[0]["ended"] is not None
+            return store.runs(limit=1)[0].ended is not None
 
     wait_for(ended, 120, what="the detached run to end")
     yield home, workdir

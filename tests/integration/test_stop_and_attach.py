@@ -102,7 +102,7 @@ def test_stop_ends_every_process_within_10_s_and_records_the_run_stopped(detache
         ranks = store.ranks(run_id)
     assert (run["status"], run["exit_code"]) == ("stopped", 143)
     assert "rankwatch stop" in run["summary"]["stopped_by"]
-    assert {rank["state"] for rank in ranks} == {"stopped"}
+    assert {rank.state for rank in ranks} == {"stopped"}
     again = cli(detached["env"], "stop", str(run_id))
     assert again.returncode == 3 and "is not running (stopped, exit code 143); nothing to stop" in again.stderr
     assert not Path(run["socket"]).exists()

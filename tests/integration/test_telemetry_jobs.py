@@ -27,7 +27,7 @@ def test_a_script_that_prints_nothing_still_shows_per_rank_loss(tmp_path):
     assert set(printed_last_loss) == {0, 1}, result.stdout
     with RunStore(readonly=True) as store:
         run_id = store.resolve_run_id("last")
-        ranks = {row["rank"]: row for row in store.ranks(run_id)}
+        ranks = {row.rank: row for row in store.ranks(run_id)}
         for rank in (0, 1):
             losses = store.metrics(run_id, name="loss", rank=rank)
             assert len(losses) == 6 * 16  # 6 epochs x 16 steps per rank
@@ -36,7 +36,7 @@ def test_a_script_that_prints_nothing_still_shows_per_rank_loss(tmp_path):
             # nothing lost: every record the rank counted as sent (a step goes as one row, which the hub
             # expands into the step's records) is in the store
             stored = store.metrics(run_id, rank=rank)
-            assert (ranks[rank]["sent"], ranks[rank]["dropped"], ranks[rank]["rejected"]) == (len(stored), 0, 0)
+            assert (ranks[rank].sent, ranks[rank].dropped, ranks[rank].rejected) == (len(stored), 0, 0)
             step_times = [record for record in stored if record.name == "step_time"]
             assert len(step_times) == 6 * 16 - 1  # the first step has no step before it
     exported = rankwatch("runs", "export", "last", "--csv", str(tmp_path / "csv"))

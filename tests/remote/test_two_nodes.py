@@ -75,7 +75,7 @@ def finished_job(sshd, tmp_path_factory):
     store_file = home / "data" / "runs.db"
     run = wait_for(lambda: latest_run(home), 60, what="the run to be recorded")
     with RunStore(store_file, readonly=True) as store:
-        wait_for(lambda: len([r for r in store.ranks(run["id"]) if r["state"] == "running"]) == 2, 90,
+        wait_for(lambda: len([r for r in store.ranks(run["id"]) if r.state == "running"]) == 2, 90,
                  what="both ranks to say hello")
         [listening] = store.events(run["id"], kind="agents_listening")
     listeners = {c.laddr.ip for c in psutil.Process(runner.pid).net_connections(kind="tcp")
@@ -91,7 +91,7 @@ def finished_job(sshd, tmp_path_factory):
     }
     stdout, stderr = runner.communicate(timeout=180)
     with RunStore(store_file, readonly=True) as store:
-        stored = {"run": store.run(run["id"]), "ranks": {r["rank"]: r for r in store.ranks(run["id"])},
+        stored = {"run": store.run(run["id"]), "ranks": {r.rank: r for r in store.ranks(run["id"])},
                   "nodes": {n["node_rank"]: n for n in store.nodes(run["id"])},
                   "logs": store.logs(run["id"]), "refused": store.events(run["id"], kind="refused"),
                   "metrics": {(rank, name) for rank, *_rest, name in
@@ -105,7 +105,7 @@ def test_two_node_job_over_ssh_finishes(finished_job):
     assert finished_job["returncode"] == 0, finished_job["stderr"][-3000:]
     assert finished_job["run"]["status"] == "succeeded"
     assert {n: row["state"] for n, row in finished_job["nodes"].items()} == {0: "exited", 1: "exited"}
-    assert {r: (row["node_rank"], row["host"]) for r, row in finished_job["ranks"].items()} == {
+    assert {r: (row.node_rank, row.host) for r, row in finished_job["ranks"].items()} == {
         0: (0, "localhost"), 1: (1, "127.0.0.1")}
 
 
@@ -177,13 +177,13 @@ def test_a_node_that_drops_out_is_lost_with_the_time_and_the_job_ends(over_ssh):
     with RunStore(readonly=True) as store:
         nodes = {n["node_rank"]: n for n in store.nodes(run["id"])}
         [lost] = store.events(run["id"], kind="node_lost")
-        ranks = {r["rank"]: r for r in store.ranks(run["id"])}
+        ranks = {r.rank: r for r in store.ranks(run["id"])}
         finished = store.run(run["id"])
     assert finished["status"] == "failed" and finished["summary"]["first_failure"]["rank"] == 1
     assert nodes[1]["state"] == "lost" and nodes[0]["state"] != "lost"
     assert killed_at <= lost["t"] <= killed_at + 10 and killed_at <= nodes[1]["changed"] <= killed_at + 10
     assert time.strftime("%H:%M:%S", time.localtime(lost["t"])) in nodes[1]["detail"]
-    assert ranks[1]["state"] == "lost"
+    assert ranks[1].state == "lost"
     wait_for(lambda: processes_with_marker(run_key) == [] and ssh_clients(run_key) == [], 15,
              what="every process of the job to end")
 

@@ -114,10 +114,11 @@ def test_run_example_on_one_gpu_launches_one_nccl_rank(tmp_path):
     assert result.returncode != 0
     with RunStore(home / "data" / "runs.db", readonly=True) as store:
         [run] = store.runs(limit=5)
-        ranks = store.ranks(run["id"])
-    assert run["world_size"] == 1 and [rank["rank"] for rank in ranks] == [0]
-    assert "CUDA_VISIBLE_DEVICES=0 " in run["command"] and "RANKWATCH_BACKEND=nccl " in run["command"]
-    assert "--nproc-per-node=1 " in run["command"]
+        ranks = store.ranks(run.id)
+    command = run.command or ""
+    assert run.world_size == 1 and [rank.rank for rank in ranks] == [0]
+    assert "CUDA_VISIBLE_DEVICES=0 " in command and "RANKWATCH_BACKEND=nccl " in command
+    assert "--nproc-per-node=1 " in command
     said = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("[rank ")]
     assert said and all(line.startswith("[rank 0] ") for line in said)
     assert "nccl" in said[-1].lower()  # the one rank tried the backend it was given

@@ -40,8 +40,8 @@ def test_eight_workers_all_records_stored(tmp_path):
     assert stored_metrics(tmp_path, hub) == sent, dict(hub.stats)
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
         ranks = store.ranks(hub.run_id)
-    assert [r["rank"] for r in ranks] == list(range(8))
-    assert all(r["state"] == "exited" and r["exit_code"] == 0 for r in ranks)
+    assert [r.rank for r in ranks] == list(range(8))
+    assert all(r.state == "exited" and r.exit_code == 0 for r in ranks)
 
 
 def test_wrong_or_missing_token_is_refused_and_others_go_on(tmp_path):
@@ -62,7 +62,7 @@ def test_wrong_or_missing_token_is_refused_and_others_go_on(tmp_path):
     assert hub.stats["refused_bad_token"] == 1
     assert stored_metrics(tmp_path, hub) == sent == 1000
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
-        assert [r["rank"] for r in store.ranks(hub.run_id)] == [0]
+        assert [r.rank for r in store.ranks(hub.run_id)] == [0]
 
 
 def garbage_lines(count: int, seed: int = 7) -> list[bytes]:

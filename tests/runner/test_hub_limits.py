@@ -66,8 +66,8 @@ def test_a_workers_bad_values_are_dropped_counted_per_rank_and_told(tmp_path):
     assert stored_count(tmp_path, hub) == 100
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
         [row] = store.ranks(hub.run_id)
-    assert (row["rejected"], row["dropped"], row["sent"]) == (200, 7, 300)
-    assert row["first_seen"] is not None and row["first_seen"] <= row["last_seen"]
+    assert (row.rejected, row.dropped, row.sent) == (200, 7, 300)
+    assert row.first_seen is not None and row.last_seen is not None and row.first_seen <= row.last_seen
     told = events_of(tmp_path, hub, "records_rejected")
     assert told[0]["rank"] == 3 and told[0]["data"]["message"].startswith("rank 3: 2 records dropped")
     assert told[-1]["data"]["count"] == 200

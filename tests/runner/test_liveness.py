@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from runner.rows import StoredRun
 from runner.state import RunStatus
 from runner.store import schema
 from runner.store.liveness import effective_status, process_identity, runner_alive
@@ -28,26 +29,26 @@ def processes():
         process.wait()
 
 
-def record_run(store: RunStore, runner_pid: int) -> dict:
+def record_run(store: RunStore, runner_pid: int) -> StoredRun:
     run_id = store.create_run(run_key=f"key-{runner_pid}", profile=None, spec_toml="", command=None, host="h",
                               workdir=None, runner_pid=runner_pid, socket=None, world_size=1, status="running")
-    return store.run(run_id)
+    return store.stored_run(run_id)
 
 
 def test_the_recorded_runner_is_alive_and_a_process_given_its_pid_later_is_not(processes):
     runner = processes()
     with RunStore() as store:
         run = record_run(store, runner.pid)
-        assert run["runner_identity"] == process_identity(runner.pid) is not None
+        assert run.runner_identity == process_identity(runner.pid) is not None
         assert runner_alive(run) and effective_status(run) == "running"
         runner.kill()
         runner.wait()
-        assert not runner_alive(store.run(run["id"]))
+        assert not runner_alive(store.stored_run(run.id))
         time.sleep(0.05)  # a pid is given again only after its process ended: a later start time (ticks of 10 ms)
         later = processes()
-        store.connection.execute("UPDATE runs SET runner_pid = ? WHERE id = ?", (later.pid, run["id"]))
+        store.connection.execute("UPDATE runs SET runner_pid = ? WHERE id = ?", (later.pid, run.id))
         store.connection.commit()
-        reused = store.run(run["id"])
+        reused = store.stored_run(run.id)
     assert later.poll() is None  # a live process has the pid...
     assert not runner_alive(reused)  # ...but it is not the runner: the run was lost
     assert effective_status(reused) == RunStatus.LOST.value
@@ -77,10 +78,10 @@ def test_a_run_recorded_before_identities_were_kept_falls_back_to_the_start_time
     connection.commit()
     connection.close()
     with RunStore(path) as store:
-        run = store.run(store.resolve_run_id("last"))
-        assert run["runner_identity"] is None and runner_alive(run)
+        run = store.stored_run(store.resolve_run_id("last"))
+        assert run.runner_identity is None and runner_alive(run)
         time.sleep(1.6)  # psutil's start time can read up to 1 s early, plus the slack
         later = processes()
-        store.connection.execute("UPDATE runs SET runner_pid = ? WHERE id = ?", (later.pid, run["id"]))
+        store.connection.execute("UPDATE runs SET runner_pid = ? WHERE id = ?", (later.pid, run.id))
         store.connection.commit()
-        assert not runner_alive(store.run(run["id"]))
+        assert not runner_alive(store.stored_run(run.id))

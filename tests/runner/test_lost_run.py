@@ -29,7 +29,7 @@ def test_a_lost_run_says_when_and_how_and_counts_what_was_stored(tmp_path):
                        (2, {"state": "exited", "dropped": 5})])
     assert record_lost_run(str(path), run_id, died=20.0, processes_killed=2)
     with RunStore(path, readonly=True) as store:
-        run, ranks = store.run(run_id), {row["rank"]: row["state"] for row in store.ranks(run_id)}
+        run, ranks = store.run(run_id), {row.rank: row.state for row in store.ranks(run_id)}
     assert (run["status"], run["ended"]) == ("lost", 20.0)
     assert ranks == {0: "lost", 1: "lost", 2: "exited"}  # the finished rank keeps its end
     summary = run["summary"]

@@ -140,5 +140,5 @@ def test_runners_and_readers_racing_on_a_fresh_store_all_succeed(tmp_path):
             assert racer.returncode == 0, f"round {round_number}: {err}"
         with RunStore(path, readonly=True) as store:
             assert store.connection.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
-            assert sorted(run["run_key"] for run in store.runs()) == [f"key-{index}" for index in range(4)]
+            assert sorted(run.run_key for run in store.runs()) == [f"key-{index}" for index in range(4)]
         assert _schema_of(path) == expected

@@ -55,7 +55,7 @@ def run_by_profile(home: Path, script: str) -> dict | None:
     stem = Path(script).stem
 
     def find(store):
-        return next((run for run in store.runs(limit=20) if run["profile"] == stem), None)
+        return next((store.run(run.id) for run in store.runs(limit=20) if run.profile == stem), None)
     return read_store(home, find)
 
 
@@ -66,7 +66,7 @@ def slurm_job_id(home: Path, run_id: int) -> str | None:
 
 def running_ranks(home: Path, run_id: int) -> int:
     ranks = read_store(home, lambda store: store.ranks(run_id)) or []
-    return len([row for row in ranks if row["state"] == "running"])
+    return len([row for row in ranks if row.state == "running"])
 
 
 def send_stop(socket_path: str) -> None:

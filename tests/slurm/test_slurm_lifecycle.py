@@ -38,6 +38,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from runner.store.store import stored_rank_json
 from tests.jobs import SCRIPTS, processes_with_marker, rankwatch, start_rankwatch, wait_for
 from tests.slurm.helpers import (
     StatusRecorder,
@@ -57,7 +58,7 @@ FILLERS = {"blocker": ("--nproc-per-node", "2"), "limited": ("--time", "1"), "ou
 
 
 def submitted(home: Path, job_name: str) -> dict | None:
-    runs = read_store(home, lambda store: store.runs(limit=10)) or []
+    runs = read_store(home, lambda store: [store.run(run.id) for run in store.runs(limit=10)]) or []
     return next((run for run in runs if f"--job-name={job_name}\n" in (run["command"] or "")), None)
 
 
@@ -126,10 +127,10 @@ def lifecycle(slurm_cluster, tmp_path_factory):
     seen = statuses.stop()
 
     def facts(store):
-        return {"run": store.run(run_id), "ranks": {row["rank"]: row for row in store.ranks(run_id)},
+        return {"run": store.run(run_id), "ranks": {row.rank: stored_rank_json(row) for row in store.ranks(run_id)},
                 "metrics": store.metrics(run_id), "slurm_events": store.events(run_id, kind="slurm"),
                 "nodes": store.nodes(run_id), "logs": store.logs(run_id),
-                "fillers": {name: {"run": store.run(run["id"]), "ranks": store.ranks(run["id"]),
+                "fillers": {name: {"run": store.run(run["id"]), "ranks": [stored_rank_json(row) for row in store.ranks(run["id"])],
                                    "nodes": store.nodes(run["id"]), "warnings": store.events(run["id"], kind="warning")}
                             for name, run in runs.items()}}
     return {"job": job, "jobs": jobs, "marked": marked, "statuses": seen, "squeue_while_queued": squeue_while_queued,

@@ -53,7 +53,7 @@ def test_a_run_submitted_over_ssh_reports_through_the_login_host(slurm_cluster, 
     submitted = read_store(tmp_path, lambda store: store.events(run["id"], kind="slurm_submitted"))
     assert submitted[0]["data"]["where"] == "on 127.0.0.1"
     summary = stderr[stderr.rindex("── Rankwatch"):]
-    hosts = {row["rank"]: row["host"] for row in read_store(tmp_path, lambda store: store.ranks(run["id"]))}
+    hosts = {row.rank: row.host for row in read_store(tmp_path, lambda store: store.ranks(run["id"]))}
     assert sorted(hosts.values()) == ["n1", "n2"]  # c10d decides which node gets which rank
     assert f"rank 1 on {hosts[1]} failed first (exit code 1): ValueError: bad batch shape on rank 1" in summary
     logs = read_store(tmp_path, lambda store: store.logs(run["id"]))

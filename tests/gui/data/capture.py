@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
-from runner.store.store import RunStore  # noqa: E402
+from runner.store.store import RunStore, stored_rank_json  # noqa: E402
 from tests.jobs import SCRIPTS, processes_with_marker, wait_for  # noqa: E402
 
 DATA = Path(__file__).resolve().parent
@@ -54,7 +54,7 @@ def _latest(home: Path) -> dict | None:
     try:
         with RunStore(store_file, readonly=True) as store:
             runs = store.runs(limit=1)
-            return runs[0] if runs else None
+            return store.run(runs[0].id) if runs else None
     except Exception:
         return None
 
@@ -68,7 +68,7 @@ def _dump(name: str, home: Path, command: list[str], **extra) -> Path:
         logs = [[row["rank"], row["t"], row["stream"], row["line"], row["node"]]
                 for row in store.logs(run_id, limit=LOG_TAIL)]
         fixture = {"scenario": name, "command": command, "run": {k: v for k, v in run.items() if k != "socket"},
-                   "ranks": store.ranks(run_id), "nodes": store.nodes(run_id), "events": events, "logs": logs, **extra}
+                   "ranks": [stored_rank_json(row) for row in store.ranks(run_id)], "nodes": store.nodes(run_id), "events": events, "logs": logs, **extra}
     path = DATA / f"{name}.json"
     text = json.dumps(fixture, indent=1, default=str)
     path.write_text(text + "\n", encoding="utf-8")
@@ -187,7 +187,7 @@ def two_nodes_lost() -> Path:
         def both_running():
             with RunStore(home / "data" / "runs.db", readonly=True) as store:
                 ranks = store.ranks(run["id"])
-                return len([r for r in ranks if r["state"] == "running"]) == 2
+                return len([r for r in ranks if r.state == "running"]) == 2
         wait_for(both_running, 120, interval=0.5, what="both ranks")
 
         def both_printing():

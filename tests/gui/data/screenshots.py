@@ -227,7 +227,7 @@ def shoot_all(selected: set[str]) -> None:
     if "failure" in selected:
         _run(env, "--nproc-per-node", "2", str(SCRIPTS / "diag_exception.py"), timeout=300)
         with _store(home) as store:
-            failed = store.runs(limit=1)[0]["id"]
+            failed = store.runs(limit=1)[0].id
         xvfb_shot(OUT / "failure.png", FULL, _window_command(failed, "diagnosis", FULL), env)
 
     if "stacks" in selected:
@@ -239,11 +239,11 @@ def shoot_all(selected: set[str]) -> None:
             def captured() -> bool:
                 with _store(home) as store:
                     runs = store.runs(limit=1)
-                    return bool(runs) and runs[0]["id"] > live_id and bool(store.events(runs[0]["id"], kind="stacks"))
+                    return bool(runs) and runs[0].id > live_id and bool(store.events(runs[0].id, kind="stacks"))
 
             _wait(captured, 300, "the hang's stack capture")
             with _store(home) as store:
-                hang = store.runs(limit=1)[0]["id"]
+                hang = store.runs(limit=1)[0].id
             xvfb_shot(OUT / "stacks.png", FULL, _window_command(hang, "stacks", FULL), env)
         finally:
             runner.send_signal(signal.SIGINT)

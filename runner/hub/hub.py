@@ -346,7 +346,8 @@ class Hub:
             rank_rows = [(row.rank, _store_columns(row)) for row in rows]
             seq = await self.writer.call(self._commit, batch, rank_rows)
             await self._tell_if_store_incomplete()
-            self.publisher.publish(seq, batch, [row.to_wire() for row in rows],
+            wire_rows = [row.to_wire() for row in rows] if self.publisher.subscribers else []  # none to tell
+            self.publisher.publish(seq, batch, wire_rows,
                                    self._run_row if run_changed else None, nodes)
 
     def _commit(self, store: RunStore, batch: RecordBatch, rank_rows: list[tuple[int, dict[str, Any]]]) -> int:

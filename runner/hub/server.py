@@ -54,6 +54,7 @@ from pathlib import Path
 from rankwatch import protocol
 from runner.hub.freshness import WATCHED
 from runner.hub.ingest import Ingest
+from runner.hub.line_reader import LineReader, line_reader_factory
 from runner.hub.lines import OVERSIZED, STREAM_LIMIT, ClientConduct, peer_pid, read_bounded_line
 from runner.hub.observer import Observers
 from runner.hub.publisher import Publisher, SocketSubscriber
@@ -189,7 +190,8 @@ class ConnectionServer:
         old_umask = os.umask(0o177)  # the socket is created 0600, never briefly wider
         try:
             # Same user only (0600): full-size lines from the start (a hello carries the script's argv).
-            server = await asyncio.start_unix_server(self._handle, path=str(path), limit=STREAM_LIMIT)
+            loop = asyncio.get_running_loop()
+            server = await loop.create_unix_server(line_reader_factory(self._handle, STREAM_LIMIT), path=str(path))
         finally:
             os.umask(old_umask)
         os.chmod(path, 0o600)
@@ -198,7 +200,8 @@ class ConnectionServer:
     async def serve_tcp(self, host: str, port: int) -> int:
         """Listen on TCP (multi-node only); only agents with the token are let in. Returns the port."""
         handler = functools.partial(self._handle, over_tcp=True)
-        server = await asyncio.start_server(handler, host=host, port=port, limit=PREAUTH_LINE_BYTES)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(line_reader_factory(handler, PREAUTH_LINE_BYTES), host=host, port=port)
         self._servers.append(server)
         return int(server.sockets[0].getsockname()[1])
 
@@ -320,9 +323,30 @@ class ConnectionServer:
             if connection.role is None:
                 if not await self._first_message(connection, fields):
                     return
+                if connection.role in ("worker", "agent") and isinstance(reader, LineReader):
+                    # from here on each line is taken as it arrives, not a loop turn later
+                    await reader.push_lines(functools.partial(self._take_line, connection))
+                    return
                 continue
             if not self._take(connection, fields):
                 return
+
+    def _take_line(self, connection: Connection, line: bytes | object) -> bool:
+        """A line of a worker or an agent (``LineReader.push_lines``), as ``_serve`` takes a line
+        after the role is given; False to hang up."""
+        conduct = connection.conduct
+        if line is OVERSIZED:
+            conduct.record_bad("oversized")
+            self.stats["bad_line_oversized"] += 1
+            return not conduct.should_disconnect()
+        assert isinstance(line, bytes)
+        try:
+            fields = protocol.decode(line)
+        except protocol.ProtocolError as error:
+            conduct.record_bad(error.reason)
+            self.stats[f"bad_line_{error.reason}"] += 1
+            return not conduct.should_disconnect()
+        return self._take(connection, fields)
 
     async def _first_message(self, connection: Connection, fields: dict[str, object]) -> bool:
         """Give the connection its role; False to hang up."""

@@ -39,6 +39,12 @@ BAD_ROW_ERRORS = (sqlite3.Error, ValueError, TypeError, OverflowError, UnicodeEr
 """What a row the store cannot take raises (sqlite3 binds values before SQLite sees them)."""
 RESERVE_BYTES = 1 << 20
 """Room kept on the store's disk for the run's end (its row, its rank rows, a few events)."""
+WRITER_CACHE_KIB = 16 << 10
+"""The writer's page cache (SQLite's default is 2 MiB). Every commit of a big run touches one index
+page per series it holds records of (``metrics_by_series``: 12,288 series at 1,024 ranks, spread
+over ~48 MiB of index); with the default cache most of them were read back from the file, and the
+writer thread spent more time in the kernel than in Python. 16 MiB took as much off as 64 MiB did
+(``tests/bench/PERFORMANCE.md``), for a quarter of the memory; only pages in use are held."""
 
 
 class StoreWriter:
@@ -61,6 +67,7 @@ class StoreWriter:
     def _with_store(self, function: Callable[..., Result], *args: Any) -> Result:
         if self._store is None:
             self._store = RunStore(self.store_path)
+            self._store.connection.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
             self._keep_reserve()
         return function(self._store, *args)
 

@@ -10,6 +10,7 @@ so every thread opens its own ``RunStore``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -278,15 +279,21 @@ class RunStore:
             self._upsert_rank(run_id, rank, values)
 
     def _upsert_rank(self, run_id: int, rank: int, values: dict[str, Any]) -> None:
-        unknown = set(values) - set(self.RANK_COLUMNS)
-        if unknown:
-            raise ValueError(f"not rank columns: {sorted(unknown)}")
-        columns = ", ".join(["run_id", "rank", *values])
-        marks = ", ".join("?" * (2 + len(values)))
-        updates = ", ".join(f"{k} = excluded.{k}" for k in values) or "rank = rank"
-        self.connection.execute(
-            f"INSERT INTO ranks ({columns}) VALUES ({marks}) ON CONFLICT (run_id, rank) DO UPDATE SET {updates}",
-            (run_id, rank, *values.values()))
+        self.connection.execute(_rank_upsert_statement(tuple(values)), (run_id, rank, *values.values()))
+
+    def _upsert_ranks(self, run_id: int, rank_rows: list[tuple[int, dict[str, Any]]]) -> None:
+        """Each run of consecutive rows with the same columns (a flush's changed rows all have the
+        hub's) in one ``executemany``: at 1,024 ranks a flush upserts hundreds of rows, and one
+        statement each cost the writer thread as much as the metric records themselves."""
+        start = 0
+        while start < len(rank_rows):
+            columns = tuple(rank_rows[start][1])
+            end = start + 1
+            while end < len(rank_rows) and tuple(rank_rows[end][1]) == columns:
+                end += 1
+            self.connection.executemany(_rank_upsert_statement(columns),
+                                        [(run_id, rank, *values.values()) for rank, values in rank_rows[start:end]])
+            start = end
 
     def upsert_node(self, run_id: int, node_rank: int, host: str, state: str, processes: int | None = None,
                     detail: str | None = None) -> None:
@@ -331,8 +338,8 @@ class RunStore:
                 connection.executemany(
                     f"INSERT INTO process_samples (run_id, t, rank, pid, cpu_percent, rss_bytes, threads)"
                     f" VALUES ({run},?,?,?,?,?,?)", batch.process_samples)
-            for rank, values in rank_rows or ():
-                self._upsert_rank(run, rank, values)
+            if rank_rows:
+                self._upsert_ranks(run, rank_rows)
 
     # ---- reading -------------------------------------------------------------------
 
@@ -596,6 +603,22 @@ class RunStore:
             values[skipped] = 1 if values[skipped] else 0
             values[clock] = clock_name(values[clock])
             yield tuple(values)
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_upsert_statement(columns: tuple[str, ...]) -> str:
+    """The upsert of a rank row's ``columns`` (built once per set of columns).
+
+    Raises:
+        ValueError: a name that is not a column of ``ranks``.
+    """
+    unknown = set(columns) - set(RunStore.RANK_COLUMNS)
+    if unknown:
+        raise ValueError(f"not rank columns: {sorted(unknown)}")
+    names = ", ".join(["run_id", "rank", *columns])
+    marks = ", ".join("?" * (2 + len(columns)))
+    updates = ", ".join(f"{name} = excluded.{name}" for name in columns) or "rank = rank"
+    return f"INSERT INTO ranks ({names}) VALUES ({marks}) ON CONFLICT (run_id, rank) DO UPDATE SET {updates}"
 
 
 STEP_METRICS = (LOSS, STEP_TIME, DATA_WAIT, SAMPLES_PER_SECOND, CPU_WAIT, SKIPPED_STEP, PHASE_CLOCK, *PHASE_METRICS,

@@ -24,13 +24,13 @@ def test_rank_rows_of_mixed_columns_are_each_stored_and_the_later_row_of_a_rank_
             (0, {"host": "a", "pid": 10, "state": "exited"}),
             (3, {"host": "d", "pid": 13, "state": "running"}),
         ])
-        ranks = {row["rank"]: row for row in store.ranks(run_id)}
+        ranks = {row.rank: row for row in store.ranks(run_id)}
 
     assert sorted(ranks) == [0, 1, 2, 3]
-    assert (ranks[0]["host"], ranks[0]["pid"], ranks[0]["state"]) == ("a", 10, "exited")
-    assert (ranks[1]["host"], ranks[1]["state"]) == ("b", "running")
-    assert (ranks[2]["state"], ranks[2]["exit_code"]) == ("failed", 3)
-    assert (ranks[3]["host"], ranks[3]["pid"]) == ("d", 13)
+    assert (ranks[0].host, ranks[0].pid, ranks[0].state) == ("a", 10, "exited")
+    assert (ranks[1].host, ranks[1].state) == ("b", "running")
+    assert (ranks[2].state, ranks[2].exit_code) == ("failed", 3)
+    assert (ranks[3].host, ranks[3].pid) == ("d", 13)
 
 
 def test_a_rank_row_with_an_unknown_column_refuses_the_whole_write(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QEvent, QObject
 
 from gui.charts import chart as chart_module
 from gui.charts.grid import ChartGrid
@@ -140,3 +141,50 @@ def test_a_band_samples_a_ranks_own_points_where_they_are_few_and_its_decimated_
     long.append(many, many + 1.7e9, many)
     x, _y = long.band_points(STEP, None, None, bins=100)
     assert len(x) < len(many) / 2  # decimated: at most about two points a bin
+
+
+class _PaintCounter(QObject):
+    """Counts the paint events a widget gets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paints = 0
+
+    def eventFilter(self, _watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.Paint:
+            self.paints += 1
+        return False
+
+
+def test_new_points_of_ranks_inside_the_band_repaint_nothing_until_the_band_is_recomputed(qtbot, monkeypatch):
+    """Their points show only through the band: emptying their curves again every frame cost ~3 ms
+    a chart at 1,024 ranks, and a repaint of every chart every frame."""
+    monkeypatch.setattr(chart_module, "BAND_SECONDS", 1e9)  # the band is not due again
+    model = MonitorModel()
+
+    def steps(first: int, count: int) -> None:
+        model.apply(UpdateMessage(metrics=tuple(MetricRecord(rank, 1000.0 + step, step, "loss", 1.0 + rank / 100,
+                                                             "auto")
+                                                for step in range(first, first + count) for rank in range(32))
+                                  ).to_wire())
+
+    steps(0, 20)
+    grid = ChartGrid(model, refresh_hz=1)
+    qtbot.addWidget(grid)
+    grid.resize(800, 600)
+    grid.show()
+    grid.refresh(force=True)
+    loss = grid.charts["loss"]
+    assert loss.band_mode and loss.band is not None and not loss.highlighted
+    qtbot.wait(50)
+    counter = _PaintCounter()
+    loss.plot_widget.viewport().installEventFilter(counter)
+    steps(20, 3)
+    grid.refresh()
+    qtbot.wait(50)
+    assert not loss.band_recomputed and counter.paints == 0
+    assert all(loss.curve_points(key) == 0 for key in loss.keys)
+    loss._band_every = 0.0  # the band is due: it is recomputed with the new steps and repainted
+    grid.refresh()
+    qtbot.wait(50)
+    assert loss.band_recomputed and counter.paints > 0 and loss.band is not None and loss.band.x[-1] == 22.0

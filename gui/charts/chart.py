@@ -74,10 +74,10 @@ DEFAULT_PIXELS = 800
 """Width assumed before the plot has been laid out."""
 LEFT_AXIS_WIDTH = 54
 BAND_SECONDS = 2.0
-"""The band across many ranks is recomputed at most this often while data streams in. A frame
-that redraws a band costs about twice one that does not (~66 against ~31 ms with five
-1,024-rank charts: the fill is repainted, not only computed), so the frames between bands are
-most frames: 1 s made more than half the frames band frames once a band was cheap to compute."""
+"""The band across many ranks is recomputed at most this often while data streams in: the new
+steps of ranks inside it reach the screen with the next band. With five 1,024-rank charts a band
+frame costs ~22 ms (~20 ms of it sampling 1,024 ranks' curves), a frame between bands ~5 ms
+(``tests/bench/bench_band_frames.py``)."""
 BAND_SHARE = 0.025
 """...and at most this share of the GUI thread's time per chart, for bands slower to compute
 than ``BAND_SECONDS`` allows (a band that takes 80 ms waits 3.2 s), so five charts' bands take
@@ -841,8 +841,8 @@ class MetricChart(QWidget):
     def _refresh_band(self, pixels: int, low: float | None, high: float | None, force: bool,
                       allowed: bool = True) -> bool:
         """Recompute the band when the data changed, at most every ``BAND_SECONDS`` (1,024 ranks'
-        curves are resampled for it), and when only data changed, in a frame the grid ``allowed``;
-        True when it was redrawn."""
+        curves are sampled for it, from their stored points: ``rank_band``), and when only data
+        changed, in a frame the grid ``allowed``; True when it was redrawn."""
         state = (sum(len(curve.series) for curve in self._curves.values()), pixels, low, high, self._x_axis,
                  self._t0, self.smoothing, self.log_y)
         now = time.monotonic()
@@ -858,8 +858,8 @@ class MetricChart(QWidget):
         bins = max(2, pixels // 2)
         for curve in self._curves.values():
             smoothed = curve.smoothed.sync() if curve.smoothed is not None else None
-            curves.append(curve.series.band_points(self._x_axis, low, high, bins, smoothed))
-        band = rank_band(curves, bins)
+            curves.append(curve.series.band_points(self._x_axis, smoothed))
+        band = rank_band(curves, bins, low, high)
         self._band_every = max(BAND_SECONDS, (time.monotonic() - now) / BAND_SHARE)
         self.band, self._band_drawn, self._band_at = band, state, now
         if band is None:

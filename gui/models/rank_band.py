@@ -59,8 +59,9 @@ def rank_band(curves: Sequence[tuple[np.ndarray, np.ndarray]], bins: int, x_min:
         return None
     grid = np.linspace(low, high, bins)
     sampled = sample_on_grid(usable, firsts, lasts, grid)
-    counted = np.isfinite(sampled).any(axis=0)
-    ranks = int(np.isfinite(sampled).any(axis=1).sum())
+    finite = np.isfinite(sampled)
+    counted = finite.any(axis=0)
+    ranks = int(finite.any(axis=1).sum())
     grid, sampled = grid[counted], sampled[:, counted]
     if not len(grid):
         return None
@@ -102,7 +103,7 @@ def sample_on_grid(curves: list[tuple[np.ndarray, np.ndarray]], firsts: np.ndarr
         sampled = y_before + (y_after - y_before) * fraction
         enclosed = (fraction >= 0.0) & (fraction <= 1.0) & np.isfinite(sampled)
     inside = (grid >= firsts[:, None]) & (grid <= lasts[:, None])
-    sampled = np.where(inside, sampled, np.nan)
+    sampled[~inside] = np.nan
     for row in np.flatnonzero((inside > enclosed).any(axis=1)):  # inside its range, not enclosed
         sampled[row] = interpolate_within(*curves[row], grid)
     return sampled

@@ -317,9 +317,10 @@ class Series:
         long the run: decimating a thousand ranks' curves first took 36 us a rank, and moved the
         sampled values inside each pixel's range."""
         column = (self.values if values is None else values).values
-        x = self.axis(axis)
-        size = min(len(x), len(column))
-        x, y = x[:size], column[:size]
+        x, y = self.axis(axis), column
+        if len(x) != len(y):
+            size = min(len(x), len(y))
+            x, y = x[:size], y[:size]
         x.flags.writeable = False
         y.flags.writeable = False
         return x, y

@@ -44,8 +44,8 @@ def rank_band(curves: Sequence[tuple[np.ndarray, np.ndarray]], bins: int, x_min:
     """The band of ``curves`` (each a rank's stored (x, y), x ascending, of equal lengths) on ``bins``
     grid points across their x range, cut to ``[x_min, x_max]`` (a zoomed view); None when no rank
     has two finite points there."""
-    usable = [_finite_ends(x, y) for x, y in curves if len(x) >= 2 and len(x) == len(y)]
-    usable = [curve for curve in usable if curve is not None]
+    usable = [curve for x, y in curves if len(x) >= 2 and len(x) == len(y)
+              if (curve := _finite_ends(x, y)) is not None]
     if not usable or bins < 2:
         return None
     firsts = np.array([float(x[0]) for x, _y in usable])
@@ -104,8 +104,9 @@ def sample_on_grid(curves: list[tuple[np.ndarray, np.ndarray]], firsts: np.ndarr
         enclosed = (fraction >= 0.0) & (fraction <= 1.0) & np.isfinite(sampled)
     inside = (grid >= firsts[:, None]) & (grid <= lasts[:, None])
     sampled[~inside] = np.nan
-    for row in np.flatnonzero((inside > enclosed).any(axis=1)):  # inside its range, not enclosed
-        sampled[row] = interpolate_within(*curves[row], grid)
+    for row in np.flatnonzero((inside > enclosed).any(axis=1)).tolist():  # inside its range, not enclosed
+        x, y = curves[row]
+        sampled[row] = interpolate_within(x, y, grid)
     return sampled
 
 

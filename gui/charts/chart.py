@@ -843,12 +843,12 @@ class MetricChart(QWidget):
         """Recompute the band when the data changed, at most every ``BAND_SECONDS`` (1,024 ranks'
         curves are sampled for it, from their stored points: ``rank_band``), and when only data
         changed, in a frame the grid ``allowed``; True when it was redrawn."""
+        now = time.monotonic()
+        if not force and self._band_drawn is not None and now - self._band_at < self._band_every:
+            return False  # checked first: counting 1,024 ranks' points for the state was most of a plain frame
         state = (sum(len(curve.series) for curve in self._curves.values()), pixels, low, high, self._x_axis,
                  self._t0, self.smoothing, self.log_y)
-        now = time.monotonic()
         if state == self._band_drawn and not force:
-            return False
-        if not force and self._band_drawn is not None and now - self._band_at < self._band_every:
             return False
         view_changed = self._band_drawn is None or state[1:] != self._band_drawn[1:]
         if not force and not view_changed and not allowed:

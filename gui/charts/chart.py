@@ -74,10 +74,10 @@ DEFAULT_PIXELS = 800
 """Width assumed before the plot has been laid out."""
 LEFT_AXIS_WIDTH = 54
 BAND_SECONDS = 2.0
-"""The band across many ranks is recomputed at most this often while data streams in. A frame
-that redraws a band costs about twice one that does not (~66 against ~31 ms with five
-1,024-rank charts: the fill is repainted, not only computed), so the frames between bands are
-most frames: 1 s made more than half the frames band frames once a band was cheap to compute."""
+"""The band across many ranks is recomputed at most this often while data streams in: the new
+steps of ranks inside it reach the screen with the next band. With five 1,024-rank charts a band
+frame costs ~22 ms (~20 ms of it sampling 1,024 ranks' curves), a frame between bands ~5 ms
+(``tests/bench/bench_band_frames.py``)."""
 BAND_SHARE = 0.025
 """...and at most this share of the GUI thread's time per chart, for bands slower to compute
 than ``BAND_SECONDS`` allows (a band that takes 80 ms waits 3.2 s), so five charts' bands take
@@ -85,6 +85,10 @@ an eighth of the thread at most."""
 BAND_KEYS = (-3, -2, -1)
 """The readout's rows for the band's p90, median and p10 (no rank has a negative key)."""
 READOUT_OFFSET = 14
+INSIDE_BAND = ("inside the band",)
+"""``_Curve.drawn`` of a rank drawn only through the band: its new points change nothing on the
+screen until the band is recomputed, so a frame neither empties it again nor repaints for it (at
+1,024 ranks that was ~3 ms a chart, and a repaint, every frame)."""
 
 # Tableau 10, readable on light and dark backgrounds alike.
 _CATEGORICAL = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
@@ -796,16 +800,16 @@ class MetricChart(QWidget):
         for curve in self._curves.values():
             if not self.curve_set.is_visible(curve.key):
                 continue
-            state = (len(curve.series), pixels, x_range, self._x_axis, self._t0, self.smoothing, self.log_y,
-                     self.band_mode and curve.key not in self.highlighted)
-            if state == curve.drawn and not force:
+            if self.band_mode and curve.key not in self.highlighted:  # inside the band: no curve of its own
+                if curve.drawn is not INSIDE_BAND:
+                    empty = np.empty(0)
+                    self.curve_set.set_points(curve.key, empty, empty)
+                    curve.drawn = INSIDE_BAND
+                    curve.points = 0
+                    changed = True
                 continue
-            if state[-1]:  # a rank inside the band: no curve of its own
-                empty = np.empty(0)
-                self.curve_set.set_points(curve.key, empty, empty)
-                curve.drawn = state
-                curve.points = 0
-                changed = True
+            state = (len(curve.series), pixels, x_range, self._x_axis, self._t0, self.smoothing, self.log_y)
+            if state == curve.drawn and not force:
                 continue
             faint = None
             if curve.smoothed is not None:
@@ -837,14 +841,14 @@ class MetricChart(QWidget):
     def _refresh_band(self, pixels: int, low: float | None, high: float | None, force: bool,
                       allowed: bool = True) -> bool:
         """Recompute the band when the data changed, at most every ``BAND_SECONDS`` (1,024 ranks'
-        curves are resampled for it), and when only data changed, in a frame the grid ``allowed``;
-        True when it was redrawn."""
+        curves are sampled for it, from their stored points: ``rank_band``), and when only data
+        changed, in a frame the grid ``allowed``; True when it was redrawn."""
+        now = time.monotonic()
+        if not force and self._band_drawn is not None and now - self._band_at < self._band_every:
+            return False  # checked first: counting 1,024 ranks' points for the state was most of a plain frame
         state = (sum(len(curve.series) for curve in self._curves.values()), pixels, low, high, self._x_axis,
                  self._t0, self.smoothing, self.log_y)
-        now = time.monotonic()
         if state == self._band_drawn and not force:
-            return False
-        if not force and self._band_drawn is not None and now - self._band_at < self._band_every:
             return False
         view_changed = self._band_drawn is None or state[1:] != self._band_drawn[1:]
         if not force and not view_changed and not allowed:
@@ -854,8 +858,8 @@ class MetricChart(QWidget):
         bins = max(2, pixels // 2)
         for curve in self._curves.values():
             smoothed = curve.smoothed.sync() if curve.smoothed is not None else None
-            curves.append(curve.series.band_points(self._x_axis, low, high, bins, smoothed))
-        band = rank_band(curves, bins)
+            curves.append(curve.series.band_points(self._x_axis, smoothed))
+        band = rank_band(curves, bins, low, high)
         self._band_every = max(BAND_SECONDS, (time.monotonic() - now) / BAND_SHARE)
         self.band, self._band_drawn, self._band_at = band, state, now
         if band is None:

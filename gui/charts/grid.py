@@ -429,7 +429,7 @@ class ChartGrid(QWidget):
             self._sync_series()
         self._update_highlighted()
         points = 0
-        band_allowed = True  # one chart's band a frame for new data: at 1,024 ranks a band is ~20-30 ms
+        band_allowed = True  # one chart's band a frame for new data: at 1,024 ranks a band is ~10-20 ms
         for chart in self._charts_band_first():
             if force or chart.isVisible():
                 points += chart.refresh(force, band_allowed)

@@ -6,10 +6,18 @@ median rank with the worst). Each rank's curve is sampled on one grid of ``bins`
 the range the ranks share (linear interpolation between its points; outside its own range a
 rank does not count), then the 10th, 50th and 90th percentiles are taken across ranks at each
 grid point, ignoring ranks without a value there.
+
+Sampling is columnar: ranks logging the same steps (the usual case) share one search for the
+points around each grid x, so a rank costs two gathers of ``2 * bins`` numbers, whatever its
+length; a rank whose points do not bracket the grid like that (other steps, times, gaps) is
+interpolated on its own. Either way the value is the rank's own stored points interpolated, never
+a decimated copy of them.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,40 +36,89 @@ class RankBand:
     high: np.ndarray
     """The 90th percentile."""
     ranks: int
-    """How many ranks the band was made of."""
+    """How many ranks the band was made of (those with a value somewhere on its grid)."""
 
 
-def rank_band(curves: list[tuple[np.ndarray, np.ndarray]], bins: int) -> RankBand | None:
-    """The band of ``curves`` (each a rank's (x, y), x ascending), on ``bins`` grid points;
-    None when no rank has two finite points."""
-    usable = []
-    for x, y in curves:
-        if len(x) < 2:
-            continue
-        if not (np.isfinite(y).all() and np.isfinite(x).all()):
-            finite = np.isfinite(x) & np.isfinite(y)
-            x, y = x[finite], y[finite]
-            if len(x) < 2:
-                continue
-        usable.append((x, y))
+def rank_band(curves: Sequence[tuple[np.ndarray, np.ndarray]], bins: int, x_min: float | None = None,
+              x_max: float | None = None) -> RankBand | None:
+    """The band of ``curves`` (each a rank's stored (x, y), x ascending, of equal lengths) on ``bins``
+    grid points across their x range, cut to ``[x_min, x_max]`` (a zoomed view); None when no rank
+    has two finite points there."""
+    usable = [curve for x, y in curves if len(x) >= 2 and len(x) == len(y)
+              if (curve := _finite_ends(x, y)) is not None]
     if not usable or bins < 2:
         return None
-    low = min(float(x[0]) for x, _y in usable)
-    high = max(float(x[-1]) for x, _y in usable)
+    firsts = np.array([float(x[0]) for x, _y in usable])
+    lasts = np.array([float(x[-1]) for x, _y in usable])
+    low, high = float(firsts.min()), float(lasts.max())
+    if x_min is not None:
+        low = max(low, x_min)
+    if x_max is not None:
+        high = min(high, x_max)
     if not high > low:
         return None
     grid = np.linspace(low, high, bins)
-    sampled = np.full((len(usable), bins), np.nan)
-    for row, (x, y) in enumerate(usable):
-        first = int(np.searchsorted(grid, x[0], side="left"))  # the grid inside this rank's own range
-        last = int(np.searchsorted(grid, x[-1], side="right"))
-        sampled[row, first:last] = np.interp(grid[first:last], x, y)
-    counted = np.isfinite(sampled).any(axis=0)
+    sampled = sample_on_grid(usable, firsts, lasts, grid)
+    finite = np.isfinite(sampled)
+    counted = finite.any(axis=0)
+    ranks = int(finite.any(axis=1).sum())
     grid, sampled = grid[counted], sampled[:, counted]
     if not len(grid):
         return None
     p10, p50, p90 = percentiles_across(sampled, PERCENTILES)
-    return RankBand(grid, p10, p50, p90, len(usable))
+    return RankBand(grid, p10, p50, p90, ranks)
+
+
+def _finite_ends(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(x, y) as they are when x starts and ends with a number (a step column is NaN only before
+    its first step); else the finite points only; None when fewer than two are left."""
+    if math.isfinite(x[0]) and math.isfinite(x[-1]):
+        return x, y
+    finite = np.isfinite(x) & np.isfinite(y)
+    return (x[finite], y[finite]) if finite.sum() >= 2 else None
+
+
+def sample_on_grid(curves: list[tuple[np.ndarray, np.ndarray]], firsts: np.ndarray, lasts: np.ndarray,
+                   grid: np.ndarray) -> np.ndarray:
+    """Each rank's curve at each ``grid`` x (a row per rank): its points linearly interpolated, NaN
+    outside ``[firsts[rank], lasts[rank]]`` (its own range).
+
+    The points around each grid x are looked up once, in the longest rank's x, and gathered from
+    every rank at those indices; where a rank's gathered x do not enclose the grid x (it logs
+    other steps) or a gathered value is not finite (a gap: its finite neighbours are joined
+    across it), that rank is interpolated on its own (``np.interp``), as before.
+    """
+    reference = max((x for x, _y in curves), key=len)
+    above = np.clip(reference.searchsorted(grid, side="right"), 1, len(reference) - 1)
+    around = np.concatenate((above - 1, above))
+    count, bins = len(curves), len(grid)
+    xs = np.empty((count, 2 * bins))
+    ys = np.empty((count, 2 * bins))
+    for row, (x, y) in enumerate(curves):
+        x.take(around, out=xs[row], mode="clip")
+        y.take(around, out=ys[row], mode="clip")
+    x_before, x_after, y_before, y_after = xs[:, :bins], xs[:, bins:], ys[:, :bins], ys[:, bins:]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fraction = (grid - x_before) / (x_after - x_before)
+        sampled = y_before + (y_after - y_before) * fraction
+        enclosed = (fraction >= 0.0) & (fraction <= 1.0) & np.isfinite(sampled)
+    inside = (grid >= firsts[:, None]) & (grid <= lasts[:, None])
+    sampled[~inside] = np.nan
+    for row in np.flatnonzero((inside > enclosed).any(axis=1)).tolist():  # inside its range, not enclosed
+        x, y = curves[row]
+        sampled[row] = interpolate_within(x, y, grid)
+    return sampled
+
+
+def interpolate_within(x: np.ndarray, y: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """One rank's curve at each ``grid`` x: its finite points linearly interpolated, NaN outside
+    their range."""
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        finite = np.isfinite(x) & np.isfinite(y)
+        x, y = x[finite], y[finite]
+    if len(x) < 2:
+        return np.full(len(grid), np.nan)
+    return np.interp(grid, x, y, left=np.nan, right=np.nan)
 
 
 def percentiles_across(values: np.ndarray, percentiles: tuple[float, ...]) -> list[np.ndarray]:

@@ -310,26 +310,20 @@ class Series:
         return xs, ys
 
 
-    def band_points(self, axis: str, x_min: float | None, x_max: float | None, bins: int,
-                    values: MinMaxColumn | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The points a rank band samples on ``bins`` grid points across ``[x_min, x_max]``
-        (``rank_band``): the stored points themselves, as read-only views, while there are at most
-        ``BAND_RAW_FACTOR * bins`` of them (the band interpolates between neighbours, so more
-        points cost nothing but the search); else the decimated curve (:meth:`decimate`). A
-        thousand ranks' bands took 36 us a rank to decimate, most of a band frame."""
-        column = self.values if values is None else values
-        first, stop = self.index_range(axis, x_min, x_max)
-        stop = min(stop, len(column))
-        if stop - first > BAND_RAW_FACTOR * max(1, bins):
-            return self.decimate(axis, x_min, x_max, bins, values)
-        x, y = self.axis(axis)[first:stop], column.values[first:stop]
+    def band_points(self, axis: str, values: MinMaxColumn | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Every stored point as a rank band samples it (``rank_band``): the x and value columns
+        (``values``: a smoothed copy of the same length) as read-only views of equal length. The
+        band gathers the points around its grid x from them, ``2 * bins`` numbers a rank however
+        long the run: decimating a thousand ranks' curves first took 36 us a rank, and moved the
+        sampled values inside each pixel's range."""
+        column = (self.values if values is None else values).values
+        x, y = self.axis(axis), column
+        if len(x) != len(y):
+            size = min(len(x), len(y))
+            x, y = x[:size], y[:size]
         x.flags.writeable = False
         y.flags.writeable = False
         return x, y
-
-
-BAND_RAW_FACTOR = 8
-"""Stored points per band grid point up to which a band reads them as they are."""
 
 
 def _fmin(a: float, b: float) -> float:

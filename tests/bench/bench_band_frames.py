@@ -1,9 +1,13 @@
 """Frame time of the chart grid with the median and p10-p90 band across many ranks (offscreen).
 
 A model holding 2,000 steps of loss for each rank count; then ``--frames`` frames, each after one
-new step of every rank. The band is recomputed at most every ``BAND_SECONDS`` (2 s): the
-other frames draw the band and the ranks that stand out only. ``--every-frame`` recomputes it
-each frame (the worst case); ``--every-rank`` draws each rank's own curve instead (up to 128).
+new step of every rank. The band is recomputed at most every ``BAND_SECONDS``: the other frames
+draw the band and the ranks that stand out only. ``--every-frame`` recomputes it each frame (the
+worst case); ``--every-rank`` draws each rank's own curve instead (up to 128).
+
+Band frames (a chart on show recomputed its band: ``MetricChart.band_recomputed``) are reported
+apart from the others, and each frame is split into ``refresh`` (the band and the curves computed
+and handed to the items) and ``paint`` (Qt drawing them, in ``processEvents``).
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python tests/bench/bench_band_frames.py [--ranks 64,1024]
 """
@@ -14,6 +18,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -32,6 +37,18 @@ NAMES = ("loss", "step_time", "samples_per_s", "data_wait", "grad_norm")
 """The metrics of ``--metrics N``: one chart each."""
 
 
+@dataclass(frozen=True)
+class Frame:
+    refresh_ms: float
+    paint_ms: float
+    band: bool
+    """A chart on show recomputed its band in this frame."""
+
+    @property
+    def total_ms(self) -> float:
+        return self.refresh_ms + self.paint_ms
+
+
 def loss_update(ranks: int, first: int, steps: int, metrics: int = 1) -> dict:
     return {"type": "update", "v": 1, "metrics": [[rank, T0 + step, step, name, 2.0 - step / STEPS + 0.01 * rank,
                                                    "auto"] for step in range(first, first + steps)
@@ -39,7 +56,7 @@ def loss_update(ranks: int, first: int, steps: int, metrics: int = 1) -> dict:
 
 
 def frames(app: QApplication, ranks: int, count: int, every_frame: bool, every_rank: bool, metrics: int = 1,
-           interval: float = 0.0) -> list[float]:
+           interval: float = 0.0) -> list[Frame]:
     model = MonitorModel()
     model.apply(loss_update(ranks, 0, STEPS, metrics))
     grid = ChartGrid(model, refresh_hz=1)
@@ -48,7 +65,8 @@ def frames(app: QApplication, ranks: int, count: int, every_frame: bool, every_r
     grid.show()
     app.processEvents()
     grid.refresh(force=True)
-    times = []
+    app.processEvents()
+    result = []
     for index in range(count):
         model.apply(loss_update(ranks, STEPS + index, 1, metrics))
         if interval:
@@ -58,10 +76,21 @@ def frames(app: QApplication, ranks: int, count: int, every_frame: bool, every_r
                 chart._band_at = 0.0
         started = time.perf_counter()
         grid.refresh()
+        refreshed = time.perf_counter()
         app.processEvents()
-        times.append(1000.0 * (time.perf_counter() - started))
+        painted = time.perf_counter()
+        band = any(chart.band_recomputed for chart in grid.charts.values() if chart.isVisible())
+        result.append(Frame(1000.0 * (refreshed - started), 1000.0 * (painted - refreshed), band))
     grid.close()
-    return times
+    return result
+
+
+def summary(times: list[float]) -> str:
+    if not times:
+        return "none"
+    ordered = sorted(times)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return f"{len(times)} frames, median {statistics.median(times):.1f} / p95 {p95:.1f} / max {max(times):.1f} ms"
 
 
 def main() -> None:
@@ -76,9 +105,15 @@ def main() -> None:
     args = parser.parse_args()
     app = QApplication([])
     for ranks in (int(text) for text in args.ranks.split(",")):
-        times = frames(app, ranks, args.frames, args.every_frame, args.every_rank, args.metrics, args.interval)
+        result = frames(app, ranks, args.frames, args.every_frame, args.every_rank, args.metrics, args.interval)
+        times = [frame.total_ms for frame in result]
         print(f"{ranks:5d} ranks: median {statistics.median(times):.1f} ms, max {max(times):.1f} ms; "
               f"per frame {[round(t) for t in times]}")
+        for label, kept in (("band frames", [f for f in result if f.band]),
+                            ("other frames", [f for f in result if not f.band])):
+            print(f"      {label}: {summary([f.total_ms for f in kept])}; "
+                  f"refresh {summary([f.refresh_ms for f in kept]).split(', ', 1)[-1]}; "
+                  f"paint {summary([f.paint_ms for f in kept]).split(', ', 1)[-1]}")
 
 
 if __name__ == "__main__":

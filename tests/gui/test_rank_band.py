@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QEvent, QObject
 
 from gui.charts import chart as chart_module
 from gui.charts.grid import ChartGrid
@@ -119,24 +120,122 @@ def test_a_band_that_takes_long_waits_longer_for_the_next(qtbot, monkeypatch):
     assert not loss.band_recomputed
 
 
-def test_a_band_samples_a_ranks_own_points_where_they_are_few_and_its_decimated_curve_beyond():
-    """The band interpolates each rank's stored points at its grid; decimating them first to
-    min/max pairs per pixel moved the sampled values inside each pixel's range, and cost most of
-    a 1,024-rank band frame."""
-    from gui.models.series import BAND_RAW_FACTOR, STEP, Series
+def test_a_band_samples_each_ranks_own_stored_points_however_many_it_has():
+    """The band interpolates each rank's stored points at its grid. Decimating them first to
+    min/max pairs per pixel (done beyond 8 points a grid point, to bound the cost) moved the
+    sampled values inside each pixel's range, and cost most of a 1,024-rank band frame."""
+    from gui.models.series import STEP, Series
 
-    series = Series()
-    steps = np.arange(400.0)
-    values = np.where(steps % 2 == 0, 1.0, 3.0)  # a zigzag: every pixel holds a 1 and a 3
-    series.append(steps, steps + 1.7e9, values)
-    x, y = series.band_points(STEP, 0.0, 399.0, bins=100)
-    np.testing.assert_array_equal(x, steps) and np.testing.assert_array_equal(y, values)
-    assert not x.flags.writeable and not y.flags.writeable  # the series' own memory, read only
-    band = rank_band([(x, y)], 9)
-    grid = np.linspace(0.0, 399.0, 9)
-    assert band is not None and np.allclose(band.median, np.interp(grid, steps, values))
-    long = Series()
-    many = np.arange(100.0 * BAND_RAW_FACTOR + 1)
-    long.append(many, many + 1.7e9, many)
-    x, _y = long.band_points(STEP, None, None, bins=100)
-    assert len(x) < len(many) / 2  # decimated: at most about two points a bin
+    for length in (400, 5000):
+        series = Series()
+        steps = np.arange(float(length))
+        values = np.where(steps % 2 == 0, 1.0, 3.0) + steps / length  # a zigzag: every pixel holds both
+        series.append(steps, steps + 1.7e9, values)
+        x, y = series.band_points(STEP)
+        np.testing.assert_array_equal(x, steps) and np.testing.assert_array_equal(y, values)
+        assert not x.flags.writeable and not y.flags.writeable  # the series' own memory, read only
+        band = rank_band([(x, y)], 97)
+        grid = np.linspace(0.0, length - 1.0, 97)
+        assert band is not None and np.allclose(band.median, np.interp(grid, steps, values), rtol=0, atol=1e-12)
+
+
+def _band_rank_by_rank(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:
+    """What the band is, written plainly: each rank's finite points interpolated at the grid (NaN
+    outside its own range), then the percentiles across ranks, NaN left out."""
+    rows = []
+    for x, y in curves:
+        finite = np.isfinite(x) & np.isfinite(y)
+        rows.append(np.interp(grid, x[finite], y[finite], left=np.nan, right=np.nan))
+    return np.nanpercentile(np.array(rows), [10.0, 50.0, 90.0], axis=0)
+
+
+def test_ranks_logging_other_steps_gaps_or_fewer_steps_get_the_band_their_own_points_give(qtbot):
+    """Ranks sharing their steps are sampled together (one search for all); the others are
+    sampled each on its own points, and a chart's band is the same as if every rank were, for
+    runs longer than the chart has pixels too."""
+    from gui.models.series import Series
+
+    generator = np.random.default_rng(7)
+    steps = np.arange(6000.0)
+    columns = [(steps, 2.0 - steps / 6000 + generator.normal(0, 0.05, len(steps))) for _rank in range(40)]
+    columns.append((steps[:4800], generator.normal(1.5, 0.2, 4800)))  # behind the others
+    columns.append((steps[::3], generator.normal(1.0, 0.2, 2000)))  # logs every third step only
+    columns.append((steps[1400:], generator.normal(1.2, 0.2, 4600)))  # started late
+    gappy = generator.normal(1.4, 0.2, len(steps))
+    gappy[2000:2200] = np.nan  # no value for 200 steps: joined across
+    columns.append((steps, gappy))
+    leading = steps.copy()
+    leading[:5] = np.nan  # steps unknown before the first one
+    columns.append((leading, generator.normal(1.6, 0.2, len(steps))))
+    chart = chart_module.MetricChart("loss")
+    qtbot.addWidget(chart)
+    chart.resize(900, 500)
+    chart.show()
+    for key, (x, y) in enumerate(columns):
+        series = Series()
+        series.append(x, x + 1.7e9, y)
+        chart.set_series(key, str(key), series, count=len(columns))
+    chart.set_band_mode(True)
+    chart.refresh(force=True)
+    band = chart.band
+    assert band is not None and band.ranks == len(columns) and len(band.x) > 100
+    np.testing.assert_allclose(band.x, np.linspace(0.0, 5999.0, len(band.x)))
+    expected = _band_rank_by_rank(columns, band.x)
+    np.testing.assert_allclose(np.array([band.low, band.median, band.high]), expected, rtol=0, atol=1e-9)
+
+
+def test_a_zoomed_band_spans_the_view_only():
+    x = np.arange(100.0)
+    curves = [(x, x * rank) for rank in range(1, 21)]
+    band = rank_band(curves, 11, 40.0, 60.0)
+    assert band is not None
+    np.testing.assert_allclose(band.x, np.linspace(40.0, 60.0, 11))
+    np.testing.assert_allclose(np.array([band.low, band.median, band.high]),
+                               _band_rank_by_rank(curves, band.x), rtol=0, atol=1e-9)
+
+
+class _PaintCounter(QObject):
+    """Counts the paint events a widget gets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paints = 0
+
+    def eventFilter(self, _watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.Paint:
+            self.paints += 1
+        return False
+
+
+def test_new_points_of_ranks_inside_the_band_repaint_nothing_until_the_band_is_recomputed(qtbot, monkeypatch):
+    """Their points show only through the band: emptying their curves again every frame cost ~3 ms
+    a chart at 1,024 ranks, and a repaint of every chart every frame."""
+    monkeypatch.setattr(chart_module, "BAND_SECONDS", 1e9)  # the band is not due again
+    model = MonitorModel()
+
+    def steps(first: int, count: int) -> None:
+        model.apply(UpdateMessage(metrics=tuple(MetricRecord(rank, 1000.0 + step, step, "loss", 1.0 + rank / 100,
+                                                             "auto")
+                                                for step in range(first, first + count) for rank in range(32))
+                                  ).to_wire())
+
+    steps(0, 20)
+    grid = ChartGrid(model, refresh_hz=1)
+    qtbot.addWidget(grid)
+    grid.resize(800, 600)
+    grid.show()
+    grid.refresh(force=True)
+    loss = grid.charts["loss"]
+    assert loss.band_mode and loss.band is not None and not loss.highlighted
+    qtbot.wait(50)
+    counter = _PaintCounter()
+    loss.plot_widget.viewport().installEventFilter(counter)
+    steps(20, 3)
+    grid.refresh()
+    qtbot.wait(50)
+    assert not loss.band_recomputed and counter.paints == 0
+    assert all(loss.curve_points(key) == 0 for key in loss.keys)
+    loss._band_every = 0.0  # the band is due: it is recomputed with the new steps and repainted
+    grid.refresh()
+    qtbot.wait(50)
+    assert loss.band_recomputed and counter.paints > 0 and loss.band is not None and loss.band.x[-1] == 22.0

@@ -285,3 +285,26 @@ def test_a_run_with_a_stalled_rank_is_hung_in_the_header():
     assert " · hung · " in view.header(now=1010.0)
     view.handle(update(ranks=[rank_changes(1, state="running", step=11)]).to_wire())
     assert " · running · " in view.header(now=1010.0)
+
+
+def test_lines_printed_above_the_live_table_draw_it_once_per_update_not_once_per_line(monkeypatch):
+    """Each print above a Live table draws the table again (~30 ms at 256 ranks). Printed one by
+    one, 256 ranks' lines made an attached terminal fall so far behind that the hub dropped it."""
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("COLUMNS", "160")
+    screen = FakeTerminal()
+    view = TerminalView(out=screen, err=screen)
+    view.start()
+    try:
+        view.handle(snapshot())
+        view._live.refresh()  # the table as the Live keeps it, drawn again under each print
+        before = screen.getvalue().count("run 7 · p")  # its header line, once per drawing
+        view.handle(update(logs=[LogLine(rank % 2, 1.0, "stdout", f"line {rank}", "h") for rank in range(200)],
+                           ranks=[rank_changes(0, state="running", step=11, last_seen=None)]).to_wire())
+        drawn = screen.getvalue().count("run 7 · p") - before
+        assert drawn <= 3, f"the table was drawn {drawn} times for one update's 200 lines"
+    finally:
+        view.stop()
+    text = screen.getvalue()
+    assert all(f"line {rank}" in text for rank in range(200))
+    assert text.index("line 0") < text.index("line 1") < text.index("line 199")

@@ -26,15 +26,17 @@ class HubClient:
         self.lines_dropped = 0
 
     @classmethod
-    async def subscribe(cls, socket_path: str, history: bool = True, logs: bool = True) -> HubClient:
-        """Connect and subscribe.
+    async def subscribe(cls, socket_path: str, history: bool = True, logs: bool = True,
+                        records: bool = True) -> HubClient:
+        """Connect and subscribe (``records`` False: a history without the metric records and
+        samples, for a view that does not chart them).
 
         Raises:
             OSError: the socket cannot be reached (the runner is gone).
         """
         reader, writer = await asyncio.open_unix_connection(socket_path, limit=STREAM_LIMIT)
         client = cls(reader, writer)
-        await client.send(protocol.Subscribe(history=history, logs=logs))
+        await client.send(protocol.Subscribe(history=history, logs=logs, records=records))
         return client
 
     async def send(self, message: protocol.Message) -> None:

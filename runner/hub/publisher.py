@@ -522,8 +522,9 @@ class Publisher:
         return {"type": protocol.Snapshot.TYPE, "run": self._run_row(), "ranks": self.model.all_rows(),
                 "nodes": nodes or [], "spec": self.spec_table}
 
-    async def add(self, subscriber: Subscriber, history: bool = True) -> None:
-        """Snapshot, the stored history (``history``), then live updates."""
+    async def add(self, subscriber: Subscriber, history: bool = True, records: bool = True) -> None:
+        """Snapshot, the stored history (``history``; without its metric records and samples
+        unless ``records``), then live updates."""
         subscriber.live = False
         self.subscribers.append(subscriber)
         self.on_subscribers_changed()
@@ -532,13 +533,13 @@ class Publisher:
         subscriber.send(self.snapshot(nodes))
         replayed_through = 0  # without a replay, every queued live batch is new to it
         if history and run_id is not None:
-            summary = await self._replay(subscriber, run_id)
+            summary = await self._replay(subscriber, run_id, records=records)
             for _ in range(CATCH_UP_ROUNDS):
                 if subscriber.queued_bytes > DISCONNECT_ABOVE_BYTES // 4 and subscriber.is_reading():
                     subscriber.let_queue_go()  # sent at once it would leave the subscriber at the budget's edge
                 if not subscriber.missed_live or subscriber.closed:
                     break
-                summary = await self._catch_up(subscriber, run_id, summary)
+                summary = await self._catch_up(subscriber, run_id, summary, records)
             if subscriber.missed_live and not subscriber.closed:
                 subscriber.abandon(DropReason.BEHIND)
             replayed_through = summary.through
@@ -566,26 +567,29 @@ class Publisher:
                 self.on_subscriber_dropped(subscriber.dropped)
             self.on_subscribers_changed()
 
-    async def _catch_up(self, subscriber: Subscriber, run_id: int, before: ReplaySummary) -> ReplaySummary:
+    async def _catch_up(self, subscriber: Subscriber, run_id: int, before: ReplaySummary,
+                        records: bool = True) -> ReplaySummary:
         """The live updates it missed while its replay went on (``let_queue_go``), from the store: the
         rows committed since ``before`` (of the metrics, each series' newest), then every rank, node
         and the run as they are now."""
         subscriber.missed_live = False
         self.stats["replay_catch_ups"] += 1
-        summary = before.followed_by(await self._replay(subscriber, run_id, before.last_keys))
+        summary = before.followed_by(await self._replay(subscriber, run_id, before.last_keys, records))
         nodes = await self.writer.call(RunStore.nodes, run_id)
         if not subscriber.closed:
             subscriber.send(update_message(Update(time.time(), ranks=self.model.all_rows(), run=self._run_row(),
                                                   nodes=nodes)))
         return summary
 
-    async def _replay(self, subscriber: Subscriber, run_id: int, after: dict[str, int] | None = None) -> ReplaySummary:
+    async def _replay(self, subscriber: Subscriber, run_id: int, after: dict[str, int] | None = None,
+                      records: bool = True) -> ReplaySummary:
         """Stream the stored history (rows after ``after``, per table), bounded
         (``runner.store.replay_window``): the most recent rows of each table, metrics older than
         their recent tail thinned per series. A catch-up (``after`` given) sends of metrics and
         samples only each series' newest record since ``after`` (``replay_window.latest_rows``): it
         costs what those seconds hold, so catch-ups end, however big the run. Returns what it
-        included (through which batch, up to which row of each table) and what it left out."""
+        included (through which batch, up to which row of each table) and what it left out.
+        Without ``records``: the log lines and events only (a view of rank rows)."""
         budget = self.replay_budget
         since = after or {}
         catching_up = after is not None
@@ -596,8 +600,9 @@ class Publisher:
         def plan(store: RunStore, last: dict[str, int]) -> tuple[MetricWindow | None, dict[str, tuple[int, int]]]:
             starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep,
                                                         since.get(table, 0))
-                      for table, keep in budget.keep.items() if not catching_up or table in ("logs", "events")}
-            window = None if catching_up else replay_window.plan_metrics(
+                      for table, keep in budget.keep.items()
+                      if (not catching_up and records) or table in ("logs", "events")}
+            window = None if catching_up or not records else replay_window.plan_metrics(
                 store.connection, run_id, last["metrics"], budget, since.get("metrics", 0))
             return window, starts
 
@@ -608,6 +613,8 @@ class Publisher:
         left_out = {table: skipped for table, (_after, skipped) in starts.items() if skipped}
         for table in ("logs", "events"):
             await self._replay_table(subscriber, run_id, table, starts[table][0], last[table])
+        if not records:
+            return ReplaySummary(through, False, left_out, last)
         if window is None:  # a catch-up: the newest of each series, GPU and process
             decimated = False
             for table in ("metrics", "gpu_samples", "process_samples"):

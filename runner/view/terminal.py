@@ -540,9 +540,9 @@ class TerminalView:
         for column in chosen.shown:
             table.add_column(chosen.headers[column.key], justify=column.justify.value, no_wrap=True,
                              min_width=chosen.widths[column.key])
-        for row in rows:
+        for row in rows:  # Text, never markup: a phase bar "[ddhFFFBBB...]" reads as a style tag and vanishes
             table.add_row(*(Text(row[column.key], style=STATE_STYLE.get(row[column.key], ""))
-                            if column.key == "state" else row[column.key] for column in chosen.shown))
+                            if column.key == "state" else Text(row[column.key]) for column in chosen.shown))
         if not captions:
             return table
         # under the table, as wide as the terminal (a table's caption wraps at the table's width)

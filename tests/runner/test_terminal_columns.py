@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from runner.format import MISSING
@@ -125,3 +127,23 @@ def test_a_wide_terminal_gets_the_finer_phase_bar():
 
     assert bar(200) == "[" + "F" * 6 + "B" * 12 + "ccc" + "OOO" + "]"
     assert len(bar(45)) == 2 + 12  # no room to spare: the 12-letter bar
+
+
+def test_a_bar_that_begins_with_data_wait_is_drawn_not_read_as_markup():
+    """Seen at 1,024 fake ranks: "[ddhFFFFFFBBBBBBBBBBccOO·]" looks like a Rich style tag, and the
+    live table printed the column empty while every rank row carried its shares."""
+    import io
+
+    from rich.console import Console
+
+    from runner.view.terminal import TerminalView
+
+    view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
+    shares = {"data": 0.08, "h2d": 0.03, "forward": 0.28, "backward": 0.41, "comm": 0.09, "optimizer": 0.07,
+              "rest": 0.04}
+    view.handle(SnapshotMessage(RunInfo(id=1, profile="p", status="running", started=1000.0),
+                                (RankInfo(rank=0, state="running", step=5, loss=0.5, phase_shares=shares),),
+                                spec={"args": []}).to_wire())
+    console = Console(file=io.StringIO(), width=160)
+    console.print(view._table(160))
+    assert re.search(r"\[ddhF+B+c+O+·+\]", console.file.getvalue()), console.file.getvalue()

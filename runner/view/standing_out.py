@@ -38,7 +38,8 @@ def rows_that_fit(rows: list[dict[str, str]], ranks: Mapping[int, Any], limit: i
     step_times = {rank: info.step_time for rank, info in infos.items() if getattr(info, "step_time", None)}
     steps = {rank: info.step for rank, info in infos.items() if getattr(info, "step", None) is not None}
     slow = _beyond(step_times, SLOWER_THAN_MEDIAN, reverse=True)
-    behind = _beyond({rank: -step for rank, step in steps.items()}, None, reverse=True, margin=1)
+    behind = _beyond({rank: -step for rank, step in steps.items()}, None, reverse=True,
+                     margin=_steps_in(BEHIND_SECONDS, step_times))
     for pair in zip(slow + [None] * len(behind), behind + [None] * len(slow), strict=False):
         chosen += [rank for rank in pair if rank is not None]
     standing = list(dict.fromkeys(chosen))
@@ -52,6 +53,17 @@ def rows_that_fit(rows: list[dict[str, str]], ranks: Mapping[int, Any], limit: i
 
 SLOWER_THAN_MEDIAN = 1.2
 """A step time this many times the median's stands out."""
+BEHIND_SECONDS = 2.0
+"""A rank stands out as behind when it is more than this many seconds of steps behind the median:
+the rows of 1,024 ranks reach a view in different flushes, up to ~2 s apart, so at 2 steps a
+second a margin of one step named 20 ranks "behind" that were only reported later."""
+
+
+def _steps_in(seconds: float, step_times: Mapping[int, float]) -> float:
+    """How many steps the median rank makes in ``seconds`` (at least one)."""
+    if not step_times:
+        return 1.0
+    return max(1.0, seconds / statistics.median(step_times.values()))
 
 
 def _beyond(values: Mapping[int, float], factor: float | None, reverse: bool, margin: float = 0.0) -> list[int]:

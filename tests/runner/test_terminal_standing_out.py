@@ -16,7 +16,8 @@ RANKS = 1024
 def rank_row(rank: int) -> RankInfo:
     state = {513: "failed", 7: "stalled"}.get(rank, "running")
     step_time = 0.9 if rank == 100 else 0.1 + (rank % 10) * 0.001
-    return RankInfo(rank=rank, state=state, step=40 if rank == 900 else 50, loss=0.5, step_time=step_time)
+    step = 20 if rank == 900 else 48 if rank % 50 == 3 else 50  # 900: 3 s behind; every 50th: reported late
+    return RankInfo(rank=rank, state=state, step=step, loss=0.5, step_time=step_time)
 
 
 def snapshot(ranks: int) -> dict:

@@ -451,21 +451,31 @@ def update_message(update: Update) -> Message:
     return {"type": Update.TYPE, **update.to_wire()}
 
 
+SPLIT_TABLES = ("metrics", "logs", "events", "gpus", "procs", "ranks", "nodes")
+"""An update's lists, any of which a line too long is cut along."""
+
+
 def encode_update(update: Update, stats: Counter[str] | None = None) -> list[bytes]:
-    """``update`` as lines under ``MAX_LINE_BYTES``: cut in halves until each fits. A single
-    record that cannot fit (a gigantic event) is left out and counted (``lines_too_long``)."""
+    """``update`` as lines under ``MAX_LINE_BYTES``: cut in halves until each fits, along its
+    longest list; the first half keeps everything else (the run row, the other lists). A single
+    record that cannot fit (a gigantic event) is left out and counted (``lines_too_long``).
+
+    The halves once kept only the list they were cut along: at 1,024 ranks a flush's 1,024 rank
+    rows and 3,000 records passed 1 MiB, and the rank rows were lost on every such flush (an
+    attached terminal's table stood still while its log lines went on)."""
     line = update.encode()
     if len(line) < protocol.MAX_LINE_BYTES:
         return [line]
-    tables = ("metrics", "logs", "events", "gpus", "procs")
-    name = max(tables, key=lambda table: len(getattr(update, table)))
+    name = max(SPLIT_TABLES, key=lambda table: len(getattr(update, table)))
     rows = getattr(update, name)
     if len(rows) <= 1:
         if stats is not None:
             stats["lines_too_long"] += 1
         return []
     middle = len(rows) // 2
-    first, second = Update(update.t, **{name: rows[:middle]}), Update(update.t, **{name: rows[middle:]})
+    first = Update(**{field: getattr(update, field) for field in Update.field_names()})
+    setattr(first, name, rows[:middle])
+    second = Update(update.t, decimated=update.decimated, **{name: rows[middle:]})
     return encode_update(first, stats) + encode_update(second, stats)
 
 

@@ -138,3 +138,26 @@ def test_every_update_line_fits_a_readers_line_limit():
     records = [json.loads(line) for line in lines]
     assert sum(len(r["metrics"]) for r in records) == 50_000 and sum(len(r["logs"]) for r in records) == 40
     assert stats["lines_too_long"] == 1  # the one event bigger than any line: left out and counted
+
+
+def test_an_update_cut_into_lines_keeps_its_rank_rows_run_and_nodes():
+    """Seen at 1,024 fake ranks: a flush's rank rows and 3,000 records passed 1 MiB, the
+    update was cut along its records, and the halves kept only those: the rank rows, the run
+    row and the nodes were lost on every such flush, so an attached table stood still."""
+    from runner.hub.publisher import encode_update, update_lines
+    from runner.runstate.messages import RankInfo
+
+    rows = [RankInfo(rank=rank, state="running", step=100, loss=1.5, host=f"node-{rank // 8:03d}",
+                     phase_shares={"data": 0.1, "forward": 0.3, "backward": 0.5, "rest": 0.1}).to_wire()
+            for rank in range(2048)]
+    batch = RecordBatch(metrics=[MetricRecord(rank % 1024, 1.0, 100, "phase_forward", 0.25, "auto")
+                                 for rank in range(3000)])
+    first, *rest = list(update_lines(1.0, batch))
+    first.ranks, first.run, first.nodes = rows, {"id": 1, "status": "running"}, [{"node_rank": 0, "host": "h"}]
+    lines = [line for update in (first, *rest) for line in encode_update(update)]
+    assert len(lines) > 1 and all(len(line) < protocol.MAX_LINE_BYTES for line in lines)
+    decoded = [json.loads(line) for line in lines]
+    assert sorted(row["rank"] for line in decoded for row in line["ranks"]) == list(range(2048))
+    assert sum(len(line["metrics"]) for line in decoded) == 3000
+    assert [line["run"] for line in decoded if line["run"]] == [{"id": 1, "status": "running"}]
+    assert sum(len(line["nodes"]) for line in decoded) == 1

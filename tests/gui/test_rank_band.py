@@ -18,6 +18,16 @@ from runner.runstate.messages import UpdateMessage
 pytestmark = pytest.mark.gui
 
 
+def shown_grid(qtbot, model: MonitorModel, width: int, height: int) -> ChartGrid:
+    """The chart grid of ``model`` on screen (offscreen), its charts drawn once."""
+    grid = ChartGrid(model, refresh_hz=1)
+    qtbot.addWidget(grid)
+    grid.resize(width, height)
+    grid.show()
+    grid.refresh(force=True)
+    return grid
+
+
 def test_the_band_is_the_percentiles_across_ranks_and_a_rank_counts_only_inside_its_own_range():
     x = np.arange(11.0)
     curves = [(x, np.full(11, float(rank))) for rank in range(11)]  # rank r is flat at r
@@ -78,11 +88,7 @@ def test_new_data_recomputes_one_charts_band_a_frame_and_every_chart_gets_its_tu
             for step in range(first, first + count) for rank in range(32) for name in names)).to_wire())
 
     steps(0, 20)
-    grid = ChartGrid(model, refresh_hz=1)
-    qtbot.addWidget(grid)
-    grid.resize(1200, 800)
-    grid.show()
-    grid.refresh(force=True)
+    grid = shown_grid(qtbot, model, 1200, 800)
     banded = [chart for chart in grid.charts.values() if chart.band_mode and chart.band is not None]
     assert len(banded) >= 3
     drawn = {id(chart): chart._band_drawn for chart in banded}
@@ -108,11 +114,7 @@ def test_a_band_that_takes_long_waits_longer_for_the_next(qtbot, monkeypatch):
                                                 for step in range(first, first + 10) for rank in range(32))).to_wire())
 
     steps(0)
-    grid = ChartGrid(model, refresh_hz=1)
-    qtbot.addWidget(grid)
-    grid.resize(800, 600)
-    grid.show()
-    grid.refresh(force=True)
+    grid = shown_grid(qtbot, model, 800, 600)
     loss = grid.charts["loss"]
     assert loss.band is not None and loss._band_every > 1000.0
     steps(10)
@@ -220,11 +222,7 @@ def test_new_points_of_ranks_inside_the_band_repaint_nothing_until_the_band_is_r
                                   ).to_wire())
 
     steps(0, 20)
-    grid = ChartGrid(model, refresh_hz=1)
-    qtbot.addWidget(grid)
-    grid.resize(800, 600)
-    grid.show()
-    grid.refresh(force=True)
+    grid = shown_grid(qtbot, model, 800, 600)
     loss = grid.charts["loss"]
     assert loss.band_mode and loss.band is not None and not loss.highlighted
     qtbot.wait(50)

@@ -41,14 +41,17 @@ def fill(store: RunStore, run_id: int, metrics: int, logs: int = 0) -> None:
                                                     for index in range(logs)]))
 
 
-async def replay(socket_path: Path) -> dict[str, Any]:
+async def replay(socket_path: Path, records: bool = True) -> dict[str, Any]:
     """Everything a subscriber gets up to ``history_end``: records, bytes, flags."""
-    client = await HubClient.subscribe(str(socket_path), history=True)
-    seen: dict[str, Any] = {"metrics": [], "logs": [], "bytes": 0, "decimated_updates": 0, "history_end": None}
+    client = await HubClient.subscribe(str(socket_path), history=True, records=records)
+    seen: dict[str, Any] = {"metrics": [], "logs": [], "bytes": 0, "decimated_updates": 0, "history_end": None,
+                            "ranks": 0}
     try:
         async for message in client.messages():
             seen["bytes"] += len(json.dumps(message, separators=(",", ":")))
-            if message["type"] == "update":
+            if message["type"] == "snapshot":
+                seen["ranks"] = len(message.get("ranks") or [])
+            elif message["type"] == "update":
                 seen["metrics"] += message.get("metrics") or []
                 seen["logs"] += message.get("logs") or []
                 seen["decimated_updates"] += bool(message.get("decimated"))

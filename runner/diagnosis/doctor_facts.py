@@ -36,6 +36,12 @@ def object_of(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def _kept_as_written(data: Mapping[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+    """``extra`` (the keys this version does not read) and ``keys`` (the order they came in) of a
+    part read with ``from_json``, so ``to_json`` writes it back as it was written."""
+    return {"extra": {key: value for key, value in data.items() if key not in known}, "keys": tuple(data)}
+
+
 def _ordered(values: JsonObject, extra: Mapping[str, Any], keys: tuple[str, ...]) -> JsonObject:
     """``values`` and ``extra`` as one object: in the order ``keys`` (as read) names them, else in theirs."""
     if not keys:
@@ -98,8 +104,7 @@ class ProbeBackend:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProbeBackend:
         return cls(available=bool(data.get("available")), reason=_text(data.get("reason")),
-                   extra={key: value for key, value in data.items() if key not in ("available", "reason")},
-                   keys=tuple(data))
+                   **_kept_as_written(data, ("available", "reason")))
 
 
 @dataclass(frozen=True)
@@ -125,7 +130,7 @@ class PythonEnvironment:
         return cls(prefix=_text(data.get("prefix")), base_prefix=_text(data.get("base_prefix")),
                    virtualenv=bool(data.get("virtualenv")), conda=bool(data.get("conda")),
                    conda_env=_text(data.get("conda_env")),
-                   extra={key: value for key, value in data.items() if key not in cls.KNOWN}, keys=tuple(data))
+                   **_kept_as_written(data, cls.KNOWN))
 
 
 def cudnn_text(version: int | None) -> str | None:
@@ -194,7 +199,7 @@ class InterpreterFacts:
                    backends={str(name): ProbeBackend.from_json(backend)
                              for name, backend in object_of(data, "backends").items() if isinstance(backend, Mapping)},
                    environment=PythonEnvironment.from_json(environment) if isinstance(environment, Mapping) else None,
-                   extra={key: value for key, value in data.items() if key not in cls.KNOWN}, keys=tuple(data))
+                   **_kept_as_written(data, cls.KNOWN))
 
 
 @dataclass(frozen=True)
@@ -212,8 +217,7 @@ class GpuUser:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> GpuUser:
         return cls(pid=as_int(data.get("pid")), used_memory=as_int(data.get("used_memory")),
-                   extra={key: value for key, value in data.items() if key not in ("pid", "used_memory")},
-                   keys=tuple(data))
+                   **_kept_as_written(data, ("pid", "used_memory")))
 
 
 @dataclass(frozen=True)
@@ -243,7 +247,7 @@ class DoctorGpu:
                    memory_used=as_int(data.get("memory_used")), memory_total=as_int(data.get("memory_total")),
                    processes=tuple(GpuUser.from_json(item) for item in (processes if isinstance(processes, list) else [])
                                    if isinstance(item, Mapping)),
-                   extra={key: value for key, value in data.items() if key not in cls.KNOWN}, keys=tuple(data))
+                   **_kept_as_written(data, cls.KNOWN))
 
     @classmethod
     def of(cls, snapshot: GpuSnapshot) -> DoctorGpu:

@@ -193,10 +193,23 @@ MIGRATIONS: list[str] = [
         figures  TEXT
     );
     """,
+    # 9 -> 10: the sample pyramid (runner.store.sample_pyramid): GPU and process samples older
+    # than the full-detail window are kept as one row per bucket, like the metrics.
+    # ``sample_compactions`` remembers, per run, level and table, up to which time it is done.
+    """
+    CREATE TABLE sample_compactions (
+        run_id      INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        level       INTEGER NOT NULL,
+        table_name  TEXT NOT NULL,
+        through     REAL NOT NULL,
+        PRIMARY KEY (run_id, level, table_name)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
-TABLES = ("runs", "ranks", "nodes", "metrics", "logs", "events", "gpu_samples", "process_samples", "compactions")
+TABLES = ("runs", "ranks", "nodes", "metrics", "logs", "events", "gpu_samples", "process_samples", "compactions",
+          "sample_compactions")
 DERIVED_TABLES = ("run_statistics", "live_statistics")
 """Tables computed from the others (not exported; deleted with their run)."""
 

@@ -18,19 +18,15 @@ import dataclasses
 import sqlite3
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rankwatch import protocol
 from runner.rows import StoredRun
 from runner.runstate.messages import (
     Event,
-    GpuSample,
     LogLine,
     NodeInfo,
-    ProcessSample,
     RankInfo,
     RunInfo,
 )
@@ -38,6 +34,7 @@ from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
 from runner.store.rank_stats import RankStats, run_statistics
 from runner.store.run_figures import RunFigures, run_figures
+from runner.store.run_window import RunWindow, read_run_window
 from runner.store.store import RunNotFound, RunStore
 
 __all__ = ["ListedRun", "RankStats", "RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records",
@@ -54,8 +51,8 @@ LIVE_FIGURES_EVERY_S = 15.0
 
 @dataclass
 class RunRecords:
-    """One run as the store recorded it, in the hub's types; ``metric_chunks`` streams (read it
-    inside the read)."""
+    """One run as the store recorded it, in the hub's types; ``window.metric_chunks`` streams (read
+    it inside the read)."""
 
     run: RunInfo
     """The ``runs`` row (a ``StoredRun``: its spec is also read as ``spec``); a column this version
@@ -66,9 +63,9 @@ class RunRecords:
     """``spec_toml`` read as the profile table the run was launched with; empty when unreadable."""
     ranks: tuple[RankInfo, ...]
     nodes: tuple[NodeInfo, ...]
-    metric_chunks: Iterator[list[protocol.MetricRecord]]
-    gpu_samples: list[GpuSample]
-    process_samples: list[ProcessSample]
+    window: RunWindow
+    """Its metrics and samples, bounded as attaching to it would send them
+    (``runner.store.run_window``): a big run opens as fast as a small one."""
     logs: list[LogLine]
     """The last ``log_limit`` lines (a malformed stored line is left out, as a published one is)."""
     log_total: int
@@ -180,9 +177,7 @@ def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
     return RunRecords(
         run=run, spec_toml=run.spec_toml or None, spec=spec_table(run.spec_toml),
         ranks=tuple(store.ranks(run_id)), nodes=tuple(store.stored_nodes(run_id)),
-        metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
-        process_samples=store.process_samples(run_id),
-        logs=store.log_lines(run_id, limit=log_limit),
+        window=read_run_window(store, run_id), logs=store.log_lines(run_id, limit=log_limit),
         log_total=store.count("logs", run_id),
         events=tuple(store.stored_events(run_id)),
         rank_results=rank_results(store, run_id) if run.ended is not None else {})
@@ -194,8 +189,7 @@ def chart_records(store: RunStore, run_id: int) -> RunRecords:
     run = store.stored_run(run_id)
     return RunRecords(run=run, spec_toml=run.spec_toml or None, spec=spec_table(run.spec_toml),
                       ranks=tuple(store.ranks(run_id)), nodes=(),
-                      metric_chunks=store.iter_metrics(run_id), gpu_samples=store.gpu_samples(run_id),
-                      process_samples=store.process_samples(run_id), logs=[], log_total=0, events=(),
+                      window=read_run_window(store, run_id), logs=[], log_total=0, events=(),
                       rank_results={})
 
 

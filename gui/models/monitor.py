@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gui.gateway.run_state import (
     EventKind,
+    HistoryEnd,
     HubMessage,
     LogLine,
     NodeInfo,
@@ -665,14 +666,18 @@ class MonitorModel:
     @classmethod
     def from_records(cls, records: RunRecords, log_limit: int = LOG_LIMIT) -> MonitorModel:
         """A model of a run as the store recorded it (``gui.gateway.store_reads.run_records``;
-        built on the store reader's thread, where ``records.metric_chunks`` can be read)."""
+        built on the store reader's thread, where ``records.window.metric_chunks`` can be read). A
+        big run comes bounded as attaching to it would: ``state.history_end`` says what was
+        thinned or left out."""
         model = cls(log_limit=log_limit)
         model.apply(SnapshotMessage(records.run, records.ranks, records.nodes, records.spec))
-        for chunk in records.metric_chunks:
+        window = records.window
+        for chunk in window.metric_chunks:
             model.add_metric_rows(chunk)
-        model.add_gpu_rows(records.gpu_samples)
-        model.state.note_process_samples(records.process_samples)
-        model.add_process_rows(records.process_samples)
+        model.add_gpu_rows(window.gpu_samples)
+        model.state.note_process_samples(window.process_samples)
+        model.add_process_rows(window.process_samples)
+        model.state.history_end = HistoryEnd(window.decimated, dict(window.left_out))
         model.add_log_lines(records.logs)
         model.logs.total = max(model.logs.total, records.log_total)
         model.add_events(records.events)

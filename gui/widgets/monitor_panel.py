@@ -369,6 +369,9 @@ class MonitorPanel(QWidget):
         self.model.adopt(result)
         self.charts.refresh()
         self._update_summary()
+        end = self.model.state.history_end
+        if end is not None and end.thinned:  # a big run opens bounded, as attaching to it would
+            self._show_banner(end.describe(self.run_id, opened=True), "info")
 
     # ---- link events -----------------------------------------------------------------
 

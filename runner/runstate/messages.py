@@ -228,8 +228,9 @@ class HistoryEnd:
         """Whether the replay left anything out or thinned it."""
         return self.decimated or any(self.left_out.values())
 
-    def describe(self, run_id: int | None) -> str:
-        """What a person attaching is told when the history came thinned; "" when it came whole."""
+    def describe(self, run_id: int | None, opened: bool = False) -> str:
+        """What a person attaching (or ``opened``: opening a stored run) is told when the history came
+        thinned; "" when it came whole."""
         if not self.thinned:
             return ""
         parts = ["older points of each chart are the low and high of their stretch"] if self.decimated else []
@@ -238,7 +239,8 @@ class HistoryEnd:
         if counted:  # the oldest ones of a replay, and those a catch-up skipped (it sends each series' newest)
             parts.append(f"{', '.join(counted)} are not shown")
         where = f"rankwatch runs logs {run_id}" if run_id is not None else "rankwatch runs logs RUN"
-        return f"Attached with a shortened history: {'; '.join(parts)}. The store keeps everything ({where})."
+        verb = "Opened" if opened else "Attached"
+        return f"{verb} with a shortened history: {'; '.join(parts)}. The store keeps everything ({where})."
 
 
 LEFT_OUT_WORDS = {"logs": "log lines", "events": "events", "gpu_samples": "GPU samples",

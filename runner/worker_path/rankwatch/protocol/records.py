@@ -152,7 +152,7 @@ class MetricRecord(tuple[int, float, int | None, str, float | None, str]):
         """``SOURCE_AUTO``, ``SOURCE_LOG`` or ``SOURCE_PARSED``."""
         return self[5]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         return list(self)
 
     @classmethod
@@ -438,7 +438,7 @@ class LogLine(tuple[int | None, float, str, str, str | None]):
         """The host label of the node it came from."""
         return self[4]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         return list(self)
 
     @classmethod
@@ -479,7 +479,7 @@ class GpuSample(tuple[float, int, float | None, int | None, int | None, float | 
     def gpu_index(self) -> int:
         return self[1]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         return list(self)
 
 
@@ -509,7 +509,7 @@ class ProcessSample(tuple[float, int, int | None, float | None, int | None, int 
     def rss_bytes(self) -> int | None:
         return self[4]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         return list(self)
 
     @classmethod

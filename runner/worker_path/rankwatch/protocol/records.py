@@ -23,6 +23,7 @@ from rankwatch.protocol.numbers import (
 
 TYPE_CHECKING = False  # `typing` costs ~3 ms to import and workers import this module
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 SOURCE_AUTO = "auto"
@@ -242,7 +243,7 @@ worker's reporter thread, which shares the GIL with training, and to parse on th
 PHASE_ROW_LENGTH = 1 + len(PHASES)
 
 
-def compute_time(clock: str, phases: list[Any] | tuple[Any, ...], cpu_wait: float | None = None) -> float | None:
+def compute_time(clock: str, phases: Sequence[float | None], cpu_wait: float | None = None) -> float | None:
     """Seconds of a step's span not spent waiting, on its clock: the span (its phases' sum) less the
     data phase, the exposed communication and, on the CPU clock, the time the thread waited for a
     CPU (the GPU does not wait for the host's run queue). None when a phase is not finite.

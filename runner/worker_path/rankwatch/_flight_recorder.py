@@ -27,7 +27,6 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
-    from typing import Any
 
 SETTING = "RANKWATCH_FLIGHT_RECORDER"
 """Entries per process group to record; ``0`` leaves the Flight Recorder off."""
@@ -95,7 +94,7 @@ def _torch_before(version: tuple[int, int]) -> bool:
     return False
 
 
-def snapshot() -> dict[str, Any] | None:
+def snapshot() -> dict[str, object] | None:
     """This rank's Flight Recorder, as plain JSON values; None without torch or a process group.
 
     Never raises: a torch without the recorder, or one whose dump changed shape,
@@ -118,7 +117,7 @@ def snapshot() -> dict[str, Any] | None:
     return from_trace(trace)
 
 
-def from_trace(trace: Any) -> dict[str, Any]:
+def from_trace(trace: object) -> dict[str, object]:
     """The fields the runner reads, from torch's dump (a dict; tuples become lists)."""
     if not isinstance(trace, dict):
         return {"error": "the Flight Recorder's dump is not a mapping"}
@@ -135,7 +134,7 @@ def from_trace(trace: Any) -> dict[str, Any]:
     }
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     if isinstance(value, dict):

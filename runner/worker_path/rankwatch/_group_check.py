@@ -108,12 +108,12 @@ def has_process_group(torch: Any) -> bool:
     return bool(distributed.is_initialized())
 
 
-def fabric_facts() -> dict[str, Any]:
+def fabric_facts() -> dict[str, object]:
     """What the script's Lightning Fabric says about itself; {} when the script did not import Fabric."""
     package = next((name for name in FABRIC_PACKAGES if name in sys.modules), None)
     if package is None:
         return {}
-    facts: dict[str, Any] = {"fabric": package}
+    facts: dict[str, object] = {"fabric": package}
     environment = [f"{name}={os.environ[name]}" for name in FABRIC_ENVIRONMENT if name in os.environ]
     if environment:
         facts["fabric_environment"] = " ".join(environment)

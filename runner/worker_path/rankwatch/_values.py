@@ -126,9 +126,9 @@ NOT_A_NUMBER = "not a number"
 record, counts it and says which and why, rather than it vanishing unseen."""
 
 
-def capture_all(scalars: dict[str, Any]) -> dict[str, Any]:
+def capture_all(scalars: dict[str, object]) -> dict[str, object]:
     """``capture`` each value; one that cannot be read becomes ``NOT_A_NUMBER``."""
-    captured = {}
+    captured: dict[str, object] = {}
     for name, value in scalars.items():
         read = capture(value)
         captured[name] = NOT_A_NUMBER if read is None else read

@@ -6,7 +6,8 @@ its agents, the CLI and the GUI import the very same package (as
 value with ``to_wire`` / ``from_wire``; nothing else decodes, reorders or words them
 again. By job:
 
-  wire      the framing: ``encode``, ``decode``, ``ProtocolError``, the message kinds
+  wire      the framing: ``encode``, ``decode``, ``ProtocolError``, the message kinds,
+            ``WireFields`` (a decoded object as received: ``Mapping[str, object]``)
   messages  every message below as a typed value (``decode_message``)
   records   the records the hub validates and stores, the metric names, step rows
   events    ``EventKind``, ``Event``, ``Bottleneck``, ``RankRow``
@@ -516,3 +517,7 @@ from rankwatch.protocol.wire import (
 from rankwatch.protocol.wire import (
     encode as encode,
 )
+
+TYPE_CHECKING = False  # `typing` costs ~3 ms to import and workers import this package
+if TYPE_CHECKING:
+    from rankwatch.protocol.wire import WireFields as WireFields

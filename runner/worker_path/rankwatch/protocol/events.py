@@ -8,7 +8,7 @@ from enum import Enum
 
 TYPE_CHECKING = False  # `typing` costs ~3 ms to import and workers import this module
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Mapping
 
 
 class Bottleneck(str, Enum):
@@ -105,7 +105,7 @@ class Event:
     __slots__ = ("t", "kind", "rank", "message", "fields")
 
     def __init__(self, t: float, kind: EventKind | str, rank: int | None, message: str,
-                 fields: dict[str, Any] | None = None) -> None:
+                 fields: dict[str, object] | None = None) -> None:
         self.t = t
         self.kind = EventKind(kind)
         """Raises ValueError for a kind the contract does not define: no event is emitted unlisted."""
@@ -121,11 +121,11 @@ class Event:
         """``(t, kind, rank, data)`` for the store's events table."""
         return (self.t, self.kind.value, self.rank, self.data_json())
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {**self.fields, "kind": self.kind.value, "t": self.t, "rank": self.rank, "message": self.message}
 
     @classmethod
-    def from_store(cls, t: float, kind: str, rank: int | None, data: dict[str, Any] | None) -> Event:
+    def from_store(cls, t: float, kind: str, rank: int | None, data: Mapping[str, object] | None) -> Event:
         """From the store's row (``data`` decoded). A kind from a newer Rankwatch becomes a warning."""
         fields = dict(data or {})
         message = str(fields.pop("message", "") or "")
@@ -201,11 +201,11 @@ class RankRow:
         self.gpu_mem_reserved: int | None = None
         self.gpu_mem_peak: int | None = None
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in RankRow.__slots__}
 
 
-def working_without_steps(row: dict[str, Any], now: float) -> str:
+def working_without_steps(row: Mapping[str, object], now: float) -> str:
     """``working without steps for 42 s (since step 310)`` for a RANK row whose rank works without
     stepping (``RankRow.working_since``); empty otherwise. One wording for the terminal and the GUI."""
     since = row.get("working_since")

@@ -33,7 +33,10 @@ from rankwatch.protocol.wire import ALL_TYPES, VERSION, ProtocolError, decode, e
 
 TYPE_CHECKING = False  # `typing` costs ~3 ms to import and workers import this module
 if TYPE_CHECKING:
-    from typing import Any, ClassVar, TypeVar
+    from collections.abc import Mapping, Sequence
+    from typing import ClassVar, TypeVar
+
+    from rankwatch.protocol.wire import WireFields
 
     MessageT = TypeVar("MessageT", bound="Message")
 
@@ -58,14 +61,14 @@ class Message:
                 name for klass in reversed(cls.__mro__) for name in klass.__dict__.get("__slots__", ()))
         return names
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.field_names()}
 
     def encode(self) -> bytes:
         return encode(self.TYPE, **self.to_wire())
 
     @classmethod
-    def from_wire(cls: type[MessageT], fields: dict[str, Any]) -> MessageT:
+    def from_wire(cls: type[MessageT], fields: WireFields) -> MessageT:
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
@@ -81,7 +84,7 @@ class Message:
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def _required_int(fields: dict[str, Any], name: str) -> int:
+def _required_int(fields: WireFields, name: str) -> int:
     value = as_int(fields.get(name))
     if value is None:
         raise ProtocolError("invalid", f"{fields.get('type')}: {name} must be an integer")
@@ -121,7 +124,7 @@ class Hello(Message):
         self.argv = argv if argv is not None else []
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Hello:
+    def from_wire(cls, fields: WireFields) -> Hello:
         return cls(rank=_required_int(fields, "rank"), token=as_text(fields.get("token")),
                    run_key=as_text(fields.get("run_key")), local_rank=as_int(fields.get("local_rank")),
                    node_rank=as_int(fields.get("node_rank")), world_size=as_int(fields.get("world_size")),
@@ -147,11 +150,11 @@ class Metrics(Message):
         self.examples = examples or {}
         """reason -> the name of the first item left out for it (the event quotes it)."""
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"rank": self.rank, "items": [list(record[1:]) for record in self.records]}
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any], rank: int | None = None) -> Metrics:
+    def from_wire(cls, fields: WireFields, rank: int | None = None) -> Metrics:
         """``rank``: the rank the connection said hello as (a worker's own batches), else the message's."""
         if rank is None:
             rank = _required_int(fields, "rank")
@@ -160,7 +163,7 @@ class Metrics(Message):
         return cls(rank, metric_records(rank, fields.get("items"), rejected, examples), rejected, examples)
 
 
-def encode_metric_items(rank: int, items: list[list[Any]]) -> bytes:
+def encode_metric_items(rank: int, items: list[list[object]]) -> bytes:
     """A ``metrics`` line from wire items, ``[t, step, name, value, source]`` and step rows
     (``STEP_ROW_LENGTH``): the reporter's hot path.
 
@@ -172,7 +175,7 @@ def encode_metric_items(rank: int, items: list[list[Any]]) -> bytes:
         text = json.dumps({"type": Metrics.TYPE, "v": VERSION, "rank": rank, "items": items},
                           separators=(",", ":"), allow_nan=False)
     except ValueError:
-        finite: list[list[Any]] = []
+        finite: list[list[object]] = []
         for item in items:
             if len(item) == STEP_ROW_LENGTH and not _all_finite(item):
                 finite += ([t, step, name, value, source] for _rank, t, step, name, value, source
@@ -189,7 +192,7 @@ FALLBACK_ITEMS_PER_LINE = 2000
 """Items per line when step rows holding a value that is not finite go as items (~150 KB a line)."""
 
 
-def _all_finite(row: list[Any]) -> bool:
+def _all_finite(row: list[object]) -> bool:
     """Whether no float of a step row (its phases included) is NaN or infinite."""
     for value in row:
         if type(value) is float:
@@ -218,7 +221,7 @@ class Heartbeat(Message):
         (an evaluation, a checkpoint: not a hang); None when not judged (``rankwatch._activity``)."""
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Heartbeat:
+    def from_wire(cls, fields: WireFields) -> Heartbeat:
         working = fields.get("working")
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_int(fields.get("step")),
                    as_count(fields.get("dropped")), as_count(fields.get("sent")),
@@ -242,7 +245,7 @@ class ExceptionReport(Message):
         self.fatal = fatal
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> ExceptionReport:
+    def from_wire(cls, fields: WireFields) -> ExceptionReport:
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_text(fields.get("exc_type")),
                    as_text(fields.get("message"), MAX_LONG_TEXT_CHARS),
                    as_text(fields.get("traceback"), MAX_LONG_TEXT_CHARS), as_text(fields.get("thread")),
@@ -261,7 +264,7 @@ class Exit(Message):
         self.code = code
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Exit:
+    def from_wire(cls, fields: WireFields) -> Exit:
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_int(fields.get("code")))
 
 
@@ -278,7 +281,7 @@ class ParamHash(Message):
         self.digest = digest
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> ParamHash:
+    def from_wire(cls, fields: WireFields) -> ParamHash:
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_int(fields.get("step")),
                    as_text(fields.get("digest"), MAX_NAME_CHARS))
 
@@ -295,7 +298,7 @@ class StacksWritten(Message):
         self.path = path
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> StacksWritten:
+    def from_wire(cls, fields: WireFields) -> StacksWritten:
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")), as_text(fields.get("path")))
 
 
@@ -310,13 +313,13 @@ class FlightRecord(Message):
     __slots__ = ("rank", "t", "record")
     TYPE = "flight_record"
 
-    def __init__(self, rank: int, t: float | None, record: dict[str, Any]) -> None:
+    def __init__(self, rank: int, t: float | None, record: dict[str, object]) -> None:
         self.rank = rank
         self.t = t
         self.record = record
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> FlightRecord:
+    def from_wire(cls, fields: WireFields) -> FlightRecord:
         record = fields.get("record")
         if not isinstance(record, dict):
             raise ProtocolError("invalid", "flight_record: record must be an object")
@@ -334,17 +337,17 @@ class Notice(Message):
     __slots__ = ("rank", "t", "key", "facts")
     TYPE = "notice"
 
-    def __init__(self, rank: int, t: float | None, key: str, facts: dict[str, Any] | None = None) -> None:
+    def __init__(self, rank: int, t: float | None, key: str, facts: dict[str, object] | None = None) -> None:
         self.rank = rank
         self.t = t
         self.key = key
         self.facts = facts or {}
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {**self.facts, "rank": self.rank, "t": self.t, "key": self.key}
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Notice:
+    def from_wire(cls, fields: WireFields) -> Notice:
         key = as_text(fields.get("key"), MAX_NAME_CHARS)
         if not key:
             raise ProtocolError("invalid", "notice: key must be text")
@@ -370,7 +373,7 @@ class AgentHello(Message):
         self.torch = torch
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> AgentHello:
+    def from_wire(cls, fields: WireFields) -> AgentHello:
         return cls(as_int(fields.get("node_rank")), token=as_text(fields.get("token")),
                    run_key=as_text(fields.get("run_key")), host=as_text(fields.get("host"), MAX_NAME_CHARS * 2),
                    pid=as_pid(fields.get("pid")), version=as_text(fields.get("version")),
@@ -387,13 +390,13 @@ class Log(Message):
         self.node_rank = node_rank
         self.line = line
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         line = self.line
         return {"node_rank": self.node_rank, "rank": line.rank, "t": line.t, "stream": line.stream,
                 "line": line.line, "node": line.node}
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Log:
+    def from_wire(cls, fields: WireFields) -> Log:
         stream = fields.get("stream")
         return cls(as_int(fields.get("node_rank")), LogLine(
             as_int(fields.get("rank")), as_time(fields.get("t")) or time.time(),
@@ -416,7 +419,7 @@ class RemoteStacks(Message):
         """Why there is no dump (no stack handler, process gone), or None."""
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> RemoteStacks:
+    def from_wire(cls, fields: WireFields) -> RemoteStacks:
         text = fields.get("text")
         return cls(as_int(fields.get("node_rank")), _required_int(fields, "rank"), as_text(fields.get("host")),
                    text if isinstance(text, str) else "", as_text(fields.get("why")))
@@ -432,7 +435,7 @@ class StackRequest(Message):
         self.ranks = ranks
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> StackRequest:
+    def from_wire(cls, fields: WireFields) -> StackRequest:
         ranks = fields.get("ranks")
         return cls([rank for rank in ranks if type(rank) is int] if isinstance(ranks, list) else [])
 
@@ -448,7 +451,7 @@ class WorkerLost(Message):
         self.t = t
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> WorkerLost:
+    def from_wire(cls, fields: WireFields) -> WorkerLost:
         return cls(_required_int(fields, "rank"), as_time(fields.get("t")) or time.time())
 
 
@@ -463,11 +466,11 @@ class ProcessSamples(Message):
         self.rows = rows
         self.rejected = rejected
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"node_rank": self.node_rank, "rows": [list(row) for row in self.rows]}
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> ProcessSamples:
+    def from_wire(cls, fields: WireFields) -> ProcessSamples:
         raw = fields.get("rows")
         if not isinstance(raw, list):
             return cls(as_int(fields.get("node_rank")), [], 1)
@@ -491,7 +494,7 @@ class NodeExit(Message):
         self.dropped = dropped
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> NodeExit:
+    def from_wire(cls, fields: WireFields) -> NodeExit:
         return cls(as_int(fields.get("node_rank")), as_time(fields.get("t")), as_int(fields.get("code")),
                    as_text(fields.get("reason")), as_int(fields.get("dropped")))
 
@@ -524,33 +527,51 @@ class Launch(Message):
         self.sample_interval = sample_interval
         """Seconds between samples of the workers' CPU and memory."""
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         fields = super().to_wire()
         fields["argv"] = list(self.argv)
         return fields
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Launch:
+    def from_wire(cls, fields: WireFields) -> Launch:
         """Raises ProtocolError naming the first field that is missing or of the wrong type."""
-        expected: dict[str, type] = {"token": str, "head_host": str, "head_port": int, "run_key": str,
-                                     "node_rank": int, "host": str, "argv": list, "env": dict, "cwd": str}
-        for name, kind in expected.items():
-            if not isinstance(fields.get(name), kind) or isinstance(fields.get(name), bool):
-                raise ProtocolError("invalid", f"the launch message has no valid {name!r}")
-        argv, env = fields["argv"], fields["env"]
-        if not argv or not all(isinstance(word, str) for word in argv):
+        def invalid(name: str) -> ProtocolError:
+            return ProtocolError("invalid", f"the launch message has no valid {name!r}")
+
+        def text(name: str) -> str:
+            value = fields.get(name)
+            if not isinstance(value, str):
+                raise invalid(name)
+            return value
+
+        def integer(name: str) -> int:
+            value = fields.get(name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise invalid(name)
+            return value
+
+        # checked in this order: the error names the first field that is wrong
+        token, head_host, head_port, run_key = text("token"), text("head_host"), integer("head_port"), text("run_key")
+        node_rank, host, argv, env = integer("node_rank"), text("host"), fields.get("argv"), fields.get("env")
+        if not isinstance(argv, list):
+            raise invalid("argv")
+        if not isinstance(env, dict):
+            raise invalid("env")
+        cwd = text("cwd")
+        words = [word for word in argv if isinstance(word, str)]
+        if not argv or len(words) != len(argv):
             raise ProtocolError("invalid", "the launch message has an empty or non-text argv")
-        if not all(isinstance(key, str) and isinstance(value, str) for key, value in env.items()):
+        variables = {key: value for key, value in env.items() if isinstance(key, str) and isinstance(value, str)}
+        if len(variables) != len(env):
             raise ProtocolError("invalid", "the launch message's env must map text to text")
 
         def positive(name: str, default: float) -> float:
             number = as_float(fields.get(name))
             return number if number is not None and number > 0 else default
 
-        return cls(token=fields["token"], head_host=fields["head_host"], head_port=fields["head_port"],
-                   run_key=fields["run_key"], run=as_int(fields.get("run")), node_rank=fields["node_rank"],
-                   host=fields["host"], argv=tuple(argv), env=dict(env), cwd=fields["cwd"],
-                   grace=positive("grace", 5.0), sample_interval=positive("sample_interval", 1.0))
+        return cls(token=token, head_host=head_host, head_port=head_port, run_key=run_key,
+                   run=as_int(fields.get("run")), node_rank=node_rank, host=host, argv=tuple(words), env=variables,
+                   cwd=cwd, grace=positive("grace", 5.0), sample_interval=positive("sample_interval", 1.0))
 
 
 class AgentStop(Message):
@@ -563,7 +584,7 @@ class AgentStop(Message):
         self.force = force
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> AgentStop:
+    def from_wire(cls, fields: WireFields) -> AgentStop:
         return cls(bool(fields.get("force")))
 
 
@@ -582,7 +603,7 @@ class Subscribe(Message):
         attach 40 s, its log lines and events alone a second."""
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Subscribe:
+    def from_wire(cls, fields: WireFields) -> Subscribe:
         return cls(bool(fields.get("history", True)), bool(fields.get("logs", True)),
                    bool(fields.get("records", True)))
 
@@ -593,7 +614,7 @@ class StopRequest(AgentStop):
     __slots__ = ()
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> StopRequest:
+    def from_wire(cls, fields: WireFields) -> StopRequest:
         return cls(bool(fields.get("force")))
 
 
@@ -601,7 +622,7 @@ class _Empty(Message):
     __slots__ = ()
 
     @classmethod
-    def from_wire(cls: type[MessageT], fields: dict[str, Any]) -> MessageT:
+    def from_wire(cls: type[MessageT], fields: WireFields) -> MessageT:
         return cls()
 
 
@@ -638,7 +659,7 @@ class HistoryEnd(Message):
         self.left_out = left_out if left_out is not None else {}
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> HistoryEnd:
+    def from_wire(cls, fields: WireFields) -> HistoryEnd:
         left_out = _object(fields.get("left_out")) or {}
         return cls(fields.get("decimated") is True,
                    {str(table): count for table, count in left_out.items() if type(count) is int and count >= 0})
@@ -654,7 +675,7 @@ class Bye(Message):
         self.reason = reason
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Bye:
+    def from_wire(cls, fields: WireFields) -> Bye:
         return cls(as_text(fields.get("reason")) or "ended")
 
 
@@ -668,7 +689,7 @@ class Error(Message):
         self.message = message
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Error:
+    def from_wire(cls, fields: WireFields) -> Error:
         return cls(as_text(fields.get("message")) or "")
 
 
@@ -687,7 +708,7 @@ class Pace(Message):
         self.flush_latency = flush_latency
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Pace:
+    def from_wire(cls, fields: WireFields) -> Pace:
         latency = as_float(fields.get("flush_latency"))
         if latency is None or latency < 0:
             raise ProtocolError("invalid", "pace: flush_latency must be a number of seconds >= 0")
@@ -700,8 +721,8 @@ class Snapshot(Message):
     __slots__ = ("run", "ranks", "nodes", "spec")
     TYPE = "snapshot"
 
-    def __init__(self, run: dict[str, Any] | None, ranks: list[dict[str, Any]], nodes: list[dict[str, Any]],
-                 spec: dict[str, Any]) -> None:
+    def __init__(self, run: Mapping[str, object] | None, ranks: Sequence[Mapping[str, object]],
+                 nodes: Sequence[Mapping[str, object]], spec: Mapping[str, object]) -> None:
         self.run = run
         """The RUN row."""
         self.ranks = ranks
@@ -711,7 +732,7 @@ class Snapshot(Message):
         """The profile table the run was launched with."""
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Snapshot:
+    def from_wire(cls, fields: WireFields) -> Snapshot:
         return cls(_object(fields.get("run")), _objects(fields.get("ranks")), _objects(fields.get("nodes")),
                    _object(fields.get("spec")) or {})
 
@@ -724,8 +745,8 @@ class Update(Message):
 
     def __init__(self, t: float, metrics: list[MetricRow] | None = None, logs: list[LogLine] | None = None,
                  events: list[Event] | None = None, gpus: list[GpuSample] | None = None,
-                 procs: list[ProcessSample] | None = None, ranks: list[dict[str, Any]] | None = None,
-                 run: dict[str, Any] | None = None, nodes: list[dict[str, Any]] | None = None,
+                 procs: list[ProcessSample] | None = None, ranks: Sequence[Mapping[str, object]] | None = None,
+                 run: Mapping[str, object] | None = None, nodes: Sequence[Mapping[str, object]] | None = None,
                  decimated: bool = False) -> None:
         self.t = t
         self.metrics = metrics if metrics is not None else []
@@ -740,13 +761,13 @@ class Update(Message):
         self.nodes = nodes if nodes is not None else []
         self.decimated = decimated
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return {"t": self.t, "metrics": self.metrics, "logs": self.logs,
                 "events": [event.to_wire() for event in self.events], "gpus": self.gpus, "procs": self.procs,
                 "ranks": self.ranks, "run": self.run, "nodes": self.nodes, "decimated": self.decimated}
 
     @classmethod
-    def from_wire(cls, fields: dict[str, Any]) -> Update:
+    def from_wire(cls, fields: WireFields) -> Update:
         metrics = [MetricRecord.from_wire(item) for item in _list(fields.get("metrics"))]
         logs = [LogLine.from_wire(item) for item in _list(fields.get("logs"))]
         events = []
@@ -766,15 +787,15 @@ class Update(Message):
                    bool(fields.get("decimated")))
 
 
-def _list(value: object) -> list[Any]:
+def _list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
 
-def _object(value: object) -> dict[str, Any] | None:
+def _object(value: object) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _objects(value: object) -> list[dict[str, Any]]:
+def _objects(value: object) -> list[dict[str, object]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
@@ -797,10 +818,10 @@ def decode_message(line: bytes, allowed: frozenset[str] = ALL_TYPES) -> Message:
         ProtocolError: as ``decode``, or a required field is missing or of the wrong type.
     """
     fields = decode(line, allowed)
-    return MESSAGE_CLASSES[fields["type"]].from_wire(fields)
+    return MESSAGE_CLASSES[str(fields["type"])].from_wire(fields)  # decode checked it is text
 
 
-def message_from_wire(fields: dict[str, Any]) -> Message:
+def message_from_wire(fields: WireFields) -> Message:
     """The typed message for fields already decoded (``fields["type"]`` names it).
 
     Raises:

@@ -23,6 +23,7 @@ from rankwatch.protocol.numbers import (
 
 TYPE_CHECKING = False  # `typing` costs ~3 ms to import and workers import this module
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 SOURCE_AUTO = "auto"
@@ -152,7 +153,7 @@ class MetricRecord(tuple[int, float, int | None, str, float | None, str]):
         """``SOURCE_AUTO``, ``SOURCE_LOG`` or ``SOURCE_PARSED``."""
         return self[5]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         return list(self)
 
     @classmethod
@@ -242,7 +243,7 @@ worker's reporter thread, which shares the GIL with training, and to parse on th
 PHASE_ROW_LENGTH = 1 + len(PHASES)
 
 
-def compute_time(clock: str, phases: list[Any] | tuple[Any, ...], cpu_wait: float | None = None) -> float | None:
+def compute_time(clock: str, phases: Sequence[float | None], cpu_wait: float | None = None) -> float | None:
     """Seconds of a step's span not spent waiting, on its clock: the span (its phases' sum) less the
     data phase, the exposed communication and, on the CPU clock, the time the thread waited for a
     CPU (the GPU does not wait for the host's run queue). None when a phase is not finite.
@@ -438,7 +439,7 @@ class LogLine(tuple[int | None, float, str, str, str | None]):
         """The host label of the node it came from."""
         return self[4]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         return list(self)
 
     @classmethod
@@ -479,7 +480,7 @@ class GpuSample(tuple[float, int, float | None, int | None, int | None, float | 
     def gpu_index(self) -> int:
         return self[1]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         return list(self)
 
 
@@ -509,7 +510,7 @@ class ProcessSample(tuple[float, int, int | None, float | None, int | None, int 
     def rss_bytes(self) -> int | None:
         return self[4]
 
-    def to_wire(self) -> list[Any]:
+    def to_wire(self) -> list[object]:
         return list(self)
 
     @classmethod

@@ -13,7 +13,12 @@ import json
 
 TYPE_CHECKING = False  # `typing` costs ~3 ms to import and workers import this module
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Mapping
+
+    WireFields = Mapping[str, object]
+    """A decoded JSON object as received: its values are untrusted and of any JSON type, so a
+    reader checks each one (``numbers.as_int``, ``as_text``, ``isinstance``) before using it.
+    What ``from_wire`` takes; ``decode`` gives the ``dict[str, object]`` it is read from."""
 
 
 VERSION = 1
@@ -44,9 +49,9 @@ class ProtocolError(ValueError):
 # ---- framing -----------------------------------------------------------------------------------
 
 
-def encode(message_type: str, **fields: Any) -> bytes:
+def encode(message_type: str, **fields: object) -> bytes:
     """One framed message. ``allow_nan=False`` keeps the output strict JSON (NaN becomes null)."""
-    body = {"type": message_type, "v": VERSION}
+    body: dict[str, object] = {"type": message_type, "v": VERSION}
     body.update(fields)
     try:
         text = json.dumps(body, separators=(",", ":"), allow_nan=False)
@@ -55,7 +60,7 @@ def encode(message_type: str, **fields: Any) -> bytes:
     return text.encode("utf-8", "surrogatepass") + b"\n"
 
 
-def _replace_non_finite(value: Any) -> Any:
+def _replace_non_finite(value: object) -> object:
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return None
     if isinstance(value, dict):
@@ -65,7 +70,7 @@ def _replace_non_finite(value: Any) -> Any:
     return value
 
 
-def decode(line: bytes, allowed: frozenset[str] = ALL_TYPES) -> dict[str, Any]:
+def decode(line: bytes, allowed: frozenset[str] = ALL_TYPES) -> dict[str, object]:
     """Parse one line (with or without its newline) into the message's fields.
 
     Raises:

@@ -63,6 +63,7 @@ from runner.profile.spec import (
     SlurmSpec,
     TelemetrySpec,
 )
+from runner.profile.toml_types import TomlTable, TomlValue, without_none
 from runner.remote.rendezvous import plan_rendezvous
 from runner.slurm.script import render_by_hand
 
@@ -96,6 +97,8 @@ __all__ = [
     "SpecError",
     "SpecErrors",
     "TelemetrySpec",
+    "TomlTable",
+    "TomlValue",
     "all_settings",
     "build_commands",
     "check_launch",
@@ -119,5 +122,6 @@ __all__ = [
     "spec_to_dict",
     "torch_missing",
     "value_at",
+    "without_none",
     "write_spec_file",
 ]

@@ -45,6 +45,7 @@ from runner.profile.schema import (
     LINE,
     NUMBER,
     PathSetting,
+    SettingValue,
     all_settings,
     value_at,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "RendezvousPlan",
     "ResolvedLaunch",
     "ResolvedNode",
+    "SettingValue",
     "SlurmSpec",
     "SpecError",
     "SpecErrors",

@@ -43,6 +43,7 @@ from gui.gateway.launch_spec import (
     RendezvousPlan,
     ResolvedLaunch,
     ResolvedNode,
+    SettingValue,
     SpecError,
     SpecErrors,
     TomlTable,
@@ -148,7 +149,7 @@ class FormState:
     """``auto``, ``torchrun`` or ``self-spawn`` (``runner.profile.launch_mode``)."""
     slurm: SlurmForm = SlurmForm()  # noqa: RUF009 (frozen: one shared default is safe)
     """The Slurm section (``gui.widgets.slurm_section``); off by default."""
-    settings: tuple[tuple[str, Any], ...] = ()
+    settings: tuple[tuple[str, SettingValue], ...] = ()
     """The spec's settings (``runner.profile.schema``) this class has no field of its own for,
     by dotted path (``telemetry.stall_timeout``): as the generic form's widget holds it (a check
     box's bool, a choice, a line's text) for a setting with a label, else as loaded. A missing
@@ -189,11 +190,11 @@ class FormState:
             description=spec.description,
         )
 
-    def setting(self, path: str) -> Any:
+    def setting(self, path: str) -> SettingValue:
         """The form value of the setting at ``path`` (see ``settings``); ``None``: its default."""
         return dict(self.settings).get(path)
 
-    def with_setting(self, path: str, value: Any) -> FormState:
+    def with_setting(self, path: str, value: SettingValue) -> FormState:
         return replace(self, settings=(*((key, old) for key, old in self.settings if key != path), (path, value)))
 
     def split_args(self) -> list[str]:
@@ -275,7 +276,7 @@ def generic_settings(schema: type[LaunchSpec]) -> list[PathSetting]:
     return [item for item in all_settings(schema) if item.path not in FORM_FIELDS]
 
 
-def form_value(item: PathSetting, value: Any) -> Any:
+def form_value(item: PathSetting, value: SettingValue) -> SettingValue:
     """A spec value as the setting's widget holds it (a line holds text; empty: the default or auto)."""
     if not item.setting.label:
         return value
@@ -291,7 +292,7 @@ def form_value(item: PathSetting, value: Any) -> Any:
     return str(value)
 
 
-def table_value(item: PathSetting, value: Any) -> TomlValue | None:
+def table_value(item: PathSetting, value: SettingValue) -> TomlValue | None:
     """What the profile table holds for a widget's value; ``None`` leaves the key out (the default).
 
     A number that does not read as one stays text, so the spec parser reports it with the
@@ -560,7 +561,7 @@ class LaunchFormModel:
         self._plan_wanted = None
         self._reevaluate()
 
-    def update_setting(self, path: str, value: Any) -> None:
+    def update_setting(self, path: str, value: SettingValue) -> None:
         """Change one of the spec's settings (a dotted path, ``telemetry.stall_timeout``) to what
         its widget holds, and re-evaluate.
 

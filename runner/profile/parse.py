@@ -120,7 +120,8 @@ class _Reader:
         if allow_auto and value == AUTO:
             return AUTO
         if isinstance(value, bool) or not isinstance(value, int):
-            allowed = f'an integer >= {low}' + (' or "auto"' if allow_auto else "")
+            allowed = (f"an integer between {low} and {high}" if high is not None else f"an integer >= {low}") \
+                + (' or "auto"' if allow_auto else "")
             self.fail(key, f"expected {allowed}, got {value!r}")
             return default
         if value < low or (high is not None and value > high):

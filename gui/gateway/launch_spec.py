@@ -45,6 +45,7 @@ from runner.profile.schema import (
     LINE,
     NUMBER,
     PathSetting,
+    SettingValue,
     all_settings,
     value_at,
 )
@@ -63,6 +64,7 @@ from runner.profile.spec import (
     SlurmSpec,
     TelemetrySpec,
 )
+from runner.profile.toml_types import TomlTable, TomlValue, without_none
 from runner.remote.rendezvous import plan_rendezvous
 from runner.slurm.script import render_by_hand
 
@@ -92,10 +94,13 @@ __all__ = [
     "RendezvousPlan",
     "ResolvedLaunch",
     "ResolvedNode",
+    "SettingValue",
     "SlurmSpec",
     "SpecError",
     "SpecErrors",
     "TelemetrySpec",
+    "TomlTable",
+    "TomlValue",
     "all_settings",
     "build_commands",
     "check_launch",
@@ -119,5 +124,6 @@ __all__ = [
     "spec_to_dict",
     "torch_missing",
     "value_at",
+    "without_none",
     "write_spec_file",
 ]

@@ -43,8 +43,11 @@ from gui.gateway.launch_spec import (
     RendezvousPlan,
     ResolvedLaunch,
     ResolvedNode,
+    SettingValue,
     SpecError,
     SpecErrors,
+    TomlTable,
+    TomlValue,
     all_settings,
     build_commands,
     check_launch,
@@ -58,6 +61,7 @@ from gui.gateway.launch_spec import (
     spec_from_dict,
     torch_missing,
     value_at,
+    without_none,
 )
 from gui.gateway.probe_output import InterpreterInfo
 from gui.gateway.runner_rules import GpuReport
@@ -89,18 +93,23 @@ class NodeRow:
         return cls(host=node.host, processes=str(node.processes), user=node.user, port=node.port,
                    python=node.python, workdir=node.workdir)
 
-    def to_table(self) -> dict[str, Any]:
+    def to_table(self) -> TomlTable:
         """The ``[[nodes]]`` table. Text that is not a number stays text, so the spec parser
         reports it with the CLI's own message (``nodes[1].port: expected an integer ...``)."""
-        text = self.processes.strip()
-        processes: Any = AUTO if text in ("", AUTO) else (int(text) if text.isdigit() else text)
-        port: Any = self.port
-        if isinstance(port, str):
-            port = port.strip()
-            port = None if not port else int(port) if port.isdigit() else port
-        table = {"host": self.host.strip(), "processes": processes, "user": _text_or_none(self.user),
-                 "port": port, "python": _text_or_none(self.python), "workdir": _text_or_none(self.workdir)}
-        return {key: value for key, value in table.items() if value is not None}
+        return without_none({
+            "host": self.host.strip(), "processes": _number_or_text(self.processes) if self.processes.strip() else AUTO,
+            "user": _text_or_none(self.user),
+            "port": _number_or_text(self.port) if isinstance(self.port, str) else self.port,
+            "python": _text_or_none(self.python), "workdir": _text_or_none(self.workdir)})
+
+
+def _number_or_text(typed: str) -> int | str | None:
+    """A whole number typed in a cell as an ``int``, other text as typed (stripped), so the parser
+    names what is wrong with it; ``None`` for an empty cell."""
+    text = typed.strip()
+    if not text:
+        return None
+    return int(text) if text.isdigit() else text
 
 
 def _text_or_none(value: str | None) -> str | None:
@@ -140,7 +149,7 @@ class FormState:
     """``auto``, ``torchrun`` or ``self-spawn`` (``runner.profile.launch_mode``)."""
     slurm: SlurmForm = SlurmForm()  # noqa: RUF009 (frozen: one shared default is safe)
     """The Slurm section (``gui.widgets.slurm_section``); off by default."""
-    settings: tuple[tuple[str, Any], ...] = ()
+    settings: tuple[tuple[str, SettingValue], ...] = ()
     """The spec's settings (``runner.profile.schema``) this class has no field of its own for,
     by dotted path (``telemetry.stall_timeout``): as the generic form's widget holds it (a check
     box's bool, a choice, a line's text) for a setting with a label, else as loaded. A missing
@@ -181,11 +190,11 @@ class FormState:
             description=spec.description,
         )
 
-    def setting(self, path: str) -> Any:
+    def setting(self, path: str) -> SettingValue:
         """The form value of the setting at ``path`` (see ``settings``); ``None``: its default."""
         return dict(self.settings).get(path)
 
-    def with_setting(self, path: str, value: Any) -> FormState:
+    def with_setting(self, path: str, value: SettingValue) -> FormState:
         return replace(self, settings=(*((key, old) for key, old in self.settings if key != path), (path, value)))
 
     def split_args(self) -> list[str]:
@@ -195,7 +204,7 @@ class FormState:
         except ValueError as exc:
             raise SpecError("args", f"cannot split into arguments ({exc}); check the quotes") from None
 
-    def to_table(self) -> dict[str, Any]:
+    def to_table(self) -> TomlTable:
         """The profile table this form stands for (the shape ``spec_from_dict`` reads).
 
         Rendezvous fields that the picked mode does not use are left out, so a value
@@ -204,11 +213,11 @@ class FormState:
         Raises:
             SpecError: the arguments cannot be split.
         """
-        table: dict[str, Any] = {"version": SCHEMA_VERSION}
+        table: TomlTable = {"version": SCHEMA_VERSION}
         if self.description:
             table["description"] = self.description
         table[ENTRY_MODULE if self.entry_kind == ENTRY_MODULE else ENTRY_SCRIPT] = self.entry.strip()
-        table["args"] = self.split_args()
+        table["args"] = list(self.split_args())
         if self.interpreter.strip():
             table["interpreter"] = self.interpreter.strip()
         if self.workdir.strip():
@@ -224,27 +233,39 @@ class FormState:
         env = [(name.strip(), value) for name, value in self.env if name.strip() or value]
         if env:
             table["env"] = dict(env)
-        rendezvous: dict[str, Any] = {"mode": self.rendezvous_mode}
+        rendezvous: dict[str, TomlValue | None] = {"mode": self.rendezvous_mode}
         if self.rendezvous_mode == "c10d":
             rendezvous.update(endpoint=self.endpoint.strip() or None, job_id=self.job_id.strip() or None)
         elif self.rendezvous_mode == "static":
             rendezvous.update(master_addr=self.master_addr.strip() or None, master_port=self.master_port,
                               node_rank=self.node_rank or None)
-        table["rendezvous"] = {key: value for key, value in rendezvous.items() if value is not None}
+        table["rendezvous"] = without_none(rendezvous)
         values = dict(self.settings)
         for item in generic_settings(self.schema):
             value = table_value(item, values[item.path]) if item.path in values else None
             if value is not None:
-                where = table
-                for part in item.path.split(".")[:-1]:
-                    where = where.setdefault(part, {})
-                where[item.name] = value
+                _table_at(table, item.table)[item.name] = value
         table["nodes"] = [node.to_table() for node in self.nodes]
         slurm = self.slurm.to_table()
         if slurm is not None:  # Slurm allocates the nodes and places the rendezvous
             table["slurm"] = slurm
             del table["nodes"], table["rendezvous"]
         return table
+
+
+def _table_at(table: TomlTable, path: str) -> TomlTable:
+    """The table at the dotted ``path`` in ``table`` (``telemetry``), made when missing; ``table``
+    itself for an empty path.
+
+    Raises:
+        ValueError: a key on the path holds a value, not a table (no spec declares such a path).
+    """
+    for part in filter(None, path.split(".")):
+        inner = table.setdefault(part, {})
+        if not isinstance(inner, dict):
+            raise ValueError(f"{part} holds {inner!r}, not a table of settings")
+        table = inner
+    return table
 
 
 FORM_FIELDS = frozenset(f.name for f in fields(FormState))
@@ -255,7 +276,7 @@ def generic_settings(schema: type[LaunchSpec]) -> list[PathSetting]:
     return [item for item in all_settings(schema) if item.path not in FORM_FIELDS]
 
 
-def form_value(item: PathSetting, value: Any) -> Any:
+def form_value(item: PathSetting, value: SettingValue) -> SettingValue:
     """A spec value as the setting's widget holds it (a line holds text; empty: the default or auto)."""
     if not item.setting.label:
         return value
@@ -271,7 +292,7 @@ def form_value(item: PathSetting, value: Any) -> Any:
     return str(value)
 
 
-def table_value(item: PathSetting, value: Any) -> Any:
+def table_value(item: PathSetting, value: SettingValue) -> TomlValue | None:
     """What the profile table holds for a widget's value; ``None`` leaves the key out (the default).
 
     A number that does not read as one stays text, so the spec parser reports it with the
@@ -432,7 +453,7 @@ class LaunchFormModel:
         self.machine_changed = Event()
         self.interpreter_probed = Event()
         self._state = FormState(settings=FormState.from_spec(schema()).settings, schema=schema)
-        self._baseline: dict[str, Any] | None = None
+        self._baseline: TomlTable | None = None
         self._profile_name: str | None = None
         self._base_dir = Path(base_dir) if base_dir is not None else Path.cwd()
         self._gpu_report: GpuReport | None = None
@@ -540,7 +561,7 @@ class LaunchFormModel:
         self._plan_wanted = None
         self._reevaluate()
 
-    def update_setting(self, path: str, value: Any) -> None:
+    def update_setting(self, path: str, value: SettingValue) -> None:
         """Change one of the spec's settings (a dotted path, ``telemetry.stall_timeout``) to what
         its widget holds, and re-evaluate.
 
@@ -642,7 +663,7 @@ class LaunchFormModel:
         self.evaluated.emit(self._evaluation)
 
     @staticmethod
-    def _table_or_none(state: FormState) -> dict[str, Any] | None:
+    def _table_or_none(state: FormState) -> TomlTable | None:
         try:
             return state.to_table()
         except SpecError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gui.gateway.launch_spec import SlurmSpec
+from gui.gateway.launch_spec import SlurmSpec, TomlTable, without_none
 
 ROUTES = ("auto", "direct", "login")
 ROUTE_LABELS = {
@@ -65,19 +65,18 @@ class SlurmForm:
         """Raises TypeError for a name that is not a field."""
         return replace(self, **changes)
 
-    def to_table(self) -> dict[str, Any] | None:
+    def to_table(self) -> TomlTable | None:
         """The ``[slurm]`` table; ``None`` when the section is off (the job runs here or over ssh)."""
         if not self.enabled:
             return None
         user, _, host = self.login.strip().rpartition("@")
-        table: dict[str, Any] = {
+        return without_none({
             "nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "cpus_per_node": self.cpus_per_node or None,
             "partition": _text(self.partition), "time_limit": _text(self.time_limit), "account": _text(self.account),
             "qos": _text(self.qos), "job_name": _text(self.job_name), "login_host": _text(host),
             "login_user": _text(user), "login_port": self.login_port or None, "telemetry_route": self.telemetry_route,
             "sbatch_options": [line.strip() for line in self.sbatch_options_text.splitlines() if line.strip()] or None,
-        }
-        return {key: value for key, value in table.items() if value is not None}
+        })
 
     def summary(self) -> str:
         """One line for the section's title: "2 nodes x 4 GPUs, gpu, 2:00:00 (login.cluster)"."""

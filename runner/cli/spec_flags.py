@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from runner.cli.arguments import Parser
 from runner.profile.files import Profile, example_profile, load_profile, looks_like_path
@@ -26,15 +26,18 @@ from runner.profile.parse import (
 )
 from runner.profile.schema import (
     BOOL,
-    CHOICE,
     INTEGER,
     NUMBER,
     PathSetting,
+    Setting,
     all_settings,
     is_table,
     setting_of,
 )
-from runner.profile.spec import AUTO, LaunchSpec, NodeSpec, RendezvousSpec, SlurmSpec
+from runner.profile.spec import AUTO, GpuSelection, LaunchSpec, NodeSpec, RendezvousSpec, SlurmSpec
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 def add_spec_flags(parser: argparse.ArgumentParser, schema: type[LaunchSpec] = LaunchSpec) -> None:
@@ -80,19 +83,22 @@ def add_setting_flags(group: argparse._ArgumentGroup, items: list[PathSetting]) 
         if described.flag is None:
             continue
         names = (described.flag, *described.aliases)
-        options: dict[str, Any] = {"dest": flag_dest(item), "default": None, "help": described.help}
         if described.kind == BOOL:
-            options["action"] = "store_true"
+            group.add_argument(*names, dest=flag_dest(item), default=None, help=described.help, action="store_true")
         else:
-            if described.metavar:
-                options["metavar"] = described.metavar
-            if described.kind == CHOICE:
-                options["choices"] = described.choices
-            elif described.kind == INTEGER:
-                options["type"] = _auto_or(int, "an integer") if described.auto else int
-            elif described.kind == NUMBER:
-                options["type"] = _auto_or(float, "a number") if described.auto else float
-        group.add_argument(*names, **options)
+            group.add_argument(*names, dest=flag_dest(item), default=None, help=described.help,
+                               metavar=described.metavar or None, choices=described.choices or None,
+                               type=_flag_type(described))
+
+
+def _flag_type(described: Setting) -> Callable[[str], object]:
+    """What argparse makes of a setting's text: a number, or ``"auto"`` kept as text
+    (``_flag_value`` converts it); a choice or a text setting stays text."""
+    if described.kind == INTEGER:
+        return _auto_or(int, "an integer") if described.auto else int
+    if described.kind == NUMBER:
+        return _auto_or(float, "a number") if described.auto else float
+    return str
 
 
 def _auto_or(kind: type, described: str) -> Callable[[str], str]:
@@ -108,7 +114,7 @@ def _auto_or(kind: type, described: str) -> Callable[[str], str]:
     return check
 
 
-def _flag_value(item: PathSetting, given: Any) -> Any:
+def _flag_value(item: PathSetting, given: object) -> object:
     """A flag's value as the spec holds it: ``"auto"`` or a number where auto is allowed.
 
     Raises:
@@ -128,13 +134,16 @@ def _flag_value(item: PathSetting, given: Any) -> Any:
     return given
 
 
-def apply_setting_flags(spec: Any, args: argparse.Namespace, prefix: str = "") -> Any:
+SpecT = TypeVar("SpecT", bound="DataclassInstance")
+
+
+def apply_setting_flags(spec: SpecT, args: argparse.Namespace, prefix: str = "") -> SpecT:
     """``spec`` with the settings whose flags were given (nested tables included).
 
     Raises:
         SpecErrors: a flag's value is neither a number nor "auto" where auto is allowed.
     """
-    changes: dict[str, Any] = {}
+    changes: dict[str, object] = {}  # field name -> new value, for dataclasses.replace
     for spec_field in fields(spec):
         described = setting_of(spec_field)
         if described is not None and described.flag is not None:
@@ -169,7 +178,7 @@ def _gpus_flag(text: str) -> str:
     return text
 
 
-def _gpus(text: str):
+def _gpus(text: str) -> GpuSelection:
     if text in ("all", "cpu"):
         return text
     try:
@@ -215,18 +224,7 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
         SpecErrors: a flag's value is invalid.
     """
     spec = apply_setting_flags(spec, args)  # nproc_per_node, backend, ..., the [telemetry] flags
-    changes: dict[str, Any] = {}  # LaunchSpec field -> new value, for dataclasses.replace
-    if args.gpus is not None:
-        changes["gpus"] = _gpus(args.gpus)
-    if args.interpreter is not None:
-        changes["interpreter"] = args.interpreter
-    if args.workdir is not None:
-        changes["workdir"] = str(Path(args.workdir).expanduser().resolve())
-    if args.env:
-        changes["env"] = tuple({**dict(spec.env), **dict(_env(args.env))}.items())
     nodes = _nodes(args.hosts) if args.hosts else spec.nodes
-    if args.hosts:
-        changes["nodes"] = nodes
     rendezvous = spec.rendezvous
     if args.rdzv_endpoint or args.rdzv_id:
         if args.rdzv_endpoint and parse_host_port(args.rdzv_endpoint) is None:
@@ -238,9 +236,16 @@ def apply_overrides(spec: LaunchSpec, args: argparse.Namespace) -> LaunchSpec:
                              master_port=rendezvous.master_port if args.master_port is None else args.master_port)
     if args.hosts and len(nodes) > 1 and rendezvous.mode == "standalone":
         rendezvous = replace(rendezvous, mode="c10d")
-    if rendezvous is not spec.rendezvous:
-        changes["rendezvous"] = rendezvous
-    spec = apply_slurm_flags(replace(spec, **changes), args)
+    spec = replace(
+        spec,
+        gpus=spec.gpus if args.gpus is None else _gpus(args.gpus),
+        interpreter=spec.interpreter if args.interpreter is None else args.interpreter,
+        workdir=spec.workdir if args.workdir is None else str(Path(args.workdir).expanduser().resolve()),
+        env=tuple({**dict(spec.env), **dict(_env(args.env))}.items()) if args.env else spec.env,
+        nodes=nodes,
+        rendezvous=rendezvous,
+    )
+    spec = apply_slurm_flags(spec, args)
     return spec_from_dict(spec_to_dict(spec), type(spec))  # the same validation as a profile file
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import fields
-from typing import Any, TypeVar
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from rankwatch import _templates as templates
 from runner.profile.schema import (
@@ -38,6 +38,10 @@ from runner.profile.spec import (
     RendezvousSpec,
     SlurmSpec,
 )
+from runner.profile.toml_types import TomlTable, TomlValue, without_none
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 HOST_NAME = re.compile(r"[A-Za-z0-9_.:\-\[\]%]+")
@@ -67,7 +71,7 @@ class SpecErrors(ValueError):
         self.errors = errors
 
 
-def _type_name(value: Any) -> str:
+def _type_name(value: object) -> str:
     return {bool: "true/false", int: "an integer", float: "a number", str: "a string",
             list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
 
@@ -75,7 +79,7 @@ def _type_name(value: Any) -> str:
 class _Reader:
     """Reads one TOML table, recording errors instead of stopping at the first."""
 
-    def __init__(self, table: Mapping[str, Any], prefix: str, errors: list[SpecError]):
+    def __init__(self, table: Mapping[str, TomlValue], prefix: str, errors: list[SpecError]):
         self.table = table
         self.prefix = prefix
         self.errors = errors
@@ -116,7 +120,8 @@ class _Reader:
         if allow_auto and value == AUTO:
             return AUTO
         if isinstance(value, bool) or not isinstance(value, int):
-            allowed = f'an integer >= {low}' + (' or "auto"' if allow_auto else "")
+            allowed = (f"an integer between {low} and {high}" if high is not None else f"an integer >= {low}") \
+                + (' or "auto"' if allow_auto else "")
             self.fail(key, f"expected {allowed}, got {value!r}")
             return default
         if value < low or (high is not None and value > high):
@@ -141,12 +146,12 @@ class _Reader:
 
     def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
         value = self.table.get(key, default)
-        if value in choices:
+        if isinstance(value, str) and value in choices:
             return value
         self.fail(key, f"{value!r} is not one of {', '.join(choices)}")
         return default
 
-    def sub_table(self, key: str) -> Mapping[str, Any]:
+    def sub_table(self, key: str) -> Mapping[str, TomlValue]:
         value = self.table.get(key, {})
         if isinstance(value, Mapping):
             return value
@@ -187,33 +192,36 @@ def _read_setting_value(reader: _Reader, key: str, default: Any, described: Sett
     return reader.optional_str(key, default)
 
 
-def read_settings(cls: type, reader: _Reader) -> dict[str, Any]:
-    """The values of ``cls``'s setting fields (and its nested settings tables) in the reader's
-    table, by field name; an invalid value is recorded as an error and its default is used."""
-    values: dict[str, Any] = {}
-    for spec_field in fields(cls):
+SettingsT = TypeVar("SettingsT", bound="DataclassInstance")
+
+
+def with_settings_read(spec: SettingsT, reader: _Reader) -> SettingsT:
+    """``spec`` with the values of its setting fields (and its nested settings tables) read from
+    the reader's table; an invalid value is recorded as an error and its default is used.
+
+    The values are ``object`` to the type checker: each was checked by its ``Setting``'s kind.
+    """
+    values: dict[str, object] = {}  # field name -> value, for dataclasses.replace
+    for spec_field in fields(spec):
         described = setting_of(spec_field)
         if described is not None:
             values[spec_field.name] = _read_setting(reader, spec_field.name, default_of(spec_field), described)
         elif is_table(spec_field):
             values[spec_field.name] = read_settings_table(table_class(spec_field), reader, spec_field.name)
-    return values
+    return replace(spec, **values)
 
 
-SpecT = TypeVar("SpecT")
-
-
-def read_settings_table(cls: type[SpecT], reader: _Reader, key: str) -> SpecT:
+def read_settings_table(cls: type[SettingsT], reader: _Reader, key: str) -> SettingsT:
     """A nested table whose fields are all settings (``[telemetry]``); unknown keys are errors."""
     table = _Reader(reader.sub_table(key), f"{reader.name(key)}.", reader.errors)
-    table.reject_unknown([f.name for f in fields(cls)])  # type: ignore[arg-type]
-    return cls(**read_settings(cls, table))
+    table.reject_unknown([f.name for f in fields(cls)])
+    return with_settings_read(cls(), table)
 
 
-def write_settings(spec: Any) -> dict[str, Any]:
+def write_settings(spec: DataclassInstance) -> TomlTable:
     """The TOML entries of ``spec``'s settings (nested tables included): ``None`` is left out
     (an auto number is written ``"auto"``), and so is a default the setting omits."""
-    table: dict[str, Any] = {}
+    table: TomlTable = {}
     for spec_field in fields(spec):
         value = getattr(spec, spec_field.name)
         described = setting_of(spec_field)
@@ -257,21 +265,38 @@ def parse_host_port(text: str) -> tuple[str, int] | None:
     return match.group(1), int(match.group(2))
 
 
+ItemT = TypeVar("ItemT")
+
+
+def _list_of(value: TomlValue, kind: type[ItemT]) -> list[ItemT] | None:
+    """``value`` as a list whose items are all ``kind``, or ``None`` when it is not one (``true``
+    is no integer here, though to Python a bool is an int)."""
+    if not isinstance(value, list):
+        return None
+    items: list[ItemT] = []
+    for item in value:
+        if not isinstance(item, kind) or (isinstance(item, bool) and kind is not bool):
+            return None
+        items.append(item)
+    return items
+
+
 def _parse_gpus(reader: _Reader):
     value = reader.table.get("gpus", ALL)
     if value in (ALL, CPU):
         return value
-    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
-        if not value:
+    indices = _list_of(value, int)
+    if indices is not None:
+        if not indices:
             reader.fail("gpus", 'empty list; use "cpu" for CPU mode or "all"')
             return ALL
-        if any(i < 0 for i in value):
+        if any(i < 0 for i in indices):
             reader.fail("gpus", f"GPU indices are >= 0, got {value}")
             return ALL
-        if len(set(value)) != len(value):
+        if len(set(indices)) != len(indices):
             reader.fail("gpus", f"index listed twice in {value}; a GPU must not be shared by two ranks")
             return ALL
-        return tuple(value)
+        return tuple(indices)
     reader.fail("gpus", f'expected "all", "cpu" or a list of GPU indices such as [0, 1], got {value!r}')
     return ALL
 
@@ -351,11 +376,12 @@ def _parse_nodes(reader: _Reader, errors: list[SpecError]) -> tuple[NodeSpec, ..
     value = reader.table.get("nodes")
     if value is None:
         return (NodeSpec(),)
-    if not isinstance(value, list) or not value or not all(isinstance(n, Mapping) for n in value):
+    tables = [n for n in value if isinstance(n, dict)] if isinstance(value, list) else []
+    if not isinstance(value, list) or not value or len(tables) != len(value):
         reader.fail("nodes", "expected one or more [[nodes]] tables")
         return (NodeSpec(),)
     nodes = []
-    for index, table in enumerate(value):
+    for index, table in enumerate(tables):
         node = _Reader(table, f"nodes[{index}].", errors)
         node.reject_unknown([f.name for f in fields(NodeSpec)])
         host = node.optional_str("host", "localhost")
@@ -480,11 +506,12 @@ def _parse_slurm_name(slurm: _Reader, key: str, pattern: re.Pattern = SLURM_NAME
 
 def _parse_sbatch_options(slurm: _Reader) -> tuple[str, ...]:
     value = slurm.table.get("sbatch_options", [])
-    if not isinstance(value, list) or not all(isinstance(option, str) for option in value):
+    given = _list_of(value, str)
+    if given is None:
         slurm.fail("sbatch_options", f'expected a list of strings such as ["--mem=64G"], got {value!r}')
         return ()
     options = []
-    for index, option in enumerate(value):
+    for index, option in enumerate(given):
         text = option.strip()
         name = text.split("=", 1)[0].split(None, 1)[0] if text else ""
         where = f"sbatch_options[{index}]"
@@ -529,7 +556,7 @@ def _parse_slurm(reader: _Reader, errors: list[SpecError]) -> SlurmSpec | None:
     )
 
 
-def _check_slurm_fields(table: Mapping[str, Any], spec: LaunchSpec, errors: list[SpecError]) -> None:
+def _check_slurm_fields(table: Mapping[str, TomlValue], spec: LaunchSpec, errors: list[SpecError]) -> None:
     """Fields Slurm decides when a ``[slurm]`` table is given: they must not be set too."""
     if "nodes" in table:
         errors.append(SpecError("nodes", "Slurm allocates the nodes of a [slurm] job; remove [[nodes]] "
@@ -545,8 +572,8 @@ def _check_slurm_fields(table: Mapping[str, Any], spec: LaunchSpec, errors: list
                                         "set one of them"))
 
 
-def _slurm_table(slurm: SlurmSpec) -> dict[str, Any]:
-    return _drop_none({
+def _slurm_table(slurm: SlurmSpec) -> TomlTable:
+    return without_none({
         "nodes": slurm.nodes, "gpus_per_node": slurm.gpus_per_node, "cpus_per_node": slurm.cpus_per_node,
         "partition": slurm.partition, "time_limit": slurm.time_limit, "account": slurm.account, "qos": slurm.qos,
         "job_name": slurm.job_name, "sbatch_options": list(slurm.sbatch_options) or None,
@@ -573,7 +600,13 @@ TOP_LEVEL_KEYS = [f.name for f in fields(LaunchSpec)]
 LaunchSpecT = TypeVar("LaunchSpecT", bound=LaunchSpec)
 
 
-def spec_from_dict(table: Mapping[str, Any], schema: type[LaunchSpecT] = LaunchSpec) -> LaunchSpecT:  # type: ignore[assignment]
+@overload
+def spec_from_dict(table: Mapping[str, TomlValue]) -> LaunchSpec: ...
+@overload
+def spec_from_dict(table: Mapping[str, TomlValue], schema: type[LaunchSpecT]) -> LaunchSpecT: ...
+
+
+def spec_from_dict(table: Mapping[str, TomlValue], schema: type[LaunchSpec] = LaunchSpec) -> LaunchSpec:
     """Build a spec from a TOML table. ``schema``: the spec class (a subclass with more
     settings reads them too, ``runner.profile.schema``).
 
@@ -603,8 +636,8 @@ def spec_from_dict(table: Mapping[str, Any], schema: type[LaunchSpecT] = LaunchS
         slurm=_parse_slurm(reader, errors),
         description=reader.optional_str("description"),
         version=SCHEMA_VERSION,
-        **read_settings(schema, reader),  # nproc_per_node, backend, ..., [telemetry]
     )
+    spec = with_settings_read(spec, reader)  # nproc_per_node, backend, ..., [telemetry]
     if spec.slurm is not None:
         _check_slurm_fields(table, spec, errors)
     errors.extend(_check_launch_mode(spec))
@@ -614,15 +647,11 @@ def spec_from_dict(table: Mapping[str, Any], schema: type[LaunchSpecT] = LaunchS
     return spec
 
 
-def _drop_none(table: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in table.items() if v is not None}
-
-
-def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
+def spec_to_dict(spec: LaunchSpec) -> TomlTable:
     """The TOML table for ``spec``: ``spec_from_dict(spec_to_dict(s)) == s``."""
-    table: dict[str, Any] = {"version": spec.version}
-    table.update(_drop_none({"description": spec.description}))
-    values = {**_drop_none({
+    table: TomlTable = {"version": spec.version}
+    table.update(without_none({"description": spec.description}))
+    values = {**without_none({
         "script": spec.script,
         "module": spec.module,
         "args": list(spec.args),
@@ -636,14 +665,14 @@ def spec_to_dict(spec: LaunchSpec) -> dict[str, Any]:
     if spec.env:
         table["env"] = dict(spec.env)
     rdzv = spec.rendezvous
-    table["rendezvous"] = _drop_none({
+    table["rendezvous"] = without_none({
         "mode": rdzv.mode, "endpoint": rdzv.endpoint, "job_id": rdzv.job_id,
         "master_addr": rdzv.master_addr, "master_port": rdzv.master_port,
         "node_rank": rdzv.node_rank or None,
     })
     table.update({key: value for key, value in values.items() if isinstance(value, dict)})
     table["nodes"] = [
-        _drop_none({"host": n.host, "processes": n.processes, "user": n.user, "port": n.port,
+        without_none({"host": n.host, "processes": n.processes, "user": n.user, "port": n.port,
                     "python": n.python, "workdir": n.workdir})
         for n in spec.nodes
     ]

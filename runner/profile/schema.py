@@ -15,7 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, Field, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeAlias
+
+SettingValue: TypeAlias = str | int | float | None
+"""A setting's value as a spec holds it: a bool (an ``int`` to Python), an integer, a number or
+text, ``"auto"`` where allowed, and ``None`` for "not set" (an auto number, an empty text)."""
 
 SETTING = "rankwatch.setting"
 TABLE = "rankwatch.table"

@@ -104,5 +104,5 @@ def test_a_script_with_a_local_rank_default_run_without_the_legacy_option_is_war
     block = summary_block(result.stderr)
     assert f"hint: {warning}" in block and "-> turn on the legacy option (--legacy-local-rank" in block
     with RunStore(readonly=True) as store:
-        [event] = store.events(store.resolve_run_id("last"), kind="launch_mismatch")
-    assert event["rank"] == 1 and event["data"]["key"] == "local_rank_unpassed"
+        [event] = store.stored_events(store.resolve_run_id("last"), kind="launch_mismatch")
+    assert event.rank == 1 and event.fields["key"] == "local_rank_unpassed"

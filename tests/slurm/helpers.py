@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from rankwatch import protocol
+from runner.rows import StoredRun
 from runner.store.store import RunStore
 from tests.jobs import SCRIPTS
 from tests.slurm.cluster import LocalSlurm
@@ -50,12 +51,12 @@ def read_store(home: Path, function):
         return None
 
 
-def run_by_profile(home: Path, script: str) -> dict | None:
+def run_by_profile(home: Path, script: str) -> StoredRun | None:
     """The newest run of ``script`` (profile names are the script's stem)."""
     stem = Path(script).stem
 
     def find(store):
-        return next((store.stored_run(run.id) for run in store.runs(limit=20) if run.profile == stem), None)
+        return next((run for run in store.runs(limit=20) if run.profile == stem), None)
     return read_store(home, find)
 
 

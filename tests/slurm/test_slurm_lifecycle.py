@@ -38,6 +38,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from runner.rows import StoredRun
 from runner.store.store import stored_rank_json
 from tests.jobs import SCRIPTS, processes_with_marker, rankwatch, start_rankwatch, wait_for
 from tests.slurm.helpers import (
@@ -57,8 +58,8 @@ FILLERS = {"blocker": ("--nproc-per-node", "2"), "limited": ("--time", "1"), "ou
 """Job name -> extra flags of the three runs that fill the cluster (4 CPUs)."""
 
 
-def submitted(home: Path, job_name: str) -> dict | None:
-    runs = read_store(home, lambda store: [store.stored_run(run.id) for run in store.runs(limit=10)]) or []
+def submitted(home: Path, job_name: str) -> StoredRun | None:
+    runs = read_store(home, lambda store: store.runs(limit=10)) or []
     return next((run for run in runs if f"--job-name={job_name}\n" in (run.command or "")), None)
 
 

@@ -40,7 +40,7 @@ def test_a_run_submitted_over_ssh_reports_through_the_login_host(slurm_cluster, 
     runner = start_rankwatch(*slurm_run("fail_rank1.py", workdir=tmp_path, nodes=2,
                                                 extra=("--login-host", "127.0.0.1")), env=env)
     run = wait_for(lambda: run_by_profile(tmp_path, "fail_rank1.py"), 60, what="the run to be recorded")
-    [listening] = wait_for(lambda: read_store(tmp_path, lambda store: store.stored_events(run.id, kind="agents_listening")),
+    listening = wait_for(lambda: read_store(tmp_path, lambda store: store.stored_events(run.id, kind="agents_listening")),
                          60, what="the runner to listen")
     listeners = {connection.laddr.ip for connection in psutil.Process(runner.pid).net_connections(kind="tcp")
                  if connection.status == psutil.CONN_LISTEN}

@@ -39,7 +39,6 @@ import psutil
 import pytest
 
 from runner.rows import StoredRun
-from runner.store.store import stored_rank_json
 from tests.jobs import SCRIPTS, processes_with_marker, rankwatch, start_rankwatch, wait_for
 from tests.slurm.helpers import (
     StatusRecorder,
@@ -114,7 +113,7 @@ def lifecycle(slurm_cluster, tmp_path_factory):
     # cluster full for the next module's jobs.
     shortened = slurm_cluster.run("scontrol", "update", f"JobId={jobs['limited']}", "EndTime=now", check=False)
     slurm_cluster.run("scancel", jobs["outsider"])
-    send_stop(runs["blocker"]["socket"])
+    send_stop(runs["blocker"].socket or "")
     wait_for(lambda: "running" in statuses.seen, 150, what="the run to start once a node is free")
     reattach = start_rankwatch("attach", str(run_id), "--plain", env=env)
     outputs = {name: runner.communicate(timeout=120) for name, runner in runners.items()}
@@ -128,10 +127,10 @@ def lifecycle(slurm_cluster, tmp_path_factory):
     seen = statuses.stop()
 
     def facts(store):
-        return {"run": store.stored_run(run_id), "ranks": {row.rank: stored_rank_json(row) for row in store.ranks(run_id)},
+        return {"run": store.stored_run(run_id), "ranks": {row.rank: row for row in store.ranks(run_id)},
                 "metrics": store.metrics(run_id), "slurm_events": store.stored_events(run_id, kind="slurm"),
                 "nodes": store.stored_nodes(run_id), "logs": store.log_lines(run_id),
-                "fillers": {name: {"run": store.stored_run(run.id), "ranks": [stored_rank_json(row) for row in store.ranks(run.id)],
+                "fillers": {name: {"run": store.stored_run(run.id), "ranks": store.ranks(run.id),
                                    "nodes": store.stored_nodes(run.id), "warnings": store.stored_events(run.id, kind="warning")}
                             for name, run in runs.items()}}
     return {"job": job, "jobs": jobs, "marked": marked, "statuses": seen, "squeue_while_queued": squeue_while_queued,
@@ -159,9 +158,9 @@ def test_the_run_is_pending_with_slurms_reason_then_running_then_succeeds(lifecy
 
 def test_every_rank_reported_its_loss_and_steps(lifecycle):
     ranks = lifecycle["ranks"]
-    assert {rank: (row["state"], row["exit_code"]) for rank, row in ranks.items()} == {0: ("exited", 0),
+    assert {rank: (row.state, row.exit_code) for rank, row in ranks.items()} == {0: ("exited", 0),
                                                                                       1: ("exited", 0)}
-    assert ranks[0]["host"] == ranks[1]["host"] == lifecycle["nodes"][0]["host"]  # the node Slurm named
+    assert ranks[0].host == ranks[1].host == lifecycle["nodes"][0].host  # the node Slurm named
     for rank in (0, 1):
         steps = {step for r, _t, step, name, _v, _s in lifecycle["metrics"] if r == rank and name == "loss"}
         assert steps == set(range(STEPS)), f"rank {rank}: loss at steps {sorted(steps)}"
@@ -172,7 +171,7 @@ def test_every_line_a_rank_printed_on_its_slurm_node_is_stored_under_that_rank(l
     agent forwards each line with the rank and the node Slurm named."""
     printed = [row for row in lifecycle["logs"] if row.stream == "stdout" and " step " in row.line]
     by_text = {row.line.split(" loss ")[0]: (row.rank, row.node) for row in printed}
-    host = lifecycle["nodes"][0]["host"]
+    host = lifecycle["nodes"][0].host
     assert len(printed) == 2 * STEPS  # each line once
     assert by_text == {f"rank {rank}/2 step {step}": (rank, host) for rank in (0, 1) for step in range(STEPS)}
 
@@ -224,7 +223,7 @@ def test_stop_cancels_the_slurm_job_and_leaves_no_process_of_it(lifecycle):
     assert blocker["run"].summary["slurm"]["state"] == "CANCELLED"
     assert f"Slurm job {lifecycle['jobs']['blocker']} cancelled" in blocker["run"].summary["headline"]
     assert lifecycle["slurm_jobs"]["blocker"]["JobState"] == "CANCELLED"
-    assert [rank["state"] for rank in blocker["ranks"]] == ["stopped", "stopped"]
+    assert [rank.state for rank in blocker["ranks"]] == ["stopped", "stopped"]
     # torchrun ended on Slurm's one SIGTERM (a second one would have broken off its shutdown)
     assert torchrun_status_reported_by_the_agent(blocker) != 128 + signal.SIGKILL
     assert lifecycle["survivors"]["blocker"] == []  # batch script, srun, agent, torchrun, workers: none left
@@ -236,7 +235,7 @@ def test_a_run_past_its_time_limit_is_reported_as_timeout_with_its_ranks(lifecyc
     shortened = lifecycle["shortened"]
     assert lifecycle["slurm_jobs"]["limited"]["JobState"] == "TIMEOUT", (shortened.returncode, shortened.stderr)
     assert run.status == "failed" and run.summary["outcome"] == "timeout"
-    assert [rank["state"] for rank in ranks] == ["stopped"]
+    assert [rank.state for rank in ranks] == ["stopped"]
     headline = run.summary["headline"]
     assert headline.startswith(f"Slurm job {lifecycle['jobs']['limited']} reached its time limit (00:01:00) after ")
     assert "; rank 0 stopped at step " in headline
@@ -255,7 +254,7 @@ def test_a_scancel_from_outside_is_reported_as_cancelled(lifecycle):
     assert run.status == "stopped" and run.summary["outcome"] == "cancelled"
     assert run.summary["headline"].startswith(
         f"Slurm job {lifecycle['jobs']['outsider']} was cancelled outside Rankwatch")
-    assert [rank["state"] for rank in ranks] == ["stopped"]
+    assert [rank.state for rank in ranks] == ["stopped"]
     assert lifecycle["codes"]["outsider"] == run.exit_code == 143  # as for SIGTERM
     assert torchrun_status_reported_by_the_agent(lifecycle["fillers"]["outsider"]) != 128 + signal.SIGKILL
     assert any(event.message.endswith("its agent stopped the workers: Slurm ended the job step (SIGTERM)")

@@ -409,9 +409,9 @@ class RunStore:
         return [StoredRank.from_wire(dict(row)) for row in rows]
 
     def nodes(self, run_id: int) -> list[JsonObject]:
-        """The ``nodes`` rows as JSON objects, for the hub's publisher to send on as its NODE objects
-        (it reads no key of them); every reader takes :meth:`stored_nodes`."""
-        return [dict(row) for row in self._node_rows(run_id)]
+        """The run's nodes as the hub sends them (its NODE objects: ``NodeInfo.to_wire``, as its live
+        node updates), for the publisher's snapshot; every reader takes :meth:`stored_nodes`."""
+        return [node.to_wire() for node in self.stored_nodes(run_id)]
 
     def stored_nodes(self, run_id: int) -> list[NodeInfo]:
         """The run's nodes, typed, by node rank (``run_id`` kept in ``extra``)."""

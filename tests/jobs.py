@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 
+from runner.rows import StoredRun
 from runner.store.store import RunStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,14 +63,14 @@ def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "cond
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def latest_run(home: Path | None = None) -> dict | None:
+def latest_run(home: Path | None = None) -> StoredRun | None:
     store_file = (home or Path(os.environ["RANKWATCH_HOME"])) / "data" / "runs.db"
     if not store_file.exists():
         return None
     try:
         with RunStore(store_file, readonly=True) as store:
             runs = store.runs(limit=1)
-            return store.run(runs[0].id) if runs else None
+            return runs[0] if runs else None
     except Exception:
         return None
 

@@ -190,8 +190,8 @@ def run_trial(ending: str) -> Trial:
         trial.gone_seconds = None if trial.survivors else max(0.0, time.monotonic() - event)
         trial.output = output.text()
         with RunStore(readonly=True) as store:
-            nodes = store.nodes(run.id)
-        trial.node_state = nodes[0]["state"] if nodes else None
+            nodes = store.stored_nodes(run.id)
+        trial.node_state = nodes[0].state if nodes else None
         return trial
     finally:
         if runner.poll() is None:

@@ -198,8 +198,8 @@ class StallMonitor:
             self.capture.capture_stacks(reason="stalled")
 
     def _run_is_running(self) -> bool:
-        run = self.hub.run_row or {}
-        return run.get("status") in (None, RunStatus.RUNNING.value)
+        run = self.hub.run_row
+        return run is None or run.status in (None, RunStatus.RUNNING.value)
 
     def _flag(self, row, idle: float, threshold: float, source: str, now: float) -> None:
         since = last_progress(row) or now - idle  # not None: ``idle`` was measured from it

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 from rankwatch import protocol
 from runner.hub.lines import OVERSIZED, STREAM_LIMIT, read_bounded_line
+from runner.rows import JsonObject
 from runner.runstate.messages import HubMessage, decode_hub_message
 
 
@@ -51,8 +51,9 @@ class HubClient:
             if message is not None:
                 yield message
 
-    async def messages(self) -> AsyncIterator[dict[str, Any]]:
-        """The hub's messages (decoded fields), until it hangs up."""
+    async def messages(self) -> AsyncIterator[JsonObject]:
+        """The hub's messages as JSON objects, until it hangs up: what a test or a relay reads raw;
+        a view takes :meth:`hub_messages`."""
         while True:
             line = await read_bounded_line(self.reader)
             if line is None:

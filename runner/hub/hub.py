@@ -29,9 +29,8 @@ import contextlib
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from rankwatch.protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
 from runner.hub.compaction import Compactor
@@ -39,12 +38,13 @@ from runner.hub.freshness import FLUSH_SECONDS, UNWATCHED, freshness_for
 from runner.hub.ingest import Ingest
 from runner.hub.live_model import LiveModel, LiveRank
 from runner.hub.observer import HubObserver, Observers
-from runner.hub.publisher import LocalSubscriber, Publisher, event_message
+from runner.hub.publisher import LocalSubscriber, Message, Publisher, event_message
 from runner.hub.server import ConnectionServer, Refusals
 from runner.hub.writer import StoreWriter
+from runner.rows import JsonObject, NodeInfo, RunInfo, StoredRun
 from runner.store.rank_stats import keep_live_statistics, keep_run_statistics
 from runner.store.run_figures import LIVE_STATISTICS_SECONDS
-from runner.store.store import RecordBatch, RunStore
+from runner.store.store import ColumnValue, RecordBatch, RunColumnValue, RunStore
 
 ACCEPT_SETTLE_SECONDS = 0.1
 RANK_STORE_COLUMNS = ("local_rank", "node_rank", "host", "pid", "world_size", "python", "torch", "gpu_index",
@@ -85,9 +85,10 @@ class Hub:
                              on_full_batch=self._flush_now)
         self._seq = 0
         """Batches committed so far (written on the writer thread)."""
-        self._run_row: dict[str, Any] | None = None
+        self._run: StoredRun | None = None
+        """The run's row: as stored, then as changed (kept when the store no longer takes it)."""
         self.publisher = Publisher(self.writer, self.model, self.stats, run_id=lambda: self.run_id,
-                                   run_row=lambda: self._run_row, commit_seq=lambda: self._seq)
+                                   run_row=self._run_wire, commit_seq=lambda: self._seq)
         self.refusals = Refusals(self.stats, self._record_refusal)
         self.server = ConnectionServer(token, self.ingest, self.publisher, self.observers, self.stats,
                                        self.refusals)
@@ -104,34 +105,41 @@ class Hub:
         self._live_statistics_task: asyncio.Task[None] | None = None
         self._flush_lock = asyncio.Lock()
         self._run_changed = False
-        self._node_rows_changed: list[dict[str, Any]] = []
+        self._node_rows_changed: list[NodeInfo] = []
         self._store_incomplete_told = False
         self._closed = False
 
     # ---- the run's own rows --------------------------------------------------------------------
 
-    async def create_run(self, spec_table: dict[str, Any], **fields: Any) -> int:
-        """Record the run. Raises sqlite3.Error / OSError when the store cannot be written at all."""
-        self.publisher.spec_table = spec_table
+    async def create_run(self, spec_table: Mapping[str, object], *, run_key: str, profile: str | None,
+                         spec_toml: str, command: str | None, host: str, workdir: str | None, runner_pid: int,
+                         socket: str | None, world_size: int | None, status: str) -> int:
+        """Record the run (``RunStore.create_run``'s fields); ``spec_table`` is the launch spec as a
+        TOML table, sent to subscribers with the snapshot.
 
-        def create(store: RunStore) -> tuple[int, dict[str, Any]]:
-            run_id = store.create_run(**fields)
-            return run_id, store.run(run_id)
+        Raises:
+            sqlite3.Error, OSError: the store cannot be written at all.
+        """
+        self.publisher.spec_table = dict(spec_table)
 
-        run_id, self._run_row = await self.writer.call(create)
+        def create(store: RunStore) -> tuple[int, StoredRun]:
+            run_id = store.create_run(run_key=run_key, profile=profile, spec_toml=spec_toml, command=command,
+                                      host=host, workdir=workdir, runner_pid=runner_pid, socket=socket,
+                                      world_size=world_size, status=status)
+            return run_id, store.stored_run(run_id)
+
+        run_id, self._run = await self.writer.call(create)
         self.run_id = run_id
         return run_id
 
-    async def update_run(self, **fields: Any) -> None:
-        """Change the run's row (its status, its end); kept in memory and published even when the
-        store can no longer take it."""
+    async def update_run(self, **fields: RunColumnValue) -> None:
+        """Change the run's row (its status, its end: ``RunStore.RUN_COLUMNS``); kept in memory and
+        published even when the store can no longer take it."""
         def update(store: RunStore) -> None:
             self.writer.try_write(store.update_run, self.run_id, **fields)
 
         await self.writer.call(update)
-        row = dict(self._run_row or {})
-        row.update(fields)
-        self._run_row = row
+        self._run = (self._run or StoredRun()).merged(fields)
         self._run_changed = True
         self._note_pending(True)
 
@@ -141,13 +149,16 @@ class Hub:
             self.writer.try_write(store.upsert_node, self.run_id, node_rank, host, state, processes, detail)
 
         await self.writer.call(update)
-        self._node_rows_changed.append({"node_rank": node_rank, "host": host, "state": state,
-                                        "processes": processes, "changed": time.time(), "detail": detail})
+        self._node_rows_changed.append(NodeInfo(node_rank, host, state, processes, time.time(), detail))
         self._note_pending(True)
 
     @property
-    def run_row(self) -> dict[str, Any] | None:
-        return self._run_row
+    def run_row(self) -> RunInfo | None:
+        """The run's row as published (None before ``create_run``)."""
+        return self._run
+
+    def _run_wire(self) -> JsonObject | None:
+        return None if self._run is None else self._run.to_wire()
 
     @property
     def store_incomplete(self) -> str | None:
@@ -170,7 +181,7 @@ class Hub:
         self.ingest.add_metric(record)
 
     def add_event(self, kind: EventKind | str, rank: int | None, message: str, t: float | None = None,
-                  **fields: Any) -> None:
+                  **fields: object) -> None:
         """Record an event. Raises ValueError for a kind ``EventKind`` does not define."""
         self.ingest.add_event(kind, rank, message, t, **fields)
 
@@ -203,18 +214,18 @@ class Hub:
         if freshness.watched:
             self._urgent.set()  # what waits for the slow pace goes out now
 
-    def add_local_subscriber(self, callback: Callable[[dict[str, Any]], None],
+    def add_local_subscriber(self, callback: Callable[[Message], None],
                              watches_live: bool = True) -> LocalSubscriber:
         """``watches_live``: the callback shows records as they come (False: a plain terminal
         that prints a status line every few seconds; the run may then go at the slow pace)."""
         return self.publisher.add_local(callback, watches_live)
 
-    def losses(self) -> dict[str, Any]:
+    def losses(self) -> JsonObject:
         """What did not make it into the store, for the run's summary (``describe_losses``):
         ``{"losses": [{rank, dropped, rejected, not_received}], "store_incomplete": reason}``
         with only ranks that lost something, and only the keys that apply."""
-        found: dict[str, Any] = {}
-        rows = []
+        found: JsonObject = {}
+        rows: list[dict[str, int]] = []
         for rank in sorted(self.model.ranks):
             row = self.model.ranks[rank]
             not_received = max(0, row.sent - row.received) if row.sent is not None else 0
@@ -300,7 +311,7 @@ class Hub:
         minutes), unless the store refused some of those records (or the tally failed): then
         they are computed from what it holds."""
         run_id = self.run_id
-        if run_id is None or not (self._run_row or {}).get("ended") or self.writer.incomplete is not None:
+        if run_id is None or self._run is None or not self._run.ended or self.writer.incomplete is not None:
             return
         tally = self.ingest.tally
         tallied = tally.statistics() if self.writer.refused_rows == 0 and tally.failed is None else None
@@ -347,10 +358,10 @@ class Hub:
             seq = await self.writer.call(self._commit, batch, rank_rows)
             await self._tell_if_store_incomplete()
             wire_rows = [row.to_wire() for row in rows] if self.publisher.subscribers else []  # none to tell
-            self.publisher.publish(seq, batch, wire_rows,
-                                   self._run_row if run_changed else None, nodes)
+            self.publisher.publish(seq, batch, wire_rows, self._run_wire() if run_changed else None,
+                                   [node.to_wire() for node in nodes])
 
-    def _commit(self, store: RunStore, batch: RecordBatch, rank_rows: list[tuple[int, dict[str, Any]]]) -> int:
+    def _commit(self, store: RunStore, batch: RecordBatch, rank_rows: list[tuple[int, dict[str, ColumnValue]]]) -> int:
         """Writer thread: one transaction for the batch and the changed rank rows."""
         if self.run_id is not None:
             self.writer.commit(store, self.run_id, batch, rank_rows)
@@ -383,9 +394,11 @@ class Hub:
         if self.writer.refused_rows:
             self.stats["rows_refused_by_store"] = self.writer.refused_rows
 
-    def _record_refusal(self, message: str, **fields: Any) -> None:
-        self.add_event(EventKind.REFUSED, None, message, **fields)
+    def _record_refusal(self, message: str, **fields: object) -> None:
+        self.add_event(EventKind.REFUSED, None, message, None, **fields)
 
 
-def _store_columns(row: LiveRank) -> dict[str, Any]:
+def _store_columns(row: LiveRank) -> dict[str, ColumnValue]:
+    """The rank's ``ranks`` columns (``RANK_STORE_COLUMNS``): a plain dict, not a row object, as this
+    runs for every changed rank at every flush (hundreds a flush at 1,024 ranks)."""
     return {name: getattr(row, name) for name in RANK_STORE_COLUMNS}

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from rankwatch import protocol
 from rankwatch.protocol import MetricRow, PhaseWindow, RankRow, StepPairs
+from runner.rows import JsonObject
 from runner.state import RankState
 
 RECENT_STEPS = 50
@@ -68,7 +68,8 @@ class LiveModel:
         self.changed.clear()
         return rows
 
-    def all_rows(self) -> list[dict[str, Any]]:
+    def all_rows(self) -> list[JsonObject]:
+        """Every rank's RANK row as sent (a snapshot), by rank."""
         return [self.ranks[rank].to_wire() for rank in sorted(self.ranks)]
 
     def _touch(self, row: LiveRank, t: float | None = None) -> None:

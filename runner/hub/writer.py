@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runner.store.store import RecordBatch, RunStore, is_store_full
+from runner.store.store import ColumnValue, RecordBatch, RunStore, is_store_full
 
 Result = TypeVar("Result")
 BAD_ROW_ERRORS = (sqlite3.Error, ValueError, TypeError, OverflowError, UnicodeError)
@@ -98,7 +98,7 @@ class StoreWriter:
     # ---- on the writer thread ---------------------------------------------------------------
 
     def commit(self, store: RunStore, run_id: int, batch: RecordBatch,
-               rank_rows: list[tuple[int, dict[str, Any]]]) -> None:
+               rank_rows: list[tuple[int, dict[str, ColumnValue]]]) -> None:
         """Write ``batch`` and ``rank_rows`` in one transaction; see the module docstring for failures."""
         if self.incomplete is not None:
             self.unstored += len(batch)
@@ -134,7 +134,7 @@ class StoreWriter:
                     self._write_in_halves(store, run_id, half)
 
     def _write_small(self, store: RunStore, run_id: int, batch: RecordBatch,
-                     rank_rows: list[tuple[int, dict[str, Any]]]) -> None:
+                     rank_rows: list[tuple[int, dict[str, ColumnValue]]]) -> None:
         """Rank rows (and other small writes) are tried even on a full disk: they may fit."""
         if not rank_rows and not batch:
             return

@@ -249,7 +249,7 @@ class SlurmNodes(RemoteNodes):
             await self._record_phase_now(record, previous)
 
     async def _record_phase_now(self, record: JobRecord, previous: JobRecord | None) -> None:
-        status = (self.hub.run_row or {}).get("status")
+        status = None if self.hub.run_row is None else self.hub.run_row.status
         phase = record.phase
         if phase == RunPhase.PENDING:
             for node in self.launch.nodes:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from typing import Any
+from typing import TypedDict
 
 from runner.state import Outcome
 
@@ -30,6 +30,44 @@ WORKER_SOURCES = ("auto", "log")
 """Metric sources a worker sends (``parsed`` records are read from output by the runner)."""
 NOT_STORED = ("records that reached the runner after its last store commit (its last batch: the hub commits "
               "every few tens of milliseconds) were not stored and cannot be counted")
+
+
+class StoredCounts(TypedDict):
+    metrics: int
+    logs: int
+
+
+class LostRunner(TypedDict):
+    """The summary's ``runner_lost``: how the runner died and what the store holds of the run
+    (``runner.diagnosis.summary.LostRunner`` reads it)."""
+
+    runner_pid: int | None
+    died: float
+    processes_killed: int
+    stored: StoredCounts
+    newest_record_t: float | None
+    not_stored: str
+
+
+class RankLoss(TypedDict):
+    """One entry of the summary's ``losses`` (``runner.rank_failure.RankLosses`` reads it)."""
+
+    rank: int
+    dropped: int
+    rejected: int
+    not_received: int
+
+
+class _LostSummary(TypedDict):
+    outcome: str
+    headline: str
+    runner_lost: LostRunner
+
+
+class LostSummary(_LostSummary, total=False):
+    """What the watchdog writes into the run's summary (over what the runner had concluded)."""
+
+    losses: list[RankLoss]
 
 
 def record_lost_run(store_path: str, run_id: int, *, died: float, processes_killed: int) -> bool:
@@ -66,7 +104,7 @@ def record_lost_run(store_path: str, run_id: int, *, died: float, processes_kill
     return True
 
 
-def _earlier_summary(text: str | None) -> dict[str, Any]:
+def _earlier_summary(text: str | None) -> dict[str, object]:
     """What the runner had concluded before it died (a triage written while stopping), kept."""
     try:
         earlier = json.loads(text) if text else {}
@@ -76,7 +114,7 @@ def _earlier_summary(text: str | None) -> dict[str, Any]:
 
 
 def _summary(connection: sqlite3.Connection, run_id: int, *, runner_pid: int | None, died: float,
-             processes_killed: int) -> dict[str, Any]:
+             processes_killed: int) -> LostSummary:
     marks = ",".join("?" * len(WORKER_SOURCES))
     from_workers = dict(connection.execute(
         f"SELECT rank, SUM(COALESCE(n, 1)) FROM metrics WHERE run_id = ? AND source IN ({marks}) GROUP BY rank",
@@ -84,7 +122,7 @@ def _summary(connection: sqlite3.Connection, run_id: int, *, runner_pid: int | N
     metrics, newest_metric = connection.execute(
         "SELECT COALESCE(SUM(COALESCE(n, 1)), 0), MAX(t) FROM metrics WHERE run_id = ?", (run_id,)).fetchone()
     logs, newest_log = connection.execute("SELECT COUNT(*), MAX(t) FROM logs WHERE run_id = ?", (run_id,)).fetchone()
-    losses = []
+    losses: list[RankLoss] = []
     for rank, sent, dropped, rejected in connection.execute(
             "SELECT rank, sent, dropped, rejected FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,)):
         stored = from_workers.get(rank, 0) + (rejected or 0)
@@ -95,7 +133,7 @@ def _summary(connection: sqlite3.Connection, run_id: int, *, runner_pid: int | N
     newest = max((t for t in (newest_metric, newest_log) if t is not None), default=None)
     who = f"the runner (pid {runner_pid})" if runner_pid else "the runner"
     killed = f"; {processes_killed} process(es) needed SIGKILL" if processes_killed else ""
-    summary: dict[str, Any] = {
+    summary: LostSummary = {
         "outcome": Outcome.LOST.value,
         "headline": (f"{who} died at {time.strftime('%H:%M:%S', time.localtime(died))} without recording the end "
                      f"(killed, e.g. by SIGKILL or the OOM killer, or crashed); its watchdog stopped the job{killed}"),

@@ -49,10 +49,20 @@ import json
 import sqlite3
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from rankwatch import protocol
+from runner.store.kept_json import (
+    kept_float,
+    kept_int,
+    kept_list,
+    kept_object,
+    kept_shares,
+    kept_text,
+    loaded_json,
+)
 from runner.store.liveness import runner_alive
 from runner.store.run_figures import (
     KEPT_VERSION,
@@ -72,6 +82,9 @@ BUILT_IN_METRICS = frozenset({protocol.LOSS, protocol.STEP_TIME, protocol.DATA_W
 (``rankwatch.log``) or read from its output (``--parse-stdout``)."""
 
 LOSS_SOURCE_ORDER = {protocol.SOURCE_AUTO: 0, protocol.SOURCE_LOG: 1, protocol.SOURCE_PARSED: 2}
+
+StatValue = str | int | float | dict[str, float | None] | None
+"""A value of a rank's statistics as their JSON holds it (``phase_shares`` is the only object)."""
 
 
 @dataclass
@@ -104,12 +117,41 @@ class RankStats:
     gpu_mem_reserved: int | None = None
     gpu_mem_peak: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, StatValue]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RankStats:
-        return cls(**data)
+    def from_json(cls, data: Mapping[str, object]) -> RankStats:
+        """As ``to_json`` wrote it (kept in the store); a value of the wrong type reads as None.
+
+        Raises:
+            ValueError: an entry without its rank.
+        """
+        rank = kept_int(data.get("rank"))
+        if rank is None:
+            raise ValueError(f"kept rank statistics without a rank: {sorted(data)}")
+        get = data.get
+        return cls(rank, state=kept_text(get("state")), host=kept_text(get("host")), pid=kept_int(get("pid")),
+                   exit_code=kept_int(get("exit_code")), steps=kept_int(get("steps")),
+                   last_step=kept_int(get("last_step")), last_loss=kept_float(get("last_loss")),
+                   loss_source=kept_text(get("loss_source")), median_step_time=kept_float(get("median_step_time")),
+                   data_wait_share=kept_float(get("data_wait_share")),
+                   comm_wait_share=kept_float(get("comm_wait_share")), samples_per_s=kept_float(get("samples_per_s")),
+                   phase_clock=kept_text(get("phase_clock")), phase_shares=kept_shares(get("phase_shares")),
+                   measured_steps=kept_int(get("measured_steps")), skipped_steps=kept_int(get("skipped_steps")),
+                   first_seen=kept_float(get("first_seen")), last_seen=kept_float(get("last_seen")),
+                   dropped=kept_int(get("dropped")), gpu_index=kept_int(get("gpu_index")),
+                   gpu_util=kept_float(get("gpu_util")), gpu_mem_used_peak=kept_int(get("gpu_mem_used_peak")),
+                   gpu_mem_total=kept_int(get("gpu_mem_total")), gpu_mem_allocated=kept_int(get("gpu_mem_allocated")),
+                   gpu_mem_reserved=kept_int(get("gpu_mem_reserved")), gpu_mem_peak=kept_int(get("gpu_mem_peak")))
+
+
+class LoggedKeyJson(TypedDict):
+    """``LoggedKey`` as the store keeps it (JSON: the ranks' keys are text)."""
+
+    name: str
+    sources: list[str]
+    last_by_rank: dict[str, float | None]
 
 
 @dataclass(frozen=True)
@@ -120,14 +162,27 @@ class LoggedKey:
     sources: tuple[str, ...]
     last_by_rank: dict[int, float | None]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LoggedKeyJson:
         return {"name": self.name, "sources": list(self.sources),
                 "last_by_rank": {str(rank): value for rank, value in sorted(self.last_by_rank.items())}}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LoggedKey:
-        return cls(data["name"], tuple(data["sources"]),
-                   {int(rank): value for rank, value in data["last_by_rank"].items()})
+    def from_json(cls, data: Mapping[str, object]) -> LoggedKey:
+        """As ``to_json`` wrote it; a rank that is not a number is left out."""
+        last_by_rank = {}
+        for rank, value in kept_object(data.get("last_by_rank")).items():
+            number = _whole_number(rank)
+            if number is not None:
+                last_by_rank[number] = kept_float(value)
+        return cls(kept_text(data.get("name")) or "", tuple(str(source) for source in kept_list(data.get("sources"))),
+                   last_by_rank)
+
+
+def _whole_number(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
 
 
 
@@ -154,12 +209,22 @@ class RecordFigures:
     gpu_mem_reserved: int | None = None
     gpu_mem_peak: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, StatValue]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RecordFigures:
-        return cls(**data)
+    def from_json(cls, data: Mapping[str, object]) -> RecordFigures:
+        """As ``to_json`` wrote it (a live run's tally); a value of the wrong type reads as None."""
+        get = data.get
+        return cls(steps=kept_int(get("steps")), last_step=kept_int(get("last_step")),
+                   last_loss=kept_float(get("last_loss")), loss_source=kept_text(get("loss_source")),
+                   median_step_time=kept_float(get("median_step_time")),
+                   data_wait_share=kept_float(get("data_wait_share")),
+                   comm_wait_share=kept_float(get("comm_wait_share")), samples_per_s=kept_float(get("samples_per_s")),
+                   phase_shares=kept_shares(get("phase_shares")), measured_steps=kept_int(get("measured_steps")),
+                   phase_clock=kept_text(get("phase_clock")), skipped_steps=kept_int(get("skipped_steps")) or 0,
+                   gpu_mem_allocated=kept_int(get("gpu_mem_allocated")),
+                   gpu_mem_reserved=kept_int(get("gpu_mem_reserved")), gpu_mem_peak=kept_int(get("gpu_mem_peak")))
 
     def apply_to(self, entry: RankStats) -> None:
         entry.steps, entry.last_step = self.steps, self.last_step
@@ -195,7 +260,7 @@ def custom_metric_names(names: list[str]) -> list[str]:
     return [name for name in names if name not in BUILT_IN_METRICS]
 
 
-def _rows(store, sql: str, *params: Any) -> list[tuple]:
+def _rows(store, sql: str, *params: object) -> list[tuple]:
     """Read-only SQL on the store's own connection. The queries below follow the metrics table's
     index (run_id, name, rank, t), so a run of millions of records is read in a second or two,
     in SQLite, with memory bounded by one rank's steps."""
@@ -413,9 +478,13 @@ def live_statistics(store: RunStore, run_id: int, now: float | None = None) -> T
     t, ranks, logged, figures = rows[0]
     if t < (time.time() if now is None else now) - LIVE_STALE_SECONDS or not runner_alive(store.stored_run(run_id)):
         return None
-    run = json.loads(figures) if figures is not None else None
-    return TalliedStatistics({int(rank): RecordFigures.from_json(data) for rank, data in json.loads(ranks).items()},
-                             [LoggedKey.from_json(key) for key in json.loads(logged)],
+    run = kept_object(loaded_json(figures))
+    tallied = {}
+    for rank, data in kept_object(loaded_json(ranks)).items():
+        number = _whole_number(rank)
+        if number is not None:
+            tallied[number] = RecordFigures.from_json(kept_object(data))
+    return TalliedStatistics(tallied, [LoggedKey.from_json(kept_object(key)) for key in kept_list(loaded_json(logged))],
                              RunFigures.from_json(run) if run else None, run_known=figures is not None, t=t)
 
 
@@ -451,8 +520,8 @@ def _kept_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKe
     if not rows:
         return None
     ranks, logged = rows[0]
-    return ([RankStats.from_json(entry) for entry in json.loads(ranks)],
-            [LoggedKey.from_json(key) for key in json.loads(logged)])
+    return ([RankStats.from_json(kept_object(entry)) for entry in kept_list(loaded_json(ranks))],
+            [LoggedKey.from_json(kept_object(key)) for key in kept_list(loaded_json(logged))])
 
 
 def computed_run_statistics(store, run_id: int) -> tuple[list[RankStats], list[LoggedKey]]:
@@ -519,7 +588,7 @@ RANK_SUMMARY_COLUMNS = ("rank", "state", "host", "pid", "exit_code", "steps", "l
 one column each (``phase_forward_share``...)."""
 
 
-def rank_summary_rows(stats: list[RankStats]) -> list[list[Any]]:
+def rank_summary_rows(stats: list[RankStats]) -> list[list[StatValue]]:
     """One row per rank in ``RANK_SUMMARY_COLUMNS`` order; None where not measured (an empty cell)."""
     rows = []
     for entry in stats:

@@ -22,15 +22,15 @@ ten minutes). A live run's are what its hub tallied lately (``live_statistics``)
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypedDict
 
 from rankwatch import protocol
 from runner.rows import StoredRun
+from runner.store.kept_json import kept_float, kept_int, kept_object, loaded_json
 from runner.store.liveness import runner_alive
 
 _LEVEL = (f"CASE source WHEN '{protocol.SOURCE_AUTO}' THEN 0 WHEN '{protocol.SOURCE_LOG}' THEN 1"
@@ -81,12 +81,24 @@ class RunFigures:
     steps: int | None = None
     samples_per_s: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> RunFiguresJson:
+        return {"final_loss": self.final_loss, "best_loss": self.best_loss, "steps": self.steps,
+                "samples_per_s": self.samples_per_s}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunFigures:
-        return cls(**data)
+    def from_json(cls, data: Mapping[str, object]) -> RunFigures:
+        """As ``to_json`` wrote it (kept in the store); a value of the wrong type reads as None."""
+        return cls(final_loss=kept_float(data.get("final_loss")), best_loss=kept_float(data.get("best_loss")),
+                   steps=kept_int(data.get("steps")), samples_per_s=kept_float(data.get("samples_per_s")))
+
+
+class RunFiguresJson(TypedDict):
+    """``RunFigures`` as the store keeps them."""
+
+    final_loss: float | None
+    best_loss: float | None
+    steps: int | None
+    samples_per_s: float | None
 
 
 KEPT_VERSION = 1
@@ -125,8 +137,13 @@ def _kept_figures(store, run_ids: Sequence[int]) -> dict[int, RunFigures | None]
             f" AND run_id IN ({marks})", (KEPT_VERSION, *ids)).fetchall()
     except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
         return {}
-    return {int(run_id): (RunFigures.from_json(data) if (data := json.loads(text)) else None)
-            for run_id, text in rows}
+    return {int(run_id): _kept(text) for run_id, text in rows}
+
+
+def _kept(text: str | None) -> RunFigures | None:
+    """Figures as kept; None for a run kept as having recorded none (an empty object)."""
+    data = kept_object(loaded_json(text))
+    return RunFigures.from_json(data) if data else None
 
 
 def _live_figures(store, run_ids: Sequence[int], now: float | None = None) -> dict[int, RunFigures | None]:
@@ -144,8 +161,7 @@ def _live_figures(store, run_ids: Sequence[int], now: float | None = None) -> di
             f" AND live.run_id IN ({marks})", (KEPT_VERSION, since, *ids)).fetchall()
     except sqlite3.OperationalError:  # a store read-only at an older schema: no such table
         return {}
-    return {int(run_id): (RunFigures.from_json(data) if (data := json.loads(text)) else None)
-            for run_id, text, ended, pid, identity, created in rows
+    return {int(run_id): _kept(text) for run_id, text, ended, pid, identity, created in rows
             if runner_alive(StoredRun(ended=ended, runner_pid=pid, runner_identity=identity, created=created))}
 
 

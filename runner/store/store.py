@@ -53,6 +53,11 @@ STORE_FULL_CODES = frozenset({13, 10, 8, 14, 3})
 """SQLITE_FULL, SQLITE_IOERR, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PERM: the store cannot take rows."""
 SQLITE_BUSY, SQLITE_LOCKED = 5, 6
 
+ColumnValue = str | int | float | None
+"""What a column of a row holds (SQLite's own types, but blobs: no column here holds one)."""
+RunColumnValue = ColumnValue | JsonObject
+"""A ``runs`` column as ``update_run`` takes it: the summary is a JSON object, stored as its text."""
+
 
 class RunNotFound(LookupError):
     """No run with that id (or no runs at all for ``last``)."""
@@ -238,7 +243,7 @@ class RunStore:
 
     RUN_COLUMNS = frozenset({"started", "ended", "status", "exit_code", "socket", "summary", "command", "world_size"})
 
-    def update_run(self, run_id: int, **values: Any) -> None:
+    def update_run(self, run_id: int, **values: RunColumnValue) -> None:
         unknown = set(values) - self.RUN_COLUMNS
         if unknown:
             raise ValueError(f"not run columns: {sorted(unknown)}")
@@ -256,7 +261,7 @@ class RunStore:
             RunNotFound: no such run.
             sqlite3.Error: the store cannot be written.
         """
-        values: dict[str, Any] = {}
+        values: dict[str, str | None] = {}
         if tags is not None:
             words = normalize_tags(tags)
             values["tags"] = json.dumps(words) if words else None
@@ -274,14 +279,14 @@ class RunStore:
                     "gpu_index", "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent",
                     "gpu_mem_used_peak")
 
-    def upsert_rank(self, run_id: int, rank: int, **values: Any) -> None:
+    def upsert_rank(self, run_id: int, rank: int, **values: ColumnValue) -> None:
         with self.connection:
             self._upsert_rank(run_id, rank, values)
 
-    def _upsert_rank(self, run_id: int, rank: int, values: dict[str, Any]) -> None:
+    def _upsert_rank(self, run_id: int, rank: int, values: dict[str, ColumnValue]) -> None:
         self.connection.execute(_rank_upsert_statement(tuple(values)), (run_id, rank, *values.values()))
 
-    def _upsert_ranks(self, run_id: int, rank_rows: list[tuple[int, dict[str, Any]]]) -> None:
+    def _upsert_ranks(self, run_id: int, rank_rows: list[tuple[int, dict[str, ColumnValue]]]) -> None:
         """Each run of consecutive rows with the same columns (a flush's changed rows all have the
         hub's) in one ``executemany``: at 1,024 ranks a flush upserts hundreds of rows, and one
         statement each cost the writer thread as much as the metric records themselves."""
@@ -306,7 +311,7 @@ class RunStore:
                 (run_id, node_rank, host, state, processes, time.time(), detail))
 
     def write_batch(self, run_id: int, batch: RecordBatch,
-                    rank_rows: list[tuple[int, dict[str, Any]]] | None = None) -> None:
+                    rank_rows: list[tuple[int, dict[str, ColumnValue]]] | None = None) -> None:
         """All rows of ``batch`` (and ``rank_rows``: (rank, columns) upserts) in one transaction.
 
         One transaction is what makes 100k rows/s cheap. The run id goes into the
@@ -369,13 +374,6 @@ class RunStore:
             raise RunNotFound(f"no run {run_id}; see `rankwatch runs list`")
         return run_id
 
-    def run(self, run_id: int) -> dict[str, Any]:
-        """The ``runs`` row as the hub publishes it (its RUN object, tags and summary decoded).
-
-        Only the hub reads this form (it sends the row on as JSON); every other reader takes
-        :meth:`stored_run`."""
-        return _run_dict(self._run_row(run_id))
-
     def stored_run(self, run_id: int) -> StoredRun:
         """Run ``run_id``, typed.
 
@@ -410,10 +408,10 @@ class RunStore:
         rows = self.connection.execute("SELECT * FROM ranks WHERE run_id = ? ORDER BY rank", (run_id,))
         return [StoredRank.from_wire(dict(row)) for row in rows]
 
-    def nodes(self, run_id: int) -> list[dict[str, Any]]:
-        """The ``nodes`` rows as the hub publishes them (its NODE objects). Only the hub reads this
-        form (it sends the rows on as JSON); every other reader takes :meth:`stored_nodes`."""
-        return [dict(row) for row in self._node_rows(run_id)]
+    def nodes(self, run_id: int) -> list[JsonObject]:
+        """The run's nodes as the hub sends them (its NODE objects: ``NodeInfo.to_wire``, as its live
+        node updates), for the publisher's snapshot; every reader takes :meth:`stored_nodes`."""
+        return [node.to_wire() for node in self.stored_nodes(run_id)]
 
     def stored_nodes(self, run_id: int) -> list[NodeInfo]:
         """The run's nodes, typed, by node rank (``run_id`` kept in ``extra``)."""
@@ -494,26 +492,20 @@ class RunStore:
         return {table: int(self.connection.execute(f"SELECT COALESCE(MAX({key}), 0) FROM {table}").fetchone()[0])
                 for table, (key, _columns) in self.RECORD_TABLES.items()}
 
-    def logs(self, run_id: int, rank: int | None = None, limit: int | None = None, after_id: int = 0,
-             contains: str | None = None) -> list[dict[str, Any]]:
-        """The ``logs`` rows as the table holds them (with their ``id``); readers take :meth:`log_lines`."""
-        return [dict(row) for row in self._log_rows(run_id, rank, limit, after_id, contains)]
-
     def log_lines(self, run_id: int, rank: int | None = None, limit: int | None = None,
                   contains: str | None = None) -> list[LogLine]:
         """The run's printed lines in order, as the hub publishes them: only rank ``rank``'s, only the
         last ``limit``, only those containing ``contains``, when given (a malformed stored line is
         left out, as a published one is)."""
         lines = []
-        for row in self._log_rows(run_id, rank, limit, 0, contains):
+        for row in self._log_rows(run_id, rank, limit, contains):
             line = LogLine.from_wire((row["rank"], row["t"], row["stream"], row["line"], row["node"]))
             if line is not None:
                 lines.append(line)
         return lines
 
-    def _log_rows(self, run_id: int, rank: int | None, limit: int | None, after_id: int,
-                  contains: str | None) -> sqlite3.Cursor:
-        clauses, params = ["run_id = ?", "id > ?"], list[object]([run_id, after_id])
+    def _log_rows(self, run_id: int, rank: int | None, limit: int | None, contains: str | None) -> sqlite3.Cursor:
+        clauses, params = ["run_id = ?"], list[object]([run_id])
         if rank is not None:
             clauses.append("rank = ?")
             params.append(rank)
@@ -524,15 +516,6 @@ class RunStore:
         if limit is not None:
             sql = f"SELECT * FROM ({sql.replace('ORDER BY id', 'ORDER BY id DESC')} LIMIT {int(limit)}) ORDER BY id"
         return self.connection.execute(sql, params)
-
-    def events(self, run_id: int, kind: str | None = None) -> list[dict[str, Any]]:
-        """The ``events`` rows as the table holds them (``data`` decoded); readers take :meth:`stored_events`."""
-        result = []
-        for row in self._event_rows(run_id, kind):
-            item = dict(row)
-            item["data"] = json.loads(item["data"]) if item["data"] else {}
-            result.append(item)
-        return result
 
     def stored_events(self, run_id: int, kind: str | None = None) -> list[Event]:
         """The run's events in order (only those of ``kind``, when given), as the hub publishes them:
@@ -655,11 +638,3 @@ def stored_rank_json(row: StoredRank) -> JsonObject:
     a rank before its figures): not the RANK row's wire, which has the live-only fields too."""
     return {**row.extra, "rank": row.rank, **{column: getattr(row, column) for column in RunStore.RANK_COLUMNS}}
 
-
-def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
-    item = dict(row)
-    item["summary"] = json.loads(item["summary"]) if item.get("summary") else None
-    # A store not migrated yet (read-only readers never migrate) has no tags column: no tags.
-    item["tags"] = json.loads(item["tags"]) if item.get("tags") else []
-    item.setdefault("notes", None)
-    return item

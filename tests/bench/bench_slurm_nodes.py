@@ -70,21 +70,21 @@ def main() -> int:
         print(f"load average after: {os.getloadavg()}", flush=True)
         with RunStore(home / "data" / "runs.db", readonly=True) as store:
             [listed] = store.runs(limit=1)
-            run = store.run(listed.id)
-            ranks = store.ranks(run["id"])
-            nodes = store.nodes(run["id"])
+            run = store.stored_run(listed.id)
+            ranks = store.ranks(run.id)
+            nodes = store.stored_nodes(run.id)
             per_rank = dict(store.connection.execute(
                 "SELECT rank, COUNT(*) FROM metrics WHERE run_id = ? AND name = ? GROUP BY rank",
-                (run["id"], protocol.LOSS)).fetchall())
-            running = [event["t"] for event in store.events(run["id"]) if event["kind"] == "rank_started"]
+                (run.id, protocol.LOSS)).fetchall())
+            running = [event.t for event in store.stored_events(run.id) if event.kind == "rank_started"]
         world = args.nodes * args.nproc_per_node
         figures = {
-            "nodes": args.nodes, "ranks": world, "exit_code": result.returncode, "status": run["status"],
+            "nodes": args.nodes, "ranks": world, "exit_code": result.returncode, "status": run.status,
             "cluster_up_s": round(cluster_s, 1), "run_s": round(run_s, 1),
             "first_to_last_rank_started_s": round(max(running) - min(running), 2) if running else None,
             "ranks_seen": len(ranks), "ranks_exited_0": sum(1 for rank in ranks if rank.exit_code == 0),
-            "nodes_seen": len(nodes), "node_states": sorted({node.get("state") or "" for node in nodes}),
-            "hosts": sorted({node.get("host") or "" for node in nodes}),
+            "nodes_seen": len(nodes), "node_states": sorted({node.state or "" for node in nodes}),
+            "hosts": sorted({node.host or "" for node in nodes}),
             "loss_records_stored": sum(per_rank.values()), "loss_records_logged": world * args.steps,
             "ranks_short": sorted(rank for rank in range(world) if per_rank.get(rank, 0) != args.steps),
         }

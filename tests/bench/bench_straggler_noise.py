@@ -52,8 +52,8 @@ def run_once(args: list[str], busy: int) -> dict:
                 loop.wait()
         seconds = time.monotonic() - started
         with RunStore(Path(home) / "data" / "runs.db", readonly=True) as store:
-            stored = store.events(store.resolve_run_id("last"), kind="straggler")
-    events = [(event["rank"], bool(event["data"].get("active")), event["data"].get("step")) for event in stored]
+            stored = store.stored_events(store.resolve_run_id("last"), kind="straggler")
+    events = [(event.rank, bool(event.fields.get("active")), event.fields.get("step")) for event in stored]
     summary_line = None
     for line in result.stderr.splitlines():
         if line.startswith("  straggler:"):

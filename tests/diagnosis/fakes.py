@@ -7,13 +7,14 @@ from typing import Any
 
 from rankwatch.protocol import Hello
 from runner.hub.live_model import LiveModel
+from runner.rows import RunInfo
 
 
 class FakeHub:
     def __init__(self) -> None:
         self.model = LiveModel()
         self.events: list[dict[str, Any]] = []
-        self.run_row: dict[str, Any] = {"status": "running"}
+        self.run_row: RunInfo | None = RunInfo(status="running")
         self.observers: list = []
 
     def add_observer(self, observer) -> None:

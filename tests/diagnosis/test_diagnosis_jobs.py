@@ -20,8 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from rankwatch.protocol import Event
 from runner.diagnosis.stack_capture import WAIT_SECONDS
 from runner.exit_status import describe_exit_code, failure_end_words
+from runner.rows import StoredRun
 from runner.store.store import RunStore
 from tests.jobs import SCRIPTS, latest_run, rankwatch, start_rankwatch, wait_for
 
@@ -44,10 +46,10 @@ def marked_line(script: Path, marker: str) -> int:
     raise AssertionError(f"no '# {marker}' in {script}")
 
 
-def stored(run_id: int | None = None) -> tuple[dict, list[dict]]:
+def stored(run_id: int | None = None) -> tuple[StoredRun, list[Event]]:
     with RunStore(readonly=True) as store:
-        run = store.run(run_id if run_id is not None else store.resolve_run_id("last"))
-        return run, store.events(run["id"])
+        run = store.stored_run(run_id if run_id is not None else store.resolve_run_id("last"))
+        return run, store.stored_events(run.id)
 
 
 def test_an_exception_in_rank_1_names_rank_1_its_exception_and_the_raising_line():
@@ -59,11 +61,11 @@ def test_an_exception_in_rank_1_names_rank_1_its_exception_and_the_raising_line(
     assert "first to fail: rank 1 on " in block
     assert f'File "{script}", line {marked_line(script, "RAISE")}, in check_batch' in block
     run, _events = stored()
-    first = run["summary"]["first_failure"]
+    first = run.summary["first_failure"]
     assert first["rank"] == 1 and first["traceback_source"] == "bootstrap" and first["evidence"] == "exception"
     # Rank 0 ended because rank 1 failed (gloo's "Connection closed by peer", then torchrun's SIGTERM):
     # it reads so in the live line, the summary, the store and `runs show`, never as a failure of its own.
-    [other] = run["summary"]["other_failures"]
+    [other] = run.summary["other_failures"]
     assert other["rank"] == 0 and other["after"] == 1
     ended = failure_end_words(other)  # "SIGTERM, stopped after rank 1 failed" (or "exit code 1, ...")
     assert ended.endswith("stopped after rank 1 failed")
@@ -74,10 +76,10 @@ def test_an_exception_in_rank_1_names_rank_1_its_exception_and_the_raising_line(
     assert "rank 0 exited with code" not in result.stderr
     assert f"then:          rank 0 ({ended})" in block
     with RunStore(readonly=True) as store:
-        ranks = {row.rank: row for row in store.ranks(run["id"])}
+        ranks = {row.rank: row for row in store.ranks(run.id)}
     assert (ranks[0].state, ranks[0].exit_code) == ("stopped", other["exit_code"])
     assert (ranks[1].state, ranks[1].exit_code) == ("failed", 1)
-    shown = rankwatch("runs", "show", str(run["id"])).stdout
+    shown = rankwatch("runs", "show", str(run.id)).stdout
     row0 = next(line.split() for line in shown.splitlines() if line.split()[:2] == ["0", "stopped"])
     assert " ".join(row0[4:4 + len(describe_exit_code(other["exit_code"]).split())]) == describe_exit_code(
         other["exit_code"])
@@ -99,8 +101,8 @@ def test_a_barrier_under_if_rank_0_is_named_a_mismatched_collective_not_a_crash_
     assert "Connection closed by peer" in block  # gloo's own words, as the exception line under the headline
     assert "[rankwatch] rank 0 exited with code 1\n" in result.stderr  # it failed: no rank failed before it
     run, _events = stored()
-    assert run["summary"]["hints"][0]["key"] == "mismatched_collective"
-    assert [finished["rank"] for finished in run["summary"]["finished"]] == [1]
+    assert run.summary["hints"][0]["key"] == "mismatched_collective"
+    assert [finished["rank"] for finished in run.summary["finished"]] == [1]
 
 
 def test_a_rank_killed_by_sigkill_is_named_with_the_signal_and_the_oom_killer_hint():
@@ -111,10 +113,10 @@ def test_a_rank_killed_by_sigkill_is_named_with_the_signal_and_the_oom_killer_hi
     assert "(SIGKILL; known from:" in block
     assert "hint: rank 1 was killed" in block and "OOM killer" in block
     run, events = stored()
-    first = run["summary"]["first_failure"]
-    [started] = [e for e in events if e["kind"] == "rank_started" and e["rank"] == 1]
-    assert first["rank"] == 1 and first["signal"] == "SIGKILL" and first["pid"] == started["data"]["pid"]
-    [hint] = [h for h in run["summary"]["hints"] if h["key"] in ("killed", "oom_killer")]
+    first = run.summary["first_failure"]
+    [started] = [e for e in events if e.kind == "rank_started" and e.rank == 1]
+    assert first["rank"] == 1 and first["signal"] == "SIGKILL" and first["pid"] == started.fields["pid"]
+    [hint] = [h for h in run.summary["hints"] if h["key"] in ("killed", "oom_killer")]
     if hint["key"] == "killed":  # this machine's kernel log: unreadable, or no OOM kill (it was os.kill)
         assert "not readable here" in hint["cause"] or f"no OOM record for pid {first['pid']}" in hint["cause"]
 
@@ -132,40 +134,40 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
         run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
 
         def stacks_captured():
-            return [e for e in stored(run["id"])[1] if e["kind"] == "stacks"]
+            return [e for e in stored(run.id)[1] if e.kind == "stacks"]
         [capture] = wait_for(stacks_captured, 120, interval=0.5, what="the stall's stack capture")
-        _run, events = stored(run["id"])
+        _run, events = stored(run.id)
         with RunStore(readonly=True) as store:
-            last_steps = {rank: max(row.t for row in store.metrics(run["id"], name="step_time", rank=rank))
+            last_steps = {rank: max(row.t for row in store.metrics(run.id, name="step_time", rank=rank))
                           for rank in range(2)}
-        stalled = {e["rank"]: e for e in events if e["kind"] == "stalled"}
+        stalled = {e.rank: e for e in events if e.kind == "stalled"}
         assert sorted(stalled) == [0, 1]
         for rank, event in stalled.items():
-            late = event["t"] - last_steps[rank]
+            late = event.t - last_steps[rank]
             assert STALL_TIMEOUT <= late <= STALL_TIMEOUT + FLAG_SLACK_SECONDS, f"rank {rank} flagged after {late:.1f} s"
-            assert event["data"]["step"] == 7
+            assert event.fields["step"] == 7
         # The culprit is named within the stall timeout + 5 s of the last step: the signal goes out when the
         # stall is flagged, and the capture is read within WAIT_SECONDS (2 s) of it.
-        assert capture["t"] - max(last_steps.values()) <= STALL_TIMEOUT + 5 - WAIT_SECONDS
-        data = capture["data"]
+        assert capture.t - max(last_steps.values()) <= STALL_TIMEOUT + 5 - WAIT_SECONDS
+        data = capture.fields
         assert data["reason"] == "stalled" and data["ranks"] == [0, 1] and data["missing"] == []
         verdict = data["verdict"]
         assert verdict["kind"] == "culprit" and verdict["culprits"] == [1] and verdict["collective"] == "barrier"
-        assert capture["data"]["message"].startswith("stacks (stalled): rank 1 is the culprit: rank 0 waits in "
+        assert capture.message.startswith("stacks (stalled): rank 1 is the culprit: rank 0 waits in "
                                                      "barrier, rank 1 is in no collective")
         assert (f"rank 1 is at {script}:{helper_line} in wait_for_checkpoint (<module> → wait_for_checkpoint): "
                 f"{helper_text}") in verdict["details"]
         assert Path(data["text_path"]).exists()
 
         def compared():
-            return [e for e in stored(run["id"])[1] if e["kind"] == "flight_recorder"]
-        flight = wait_for(compared, 30, interval=0.5, what="the Flight Recorders after the capture")[0]["data"]
-        seq = flight["seq"]
-        assert flight["culprits"] == [1] and flight["message"] == (
+            return [e for e in stored(run.id)[1] if e.kind == "flight_recorder"]
+        flight = wait_for(compared, 30, interval=0.5, what="the Flight Recorders after the capture")[0]
+        seq = flight.fields["seq"]
+        assert flight.fields["culprits"] == [1] and flight.message == (
             f"rank 1 never entered collective #{seq} (gloo:barrier) that rank 0 is waiting in; "
             f"its last was #{seq - 1} gloo:all_reduce")
 
-        live = rankwatch("stacks", str(run["id"]), timeout=60)
+        live = rankwatch("stacks", str(run.id), timeout=60)
         assert live.returncode == 0, live.stderr
         assert "(reason: requested)" in live.stdout and "rank 1  <- culprit" in live.stdout
         assert "rank 0  (waits in barrier)" in live.stdout
@@ -182,7 +184,7 @@ def test_a_hang_names_the_rank_in_no_collective_as_the_culprit_with_its_line_in_
     assert "stopped on request; ranks 0, 1 were stalled at step 7" in block
     assert "stacks:        rank 1 is the culprit: rank 0 waits in barrier, rank 1 is in no collective" in block
     assert f"{script}:{helper_line} in wait_for_checkpoint" in block
-    finished = rankwatch("stacks", str(run["id"]), timeout=60)
+    finished = rankwatch("stacks", str(run.id), timeout=60)
     assert finished.returncode == 0 and "rank 1 is the culprit" in finished.stdout
     assert "collectives (Flight Recorder): rank 1 never entered collective #" in finished.stdout
 
@@ -196,15 +198,15 @@ def test_a_rank_that_skipped_one_all_reduce_is_named_by_the_flight_recorder_with
         run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
 
         def compared():
-            return [e for e in stored(run["id"])[1] if e["kind"] == "flight_recorder"]
+            return [e for e in stored(run.id)[1] if e.kind == "flight_recorder"]
         [event] = wait_for(compared, 120, interval=0.5, what="the Flight Recorders after the stall's capture")
     finally:
         runner.send_signal(signal.SIGINT)
         _out, err = runner.communicate(timeout=60)
-    data = event["data"]
+    data = event.fields
     assert data["ranks"] == [0, 1, 2, 3] and data["culprits"] == [2] and data["errors"] == {}
     seq = data["seq"]  # the barrier is rank 2's #seq; the others' is their 11th all_reduce
-    assert data["message"].startswith(f"rank 2 called a different collective #{seq} than ranks 0, 1, 3 "
+    assert event.message.startswith(f"rank 2 called a different collective #{seq} than ranks 0, 1, 3 "
                                        "(gloo:all_reduce sizes [[4]]; rank 2: gloo:barrier no tensors)")
     assert f"rank 2 [default group]: last entered #{seq} gloo:barrier (waiting), last completed #{seq - 1}" \
         in data["lines"]
@@ -223,9 +225,9 @@ def test_a_healthy_run_dumped_is_a_snapshot_and_pausing_the_runner_is_no_stall()
 
         def stepping():
             with RunStore(readonly=True) as store:
-                return len(store.metrics(run["id"], name="step_time")) > 20
+                return len(store.metrics(run.id, name="step_time")) > 20
         wait_for(stepping, 90, interval=0.5, what="both ranks stepping")
-        snapshot = rankwatch("stacks", str(run["id"]), timeout=60)
+        snapshot = rankwatch("stacks", str(run.id), timeout=60)
         assert snapshot.returncode == 0, snapshot.stderr
         assert "all 2 ranks are progressing (none stalled)" in snapshot.stdout
         for word in ("disagree", "differ", "culprit", "<<"):
@@ -240,9 +242,9 @@ def test_a_healthy_run_dumped_is_a_snapshot_and_pausing_the_runner_is_no_stall()
             runner.kill()
             runner.communicate()
     assert runner.returncode == 0, err[-3000:]
-    _run, events = stored(run["id"])
-    assert [e for e in events if e["kind"] in ("stalled", "resumed")] == []
-    assert [e["data"]["reason"] for e in events if e["kind"] == "stacks"] == ["requested"]
+    _run, events = stored(run.id)
+    assert [e for e in events if e.kind in ("stalled", "resumed")] == []
+    assert [e.fields["reason"] for e in events if e.kind == "stacks"] == ["requested"]
     assert "stalled:" not in summary_block(err)
 
 
@@ -257,15 +259,15 @@ def test_a_rank_sleeping_in_its_data_loader_is_a_straggler_waiting_for_data_and_
     assert "straggler:     rank 1 is a straggler: it waits for data" in block
     assert "divergence:    parameters differ after step 14: rank 1 disagrees with rank 0" in block
     _run, events = stored()
-    stragglers = [e for e in events if e["kind"] == "straggler" and e["data"]["active"]]
-    assert {e["rank"] for e in stragglers} == {1}
-    assert stragglers[0]["data"]["cause"] == "data" and stragglers[0]["data"]["data_wait"] > 0.1
-    [divergence] = [e for e in events if e["kind"] == "divergence"]
-    assert divergence["rank"] == 1 and divergence["data"]["step"] == 14 and divergence["data"]["reference"] == [0]
+    stragglers = [e for e in events if e.kind == "straggler" and e.fields["active"]]
+    assert {e.rank for e in stragglers} == {1}
+    assert stragglers[0].fields["cause"] == "data" and stragglers[0].fields["data_wait"] > 0.1
+    [divergence] = [e for e in events if e.kind == "divergence"]
+    assert divergence.rank == 1 and divergence.fields["step"] == 14 and divergence.fields["reference"] == [0]
 
 
-def bottleneck_of(run: dict) -> dict:
-    return (run["summary"].get("diagnostics") or {}).get("bottleneck") or {}
+def bottleneck_of(run: StoredRun) -> dict:
+    return (run.summary.get("diagnostics") or {}).get("bottleneck") or {}
 
 
 def phases_add_up(run_id: int, folder: Path) -> float:
@@ -298,9 +300,9 @@ def test_a_rank_computing_three_times_longer_is_the_compute_straggler_and_a_bala
     assert "bottleneck:    a straggler: rank 1 (forward)" in block
     assert "comm wait" in slow.stdout  # the per-rank status lines show the share in collectives
     run, events = stored()
-    stragglers = [e for e in events if e["kind"] == "straggler" and e["data"]["active"]]
-    assert {e["rank"] for e in stragglers} == {1}
-    first = stragglers[0]["data"]
+    stragglers = [e for e in events if e.kind == "straggler" and e.fields["active"]]
+    assert {e.rank for e in stragglers} == {1}
+    first = stragglers[0].fields
     # two windows of 6 steps and a 0.4 s hold: named live (about step 24) when a tick saw the windows
     # while the ranks ran; a run of ~1 s may deliver its steps after they finished, and the end's
     # last judgement names it then (both seen here, about one run in two each)
@@ -314,11 +316,11 @@ def test_a_rank_computing_three_times_longer_is_the_compute_straggler_and_a_bala
                          "--width", "256", "--batch", "4096", "--slow-rank", "-1")  # a plain model: compute dominates
     assert balanced.returncode == 0, balanced.stderr[-3000:]
     run, events = stored()
-    assert [e for e in events if e["kind"] == "straggler"] == []
+    assert [e for e in events if e.kind == "straggler"] == []
     verdict = bottleneck_of(run)
     assert verdict["verdict"] == "compute-bound" and verdict["clock"] == "cpu", verdict
     assert "bottleneck:    compute-bound: forward, backward and optimizer" in summary_block(balanced.stderr)
-    assert abs(phases_add_up(run["id"], tmp_path) - 1) <= 0.05
+    assert abs(phases_add_up(run.id, tmp_path) - 1) <= 0.05
 
 
 @contextlib.contextmanager
@@ -346,20 +348,20 @@ def test_on_a_busy_machine_a_healthy_job_names_no_straggler_and_a_rank_with_30_p
                             "--slow-rank", "-1")
         assert healthy.returncode == 0, healthy.stderr[-3000:]
         run, events = stored()
-        assert [e["message"] for e in events if e["kind"] == "straggler"] == []
+        assert [e.message for e in events if e.kind == "straggler"] == []
         assert "straggler" not in summary_block(healthy.stderr) and bottleneck_of(run)["verdict"] != "straggler"
 
         planted = rankwatch("run", "--plain", "--nproc-per-node", "4", str(script), *common, "--batch", "2048",
                             "--slow-rank", "2", "--extra", "rows", "--factor", "1.3")
     assert planted.returncode == 0, planted.stderr[-3000:]
     run, events = stored()
-    stragglers = [e for e in events if e["kind"] == "straggler"]
-    assert [(e["rank"], e["data"]["active"]) for e in stragglers] == [(2, True)], [e["message"] for e in stragglers]
-    named = stragglers[0]["data"]
+    stragglers = [e for e in events if e.kind == "straggler"]
+    assert [(e.rank, e.fields["active"]) for e in stragglers] == [(2, True)], [e.message for e in stragglers]
+    named = stragglers[0].fields
     assert named["cause"] == "compute" and named["step"] <= 20 and named["excess"] >= named["margin"]
     [line] = [line for line in summary_block(planted.stderr).splitlines() if line.startswith("  straggler:")]
     assert "rank 2 is a straggler: it computes longer" in line
-    [finding] = run["summary"]["diagnostics"]["stragglers"]
+    [finding] = run.summary["diagnostics"]["stragglers"]
     assert finding["rank"] == 2 and finding["share"] >= 0.6 and f"for {finding['held_steps']} of its" in line
     assert (bottleneck_of(run)["verdict"], bottleneck_of(run)["rank"]) == ("straggler", 2)
 
@@ -380,7 +382,7 @@ def test_a_job_waiting_for_its_data_or_its_all_reduce_gets_that_verdict(kind, ve
     found = bottleneck_of(run)
     assert found["verdict"] == verdict and found["rank"] is None
     assert {found["ranks"][rank]["verdict"] for rank in ("0", "1")} == {verdict}
-    assert abs(phases_add_up(run["id"], tmp_path) - 1) <= 0.05
+    assert abs(phases_add_up(run.id, tmp_path) - 1) <= 0.05
 
 
 def test_a_taken_rendezvous_port_names_rank_0_the_port_and_its_holder():
@@ -418,7 +420,7 @@ def test_work_without_steps_is_not_a_stall_and_a_stalled_rank_that_finishes_is_n
                        str(script), "12")
     assert result.returncode == 0, result.stderr[-3000:]
     run, events = stored()
-    assert [(e["kind"], e["rank"]) for e in events if e["kind"] in ("stalled", "resumed")] == [("stalled", 1)]
+    assert [(e.kind, e.rank) for e in events if e.kind in ("stalled", "resumed")] == [("stalled", 1)]
     with RunStore(readonly=True) as store:
         for rank in (0, 1):
             printed = {}
@@ -426,7 +428,7 @@ def test_work_without_steps_is_not_a_stall_and_a_stalled_rank_that_finishes_is_n
                 if line.startswith(f"[rank {rank}] step "):
                     _prefix, _rank, _word, step, _loss, value = line.split()
                     printed[int(step)] = float(value)
-            stored_losses = {m[2]: m[4] for m in store.metrics(run["id"], name="loss", rank=rank)}
+            stored_losses = {m[2]: m[4] for m in store.metrics(run.id, name="loss", rank=rank)}
             assert stored_losses == printed and len(printed) == 12  # a step per backward, each its own loss
     block = summary_block(result.stderr)
     assert "stalled:       rank 1 at step 11 (no progress for" in block

@@ -44,15 +44,15 @@ def test_a_script_that_spawns_its_own_ranks_under_torchrun_is_named_at_once_with
         run = wait_for(lambda: latest_run(), 30, what="the run to be recorded")
 
         def mismatch():
-            return [e for e in stored(run["id"])[1] if e["kind"] == "launch_mismatch"]
+            return [e for e in stored(run.id)[1] if e.kind == "launch_mismatch"]
         [event] = wait_for(mismatch, 90, interval=0.3, what="the launch_mismatch event")
     finally:
         runner.send_signal(signal.SIGINT)
         _out, err = runner.communicate(timeout=60)
-    data = event["data"]
-    assert data["key"] == "self_spawn" and data["level"] == "warning" and event["rank"] in (0, 1)
+    data = event.fields
+    assert data["key"] == "self_spawn" and data["level"] == "warning" and event.rank in (0, 1)
     line = marked_line(script, "SPAWN")
-    assert data["cause"].startswith(f"rank {event['rank']} starts its own processes with torch.multiprocessing.spawn "
+    assert data["cause"].startswith(f"rank {event.rank} starts its own processes with torch.multiprocessing.spawn "
                                     f"at diag_self_spawn.py:{line} in <module> under torchrun")
     assert "TORCHELASTIC_USE_AGENT_STORE=True" in data["cause"]
     assert f"[rankwatch] {data['cause']}" in err  # printed live, not only at the end
@@ -61,7 +61,7 @@ def test_a_script_that_spawns_its_own_ranks_under_torchrun_is_named_at_once_with
     assert "hint: rank" in block and "-> let it start its own ranks: launch mode self-spawn (`rankwatch run " \
         "--launch-mode self-spawn diag_self_spawn.py`" in block
     assert "int(os.environ['RANK'])" in block
-    assert processes_with_marker(run["run_key"]) == []  # the spawned children are gone too
+    assert processes_with_marker(run.run_key) == []  # the spawned children are gone too
 
 
 def test_the_same_rank_argument_in_every_process_names_both_ranks_and_the_holder_in_this_run():
@@ -75,10 +75,10 @@ def test_the_same_rank_argument_in_every_process_names_both_ranks_and_the_holder
     assert hint.startswith("  hint: ranks 0 and 1 both claimed rank 0: torchrun passes the same arguments to every "
                            f"process, so each got --rank 0 --world_size 2 --init_method tcp://127.0.0.1:{port}")
     run, _events = stored()
-    holder = 1 - run["summary"]["first_failure"]["rank"]
+    holder = 1 - run.summary["first_failure"]["rank"]
     assert f"port {port} is held by rank {holder} of this very run (" in hint
     assert "not by a leftover of an earlier run" in hint and "often a leftover" not in block
-    assert [h["key"] for h in run["summary"]["hints"]] == ["duplicate_rank"]
+    assert [h["key"] for h in run.summary["hints"]] == ["duplicate_rank"]
 
 
 def test_a_script_taking_local_rank_with_a_dash_gets_that_spelling_from_the_legacy_option():
@@ -104,5 +104,5 @@ def test_a_script_with_a_local_rank_default_run_without_the_legacy_option_is_war
     block = summary_block(result.stderr)
     assert f"hint: {warning}" in block and "-> turn on the legacy option (--legacy-local-rank" in block
     with RunStore(readonly=True) as store:
-        [event] = store.events(store.resolve_run_id("last"), kind="launch_mismatch")
-    assert event["rank"] == 1 and event["data"]["key"] == "local_rank_unpassed"
+        [event] = store.stored_events(store.resolve_run_id("last"), kind="launch_mismatch")
+    assert event.rank == 1 and event.fields["key"] == "local_rank_unpassed"

@@ -26,6 +26,7 @@ from runner.diagnosis.stragglers import (
     StragglerMonitor,
     straggler_verdict,
 )
+from runner.rows import RunInfo
 from runner.state import RankState
 from tests.diagnosis.fakes import FakeHub
 
@@ -163,7 +164,7 @@ def test_finished_ranks_and_stopping_runs_are_not_flagged():
     monitor.tick(now)
     assert hub.of_kind("stalled") == []
     step(hub, 1, 1, when=now - 60)
-    hub.run_row = {"status": "stopping"}
+    hub.run_row = RunInfo(status="stopping")
     monitor.tick(now)
     assert hub.of_kind("stalled") == []
 

@@ -445,8 +445,8 @@ class LiveRun:
         """
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
-            row = run.hub.run_row or {}
-            if row.get("status") == RunStatus.RUNNING.value and len(run.hub.model.ranks) >= run.launch.world_size:
+            row = run.hub.run_row
+            if row is not None and row.status == RunStatus.RUNNING.value and len(run.hub.model.ranks) >= run.launch.world_size:
                 return
             if task.done():
                 raise RuntimeError(f"the run ended before it ran: {task.exception() or task.result()}")

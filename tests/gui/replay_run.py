@@ -37,6 +37,7 @@ from loop_thread import LoopThread
 from rankwatch import protocol
 from runner import paths
 from runner.hub.hub import Hub
+from runner.rows import NodeInfo
 from runner.state import RankState
 from runner.store.store import RecordBatch, RunStore
 
@@ -139,10 +140,10 @@ class ReplayRun:
     def events(self, *kinds: str) -> list[dict[str, Any]]:
         return [e for e in self.fixture["events"] if not kinds or e["kind"] in kinds]
 
-    def stored_node(self, node_rank: int) -> dict[str, Any]:
+    def stored_node(self, node_rank: int) -> NodeInfo:
         """The node's row as the hub recorded it in the store."""
         with RunStore(readonly=True) as store:
-            return next(node for node in store.nodes(self.run_id) if node["node_rank"] == node_rank)
+            return next(node for node in store.stored_nodes(self.run_id) if node.node_rank == node_rank)
 
     # ---- what a test does ------------------------------------------------------------
 

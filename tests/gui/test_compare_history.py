@@ -104,8 +104,8 @@ def test_tags_and_notes_are_edited_in_the_panel_and_kept_in_the_store(qtbot, sto
         qtbot.mouseClick(history_panel.save_notes_button, Qt.MouseButton.LeftButton)
     assert saved.args == [run_id]
     with RunStore(readonly=True) as reader:
-        assert reader.run(run_id)["tags"] == ["baseline", "lr=3e-4"]
-        assert reader.run(run_id)["notes"] == "warmup too short"
+        assert reader.stored_run(run_id).tags == ("baseline", "lr=3e-4")
+        assert reader.stored_run(run_id).notes == "warmup too short"
     qtbot.waitUntil(lambda: cell(history_panel, run_id, "Tags") == "baseline, lr=3e-4", timeout=5000)
 
     fresh = HistoryPanel(poll_interval_s=0.2)  # another window reads them back from the store

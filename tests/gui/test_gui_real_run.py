@@ -85,8 +85,8 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     qtbot.waitUntil(lambda: monitor.rank_table.verdict.startswith("Bottleneck (whole run"),
                     timeout=5000)
     with RunStore(readonly=True) as store:
-        run = store.run(monitor.run_id)
+        run = store.stored_run(monitor.run_id)
         for rank in (0, 1):
             stored = store.metrics(run_id, name=protocol.LOSS, rank=rank)
             assert len(monitor.model.series(protocol.LOSS)[rank]) == len(stored)
-    assert run["status"] == "succeeded" and run["exit_code"] == 0
+    assert run.status == "succeeded" and run.exit_code == 0

@@ -139,9 +139,10 @@ def test_launch_from_spec_runs_the_detached_runner_and_stops_it(qtbot, tmp_path,
     loss = panel.charts.charts["loss"]
     qtbot.waitUntil(lambda: len(loss.keys) == 4 and loss.curve_points(0) >= 5, timeout=5000)
     with RunStore(readonly=True) as store:
-        run = store.run(panel.run_id)
-    assert run["profile"] == "demo"
-    runner_pid = run["runner_pid"]
+        run = store.stored_run(panel.run_id)
+    assert run.profile == "demo"
+    runner_pid = run.runner_pid
+    assert runner_pid is not None
     try:
         monkeypatch.setattr(panel, "_confirm", lambda title, text: True)
         qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)

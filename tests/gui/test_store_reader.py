@@ -28,7 +28,7 @@ def test_reads_run_on_the_reader_thread_and_arrive_on_the_gui_thread_in_order(qt
     def read(run_id: int):
         def profile(store: RunStore) -> str:
             read_on.append(threading.current_thread().name)
-            return store.run(run_id)["profile"]
+            return store.stored_run(run_id).profile
         return profile
 
     def done(value: str) -> None:
@@ -44,13 +44,13 @@ def test_reads_run_on_the_reader_thread_and_arrive_on_the_gui_thread_in_order(qt
 
 def test_a_failed_read_is_told_in_words_and_a_missing_store_can_read_as_a_default(qtbot):
     errors, values = [], []
-    store_reader().read(lambda store: store.run(1), values.append, errors.append)  # no store yet
-    store_reader().read(lambda store: store.run(1), values.append, errors.append, when_no_store=None)
+    store_reader().read(lambda store: store.stored_run(1), values.append, errors.append)  # no store yet
+    store_reader().read(lambda store: store.stored_run(1), values.append, errors.append, when_no_store=None)
     qtbot.waitUntil(lambda: len(errors) + len(values) == 2, timeout=5000)
     assert len(errors) == 1 and "no run store yet" in errors[0]
     assert values == [None]
     add_run("alpha")
-    store_reader().read(lambda store: store.run(999), values.append, errors.append)
+    store_reader().read(lambda store: store.stored_run(999), values.append, errors.append)
     qtbot.waitUntil(lambda: len(errors) == 2, timeout=5000)
     assert "999" in errors[1]
 

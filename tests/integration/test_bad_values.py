@@ -31,12 +31,12 @@ def test_out_of_range_values_every_100_steps_lose_nothing_else():
             losses = store.metrics(run_id, name="loss", rank=rank)
             assert [record.step for record in losses] == list(range(steps)), f"rank {rank}"
             assert len(store.metrics(run_id, name="fine", rank=rank)) == bad // 3  # the good half of a bad call
-            printed = [row for row in store.logs(run_id, rank=rank) if re.match(r"rank \d step \d+$", row["line"])]
+            printed = [row for row in store.log_lines(run_id, rank=rank) if re.match(r"rank \d step \d+$", row.line)]
             assert len(printed) == (steps + 9) // 10, f"rank {rank}"
             assert ranks[rank].rejected == bad and ranks[rank].dropped == 0
             assert ranks[rank].first_seen is not None
-        told = store.events(run_id, kind="records_rejected")
-    assert {event["rank"] for event in told} == {0, 1}
+        told = store.stored_events(run_id, kind="records_rejected")
+    assert {event.rank for event in told} == {0, 1}
     for rank, (_steps, bad) in done.items():
         assert f"rank {rank}: {bad} records dropped by the runner (values the store cannot hold)" in result.stderr
-        assert max(e["data"]["count"] for e in told if e["rank"] == rank) == bad
+        assert max(e.fields["count"] for e in told if e.rank == rank) == bad

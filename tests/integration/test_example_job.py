@@ -50,7 +50,7 @@ def test_checkpoint_is_written_once_by_rank_zero(example_run):
 def test_store_has_loss_step_time_and_data_wait_for_both_ranks(example_run):
     with RunStore(example_run["store"], readonly=True) as store:
         run_id = store.resolve_run_id("last")
-        assert store.run(run_id)["status"] == "succeeded"
+        assert store.stored_run(run_id).status == "succeeded"
         for rank in (0, 1):
             for name in ("loss", "step_time", "data_wait"):
                 assert store.metrics(run_id, name=name, rank=rank), f"no {name} for rank {rank}"

@@ -241,9 +241,9 @@ def _fabric_findings(job: FrameworkJob) -> tuple[list[dict], dict]:
     """The run's ``no_process_group`` events and its summary, from the store."""
     with RunStore(job.home / "data" / "runs.db", readonly=True) as store:
         run_id = store.resolve_run_id("last")
-        events = [event for event in store.events(run_id, EventKind.LAUNCH_MISMATCH.value)
-                  if event["data"].get("key") == NO_PROCESS_GROUP]
-        return events, store.run(run_id)["summary"] or {}
+        events = [event for event in store.stored_events(run_id, EventKind.LAUNCH_MISMATCH.value)
+                  if event.fields.get("key") == NO_PROCESS_GROUP]
+        return events, store.stored_run(run_id).summary or {}
 
 
 @pytest.fixture(scope="module")
@@ -267,12 +267,12 @@ def test_a_plain_fabric_under_torchrun_is_named_independent_copies_with_how_fabr
     events, summary = _fabric_findings(fabric_plain)
     assert len(events) == 1
     title = "Lightning Fabric runs 2 independent copies under torchrun: no process group, identical losses"
-    assert events[0]["data"]["title"] == title and events[0]["data"]["level"] == "warning"
+    assert events[0].fields["title"] == title and events[0].fields["level"] == "warning"
     live = ("[rankwatch] torchrun started 2 processes (WORLD_SIZE=2), but no rank had a process group by its 5th "
             "optimizer step, and all report identical losses")
     assert live in fabric_plain.result.stderr  # the event, as the terminal prints it
     launch = " ".join(f"--env {setting}" for setting in FABRIC_ENVIRONMENT)
-    assert f"`rankwatch run --nproc-per-node 2 {launch} SCRIPT`" in events[0]["data"]["advice"]
+    assert f"`rankwatch run --nproc-per-node 2 {launch} SCRIPT`" in events[0].fields["advice"]
     [hint] = [hint for hint in summary["hints"] if hint["key"] == NO_PROCESS_GROUP]
     assert "the script uses Lightning Fabric, which counts a world of 1 on every rank (SingleDeviceStrategy)" in (
         hint["cause"])

@@ -42,7 +42,7 @@ def test_a_full_store_disk_never_stops_training_and_the_run_ends_recorded(small_
     assert len(told) == 1, told
     assert "store incomplete: disk full" in result.stderr  # the end-of-run block says so
     with RunStore(store_file, readonly=True) as store:
-        run = store.run(store.resolve_run_id("last"))
-    assert run["status"] == "succeeded" and run["ended"] is not None, run
-    assert run["summary"]["store_incomplete"] == "disk full"
-    assert run["summary"]["headline"].endswith("(store incomplete: disk full)")
+        run = store.stored_run(store.resolve_run_id("last"))
+    assert run.status == "succeeded" and run.ended is not None, run
+    assert run.summary["store_incomplete"] == "disk full"
+    assert run.summary["headline"].endswith("(store incomplete: disk full)")

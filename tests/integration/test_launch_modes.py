@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from runner.rows import StoredRun
 from runner.store.store import RunStore
 from tests.jobs import SCRIPTS, processes_with_marker, rankwatch, wait_for
 
@@ -36,20 +37,20 @@ def home(tmp_path_factory):
     return dict(os.environ, RANKWATCH_HOME=str(folder), RANKWATCH_SOCKET_DIR=tempfile.mkdtemp(prefix="rw-", dir="/tmp"))
 
 
-def run_once(env: dict, *args: str) -> tuple[object, dict, dict]:
+def run_once(env: dict, *args: str) -> tuple[object, StoredRun, dict]:
     """Run to the end; returns (the completed process, the stored run, everything stored about it)."""
     result = rankwatch("run", "--plain", *args, env=env)
     with RunStore(Path(env["RANKWATCH_HOME"]) / "data" / "runs.db", readonly=True) as store:
-        run = store.run(store.resolve_run_id("last"))
-        stored = {"ranks": {row.rank: row for row in store.ranks(run["id"])},
-                  "loss_steps": {}, "logs": store.logs(run["id"]), "events": store.events(run["id"])}
-        for rank, _t, step, _name, _value, _source in store.metrics(run["id"], name="loss"):
+        run = store.stored_run(store.resolve_run_id("last"))
+        stored = {"ranks": {row.rank: row for row in store.ranks(run.id)},
+                  "loss_steps": {}, "logs": store.log_lines(run.id), "events": store.stored_events(run.id)}
+        for rank, _t, step, _name, _value, _source in store.metrics(run.id, name="loss"):
             stored["loss_steps"].setdefault(rank, set()).add(step)
     return result, run, stored
 
 
 def lines_of(stored: dict, rank: int | None) -> list[str]:
-    return [row["line"] for row in stored["logs"] if row["rank"] == rank]
+    return [row.line for row in stored["logs"] if row.rank == rank]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def spawn_run(home):
 def test_a_seed_tutorial_script_gets_its_own_rank_and_a_tcp_init_method_per_process(tcp_run):
     result, run, stored = tcp_run
     assert result.returncode == 0, result.stderr
-    assert run["status"] == "succeeded"
+    assert run.status == "succeeded"
     assert {rank: row.state for rank, row in stored["ranks"].items()} == {0: "exited", 1: "exited"}
     assert stored["loss_steps"] == {0: set(range(STEPS)), 1: set(range(STEPS))}  # one per optimizer step
     for rank in (0, 1):
@@ -88,7 +89,7 @@ def test_a_file_init_method_is_a_fresh_file_that_is_gone_after_the_run(file_run)
     path = Path(line.split(" joins file://", 1)[1])
     assert path.name == "store" and path.parent.name == "init-method"
     assert not path.exists() and not path.parent.exists()
-    assert f" RANKWATCH_INIT_FILE={path} " in run["command"]  # the command recorded names the file the run used
+    assert f" RANKWATCH_INIT_FILE={path} " in run.command  # the command recorded names the file the run used
 
 
 def test_the_preview_shows_each_ranks_expanded_line_and_an_unknown_placeholder_is_named(home):
@@ -105,22 +106,22 @@ def test_the_preview_shows_each_ranks_expanded_line_and_an_unknown_placeholder_i
 def test_a_script_that_spawns_its_ranks_runs_once_and_its_children_are_the_ranks(spawn_run):
     result, run, stored = spawn_run
     assert result.returncode == 0, result.stderr
-    [mode] = [event for event in stored["events"] if event["kind"] == "launch_mode"]
-    assert mode["data"]["mode"] == "self-spawn" and mode["data"]["chosen_by"] == "auto"
-    assert "mp.spawn(...) on line" in mode["data"]["message"]
+    [mode] = [event for event in stored["events"] if event.kind == "launch_mode"]
+    assert mode.fields["mode"] == "self-spawn" and mode.fields["chosen_by"] == "auto"
+    assert "mp.spawn(...) on line" in mode.message
     assert "[rankwatch] launch mode: self-spawn (the script starts its own ranks: mp.spawn(...) on line" in result.stderr
     assert {rank: row.state for rank, row in stored["ranks"].items()} == {0: "exited", 1: "exited"}
     assert stored["loss_steps"] == {0: set(range(STEPS)), 1: set(range(STEPS))}
     for rank in (0, 1):  # ranks by their process group (index i joined as 1 - i), lines from before it too
         assert f"Running basic DDP example: spawn index {1 - rank} is rank {rank}." in lines_of(stored, rank)
         assert stored["ranks"][rank].pid != stored["ranks"][1 - rank].pid
-    assert "torch.distributed.run" not in run["command"]
+    assert "torch.distributed.run" not in run.command
 
 
 def test_a_failure_in_spawned_rank_1_is_named_as_rank_1(home):
     result, run, stored = run_once(home, str(SCRIPTS / "spawn_tutorial.py"), "--steps", "50", "--fail-rank", "1")
     assert result.returncode != 0
-    assert run["status"] == "failed" and run["summary"]["first_failure"]["rank"] == 1
+    assert run.status == "failed" and run.summary["first_failure"]["rank"] == 1
     assert "RuntimeError: rank 1 gives up" in result.stderr[result.stderr.rindex("── Rankwatch"):]
     assert stored["ranks"][1].state == "failed"
     assert len(stored["loss_steps"][1]) == 2  # it raised after its second step
@@ -144,7 +145,7 @@ def test_stop_of_a_self_spawning_run_leaves_no_process_and_ranks_without_a_group
     try:
         wait_for(both_stepping, 90, what="both spawned ranks (by spawn index) to step")
         with RunStore(store_path, readonly=True) as store:
-            run_key = store.run(info["run_id"])["run_key"]
+            run_key = store.stored_run(info["run_id"]).run_key
         assert len(processes_with_marker(run_key)) >= 3  # the script's process and its two ranks
         stacks = rankwatch("stacks", str(info["run_id"]), "--json", env=home, timeout=60)
         assert stacks.returncode == 0, stacks.stderr
@@ -157,7 +158,7 @@ def test_stop_of_a_self_spawning_run_leaves_no_process_and_ranks_without_a_group
         assert processes_with_marker(run_key) == []
         assert time.monotonic() - asked < 10
         with RunStore(store_path, readonly=True) as store:
-            assert store.run(info["run_id"])["status"] == "stopped"
+            assert store.stored_run(info["run_id"]).status == "stopped"
             assert {rank.state for rank in store.ranks(info["run_id"])} == {"stopped"}
     finally:
         if psutil.pid_exists(info["pid"]):
@@ -189,12 +190,12 @@ def test_a_spawned_script_that_imports_init_process_group_by_name_counts_each_op
     result, run, stored = run_once(home, str(SCRIPTS / "ddp_series_multigpu.py"), "--", str(epochs), "1",
                                    "--losses", str(tmp_path))
     assert result.returncode == 0, result.stderr
-    [mode] = [event for event in stored["events"] if event["kind"] == "launch_mode"]
-    assert mode["data"]["mode"] == "self-spawn" and mode["data"]["chosen_by"] == "auto"
+    [mode] = [event for event in stored["events"] if event.kind == "launch_mode"]
+    assert mode.fields["mode"] == "self-spawn" and mode.fields["chosen_by"] == "auto"
     printed = printed_losses(tmp_path)
     assert {rank: len(values) for rank, values in printed.items()} == {0: epochs * steps_per_epoch,
                                                                       1: epochs * steps_per_epoch}
-    assert stored_losses(home, run["id"]) == printed  # every step, each the loss the script computed
+    assert stored_losses(home, run.id) == printed  # every step, each the loss the script computed
     for rank in (0, 1):
         assert stored["ranks"][rank].state == "exited"
         assert f"[GPU{rank}] Epoch 9 | Batchsize: 32 | Steps: {steps_per_epoch}" in lines_of(stored, rank)
@@ -208,10 +209,10 @@ def test_the_tutorials_process_harness_runs_once_and_its_processes_are_the_ranks
     result, run, stored = run_once(home, str(SCRIPTS / "process_harness.py"), "--", "--steps", str(steps),
                                    "--losses", str(tmp_path), *(["--fork"] if start_method == "fork" else []))
     assert result.returncode == 0, result.stderr
-    [mode] = [event for event in stored["events"] if event["kind"] == "launch_mode"]
-    assert mode["data"]["mode"] == "self-spawn" and mode["data"]["chosen_by"] == "auto"
-    assert "Process(target=init_process) on line" in mode["data"]["message"]
-    assert stored_losses(home, run["id"]) == printed_losses(tmp_path)
+    [mode] = [event for event in stored["events"] if event.kind == "launch_mode"]
+    assert mode.fields["mode"] == "self-spawn" and mode.fields["chosen_by"] == "auto"
+    assert "Process(target=init_process) on line" in mode.message
+    assert stored_losses(home, run.id) == printed_losses(tmp_path)
     assert stored["loss_steps"] == {0: set(range(steps)), 1: set(range(steps))}
     for rank in (0, 1):
         assert stored["ranks"][rank].state == "exited"

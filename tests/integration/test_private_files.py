@@ -79,7 +79,7 @@ def test_rankwatch_files_are_0600_in_0700_folders(finished_run):
         assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
     with RunStore(data / "runs.db", readonly=True) as store:
         # the secret is there (the job printed it; the launch record masks it): that is why it must be private
-        assert store.logs(1, contains=SECRET) and SECRET not in store.run(1)["spec_toml"]
+        assert store.log_lines(1, contains=SECRET) and SECRET not in store.stored_run(1).spec_toml
 
 
 TRIES = ('for path in "$@"; do '

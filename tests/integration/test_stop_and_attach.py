@@ -43,7 +43,7 @@ def detached(tmp_path_factory):
 
     wait_for(logged_by_both, 90, what="both ranks to log their keys")
     with RunStore(store_path, readonly=True) as store:
-        run_key = store.run(info["run_id"])["run_key"]
+        run_key = store.stored_run(info["run_id"]).run_key
     yield {"env": env, "info": info, "store": store_path, "run_key": run_key}
     if psutil.pid_exists(info["pid"]):  # a failed test must not leave the job behind
         cli(env, "stop", str(info["run_id"]), "--force")
@@ -98,11 +98,11 @@ def test_stop_ends_every_process_within_10_s_and_records_the_run_stopped(detache
     assert time.monotonic() - asked < 10
     assert f"run {run_id} stopped in " in stopped.stderr
     with RunStore(detached["store"], readonly=True) as store:
-        run = store.run(run_id)
+        run = store.stored_run(run_id)
         ranks = store.ranks(run_id)
-    assert (run["status"], run["exit_code"]) == ("stopped", 143)
-    assert "rankwatch stop" in run["summary"]["stopped_by"]
+    assert (run.status, run.exit_code) == ("stopped", 143)
+    assert "rankwatch stop" in run.summary["stopped_by"]
     assert {rank.state for rank in ranks} == {"stopped"}
     again = cli(detached["env"], "stop", str(run_id))
     assert again.returncode == 3 and "is not running (stopped, exit code 143); nothing to stop" in again.stderr
-    assert not Path(run["socket"]).exists()
+    assert not Path(run.socket).exists()

@@ -116,7 +116,7 @@ def test_a_real_run_of_a_profile_with_overrides_runs_them_and_warns_of_more_rank
             in result.stderr)
     assert result.stdout.count("args: --epochs 1\n") == 2  # both ranks, the script's arguments replaced
     with RunStore(readonly=True) as store:
-        command = store.run(store.resolve_run_id("last"))["command"]
+        command = store.stored_run(store.resolve_run_id("last")).command
     assert "--nproc-per-node=2" in command and command.endswith("train.py --epochs 1")
     assert profile.read_text() == before
 

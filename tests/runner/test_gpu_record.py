@@ -338,7 +338,7 @@ def test_a_gpu_run_records_its_use_and_an_out_of_memory_names_the_free_memory_an
     finally:
         live.close()
     with RunStore(readonly=True) as store:
-        summary = store.run(live.run_id)["summary"]
+        summary = store.stored_run(live.run_id).summary
     [hint] = [hint for hint in summary["hints"] if hint["key"] == "cuda_out_of_memory"]
     free = H200_MEMORY_TOTAL - 4_556_980_224  # what NVML said of the GPU while the rank was on it
     assert hint["cause"] == (f"CUDA ran out of memory; GPU 0 had {free / GIB:.0f} GiB free of "

@@ -141,6 +141,6 @@ def test_a_refused_agent_hello_reads_as_english_over_tcp(tmp_path):
         writer.close()
         await hub.close()
         with RunStore(tmp_path / "runs.db", readonly=True) as store:
-            return [event["data"]["message"] for event in store.events(hub.run_id, kind="refused")]
+            return [event.message for event in store.stored_events(hub.run_id, kind="refused")]
     [message] = asyncio.run(scenario())
     assert "an agent_hello with a wrong or missing token" in message

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from rankwatch import protocol
-from rankwatch.protocol import MetricRecord
+from rankwatch.protocol import Event, MetricRecord
 from runner.diagnosis.stack_capture import StackCapture
 from runner.hub import server
 from runner.hub.publisher import TOTAL_BACKLOG_BYTES
@@ -22,9 +22,9 @@ from runner.store.store import RunStore
 from tests.hubs import fake_worker, hello, open_hub, rss_bytes, stored_count
 
 
-def events_of(tmp_path: Path, hub, kind: str) -> list[dict]:
+def events_of(tmp_path: Path, hub, kind: str) -> list[Event]:
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
-        return store.events(hub.run_id, kind=kind)
+        return store.stored_events(hub.run_id, kind=kind)
 
 
 def test_a_record_the_store_refuses_costs_only_itself_and_no_traceback(tmp_path, capfd):
@@ -69,9 +69,9 @@ def test_a_workers_bad_values_are_dropped_counted_per_rank_and_told(tmp_path):
     assert (row.rejected, row.dropped, row.sent) == (200, 7, 300)
     assert row.first_seen is not None and row.last_seen is not None and row.first_seen <= row.last_seen
     told = events_of(tmp_path, hub, "records_rejected")
-    assert told[0]["rank"] == 3 and told[0]["data"]["message"].startswith("rank 3: 2 records dropped")
-    assert told[-1]["data"]["count"] == 200
-    assert told[-1]["data"]["reasons"] == {"value out of range": 100, "time not a plausible timestamp": 100}
+    assert told[0].rank == 3 and told[0].message.startswith("rank 3: 2 records dropped")
+    assert told[-1].fields["count"] == 200
+    assert told[-1].fields["reasons"] == {"value out of range": 100, "time not a plausible timestamp": 100}
     assert hub.losses()["losses"] == [{"rank": 3, "dropped": 7, "rejected": 200, "not_received": 0}]
 
 
@@ -150,7 +150,7 @@ def test_a_thousand_unauthenticated_tcp_connections_cost_little_memory_and_few_r
     assert grown < 20 << 20, f"hub grew {grown >> 20} MB"
     assert new_rows < 10, new_rows
     refused = events_of(tmp_path, hub, "refused")
-    assert sum(event["data"]["count"] for event in refused) == hub.refusals.total >= 1000 - 64
+    assert sum(event.fields["count"] for event in refused) == hub.refusals.total >= 1000 - 64
 
 
 def test_subscribers_that_never_read_cannot_grow_the_hub(tmp_path):

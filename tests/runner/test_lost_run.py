@@ -29,10 +29,11 @@ def test_a_lost_run_says_when_and_how_and_counts_what_was_stored(tmp_path):
                        (2, {"state": "exited", "dropped": 5})])
     assert record_lost_run(str(path), run_id, died=20.0, processes_killed=2)
     with RunStore(path, readonly=True) as store:
-        run, ranks = store.run(run_id), {row.rank: row.state for row in store.ranks(run_id)}
-    assert (run["status"], run["ended"]) == ("lost", 20.0)
+        run, ranks = store.stored_run(run_id), {row.rank: row.state for row in store.ranks(run_id)}
+    assert (run.status, run.ended) == ("lost", 20.0)
     assert ranks == {0: "lost", 1: "lost", 2: "exited"}  # the finished rank keeps its end
-    summary = run["summary"]
+    summary = run.summary
+    assert summary is not None
     assert "the runner (pid 4242) died at" in summary["headline"] and "2 process(es) needed SIGKILL" in summary["headline"]
     assert summary["runner_lost"]["stored"] == {"metrics": 4, "logs": 1}
     assert summary["runner_lost"]["newest_record_t"] == 12.5
@@ -48,4 +49,4 @@ def test_a_lost_run_says_when_and_how_and_counts_what_was_stored(tmp_path):
     # a run with an end is left as it is
     assert not record_lost_run(str(path), run_id, died=30.0, processes_killed=0)
     with RunStore(path, readonly=True) as store:
-        assert store.run(run_id)["ended"] == 20.0
+        assert store.stored_run(run_id).ended == 20.0

@@ -18,9 +18,9 @@ from tests.hubs import TOKEN, open_hub, stored_count
 LONG_NAME = "x" * (2 << 20)  # alone, over a line's bound (MAX_LINE_BYTES)
 
 
-def _rejected_events(tmp_path: Path, hub) -> list[dict]:
+def _rejected_events(tmp_path: Path, hub) -> list[protocol.Event]:
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
-        return store.events(hub.run_id, kind="records_rejected")
+        return store.stored_events(hub.run_id, kind="records_rejected")
 
 
 def test_an_oversized_name_and_a_string_value_cost_only_their_own_records(tmp_path):
@@ -49,9 +49,9 @@ def test_an_oversized_name_and_a_string_value_cost_only_their_own_records(tmp_pa
         names = {name for _rank, _t, _step, name, *_ in store.metrics(hub.run_id)}
     assert not any(name.startswith("y") for name in names)  # never cut short into one merged key
     [event] = _rejected_events(tmp_path, hub)
-    assert event["data"]["reasons"] == {f"name longer than {protocol.MAX_NAME_CHARS} characters": 3,
+    assert event.fields["reasons"] == {f"name longer than {protocol.MAX_NAME_CHARS} characters": 3,
                                  "value not a number": 1}
-    message = event["data"]["message"]
+    message = event.message
     assert "e.g. 'note'" in message and "e.g. 'xxxx" in message
 
 

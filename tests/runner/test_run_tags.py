@@ -32,14 +32,14 @@ def version_5_store(path) -> None:
 def test_tags_and_notes_are_stored_with_the_run(tmp_path):
     with RunStore(tmp_path / "runs.db") as store:
         run_id = new_run(store, "a")
-        assert (store.run(run_id)["tags"], store.run(run_id)["notes"]) == ([], None)
+        assert (store.stored_run(run_id).tags, store.stored_run(run_id).notes) == ((), None)
         store.set_run_notes(run_id, tags=["baseline, lr 3e-4", " baseline ", ""], notes="  warmup too short  ")
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
-        assert store.run(run_id)["tags"] == ["baseline", "lr 3e-4"]
-        assert store.run(run_id)["notes"] == "warmup too short"
+        assert store.stored_run(run_id).tags == ("baseline", "lr 3e-4")
+        assert store.stored_run(run_id).notes == "warmup too short"
     with RunStore(tmp_path / "runs.db") as store:
         store.set_run_notes(run_id, notes="")  # tags left as they are
-        assert (store.run(run_id)["tags"], store.run(run_id)["notes"]) == (["baseline", "lr 3e-4"], None)
+        assert (store.stored_run(run_id).tags, store.stored_run(run_id).notes) == (("baseline", "lr 3e-4"), None)
         with pytest.raises(RunNotFound, match="no run 99"):
             store.set_run_notes(99, tags=["x"])
 
@@ -48,12 +48,12 @@ def test_a_store_from_before_tags_is_migrated_and_keeps_its_runs(tmp_path):
     path = tmp_path / "runs.db"
     version_5_store(path)
     with RunStore(path, readonly=True) as store:  # readers never migrate: no tags yet, no error
-        assert store.run(1)["tags"] == [] and store.run(1)["notes"] is None
+        assert store.stored_run(1).tags == () and store.stored_run(1).notes is None
     with RunStore(path) as store:
         assert store.connection.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION
-        assert store.run(1)["run_key"] == "old"
+        assert store.stored_run(1).run_key == "old"
         store.set_run_notes(1, tags=["kept"], notes="still here")
-        assert store.run(1)["tags"] == ["kept"]
+        assert store.stored_run(1).tags == ("kept",)
 
 
 def test_run_figures_are_read_for_several_runs_in_one_call(tmp_path):

@@ -31,7 +31,7 @@ def make_run(store: RunStore, *, ended_days_ago: float | None, live: bool = Fals
 def remaining(run_ids: list[int]) -> dict[int, tuple[int, int]]:
     with RunStore(readonly=True) as store:
         runs = {run.id for run in store.runs(limit=100)}
-        return {run_id: (len(store.metrics(run_id)), len(store.logs(run_id))) for run_id in run_ids
+        return {run_id: (len(store.metrics(run_id)), len(store.log_lines(run_id))) for run_id in run_ids
                 if run_id in runs}
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from rankwatch import protocol
-from rankwatch.protocol import MetricRecord
+from rankwatch.protocol import Event, MetricRecord
 from runner.hub import publisher
 from runner.hub.hub import Hub
 from runner.hub.publisher import DISCONNECT_ABOVE_BYTES, LINE_BYTES, Subscriber
@@ -130,9 +130,9 @@ async def the_subscriber_that_came(hub: Hub, count_before: int) -> Subscriber:
     raise AssertionError("the hub never took the subscription")
 
 
-def warnings_of(tmp_path: Path, hub: Hub) -> list[dict]:
+def warnings_of(tmp_path: Path, hub: Hub) -> list[Event]:
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
-        return [event["data"] for event in store.events(hub.run_id, kind="warning")]
+        return store.stored_events(hub.run_id, kind="warning")
 
 
 def test_a_subscriber_stalled_in_its_history_is_dropped_within_budget_and_a_slow_reader_gets_all(tmp_path):
@@ -169,10 +169,10 @@ def test_a_subscriber_stalled_in_its_history_is_dropped_within_budget_and_a_slow
     assert stalled.dropped.reason.value == "behind" and stalled.dropped.loading_history
     assert hub.stats["subscribers_dropped"] == hub.stats["subscribers_dropped_behind"] == 1
     [told] = warnings_of(tmp_path, hub)
-    assert told["reason"] == "behind" and told["loading_history"] is True
-    assert told["pid"] == os.getpid()  # the stalled client, not the slow reader's process
-    assert told["message"].startswith(f"disconnected a subscriber (pid {os.getpid()}), which ")
-    assert "stopped reading while it loaded the run's history" in told["message"]
+    assert told.fields["reason"] == "behind" and told.fields["loading_history"] is True
+    assert told.fields["pid"] == os.getpid()  # the stalled client, not the slow reader's process
+    assert told.message.startswith(f"disconnected a subscriber (pid {os.getpid()}), which ")
+    assert "stopped reading while it loaded the run's history" in told.message
     # the slow reader: the whole history and every live record, each once, none thinned
     assert slow.dropped is None
     assert (received["history_ended"], received["hung_up"], received["decimated"]) == (True, False, 0), received
@@ -209,7 +209,7 @@ def test_a_replay_nobody_reads_is_dropped_after_the_stall_time_but_a_slow_reader
     assert stalled.dropped.reason.value == "stalled_replay"
     assert hub.stats["subscribers_dropped"] == hub.stats["subscribers_dropped_stalled_replay"] == 1
     [told] = warnings_of(tmp_path, hub)
-    assert told["reason"] == "stalled_replay" and "read nothing of the run's history for 1 s" in told["message"]
+    assert told.fields["reason"] == "stalled_replay" and "read nothing of the run's history for 1 s" in told.message
     assert slow.dropped is None
     assert (received["history_ended"], received["hung_up"]) == (True, False), received
     assert received["records"] == received["distinct"] == {"history": history}

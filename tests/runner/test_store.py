@@ -35,7 +35,7 @@ def test_an_old_store_is_migrated_in_place(tmp_path, monkeypatch):
     monkeypatch.setattr(schema, "SCHEMA_VERSION", len(schema.MIGRATIONS))
     with RunStore(path) as store:
         assert store.connection.execute("PRAGMA user_version").fetchone()[0] == len(schema.MIGRATIONS)
-        assert store.run(run_id)["profile"] == "p" and "note" in store.run(run_id)
+        assert store.stored_run(run_id).profile == "p" and "note" in store.stored_run(run_id).extra
 
 
 def test_a_version_1_store_keeps_its_runs_under_the_run_key_column(tmp_path):
@@ -46,7 +46,7 @@ def test_a_version_1_store_keeps_its_runs_under_the_run_key_column(tmp_path):
     connection.commit()
     connection.close()
     with RunStore(path) as store:
-        assert store.run(store.resolve_run_id("last"))["run_key"] == "k1"
+        assert store.stored_run(store.resolve_run_id("last")).run_key == "k1"
 
 
 def test_a_newer_store_is_refused_not_damaged(tmp_path):

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from rankwatch import protocol
+from runner.rows import StoredRun
 from runner.store.store import RunStore
 from tests.jobs import SCRIPTS
 from tests.slurm.cluster import LocalSlurm
@@ -50,18 +51,18 @@ def read_store(home: Path, function):
         return None
 
 
-def run_by_profile(home: Path, script: str) -> dict | None:
+def run_by_profile(home: Path, script: str) -> StoredRun | None:
     """The newest run of ``script`` (profile names are the script's stem)."""
     stem = Path(script).stem
 
     def find(store):
-        return next((store.run(run.id) for run in store.runs(limit=20) if run.profile == stem), None)
+        return next((run for run in store.runs(limit=20) if run.profile == stem), None)
     return read_store(home, find)
 
 
 def slurm_job_id(home: Path, run_id: int) -> str | None:
-    events = read_store(home, lambda store: store.events(run_id, kind="slurm_submitted")) or []
-    return events[0]["data"]["job_id"] if events else None
+    events = read_store(home, lambda store: store.stored_events(run_id, kind="slurm_submitted")) or []
+    return events[0].fields["job_id"] if events else None
 
 
 def running_ranks(home: Path, run_id: int) -> int:
@@ -91,9 +92,9 @@ class StatusRecorder:
 
     def _watch(self) -> None:
         while not self._stop.is_set():
-            run = read_store(self.home, lambda store: store.run(self.run_id))
-            if run is not None and (not self.seen or self.seen[-1] != run["status"]):
-                self.seen.append(run["status"])
+            run = read_store(self.home, lambda store: store.stored_run(self.run_id))
+            if run is not None and (not self.seen or self.seen[-1] != run.status):
+                self.seen.append(run.status)
             time.sleep(0.1)
 
     def stop(self) -> list[str]:

@@ -40,7 +40,7 @@ def test_a_run_submitted_over_ssh_reports_through_the_login_host(slurm_cluster, 
     runner = start_rankwatch(*slurm_run("fail_rank1.py", workdir=tmp_path, nodes=2,
                                                 extra=("--login-host", "127.0.0.1")), env=env)
     run = wait_for(lambda: run_by_profile(tmp_path, "fail_rank1.py"), 60, what="the run to be recorded")
-    listening = wait_for(lambda: read_store(tmp_path, lambda store: store.events(run["id"], kind="agents_listening")),
+    listening = wait_for(lambda: read_store(tmp_path, lambda store: store.stored_events(run.id, kind="agents_listening")),
                          60, what="the runner to listen")
     listeners = {connection.laddr.ip for connection in psutil.Process(runner.pid).net_connections(kind="tcp")
                  if connection.status == psutil.CONN_LISTEN}
@@ -48,20 +48,20 @@ def test_a_run_submitted_over_ssh_reports_through_the_login_host(slurm_cluster, 
     assert runner.returncode == 1, stderr[-3000:]
 
     [listening] = listening
-    assert listening["data"]["route"] == "login" and listeners <= {"127.0.0.1"}
-    assert listening["data"]["agent_port"] != listening["data"]["port"]  # the agents met the relay, not the runner
-    submitted = read_store(tmp_path, lambda store: store.events(run["id"], kind="slurm_submitted"))
-    assert submitted[0]["data"]["where"] == "on 127.0.0.1"
+    assert listening.fields["route"] == "login" and listeners <= {"127.0.0.1"}
+    assert listening.fields["agent_port"] != listening.fields["port"]  # the agents met the relay, not the runner
+    submitted = read_store(tmp_path, lambda store: store.stored_events(run.id, kind="slurm_submitted"))
+    assert submitted[0].fields["where"] == "on 127.0.0.1"
     summary = stderr[stderr.rindex("── Rankwatch"):]
-    hosts = {row.rank: row.host for row in read_store(tmp_path, lambda store: store.ranks(run["id"]))}
+    hosts = {row.rank: row.host for row in read_store(tmp_path, lambda store: store.ranks(run.id))}
     assert sorted(hosts.values()) == ["n1", "n2"]  # c10d decides which node gets which rank
     assert f"rank 1 on {hosts[1]} failed first (exit code 1): ValueError: bad batch shape on rank 1" in summary
-    logs = read_store(tmp_path, lambda store: store.logs(run["id"]))
-    joined = {row["line"]: (row["rank"], row["node"]) for row in logs if row["line"].endswith(" joined")}
+    logs = read_store(tmp_path, lambda store: store.log_lines(run.id))
+    joined = {row.line: (row.rank, row.node) for row in logs if row.line.endswith(" joined")}
     assert joined == {"rank 0 joined": (0, hosts[0]), "rank 1 joined": (1, hosts[1])}  # each line, its rank and node
-    raised = [row for row in logs if row["line"].endswith("ValueError: bad batch shape on rank 1")
-              and row["rank"] is not None]  # torchrun's own report of it has no rank
-    assert [(row["rank"], row["node"], row["stream"]) for row in raised] == [(1, hosts[1], "stderr")]
+    raised = [row for row in logs if row.line.endswith("ValueError: bad batch shape on rank 1")
+              and row.rank is not None]  # torchrun's own report of it has no rank
+    assert [(row.rank, row.node, row.stream) for row in raised] == [(1, hosts[1], "stderr")]
     finished = run_by_profile(tmp_path, "fail_rank1.py")
-    assert finished["summary"]["first_failure"]["rank"] == 1 and finished["summary"]["slurm"]["state"] == "FAILED"
-    assert slurm_cluster.job(finished["summary"]["slurm"]["job_id"])["JobState"] == "FAILED"
+    assert finished.summary["first_failure"]["rank"] == 1 and finished.summary["slurm"]["state"] == "FAILED"
+    assert slurm_cluster.job(finished.summary["slurm"]["job_id"])["JobState"] == "FAILED"

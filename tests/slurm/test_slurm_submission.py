@@ -38,10 +38,10 @@ def test_a_queued_job_is_cancelled_when_its_runner_is_killed(slurm_cluster, tmp_
     env = runner_env(tmp_path, slurm_cluster)
     runner = start_rankwatch(*slurm_run("forever.py", workdir=tmp_path, extra=("--sbatch-option=--begin=now+600",)), env=env)
     run = wait_for(lambda: run_by_profile(tmp_path, "forever.py"), 60, what="the run to be recorded")
-    job = wait_for(lambda: slurm_job_id(tmp_path, run["id"]), 30, what="the job to be submitted")
+    job = wait_for(lambda: slurm_job_id(tmp_path, run.id), 30, what="the job to be submitted")
     wait_for(lambda: slurm_cluster.job(job).get("Reason") == "BeginTime", 30, what="Slurm to hold it")
-    wait_for(lambda: any(event["data"].get("reason") == "BeginTime" for event in
-                         read_store(tmp_path, lambda store: store.events(run["id"], kind="slurm")) or []),
+    wait_for(lambda: any(event.fields.get("reason") == "BeginTime" for event in
+                         read_store(tmp_path, lambda store: store.stored_events(run.id, kind="slurm")) or []),
              30, what="the run to show Slurm's reason")
     os.kill(runner.pid, signal.SIGKILL)
     runner.communicate(timeout=10)

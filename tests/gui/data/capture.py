@@ -29,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
+from runner.rows import StoredRun  # noqa: E402
 from runner.store.store import RunStore, stored_rank_json  # noqa: E402
 from tests.jobs import SCRIPTS, processes_with_marker, wait_for  # noqa: E402
 
@@ -47,14 +48,14 @@ def _home() -> tuple[Path, dict[str, str]]:
     return home, env
 
 
-def _latest(home: Path) -> dict | None:
+def _latest(home: Path) -> StoredRun | None:
     store_file = home / "data" / "runs.db"
     if not store_file.exists():
         return None
     try:
         with RunStore(store_file, readonly=True) as store:
             runs = store.runs(limit=1)
-            return store.run(runs[0].id) if runs else None
+            return runs[0] if runs else None
     except Exception:
         return None
 
@@ -62,17 +63,18 @@ def _latest(home: Path) -> dict | None:
 def _dump(name: str, home: Path, command: list[str], **extra) -> Path:
     with RunStore(home / "data" / "runs.db", readonly=True) as store:
         run_id = store.resolve_run_id("last")
-        run = store.run(run_id)
-        events = [{**(e["data"] or {}), "kind": e["kind"], "t": e["t"], "rank": e["rank"],
-                   "message": (e["data"] or {}).get("message", "")} for e in store.events(run_id)]
-        logs = [[row["rank"], row["t"], row["stream"], row["line"], row["node"]]
-                for row in store.logs(run_id, limit=LOG_TAIL)]
-        fixture = {"scenario": name, "command": command, "run": {k: v for k, v in run.items() if k != "socket"},
-                   "ranks": [stored_rank_json(row) for row in store.ranks(run_id)], "nodes": store.nodes(run_id), "events": events, "logs": logs, **extra}
+        run = store.stored_run(run_id)
+        events = [event.to_wire() for event in store.stored_events(run_id)]
+        logs = [list(line) for line in store.log_lines(run_id, limit=LOG_TAIL)]
+        fixture = {"scenario": name, "command": command,
+                   "run": {key: value for key, value in run.to_wire().items() if key != "socket"},
+                   "ranks": [stored_rank_json(row) for row in store.ranks(run_id)],
+                   "nodes": [node.to_wire() for node in store.stored_nodes(run_id)], "events": events, "logs": logs,
+                   **extra}
     path = DATA / f"{name}.json"
     text = json.dumps(fixture, indent=1, default=str)
     path.write_text(text + "\n", encoding="utf-8")
-    print(f"{name}: run {run['status']}: {(run.get('summary') or {}).get('headline')}")
+    print(f"{name}: run {run.status}: {(run.summary or {}).get('headline')}")
     return path
 
 
@@ -127,9 +129,9 @@ def hang() -> Path:
 
         def captured():
             with RunStore(home / "data" / "runs.db", readonly=True) as store:
-                return store.events(run["id"], kind="stacks")
+                return store.stored_events(run.id, kind="stacks")
         wait_for(captured, 180, interval=0.5, what="the stall's stack capture")
-        subprocess.run([sys.executable, "-m", "runner", "stacks", str(run["id"])], env=env, cwd=str(REPO),
+        subprocess.run([sys.executable, "-m", "runner", "stacks", str(run.id)], env=env, cwd=str(REPO),
                        capture_output=True, timeout=60)
     finally:
         process.send_signal(signal.SIGINT)
@@ -147,9 +149,9 @@ def healthy() -> Path:
 
         def stepping():
             with RunStore(home / "data" / "runs.db", readonly=True) as store:
-                return len(store.metrics(run["id"], name="step_time")) > 20
+                return len(store.metrics(run.id, name="step_time")) > 20
         wait_for(stepping, 120, interval=0.5, what="steps")
-        subprocess.run([sys.executable, "-m", "runner", "stacks", str(run["id"])], env=env, cwd=str(REPO),
+        subprocess.run([sys.executable, "-m", "runner", "stacks", str(run.id)], env=env, cwd=str(REPO),
                        capture_output=True, timeout=60)
         process.communicate(timeout=120)
     finally:
@@ -186,15 +188,15 @@ def two_nodes_lost() -> Path:
 
         def both_running():
             with RunStore(home / "data" / "runs.db", readonly=True) as store:
-                ranks = store.ranks(run["id"])
+                ranks = store.ranks(run.id)
                 return len([r for r in ranks if r.state == "running"]) == 2
         wait_for(both_running, 120, interval=0.5, what="both ranks")
 
         def both_printing():
             with RunStore(home / "data" / "runs.db", readonly=True) as store:
-                return {row["rank"] for row in store.logs(run["id"], contains=" step 5 ")} == {0, 1}
+                return {line.rank for line in store.log_lines(run.id, contains=" step 5 ")} == {0, 1}
         wait_for(both_printing, 120, interval=0.5, what="both ranks' output")
-        [agent] = [p for p in processes_with_marker(run["run_key"]) if p.cmdline()[-2:] == ["runner", "agent"]]
+        [agent] = [p for p in processes_with_marker(run.run_key) if p.cmdline()[-2:] == ["runner", "agent"]]
         agent.kill()
         process.communicate(timeout=120)
         return _dump("two_nodes_lost", home, ["rankwatch", "run", "--plain", *args, "(node 1's agent killed)"])

@@ -158,7 +158,7 @@ def _stop(pid: int, home: Path, run_id: int) -> None:
         return
     def ended() -> bool:
         with _store(home) as store:
-            return store.run(run_id).get("ended") is not None
+            return store.stored_run(run_id).ended is not None
 
     _wait(ended, 120, f"run {run_id} to stop")
 
@@ -239,7 +239,7 @@ def shoot_all(selected: set[str]) -> None:
             def captured() -> bool:
                 with _store(home) as store:
                     runs = store.runs(limit=1)
-                    return bool(runs) and runs[0].id > live_id and bool(store.events(runs[0].id, kind="stacks"))
+                    return bool(runs) and runs[0].id > live_id and bool(store.stored_events(runs[0].id, kind="stacks"))
 
             _wait(captured, 300, "the hang's stack capture")
             with _store(home) as store:

@@ -90,15 +90,27 @@ def _before(series: tuple[str, int]) -> tuple[str, int]:
 
 
 def next_series(connection: sqlite3.Connection, run_id: int, after: tuple[str, int] | None) -> tuple[str, int] | None:
-    """The run's next (name, rank) in index order: one index seek (a loose index scan)."""
-    if after is None:
-        row = connection.execute("SELECT name, rank FROM metrics WHERE run_id = ? ORDER BY name, rank LIMIT 1",
-                                 (run_id,)).fetchone()
+    """The run's next (name, rank) in index order: a loose index scan, two or three seeks.
+
+    Equality on the name and a range on the rank, then the next name: a row-value range
+    ``(name, rank) > (?, ?)`` made SQLite step through index entries instead (1.1 ms a series
+    against 0.009 ms on a 16 GB store of 1,024 ranks: 30 s to list its 13,312 series)."""
+    if after is not None:
+        name, rank = after
+        row = connection.execute("SELECT rank FROM metrics WHERE run_id = ? AND name = ? AND rank > ? ORDER BY rank"
+                                 " LIMIT 1", (run_id, name, rank)).fetchone()
+        if row is not None:
+            return name, int(row[0])
+        found = connection.execute("SELECT name FROM metrics WHERE run_id = ? AND name > ? ORDER BY name LIMIT 1",
+                                   (run_id, name)).fetchone()
     else:
-        row = connection.execute(
-            "SELECT name, rank FROM metrics WHERE run_id = ? AND (name, rank) > (?, ?) ORDER BY name, rank LIMIT 1",
-            (run_id, *after)).fetchone()
-    return None if row is None else (str(row[0]), int(row[1]))
+        found = connection.execute("SELECT name FROM metrics WHERE run_id = ? ORDER BY name LIMIT 1",
+                                   (run_id,)).fetchone()
+    if found is None:
+        return None
+    first = connection.execute("SELECT rank FROM metrics WHERE run_id = ? AND name = ? ORDER BY rank LIMIT 1",
+                               (run_id, found[0])).fetchone()
+    return str(found[0]), int(first[0])
 
 
 def _compact_window(connection: sqlite3.Connection, run_id: int, level: Level, series: tuple[str, int],

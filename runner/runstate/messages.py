@@ -234,13 +234,19 @@ class HistoryEnd:
         if not self.thinned:
             return ""
         parts = ["older points of each chart are the low and high of their stretch"] if self.decimated else []
-        counted = [f"{count:,} {LEFT_OUT_WORDS.get(table, table.replace('_', ' '))}"
+        counted = [f"{_counted(count)} {LEFT_OUT_WORDS.get(table, table.replace('_', ' '))}"
                    for table, count in sorted(self.left_out.items()) if count]
         if counted:  # the oldest ones of a replay, and those a catch-up skipped (it sends each series' newest)
             parts.append(f"{', '.join(counted)} are not shown")
         where = f"rankwatch runs logs {run_id}" if run_id is not None else "rankwatch runs logs RUN"
         verb = "Opened" if opened else "Attached"
         return f"{verb} with a shortened history: {'; '.join(parts)}. The store keeps everything ({where})."
+
+
+def _counted(count: int) -> str:
+    """A count of rows left out, as ``HistoryEnd.left_out`` gives it (past ``COUNTED_UP_TO``: more)."""
+    limit = protocol.HistoryEnd.COUNTED_UP_TO
+    return f"more than {limit:,}" if count > limit else f"{count:,}"
 
 
 LEFT_OUT_WORDS = {"logs": "log lines", "events": "events", "gpu_samples": "GPU samples",

@@ -647,12 +647,14 @@ class HistoryEnd(Message):
     """The history replay is complete: what follows is live.
 
     A replay is bounded (the hub's ``runner.store.replay_window``): ``decimated`` says older
-    metrics came thinned, ``left_out`` counts stored rows not sent, per table. Both optional:
-    an older hub sends neither (nothing left out), an older reader ignores them.
+    metrics came thinned, ``left_out`` counts stored rows not sent, per table; a count above
+    ``COUNTED_UP_TO`` means "more than that" (counting further costs a second at 1,024 ranks).
+    Both optional: an older hub sends neither (nothing left out), an older reader ignores them.
     """
 
     __slots__ = ("decimated", "left_out")
     TYPE = "history_end"
+    COUNTED_UP_TO = 1_000_000
 
     def __init__(self, decimated: bool = False, left_out: dict[str, int] | None = None) -> None:
         self.decimated = decimated

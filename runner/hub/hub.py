@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rankwatch.protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
+from runner.hub.commit_queue import MAX_WAITING_RECORDS, CommitQueue
 from runner.hub.compaction import Compactor
 from runner.hub.freshness import FLUSH_SECONDS, UNWATCHED, freshness_for
 from runner.hub.ingest import Ingest
@@ -84,11 +85,13 @@ class Hub:
         self.ingest = Ingest(self.model, self.observers, self.stats, on_pending=self._note_pending,
                              on_full_batch=self._flush_now)
         self._seq = 0
-        """Batches committed so far (written on the writer thread)."""
+        """Batches published so far."""
+        self.commits = CommitQueue(self.writer, self._commit, on_error=self._note_flush_error)
+        """Published batches on their way into the store (``runner.hub.commit_queue``)."""
         self._run: StoredRun | None = None
         """The run's row: as stored, then as changed (kept when the store no longer takes it)."""
         self.publisher = Publisher(self.writer, self.model, self.stats, run_id=lambda: self.run_id,
-                                   run_row=self._run_wire, commit_seq=lambda: self._seq)
+                                   run_row=self._run_wire, commit_seq=lambda: self.commits.committed_seq)
         self.refusals = Refusals(self.stats, self._record_refusal)
         self.server = ConnectionServer(token, self.ingest, self.publisher, self.observers, self.stats,
                                        self.refusals)
@@ -335,39 +338,49 @@ class Hub:
             self._has_pending.clear()
             self._urgent.clear()
             try:
-                await self.flush()
+                await self.flush(wait=False)
             except Exception as error:  # a bug must not stop ingestion; the store's own failures never get here
-                self.stats["flush_errors"] += 1
-                if self.stats["flush_errors"] == 1:
-                    self.add_event(EventKind.WARNING, None, f"hub flush failed: {type(error).__name__}: {error}")
+                self._note_flush_error(error)
             await asyncio.sleep(FLUSH_SECONDS)
+
+    def _note_flush_error(self, error: BaseException) -> None:
+        self.stats["flush_errors"] += 1
+        if self.stats["flush_errors"] == 1:
+            self.add_event(EventKind.WARNING, None, f"hub flush failed: {type(error).__name__}: {error}")
 
     def _flush_now(self) -> None:
         if not self._flush_lock.locked():
-            asyncio.get_running_loop().create_task(self.flush())
+            asyncio.get_running_loop().create_task(self.flush(wait=False))
 
-    async def flush(self) -> None:
+    async def flush(self, wait: bool = True) -> None:
+        """Publish what is pending and queue it for the store (``runner.hub.commit_queue``).
+        ``wait``: return once it is committed (the end of a run, a test reading the store);
+        without it, only when more than ``MAX_WAITING_RECORDS`` wait for the store."""
         async with self._flush_lock:
+            await self._tell_if_store_incomplete()
             batch = self.ingest.take_batch()
             rows = self.model.take_changed()
             nodes, self._node_rows_changed = self._node_rows_changed, []
             run_changed, self._run_changed = self._run_changed, False
             if not batch and not rows and not run_changed and not nodes:
-                return
-            rank_rows = [(row.rank, _store_columns(row)) for row in rows]
-            seq = await self.writer.call(self._commit, batch, rank_rows)
+                drain = self.commits.pending_drain()
+            else:
+                rank_rows = [(row.rank, _store_columns(row)) for row in rows]
+                self._seq += 1
+                wire_rows = [row.to_wire() for row in rows] if self.publisher.subscribers else []  # none to tell
+                self.publisher.publish(self._seq, batch, wire_rows, self._run_wire() if run_changed else None,
+                                       [node.to_wire() for node in nodes])
+                drain = self.commits.add(self._seq, batch, rank_rows)  # the same turn: see commit_queue
+            if drain is not None and (wait or self.commits.waiting_records > MAX_WAITING_RECORDS):
+                await drain
+        if wait:
             await self._tell_if_store_incomplete()
-            wire_rows = [row.to_wire() for row in rows] if self.publisher.subscribers else []  # none to tell
-            self.publisher.publish(seq, batch, wire_rows, self._run_wire() if run_changed else None,
-                                   [node.to_wire() for node in nodes])
 
-    def _commit(self, store: RunStore, batch: RecordBatch, rank_rows: list[tuple[int, dict[str, ColumnValue]]]) -> int:
-        """Writer thread: one transaction for the batch and the changed rank rows."""
+    def _commit(self, store: RunStore, batch: RecordBatch, rank_rows: list[tuple[int, dict[str, ColumnValue]]]) -> None:
+        """Writer thread: one transaction for the batches that waited and their ranks' newest rows."""
         if self.run_id is not None:
             self.writer.commit(store, self.run_id, batch, rank_rows)
         self.stats["records_stored"] += len(batch)
-        self._seq += 1
-        return self._seq
 
     async def _tell_if_store_incomplete(self) -> None:
         """The first time the store refuses for want of room: say so once, everywhere it can be seen

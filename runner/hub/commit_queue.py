@@ -8,10 +8,14 @@ once a run has grown past the page cache (a few minutes at that scale) every suc
 back and written to the log, so a commit takes longer than the 50 ms between flushes, and what a
 subscriber sees fell behind by as much (freshness p95 2.1 s after ten minutes).
 
-So a flush now publishes at once and hands its batch here. The store writer's thread takes
-every batch that has waited since its last transaction and writes them in one: a writer that
-falls behind writes bigger transactions (each index page then carries more records), and what
-subscribers see no longer waits for the disk.
+So a flush now publishes at once and hands its batch here, and the store writer's thread
+writes it behind; the next flush waits for that transaction before it takes its batch
+(``Hub.flush``). The pace of publishing stays the store's: publishing at 20 flushes a second
+whatever the store's pace was measured at 1,024 ranks for ten minutes (``PERFORMANCE.md``):
+freshness p50 100 ms against 1,318, but every rank row went out twice as often, subscribers
+attaching fell behind by 16 MiB and were dropped, and p95 at the subscriber rose to 4.4 s. So a
+batch only skips the wait for its own transaction. Batches that do wait together (a flush that
+came while another's transaction ran) are written in one.
 
 What a history replay reads stays exact: a batch's sequence number is given when it is
 published, and ``committed_seq`` (read on the writer thread, as a replay reads it) is that of
@@ -19,9 +23,6 @@ the last batch written. A drain is queued on the writer thread in the same turn 
 the batch is published, before any replay that starts later can queue its read, and the writer
 thread runs its calls in order: a replay that starts after a batch was published reads it from
 the store, and one that started before gets it live.
-
-How much may wait is bounded (``MAX_WAITING_RECORDS``): past it, a flush waits for the
-transaction before taking more, as every flush did before.
 """
 
 from __future__ import annotations
@@ -33,10 +34,6 @@ from dataclasses import dataclass
 
 from runner.hub.writer import StoreWriter
 from runner.store.store import ColumnValue, RecordBatch, RunStore
-
-MAX_WAITING_RECORDS = 200_000
-"""Records published and not yet committed at most (~60 MB, ~8 s at 1,024 ranks): past it a
-flush waits for the store."""
 
 RankRows = list[tuple[int, dict[str, ColumnValue]]]
 Commit = Callable[[RunStore, RecordBatch, RankRows], None]

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rankwatch.protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
-from runner.hub.commit_queue import MAX_WAITING_RECORDS, CommitQueue
+from runner.hub.commit_queue import CommitQueue
 from runner.hub.compaction import Compactor
 from runner.hub.freshness import FLUSH_SECONDS, UNWATCHED, freshness_for
 from runner.hub.ingest import Ingest
@@ -355,8 +355,17 @@ class Hub:
     async def flush(self, wait: bool = True) -> None:
         """Publish what is pending and queue it for the store (``runner.hub.commit_queue``).
         ``wait``: return once it is committed (the end of a run, a test reading the store);
-        without it, only when more than ``MAX_WAITING_RECORDS`` wait for the store."""
+        without it, once published.
+
+        A flush first waits for the transaction of the one before: the pace of publishing stays
+        the store's, as it was when a batch was published after its commit (publishing at 20 a
+        second whatever the store's pace sent a 1,024-rank run's rank rows twice as often, and
+        attaching subscribers fell behind and were dropped), but a batch reaches the
+        subscribers one transaction sooner."""
         async with self._flush_lock:
+            previous = self.commits.pending_drain()
+            if previous is not None:
+                await previous
             await self._tell_if_store_incomplete()
             batch = self.ingest.take_batch()
             rows = self.model.take_changed()
@@ -371,7 +380,7 @@ class Hub:
                 self.publisher.publish(self._seq, batch, wire_rows, self._run_wire() if run_changed else None,
                                        [node.to_wire() for node in nodes])
                 drain = self.commits.add(self._seq, batch, rank_rows)  # the same turn: see commit_queue
-            if drain is not None and (wait or self.commits.waiting_records > MAX_WAITING_RECORDS):
+            if drain is not None and wait:
                 await drain
         if wait:
             await self._tell_if_store_incomplete()

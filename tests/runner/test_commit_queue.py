@@ -43,7 +43,7 @@ def test_records_reach_a_subscriber_while_the_store_is_busy(tmp_path):
         await asyncio.sleep(0.2)
         busy = asyncio.ensure_future(hub.writer.call(lambda store: time.sleep(WRITER_BUSY_SECONDS)))
         started = time.monotonic()
-        await fake_worker(socket_path, 0, 500)
+        await fake_worker(socket_path, 0, 500, batch=500)  # one line: one flush
         while len(metrics_of(received)) < 500 and time.monotonic() - started < 10:
             await asyncio.sleep(0.01)
         seen_after = time.monotonic() - started
@@ -66,7 +66,7 @@ def test_a_subscriber_coming_while_batches_wait_for_the_store_gets_each_record_o
         early_task = asyncio.create_task(subscribe(socket_path, True, early))
         await asyncio.sleep(0.2)
         busy = asyncio.ensure_future(hub.writer.call(lambda store: time.sleep(WRITER_BUSY_SECONDS)))
-        first = await fake_worker(socket_path, 0, 600)
+        first = await fake_worker(socket_path, 0, 600, batch=600)  # one line: one flush
         while len(metrics_of(early)) < first:
             await asyncio.sleep(0.01)
         waiting = hub.commits.waiting_records

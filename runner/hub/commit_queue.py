@@ -9,8 +9,8 @@ back and written to the log, so a commit takes longer than the 50 ms between flu
 subscriber sees fell behind by as much (freshness p95 2.1 s after ten minutes).
 
 So a flush now publishes at once and hands its batch here, and the store writer's thread
-writes it behind; the next flush waits for that transaction before it takes its batch
-(``Hub.flush``). The pace of publishing stays the store's: publishing at 20 flushes a second
+writes it behind; the flush loop rests after that transaction, and the next flush waits for it
+before it takes its batch (``Hub.flush``). The pace of publishing stays the store's: publishing at 20 flushes a second
 whatever the store's pace was measured at 1,024 ranks for ten minutes (``PERFORMANCE.md``):
 freshness p50 100 ms against 1,318, but every rank row went out twice as often, subscribers
 attaching fell behind by 16 MiB and were dropped, and p95 at the subscriber rose to 4.4 s. So a

@@ -339,6 +339,9 @@ class Hub:
             self._urgent.clear()
             try:
                 await self.flush(wait=False)
+                committing = self.commits.pending_drain()
+                if committing is not None:  # the rest after the commit, as when commits came first
+                    await committing
             except Exception as error:  # a bug must not stop ingestion; the store's own failures never get here
                 self._note_flush_error(error)
             await asyncio.sleep(FLUSH_SECONDS)
@@ -357,11 +360,12 @@ class Hub:
         ``wait``: return once it is committed (the end of a run, a test reading the store);
         without it, once published.
 
-        A flush first waits for the transaction of the one before: the pace of publishing stays
-        the store's, as it was when a batch was published after its commit (publishing at 20 a
-        second whatever the store's pace sent a 1,024-rank run's rank rows twice as often, and
-        attaching subscribers fell behind and were dropped), but a batch reaches the
-        subscribers one transaction sooner."""
+        A flush first waits for the transaction of the one before, and the flush loop rests
+        ``FLUSH_SECONDS`` after a batch's transaction: the pace of publishing stays what it was
+        when a batch was published after its commit (publishing at 20 a second whatever the
+        store's pace sent a 1,024-rank run's rank rows twice as often, and attaching
+        subscribers fell behind and were dropped), but a batch reaches the subscribers one
+        transaction sooner."""
         async with self._flush_lock:
             previous = self.commits.pending_drain()
             if previous is not None:

@@ -180,9 +180,9 @@ class StacksFinding:
         """From a stack capture (``StackCapture``'s ``on_result``)."""
         places = []
         for rank in sorted(result.places):
-            place = result.places[rank].to_json()
-            places.append(StackPlaceBrief(rank=rank, kind=place["kind"], op=place["op"], what=place["what"],
-                                          frame=place["frame"]))
+            place = result.places[rank]
+            frame = None if place.frame is None else {**place.frame.to_json(), "code": place.code}
+            places.append(StackPlaceBrief(rank=rank, kind=place.kind, op=place.op, what=place.what, frame=frame))
         files = result.files
         path = files.path if files is not None else None
         return cls(reason=result.reason, t=result.t, ranks=result.ranks, verdict=result.verdict, places=places,
@@ -190,7 +190,7 @@ class StacksFinding:
                    json_path=path)
 
     def to_json(self) -> JsonObject:
-        data = {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict.to_json(),
+        data: JsonObject = {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict.to_json(),
                 "places": [place.to_json() for place in self.places],
                 "missing": [item.to_json() for item in self.missing], "path": self.path, "json_path": self.json_path}
         if self.outlier is not None:

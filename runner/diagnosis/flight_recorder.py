@@ -37,7 +37,6 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rankwatch.protocol import as_int
 from runner.format import ranks_text
@@ -152,14 +151,14 @@ class FlightRecorderFinding:
                 "lines": self.lines, "path": self.path}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> FlightRecorderFinding:
+    def from_wire(cls, data: Mapping[str, object]) -> FlightRecorderFinding:
         """As the summary keeps it, or a ``flight_recorder`` event's fields with its message."""
-        culprits, lines = data.get("culprits"), data.get("lines")
+        culprits, lines, group, path = data.get("culprits"), data.get("lines"), data.get("group"), data.get("path")
         return cls(message=str(data["message"]) if data.get("message") else None,
                    culprits=[rank for rank in culprits if type(rank) is int] if isinstance(culprits, list) else [],
-                   seq=as_int(data.get("seq")), group=data.get("group") if isinstance(data.get("group"), str) else None,
+                   seq=as_int(data.get("seq")), group=group if isinstance(group, str) else None,
                    lines=[str(line) for line in lines] if isinstance(lines, list) else [],
-                   path=data.get("path") if isinstance(data.get("path"), str) else None)
+                   path=path if isinstance(path, str) else None)
 
 
 def analyse(records: dict[int, TorchRecord], stuck: Collection[int] | None = None) -> FlightAnalysis:

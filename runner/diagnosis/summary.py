@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from rankwatch.protocol import as_float, as_int, as_text
 from runner.diagnosis.findings import StoredDiagnostics
@@ -26,7 +25,7 @@ FIELDS = ("outcome", "headline", "exit_code", "first_failure", "other_failures",
           "stopped_by", "losses", "store_incomplete", "runner_lost")
 
 
-def _extra(data: Mapping[str, Any], known: frozenset[str]) -> JsonObject:
+def _extra(data: Mapping[str, object], known: frozenset[str]) -> JsonObject:
     return {key: value for key, value in data.items() if key not in known}
 
 
@@ -46,7 +45,7 @@ class FinishedRank:
         return {"rank": self.rank, "before": self.before, **self.extra}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> FinishedRank:
+    def from_wire(cls, data: Mapping[str, object]) -> FinishedRank:
         """Lenient: a rank or time that is missing or not a number is unknown."""
         return cls(rank=as_int(data.get("rank")), before=as_float(data.get("before")),
                    extra=_extra(data, cls.KEYS))
@@ -81,7 +80,7 @@ class LostRunner:
                 "newest_record_t": self.newest_record_t, "not_stored": self.not_stored, **self.extra}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> LostRunner:
+    def from_wire(cls, data: Mapping[str, object]) -> LostRunner:
         """Lenient: what is missing or of the wrong type is unknown."""
         stored = data.get("stored")
         stored = stored if isinstance(stored, Mapping) else {}

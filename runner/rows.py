@@ -25,8 +25,14 @@ __all__ = ["JsonObject", "NodeInfo", "RankInfo", "Row", "RunInfo", "StoredRank",
 
 _RowT = TypeVar("_RowT", bound="Row")
 
-JsonObject = dict[str, Any]
-"""A JSON object as the hub sends it: the wire side of the typed values below (nothing else)."""
+JsonObject = dict[str, object]
+"""A JSON object as sent or received: the wire side of the typed values below (nothing else). Its
+values are ``object``: whoever reads one checks each value before use (``wire_int``, ``isinstance``)."""
+
+_FieldValues = dict[str, Any]
+"""A row's fields by name, each already typed by its ``KINDS`` decoder (``_DECODERS``): the keyword
+arguments of the row's constructor. Not a JSON object; ``Any`` only because which field a value goes
+to is known by name at run time, where ``_DECODERS`` picked its type."""
 
 
 def wire_int(value: object) -> int | None:
@@ -70,22 +76,22 @@ class Row:
     KINDS: ClassVar[dict[str, str]] = {}
     """field -> decoder name (``_DECODERS``); fields not named here are numbers of kind "int"."""
 
-    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False, kw_only=True)
+    extra: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False, kw_only=True)
     """Keys the row carries that this version does not know: kept, and sent on. Keyword-only: a row
     made positionally (``RankInfo(3)``) gets its own first field, not ``extra``."""
 
     @classmethod
-    def from_wire(cls: type[_RowT], data: Mapping[str, Any]) -> _RowT:
+    def from_wire(cls: type[_RowT], data: Mapping[str, object]) -> _RowT:
         """Raises ValueError for a row without its key (a rank row without a rank)."""
         return cls._completed(cls._decoded(data))
 
     @classmethod
-    def _decoded(cls, data: Mapping[str, Any]) -> JsonObject:
+    def _decoded(cls, data: Mapping[str, object]) -> _FieldValues:
         """The keys ``data`` carries, typed (the others under ``extra``)."""
         known = _field_names(cls)
         kinds = cls.KINDS
-        values: JsonObject = {}
-        extra = {}
+        values: _FieldValues = {}
+        extra: JsonObject = {}
         for name, value in data.items():
             if name in known:
                 values[name] = _DECODERS[kinds.get(name, "int")](value)
@@ -95,16 +101,16 @@ class Row:
         return values
 
     @classmethod
-    def _completed(cls: type[_RowT], values: JsonObject) -> _RowT:
+    def _completed(cls: type[_RowT], values: _FieldValues) -> _RowT:
         return cls(**values)
 
     def to_wire(self) -> JsonObject:
-        data = dict(self.extra)
+        data: JsonObject = dict(self.extra)
         for name in _field_order(type(self)):
             data[name] = getattr(self, name)
         return data
 
-    def merged(self: _RowT, data: Mapping[str, Any]) -> _RowT:
+    def merged(self: _RowT, data: Mapping[str, object]) -> _RowT:
         """This row with the keys ``data`` carries replaced (the hub sends whole rows, the store
         fewer columns: a key that is absent keeps its value).
 
@@ -219,7 +225,7 @@ class RankInfo(Row):
     gpu_mem_peak: int | None = None
 
     @classmethod
-    def _completed(cls, values: JsonObject) -> RankInfo:
+    def _completed(cls, values: _FieldValues) -> RankInfo:
         if values.get("state") is None:
             values.pop("state", None)
         if values.get("rank") is None:
@@ -241,7 +247,7 @@ class NodeInfo(Row):
     detail: str | None = None
 
     @classmethod
-    def _completed(cls, values: JsonObject) -> NodeInfo:
+    def _completed(cls, values: _FieldValues) -> NodeInfo:
         if values.get("node_rank") is None:
             values["node_rank"] = 0
         return cls(**values)

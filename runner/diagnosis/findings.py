@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from rankwatch.protocol import as_float, as_int
 from runner.diagnosis.bottleneck_record import BottleneckRecord
@@ -48,7 +47,7 @@ class StallFinding:
         return data
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> StallFinding | None:
+    def from_wire(cls, data: Mapping[str, object]) -> StallFinding | None:
         """A stall as a stored summary keeps it; None without a rank. A number that is missing reads as 0."""
         rank = as_int(data.get("rank"))
         if rank is None:
@@ -76,7 +75,7 @@ class Divergence:
                 "message": self.message}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> Divergence:
+    def from_wire(cls, data: Mapping[str, object]) -> Divergence:
         """As the summary keeps it, or a ``divergence`` event's fields with its message; a step that is
         missing reads as None."""
         return cls(step=as_int(data.get("step")), ranks=int_list(data.get("ranks")),
@@ -107,7 +106,7 @@ class LauncherFinding:
                 "advice": self.advice}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> LauncherFinding:
+    def from_wire(cls, data: Mapping[str, object]) -> LauncherFinding:
         """As the summary keeps it, or a ``launch_mismatch`` event's fields (the same keys)."""
         return cls(key=str(data.get("key") or ""), level=str(data.get("level") or "warning"),
                    ranks=int_list(data.get("ranks")), title=str(data.get("title") or ""),
@@ -129,13 +128,13 @@ class StackPlaceBrief:
         return {"rank": self.rank, "kind": self.kind, "op": self.op, "what": self.what, "frame": self.frame}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> StackPlaceBrief | None:
+    def from_wire(cls, data: Mapping[str, object]) -> StackPlaceBrief | None:
         rank = as_int(data.get("rank"))
         if rank is None:
             return None
         frame = data.get("frame")
-        return cls(rank=rank, kind=str(data.get("kind") or ""), op=data.get("op") if isinstance(data.get("op"), str)
-                   else None, what=str(data.get("what") or ""), frame=dict(frame) if isinstance(frame, Mapping) else None)
+        return cls(rank=rank, kind=str(data.get("kind") or ""), op=_text(data.get("op")), what=str(data.get("what") or ""),
+                   frame=dict(frame) if isinstance(frame, Mapping) else None)
 
 
 @dataclass(frozen=True)
@@ -152,7 +151,7 @@ class StackOutlier:
         return {"ranks": self.ranks, "frame": frame}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> StackOutlier:
+    def from_wire(cls, data: Mapping[str, object]) -> StackOutlier:
         frame = data.get("frame")
         return cls(ranks=int_list(data.get("ranks")),
                    frame=SourceFrame.from_wire(frame) if isinstance(frame, Mapping) and frame else None)
@@ -180,9 +179,9 @@ class StacksFinding:
         """From a stack capture (``StackCapture``'s ``on_result``)."""
         places = []
         for rank in sorted(result.places):
-            place = result.places[rank].to_json()
-            places.append(StackPlaceBrief(rank=rank, kind=place["kind"], op=place["op"], what=place["what"],
-                                          frame=place["frame"]))
+            place = result.places[rank]
+            frame = None if place.frame is None else {**place.frame.to_json(), "code": place.code}
+            places.append(StackPlaceBrief(rank=rank, kind=place.kind, op=place.op, what=place.what, frame=frame))
         files = result.files
         path = files.path if files is not None else None
         return cls(reason=result.reason, t=result.t, ranks=result.ranks, verdict=result.verdict, places=places,
@@ -190,7 +189,7 @@ class StacksFinding:
                    json_path=path)
 
     def to_json(self) -> JsonObject:
-        data = {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict.to_json(),
+        data: JsonObject = {"reason": self.reason, "t": self.t, "ranks": self.ranks, "verdict": self.verdict.to_json(),
                 "places": [place.to_json() for place in self.places],
                 "missing": [item.to_json() for item in self.missing], "path": self.path, "json_path": self.json_path}
         if self.outlier is not None:
@@ -198,19 +197,18 @@ class StacksFinding:
         return data
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> StacksFinding:
+    def from_wire(cls, data: Mapping[str, object]) -> StacksFinding:
         """As the summary keeps it. One stored by an earlier version has no verdict: an empty one, whose
         message is empty (its capture file, re-judged, says more)."""
         verdict, outlier = data.get("verdict"), data.get("outlier")
-        places = [StackPlaceBrief.from_wire(place) for place in data.get("places") or [] if isinstance(place, Mapping)]
-        missing = [MissingStack.from_wire(item) for item in data.get("missing") or [] if isinstance(item, Mapping)]
+        places = [StackPlaceBrief.from_wire(place) for place in _objects(data.get("places"))]
+        missing = [MissingStack.from_wire(item) for item in _objects(data.get("missing"))]
         return cls(reason=str(data.get("reason") or ""), t=as_float(data.get("t")),
                    ranks=int_list(data.get("ranks")),
                    verdict=HangVerdict.from_wire(verdict if isinstance(verdict, Mapping) else {}),
                    places=[place for place in places if place is not None],
                    missing=[item for item in missing if item is not None],
-                   path=data.get("path") if isinstance(data.get("path"), str) else None,
-                   json_path=data.get("json_path") if isinstance(data.get("json_path"), str) else None,
+                   path=_text(data.get("path")), json_path=_text(data.get("json_path")),
                    outlier=StackOutlier.from_wire(outlier) if isinstance(outlier, Mapping) else None)
 
 
@@ -299,15 +297,14 @@ class StoredDiagnostics:
         return data
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any] | None) -> StoredDiagnostics:
+    def from_wire(cls, data: Mapping[str, object] | None) -> StoredDiagnostics:
         if not isinstance(data, Mapping):
             return cls()
 
-        def objects(key: str) -> list[Mapping[str, Any]]:
-            found = data.get(key)
-            return [item for item in found if isinstance(item, Mapping)] if isinstance(found, list) else []
+        def objects(key: str) -> list[Mapping[str, object]]:
+            return _objects(data.get(key))
 
-        def one(key: str) -> Mapping[str, Any] | None:
+        def one(key: str) -> Mapping[str, object] | None:
             found = data.get(key)
             return found if isinstance(found, Mapping) and found else None  # an empty block says nothing
 
@@ -321,3 +318,12 @@ class StoredDiagnostics:
                    bottleneck=None if bottleneck is None else BottleneckRecord.from_wire(bottleneck),
                    divergences=tuple(Divergence.from_wire(item) for item in objects("divergences")),
                    consistency_checks=as_int(data.get("consistency_checks")) or 0)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _objects(value: object) -> list[Mapping[str, object]]:
+    """The objects of a JSON array as a summary keeps it (other items, or a non-array, give none)."""
+    return [item for item in value if isinstance(item, Mapping)] if isinstance(value, list) else []

@@ -37,7 +37,6 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rankwatch.protocol import as_int
 from runner.format import ranks_text
@@ -61,9 +60,13 @@ class CollectiveEntry:
     record_id: int | None
 
     @classmethod
-    def from_torch(cls, entry: JsonObject) -> CollectiveEntry:
-        return cls(seq=entry["collective_seq_id"], op=entry.get("profiling_name"),
-                   input_sizes=entry.get("input_sizes"), state=entry.get("state"), record_id=entry.get("record_id"))
+    def from_torch(cls, seq: int, entry: Mapping[str, object]) -> CollectiveEntry:
+        """Collective number ``seq`` (its ``collective_seq_id``, checked by the caller) from torch's entry;
+        a field of another type than torch writes reads as absent."""
+        op, state, record_id = entry.get("profiling_name"), entry.get("state"), entry.get("record_id")
+        return cls(seq=seq, op=op if isinstance(op, str) else None, input_sizes=_input_sizes(entry.get("input_sizes")),
+                   state=state if isinstance(state, str) else None,
+                   record_id=record_id if isinstance(record_id, int) else None)
 
     def to_json(self) -> JsonObject:
         return {"seq": self.seq, "op": self.op, "input_sizes": self.input_sizes, "state": self.state,
@@ -148,14 +151,14 @@ class FlightRecorderFinding:
                 "lines": self.lines, "path": self.path}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> FlightRecorderFinding:
+    def from_wire(cls, data: Mapping[str, object]) -> FlightRecorderFinding:
         """As the summary keeps it, or a ``flight_recorder`` event's fields with its message."""
-        culprits, lines = data.get("culprits"), data.get("lines")
+        culprits, lines, group, path = data.get("culprits"), data.get("lines"), data.get("group"), data.get("path")
         return cls(message=str(data["message"]) if data.get("message") else None,
                    culprits=[rank for rank in culprits if type(rank) is int] if isinstance(culprits, list) else [],
-                   seq=as_int(data.get("seq")), group=data.get("group") if isinstance(data.get("group"), str) else None,
+                   seq=as_int(data.get("seq")), group=group if isinstance(group, str) else None,
                    lines=[str(line) for line in lines] if isinstance(lines, list) else [],
-                   path=data.get("path") if isinstance(data.get("path"), str) else None)
+                   path=path if isinstance(path, str) else None)
 
 
 def analyse(records: dict[int, TorchRecord], stuck: Collection[int] | None = None) -> FlightAnalysis:
@@ -189,9 +192,11 @@ def analyse(records: dict[int, TorchRecord], stuck: Collection[int] | None = Non
 
 def group_states(record: TorchRecord) -> dict[str, GroupState]:
     """Per process group (its name): the rank's collectives by number, the last entered and completed."""
-    status = record.get("pg_status") or {}
+    status = record.get("pg_status")
+    status = status if isinstance(status, dict) else {}
+    entries = record.get("entries")
     states: dict[str, GroupState] = {}
-    for entry in record.get("entries") or []:
+    for entry in entries if isinstance(entries, list) else []:
         if not isinstance(entry, dict) or entry.get("is_p2p"):
             continue
         seq = entry.get("collective_seq_id")
@@ -199,7 +204,7 @@ def group_states(record: TorchRecord) -> dict[str, GroupState]:
             continue
         group, pg_id = _group_of(entry)
         state = states.setdefault(group, GroupState(completed=_completed(status, pg_id)))
-        state.by_seq[seq] = CollectiveEntry.from_torch(entry)
+        state.by_seq[seq] = CollectiveEntry.from_torch(seq, entry)
     for state in states.values():
         if state.by_seq:
             state.entered = state.by_seq[max(state.by_seq)]
@@ -232,7 +237,8 @@ def read_dump_file(path: Path) -> TorchRecord:
 def format_flight_record(event: JsonObject) -> str:
     """The CLI's lines for a ``flight_recorder`` event (its fields, flat as subscribers get them)."""
     lines = [f"collectives (Flight Recorder): {event.get('message') or 'no collective recorded'}"]
-    lines += [f"  {line}" for line in event.get("lines") or []]
+    described = event.get("lines")
+    lines += [f"  {line}" for line in (described if isinstance(described, (list, tuple)) else [])]
     if event.get("path"):
         lines.append(f"every rank's Flight Recorder: {event['path']}")
     return "\n".join(lines) + "\n"
@@ -321,6 +327,14 @@ def _all_in_step(groups: GroupsByRank) -> str:
                 return (f"every rank is in collective #{entry.seq} ({_op(entry)}{_in_group(group)}): "
                         "none is missing; the collective itself does not finish (network, a peer process gone)")
     return "the ranks' collectives are in step: no rank is missing from a collective"
+
+
+def _input_sizes(value: object) -> list[list[int]] | None:
+    """An entry's ``input_sizes`` (one shape per tensor), or None when it is not a list of shapes."""
+    if not isinstance(value, list) or not all(
+            isinstance(shape, list) and all(isinstance(size, int) for size in shape) for shape in value):
+        return None
+    return value
 
 
 def _group_of(entry: JsonObject) -> tuple[str, object]:

@@ -58,7 +58,7 @@ def describe_self_spawn(reports: dict[int, NoticeReport]) -> tuple[str, str, str
     or a ``multiprocessing.Process`` whose target calls ``init_process_group``)."""
     ranks = sorted(reports)
     first = reports[ranks[0]]
-    function = first.get("function") or "torch.multiprocessing.spawn"
+    function = str(first.get("function") or "torch.multiprocessing.spawn")
     nprocs = first.get("nprocs")
     count = f" {nprocs} more processes each" if isinstance(nprocs, int) else " more processes"
     verb = "starts its" if len(ranks) == 1 else "start their"

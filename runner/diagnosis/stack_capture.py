@@ -40,7 +40,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,7 +269,8 @@ class StackCapture(HubObserver):
         text_path = self.stacks_dir / f"capture-{self.count}.txt"
         try:
             json_path.write_text(json.dumps({**result, "threads": {str(r): t for r, t in threads.items()}}, indent=1))
-            hosts = result.get("hosts") or {}
+            hosts = result.get("hosts")
+            hosts = hosts if isinstance(hosts, Mapping) else {}
             text = format_stacks(result) + "".join(
                 f"\n==== rank {rank}{_on(hosts.get(str(rank)))}: every thread, as faulthandler wrote it ====\n{raw[rank]}"
                 for rank in sorted(raw))
@@ -280,8 +281,8 @@ class StackCapture(HubObserver):
         return CaptureFiles(path=str(json_path), text_path=str(text_path))
 
 
-def _on(host: str | None) -> str:
-    return f" (on {host}, through its node's agent)" if host else ""
+def _on(host: object) -> str:
+    return f" (on {host}, through its node's agent)" if isinstance(host, str) and host else ""
 
 
 def _same_host(row: Any) -> bool:

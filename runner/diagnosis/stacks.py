@@ -44,7 +44,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from rankwatch.protocol import as_float
 from runner.diagnosis.hang_verdict import HangVerdict, judge
@@ -77,7 +76,7 @@ class MissingStack:
         return {"rank": self.rank, "why": self.why}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> MissingStack | None:
+    def from_wire(cls, data: Mapping[str, object]) -> MissingStack | None:
         """None without a rank."""
         rank = data.get("rank")
         return cls(rank, str(data.get("why") or "no stack")) if type(rank) is int else None
@@ -94,7 +93,7 @@ class SourceFrame:
     """The source line, as read when the capture was taken (None: not readable)."""
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> SourceFrame:
+    def from_wire(cls, data: Mapping[str, object]) -> SourceFrame:
         line, code = data.get("line"), data.get("code")
         return cls(str(data.get("file") or "?"), line if type(line) is int else None,
                    str(data.get("function") or "?"), code if isinstance(code, str) else None)
@@ -117,7 +116,7 @@ class StackGroup:
         return {"ranks": self.ranks, "role": self.role, "what": self.what, "mark": self.mark, "frames": self.frames}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> StackGroup:
+    def from_wire(cls, data: Mapping[str, object]) -> StackGroup:
         """A group as a capture keeps it; one of an earlier version without a role is ``stuck``."""
         mark, frames = data.get("mark"), data.get("frames")
         return cls(ranks=int_list(data.get("ranks")), role=str(data.get("role") or STUCK),
@@ -194,7 +193,7 @@ class CaptureRecord:
     text_path: str | None = None
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> CaptureRecord:
+    def from_wire(cls, data: Mapping[str, object]) -> CaptureRecord:
         data = ensure_verdict(dict(data))
         verdict, groups, missing = data.get("verdict"), data.get("groups"), data.get("missing")
         read_missing = (MissingStack.from_wire(item) for item in missing if isinstance(item, Mapping)) \
@@ -205,11 +204,10 @@ class CaptureRecord:
                    groups=[StackGroup.from_wire(group) for group in groups if isinstance(group, Mapping)]
                    if isinstance(groups, list) else [],
                    identical=bool(data.get("identical")),
-                   path=data.get("path") if isinstance(data.get("path"), str) else None,
-                   text_path=data.get("text_path") if isinstance(data.get("text_path"), str) else None)
+                   path=_text(data.get("path")), text_path=_text(data.get("text_path")))
 
 
-def is_capture(fields: Mapping[str, Any]) -> bool:
+def is_capture(fields: Mapping[str, object]) -> bool:
     """Whether a ``stacks`` event's fields are a cross-rank analysis (groups), not a per-rank "dump written"."""
     return isinstance(fields.get("groups"), list)
 
@@ -255,38 +253,57 @@ def analyse(stacks: dict[int, list[Frame]], reason: str, t: float, missing: Iter
 
 def ensure_verdict(capture: StackCaptureJson) -> StackCaptureJson:
     """A capture with a ``verdict``: one stored by an earlier version is re-analysed from its frames."""
-    if isinstance(capture.get("verdict"), dict) or not isinstance(capture.get("groups"), list):
+    groups = capture.get("groups")
+    if isinstance(capture.get("verdict"), dict) or not isinstance(groups, list):
         return capture
     stacks: dict[int, list[Frame]] = {}
-    for group in capture["groups"]:
-        if not isinstance(group, dict):
-            continue
-        frames = [Frame(str(f.get("file") or "?"), f.get("line") if isinstance(f.get("line"), int) else None,
-                        str(f.get("function") or "?")) for f in group.get("frames") or [] if isinstance(f, dict)]
-        for rank in group.get("ranks") or []:
+    for group in _objects(groups):
+        frames = [Frame(str(f.get("file") or "?"), _line(f.get("line")), str(f.get("function") or "?"))
+                  for f in _objects(group.get("frames"))]
+        for rank in _items(group.get("ranks")):
             if isinstance(rank, int):
                 stacks[rank] = frames
     if not stacks:
         return capture
     stored_missing = capture.get("missing") or []
-    missing = [MissingStack(item["rank"], item.get("why")) for item in stored_missing if isinstance(item.get("rank"), int)]
-    redone = analyse(stacks, str(capture.get("reason") or ""), capture.get("t") or 0.0, missing)
+    read_missing = (MissingStack.from_wire(item) for item in _objects(stored_missing))
+    missing = [item for item in read_missing if item is not None]
+    redone = analyse(stacks, str(capture.get("reason") or ""), as_float(capture.get("t")) or 0.0, missing)
     return {**capture, **redone.to_json(), "missing": stored_missing, "t": capture.get("t")}
 
 
 def describe(result: StackCaptureJson) -> str:
     """One line for an event message or a summary: the verdict."""
-    verdict = ensure_verdict(result).get("verdict") or {}
-    message = verdict.get("message") or "no rank's stack could be read"
-    missing = result.get("missing") or []
+    verdict = ensure_verdict(result).get("verdict")
+    said = verdict.get("message") if isinstance(verdict, Mapping) else None
+    message = str(said) if said else "no rank's stack could be read"
+    missing = _items(result.get("missing"))
     if missing and "no stack" not in message and "gave no stack" not in message:
         message += f" ({len(missing)} rank(s) without a stack)"
     return message
 
 
-def _short(frame: JsonObject) -> str:
+def _short(frame: Mapping[str, object]) -> str:
     line = frame.get("line")
-    return f"{os.path.basename(frame.get('file') or '?')}:{line if line is not None else '?'} in {frame.get('function')}"
+    return f"{os.path.basename(str(frame.get('file') or '?'))}:{line if line is not None else '?'} in {frame.get('function')}"
+
+
+def _items(value: object) -> list[object]:
+    """A JSON array's items; none for anything else (a capture is read, never trusted)."""
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _objects(value: object) -> list[Mapping[str, object]]:
+    """The objects of a JSON array (other items skipped)."""
+    return [item for item in _items(value) if isinstance(item, Mapping)]
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _line(value: object) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 MARK = "<<"
@@ -294,14 +311,14 @@ COLUMN_MIN = 34
 TITLES = {CULPRIT: "  <- culprit", PROGRESSING: "  (progressing)"}
 
 
-def group_title(group: JsonObject) -> str:
+def group_title(group: Mapping[str, object]) -> str:
     """``rank 1  <- culprit``, ``rank 0  (waits in barrier)``, ``ranks 2, 3  (progressing)``."""
-    role = group.get("role")
-    title = ranks_text(group["ranks"])
+    role, ranks = group.get("role"), group["ranks"]
+    title = ranks_text(ranks)
     if role in TITLES:
         return title + TITLES[role]
-    what = group.get("what") or ""
-    if len(group["ranks"]) > 1 and what:
+    what = str(group.get("what") or "")
+    if len(_items(ranks)) > 1 and what:
         what = plural(what)
     return f"{title}  ({what})" if what else title
 
@@ -314,15 +331,15 @@ def format_stacks(result: StackCaptureJson, width: int = 120) -> str:
     group after another when the columns would not fit in ``width``.
     """
     result = ensure_verdict(result)
-    groups = result.get("groups") or []
-    lines = [f"stacks of {len(result.get('ranks') or [])} rank(s), main thread, oldest call first "
+    groups = _objects(result.get("groups"))
+    lines = [f"stacks of {len(_items(result.get('ranks')))} rank(s), main thread, oldest call first "
              f"(reason: {result.get('reason')})"]
     if groups:
         columns = []
         for group in groups:
             title = group_title(group)
             cells = [title, "-" * min(len(title), 30)]
-            for index, frame in enumerate(group.get("frames") or []):
+            for index, frame in enumerate(_objects(group.get("frames"))):
                 marker = f" {MARK}" if group.get("role") == CULPRIT and group.get("mark") == index else ""
                 cells.append(_short(frame) + marker)
             if not group.get("frames"):
@@ -338,11 +355,11 @@ def format_stacks(result: StackCaptureJson, width: int = 120) -> str:
             for cells in columns:
                 lines.append("")
                 lines.extend([cells[0], *("  " + cell for cell in cells[2:])])
-    verdict = result.get("verdict") or {}
+    verdict = result.get("verdict")
     lines.append("")
     lines.append(describe(result))
-    for detail in verdict.get("details") or []:
+    for detail in _items(verdict.get("details") if isinstance(verdict, Mapping) else None):
         lines.append(f"  {detail}")
-    for item in result.get("missing") or []:
+    for item in _objects(result.get("missing")):
         lines.append(f"  rank {item.get('rank')}: no stack ({item.get('why')})")
     return "\n".join(lines) + "\n"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from rankwatch.protocol import as_float, as_int, as_text
 from runner.diagnosis.findings import StoredDiagnostics
@@ -26,7 +25,7 @@ FIELDS = ("outcome", "headline", "exit_code", "first_failure", "other_failures",
           "stopped_by", "losses", "store_incomplete", "runner_lost")
 
 
-def _extra(data: Mapping[str, Any], known: frozenset[str]) -> JsonObject:
+def _extra(data: Mapping[str, object], known: frozenset[str]) -> JsonObject:
     return {key: value for key, value in data.items() if key not in known}
 
 
@@ -46,7 +45,7 @@ class FinishedRank:
         return {"rank": self.rank, "before": self.before, **self.extra}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> FinishedRank:
+    def from_wire(cls, data: Mapping[str, object]) -> FinishedRank:
         """Lenient: a rank or time that is missing or not a number is unknown."""
         return cls(rank=as_int(data.get("rank")), before=as_float(data.get("before")),
                    extra=_extra(data, cls.KEYS))
@@ -81,7 +80,7 @@ class LostRunner:
                 "newest_record_t": self.newest_record_t, "not_stored": self.not_stored, **self.extra}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> LostRunner:
+    def from_wire(cls, data: Mapping[str, object]) -> LostRunner:
         """Lenient: what is missing or of the wrong type is unknown."""
         stored = data.get("stored")
         stored = stored if isinstance(stored, Mapping) else {}
@@ -143,7 +142,7 @@ class RunSummary:
         return wire
 
     @classmethod
-    def from_wire(cls, data: JsonObject) -> RunSummary:
+    def from_wire(cls, data: Mapping[str, object]) -> RunSummary:
         """Lenient, as every stored summary is read: an unknown outcome is ``failed`` only when a
         failure is named, else ``stopped``; what is missing or malformed is left out."""
         try:
@@ -151,20 +150,21 @@ class RunSummary:
         except ValueError:
             outcome = Outcome.FAILED if isinstance(data.get("first_failure"), dict) else Outcome.STOPPED
         first, diagnostics, lost = data.get("first_failure"), data.get("diagnostics"), data.get("runner_lost")
+        stopped_by, store_incomplete = data.get("stopped_by"), data.get("store_incomplete")
         return cls(
             outcome=outcome, headline=str(data.get("headline") or ""), exit_code=as_int(data.get("exit_code")),
             first_failure=RankFailure.from_wire(first) if isinstance(first, dict) else None,
-            other_failures=tuple(RankFailure.from_wire(o) for o in data.get("other_failures") or []
+            other_failures=tuple(RankFailure.from_wire(o) for o in _list(data.get("other_failures"))
                                  if isinstance(o, dict)),
-            hints=tuple(Hint.from_json(h) for h in data.get("hints") or [] if isinstance(h, dict)),
+            hints=tuple(Hint.from_json(h) for h in _list(data.get("hints")) if isinstance(h, dict)),
             finished=tuple(FinishedRank.from_wire(item) for item in _list(data.get("finished")) if isinstance(item, dict)),
             diagnostics=StoredDiagnostics.from_wire(diagnostics) if isinstance(diagnostics, dict) else None,
-            stopped_by=data.get("stopped_by") if isinstance(data.get("stopped_by"), str) else None,
+            stopped_by=stopped_by if isinstance(stopped_by, str) else None,
             losses=tuple(RankLosses.from_wire(row) for row in _list(data.get("losses")) if isinstance(row, dict)),
-            store_incomplete=data.get("store_incomplete") if isinstance(data.get("store_incomplete"), str) else None,
+            store_incomplete=store_incomplete if isinstance(store_incomplete, str) else None,
             runner_lost=LostRunner.from_wire(lost) if isinstance(lost, dict) else None,
             extra={key: value for key, value in data.items() if key not in FIELDS})
 
 
-def _list(value: object) -> list[Any]:
+def _list(value: object) -> list[object]:
     return value if isinstance(value, list) else []

@@ -357,9 +357,10 @@ def conclude(data: TriageInput, exit_code: int, stopped: bool, stop: StopRequest
     """
     summary = _conclude(data, exit_code, stopped, stop)
     losses = losses or {}
-    incomplete = losses.get("store_incomplete")
-    rows = losses.get("losses") or ()
-    return replace(summary, losses=tuple(RankLosses.from_wire(row) for row in rows), store_incomplete=incomplete,
+    incomplete, rows = losses.get("store_incomplete"), losses.get("losses")
+    incomplete = incomplete if isinstance(incomplete, str) else None
+    read = tuple(RankLosses.from_wire(row) for row in rows if isinstance(row, dict)) if isinstance(rows, (list, tuple)) else ()
+    return replace(summary, losses=read, store_incomplete=incomplete,
                    headline=summary.headline + (f" (store incomplete: {incomplete})" if incomplete else ""))
 
 

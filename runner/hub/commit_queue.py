@@ -88,7 +88,9 @@ class CommitQueue:
             self.on_error(error)
 
     def pending_drain(self) -> asyncio.Future[int] | None:
-        """Loop thread: the drain that writes every batch added so far; None when all are written."""
+        """Loop thread: the drain that writes every batch added so far; None when all are written.
+        Await it through ``asyncio.shield``: a waiter cancelled (the flush loop, at the end of a
+        run) would cancel the future, and the next waiter would take its commit for done."""
         last = self._last
         return None if last is None or last.done() else last
 

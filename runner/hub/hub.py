@@ -341,7 +341,7 @@ class Hub:
                 await self.flush(wait=False)
                 committing = self.commits.pending_drain()
                 if committing is not None:  # the rest after the commit, as when commits came first
-                    await committing
+                    await asyncio.shield(committing)  # cancelling this loop must not cancel the commit
             except Exception as error:  # a bug must not stop ingestion; the store's own failures never get here
                 self._note_flush_error(error)
             await asyncio.sleep(FLUSH_SECONDS)
@@ -352,7 +352,9 @@ class Hub:
             self.add_event(EventKind.WARNING, None, f"hub flush failed: {type(error).__name__}: {error}")
 
     def _flush_now(self) -> None:
-        if not self._flush_lock.locked():
+        """A full batch: flush now, unless a flush or its transaction is under way (then the batch
+        goes with the next, as when each flush held its lock through its commit)."""
+        if not self._flush_lock.locked() and self.commits.pending_drain() is None:
             asyncio.get_running_loop().create_task(self.flush(wait=False))
 
     async def flush(self, wait: bool = True) -> None:
@@ -369,7 +371,7 @@ class Hub:
         async with self._flush_lock:
             previous = self.commits.pending_drain()
             if previous is not None:
-                await previous
+                await asyncio.shield(previous)
             await self._tell_if_store_incomplete()
             batch = self.ingest.take_batch()
             rows = self.model.take_changed()
@@ -385,7 +387,7 @@ class Hub:
                                        [node.to_wire() for node in nodes])
                 drain = self.commits.add(self._seq, batch, rank_rows)  # the same turn: see commit_queue
             if drain is not None and wait:
-                await drain
+                await asyncio.shield(drain)
         if wait:
             await self._tell_if_store_incomplete()
 

@@ -33,7 +33,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rankwatch.protocol import Event, EventKind, GpuSample, LogLine, MetricRecord, ProcessSample
-from runner.hub.commit_queue import CommitQueue
 from runner.hub.compaction import Compactor
 from runner.hub.freshness import FLUSH_SECONDS, UNWATCHED, freshness_for
 from runner.hub.ingest import Ingest
@@ -85,13 +84,11 @@ class Hub:
         self.ingest = Ingest(self.model, self.observers, self.stats, on_pending=self._note_pending,
                              on_full_batch=self._flush_now)
         self._seq = 0
-        """Batches published so far."""
-        self.commits = CommitQueue(self.writer, self._commit, on_error=self._note_flush_error)
-        """Published batches on their way into the store (``runner.hub.commit_queue``)."""
+        """Batches committed so far (written on the writer thread)."""
         self._run: StoredRun | None = None
         """The run's row: as stored, then as changed (kept when the store no longer takes it)."""
         self.publisher = Publisher(self.writer, self.model, self.stats, run_id=lambda: self.run_id,
-                                   run_row=self._run_wire, commit_seq=lambda: self.commits.committed_seq)
+                                   run_row=self._run_wire, commit_seq=lambda: self._seq)
         self.refusals = Refusals(self.stats, self._record_refusal)
         self.server = ConnectionServer(token, self.ingest, self.publisher, self.observers, self.stats,
                                        self.refusals)
@@ -338,64 +335,39 @@ class Hub:
             self._has_pending.clear()
             self._urgent.clear()
             try:
-                await self.flush(wait=False)
-                committing = self.commits.pending_drain()
-                if committing is not None:  # the rest after the commit, as when commits came first
-                    await asyncio.shield(committing)  # cancelling this loop must not cancel the commit
+                await self.flush()
             except Exception as error:  # a bug must not stop ingestion; the store's own failures never get here
-                self._note_flush_error(error)
+                self.stats["flush_errors"] += 1
+                if self.stats["flush_errors"] == 1:
+                    self.add_event(EventKind.WARNING, None, f"hub flush failed: {type(error).__name__}: {error}")
             await asyncio.sleep(FLUSH_SECONDS)
 
-    def _note_flush_error(self, error: BaseException) -> None:
-        self.stats["flush_errors"] += 1
-        if self.stats["flush_errors"] == 1:
-            self.add_event(EventKind.WARNING, None, f"hub flush failed: {type(error).__name__}: {error}")
-
     def _flush_now(self) -> None:
-        """A full batch: flush now, unless a flush or its transaction is under way (then the batch
-        goes with the next, as when each flush held its lock through its commit)."""
-        if not self._flush_lock.locked() and self.commits.pending_drain() is None:
-            asyncio.get_running_loop().create_task(self.flush(wait=False))
+        if not self._flush_lock.locked():
+            asyncio.get_running_loop().create_task(self.flush())
 
-    async def flush(self, wait: bool = True) -> None:
-        """Publish what is pending and queue it for the store (``runner.hub.commit_queue``).
-        ``wait``: return once it is committed (the end of a run, a test reading the store);
-        without it, once published.
-
-        A flush first waits for the transaction of the one before, and the flush loop rests
-        ``FLUSH_SECONDS`` after a batch's transaction: the pace of publishing stays what it was
-        when a batch was published after its commit (publishing at 20 a second whatever the
-        store's pace sent a 1,024-rank run's rank rows twice as often, and attaching
-        subscribers fell behind and were dropped), but a batch reaches the subscribers one
-        transaction sooner."""
+    async def flush(self) -> None:
         async with self._flush_lock:
-            previous = self.commits.pending_drain()
-            if previous is not None:
-                await asyncio.shield(previous)
-            await self._tell_if_store_incomplete()
             batch = self.ingest.take_batch()
             rows = self.model.take_changed()
             nodes, self._node_rows_changed = self._node_rows_changed, []
             run_changed, self._run_changed = self._run_changed, False
             if not batch and not rows and not run_changed and not nodes:
-                drain = self.commits.pending_drain()
-            else:
-                rank_rows = [(row.rank, _store_columns(row)) for row in rows]
-                self._seq += 1
-                wire_rows = [row.to_wire() for row in rows] if self.publisher.subscribers else []  # none to tell
-                self.publisher.publish(self._seq, batch, wire_rows, self._run_wire() if run_changed else None,
-                                       [node.to_wire() for node in nodes])
-                drain = self.commits.add(self._seq, batch, rank_rows)  # the same turn: see commit_queue
-            if drain is not None and wait:
-                await asyncio.shield(drain)
-        if wait:
+                return
+            rank_rows = [(row.rank, _store_columns(row)) for row in rows]
+            seq = await self.writer.call(self._commit, batch, rank_rows)
             await self._tell_if_store_incomplete()
+            wire_rows = [row.to_wire() for row in rows] if self.publisher.subscribers else []  # none to tell
+            self.publisher.publish(seq, batch, wire_rows, self._run_wire() if run_changed else None,
+                                   [node.to_wire() for node in nodes])
 
-    def _commit(self, store: RunStore, batch: RecordBatch, rank_rows: list[tuple[int, dict[str, ColumnValue]]]) -> None:
-        """Writer thread: one transaction for the batches that waited and their ranks' newest rows."""
+    def _commit(self, store: RunStore, batch: RecordBatch, rank_rows: list[tuple[int, dict[str, ColumnValue]]]) -> int:
+        """Writer thread: one transaction for the batch and the changed rank rows."""
         if self.run_id is not None:
             self.writer.commit(store, self.run_id, batch, rank_rows)
         self.stats["records_stored"] += len(batch)
+        self._seq += 1
+        return self._seq
 
     async def _tell_if_store_incomplete(self) -> None:
         """The first time the store refuses for want of room: say so once, everywhere it can be seen

@@ -124,7 +124,8 @@ def test_fuzzing_the_hub_never_stops_ingestion(tmp_path):
     assert hub.stats["refused_bad_token"] > 100
 
 
-def test_subscribers_see_every_record_once_and_a_late_one_gets_the_history(tmp_path):
+def test_subscribers_see_only_stored_records_and_a_late_one_gets_the_history(tmp_path):
+    seen_before_stored: list[int] = []
 
     async def subscriber(socket_path: Path, hub: Hub, history: bool) -> list[dict]:
         reader, writer = await asyncio.open_unix_connection(str(socket_path), limit=protocol.MAX_LINE_BYTES + 1)
@@ -137,6 +138,12 @@ def test_subscribers_see_every_record_once_and_a_late_one_gets_the_history(tmp_p
                 return messages
             message = protocol.decode(line)
             messages.append(message)
+            if message["type"] == "update" and message.get("metrics"):
+                with RunStore(tmp_path / "runs.db", readonly=True) as store:
+                    stored = store.count("metrics", hub.run_id)
+                received = sum(len(m.get("metrics") or []) for m in messages if m["type"] == "update")
+                if received > stored:
+                    seen_before_stored.append(received - stored)
             if message["type"] == "bye":
                 return messages
 
@@ -161,6 +168,7 @@ def test_subscribers_see_every_record_once_and_a_late_one_gets_the_history(tmp_p
         return await early, await late, first + second, hub
 
     early, late, sent, _hub = asyncio.run(scenario())
+    assert not seen_before_stored
     for messages in (early, late):
         assert messages[0]["type"] == "snapshot"
         assert messages[-1]["type"] == "bye"

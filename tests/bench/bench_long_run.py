@@ -64,6 +64,13 @@ NAMES = ("loss", "step_time", "samples_per_s", "data_wait", "phase_clock", "phas
          "phase_backward", "phase_comm", "phase_optimizer", "phase_rest", "compute_time")
 PHASE_SPLIT = (0.03, 0.30, 0.45, 0.10, 0.08, 0.04)
 BATCH_ROWS = 200_000
+POINT_VALUE = """CASE j
+    WHEN 0 THEN 2.3 / (1.0 + ((({begin} - {start}) + i * {width}) * {rate}) / 20000.0) + 0.05 * w
+    WHEN 1 THEN st WHEN 2 THEN 32.0 / st WHEN 3 THEN st * (0.05 + 0.05 * w) WHEN 4 THEN 0
+    WHEN 5 THEN st * (0.05 + 0.05 * w) WHEN 6 THEN wk * 0.03 WHEN 7 THEN wk * 0.30 WHEN 8 THEN wk * 0.45
+    WHEN 9 THEN wk * 0.10 WHEN 10 THEN wk * 0.08 WHEN 11 THEN wk * 0.04 ELSE wk * 0.90 END"""
+"""A point's value as ``step_row`` makes the step's (``NAMES`` order): ``w`` the rank's and bucket's
+wobble, ``st`` the step time, ``wk`` the time past the data wait (columns of the query below)."""
 
 
 def step_row(rank: int, step: int, t: float, rate: float) -> list:
@@ -95,15 +102,19 @@ def synthesised_levels(store: RunStore, run_id: int, ranks: int, gpus: int, rate
             store.connection.execute(f"""
                 WITH RECURSIVE b(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM b WHERE i + 1 < {buckets}),
                 r(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM r WHERE k + 1 < {ranks}),
-                m(j, name) AS (VALUES {", ".join(f"({j}, '{name}')" for j, name in enumerate(NAMES))})
+                m(j, name) AS (VALUES {", ".join(f"({j}, '{name}')" for j, name in enumerate(NAMES))}),
+                p(i, k, w) AS (SELECT i, k, ((k * 7919 + i * 104729) % 1000) / 1000.0 FROM b, r),
+                q(i, k, w, st, wk) AS (SELECT i, k, w, (1.0 / {rate!r}) * (1 + 0.1 * w),
+                                        (1.0 / {rate!r}) * (1 + 0.1 * w) * (0.95 - 0.05 * w) FROM p)
                 INSERT INTO metrics (run_id, rank, t, step, name, value, source, n, low, high)
                 SELECT {run_id}, k, {begin!r} + (i + 1) * {width!r} - 0.5,
                        CAST((({begin!r} - {start!r}) + (i + 1) * {width!r}) * {rate!r} AS INTEGER) - 1, name,
-                       CASE j WHEN 0 THEN 2.3 / (1.0 + ((({begin!r} - {start!r}) + i * {width!r}) * {rate!r})
-                                                  / 20000.0)
-                              WHEN 4 THEN 0 ELSE (j + 1) * 0.01 + ((k * 7919 + i) % 1000) / 100000.0 END,
-                       'auto', {per_point}, 0.9 * (j + 1) * 0.01, 1.1 * (j + 1) * 0.01 + 0.01
-                FROM b, r, m ORDER BY i, k, j""")
+                       {POINT_VALUE.format(begin=repr(begin), start=repr(start), width=repr(width), rate=repr(rate))},
+                       'auto', {per_point}, NULL, NULL
+                FROM q, m ORDER BY i, k, j""")
+            store.connection.execute(  # each point's range: its value give or take 5 %
+                "UPDATE metrics SET low = 0.95 * value, high = 1.05 * value WHERE run_id = ? AND n IS NOT NULL"
+                " AND low IS NULL", (run_id,))
             store.connection.execute(f"""
                 WITH RECURSIVE b(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM b WHERE i + 1 < {buckets}),
                 r(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM r WHERE k + 1 < {ranks})

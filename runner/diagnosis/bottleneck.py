@@ -17,7 +17,12 @@ verdict                     when
 ``launch-bound``            on a GPU, neither: the GPU was busy under ``BUSY_GPU`` of the
                             time while the training thread waited for nothing: it cannot
                             launch work fast enough
-``compute-bound``           neither, and on a GPU the GPU was busy (healthy)
+``compute-bound``           neither, and on a GPU the GPU was busy (healthy); on the CPU's
+                            clock, only while the timed phases hold most of the step: when
+                            ``rest`` (what runs between the optimizer and the next batch:
+                            logging, evaluation, checkpoints, sleeps) is at least
+                            ``REST_SHARE``, the step is mostly outside what is timed, and
+                            the verdict is "not determined", naming that share
 ==========================  ===============================================================
 
 Never a verdict from values that were not measured: fewer than ``MIN_MEASURED_STEPS`` timed
@@ -47,6 +52,8 @@ COMMUNICATION_SHARE = 0.30
 BUSY_GPU = 0.70
 """NVML's utilisation (share of time a kernel ran) under which a GPU that waits for nothing is
 starved by its host."""
+REST_SHARE = 0.50
+"""On the CPU's clock, a ``rest`` share from which the timed phases no longer say what limits the step."""
 MIN_MEASURED_STEPS = 5
 SETTLE_TICKS = 3
 """A new live verdict must hold this many monitor ticks before it is announced (no flapping)."""
@@ -100,8 +107,13 @@ def judge(shares: dict[str, float | None] | None, clock: str | None, gpu_busy: f
                            f"training thread waited for neither data nor communication ({waits})", _dominant(shares))
         return verdict(Bottleneck.COMPUTE, f"the GPU was busy {_percent(gpu_busy)} of the time; forward, backward "
                        f"and optimizer {_percent(computing)} {on} ({waits})", _dominant(shares))
+    rest = shares.get("rest")
+    if (rest or 0.0) >= REST_SHARE:
+        return verdict(None, f"not determined: {_percent(rest)} {on} is outside the timed phases (between the "
+                             f"optimizer and the next batch: logging, evaluation, checkpoints, sleeps); forward, "
+                             f"backward and optimizer {_percent(computing)} ({waits})")
     return verdict(Bottleneck.COMPUTE, f"forward, backward and optimizer {_percent(computing)} {on}, the rest "
-                   f"{_percent(shares.get('rest'))} ({waits})", _dominant(shares))
+                   f"{_percent(rest)} ({waits})", _dominant(shares))
 
 
 def judge_straggler(finding: StragglerRecord) -> BottleneckVerdict:

@@ -3,16 +3,16 @@
 The samplers write a row per GPU and per rank every sample interval (1 s by default): at 1,024
 ranks that is 1,024 process rows a second, ~88 million a day, and a store that grows with time
 whatever the run does. So samples older than the full-detail window are replaced, per GPU or
-rank, by one row per ``LEVELS[0].width`` seconds, and those older than a day by one per
-``LEVELS[1].width`` (``runner.store.pyramid.levels``, the same buckets as the metrics).
+rank, by one row per 10 s bucket, and those older than a day by one per 5 min bucket (the
+metric pyramid's ``levels()``).
 
-A bucket's row is a sample like any other: each measured column the mean of the samples in the
-bucket that measured it, at the time and with the row id of the newest (its pid too, so a restarted rank keeps its
-newest process): reading the table in row order still meets each GPU's or rank's samples in
-time order. Readers (charts, ``runs show``'s GPU %, attach)
-need no change: old samples are simply sparser. A bucket's row does not say how many samples it
-stands for: samples are taken at a steady interval, so every bucket of a level weighs the same,
-and a mean over time is a mean over its rows.
+A bucket's row is a sample like any other: each column the mean of the samples in the bucket
+that measured it, at the time and with the row id of the newest, and the newest's pid (a
+restarted rank keeps its newest process). Reading the table in row order still meets each GPU's
+or rank's samples in time order, and readers (charts, ``runs show``'s GPU %, attach) need no
+change: old samples are only sparser. A bucket's row does not say how many samples it stands
+for: samples come at a steady interval, so every bucket of a level weighs the same, and a mean
+over time is a mean over its rows.
 
 Work goes a bucket at a time over the whole table (every GPU or rank of the bucket together,
 through the ``(run_id, t)`` index), from where ``sample_compactions`` says the level got, about

@@ -85,10 +85,9 @@ def step_row(rank: int, step: int, t: float, rate: float) -> list:
 
 
 def synthesised_levels(store: RunStore, run_id: int, ranks: int, gpus: int, rate: float, start: float,
-                       full_from: float, end: float) -> dict[str, float]:
+                       full_from: float, end: float) -> None:
     """The pyramid's points of the run before ``full_from``, generated inside SQLite: 5 min buckets
-    up to a day before ``end``, 10 s buckets after. Returns seconds per part."""
-    timings = {}
+    up to a day before ``end``, 10 s buckets after; then how far the hub's compactor had got."""
     level_one, level_two = levels()
     day_before = end - DAY
     for label, width, begin, stop in (("5 min points", level_two.width, start, day_before),
@@ -130,7 +129,8 @@ def synthesised_levels(store: RunStore, run_id: int, ranks: int, gpus: int, rate
                 SELECT {run_id}, {begin!r} + (i + 1) * {width!r} - 1, k, 90.0 + (i % 7), 70000000000,
                        150000000000, 650.0, 62.0, 1980.0
                 FROM b, g ORDER BY i, k""")
-        timings[label] = time.perf_counter() - started
+        print(f"{label}: {buckets:,} buckets x {ranks} ranks x {len(NAMES)} series in "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
     with store.connection:  # how far the hub's compactor had got by then: every level done up to its points
         for level, through in ((level_one, full_from), (level_two, day_before)):
             store.connection.executemany(
@@ -139,9 +139,6 @@ def synthesised_levels(store: RunStore, run_id: int, ranks: int, gpus: int, rate
             store.connection.executemany(
                 "INSERT OR REPLACE INTO sample_compactions (run_id, level, table_name, through) VALUES (?, ?, ?, ?)",
                 [(run_id, level.number, table, through) for table in ("gpu_samples", "process_samples")])
-        print(f"{label}: {buckets:,} buckets x {ranks} ranks x {len(NAMES)} series in "
-              f"{timings[label]:.0f} s", flush=True)
-    return timings
 
 
 def full_rate_part(store: RunStore, run_id: int, ranks: int, gpus: int, rate: float, start: float,

@@ -27,16 +27,17 @@ class HubClient:
 
     @classmethod
     async def subscribe(cls, socket_path: str, history: bool = True, logs: bool = True,
-                        records: bool = True) -> HubClient:
+                        records: bool = True, from_store: bool = False) -> HubClient:
         """Connect and subscribe (``records`` False: a history without the metric records and
-        samples, for a view that does not chart them).
+        samples, for a view that does not chart them; ``from_store``: no history, but where the
+        store's ends, for a subscriber that reads it itself).
 
         Raises:
             OSError: the socket cannot be reached (the runner is gone).
         """
         reader, writer = await asyncio.open_unix_connection(socket_path, limit=STREAM_LIMIT)
         client = cls(reader, writer)
-        await client.send(protocol.Subscribe(history=history, logs=logs, records=records))
+        await client.send(protocol.Subscribe(history=history, logs=logs, records=records, from_store=from_store))
         return client
 
     async def send(self, message: protocol.Message) -> None:

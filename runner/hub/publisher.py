@@ -532,9 +532,11 @@ class Publisher:
         return {"type": protocol.Snapshot.TYPE, "run": self._run_row(), "ranks": self.model.all_rows(),
                 "nodes": nodes or [], "spec": self.spec_table}
 
-    async def add(self, subscriber: Subscriber, history: bool = True, records: bool = True) -> None:
+    async def add(self, subscriber: Subscriber, history: bool = True, records: bool = True,
+                  from_store: bool = False) -> None:
         """Snapshot, the stored history (``history``; without its metric records and samples
-        unless ``records``), then live updates."""
+        unless ``records``; ``from_store``: where the store's history ends, which the subscriber
+        reads itself), then live updates."""
         subscriber.live = False
         self.subscribers.append(subscriber)
         self.on_subscribers_changed()
@@ -542,7 +544,9 @@ class Publisher:
         nodes = await self.writer.call(RunStore.nodes, run_id) if run_id is not None else []
         subscriber.send(self.snapshot(nodes))
         replayed_through = 0  # without a replay, every queued live batch is new to it
-        if history and run_id is not None:
+        if history and from_store and run_id is not None:
+            replayed_through = await self._stored_through(subscriber, run_id)
+        elif history and run_id is not None:
             summary = await self._replay(subscriber, run_id, records=records)
             for _ in range(CATCH_UP_ROUNDS):
                 if subscriber.queued_bytes > DISCONNECT_ABOVE_BYTES // 4 and subscriber.is_reading():
@@ -558,6 +562,20 @@ class Publisher:
         subscriber.go_live(replayed_through)
         if subscriber.dropped is not None:
             self.remove(subscriber)
+
+    async def _stored_through(self, subscriber: Subscriber, run_id: int) -> int:
+        """Tell a subscriber that reads the history itself where it ends: the last committed batch
+        and the store's last row of each table, read together on the writer's thread (constant
+        time). The batches after it are what goes live; returns it."""
+        def committed(store: RunStore) -> tuple[int, dict[str, int]]:
+            return self._commit_seq(), store.last_rowids(run_id)
+
+        through, last = await self.writer.call(committed)
+        if not subscriber.closed:
+            end = protocol.HistoryEnd(stored_through=last)
+            subscriber.send({"type": end.TYPE, **end.to_wire()})
+        self.stats["histories_from_store"] += 1
+        return through
 
     def add_local(self, callback: Callable[[Message], None], watches_live: bool = True) -> LocalSubscriber:
         subscriber = LocalSubscriber(callback, watches_live)

@@ -393,7 +393,8 @@ class ConnectionServer:
             if connection.task is not None:
                 self._producers.discard(connection.task)  # subscribers stay until bye
             connection.subscriber = SocketSubscriber(connection.writer)
-            await self.publisher.add(connection.subscriber, history=subscribe.history, records=subscribe.records)
+            await self.publisher.add(connection.subscriber, history=subscribe.history, records=subscribe.records,
+                                     from_store=subscribe.from_store)
             return True
         connection.conduct.record_bad("not_allowed_first")
         self.stats["bad_first_message"] += 1

@@ -209,11 +209,15 @@ class HistoryEnd:
     TYPE: ClassVar[str] = protocol.HistoryEnd.TYPE
     decimated: bool = False
     left_out: dict[str, int] = field(default_factory=dict)
+    stored_through: dict[str, int] | None = None
+    """To a subscriber that reads the history from the store (``Subscribe.from_store``): the last
+    row of each table before the live updates (``protocol.HistoryEnd.stored_through``)."""
 
     @classmethod
     def from_wire(cls, data: Mapping[str, Any]) -> HistoryEnd:
         wire = protocol.HistoryEnd.from_wire(dict(data))
-        return cls(wire.decimated, dict(wire.left_out))
+        return cls(wire.decimated, dict(wire.left_out),
+                   None if wire.stored_through is None else dict(wire.stored_through))
 
     def to_wire(self) -> JsonObject:
         wire: JsonObject = {"type": self.TYPE}
@@ -221,6 +225,8 @@ class HistoryEnd:
             wire["decimated"] = True
         if self.left_out:
             wire["left_out"] = dict(self.left_out)
+        if self.stored_through is not None:
+            wire["stored_through"] = dict(self.stored_through)
         return wire
 
     @property

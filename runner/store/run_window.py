@@ -14,7 +14,7 @@ What was thinned or left out is said (``decimated``, ``left_out``), as a replay'
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from runner.store.replay_window import (
 )
 from runner.store.store import RunStore
 
-__all__ = ["RunWindow", "read_run_window"]
+__all__ = ["RunWindow", "read_recent", "read_run_window"]
 
 CHUNK_ROWS = 20_000
 """Metric records handed over at a time (``RunWindow.metric_chunks``)."""
@@ -47,11 +47,13 @@ class RunWindow:
     """Rows of each table not read (the oldest samples; thinned metric records when counted)."""
 
 
-def read_run_window(store: RunStore, run_id: int, budget: ReplayBudget | None = None) -> RunWindow:
+def read_run_window(store: RunStore, run_id: int, budget: ReplayBudget | None = None,
+                    through: Mapping[str, int] | None = None) -> RunWindow:
     """Run ``run_id``'s metrics and samples within ``budget`` (the hub's default when None), as a
-    history replay sends them."""
+    history replay sends them: the rows up to ``through`` (a key per table: where a live
+    subscription began, ``HistoryEnd.stored_through``), else all rows committed so far."""
     budget = budget or ReplayBudget()
-    last = store.last_rowids(run_id)
+    last = dict(through) if through is not None else store.last_rowids(run_id)
     left_out: dict[str, int] = {}
     samples: dict[str, list[Any]] = {}
     for table in ("gpu_samples", "process_samples"):
@@ -62,6 +64,13 @@ def read_run_window(store: RunStore, run_id: int, budget: ReplayBudget | None = 
     window = plan_metrics(store.connection, run_id, last["metrics"], budget)
     return RunWindow(_metric_chunks(store, run_id, window, last["metrics"], left_out),
                      samples["gpu_samples"], samples["process_samples"], window.decimated, left_out)
+
+
+def read_recent(store: RunStore, table: str, run_id: int, through: int, keep: int) -> tuple[list[Any], int]:
+    """The run's ``keep`` most recent rows of ``table`` (``logs``, ``events``...) with key up to
+    ``through``, in order, as the hub's replay sends them; and how many older ones it left out."""
+    start, skipped = recent_start(store.connection, table, run_id, through, keep)
+    return [row for chunk in _chunks(store, table, run_id, start, through) for row in chunk], skipped
 
 
 def _metric_chunks(store: RunStore, run_id: int, window: MetricWindow, through: int,

@@ -54,6 +54,7 @@ class RunnerLink(QObject):
         self.lines_dropped = 0
         self.messages_received = 0
         self._history = True
+        self._from_store = False
         self._connect_timeout_s = connect_timeout_s
         self._reconnect_attempts = reconnect_attempts
         self._retry_interval_ms = retry_interval_ms
@@ -76,11 +77,14 @@ class RunnerLink(QObject):
 
     # ---- public --------------------------------------------------------------------
 
-    def open(self, socket_path: str, history: bool = True) -> None:
-        """Connect to ``socket_path`` and subscribe; retries until ``connect_timeout_s``."""
+    def open(self, socket_path: str, history: bool = True, from_store: bool = False) -> None:
+        """Connect to ``socket_path`` and subscribe; retries until ``connect_timeout_s``.
+        ``from_store``: the hub replays no history, its ``history_end`` says where the store's
+        ends (``Subscribe.from_store``; the caller reads it: ``store_reads.stored_history``)."""
         self.close()
         self.socket_path = str(socket_path)
         self._history = history
+        self._from_store = from_store
         self._closing = False
         self._ended = False
         self._was_subscribed = False
@@ -123,7 +127,8 @@ class RunnerLink(QObject):
 
     def _on_connected(self) -> None:
         self._pending.clear()
-        self._socket.write(protocol.encode("subscribe", history=self._history, logs=True))
+        self._socket.write(protocol.Subscribe(history=self._history, logs=True,
+                                              from_store=self._from_store).encode())
         self._socket.flush()
         self._was_subscribed = True
         self._reconnects_left = self._reconnect_attempts

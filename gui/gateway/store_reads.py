@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rankwatch.protocol import GpuSample, MetricRecord, ProcessSample
 from runner.rows import StoredRun
 from runner.runstate.messages import (
     Event,
@@ -33,13 +34,29 @@ from runner.runstate.messages import (
 from runner.runstate.state import shown_status
 from runner.store.liveness import effective_status, is_live
 from runner.store.rank_stats import RankStats, run_statistics
+from runner.store.replay_window import ReplayBudget
 from runner.store.run_figures import RunFigures, run_figures
-from runner.store.run_window import RunWindow, read_run_window
+from runner.store.run_window import RunWindow, read_recent, read_run_window
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["ListedRun", "RankStats", "RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records",
-           "export_run",
-           "rank_results", "run_now", "run_records", "runs", "set_run_notes", "with_liveness"]
+__all__ = [
+    "ListedRun",
+    "RankStats",
+    "RunFigures",
+    "RunNotFound",
+    "RunRecords",
+    "RunStore",
+    "StoredHistory",
+    "chart_records",
+    "export_run",
+    "rank_results",
+    "run_now",
+    "run_records",
+    "runs",
+    "set_run_notes",
+    "stored_history",
+    "with_liveness",
+]
 
 _finished_figures: dict[tuple[str, int], RunFigures] = {}
 """Figures of finished runs, by (store, run id): they cannot change, so the runs list, polled
@@ -191,6 +208,46 @@ def chart_records(store: RunStore, run_id: int) -> RunRecords:
                       ranks=tuple(store.ranks(run_id)), nodes=(),
                       window=read_run_window(store, run_id), logs=[], log_total=0, events=(),
                       rank_results={})
+
+
+@dataclass
+class StoredHistory:
+    """A live run's history up to where its live updates begin, read from the store in the GUI's
+    own process (``Subscribe.from_store``): bounded as the hub's replay was.
+
+    Attaching at 1,024 ranks, the hub's replay took 30-80 s: its reads wait for the GIL of a hub
+    busy with ingest, and the updates queued behind it overflowed. The same window read here
+    takes a few seconds, and the live updates join it exactly (``HistoryEnd.stored_through``)."""
+
+    metrics: list[MetricRecord]
+    gpu_samples: list[GpuSample]
+    process_samples: list[ProcessSample]
+    logs: list[LogLine]
+    events: list[Event]
+    decimated: bool
+    """The older metrics came thinned per series (``runner.store.run_window``)."""
+    left_out: dict[str, int]
+    """Rows of each table not read (``HistoryEnd.left_out``)."""
+
+
+def stored_history(store: RunStore, run_id: int, created: float | None,
+                   through: dict[str, int]) -> StoredHistory | None:
+    """Run ``run_id``'s history through the rows ``through`` (a key per table), bounded as a replay
+    (``ReplayBudget``); None when the store's run ``run_id`` is not the run the hub publishes (its
+    ``created`` differs: the hub writes another store), so the caller asks the hub to replay it."""
+    if store.stored_run(run_id).created != created:
+        return None
+    budget = ReplayBudget()
+    window = read_run_window(store, run_id, budget, through)
+    metrics = [record for chunk in window.metric_chunks for record in chunk]
+    left_out = dict(window.left_out)
+    recent = {}
+    for table in ("logs", "events"):
+        recent[table], skipped = read_recent(store, table, run_id, through.get(table, 0), budget.keep[table])
+        if skipped:
+            left_out[table] = skipped
+    return StoredHistory(metrics, window.gpu_samples, window.process_samples, recent["logs"], recent["events"],
+                         window.decimated, left_out)
 
 
 def rank_results(store: RunStore, run_id: int) -> dict[int, RankStats]:

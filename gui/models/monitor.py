@@ -50,7 +50,7 @@ from rankwatch import protocol
 if TYPE_CHECKING:
     import numpy as np
 
-    from gui.gateway.store_reads import RankStats, RunRecords
+    from gui.gateway.store_reads import RankStats, RunRecords, StoredHistory
 
     Points = Sequence[float | None] | np.ndarray
     """One column of points for :meth:`MonitorModel.append_points` (a number or None each)."""
@@ -323,6 +323,10 @@ class MonitorModel:
         self.ended = Event()
         self._log_limit = log_limit
         self._event_limit = event_limit
+        self.history_from_store = False
+        """The history comes from the store, not the hub's replay (``take_stored_history``): after
+        each snapshot, live records, log lines and events are held until it arrived. Set by
+        whoever subscribes (``Subscribe.from_store``)."""
         self._clear()
 
     def _clear(self) -> None:
@@ -341,6 +345,9 @@ class MonitorModel:
         self.messages_applied = 0
         self.points_total = 0
         self.first_t: float | None = None
+        self.awaiting_history = self.history_from_store
+        """Live records are held (``_held``) until the history from the store is in."""
+        self._held = _HeldRecords()
 
     def adopt(self, other: MonitorModel) -> None:
         """Take over ``other``'s content (a run loaded off the GUI thread) and tell the views.
@@ -383,7 +390,7 @@ class MonitorModel:
             self._apply_update(typed)
         elif typed is not None:
             changes = self.state.apply(typed)
-            if changes.history_done:
+            if changes.history_done and not self.awaiting_history:
                 self.history_finished.emit()
             if changes.ended:
                 self.ended.emit(self.end_reason)
@@ -408,22 +415,54 @@ class MonitorModel:
         if changes.status or self.shown_status != shown:
             self.status_changed.emit(str(self.shown_status))
         added = 0
-        if message.metrics:
-            added += self.add_metric_rows(message.metrics)
-        if message.gpus:
-            added += self.add_gpu_rows(message.gpus)
-        if message.procs:
-            added += self.add_process_rows(message.procs)
-        if message.logs:
-            self._add_log_lines(message.logs)
-        if message.events:
-            self.add_events(message.events)
+        if self.awaiting_history:
+            self._held.hold(message)
+        else:
+            if message.metrics:
+                added += self.add_metric_rows(message.metrics)
+            if message.gpus:
+                added += self.add_gpu_rows(message.gpus)
+            if message.procs:
+                added += self.add_process_rows(message.procs)
+            if message.logs:
+                self._add_log_lines(message.logs)
+            if message.events:
+                self.add_events(message.events)
         if changes.ranks:
             self.ranks_changed.emit()
         if changes.nodes:
             self.nodes_changed.emit()
         if added:
             self.points_added.emit()
+
+    def take_stored_history(self, history: StoredHistory | None) -> None:
+        """The history up to where the live updates begin, read from the store
+        (``gui.gateway.store_reads.stored_history``), then the live records, log lines and events
+        held meanwhile: they begin right after it (``HistoryEnd.stored_through``). None: the
+        history could not be read; what was held goes in as it came."""
+        if not self.awaiting_history:
+            return
+        self.awaiting_history = False
+        held, self._held = self._held, _HeldRecords()
+        added = 0
+        if history is not None:
+            added += self.add_metric_rows(history.metrics)
+            added += self.add_gpu_rows(history.gpu_samples)
+            added += self.add_process_rows(history.process_samples)
+            self.state.note_process_samples(history.process_samples)
+            self.add_log_lines(history.logs)
+            self.logs.total += history.left_out.get("logs", 0)
+            self.add_events(history.events)
+            hub_end = self.state.history_end or HistoryEnd()
+            self.state.history_end = HistoryEnd(hub_end.decimated or history.decimated,
+                                                {**hub_end.left_out, **history.left_out}, hub_end.stored_through)
+        added += self.add_metric_rows(held.metrics) + self.add_gpu_rows(held.gpus) + self.add_process_rows(held.procs)
+        self._add_log_lines(held.logs)
+        self.add_events(held.events)
+        if added:
+            self.points_added.emit()
+        if self.state.history_done:
+            self.history_finished.emit()
 
     def add_metric_rows(self, rows: Iterable[Sequence[Any]]) -> int:
         """Protocol metric items ``[rank, t, step, name, value, source]``; returns points added."""
@@ -580,7 +619,8 @@ class MonitorModel:
 
     @property
     def history_done(self) -> bool:
-        return self.state.history_done
+        """The hub's replay ended, and the charts' history is in (``take_chart_history``)."""
+        return self.state.history_done and not self.awaiting_history
 
     @property
     def end_reason(self) -> str | None:
@@ -701,6 +741,24 @@ class MonitorModel:
                     if row.step is None and last_step is not None and not math.isnan(last_step):
                         known["step"] = int(last_step)
                     self.state.merge_rank(known)
+
+
+class _HeldRecords:
+    """Live records, log lines and events that came while the history was read from the store."""
+
+    def __init__(self) -> None:
+        self.metrics: list[Sequence[Any]] = []
+        self.gpus: list[protocol.GpuSample] = []
+        self.procs: list[protocol.ProcessSample] = []
+        self.logs: list[LogLine] = []
+        self.events: list[RunEvent] = []
+
+    def hold(self, message: UpdateMessage) -> None:
+        self.metrics.extend(message.metrics)
+        self.gpus.extend(message.gpus)
+        self.procs.extend(message.procs)
+        self.logs.extend(message.logs)
+        self.events.extend(message.events)
 
 
 def format_event(event: RunEvent) -> str:

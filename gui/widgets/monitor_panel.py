@@ -50,7 +50,7 @@ from gui.gateway import store_reads
 from gui.gateway.launch_spec import LaunchSpec
 from gui.gateway.link import RunnerLink
 from gui.gateway.process import CommandBuilder, RunnerProcess, runner_command
-from gui.gateway.run_state import HUNG, HubMessage, SnapshotMessage, UpdateMessage
+from gui.gateway.run_state import HUNG, HistoryEnd, HubMessage, SnapshotMessage, UpdateMessage
 from gui.gateway.runner_rules import RankState, RunStatus
 from gui.gateway.store_reader import store_reader
 from gui.gateway.store_reads import RunNotFound
@@ -111,6 +111,7 @@ class MonitorPanel(QWidget):
         self._live = False
         self._stop_sent: bool | None = None  # None: not asked; False: graceful; True: force
         self._load_generation = 0
+        self._history_reads = 0
         self._events_seen = 0
         self._summary_shown: object = None
         self._stacks_requested = False
@@ -268,7 +269,7 @@ class MonitorPanel(QWidget):
         if run.live:
             self._live = True
             self._show_banner(f"Attaching to run {run_id}…", "info")
-            self.link.open(run.run.socket or "", history=True)
+            self._subscribe(run.run.socket or "")
         else:
             self._show_banner(f"Loading run {run_id} from the store…", "info")
             self._load_from_store(run_id)
@@ -339,8 +340,44 @@ class MonitorPanel(QWidget):
         self.run_id = int(info["run_id"])
         self._live = True
         self._show_banner(f"Run {self.run_id} started; connecting…", "info")
-        self.link.open(str(info["socket"]), history=True)
+        self._subscribe(str(info["socket"]))
         self._update_buttons()
+
+    def _subscribe(self, socket: str, from_store: bool = True) -> None:
+        """Subscribe to a live run's runner. The history is read from the store here
+        (``_read_stored_history``), in this process: at 1,024 ranks the hub's replay of it took
+        30-80 s (its reads wait for the GIL of a hub busy with ingest), the read here a few
+        seconds. The hub says where the store's history ends; the live updates follow on."""
+        self.model.history_from_store = from_store
+        self.link.open(socket, history=True, from_store=from_store)
+
+    def _read_stored_history(self, through: dict[str, int]) -> None:
+        """The hub said where the history ends (``HistoryEnd.stored_through``): read it."""
+        run = self.model.run
+        if run is None or run.id is None:
+            self.model.take_stored_history(None)
+            return
+        generation, run_id, created = self._load_generation, run.id, run.created
+        self._history_reads += 1
+        read = self._history_reads
+        store_reader().read(lambda store: store_reads.stored_history(store, run_id, created, through),
+                            lambda history: self._on_stored_history((generation, read, history)),
+                            lambda message: self._on_stored_history((generation, read, message)), owner=self)
+
+    def _on_stored_history(self, payload: tuple) -> None:
+        generation, read, history = payload
+        if generation != self._load_generation or read != self._history_reads or not self.model.awaiting_history:
+            return  # another run, or a newer snapshot (a reconnect) asks again
+        if history is None and self._live and self.link.socket_path:
+            # the store here does not hold the hub's run (it writes another): ask the hub to replay it
+            self._subscribe(self.link.socket_path, from_store=False)
+            return
+        if isinstance(history, str):
+            self._show_banner(f"Could not read run {self.run_id}'s history from the store: {history}. "
+                              "What came live since attaching is shown.", "warning")
+            history = None
+        self.model.take_stored_history(history)
+        self.charts.refresh()
 
     def _on_launch_failed(self, message: str, errors: list) -> None:
         details = [f"{e.get('field', '?')}: {e.get('message', '')}" for e in errors if isinstance(e, dict)]
@@ -380,6 +417,11 @@ class MonitorPanel(QWidget):
         if isinstance(message, SnapshotMessage):
             self.run_id = self.model.run_id if self.model.run_id is not None else self.run_id
             self._clear_notice()
+        elif isinstance(message, HistoryEnd) and self.model.awaiting_history:
+            if message.stored_through is not None:
+                self._read_stored_history(message.stored_through)
+            else:  # an older hub replayed it all the same
+                self.model.take_stored_history(None)
 
     def _on_history_finished(self) -> None:
         """Say so when the replayed history came shortened (a big run: the hub bounds a replay)."""

@@ -509,7 +509,8 @@ class Publisher:
 
     def __init__(self, writer: StoreWriter, model: LiveModel, stats: Counter[str],
                  run_id: Callable[[], int | None], run_row: Callable[[], dict[str, Any] | None],
-                 commit_seq: Callable[[], int]) -> None:
+                 commit_seq: Callable[[], int],
+                 committed: Callable[[], tuple[int, dict[str, int]] | None] = lambda: None) -> None:
         self.writer = writer
         self.reader = StoreReader(writer.store_path)
         """Reads the rows a replay's plan names, beside the writer thread (``runner.hub.store_reader``)."""
@@ -519,6 +520,9 @@ class Publisher:
         self._run_row = run_row
         self._commit_seq = commit_seq
         """The sequence number of the last committed batch (read on the writer thread)."""
+        self._committed = committed
+        """The last committed batch and the store's last rows after it, as the writer left them
+        (None: not known yet, then read on the writer's thread)."""
         self.subscribers: list[Subscriber] = []
         self.replay_budget = ReplayBudget()
         """How much of the history a replay sends at most (``runner.store.replay_window``)."""
@@ -541,7 +545,12 @@ class Publisher:
         self.subscribers.append(subscriber)
         self.on_subscribers_changed()
         run_id = self._run_id()
-        nodes = await self.writer.call(RunStore.nodes, run_id) if run_id is not None else []
+        if run_id is None:
+            nodes = []
+        elif from_store:  # a node's row is committed as it is set; not behind the writer's commits
+            nodes = await self.reader.call(RunStore.nodes, run_id)
+        else:
+            nodes = await self.writer.call(RunStore.nodes, run_id)
         subscriber.send(self.snapshot(nodes))
         replayed_through = 0  # without a replay, every queued live batch is new to it
         if history and from_store and run_id is not None:
@@ -565,12 +574,14 @@ class Publisher:
 
     async def _stored_through(self, subscriber: Subscriber, run_id: int) -> int:
         """Tell a subscriber that reads the history itself where it ends: the last committed batch
-        and the store's last row of each table, read together on the writer's thread (constant
-        time). The batches after it are what goes live; returns it."""
+        and the store's last row of each table, as the writer's thread left them after that
+        commit (else read there: constant time). The batches after it are what goes live;
+        returns it."""
         def committed(store: RunStore) -> tuple[int, dict[str, int]]:
             return self._commit_seq(), store.last_rowids(run_id)
 
-        through, last = await self.writer.call(committed)
+        known = self._committed()
+        through, last = known if known is not None else await self.writer.call(committed)
         if not subscriber.closed:
             end = protocol.HistoryEnd(stored_through=last)
             subscriber.send({"type": end.TYPE, **end.to_wire()})

@@ -263,17 +263,24 @@ def one_scale(ranks: int, args: argparse.Namespace, python: str) -> ScaleResult:
         if not args.no_gui:
             profiled = (["--profile-frames", f"{args.gui_profile}.{ranks}",
                          "--profile-history", f"{args.gui_profile}.{ranks}.history"] if args.gui_profile else [])
-            shown = subprocess.run([python, str(HERE / "scale_gui.py"), str(run_id), *profiled, "--seconds", str(args.gui_seconds),
-                                    "--history-timeout", str(args.phase_timeout)],
-                                   capture_output=True, text=True, env=env, timeout=args.phase_timeout + 120)
-            lines = shown.stdout.strip().splitlines()
-            gui = json.loads(lines[-1]) if shown.returncode == 0 and lines else {
-                "error": f"the GUI process ended with {shown.returncode}; its stderr began: "
-                         + " | ".join(line for line in shown.stderr.splitlines()
-                                      if "propagateSizeHints" not in line)[:800]}
-            if gui.get("error"):
-                notes.append(f"GUI: {gui['error']}")
-        print(f"gui: {json.dumps(gui)}", flush=True)
+            # --gui-ab N: N rounds of (charts from the store, charts replayed by the hub), alternating
+            variants = [[]] if not args.gui_ab else [[], ["--charts-from-hub"]] * args.gui_ab
+            rounds: list[dict] = []
+            for variant in variants:
+                shown = subprocess.run([python, str(HERE / "scale_gui.py"), str(run_id), *profiled, *variant,
+                                        "--seconds", str(args.gui_seconds), "--history-timeout", str(args.phase_timeout)],
+                                       capture_output=True, text=True, env=env, timeout=args.phase_timeout + 120)
+                lines = shown.stdout.strip().splitlines()
+                gui = json.loads(lines[-1]) if shown.returncode == 0 and lines else {
+                    "error": f"the GUI process ended with {shown.returncode}; its stderr began: "
+                             + " | ".join(line for line in shown.stderr.splitlines()
+                                          if "propagateSizeHints" not in line)[:800]}
+                gui["charts"] = "hub" if variant else "store"
+                if gui.get("error"):
+                    notes.append(f"GUI: {gui['error']}")
+                print(f"gui: {json.dumps(gui)}", flush=True)
+                rounds.append(gui)
+            gui = rounds[0]  # the table's: the first attach (charts from the store); the rest printed above
         (workdir / "stop").touch()
         stop_asked = time.perf_counter()
         runner_rc = runner.wait(args.end_timeout)
@@ -360,6 +367,9 @@ def main() -> int:
                         help="the runner without its straggler monitor (what the rest of it costs)")
     parser.add_argument("--no-replay", action="store_true", help="leave the history replay out")
     parser.add_argument("--no-gui", action="store_true", help="leave the GUI measurement out")
+    parser.add_argument("--gui-ab", type=int, default=0, metavar="N",
+                        help="attach the GUI 2N times, alternating: the charts' history read from the store, "
+                             "and replayed by the hub (as before)")
     parser.add_argument("--keep", action="store_true", help="keep each run's folder (store, sent counts)")
     parser.add_argument("--profile", metavar="PATH",
                         help="cProfile the runner's event loop thread into PATH.<ranks> (pstats format)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import json
 import os
 import statistics
@@ -91,8 +92,11 @@ def close_panel(app: QApplication, panel: MonitorPanel) -> None:
 
 
 def measure(app: QApplication, run_id: int, seconds: float, history_timeout: float,
-            profile_path: str | None = None, history_profile_path: str | None = None) -> dict:
+            profile_path: str | None = None, history_profile_path: str | None = None,
+            charts_from_hub: bool = False) -> dict:
     panel = MonitorPanel()
+    if charts_from_hub:  # as before the GUI read the history from the store: the hub replays it
+        panel._subscribe = functools.partial(MonitorPanel._subscribe, panel, from_store=False)  # type: ignore[method-assign]
     panel.resize(*SIZE)
     panel.show()
     panel.charts.timer.stop()  # frames are driven below
@@ -169,10 +173,12 @@ def main() -> int:
     parser.add_argument("--profile-frames", metavar="PATH", help="cProfile the frames only (not the history) into PATH")
     parser.add_argument("--profile-history", metavar="PATH",
                         help="cProfile the GUI from attach to the history's end (or the timeout) into PATH")
+    parser.add_argument("--charts-from-hub", action="store_true",
+                        help="the hub replays the charts' history (the GUI reads it from the store otherwise)")
     args = parser.parse_args()
     app = QApplication.instance() or QApplication([])
     print(json.dumps(measure(app, args.run_id, args.seconds, args.history_timeout, args.profile_frames,
-                                 args.profile_history)), flush=True)
+                                 args.profile_history, args.charts_from_hub)), flush=True)
     return 0
 
 

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from gui.gateway.launch_spec import EXAMPLE_PROFILE
+    from gui.gateway.profiles import ProfileLibrary
 
     # Qt is imported only now: a server without a display often lacks libGL too.
     from gui.main_window import (
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.theme == "system":
         follow_system_color_scheme(app)
 
-    window = MainWindow(initial_profile=EXAMPLE_PROFILE if args.example else args.profile)
+    window = MainWindow(initial_profile=ProfileLibrary.EXAMPLE if args.example else args.profile)
     window.show()
 
     # Ctrl-C in the terminal closes the window (asking about a live job like the close button).

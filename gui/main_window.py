@@ -50,8 +50,9 @@ from PySide6.QtWidgets import (
 )
 
 from gui.editor_link import SourceLocation, open_location
-from gui.gateway.launch_spec import EXAMPLE_PROFILE, LaunchSpec, ProfileError, SpecErrors
+from gui.gateway.launch_spec import LaunchSpec, SpecErrors
 from gui.gateway.probe import RunnerProbe
+from gui.gateway.profiles import ProfileError, ProfileLibrary
 from gui.gateway.run_state import HUNG
 from gui.gateway.runner_rules import paths
 from gui.models.history import RunRow
@@ -377,7 +378,7 @@ class MainWindow(QMainWindow):
         last = self.settings.last_profile()
         if last and last in self.profiles.names:
             candidates.append(last)
-        candidates.append(EXAMPLE_PROFILE)
+        candidates.append(ProfileLibrary.EXAMPLE)
         for name in candidates:
             try:
                 profile = self.profiles.load(name)

@@ -13,22 +13,7 @@ from runner.interpreters import discover_interpreters
 from runner.launch.command import RendezvousPlan, build_commands
 from runner.launch.ports import free_port
 from runner.profile.check import check_launch, torch_missing
-from runner.profile.files import (
-    EXAMPLE_PROFILE,
-    PROFILE_NAME,
-    Profile,
-    ProfileError,
-    delete_profile,
-    example_profile,
-    fit_example,
-    list_profiles,
-    load_profile,
-    profile_path,
-    read_spec_file,
-    rename_profile,
-    save_profile,
-    write_spec_file,
-)
+from runner.profile.files import fit_example
 from runner.profile.oversubscription import cores_oversubscribed
 from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
 from runner.profile.resolve import (
@@ -75,11 +60,9 @@ __all__ = [
     "CHECK",
     "COMBO",
     "CPU",
-    "EXAMPLE_PROFILE",
     "INTEGER",
     "LINE",
     "NUMBER",
-    "PROFILE_NAME",
     "RENDEZVOUS_MODES",
     "SCHEMA_VERSION",
     "SELF_SPAWN",
@@ -89,8 +72,6 @@ __all__ = [
     "MachineFacts",
     "NodeSpec",
     "PathSetting",
-    "Profile",
-    "ProfileError",
     "RendezvousPlan",
     "ResolvedLaunch",
     "ResolvedNode",
@@ -106,24 +87,15 @@ __all__ = [
     "check_launch",
     "cores_oversubscribed",
     "default_interpreter",
-    "delete_profile",
     "discover_interpreters",
-    "example_profile",
     "fit_example",
     "free_port",
-    "list_profiles",
-    "load_profile",
     "plan_rendezvous",
-    "profile_path",
-    "read_spec_file",
-    "rename_profile",
     "render_by_hand",
     "resolve",
-    "save_profile",
     "spec_from_dict",
     "spec_to_dict",
     "torch_missing",
     "value_at",
     "without_none",
-    "write_spec_file",
 ]

@@ -30,7 +30,6 @@ from gui.gateway.launch_spec import (
     CHECK,
     COMBO,
     CPU,
-    EXAMPLE_PROFILE,
     INTEGER,
     LINE,
     NUMBER,
@@ -64,6 +63,7 @@ from gui.gateway.launch_spec import (
     without_none,
 )
 from gui.gateway.probe_output import InterpreterInfo
+from gui.gateway.profiles import ProfileLibrary
 from gui.gateway.runner_rules import GpuReport
 from gui.models import Event
 from gui.models.slurm_form import SlurmForm
@@ -621,7 +621,7 @@ class LaunchFormModel:
 
     def _fit_example(self, state: FormState) -> FormState:
         report = self._gpu_report
-        if report is None or self._profile_name != EXAMPLE_PROFILE:
+        if report is None or self._profile_name != ProfileLibrary.EXAMPLE:
             return state
         try:
             spec = spec_from_dict(state.to_table(), state.schema)

@@ -15,29 +15,14 @@ from runner import paths
 from runner.diagnosis import doctor_facts
 from runner.diagnosis.doctor_checks import CheckStatus, DoctorCheck
 from runner.diagnosis.hints import Hint, HintKey
-from runner.diagnosis.stack_places import plural
-from runner.diagnosis.stacks import ensure_verdict
 from runner.diagnosis.summary import RunSummary
-from runner.exit_status import (
-    EVIDENCE_WORDS,
-    TRACEBACK_SOURCE_WORDS,
-    UNKNOWN_END,
-    ended_by,
-    failure_end_words,
-    how_it_ended,
-    rank_end_words,
-)
-from runner.format import ranks_text
 from runner.privacy import adopt_private_umask
-from runner.rank_failure import RankFailure, stall_outcome
-from runner.runstate.progress import Progress, ProgressTracker, compute_progress, progress_texts
+from runner.rank_failure import RankFailure
+from runner.runstate.progress import Progress, ProgressTracker, compute_progress
 from runner.sampling.gpu_report import GpuProcess, GpuReport, GpuSnapshot
 from runner.state import NodeState, Outcome, RankState, RunStatus
 
 __all__ = [
-    "EVIDENCE_WORDS",
-    "TRACEBACK_SOURCE_WORDS",
-    "UNKNOWN_END",
     "CheckStatus",
     "DoctorCheck",
     "GpuProcess",
@@ -56,14 +41,5 @@ __all__ = [
     "adopt_private_umask",
     "compute_progress",
     "doctor_facts",
-    "ended_by",
-    "ensure_verdict",
-    "failure_end_words",
-    "how_it_ended",
     "paths",
-    "plural",
-    "progress_texts",
-    "rank_end_words",
-    "ranks_text",
-    "stall_outcome",
 ]

@@ -57,15 +57,13 @@ from gui.gateway.runner_rules import (
     Outcome,
     RankFailure,
     RunSummary,
-    ended_by,
-    failure_end_words,
-    stall_outcome,
 )
+from gui.gateway.wording import RunWording
 from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
-from gui.models.stacks import StacksLayout, layout_capture, ranks_text
+from gui.models.stacks import StacksLayout, layout_capture
 from rankwatch.protocol import Bottleneck as Verdicts
 from rankwatch.protocol import EventKind
 
@@ -271,9 +269,9 @@ def divergence_text(divergence: Divergence, rank: int | None = None) -> str:
     """``parameters diverged at step 14: rank 1 disagrees with rank 0``; ``rank``: the event's, for one
     that names no ranks."""
     ranks = list(divergence.ranks) or ([rank] if rank is not None else [])
-    who = ranks_text(ranks) if ranks else "a rank"
+    who = RunWording.ranks(ranks) if ranks else "a rank"
     verb = "disagrees" if len(ranks) == 1 else "disagree"
-    against = f" with {ranks_text(divergence.reference)}" if divergence.reference else ""
+    against = f" with {RunWording.ranks(divergence.reference)}" if divergence.reference else ""
     return f"parameters diverged at step {divergence.step}: {who} {verb}{against}"
 
 
@@ -287,7 +285,7 @@ def _stall_line(stalls: Iterable[StallEvent], now: float) -> str:
         ranks = sorted(stall.rank for stall in events if stall.rank is not None)
         seconds = min(stall.stalled_for(now) for stall in events)
         where = f"at step {step}" if step is not None else "before its first step"
-        parts.append(f"{ranks_text(ranks)} stalled {where} for {format_age(seconds)}")
+        parts.append(f"{RunWording.ranks(ranks)} stalled {where} for {format_age(seconds)}")
     return "; ".join(parts)
 
 
@@ -570,14 +568,14 @@ class DiagnosisModel:
         diagnostics = self.diagnostics
         for stall in diagnostics.stalls:  # how the run's end closed a stall the events left open
             if stall.finished_after is not None:
-                close_finding(found, EventKind.STALLED.value, stall.rank, stall_outcome(stall.to_json()))
+                close_finding(found, EventKind.STALLED.value, stall.rank, RunWording.stall_outcome(stall))
         if EventKind.STALLED.value not in kinds:
             for stall in diagnostics.stalls:
                 where = f"at step {stall.step}" if stall.step is not None else "before its first step"
                 hung = stall.resumed_after is None and stall.finished_after is None
                 found.append(Finding(EventKind.STALLED.value, stall.rank, stall.step,
                                      f"rank {stall.rank} stalled {where} (no progress for {stall.seconds:.0f} s)"
-                                     f"{stall_outcome(stall.to_json())}", hung, stall.since))
+                                     f"{RunWording.stall_outcome(stall)}", hung, stall.since))
         if EventKind.STRAGGLER.value not in kinds:
             for straggler in diagnostics.stragglers:
                 found.append(Finding(EventKind.STRAGGLER.value, straggler.rank, straggler.step,
@@ -608,7 +606,7 @@ class DiagnosisModel:
         notes: dict[int, list[str]] = {}
         first = self.first_failure
         if first is not None and first.rank is not None:
-            notes.setdefault(first.rank, []).append(f"failed first: {failure_end_words(first)}")
+            notes.setdefault(first.rank, []).append(f"failed first: {RunWording.failure_end(first)}")
         live = not self.monitor.finished
         if live:
             for rank, stall in self.stalls.items():
@@ -642,11 +640,11 @@ class DiagnosisModel:
             state = "" if row is None else row.state
             host = str((row.host if row is not None else None) or (fate.host if fate else "") or "")
             if fate is not None:
-                how = failure_end_words(fate)
+                how = RunWording.failure_end(fate)
                 detail = fate.exception_line or ""
             else:
                 exit_code = None if row is None else row.exit_code
-                how = ended_by(exit_code) if exit_code is not None else ""
+                how = RunWording.ended_by(exit_code) if exit_code is not None else ""
                 detail = ""
             is_first = first is not None and first.rank == rank
             lines.append(RankLine(rank, host, state, ("failed first: " if is_first else "") + how, detail, is_first))

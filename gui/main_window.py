@@ -53,7 +53,7 @@ from gui.editor_link import SourceLocation, open_location
 from gui.gateway.launch_spec import LaunchSpec, SpecErrors
 from gui.gateway.probe import RunnerProbe
 from gui.gateway.profiles import ProfileError, ProfileLibrary
-from gui.gateway.run_state import HUNG
+from gui.gateway.run_state import RunReading
 from gui.gateway.runner_rules import paths
 from gui.models.history import RunRow
 from gui.models.launch_form import Evaluation, LaunchFormModel
@@ -443,7 +443,7 @@ class MainWindow(QMainWindow):
             return
         live = [row for row in self.history.rows() if getattr(row, "live", False)]
         if live:
-            runs = ", ".join(f"{row.run_id}{' hung' if row.status == HUNG else ''}" for row in live[:5])
+            runs = ", ".join(f"{row.run_id}{' hung' if row.status == RunReading.HUNG else ''}" for row in live[:5])
             self.statusBar().showMessage(
                 f"{len(live)} job{'s are' if len(live) != 1 else ' is'} still running (run {runs}): "
                 "attach from History (double-click) or Run ▸ Attach", 20000)

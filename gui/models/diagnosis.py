@@ -50,7 +50,6 @@ from gui.gateway.findings import (
     is_capture,
     straggler_of,
 )
-from gui.gateway.run_state import Event as HubEvent
 from gui.gateway.runner_rules import (
     Hint,
     HintKey,
@@ -65,6 +64,7 @@ from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
 from gui.models.stacks import StacksLayout, layout_capture
 from rankwatch.protocol import Bottleneck as Verdicts
+from rankwatch.protocol import Event as HubEvent
 from rankwatch.protocol import EventKind
 
 ERROR, WARNING, INFO = "error", "warning", "info"

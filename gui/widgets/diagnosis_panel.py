@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.gateway.run_state import EventKind
 from gui.gateway.runner_rules import RankState
 from gui.gateway.wording import RunWording
 from gui.models.diagnosis import (
@@ -43,6 +42,7 @@ from gui.models.diagnosis import (
 from gui.widgets.failure_banner import level_color
 from gui.widgets.rank_table import STATE_COLORS, state_tint
 from gui.widgets.throttled import RefreshThrottle
+from rankwatch.protocol import EventKind
 
 RANK_HEADERS = ("Rank", "Host", "State", "How it ended", "Detail")
 FINDING_HEADERS = ("Time", "Finding", "Rank", "What")

@@ -50,7 +50,7 @@ from gui.gateway import store_reads
 from gui.gateway.launch_spec import LaunchSpec
 from gui.gateway.link import RunnerLink
 from gui.gateway.process import CommandBuilder, RunnerProcess, runner_command
-from gui.gateway.run_state import HUNG, HubMessage, SnapshotMessage, UpdateMessage
+from gui.gateway.run_state import HubMessage, RunReading, SnapshotMessage, UpdateMessage
 from gui.gateway.runner_rules import RankState, RunStatus
 from gui.gateway.store_reader import store_reader
 from gui.gateway.store_reads import RunNotFound
@@ -83,7 +83,7 @@ STATUS_COLORS = {
     RunStatus.FAILED.value: STATE_COLORS[RankState.FAILED.value],
     RunStatus.STOPPED.value: STATE_COLORS[RankState.STOPPED.value],
     RunStatus.LOST.value: STATE_COLORS[RankState.LOST.value],
-    HUNG: STATE_COLORS[RankState.STALLED.value],  # running, but a rank makes no progress: as its stalled rows
+    RunReading.HUNG: STATE_COLORS[RankState.STALLED.value],  # running, but a rank makes no progress: as its stalled rows
 }
 
 

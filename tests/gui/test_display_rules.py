@@ -13,7 +13,7 @@ from gui.charts import ticks
 from gui.charts.axis import seconds_spacing
 from gui.charts.readout import ReadoutRow, format_value, pick_rows
 from gui.gateway.probe_output import unavailable_report
-from gui.gateway.run_state import HUNG, LogLine, RankInfo, RunInfo, SnapshotMessage
+from gui.gateway.run_state import RankInfo, RunInfo, RunReading, SnapshotMessage
 from gui.gateway.runner_rules import RunStatus
 from gui.gateway.wording import RunWording
 from gui.models import layout
@@ -31,7 +31,7 @@ from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
 from gui.models.notices import run_end_notice, window_title
 from gui.widgets.monitor_panel import STATUS_COLORS
 from rankwatch import protocol
-from rankwatch.protocol import MetricRecord
+from rankwatch.protocol import LogLine, MetricRecord
 from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec
 from tests.hub_messages import rank_changes, run_changes, update
@@ -134,8 +134,8 @@ def test_a_run_that_ends_while_watched_live_is_notified_once():
 def test_every_run_status_has_its_colour():
     # The status badge, the run's tab and the runs list colour a run by its status; a Slurm
     # run waiting in the queue is "pending", coloured as waiting (not as running).
-    assert set(STATUS_COLORS) == {status.value for status in RunStatus} | {HUNG}  # running, a rank stalled
-    assert STATUS_COLORS[HUNG] != STATUS_COLORS[RunStatus.RUNNING.value]  # not the green of a healthy run
+    assert set(STATUS_COLORS) == {status.value for status in RunStatus} | {RunReading.HUNG}  # running, a rank stalled
+    assert STATUS_COLORS[RunReading.HUNG] != STATUS_COLORS[RunStatus.RUNNING.value]  # not the green of a healthy run
     assert STATUS_COLORS[RunStatus.PENDING.value] == STATUS_COLORS[RunStatus.STARTING.value]
     assert STATUS_COLORS[RunStatus.PENDING.value] != STATUS_COLORS[RunStatus.RUNNING.value]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from gui.gateway import store_reads
-from gui.gateway.run_state import EventKind, LogLine, NodeInfo, RankInfo, RunInfo
+from gui.gateway.run_state import NodeInfo, RankInfo, RunInfo
 from gui.models.exits import rank_ended_by
 from gui.models.history import HISTORY_COLUMNS, RunRow, history_cells
 from gui.models.monitor import NOT_MEASURED, MonitorModel, format_event, summary_lines
-from rankwatch.protocol import Event, MetricRecord
+from rankwatch.protocol import Event, EventKind, LogLine, MetricRecord
 from runner.diagnosis.hints import Hint, HintKey
 from runner.diagnosis.summary import RunSummary
 from runner.rank_failure import RankFailure

@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from gui.gateway.runner_rules import adopt_private_umask
+from gui.gateway.files import RankwatchFiles
 
 APP_ID = "rankwatch"
 """The program name the desktop sees: X11 WM_CLASS instance, Wayland app id (the .desktop file's name)."""
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    adopt_private_umask()  # what Rankwatch writes is private; the user's code keeps the user's umask
+    RankwatchFiles.keep_private()  # what Rankwatch writes is private; the user's code keeps the user's umask
     sys.exit(main())
 
 

@@ -50,11 +50,11 @@ from PySide6.QtWidgets import (
 )
 
 from gui.editor_link import SourceLocation, open_location
+from gui.gateway.files import RankwatchFiles
 from gui.gateway.launch_spec import LaunchSpec, SpecErrors
 from gui.gateway.probe import RunnerProbe
 from gui.gateway.profiles import ProfileError, ProfileLibrary
 from gui.gateway.run_state import RunReading
-from gui.gateway.runner_rules import paths
 from gui.models.history import RunRow
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.notices import APP_NAME, run_end_notice, window_title
@@ -150,7 +150,7 @@ def follow_system_color_scheme(app: QApplication) -> None:
 def app_icon() -> QIcon:
     icon = QIcon()
     for name in ("rankwatch.svg", "rankwatch.png"):
-        path = paths.assets_dir() / name
+        path = RankwatchFiles.assets_dir() / name
         if path.exists():
             icon.addFile(str(path))
     return icon
@@ -341,7 +341,7 @@ class MainWindow(QMainWindow):
     def about_text(self) -> str:
         return (f"<b>{APP_TITLE} {app_version()}</b><br>A desktop launcher and live monitor for PyTorch "
                 "distributed training (torchrun).<br><br>Profiles: "
-                f"{paths.profiles_dir()}<br>Run store: {paths.data_dir()}")
+                f"{ProfileLibrary.folder()}<br>Run store: {RankwatchFiles.data_dir()}")
 
     def show_about(self) -> None:
         QMessageBox.about(self, f"About {APP_TITLE}", self.about_text())

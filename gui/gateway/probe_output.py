@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gui.gateway.runner_rules import GpuProcess, GpuReport, GpuSnapshot
+from runner.sampling.gpu_report import GpuProcess, GpuReport, GpuSnapshot
 
 BACKEND_NAMES = ("nccl", "gloo", "mpi")
 

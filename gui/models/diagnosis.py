@@ -36,19 +36,14 @@ from gui.gateway.findings import (
     CaptureRecord,
     Divergence,
     EarlyFailure,
-    FlightRecorderFinding,
+    FindingEvents,
     LauncherFinding,
     NodeLost,
-    ResumedFields,
-    RunFinishedFields,
     StallEvent,
     StoredDiagnostics,
     StragglerCause,
     StragglerRecord,
     StragglerWithdrawn,
-    fields_of,
-    is_capture,
-    straggler_of,
 )
 from gui.gateway.runner_rules import (
     Hint,
@@ -390,8 +385,9 @@ class DiagnosisModel:
                 capture = json.load(handle)
         except (OSError, ValueError):
             return  # moved or deleted: the summary's verdict is still shown in the findings
-        if isinstance(capture, dict) and is_capture(capture):
-            self.capture = CaptureRecord.from_wire(capture)
+        stored = FindingEvents.capture_file(capture)
+        if stored is not None:
+            self.capture = stored
             self.captures += 1
             self.stacks_received.emit(self.capture)
 
@@ -408,15 +404,14 @@ class DiagnosisModel:
         """One typed event; True when it changed what is shown."""
         kind, rank, t = event.kind, event.rank, event.t
         if kind == EventKind.STALLED and rank is not None:
-            stall = self.stalls[rank] = StallEvent.from_event(event)
+            stall = self.stalls[rank] = FindingEvents.stall(event)
             self._note(Finding(kind.value, rank, stall.step, stall.message or _stall_line([stall], t), True, t))
         elif kind == EventKind.RESUMED and rank is not None:
             self.stalls.pop(rank, None)
-            resumed = fields_of(event)
-            step = resumed.step if isinstance(resumed, ResumedFields) else None
+            step = FindingEvents.resumed_step(event)
             self._close(EventKind.STALLED.value, rank, f"resumed at step {step}")
         elif kind == EventKind.STRAGGLER and rank is not None:
-            straggler = straggler_of(event)
+            straggler = FindingEvents.straggler(event)
             if isinstance(straggler, StragglerWithdrawn):
                 self.stragglers.pop(rank, None)
                 self._close(kind.value, rank, f"no longer a straggler at step {straggler.step}")
@@ -424,48 +419,47 @@ class DiagnosisModel:
                 self.stragglers[rank] = straggler
                 self._note(Finding(kind.value, rank, straggler.step, straggler_text(straggler), True, t))
         elif kind == EventKind.DIVERGENCE:
-            divergence = Divergence.from_wire({**event.fields, "message": event.message})
+            divergence = FindingEvents.divergence(event)
             self.divergences.append(_Divergence(divergence, rank, t))
             self._note(Finding(kind.value, rank, divergence.step, divergence_text(divergence, rank), True, t,
                                tuple(divergence.ranks)))
-        elif kind == EventKind.STACKS and is_capture(event.fields):
-            capture = self.capture = CaptureRecord.from_wire({**event.fields, "t": t})
+        elif kind == EventKind.STACKS and (capture := FindingEvents.capture(event)) is not None:
+            self.capture = capture
             self.captures += 1
             layout = self._laid_out(capture)
             self._note(Finding(kind.value, None, None, f"stacks ({layout.reason}): {layout.verdict}", False, t))
             self.stacks_received.emit(capture)
         elif kind == EventKind.FLIGHT_RECORDER:  # the ranks' collectives compared after a capture
-            flight = FlightRecorderFinding.from_wire(event.fields)
-            culprits = tuple(flight.culprits)
+            culprits = FindingEvents.flight_recorder_culprits(event)
             self._note(Finding(kind.value, culprits[0] if len(culprits) == 1 else None, None,
                                f"collectives (Flight Recorder): {event.message}", bool(culprits), t, culprits))
         elif kind == EventKind.LAUNCH_MISMATCH:
-            mismatch = LauncherFinding.from_wire(event.fields)
+            mismatch = FindingEvents.launcher(event)
             if not mismatch.key:
                 return False
             self.launch_mismatches[mismatch.key] = _Mismatch(mismatch, rank, event.message)
             self._note(Finding(kind.value, rank, None, mismatch.title or mismatch.cause or event.message,
                                mismatch.level != "info", t))
         elif kind == EventKind.NODE_LOST:
-            lost = NodeLost.from_event(event)
+            lost = FindingEvents.node_lost(event)
             self.lost_nodes[lost.node_rank if lost.node_rank is not None else -1] = lost
             self._note(Finding(kind.value, None, None, lost.message or "a node was lost", True, t))
         elif kind in (EventKind.RANK_FAILED, EventKind.EXCEPTION) and rank is not None:
-            failure = EarlyFailure.from_event(event)
+            failure = FindingEvents.early_failure(event)
             if kind == EventKind.RANK_FAILED or failure.fatal:
                 self.early_failures.append(failure)
         elif kind == EventKind.CONNECTION_LOST and rank is not None:
             if not self._stopping:  # ranks stopped on request drop their connections too
-                self.early_failures.append(EarlyFailure.from_event(event))
+                self.early_failures.append(FindingEvents.early_failure(event))
         elif kind == EventKind.STOPPING:
             self._stopping = True
         elif kind == EventKind.BOTTLENECK:
-            self.live_bottleneck = (BottleneckRecord.from_event(event), t)
+            self.live_bottleneck = (FindingEvents.bottleneck(event), t)
         elif kind == EventKind.RUN_FINISHED:
-            finished = fields_of(event)
-            if not isinstance(finished, RunFinishedFields) or finished.summary is None:
+            summary = FindingEvents.finished_summary(event)
+            if summary is None:
                 return False
-            self._finished_summary = finished.summary
+            self._finished_summary = summary
         else:
             return False
         return True

@@ -43,8 +43,8 @@ from PySide6.QtWidgets import (
 )
 
 from gui.gateway.launch_rules import LaunchRules
-from gui.gateway.probe import GPUS, INTERPRETER, RunnerProbe
-from gui.gateway.probe_output import BACKEND_NAMES, InterpreterInfo, unavailable_report
+from gui.gateway.probe import RunnerProbe
+from gui.gateway.probe_output import InterpreterInfo
 from gui.gateway.runner_rules import GpuReport
 from gui.models.launch_form import (
     ENTRY_MODULE,
@@ -617,9 +617,9 @@ class LaunchPanel(QWidget):
         self._update_interpreter_status()
 
     def _on_probe_failed(self, kind: str, target: str, message: str) -> None:
-        if kind == GPUS or self._form.gpu_report is None:
-            self._form.set_gpu_report(unavailable_report(f"GPU probe failed: {message}"))
-        if kind == INTERPRETER:
+        if kind == RunnerProbe.GPUS or self._form.gpu_report is None:
+            self._form.set_gpu_report(GpuReport(available=False, reason=f"GPU probe failed: {message}"))
+        if kind == RunnerProbe.INTERPRETER:
             self._interpreter_errors[target] = message
             self._update_interpreter_status()
 
@@ -678,7 +678,7 @@ class LaunchPanel(QWidget):
             name = self.backend.itemData(row)
             tip = BACKEND_TIPS.get(name, "")
             enabled = True
-            if info is not None and name in BACKEND_NAMES:
+            if info is not None and name in InterpreterInfo.BACKEND_NAMES:
                 backend = info.backend(name)
                 if backend is not None and not backend.available:
                     enabled = False

@@ -49,7 +49,7 @@ from gui.charts.grid import ChartGrid
 from gui.gateway import store_reads
 from gui.gateway.launch_spec import LaunchSpec
 from gui.gateway.link import RunnerLink
-from gui.gateway.process import CommandBuilder, RunnerProcess, runner_command
+from gui.gateway.process import CommandBuilder, RunnerProcess
 from gui.gateway.run_state import HubMessage, RunReading, SnapshotMessage, UpdateMessage
 from gui.gateway.runner_rules import RankState, RunStatus
 from gui.gateway.store_reader import store_reader
@@ -101,7 +101,7 @@ class MonitorPanel(QWidget):
     launch_failed = Signal(str)
     panel_share_changed = Signal(float)
 
-    def __init__(self, parent: QWidget | None = None, *, command: CommandBuilder = runner_command) -> None:
+    def __init__(self, parent: QWidget | None = None, *, command: CommandBuilder | None = None) -> None:
         super().__init__(parent)
         self.model = MonitorModel()
         self.diagnosis = DiagnosisModel(self.model)

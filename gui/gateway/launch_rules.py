@@ -11,7 +11,7 @@ commands are made from, the ``RendezvousPlan`` (ports and ids picked), and this 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -52,7 +52,7 @@ from runner.profile.spec import (
     TORCHRUN,
     LaunchSpec,
 )
-from runner.profile.toml_types import TomlTable
+from runner.profile.toml_types import TomlTable, TomlValue, without_none
 from runner.remote.rendezvous import plan_rendezvous
 from runner.sampling.gpu_report import GpuReport
 from runner.slurm.script import render_by_hand
@@ -128,6 +128,12 @@ class LaunchRules:
     """Launch mode: torchrun starts one process per rank."""
     SELF_SPAWN = SELF_SPAWN
     """Launch mode: the script is started once and starts its own ranks."""
+
+    @staticmethod
+    def table(entries: Mapping[str, TomlValue | None]) -> TomlTable:
+        """A profile table of ``entries`` less those that are ``None``: TOML has no null, so a
+        value that is not set is a key left out (and reads back as the field's default)."""
+        return without_none(entries)
 
     @staticmethod
     def parse(table: TomlTable, schema: type[LaunchSpec]) -> LaunchSpec:

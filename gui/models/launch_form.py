@@ -34,14 +34,12 @@ from gui.gateway.launch_rules import (
 from gui.gateway.launch_spec import (
     GpuSelection,
     LaunchSpec,
-    NodeSpec,
     PathSetting,
     SettingValue,
     SpecError,
     SpecErrors,
     TomlTable,
     TomlValue,
-    without_none,
 )
 from gui.gateway.probe_output import InterpreterInfo
 from gui.gateway.profiles import ProfileLibrary
@@ -71,14 +69,15 @@ class NodeRow:
     workdir: str | None = None
 
     @classmethod
-    def from_node(cls, node: NodeSpec) -> NodeRow:
-        return cls(host=node.host, processes=str(node.processes), user=node.user, port=node.port,
-                   python=node.python, workdir=node.workdir)
+    def rows_of(cls, spec: LaunchSpec) -> tuple[NodeRow, ...]:
+        """The nodes table's rows for ``spec``'s nodes, as loaded."""
+        return tuple(cls(host=node.host, processes=str(node.processes), user=node.user, port=node.port,
+                         python=node.python, workdir=node.workdir) for node in spec.nodes)
 
     def to_table(self) -> TomlTable:
         """The ``[[nodes]]`` table. Text that is not a number stays text, so the spec parser
         reports it with the CLI's own message (``nodes[1].port: expected an integer ...``)."""
-        return without_none({
+        return LaunchRules.table({
             "host": self.host.strip(), "processes": _number_or_text(self.processes) if self.processes.strip() else AUTO,
             "user": _text_or_none(self.user),
             "port": _number_or_text(self.port) if isinstance(self.port, str) else self.port,
@@ -152,7 +151,7 @@ class FormState:
             interpreter=spec.interpreter or "",
             gpus=spec.gpus,
             nproc_per_node=spec.nproc_per_node,
-            nodes=tuple(NodeRow.from_node(node) for node in spec.nodes),
+            nodes=NodeRow.rows_of(spec),
             backend=spec.backend,
             rendezvous_mode=rdzv.mode,
             endpoint=rdzv.endpoint or "",
@@ -221,7 +220,7 @@ class FormState:
         elif self.rendezvous_mode == "static":
             rendezvous.update(master_addr=self.master_addr.strip() or None, master_port=self.master_port,
                               node_rank=self.node_rank or None)
-        table["rendezvous"] = without_none(rendezvous)
+        table["rendezvous"] = LaunchRules.table(rendezvous)
         values = dict(self.settings)
         for item in generic_settings(self.schema):
             value = table_value(item, values[item.path]) if item.path in values else None

@@ -5,7 +5,7 @@ Each read is a function of a read-only ``RunStore`` (run on the reader's thread,
 widget sees the store itself. A stored run comes back in the types a live run arrives in
 (``runner.runstate.messages``: ``RunInfo``, ``RankInfo``, ``NodeInfo``, the contract's
 ``Event``; ``RankStats`` for its whole-run figures), decoded once, here, as leniently as the
-hub's messages are: the models never read a stored row by its keys. :func:`run_now` is the one read a widget
+hub's messages are: the models never read a stored row by its keys. :meth:`StoreReads.run_now` is the one read a widget
 may make on its own thread: one row by its key, to decide how to open a run.
 
 Every read raises ``RunNotFound`` for a run that is not in the store (the reader
@@ -37,9 +37,7 @@ from runner.store.run_figures import RunFigures, run_figures
 from runner.store.run_window import RunWindow, read_run_window
 from runner.store.store import RunNotFound, RunStore
 
-__all__ = ["ListedRun", "RankStats", "RunFigures", "RunNotFound", "RunRecords", "RunStore", "chart_records",
-           "export_run",
-           "rank_results", "run_now", "run_records", "runs", "set_run_notes", "with_liveness"]
+__all__ = ["ListedRun", "RankStats", "RunFigures", "RunNotFound", "RunRecords", "RunStore", "StoreReads"]
 
 _finished_figures: dict[tuple[str, int], RunFigures] = {}
 """Figures of finished runs, by (store, run id): they cannot change, so the runs list, polled
@@ -73,7 +71,7 @@ class RunRecords:
     """As the hub publishes them (an event of a kind from a newer Rankwatch is a warning that
     names it in ``fields["unknown_kind"]``)."""
     rank_results: dict[int, RankStats]
-    """Each rank's figures over the whole run (:func:`rank_results`); empty while it runs."""
+    """Each rank's figures over the whole run (:meth:`StoreReads.rank_results`); empty while it runs."""
 
 
 @dataclass(frozen=True)
@@ -89,44 +87,12 @@ class ListedRun:
     """The stored status; ``lost`` for a runner that died without recording an end, ``hung`` for a
     live run with a stalled rank; empty for a row without a status."""
     figures: RunFigures = dataclasses.field(default_factory=RunFigures)
-    """``runner.store.run_figures`` (only :func:`runs` reads them)."""
+    """``runner.store.run_figures`` (only :meth:`StoreReads.runs` reads them)."""
 
     @property
     def id(self) -> int:
         """The run's id."""
         return self.run.id
-
-
-def with_liveness(run: StoredRun) -> ListedRun:
-    """The store's ``runs`` row with whether it is live and the status a person sees (``lost`` for
-    a runner that died without recording an end): what the runs list shows."""
-    return ListedRun(run=run, live=is_live(run), effective_status=effective_status(run) if run.status else "")
-
-
-def run_now(run_id: int) -> ListedRun:
-    """Run ``run_id``'s row with its liveness (see :func:`with_liveness`), read on this thread.
-
-    Raises:
-        RunNotFound: no such run, or no store yet.
-        OSError: the store cannot be read (SQLite's own error is its cause).
-    """
-    try:
-        with RunStore(readonly=True) as store:
-            return with_liveness(store.stored_run(run_id))
-    except sqlite3.Error as error:
-        raise OSError(f"the run store cannot be read: {error}") from error
-
-
-def runs(store: RunStore, limit: int) -> list[ListedRun]:
-    """The newest ``limit`` runs, each with its liveness and its figures (``runner.store.run_figures``)."""
-    rows = [with_liveness(run) for run in store.runs(limit=limit)]
-    stalled = store.stalled_runs([row.id for row in rows if row.live])
-    figures = _figures(store, rows)
-    # a live run with a stalled rank is hung, as its header and `runs list` say
-    return [dataclasses.replace(row, figures=figures.get(row.id, RunFigures()),
-                                effective_status=shown_status(row.effective_status,
-                                                              ["stalled"] if row.id in stalled else []) or "")
-            for row in rows]
 
 
 def _figures(store: RunStore, rows: list[ListedRun]) -> dict[int, RunFigures]:
@@ -154,70 +120,108 @@ def _figures(store: RunStore, rows: list[ListedRun]) -> dict[int, RunFigures]:
     return {**fresh, **known}
 
 
-def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> ListedRun:
-    """Write run ``run_id``'s tags and notes (a writable store, opened for this write only: the
-    GUI's one write), and return its row as now stored.
+class StoreReads:
+    """The reads of the run store the GUI makes, each a function of a read-only ``RunStore`` that
+    the store reader runs on its thread (``store_reader().read(StoreReads.runs, ...)``), except
+    ``run_now`` and ``set_run_notes``, which open the store themselves."""
 
-    Raises:
-        RunNotFound: no such run, or no store yet.
-        OSError: the store cannot be written (SQLite's own error is its cause).
-    """
-    try:
-        with RunStore() as store:
-            store.resolve_run_id(run_id)
-            store.set_run_notes(run_id, tags=tags, notes=notes)
-            return with_liveness(store.stored_run(run_id))
-    except sqlite3.Error as error:
-        raise OSError(f"the run store cannot be written: {error}") from error
+    @staticmethod
+    def with_liveness(run: StoredRun) -> ListedRun:
+        """The store's ``runs`` row with whether it is live and the status a person sees (``lost`` for
+        a runner that died without recording an end): what the runs list shows."""
+        return ListedRun(run=run, live=is_live(run), effective_status=effective_status(run) if run.status else "")
 
+    @staticmethod
+    def run_now(run_id: int) -> ListedRun:
+        """Run ``run_id``'s row with its liveness (see ``with_liveness``), read on this thread.
 
-def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
-    """Everything recorded of run ``run_id`` (the last ``log_limit`` log lines)."""
-    run = store.stored_run(run_id)
-    return RunRecords(
-        run=run, spec_toml=run.spec_toml or None, spec=spec_table(run.spec_toml),
-        ranks=tuple(store.ranks(run_id)), nodes=tuple(store.stored_nodes(run_id)),
-        window=read_run_window(store, run_id), logs=store.log_lines(run_id, limit=log_limit),
-        log_total=store.count("logs", run_id),
-        events=tuple(store.stored_events(run_id)),
-        rank_results=rank_results(store, run_id) if run.ended is not None else {})
+        Raises:
+            RunNotFound: no such run, or no store yet.
+            OSError: the store cannot be read (SQLite's own error is its cause).
+        """
+        try:
+            with RunStore(readonly=True) as store:
+                return StoreReads.with_liveness(store.stored_run(run_id))
+        except sqlite3.Error as error:
+            raise OSError(f"the run store cannot be read: {error}") from error
 
+    @staticmethod
+    def runs(store: RunStore, limit: int) -> list[ListedRun]:
+        """The newest ``limit`` runs, each with its liveness and its figures (``runner.store.run_figures``)."""
+        rows = [StoreReads.with_liveness(run) for run in store.runs(limit=limit)]
+        stalled = store.stalled_runs([row.id for row in rows if row.live])
+        figures = _figures(store, rows)
+        # a live run with a stalled rank is hung, as its header and `runs list` say
+        return [dataclasses.replace(row, figures=figures.get(row.id, RunFigures()),
+                                    effective_status=shown_status(row.effective_status,
+                                                                  ["stalled"] if row.id in stalled else []) or "")
+                for row in rows]
 
-def chart_records(store: RunStore, run_id: int) -> RunRecords:
-    """What run ``run_id``'s charts are drawn from (its metrics and samples; no logs, events or
-    per-rank figures): the runs overlay reads this of each run it compares."""
-    run = store.stored_run(run_id)
-    return RunRecords(run=run, spec_toml=run.spec_toml or None, spec=spec_table(run.spec_toml),
-                      ranks=tuple(store.ranks(run_id)), nodes=(),
-                      window=read_run_window(store, run_id), logs=[], log_total=0, events=(),
-                      rank_results={})
+    @staticmethod
+    def set_run_notes(run_id: int, tags: list[str] | None, notes: str | None) -> ListedRun:
+        """Write run ``run_id``'s tags and notes (a writable store, opened for this write only: the
+        GUI's one write), and return its row as now stored.
 
+        Raises:
+            RunNotFound: no such run, or no store yet.
+            OSError: the store cannot be written (SQLite's own error is its cause).
+        """
+        try:
+            with RunStore() as store:
+                store.resolve_run_id(run_id)
+                store.set_run_notes(run_id, tags=tags, notes=notes)
+                return StoreReads.with_liveness(store.stored_run(run_id))
+        except sqlite3.Error as error:
+            raise OSError(f"the run store cannot be written: {error}") from error
 
-def rank_results(store: RunStore, run_id: int) -> dict[int, RankStats]:
-    """Each rank's figures over the whole run, by rank: ``steps``, ``median_step_time``,
-    ``data_wait_share``, ``comm_wait_share``, ``samples_per_s``... (``runner.store.rank_stats``:
-    what ``rankwatch show`` and the end of a plain run print)."""
-    stats, _logged = run_statistics(store, run_id)
-    return {entry.rank: entry for entry in stats}
+    @staticmethod
+    def run_records(store: RunStore, run_id: int, log_limit: int) -> RunRecords:
+        """Everything recorded of run ``run_id`` (the last ``log_limit`` log lines)."""
+        run = store.stored_run(run_id)
+        return RunRecords(
+            run=run, spec_toml=run.spec_toml or None, spec=StoreReads.spec_table(run.spec_toml),
+            ranks=tuple(store.ranks(run_id)), nodes=tuple(store.stored_nodes(run_id)),
+            window=read_run_window(store, run_id), logs=store.log_lines(run_id, limit=log_limit),
+            log_total=store.count("logs", run_id),
+            events=tuple(store.stored_events(run_id)),
+            rank_results=StoreReads.rank_results(store, run_id) if run.ended is not None else {})
 
+    @staticmethod
+    def chart_records(store: RunStore, run_id: int) -> RunRecords:
+        """What run ``run_id``'s charts are drawn from (its metrics and samples; no logs, events or
+        per-rank figures): the runs overlay reads this of each run it compares."""
+        run = store.stored_run(run_id)
+        return RunRecords(run=run, spec_toml=run.spec_toml or None, spec=StoreReads.spec_table(run.spec_toml),
+                          ranks=tuple(store.ranks(run_id)), nodes=(),
+                          window=read_run_window(store, run_id), logs=[], log_total=0, events=(),
+                          rank_results={})
 
-def spec_table(text: str | None) -> dict[str, Any]:
-    """A stored spec (TOML text) as the profile table the run was launched with; empty when there
-    is none or it cannot be read (a run is still shown without it)."""
-    if not text:
-        return {}
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10
-        import tomli as tomllib
-    try:
-        return tomllib.loads(text)
-    except (ValueError, TypeError):
-        return {}
+    @staticmethod
+    def rank_results(store: RunStore, run_id: int) -> dict[int, RankStats]:
+        """Each rank's figures over the whole run, by rank: ``steps``, ``median_step_time``,
+        ``data_wait_share``, ``comm_wait_share``, ``samples_per_s``... (``runner.store.rank_stats``:
+        what ``rankwatch show`` and the end of a plain run print)."""
+        stats, _logged = run_statistics(store, run_id)
+        return {entry.rank: entry for entry in stats}
 
+    @staticmethod
+    def spec_table(text: str | None) -> dict[str, Any]:
+        """A stored spec (TOML text) as the profile table the run was launched with; empty when there
+        is none or it cannot be read (a run is still shown without it)."""
+        if not text:
+            return {}
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # Python 3.10
+            import tomli as tomllib
+        try:
+            return tomllib.loads(text)
+        except (ValueError, TypeError):
+            return {}
 
-def export_run(store: RunStore, run_id: int, folder: Path, log_limit: int) -> RunRecords:
-    """Write one CSV per store table of run ``run_id`` into ``folder``; then its records (for the
-    charts' picture)."""
-    store.export_csv(run_id, folder)
-    return run_records(store, run_id, log_limit)
+    @staticmethod
+    def export_run(store: RunStore, run_id: int, folder: Path, log_limit: int) -> RunRecords:
+        """Write one CSV per store table of run ``run_id`` into ``folder``; then its records (for the
+        charts' picture)."""
+        store.export_csv(run_id, folder)
+        return StoreReads.run_records(store, run_id, log_limit)

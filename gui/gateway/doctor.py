@@ -17,6 +17,8 @@ from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signa
 
 from runner import paths
 
+__all__ = ["DoctorProcess"]
+
 
 def default_command() -> list[str]:
     """``python -m runner`` in Rankwatch's own Python."""

@@ -25,6 +25,7 @@ from typing import Any
 from runner.rows import StoredRun
 from runner.runstate.messages import (
     Event,
+    HistoryEnd,
     LogLine,
     NodeInfo,
     RankInfo,
@@ -72,6 +73,12 @@ class RunRecords:
     names it in ``fields["unknown_kind"]``)."""
     rank_results: dict[int, RankStats]
     """Each rank's figures over the whole run (:meth:`StoreReads.rank_results`); empty while it runs."""
+
+    @property
+    def history_end(self) -> HistoryEnd:
+        """What ``window`` left out, as a live run's ``history_end`` message says it (so a stored
+        run shows the same notice of a thinned history)."""
+        return HistoryEnd(self.window.decimated, dict(self.window.left_out))
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,12 @@
 as picked) and, after every edit, evaluates it the way ``rankwatch run`` would:
 
 1. the form becomes the same TOML-shaped table a profile file holds, and
-   ``runner.profile.parse.spec_from_dict`` turns it into a ``LaunchSpec`` -- so every
-   field error is the CLI's own message, naming the same field;
-2. ``runner.profile.resolve`` + ``runner.profile.check.check_launch`` check it against this
-   machine (GPUs as the runner's probe reported them);
-3. ``runner.launch.command.build_commands`` builds each node's torchrun command:
-   the preview is the function the runner uses, not a copy of it.
+   ``LaunchRules.parse`` (the runner's ``spec_from_dict``) turns it into a ``LaunchSpec`` --
+   so every field error is the CLI's own message, naming the same field;
+2. ``LaunchRules.check`` (the runner's resolution and ``check_launch``) checks it against
+   this machine (GPUs as the runner's probe reported them);
+3. ``LaunchRules.commands`` (the runner's ``build_commands``) builds each node's torchrun
+   command: the preview is the function the runner uses, not a copy of it.
 
 It also tracks whether the form differs from the loaded profile (dirty). No Qt;
 widgets subscribe to ``state_replaced`` (repopulate every field) and

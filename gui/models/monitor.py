@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gui.gateway.run_state import (
-    HistoryEnd,
     HubMessage,
     NodeInfo,
     RankInfo,
@@ -633,7 +632,7 @@ class MonitorModel:
                    default=0)
 
     def set_rank_results(self, results: dict[int, RankStats]) -> None:
-        """The run ended: each rank's whole-run figures (``gui.gateway.store_reads.rank_results``)."""
+        """The run ended: each rank's whole-run figures (``StoreReads.rank_results``)."""
         self.rank_results = results
         self.ranks_changed.emit()
 
@@ -661,7 +660,7 @@ class MonitorModel:
 
     @classmethod
     def from_records(cls, records: RunRecords, log_limit: int = LOG_LIMIT) -> MonitorModel:
-        """A model of a run as the store recorded it (``gui.gateway.store_reads.run_records``;
+        """A model of a run as the store recorded it (``StoreReads.run_records``;
         built on the store reader's thread, where ``records.window.metric_chunks`` can be read). A
         big run comes bounded as attaching to it would: ``state.history_end`` says what was
         thinned or left out."""
@@ -673,7 +672,7 @@ class MonitorModel:
         model.add_gpu_rows(window.gpu_samples)
         model.state.note_process_samples(window.process_samples)
         model.add_process_rows(window.process_samples)
-        model.state.history_end = HistoryEnd(window.decimated, dict(window.left_out))
+        model.state.history_end = records.history_end
         model.add_log_lines(records.logs)
         model.logs.total = max(model.logs.total, records.log_total)
         model.add_events(records.events)

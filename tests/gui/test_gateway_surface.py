@@ -15,7 +15,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY = REPO / "gui" / "gateway"
 
-MOST_NAMES_THE_GUI_TAKES = 68
+MOST_NAMES_THE_GUI_TAKES = 67
 """Distinct (gateway module, name) pairs imported by ``gui`` outside the gateway (134 before)."""
 MOST_NAMES_THE_GATEWAY_EXPORTS = 75
 """All ``__all__`` lists of the gateway's modules together (148 before)."""

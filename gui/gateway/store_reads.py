@@ -127,6 +127,21 @@ def _figures(store: RunStore, rows: list[ListedRun]) -> dict[int, RunFigures]:
     return {**fresh, **known}
 
 
+def _spec_table(text: str | None) -> dict[str, Any]:
+    """A stored spec (TOML text) as the profile table the run was launched with; empty when there
+    is none or it cannot be read (a run is still shown without it)."""
+    if not text:
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # Python 3.10
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except (ValueError, TypeError):
+        return {}
+
+
 class StoreReads:
     """The reads of the run store the GUI makes, each a function of a read-only ``RunStore`` that
     the store reader runs on its thread (``store_reader().read(StoreReads.runs, ...)``), except
@@ -186,7 +201,7 @@ class StoreReads:
         """Everything recorded of run ``run_id`` (the last ``log_limit`` log lines)."""
         run = store.stored_run(run_id)
         return RunRecords(
-            run=run, spec_toml=run.spec_toml or None, spec=StoreReads.spec_table(run.spec_toml),
+            run=run, spec_toml=run.spec_toml or None, spec=_spec_table(run.spec_toml),
             ranks=tuple(store.ranks(run_id)), nodes=tuple(store.stored_nodes(run_id)),
             window=read_run_window(store, run_id), logs=store.log_lines(run_id, limit=log_limit),
             log_total=store.count("logs", run_id),
@@ -198,7 +213,7 @@ class StoreReads:
         """What run ``run_id``'s charts are drawn from (its metrics and samples; no logs, events or
         per-rank figures): the runs overlay reads this of each run it compares."""
         run = store.stored_run(run_id)
-        return RunRecords(run=run, spec_toml=run.spec_toml or None, spec=StoreReads.spec_table(run.spec_toml),
+        return RunRecords(run=run, spec_toml=run.spec_toml or None, spec=_spec_table(run.spec_toml),
                           ranks=tuple(store.ranks(run_id)), nodes=(),
                           window=read_run_window(store, run_id), logs=[], log_total=0, events=(),
                           rank_results={})
@@ -210,21 +225,6 @@ class StoreReads:
         what ``rankwatch show`` and the end of a plain run print)."""
         stats, _logged = run_statistics(store, run_id)
         return {entry.rank: entry for entry in stats}
-
-    @staticmethod
-    def spec_table(text: str | None) -> dict[str, Any]:
-        """A stored spec (TOML text) as the profile table the run was launched with; empty when there
-        is none or it cannot be read (a run is still shown without it)."""
-        if not text:
-            return {}
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:  # Python 3.10
-            import tomli as tomllib
-        try:
-            return tomllib.loads(text)
-        except (ValueError, TypeError):
-            return {}
 
     @staticmethod
     def export_run(store: RunStore, run_id: int, folder: Path, log_limit: int) -> RunRecords:

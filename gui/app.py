@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Mapping
 
-from gui.gateway.runner_rules import adopt_private_umask
+from gui.gateway.files import RankwatchFiles
 
 APP_ID = "rankwatch"
 """The program name the desktop sees: X11 WM_CLASS instance, Wayland app id (the .desktop file's name)."""
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from gui.gateway.launch_spec import EXAMPLE_PROFILE
+    from gui.gateway.profiles import ProfileLibrary
 
     # Qt is imported only now: a server without a display often lacks libGL too.
     from gui.main_window import (
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.theme == "system":
         follow_system_color_scheme(app)
 
-    window = MainWindow(initial_profile=EXAMPLE_PROFILE if args.example else args.profile)
+    window = MainWindow(initial_profile=ProfileLibrary.EXAMPLE if args.example else args.profile)
     window.show()
 
     # Ctrl-C in the terminal closes the window (asking about a live job like the close button).
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    adopt_private_umask()  # what Rankwatch writes is private; the user's code keeps the user's umask
+    RankwatchFiles.keep_private()  # what Rankwatch writes is private; the user's code keeps the user's umask
     sys.exit(main())
 
 

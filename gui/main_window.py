@@ -50,10 +50,11 @@ from PySide6.QtWidgets import (
 )
 
 from gui.editor_link import SourceLocation, open_location
-from gui.gateway.launch_spec import EXAMPLE_PROFILE, LaunchSpec, ProfileError, SpecErrors
+from gui.gateway.files import RankwatchFiles
+from gui.gateway.launch_spec import LaunchSpec, SpecErrors
 from gui.gateway.probe import RunnerProbe
-from gui.gateway.run_state import HUNG
-from gui.gateway.runner_rules import paths
+from gui.gateway.profiles import ProfileError, ProfileLibrary
+from gui.gateway.run_state import RunReading
 from gui.models.history import RunRow
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.notices import APP_NAME, run_end_notice, window_title
@@ -149,7 +150,7 @@ def follow_system_color_scheme(app: QApplication) -> None:
 def app_icon() -> QIcon:
     icon = QIcon()
     for name in ("rankwatch.svg", "rankwatch.png"):
-        path = paths.assets_dir() / name
+        path = RankwatchFiles.assets_dir() / name
         if path.exists():
             icon.addFile(str(path))
     return icon
@@ -340,7 +341,7 @@ class MainWindow(QMainWindow):
     def about_text(self) -> str:
         return (f"<b>{APP_TITLE} {app_version()}</b><br>A desktop launcher and live monitor for PyTorch "
                 "distributed training (torchrun).<br><br>Profiles: "
-                f"{paths.profiles_dir()}<br>Run store: {paths.data_dir()}")
+                f"{ProfileLibrary.folder()}<br>Run store: {RankwatchFiles.data_dir()}")
 
     def show_about(self) -> None:
         QMessageBox.about(self, f"About {APP_TITLE}", self.about_text())
@@ -377,7 +378,7 @@ class MainWindow(QMainWindow):
         last = self.settings.last_profile()
         if last and last in self.profiles.names:
             candidates.append(last)
-        candidates.append(EXAMPLE_PROFILE)
+        candidates.append(ProfileLibrary.EXAMPLE)
         for name in candidates:
             try:
                 profile = self.profiles.load(name)
@@ -442,7 +443,7 @@ class MainWindow(QMainWindow):
             return
         live = [row for row in self.history.rows() if getattr(row, "live", False)]
         if live:
-            runs = ", ".join(f"{row.run_id}{' hung' if row.status == HUNG else ''}" for row in live[:5])
+            runs = ", ".join(f"{row.run_id}{' hung' if row.status == RunReading.HUNG else ''}" for row in live[:5])
             self.statusBar().showMessage(
                 f"{len(live)} job{'s are' if len(live) != 1 else ' is'} still running (run {runs}): "
                 "attach from History (double-click) or Run ▸ Attach", 20000)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings
 
-from gui.gateway.runner_rules import paths
+from gui.gateway.files import RankwatchFiles
 
 MAX_RECENT_SCRIPTS = 10
 
 
 def settings_path() -> Path:
-    return paths.config_dir() / "gui.ini"
+    return RankwatchFiles.config_dir() / "gui.ini"
 
 
 class AppSettings:

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from gui.gateway.runner_rules import paths
+from runner import paths
 
-DOCTOR_TIMEOUT_MS = 90_000
+__all__ = ["DoctorProcess"]
 
 
 def default_command() -> list[str]:
@@ -33,11 +33,14 @@ class DoctorProcess(QObject):
         failed(str): no answer: it could not start, or it timed out (killed).
     """
 
+    TIMEOUT_MS = 90_000
+    """How long a doctor run may take (it imports torch and asks NVML) before it is killed."""
+
     answered = Signal(str, str, int)
     failed = Signal(str)
 
     def __init__(self, parent: QObject | None = None, *, command: Sequence[str] | None = None,
-                 timeout_ms: int = DOCTOR_TIMEOUT_MS) -> None:
+                 timeout_ms: int = TIMEOUT_MS) -> None:
         super().__init__(parent)
         self.command = list(command or default_command())
         self.timeout_ms = timeout_ms

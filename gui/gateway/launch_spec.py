@@ -1,129 +1,28 @@
-"""The launch spec and how the runner would run it: what the launch form and the profiles use.
+"""The launch spec's typed values, as the launch form and the profiles hold them.
 
-The GUI edits a ``LaunchSpec`` and shows what ``rankwatch run`` would do with it: the
-same schema, parsing, checks, profile files, resolution, torchrun commands, rendezvous
-plan and Slurm script as the runner (one truth: the form's preview is the runner's
-command). Only this gateway package reaches into ``runner``; the GUI's models and
-widgets take these names from here (an import-linter contract in ``pyproject.toml``).
+``LaunchSpec`` (what the user asked for; ``SlurmSpec`` its Slurm section, ``GpuSelection`` its
+``gpus``), the TOML table a profile file holds (``TomlTable`` of ``TomlValue`` s), the generic settings a spec
+class declares (``PathSetting``, ``SettingValue``) and the errors its parsing raises
+(``SpecError`` for one field, ``SpecErrors`` for several), all the runner's own types. What the
+runner does with a spec is ``launch_rules.LaunchRules``; the profile files are
+``profiles.ProfileLibrary``.
 """
 
 from __future__ import annotations
 
-from runner.interpreters import discover_interpreters
-from runner.launch.command import RendezvousPlan, build_commands
-from runner.launch.ports import free_port
-from runner.profile.check import check_launch, torch_missing
-from runner.profile.files import (
-    EXAMPLE_PROFILE,
-    PROFILE_NAME,
-    Profile,
-    ProfileError,
-    delete_profile,
-    example_profile,
-    fit_example,
-    list_profiles,
-    load_profile,
-    profile_path,
-    read_spec_file,
-    rename_profile,
-    save_profile,
-    write_spec_file,
-)
-from runner.profile.oversubscription import cores_oversubscribed
-from runner.profile.parse import SpecError, SpecErrors, spec_from_dict, spec_to_dict
-from runner.profile.resolve import (
-    MachineFacts,
-    ResolvedLaunch,
-    ResolvedNode,
-    default_interpreter,
-    resolve,
-)
-from runner.profile.schema import (
-    CHECK,
-    COMBO,
-    INTEGER,
-    LINE,
-    NUMBER,
-    PathSetting,
-    SettingValue,
-    all_settings,
-    value_at,
-)
-from runner.profile.spec import (
-    ALL,
-    AUTO,
-    BACKENDS,
-    CPU,
-    RENDEZVOUS_MODES,
-    SCHEMA_VERSION,
-    SELF_SPAWN,
-    TORCHRUN,
-    GpuSelection,
-    LaunchSpec,
-    NodeSpec,
-    SlurmSpec,
-    TelemetrySpec,
-)
-from runner.profile.toml_types import TomlTable, TomlValue, without_none
-from runner.remote.rendezvous import plan_rendezvous
-from runner.slurm.script import render_by_hand
+from runner.profile.parse import SpecError, SpecErrors
+from runner.profile.schema import PathSetting, SettingValue
+from runner.profile.spec import GpuSelection, LaunchSpec, SlurmSpec
+from runner.profile.toml_types import TomlTable, TomlValue
 
 __all__ = [
-    "ALL",
-    "AUTO",
-    "BACKENDS",
-    "CHECK",
-    "COMBO",
-    "CPU",
-    "EXAMPLE_PROFILE",
-    "INTEGER",
-    "LINE",
-    "NUMBER",
-    "PROFILE_NAME",
-    "RENDEZVOUS_MODES",
-    "SCHEMA_VERSION",
-    "SELF_SPAWN",
-    "TORCHRUN",
     "GpuSelection",
     "LaunchSpec",
-    "MachineFacts",
-    "NodeSpec",
     "PathSetting",
-    "Profile",
-    "ProfileError",
-    "RendezvousPlan",
-    "ResolvedLaunch",
-    "ResolvedNode",
     "SettingValue",
     "SlurmSpec",
     "SpecError",
     "SpecErrors",
-    "TelemetrySpec",
     "TomlTable",
     "TomlValue",
-    "all_settings",
-    "build_commands",
-    "check_launch",
-    "cores_oversubscribed",
-    "default_interpreter",
-    "delete_profile",
-    "discover_interpreters",
-    "example_profile",
-    "fit_example",
-    "free_port",
-    "list_profiles",
-    "load_profile",
-    "plan_rendezvous",
-    "profile_path",
-    "read_spec_file",
-    "rename_profile",
-    "render_by_hand",
-    "resolve",
-    "save_profile",
-    "spec_from_dict",
-    "spec_to_dict",
-    "torch_missing",
-    "value_at",
-    "without_none",
-    "write_spec_file",
 ]

@@ -30,6 +30,8 @@ SLICE_S = 0.02
 READ_CHUNK = 256 * 1024
 READ_BUFFER = 4 * 1024 * 1024
 
+__all__ = ["RunnerLink"]
+
 
 class RunnerLink(QObject):
     """Subscribe to one runner and relay its messages as Qt signals.

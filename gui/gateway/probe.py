@@ -24,6 +24,8 @@ DEFAULT_TIMEOUT_MS = 60_000
 GPUS = "gpus"
 INTERPRETER = "interpreter"
 
+__all__ = ["RunnerProbe"]
+
 
 def default_command() -> list[str]:
     """``python -m runner`` in Rankwatch's own Python."""
@@ -40,6 +42,11 @@ class RunnerProbe(QObject):
             ``interpreter``; ``target`` the interpreter asked about (or empty).
         busy_changed(bool): whether any probe is running.
     """
+
+    GPUS = GPUS
+    """A failed probe's ``kind``: the GPU-only probe (the GPU report is then unknown)."""
+    INTERPRETER = INTERPRETER
+    """A failed probe's ``kind``: an interpreter's probe (its ``target``)."""
 
     gpus_probed = Signal(object)
     interpreter_probed = Signal(object)

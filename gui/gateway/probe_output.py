@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from gui.gateway.runner_rules import GpuProcess, GpuReport, GpuSnapshot
+from runner.sampling.gpu_report import GpuProcess, GpuReport, GpuSnapshot
 
-BACKEND_NAMES = ("nccl", "gloo", "mpi")
+__all__ = ["InterpreterInfo", "ProbeError", "parse_probe_output", "unavailable_report"]
 
 
 class ProbeError(ValueError):
@@ -32,6 +32,9 @@ class BackendInfo:
 @dataclass(frozen=True)
 class InterpreterInfo:
     """One interpreter as the runner probed it (torch imported in that interpreter)."""
+
+    BACKEND_NAMES: ClassVar[tuple[str, ...]] = ("nccl", "gloo", "mpi")
+    """The backends the probe reports on (``backend`` answers for these)."""
 
     python: str
     ok: bool

@@ -31,6 +31,9 @@ from runner.profile.spec import LaunchSpec
 LAUNCH_TIMEOUT_MS = 60_000
 
 CommandBuilder = Callable[[Path], Sequence[str]]
+"""The command that starts a detached runner for a spec file (tests put a fake launcher here)."""
+
+__all__ = ["CommandBuilder", "RunnerProcess", "runner_command"]
 
 
 def runner_command(spec_path: Path) -> list[str]:
@@ -71,9 +74,11 @@ class RunnerProcess(QObject):
     runner_started = Signal(object)
     launch_failed = Signal(str, list)
 
-    def __init__(self, parent: QObject | None = None, command: CommandBuilder = runner_command) -> None:
+    def __init__(self, parent: QObject | None = None, command: CommandBuilder | None = None) -> None:
+        """``command``: how to start the launcher for a spec file; ``None``: ``runner_command``,
+        the real ``python -m runner run --detach --json SPEC``."""
         super().__init__(parent)
-        self._command = command
+        self._command = command or runner_command
         self._process: QProcess | None = None
         self._spec_dir: tempfile.TemporaryDirectory | None = None
 

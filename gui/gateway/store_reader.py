@@ -30,6 +30,9 @@ from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
 from runner.store.store import RunNotFound, RunStore
 
 THREAD_NAME = "rankwatch-store-reader"
+
+__all__ = ["Poll", "StoreReader", "store_reader"]
+
 Result = TypeVar("Result")
 Read = Callable[[RunStore], Result]
 _NO_DEFAULT: Any = object()

@@ -36,37 +36,30 @@ from gui.gateway.findings import (
     CaptureRecord,
     Divergence,
     EarlyFailure,
-    FlightRecorderFinding,
+    FindingEvents,
     LauncherFinding,
     NodeLost,
-    ResumedFields,
-    RunFinishedFields,
     StallEvent,
     StoredDiagnostics,
     StragglerCause,
     StragglerRecord,
     StragglerWithdrawn,
-    fields_of,
-    is_capture,
-    straggler_of,
 )
-from gui.gateway.run_state import Event as HubEvent
 from gui.gateway.runner_rules import (
     Hint,
     HintKey,
     Outcome,
     RankFailure,
     RunSummary,
-    ended_by,
-    failure_end_words,
-    stall_outcome,
 )
+from gui.gateway.wording import RunWording
 from gui.models import Event
 from gui.models.monitor import MonitorModel, format_age
 from gui.models.stacks import ERROR as STACKS_ERROR
 from gui.models.stacks import INFO as STACKS_INFO
-from gui.models.stacks import StacksLayout, layout_capture, ranks_text
+from gui.models.stacks import StacksLayout, layout_capture
 from rankwatch.protocol import Bottleneck as Verdicts
+from rankwatch.protocol import Event as HubEvent
 from rankwatch.protocol import EventKind
 
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -271,9 +264,9 @@ def divergence_text(divergence: Divergence, rank: int | None = None) -> str:
     """``parameters diverged at step 14: rank 1 disagrees with rank 0``; ``rank``: the event's, for one
     that names no ranks."""
     ranks = list(divergence.ranks) or ([rank] if rank is not None else [])
-    who = ranks_text(ranks) if ranks else "a rank"
+    who = RunWording.ranks(ranks) if ranks else "a rank"
     verb = "disagrees" if len(ranks) == 1 else "disagree"
-    against = f" with {ranks_text(divergence.reference)}" if divergence.reference else ""
+    against = f" with {RunWording.ranks(divergence.reference)}" if divergence.reference else ""
     return f"parameters diverged at step {divergence.step}: {who} {verb}{against}"
 
 
@@ -287,7 +280,7 @@ def _stall_line(stalls: Iterable[StallEvent], now: float) -> str:
         ranks = sorted(stall.rank for stall in events if stall.rank is not None)
         seconds = min(stall.stalled_for(now) for stall in events)
         where = f"at step {step}" if step is not None else "before its first step"
-        parts.append(f"{ranks_text(ranks)} stalled {where} for {format_age(seconds)}")
+        parts.append(f"{RunWording.ranks(ranks)} stalled {where} for {format_age(seconds)}")
     return "; ".join(parts)
 
 
@@ -392,8 +385,9 @@ class DiagnosisModel:
                 capture = json.load(handle)
         except (OSError, ValueError):
             return  # moved or deleted: the summary's verdict is still shown in the findings
-        if isinstance(capture, dict) and is_capture(capture):
-            self.capture = CaptureRecord.from_wire(capture)
+        stored = FindingEvents.capture_file(capture)
+        if stored is not None:
+            self.capture = stored
             self.captures += 1
             self.stacks_received.emit(self.capture)
 
@@ -410,15 +404,14 @@ class DiagnosisModel:
         """One typed event; True when it changed what is shown."""
         kind, rank, t = event.kind, event.rank, event.t
         if kind == EventKind.STALLED and rank is not None:
-            stall = self.stalls[rank] = StallEvent.from_event(event)
+            stall = self.stalls[rank] = FindingEvents.stall(event)
             self._note(Finding(kind.value, rank, stall.step, stall.message or _stall_line([stall], t), True, t))
         elif kind == EventKind.RESUMED and rank is not None:
             self.stalls.pop(rank, None)
-            resumed = fields_of(event)
-            step = resumed.step if isinstance(resumed, ResumedFields) else None
+            step = FindingEvents.resumed_step(event)
             self._close(EventKind.STALLED.value, rank, f"resumed at step {step}")
         elif kind == EventKind.STRAGGLER and rank is not None:
-            straggler = straggler_of(event)
+            straggler = FindingEvents.straggler(event)
             if isinstance(straggler, StragglerWithdrawn):
                 self.stragglers.pop(rank, None)
                 self._close(kind.value, rank, f"no longer a straggler at step {straggler.step}")
@@ -426,48 +419,47 @@ class DiagnosisModel:
                 self.stragglers[rank] = straggler
                 self._note(Finding(kind.value, rank, straggler.step, straggler_text(straggler), True, t))
         elif kind == EventKind.DIVERGENCE:
-            divergence = Divergence.from_wire({**event.fields, "message": event.message})
+            divergence = FindingEvents.divergence(event)
             self.divergences.append(_Divergence(divergence, rank, t))
             self._note(Finding(kind.value, rank, divergence.step, divergence_text(divergence, rank), True, t,
                                tuple(divergence.ranks)))
-        elif kind == EventKind.STACKS and is_capture(event.fields):
-            capture = self.capture = CaptureRecord.from_wire({**event.fields, "t": t})
+        elif kind == EventKind.STACKS and (capture := FindingEvents.capture(event)) is not None:
+            self.capture = capture
             self.captures += 1
             layout = self._laid_out(capture)
             self._note(Finding(kind.value, None, None, f"stacks ({layout.reason}): {layout.verdict}", False, t))
             self.stacks_received.emit(capture)
         elif kind == EventKind.FLIGHT_RECORDER:  # the ranks' collectives compared after a capture
-            flight = FlightRecorderFinding.from_wire(event.fields)
-            culprits = tuple(flight.culprits)
+            culprits = FindingEvents.flight_recorder_culprits(event)
             self._note(Finding(kind.value, culprits[0] if len(culprits) == 1 else None, None,
                                f"collectives (Flight Recorder): {event.message}", bool(culprits), t, culprits))
         elif kind == EventKind.LAUNCH_MISMATCH:
-            mismatch = LauncherFinding.from_wire(event.fields)
+            mismatch = FindingEvents.launcher(event)
             if not mismatch.key:
                 return False
             self.launch_mismatches[mismatch.key] = _Mismatch(mismatch, rank, event.message)
             self._note(Finding(kind.value, rank, None, mismatch.title or mismatch.cause or event.message,
                                mismatch.level != "info", t))
         elif kind == EventKind.NODE_LOST:
-            lost = NodeLost.from_event(event)
+            lost = FindingEvents.node_lost(event)
             self.lost_nodes[lost.node_rank if lost.node_rank is not None else -1] = lost
             self._note(Finding(kind.value, None, None, lost.message or "a node was lost", True, t))
         elif kind in (EventKind.RANK_FAILED, EventKind.EXCEPTION) and rank is not None:
-            failure = EarlyFailure.from_event(event)
+            failure = FindingEvents.early_failure(event)
             if kind == EventKind.RANK_FAILED or failure.fatal:
                 self.early_failures.append(failure)
         elif kind == EventKind.CONNECTION_LOST and rank is not None:
             if not self._stopping:  # ranks stopped on request drop their connections too
-                self.early_failures.append(EarlyFailure.from_event(event))
+                self.early_failures.append(FindingEvents.early_failure(event))
         elif kind == EventKind.STOPPING:
             self._stopping = True
         elif kind == EventKind.BOTTLENECK:
-            self.live_bottleneck = (BottleneckRecord.from_event(event), t)
+            self.live_bottleneck = (FindingEvents.bottleneck(event), t)
         elif kind == EventKind.RUN_FINISHED:
-            finished = fields_of(event)
-            if not isinstance(finished, RunFinishedFields) or finished.summary is None:
+            summary = FindingEvents.finished_summary(event)
+            if summary is None:
                 return False
-            self._finished_summary = finished.summary
+            self._finished_summary = summary
         else:
             return False
         return True
@@ -570,14 +562,14 @@ class DiagnosisModel:
         diagnostics = self.diagnostics
         for stall in diagnostics.stalls:  # how the run's end closed a stall the events left open
             if stall.finished_after is not None:
-                close_finding(found, EventKind.STALLED.value, stall.rank, stall_outcome(stall.to_json()))
+                close_finding(found, EventKind.STALLED.value, stall.rank, RunWording.stall_outcome(stall))
         if EventKind.STALLED.value not in kinds:
             for stall in diagnostics.stalls:
                 where = f"at step {stall.step}" if stall.step is not None else "before its first step"
                 hung = stall.resumed_after is None and stall.finished_after is None
                 found.append(Finding(EventKind.STALLED.value, stall.rank, stall.step,
                                      f"rank {stall.rank} stalled {where} (no progress for {stall.seconds:.0f} s)"
-                                     f"{stall_outcome(stall.to_json())}", hung, stall.since))
+                                     f"{RunWording.stall_outcome(stall)}", hung, stall.since))
         if EventKind.STRAGGLER.value not in kinds:
             for straggler in diagnostics.stragglers:
                 found.append(Finding(EventKind.STRAGGLER.value, straggler.rank, straggler.step,
@@ -608,7 +600,7 @@ class DiagnosisModel:
         notes: dict[int, list[str]] = {}
         first = self.first_failure
         if first is not None and first.rank is not None:
-            notes.setdefault(first.rank, []).append(f"failed first: {failure_end_words(first)}")
+            notes.setdefault(first.rank, []).append(f"failed first: {RunWording.failure_end(first)}")
         live = not self.monitor.finished
         if live:
             for rank, stall in self.stalls.items():
@@ -642,11 +634,11 @@ class DiagnosisModel:
             state = "" if row is None else row.state
             host = str((row.host if row is not None else None) or (fate.host if fate else "") or "")
             if fate is not None:
-                how = failure_end_words(fate)
+                how = RunWording.failure_end(fate)
                 detail = fate.exception_line or ""
             else:
                 exit_code = None if row is None else row.exit_code
-                how = ended_by(exit_code) if exit_code is not None else ""
+                how = RunWording.ended_by(exit_code) if exit_code is not None else ""
                 detail = ""
             is_first = first is not None and first.rank == rank
             lines.append(RankLine(rank, host, state, ("failed first: " if is_first else "") + how, detail, is_first))

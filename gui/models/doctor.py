@@ -16,10 +16,11 @@ with the last report kept while a re-run is under way.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gui.gateway.runner_rules import CheckStatus, DoctorCheck, doctor_facts
+from gui.gateway.runner_rules import CheckStatus, DoctorCheck, DoctorFacts
 from gui.models import Event
 
 OK, INFO, WARN, FAIL = CheckStatus.OK, CheckStatus.INFO, CheckStatus.WARN, CheckStatus.FAIL
@@ -45,7 +46,7 @@ class DoctorReport:
     seconds: float | None
     checks: tuple[DoctorCheck, ...]
     sections: tuple[Section, ...]
-    facts: doctor_facts.DoctorFacts | None = field(default=None, compare=False, repr=False)
+    facts: DoctorFacts | None = field(default=None, compare=False, repr=False)
     """The report's facts, read with the runner's type (what ``sections`` words)."""
 
     def counts(self) -> dict[CheckStatus, int]:
@@ -110,7 +111,7 @@ def parse_doctor_output(text: str) -> DoctorReport:
     return DoctorReport(ok=bool(data.get("ok", not any(c.status == FAIL for c in checks))),
                         seconds=float(seconds) if isinstance(seconds, (int, float)) else None,
                         checks=checks, sections=tuple(build_sections(data)),
-                        facts=doctor_facts.DoctorFacts.from_json(data))
+                        facts=DoctorFacts.from_json(data))
 
 
 def _text(value: Any, missing: str = "—") -> str:
@@ -125,15 +126,21 @@ def gib(value: Any) -> str:
     return "?" if not isinstance(value, (int, float)) else f"{value / (1 << 30):.1f} GiB"
 
 
+def part(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``data[key]`` when it is a JSON object, else an empty one (a part the report lacks)."""
+    value = data.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def build_sections(data: dict[str, Any]) -> list[Section]:
     """The facts of a doctor report, grouped as the panel shows them (absent parts are skipped).
 
-    Each part is read with the runner's own type (``doctor_facts``), leniently: what is missing
+    Each part is read with the runner's own type (``DoctorFacts``), leniently: what is missing
     or of the wrong type shows as "—"."""
     sections = []
-    part = doctor_facts.object_of
-    if part(data, "system"):
-        system = doctor_facts.SystemFacts.from_json(part(data, "system"))
+    facts = DoctorFacts.from_json(data)
+    system = facts.system
+    if part(data, "system") and system is not None:
         sections.append(Section("System", (
             ("OS", f"{_text(system.distribution or system.os)} ({_text(system.os)} "
                    f"{_text(system.release, '')}, {_text(system.machine, '')})"),
@@ -142,7 +149,7 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
                      f"({_text(system.physical_cores)} physical cores)"),
             ("Memory", f"{gib(system.memory_total)} ({gib(system.memory_available)} available)"),
         )))
-    probe = doctor_facts.InterpreterFacts.from_json(part(data, "interpreter"))
+    probe = facts.interpreter
     if part(data, "interpreter") or part(data, "runner"):
         rows = [("Python", f"{_text(probe.python)} (Python {_text(probe.python_version, '?')})"),
                 ("torch", _text(probe.torch, "not importable" + (f": {probe.error}" if probe.error else "")))]
@@ -151,12 +158,12 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
                                        f"{'available' if probe.cuda_available else 'not available'}, "
                                        f"{_text(probe.device_count, '0')} device(s)"))
             rows.append(("cuDNN / NCCL", f"{probe.cudnn or '—'} / {_text(probe.nccl_version)}"))
-        if part(data, "runner"):
-            runner = doctor_facts.RunnerFacts.from_json(part(data, "runner"))
+        runner = facts.runner
+        if part(data, "runner") and runner is not None:
             rows.append(("Rankwatch's Python", f"{_text(runner.python)} (Python {_text(runner.python_version, '?')})"))
         sections.append(Section("Interpreter", tuple(rows)))
     if part(data, "gpus"):
-        gpus = doctor_facts.GpuFacts.from_json(part(data, "gpus"))
+        gpus = facts.gpus
         rows = []
         if gpus.available:
             rows.append(("Driver", f"{_text(gpus.driver_version)} (CUDA {_text(gpus.cuda_driver_version)})"))
@@ -168,17 +175,17 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
             rows.append(("GPUs", f"none ({_text(gpus.reason, 'no NVIDIA driver')})"))
         sections.append(Section("GPUs", tuple(rows)))
     if part(data, "backends"):
-        backends = doctor_facts.BackendFacts.from_json(part(data, "backends"))
+        backends = facts.backends
         rows = [("Usable", ", ".join(backends.usable) or "none")]
         for name, why in sorted(backends.unusable.items()):
             rows.append((f"{name} (not usable)", _text(why, "unknown reason")))
         sections.append(Section("Backends", tuple(rows)))
     if part(data, "port"):
-        port = doctor_facts.PortFacts.from_json(part(data, "port"))
+        port = facts.port
         state = "free" if port.free else f"in use by {_text(port.holder, 'another process')}"
         sections.append(Section("Port", ((f"Port {_text(port.port)}", state),)))
     if part(data, "threads"):
-        threads = doctor_facts.ThreadFacts.from_json(part(data, "threads"))
+        threads = facts.threads
         sections.append(Section("Threads", (
             ("OMP_NUM_THREADS", _text(threads.omp_num_threads, "not set")),
             ("Processes per node", _text(threads.processes)),
@@ -186,7 +193,7 @@ def build_sections(data: dict[str, Any]) -> list[Section]:
             ("Rankwatch sets", f"{_text(threads.rankwatch_sets)} thread(s) per rank"),
         )))
     if part(data, "cuda_visible_devices"):
-        visible = doctor_facts.VisibleDeviceFacts.from_json(part(data, "cuda_visible_devices"))
+        visible = facts.cuda_visible_devices
         picked = visible.picked
         picked_text = ", ".join(map(str, picked)) if isinstance(picked, list) else _text(picked)
         sections.append(Section("CUDA_VISIBLE_DEVICES", (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gui.gateway.run_state import RunEvent
+from rankwatch.protocol import Event as RunEvent
 
 EVENT_TITLES = {
     "rank_started": "Rank started", "rank_exited": "Rank exited", "rank_failed": "Rank failed",

@@ -19,11 +19,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from gui.gateway.run_state import RankInfo
-from gui.gateway.runner_rules import UNKNOWN_END as UNKNOWN
-from gui.gateway.runner_rules import RunSummary, ended_by, rank_end_words
+from gui.gateway.runner_rules import RunSummary
+from gui.gateway.wording import RunWording
 
 __all__ = ["NOT_ENDED", "UNKNOWN", "ended_by", "rank_ended_by", "rank_exits", "run_summary"]
 
+UNKNOWN = RunWording.NOT_MEASURED
+"""A rank that ended without a known status ("–")."""
 NOT_ENDED = ""
 """A rank that is still running has no end to tell."""
 
@@ -55,8 +57,13 @@ def rank_ended_by(row: RankInfo, summary: RunSummary | Mapping[str, Any] | None,
     verdict = rank_exits(summary).get(row.rank)
     if verdict is not None and (verdict[0] is not None or verdict[1] or verdict[2] is not None):
         code, signal, after = verdict
-        return rank_end_words(code, signal, after=after)
+        return RunWording.rank_end(code, signal, after=after)
     code = row.exit_code
     if code is not None:
         return ended_by(code)
     return UNKNOWN if finished else NOT_ENDED
+
+
+def ended_by(exit_code: int | None, signal: str | None = None) -> str:
+    """What "Ended by" says of an exit status: the runner's words (``RunWording.ended_by``)."""
+    return RunWording.ended_by(exit_code, signal)

@@ -83,7 +83,7 @@ class RunRow:
 
     @classmethod
     def from_store(cls, listed: ListedRun) -> RunRow:
-        """From the store's row with its liveness (``gui.gateway.store_reads.with_liveness``)."""
+        """From the store's row with its liveness (``StoreReads.with_liveness``)."""
         run = listed.run
         return cls(run_id=listed.id, profile=run.profile, status=listed.effective_status,
                    created=run.created or 0.0, started=run.started, ended=run.ended, exit_code=run.exit_code,

@@ -4,12 +4,12 @@
 as picked) and, after every edit, evaluates it the way ``rankwatch run`` would:
 
 1. the form becomes the same TOML-shaped table a profile file holds, and
-   ``runner.profile.parse.spec_from_dict`` turns it into a ``LaunchSpec`` -- so every
-   field error is the CLI's own message, naming the same field;
-2. ``runner.profile.resolve`` + ``runner.profile.check.check_launch`` check it against this
-   machine (GPUs as the runner's probe reported them);
-3. ``runner.launch.command.build_commands`` builds each node's torchrun command:
-   the preview is the function the runner uses, not a copy of it.
+   ``LaunchRules.parse`` (the runner's ``spec_from_dict``) turns it into a ``LaunchSpec`` --
+   so every field error is the CLI's own message, naming the same field;
+2. ``LaunchRules.check`` (the runner's resolution and ``check_launch``) checks it against
+   this machine (GPUs as the runner's probe reported them);
+3. ``LaunchRules.commands`` (the runner's ``build_commands``) builds each node's torchrun
+   command: the preview is the function the runner uses, not a copy of it.
 
 It also tracks whether the form differs from the loaded profile (dirty). No Qt;
 widgets subscribe to ``state_replaced`` (repopulate every field) and
@@ -24,50 +24,30 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from gui.gateway.launch_spec import (
-    ALL,
-    AUTO,
-    CHECK,
-    COMBO,
-    CPU,
-    EXAMPLE_PROFILE,
-    INTEGER,
-    LINE,
-    NUMBER,
-    SCHEMA_VERSION,
-    GpuSelection,
-    LaunchSpec,
-    MachineFacts,
-    NodeSpec,
-    PathSetting,
+from gui.gateway.launch_rules import (
+    CommandPreview,
+    LaunchRules,
     RendezvousPlan,
     ResolvedLaunch,
-    ResolvedNode,
+    SettingWidget,
+)
+from gui.gateway.launch_spec import (
+    GpuSelection,
+    LaunchSpec,
+    PathSetting,
     SettingValue,
     SpecError,
     SpecErrors,
     TomlTable,
     TomlValue,
-    all_settings,
-    build_commands,
-    check_launch,
-    cores_oversubscribed,
-    default_interpreter,
-    fit_example,
-    free_port,
-    plan_rendezvous,
-    render_by_hand,
-    resolve,
-    spec_from_dict,
-    torch_missing,
-    value_at,
-    without_none,
 )
 from gui.gateway.probe_output import InterpreterInfo
+from gui.gateway.profiles import ProfileLibrary
 from gui.gateway.runner_rules import GpuReport
 from gui.models import Event
 from gui.models.slurm_form import SlurmForm
 
+AUTO = LaunchRules.AUTO
 ENTRY_SCRIPT = "script"
 ENTRY_MODULE = "module"
 CHECKING_GPUS = "Checking GPUs…"
@@ -89,14 +69,15 @@ class NodeRow:
     workdir: str | None = None
 
     @classmethod
-    def from_node(cls, node: NodeSpec) -> NodeRow:
-        return cls(host=node.host, processes=str(node.processes), user=node.user, port=node.port,
-                   python=node.python, workdir=node.workdir)
+    def rows_of(cls, spec: LaunchSpec) -> tuple[NodeRow, ...]:
+        """The nodes table's rows for ``spec``'s nodes, as loaded."""
+        return tuple(cls(host=node.host, processes=str(node.processes), user=node.user, port=node.port,
+                         python=node.python, workdir=node.workdir) for node in spec.nodes)
 
     def to_table(self) -> TomlTable:
         """The ``[[nodes]]`` table. Text that is not a number stays text, so the spec parser
         reports it with the CLI's own message (``nodes[1].port: expected an integer ...``)."""
-        return without_none({
+        return LaunchRules.table({
             "host": self.host.strip(), "processes": _number_or_text(self.processes) if self.processes.strip() else AUTO,
             "user": _text_or_none(self.user),
             "port": _number_or_text(self.port) if isinstance(self.port, str) else self.port,
@@ -170,7 +151,7 @@ class FormState:
             interpreter=spec.interpreter or "",
             gpus=spec.gpus,
             nproc_per_node=spec.nproc_per_node,
-            nodes=tuple(NodeRow.from_node(node) for node in spec.nodes),
+            nodes=NodeRow.rows_of(spec),
             backend=spec.backend,
             rendezvous_mode=rdzv.mode,
             endpoint=rdzv.endpoint or "",
@@ -184,7 +165,7 @@ class FormState:
             legacy_local_rank=spec.legacy_local_rank,
             launch_mode=spec.launch_mode,
             slurm=SlurmForm.from_spec(spec.slurm),
-            settings=tuple((item.path, form_value(item, value_at(spec, item.path)))
+            settings=tuple((item.path, form_value(item, LaunchRules.value_at(spec, item.path)))
                            for item in generic_settings(type(spec))),
             schema=type(spec),
             description=spec.description,
@@ -213,7 +194,7 @@ class FormState:
         Raises:
             SpecError: the arguments cannot be split.
         """
-        table: TomlTable = {"version": SCHEMA_VERSION}
+        table: TomlTable = {"version": LaunchRules.SCHEMA_VERSION}
         if self.description:
             table["description"] = self.description
         table[ENTRY_MODULE if self.entry_kind == ENTRY_MODULE else ENTRY_SCRIPT] = self.entry.strip()
@@ -239,7 +220,7 @@ class FormState:
         elif self.rendezvous_mode == "static":
             rendezvous.update(master_addr=self.master_addr.strip() or None, master_port=self.master_port,
                               node_rank=self.node_rank or None)
-        table["rendezvous"] = without_none(rendezvous)
+        table["rendezvous"] = LaunchRules.table(rendezvous)
         values = dict(self.settings)
         for item in generic_settings(self.schema):
             value = table_value(item, values[item.path]) if item.path in values else None
@@ -273,17 +254,17 @@ FORM_FIELDS = frozenset(f.name for f in fields(FormState))
 
 def generic_settings(schema: type[LaunchSpec]) -> list[PathSetting]:
     """The spec's settings that ``FormState`` keeps in ``settings`` (no field of its own)."""
-    return [item for item in all_settings(schema) if item.path not in FORM_FIELDS]
+    return [item for item in LaunchRules.settings(schema) if item.path not in FORM_FIELDS]
 
 
 def form_value(item: PathSetting, value: SettingValue) -> SettingValue:
     """A spec value as the setting's widget holds it (a line holds text; empty: the default or auto)."""
     if not item.setting.label:
         return value
-    widget = item.setting.form_widget
-    if widget == CHECK:
+    widget = SettingWidget.of(item)
+    if widget is SettingWidget.CHECK:
         return bool(value)
-    if widget == COMBO:
+    if widget is SettingWidget.COMBO:
         return str(value)
     if value is None or (item.setting.auto and value == AUTO):
         return ""
@@ -298,12 +279,13 @@ def table_value(item: PathSetting, value: SettingValue) -> TomlValue | None:
     A number that does not read as one stays text, so the spec parser reports it with the
     CLI's own message (``telemetry.stall_timeout: expected a number of seconds ...``).
     """
-    if not item.setting.label or item.setting.form_widget != LINE:
+    widget = SettingWidget.of(item)
+    if not item.setting.label or widget not in (SettingWidget.LINE, SettingWidget.NUMBER_LINE):
         return value
     text = str(value).strip()
     if not text:
         return None
-    if item.setting.kind in (INTEGER, NUMBER):
+    if widget is SettingWidget.NUMBER_LINE:
         for number in (int, float):
             try:
                 return number(text)
@@ -311,21 +293,6 @@ def table_value(item: PathSetting, value: SettingValue) -> TomlValue | None:
                 pass
         return text
     return value
-
-
-@dataclass(frozen=True)
-class CommandPreview:
-    """The torchrun command for one node, exactly as ``NodeCommand.shell_text()`` prints it."""
-
-    node_rank: int
-    host: str
-    text: str
-    ssh: str | None = None
-    """How the runner reaches the node when the row sets a user or port (``me@node2 -p 2222``)."""
-
-    @property
-    def label(self) -> str:
-        return f"node {self.node_rank} · {self.host}" + (f" (ssh {self.ssh})" if self.ssh else "")
 
 
 @dataclass(frozen=True)
@@ -377,13 +344,6 @@ class Evaluation:
         return found
 
 
-def spec_plan(spec: LaunchSpec) -> RendezvousPlan:
-    """The rendezvous plan with only what the spec says (when the runner's planning fails)."""
-    rdzv = spec.rendezvous
-    return RendezvousPlan(mode=rdzv.mode, endpoint=rdzv.endpoint, job_id=rdzv.job_id,
-                          master_addr=rdzv.master_addr, master_port=rdzv.master_port)
-
-
 def picked_at_launch(spec: LaunchSpec) -> tuple[str, ...]:
     """Rendezvous values the spec leaves to the runner, which picks them anew at each launch."""
     rdzv = spec.rendezvous
@@ -394,23 +354,15 @@ def picked_at_launch(spec: LaunchSpec) -> tuple[str, ...]:
     return ()
 
 
-def ssh_target(node: ResolvedNode) -> str | None:
-    """``me@node2 -p 2222`` for a node reached over SSH with its own user or port, else ``None``."""
-    if node.is_local or not (node.user or node.ssh_port):
-        return None
-    target = f"{node.user}@{node.host}" if node.user else node.host
-    return target + (f" -p {node.ssh_port}" if node.ssh_port else "")
-
-
 def pick_free_port() -> int:
     """A TCP port free right now on this machine (the free-port button)."""
-    return free_port()
+    return LaunchRules.free_port()
 
 
 def cores_warning(launch: ResolvedLaunch, cpu_count: int) -> tuple[str, str] | None:
-    """In CPU mode, more processes on the head node than it has cores (``cores_oversubscribed``,
-    which `rankwatch run` prints too). Allowed, but said."""
-    message = cores_oversubscribed(launch, cpu_count)
+    """In CPU mode, more processes on the head node than it has cores (which `rankwatch run`
+    prints too). Allowed, but said."""
+    message = LaunchRules.oversubscribed(launch, cpu_count)
     return None if message is None else ("nproc_per_node", message)
 
 
@@ -427,7 +379,7 @@ def interpreter_errors(info: InterpreterInfo, launch: ResolvedLaunch) -> list[tu
         return [("interpreter", f"{python} could not be run as Python{detail}")]
     if info.torch is None:
         if info.torch_missing:
-            error = torch_missing(python)
+            error = LaunchRules.torch_missing(python)
             return [(error.field, error.message)]
         return [("interpreter", f"torch cannot be imported in {python}: {info.error}")]
     backend = info.backend(launch.backend)
@@ -512,7 +464,7 @@ class LaunchFormModel:
         launch = self._evaluation.launch
         if launch is not None:
             return launch.head.python
-        return self._state.interpreter.strip() or default_interpreter()
+        return self._state.interpreter.strip() or LaunchRules.default_interpreter()
 
     def resolved_workdir(self) -> Path:
         workdir = Path(self._state.workdir).expanduser() if self._state.workdir.strip() else self._base_dir
@@ -615,19 +567,19 @@ class LaunchFormModel:
         """
         if as_loaded:
             state = self._fit_example(state)
-        if state.gpus == ALL and self.has_gpus is False and not state.slurm.enabled:
-            return replace(state, gpus=CPU)
+        if state.gpus == LaunchRules.ALL_GPUS and self.has_gpus is False and not state.slurm.enabled:
+            return replace(state, gpus=LaunchRules.CPU_ONLY)
         return state
 
     def _fit_example(self, state: FormState) -> FormState:
         report = self._gpu_report
-        if report is None or self._profile_name != EXAMPLE_PROFILE:
+        if report is None or self._profile_name != ProfileLibrary.EXAMPLE:
             return state
         try:
-            spec = spec_from_dict(state.to_table(), state.schema)
+            spec = LaunchRules.parse(state.to_table(), state.schema)
         except (SpecError, SpecErrors):
             return state
-        fitted = fit_example(spec, report)
+        fitted = LaunchRules.fit_example(spec, report)
         if fitted == spec:
             return state
         return replace(state, nproc_per_node=fitted.nproc_per_node, gpus=fitted.gpus)
@@ -675,7 +627,7 @@ class LaunchFormModel:
         try:
             if table is None:
                 self._state.split_args()  # raises the args error
-            spec = spec_from_dict(table or {}, self._state.schema)
+            spec = LaunchRules.parse(table or {}, self._state.schema)
         except SpecError as error:
             return Evaluation(spec=None, errors=((error.field, error.message),), commands=(), dirty=dirty)
         except SpecErrors as all_errors:
@@ -683,24 +635,17 @@ class LaunchFormModel:
             return Evaluation(spec=None, errors=found, commands=(), dirty=dirty)
 
         report = self._gpu_report or GpuReport(available=False, reason="not probed yet")
-        machine = MachineFacts.detect(gpus=report)
-        launch = resolve(spec, machine, self._base_dir)
-        errors = [(e.field, e.message) for e in check_launch(launch, machine, probe_interpreter=False)]
+        check = LaunchRules.check(spec, report, self._base_dir)
+        launch = check.launch
+        errors = [(e.field, e.message) for e in check.errors]
         info = self._interpreters.get(launch.head.python)
         if info is not None and not any(field == "interpreter" for field, _ in errors):
             errors += interpreter_errors(info, launch)
         plan, plan_errors, planning = self._plan(launch)
         errors += plan_errors
-        commands = tuple(
-            CommandPreview(node_rank=command.node.node_rank, host=command.node.host,
-                           text="\n".join([command.shell_text(), *(f"# {line}" for line in command.rank_lines)]),
-                           ssh=ssh_target(command.node))
-            for command in build_commands(launch, plan)
-        )
-        if spec.slurm is not None:  # the sbatch script, to submit the same job by hand
-            commands = (CommandPreview(node_rank=0, host="sbatch script", text=render_by_hand(launch)),)
+        commands = LaunchRules.commands(launch, plan)
         notice = CHECKING_GPUS if self._gpu_report is None else PLANNING_RENDEZVOUS if planning else None
-        warning = cores_warning(launch, machine.cpu_count)
+        warning = cores_warning(launch, check.cpu_count)
         return Evaluation(spec=spec, errors=tuple(errors), commands=commands, dirty=dirty,
                           notice=notice, launch=launch, picked_at_launch=picked_at_launch(spec),
                           warnings=(warning,) if warning else (), planning=planning)
@@ -727,7 +672,7 @@ class LaunchFormModel:
         if self._plan_wanted != key:
             self._plan_wanted = key
             self._submit_plan(key, lambda: make_plan(launch))
-        return spec_plan(launch.spec), [], True
+        return LaunchRules.spec_plan(launch.spec), [], True
 
 
 PlanResult = tuple[RendezvousPlan, list[tuple[str, str]]]
@@ -751,8 +696,8 @@ def make_plan(launch: ResolvedLaunch) -> PlanResult:
     rather than lost on a background thread.
     """
     try:
-        return plan_rendezvous(launch), []
+        return LaunchRules.plan_rendezvous(launch), []
     except SpecErrors as failure:
-        return spec_plan(launch.spec), [(error.field, error.message) for error in failure.errors]
+        return LaunchRules.spec_plan(launch.spec), [(error.field, error.message) for error in failure.errors]
     except Exception as exc:
-        return spec_plan(launch.spec), [("rendezvous", f"could not be planned: {exc}")]
+        return LaunchRules.spec_plan(launch.spec), [("rendezvous", f"could not be planned: {exc}")]

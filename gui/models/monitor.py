@@ -23,21 +23,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gui.gateway.run_state import (
-    EventKind,
     HistoryEnd,
     HubMessage,
-    LogLine,
     NodeInfo,
     RankInfo,
-    RunEvent,
     RunInfo,
+    RunReading,
     RunState,
     SnapshotMessage,
     UpdateMessage,
-    decode_hub_message,
-    measured_process,
-    steps_done,
-    working_text,
 )
 from gui.gateway.runner_rules import Progress, RankState, RunSummary
 from gui.models import NOT_MEASURED, Event
@@ -46,6 +40,8 @@ from gui.models.exits import rank_ended_by, run_summary
 from gui.models.phases import RankPhases, rank_phases
 from gui.models.series import Series
 from rankwatch import protocol
+from rankwatch.protocol import Event as RunEvent
+from rankwatch.protocol import EventKind, LogLine
 
 if TYPE_CHECKING:
     import numpy as np
@@ -273,7 +269,7 @@ def rank_cells(row: RankInfo, now: float, note: str = "", summary: RunSummary | 
         _text(row.pid),
         "cpu" if gpu is None else str(gpu),
         _text(row.state),
-        step_text(steps_done(row.step), skipped_steps(row, result)),
+        step_text(RunReading.steps_done(row.step), skipped_steps(row, result)),
         format_loss(row.loss),
         NOT_MEASURED if step_time is None else f"{1000.0 * step_time:.1f}",
         NOT_MEASURED if share is None else f"{100.0 * share:.0f}",
@@ -281,7 +277,7 @@ def rank_cells(row: RankInfo, now: float, note: str = "", summary: RunSummary | 
         rank_phases_of(row, result).text(),
         "" if finished else NOT_MEASURED if age is None else format_age(age),
         rank_ended_by(row, summary, finished),
-        note or ("" if finished else working_text(row, now)),
+        note or ("" if finished else RunReading.working_text(row, now)),
     )
 
 
@@ -382,7 +378,7 @@ class MonitorModel:
     def apply(self, message: dict[str, Any] | HubMessage) -> None:
         """Apply one hub message, as the link decoded it or typed already. Unknown types are
         ignored (newer hubs)."""
-        typed = decode_hub_message(message) if isinstance(message, dict) else message
+        typed = RunReading.decode(message) if isinstance(message, dict) else message
         self.messages_applied += 1
         if isinstance(typed, SnapshotMessage):
             self._apply_snapshot(typed)
@@ -437,7 +433,7 @@ class MonitorModel:
 
     def take_stored_history(self, history: StoredHistory | None) -> None:
         """The history up to where the live updates begin, read from the store
-        (``gui.gateway.store_reads.stored_history``), then the live records, log lines and events
+        (``StoreReads.stored_history``), then the live records, log lines and events
         held meanwhile: they begin right after it (``HistoryEnd.stored_through``). None: the
         history could not be read; what was held goes in as it came."""
         if not self.awaiting_history:
@@ -533,7 +529,7 @@ class MonitorModel:
             if len(row) < 5 or row[1] is None:
                 continue
             sample = protocol.ProcessSample.from_wire(row)
-            if sample is not None and not measured_process(sample):
+            if sample is not None and not RunReading.measured(sample):
                 continue
             t, rank, _pid, cpu, rss = row[:5]
             group = by_rank.setdefault(int(rank), ([], [], []))
@@ -677,7 +673,7 @@ class MonitorModel:
                    default=0)
 
     def set_rank_results(self, results: dict[int, RankStats]) -> None:
-        """The run ended: each rank's whole-run figures (``gui.gateway.store_reads.rank_results``)."""
+        """The run ended: each rank's whole-run figures (``StoreReads.rank_results``)."""
         self.rank_results = results
         self.ranks_changed.emit()
 
@@ -705,7 +701,7 @@ class MonitorModel:
 
     @classmethod
     def from_records(cls, records: RunRecords, log_limit: int = LOG_LIMIT) -> MonitorModel:
-        """A model of a run as the store recorded it (``gui.gateway.store_reads.run_records``;
+        """A model of a run as the store recorded it (``StoreReads.run_records``;
         built on the store reader's thread, where ``records.window.metric_chunks`` can be read). A
         big run comes bounded as attaching to it would: ``state.history_end`` says what was
         thinned or left out."""
@@ -717,7 +713,7 @@ class MonitorModel:
         model.add_gpu_rows(window.gpu_samples)
         model.state.note_process_samples(window.process_samples)
         model.add_process_rows(window.process_samples)
-        model.state.history_end = HistoryEnd(window.decimated, dict(window.left_out))
+        model.state.history_end = records.history_end
         model.add_log_lines(records.logs)
         model.logs.total = max(model.logs.total, records.log_total)
         model.add_events(records.events)

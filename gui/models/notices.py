@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gui.gateway.run_state import HUNG
+from gui.gateway.run_state import RunReading
 from gui.gateway.runner_rules import RunStatus
 
 APP_NAME = "Rankwatch"
@@ -52,7 +52,7 @@ def run_end_notice(old_status: str | None, new_status: str | None, run_id: int |
     if new_status not in OUTCOME_WORDS or old_status == new_status:
         return None
     if old_status not in (RunStatus.STARTING.value, RunStatus.PENDING.value, RunStatus.RUNNING.value,
-                          RunStatus.STOPPING.value, HUNG):
+                          RunStatus.STOPPING.value, RunReading.HUNG):
         return None
     title = f"{run_label(run_id, profile)} {OUTCOME_WORDS[new_status]}"
     body = headline or {RunStatus.SUCCEEDED.value: "Every rank exited with code 0."}.get(new_status, "")

@@ -4,7 +4,7 @@ Each optimizer step's time is cut into phases on the device's own clock
 (``rankwatch.protocol.PHASES``: data, h2d, forward, backward, comm, optimizer, rest). The
 hub keeps each rank's shares of its recent measured steps (``RankRow.phase_shares``,
 computed once by ``protocol.PhaseWindow``); the store's whole-run figures
-(``runner.store.rank_stats``, read through ``gui.gateway.store_reads.rank_results``) have
+(``runner.store.rank_stats``, read through ``StoreReads.rank_results``) have
 each rank's shares over every timed step. This module turns either into what the rank
 table's bar column draws: one segment per measured phase, in ``PHASES`` order (the
 terminal's ``runner.view.phase_bars`` order), and the tooltip's text.

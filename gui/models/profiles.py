@@ -15,23 +15,8 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from gui.gateway.launch_spec import (
-    EXAMPLE_PROFILE,
-    PROFILE_NAME,
-    LaunchSpec,
-    Profile,
-    ProfileError,
-    delete_profile,
-    example_profile,
-    list_profiles,
-    load_profile,
-    profile_path,
-    read_spec_file,
-    rename_profile,
-    save_profile,
-    write_spec_file,
-)
-from gui.gateway.runner_rules import paths
+from gui.gateway.launch_spec import LaunchSpec
+from gui.gateway.profiles import Profile, ProfileError, ProfileLibrary
 from gui.models import Event
 
 
@@ -84,16 +69,16 @@ class ProfileListModel:
     @staticmethod
     def is_saved(name: str) -> bool:
         """A file in the profiles folder (not the bundled example)."""
-        return bool(PROFILE_NAME.match(name)) and profile_path(name).exists()
+        return ProfileLibrary.is_allowed_name(name) and ProfileLibrary.path_of(name).exists()
 
     def is_bundled(self, name: str) -> bool:
-        return name == EXAMPLE_PROFILE and not self.is_saved(name)
+        return name == ProfileLibrary.EXAMPLE and not self.is_saved(name)
 
     @staticmethod
     def name_problem(name: str) -> str | None:
         """Why ``name`` cannot name a profile (the message ``ProfileError`` would carry), or ``None``."""
         try:
-            profile_path(name)
+            ProfileLibrary.path_of(name)
         except ProfileError as error:
             return str(error)
         return None
@@ -122,7 +107,7 @@ class ProfileListModel:
         Raises:
             ProfileError, SpecErrors: see the class docstring.
         """
-        profile = example_profile() if self.is_bundled(name) else load_profile(name)
+        profile = ProfileLibrary.example() if self.is_bundled(name) else ProfileLibrary.load(name)
         self._set_current(name)
         return profile
 
@@ -131,8 +116,8 @@ class ProfileListModel:
         if name is None:
             return Path.cwd()
         if self.is_bundled(name):
-            return example_profile().base_dir
-        return paths.profiles_dir()
+            return ProfileLibrary.example().base_dir
+        return ProfileLibrary.folder()
 
     def save(self, spec: LaunchSpec, from_base: Path) -> Path:
         """Save ``spec`` over the current profile.
@@ -150,10 +135,10 @@ class ProfileListModel:
         Raises:
             ProfileError: a bad name, or ``name`` exists and ``overwrite`` is false.
         """
-        path = profile_path(name)
+        path = ProfileLibrary.path_of(name)
         if path.exists() and not overwrite:
             raise ProfileError(f"a profile named {name!r} already exists")
-        saved = save_profile(name, rebase_spec(spec, from_base, path.parent))
+        saved = ProfileLibrary.save(name, rebase_spec(spec, from_base, path.parent))
         self._after_change(current=name)
         return saved
 
@@ -161,7 +146,7 @@ class ProfileListModel:
         """Raises: ProfileError (the bundled example has no file to rename; save it first)."""
         if self.is_bundled(old):
             raise ProfileError("the bundled example cannot be renamed; use Duplicate or Save as to copy it")
-        target = rename_profile(old, new)
+        target = ProfileLibrary.rename(old, new)
         self._after_change(current=new if self._current == old else self._current)
         return target
 
@@ -170,14 +155,14 @@ class ProfileListModel:
 
         Raises: ProfileError, SpecErrors.
         """
-        source = example_profile() if self.is_bundled(name) else load_profile(name)
+        source = ProfileLibrary.example() if self.is_bundled(name) else ProfileLibrary.load(name)
         return self.save_as(new, source.spec, source.base_dir)
 
     def delete(self, name: str) -> Path:
         """Raises: ProfileError (the bundled example cannot be deleted)."""
         if self.is_bundled(name):
             raise ProfileError("the bundled example cannot be deleted")
-        removed = delete_profile(name)
+        removed = ProfileLibrary.delete(name)
         self._after_change(current=None if self._current == name else self._current)
         return removed
 
@@ -191,7 +176,7 @@ class ProfileListModel:
             SpecErrors: not a valid spec.
         """
         path = Path(path).expanduser().resolve()
-        spec = read_spec_file(path)
+        spec = ProfileLibrary.read_file(path)
         name = name or self.unique_name(path.stem)
         self.save_as(name, spec, path.parent)
         return name
@@ -206,7 +191,7 @@ class ProfileListModel:
         path = Path(path).expanduser()
         if path.suffix != ".toml":
             path = path.with_name(path.name + ".toml")
-        return write_spec_file(path, rebase_spec(spec, from_base, path.resolve().parent))
+        return ProfileLibrary.write_file(path, rebase_spec(spec, from_base, path.resolve().parent))
 
     def unique_name(self, wanted: str) -> str:
         """``wanted`` made into an allowed profile name that is not taken (``name-2``, ...)."""
@@ -215,15 +200,15 @@ class ProfileListModel:
             base = "p" + base
         base = base[:56]
         candidate, counter = base, 2
-        while candidate in self._names or profile_path(candidate).exists():
+        while candidate in self._names or ProfileLibrary.path_of(candidate).exists():
             candidate = f"{base}-{counter}"
             counter += 1
         return candidate
 
     def _scan(self) -> list[str]:
-        names = list_profiles()
-        if EXAMPLE_PROFILE not in names:
-            names.append(EXAMPLE_PROFILE)
+        names = ProfileLibrary.names()
+        if ProfileLibrary.EXAMPLE not in names:
+            names.append(ProfileLibrary.EXAMPLE)
         return sorted(names)
 
     def _set_current(self, name: str | None) -> None:

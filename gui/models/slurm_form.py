@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gui.gateway.launch_spec import SlurmSpec, TomlTable, without_none
+from gui.gateway.launch_rules import LaunchRules
+from gui.gateway.launch_spec import SlurmSpec, TomlTable
 
 ROUTES = ("auto", "direct", "login")
 ROUTE_LABELS = {
@@ -70,7 +71,7 @@ class SlurmForm:
         if not self.enabled:
             return None
         user, _, host = self.login.strip().rpartition("@")
-        return without_none({
+        return LaunchRules.table({
             "nodes": self.nodes, "gpus_per_node": self.gpus_per_node, "cpus_per_node": self.cpus_per_node or None,
             "partition": _text(self.partition), "time_limit": _text(self.time_limit), "account": _text(self.account),
             "qos": _text(self.qos), "job_name": _text(self.job_name), "login_host": _text(host),

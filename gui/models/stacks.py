@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gui.gateway.findings import CaptureRecord, SourceFrame
-from gui.gateway.runner_rules import plural, ranks_text
+from gui.gateway.wording import RunWording
 
 CULPRIT, WAITING, PROGRESSING, STUCK = "culprit", "waiting", "progressing", "stuck"
 ERROR, WARNING, INFO = "error", "warning", "info"
@@ -70,11 +70,11 @@ class StackColumn:
     def title(self) -> str:
         """``rank 1  ← culprit``, ``rank 0 · waits in barrier``, ``ranks 2, 3 · progressing``."""
         if self.role == CULPRIT:
-            return ranks_text(self.ranks) + "  ← culprit"
+            return RunWording.ranks(self.ranks) + "  ← culprit"
         if self.role == PROGRESSING:
-            return ranks_text(self.ranks) + " · progressing"
-        what = self.what if len(self.ranks) == 1 else plural(self.what)
-        return ranks_text(self.ranks) + (f" · {what}" if what else "")
+            return RunWording.ranks(self.ranks) + " · progressing"
+        what = self.what if len(self.ranks) == 1 else RunWording.for_several_ranks(self.what)
+        return RunWording.ranks(self.ranks) + (f" · {what}" if what else "")
 
     @property
     def marked_frame(self) -> StackFrame | None:

@@ -30,13 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.gateway.run_state import EventKind
-from gui.gateway.runner_rules import (
-    EVIDENCE_WORDS,
-    TRACEBACK_SOURCE_WORDS,
-    RankState,
-    failure_end_words,
-)
+from gui.gateway.runner_rules import RankState
+from gui.gateway.wording import RunWording
 from gui.models.diagnosis import (
     ERROR,
     INFO,
@@ -47,6 +42,7 @@ from gui.models.diagnosis import (
 from gui.widgets.failure_banner import level_color
 from gui.widgets.rank_table import STATE_COLORS, state_tint
 from gui.widgets.throttled import RefreshThrottle
+from rankwatch.protocol import EventKind
 
 RANK_HEADERS = ("Rank", "Host", "State", "How it ended", "Detail")
 FINDING_HEADERS = ("Time", "Finding", "Rank", "What")
@@ -219,13 +215,13 @@ class DiagnosisPanel(QWidget):
         pid = f" (pid {first.pid})" if first.pid is not None else ""
         self.rank_value.setText(f"{first.who}{pid}")
         self.rank_value.setStyleSheet(f"color: {STATE_COLORS[RankState.FAILED.value].name()};")
-        self._set_row(self.how_value, failure_end_words(first))
-        self._set_row(self.evidence_value, EVIDENCE_WORDS.get(first.evidence, first.evidence or "unknown"))
+        self._set_row(self.how_value, RunWording.failure_end(first))
+        self._set_row(self.evidence_value, RunWording.evidence(first.evidence))
         self._set_row(self.when_value, clock(first.when))
         self._set_row(self.exception_value, first.exception_line)
         self._set_row(self.kernel_value, first.kernel_log)
         self._form.setRowVisible(self.traceback_view, bool(first.traceback))
-        source = TRACEBACK_SOURCE_WORDS.get(first.traceback_source or "", first.traceback_source or "")
+        source = RunWording.traceback_source(first.traceback_source)
         self.traceback_label.setText("Traceback" + (f"\n({source})" if source else ""))
         if self.traceback_view.toPlainText() != (first.traceback or "").rstrip():
             self.traceback_view.setPlainText((first.traceback or "").rstrip())

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.gateway.doctor import DOCTOR_TIMEOUT_MS, DoctorProcess
+from gui.gateway.doctor import DoctorProcess
 from gui.gateway.runner_rules import RankState
 from gui.models.doctor import DONE, FAIL, FAILED, INFO, OK, WARN, DoctorModel, doctor_arguments
 from gui.widgets.filled_items import cell_item, child_item, top_level_item
@@ -59,7 +59,7 @@ class DoctorPanel(QWidget):
     finished = Signal(bool)
 
     def __init__(self, interpreter: Callable[[], str | None] | None = None, parent: QWidget | None = None, *,
-                 command: Sequence[str] | None = None, timeout_ms: int = DOCTOR_TIMEOUT_MS) -> None:
+                 command: Sequence[str] | None = None, timeout_ms: int = DoctorProcess.TIMEOUT_MS) -> None:
         super().__init__(parent)
         self.model = DoctorModel()
         self._interpreter = interpreter or (lambda: None)

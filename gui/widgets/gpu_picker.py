@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.gateway.launch_spec import ALL, CPU, GpuSelection
+from gui.gateway.launch_rules import LaunchRules
+from gui.gateway.launch_spec import GpuSelection
 from gui.gateway.runner_rules import GpuReport
 from gui.models.gpus import describe_gpus, gpu_rows
 from gui.models.launch_form import FormState, LaunchFormModel
@@ -153,7 +154,7 @@ class GpuPicker(QWidget):
         gpus = state.gpus
         report = self._model.gpu_report
         has_gpus = report is not None and report.available
-        mode = MODE_CPU if gpus == CPU else MODE_ALL if gpus == ALL else MODE_PICK
+        mode = MODE_CPU if gpus == LaunchRules.CPU_ONLY else MODE_ALL if gpus == LaunchRules.ALL_GPUS else MODE_PICK
         self._updating = True
         self.mode_group.button(mode).setChecked(True)
         # Without a GPU only CPU mode is offered (a profile that picks GPU indices keeps its
@@ -186,9 +187,9 @@ class GpuPicker(QWidget):
     def _on_mode_clicked(self, mode: int) -> None:
         gpus: GpuSelection
         if mode == MODE_ALL:
-            gpus = ALL
+            gpus = LaunchRules.ALL_GPUS
         elif mode == MODE_CPU:
-            gpus = CPU
+            gpus = LaunchRules.CPU_ONLY
         else:
             current = self._model.state.gpus
             # Start from what was picked before, else every GPU, else GPU 0.

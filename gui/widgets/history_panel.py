@@ -41,8 +41,8 @@ from PySide6.QtWidgets import (
 
 from gui.charts.chart import MetricChart, palette_is_dark, series_color
 from gui.charts.grid import ChartGrid
-from gui.gateway import store_reads
 from gui.gateway.store_reader import store_reader
+from gui.gateway.store_reads import ListedRun, RunStore, StoreReads
 from gui.models.charts import BUILT_IN_CHARTS, ChartDef
 from gui.models.history import (
     HISTORY_COLUMNS,
@@ -289,7 +289,7 @@ class HistoryPanel(QWidget):
         self._overlay_timer.setInterval(100)
         self._overlay_timer.timeout.connect(self.overlay_chart.refresh)  # replaced with the chart
         self._overlay_timer.start()
-        self.poller = store_reader().every(poll_interval_s, lambda store: store_reads.runs(store, RUN_LIMIT),
+        self.poller = store_reader().every(poll_interval_s, lambda store: StoreReads.runs(store, RUN_LIMIT),
                                            self._on_runs_read, self._on_store_unreadable, owner=self,
                                            when_no_store=[])  # no store yet: nothing has run
         poller = self.poller
@@ -304,7 +304,7 @@ class HistoryPanel(QWidget):
     def rows(self) -> list[RunRow]:
         return list(self.table_model.rows)
 
-    def _on_runs_read(self, runs: list[store_reads.ListedRun]) -> None:
+    def _on_runs_read(self, runs: list[ListedRun]) -> None:
         self._on_rows_loaded([RunRow.from_store(run) for run in runs])
 
     def _on_store_unreadable(self, message: str) -> None:
@@ -369,8 +369,8 @@ class HistoryPanel(QWidget):
         """Store ``tags`` and ``notes`` with run ``run_id`` (off the GUI thread); ``run_notes_saved``
         when they are, the runs list then shows them."""
 
-        def write(_store: store_reads.RunStore) -> int:
-            store_reads.set_run_notes(run_id, tags, notes)
+        def write(_store: RunStore) -> int:
+            StoreReads.set_run_notes(run_id, tags, notes)
             return run_id
 
         store_reader().read(write, self._on_notes_saved,
@@ -403,10 +403,10 @@ class HistoryPanel(QWidget):
         and overlay the chosen metric (``overlay_metric``), one curve per run."""
         ids = list(run_ids)[:OVERLAY_RUN_LIMIT]
 
-        def read(store: store_reads.RunStore) -> list[tuple[int, str, MonitorModel]]:
+        def read(store: RunStore) -> list[tuple[int, str, MonitorModel]]:
             loaded = []
             for run_id in ids:
-                records = store_reads.chart_records(store, run_id)
+                records = StoreReads.chart_records(store, run_id)
                 loaded.append((run_id, run_label(run_id, records.run.profile),
                                MonitorModel.from_records(records, log_limit=1)))
             return loaded
@@ -514,8 +514,8 @@ class HistoryPanel(QWidget):
         """
         target = Path(folder) / f"run-{run_id}"
 
-        def read(store: store_reads.RunStore) -> tuple[Path, MonitorModel, str]:
-            records = store_reads.export_run(store, run_id, target, LOG_LIMIT)
+        def read(store: RunStore) -> tuple[Path, MonitorModel, str]:
+            records = StoreReads.export_run(store, run_id, target, LOG_LIMIT)
             return target, MonitorModel.from_records(records), run_title(records.run, records.spec_toml)
 
         def failed(message: str) -> None:

@@ -42,16 +42,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.gateway.launch_spec import (
-    AUTO,
-    BACKENDS,
-    RENDEZVOUS_MODES,
-    SELF_SPAWN,
-    TORCHRUN,
-    discover_interpreters,
-)
-from gui.gateway.probe import GPUS, INTERPRETER, RunnerProbe
-from gui.gateway.probe_output import BACKEND_NAMES, InterpreterInfo, unavailable_report
+from gui.gateway.launch_rules import LaunchRules
+from gui.gateway.probe import RunnerProbe
+from gui.gateway.probe_output import InterpreterInfo
 from gui.gateway.runner_rules import GpuReport
 from gui.models.launch_form import (
     ENTRY_MODULE,
@@ -74,9 +67,9 @@ from gui.widgets.settings_section import SettingsSection, form_sections
 from gui.widgets.slurm_section import SlurmSection
 
 LAUNCH_MODE_TIPS = {
-    AUTO: "self-spawn when the script calls torch.multiprocessing.spawn, else torchrun",
-    TORCHRUN: "torchrun starts one process per rank (RANK, WORLD_SIZE... in the environment)",
-    SELF_SPAWN: "the script is started once and starts its own ranks (mp.spawn); one process: DataParallel",
+    LaunchRules.AUTO: "self-spawn when the script calls torch.multiprocessing.spawn, else torchrun",
+    LaunchRules.TORCHRUN: "torchrun starts one process per rank (RANK, WORLD_SIZE... in the environment)",
+    LaunchRules.SELF_SPAWN: "the script is started once and starts its own ranks (mp.spawn); one process: DataParallel",
 }
 
 GPU_REFRESH_MS = 5000
@@ -415,7 +408,7 @@ class LaunchPanel(QWidget):
         group = QGroupBox("Distributed")
         form = self._form_layout(group)
         self.backend = QComboBox()
-        for name in BACKENDS:
+        for name in LaunchRules.BACKENDS:
             self.backend.addItem(name, name)
             self.backend.setItemData(self.backend.count() - 1, BACKEND_TIPS[name], Qt.ItemDataRole.ToolTipRole)
         self.backend.setToolTip("Process group backend (exported to the script as RANKWATCH_BACKEND)")
@@ -427,7 +420,7 @@ class LaunchPanel(QWidget):
         self._add_error_row(form, "backend")
 
         self.rendezvous = QComboBox()
-        for mode in RENDEZVOUS_MODES:
+        for mode in LaunchRules.RENDEZVOUS_MODES:
             self.rendezvous.addItem(RENDEZVOUS_LABELS[mode], mode)
         self.rendezvous.setToolTip("How the ranks find each other")
         self.rendezvous.currentIndexChanged.connect(self._on_rendezvous_changed)
@@ -538,7 +531,7 @@ class LaunchPanel(QWidget):
             self.entry.setEditText(state.entry)
             self.args.setText(state.args_text)
             self.workdir.setText(state.workdir)
-            self.nproc.setValue(0 if state.nproc_per_node == AUTO else int(state.nproc_per_node))
+            self.nproc.setValue(0 if state.nproc_per_node == LaunchRules.AUTO else int(state.nproc_per_node))
             index = self.backend.findData(state.backend)
             self.backend.setCurrentIndex(max(index, 0))
             self.rendezvous.setCurrentIndex(max(self.rendezvous.findData(state.rendezvous_mode), 0))
@@ -547,7 +540,7 @@ class LaunchPanel(QWidget):
             self.master_addr.setText(state.master_addr)
             self.master_port.setValue(state.master_port or 0)
             self.max_restarts.setValue(state.max_restarts)
-            self.omp_threads.setValue(0 if state.omp_num_threads == AUTO else int(state.omp_num_threads))
+            self.omp_threads.setValue(0 if state.omp_num_threads == LaunchRules.AUTO else int(state.omp_num_threads))
             self.legacy_local_rank.setChecked(state.legacy_local_rank)
             self.launch_mode.setCurrentIndex(max(self.launch_mode.findData(state.launch_mode), 0))
         finally:
@@ -573,11 +566,11 @@ class LaunchPanel(QWidget):
         if launch is not None:
             per_node = launch.head.processes
             mode = f"{len(launch.gpus)} GPU{'s' if len(launch.gpus) != 1 else ''}" if launch.gpus else "CPU mode"
-            self.nproc_hint.setText(f"= {per_node} ({mode})" if self._form.state.nproc_per_node == AUTO
+            self.nproc_hint.setText(f"= {per_node} ({mode})" if self._form.state.nproc_per_node == LaunchRules.AUTO
                                     else mode)
             self.omp_hint.setText(f"= {launch.omp_num_threads} per process"
-                                  if self._form.state.omp_num_threads == AUTO else "")
-            self.backend_hint.setText(f"= {launch.backend}" if self._form.state.backend == AUTO else "")
+                                  if self._form.state.omp_num_threads == LaunchRules.AUTO else "")
+            self.backend_hint.setText(f"= {launch.backend}" if self._form.state.backend == LaunchRules.AUTO else "")
             choice = launch.launch_mode
             self.launch_mode_hint.setText(f"= {choice.mode}: {choice.reason}" if choice.chosen_by == "auto" else "")
         else:
@@ -624,9 +617,9 @@ class LaunchPanel(QWidget):
         self._update_interpreter_status()
 
     def _on_probe_failed(self, kind: str, target: str, message: str) -> None:
-        if kind == GPUS or self._form.gpu_report is None:
-            self._form.set_gpu_report(unavailable_report(f"GPU probe failed: {message}"))
-        if kind == INTERPRETER:
+        if kind == RunnerProbe.GPUS or self._form.gpu_report is None:
+            self._form.set_gpu_report(GpuReport(available=False, reason=f"GPU probe failed: {message}"))
+        if kind == RunnerProbe.INTERPRETER:
             self._interpreter_errors[target] = message
             self._update_interpreter_status()
 
@@ -647,7 +640,7 @@ class LaunchPanel(QWidget):
         if state.entry_kind == ENTRY_SCRIPT and state.entry.strip():
             script = Path(os.path.expanduser(state.entry.strip()))
             near.append(str(script if script.is_absolute() else self._form.resolved_workdir() / script))
-        found = discover_interpreters(near)
+        found = LaunchRules.interpreters_near(near)
         choices = [(found[0].label, "")] + [(item.label, item.path) for item in found[1:]]
         current = state.interpreter.strip()
         if current and all(path != current for _label, path in choices):
@@ -685,7 +678,7 @@ class LaunchPanel(QWidget):
             name = self.backend.itemData(row)
             tip = BACKEND_TIPS.get(name, "")
             enabled = True
-            if info is not None and name in BACKEND_NAMES:
+            if info is not None and name in InterpreterInfo.BACKEND_NAMES:
                 backend = info.backend(name)
                 if backend is not None and not backend.available:
                     enabled = False
@@ -728,7 +721,7 @@ class LaunchPanel(QWidget):
 
     def _on_nproc_changed(self, value: int) -> None:
         if not self._populating:
-            self._form.update(nproc_per_node=value or AUTO)
+            self._form.update(nproc_per_node=value or LaunchRules.AUTO)
 
     def _on_backend_changed(self, _index: int) -> None:
         if not self._populating:
@@ -768,7 +761,7 @@ class LaunchPanel(QWidget):
 
     def _on_omp_threads_changed(self, value: int) -> None:
         if not self._populating:
-            self._form.update(omp_num_threads=value or AUTO)
+            self._form.update(omp_num_threads=value or LaunchRules.AUTO)
 
     def _on_launch_mode_changed(self, _index: int) -> None:
         if not self._populating:

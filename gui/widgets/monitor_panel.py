@@ -46,14 +46,13 @@ from PySide6.QtWidgets import (
 )
 
 from gui.charts.grid import ChartGrid
-from gui.gateway import store_reads
 from gui.gateway.launch_spec import LaunchSpec
 from gui.gateway.link import RunnerLink
-from gui.gateway.process import CommandBuilder, RunnerProcess, runner_command
-from gui.gateway.run_state import HUNG, HistoryEnd, HubMessage, SnapshotMessage, UpdateMessage
+from gui.gateway.process import CommandBuilder, RunnerProcess
+from gui.gateway.run_state import HistoryEnd, HubMessage, RunReading, SnapshotMessage, UpdateMessage
 from gui.gateway.runner_rules import RankState, RunStatus
 from gui.gateway.store_reader import store_reader
-from gui.gateway.store_reads import RunNotFound
+from gui.gateway.store_reads import RunNotFound, StoreReads
 from gui.models import layout as panel_layout
 from gui.models.diagnosis import DiagnosisModel
 from gui.models.monitor import EVENT_LIMIT, LOG_LIMIT, MonitorModel, format_event, summary_lines
@@ -83,7 +82,7 @@ STATUS_COLORS = {
     RunStatus.FAILED.value: STATE_COLORS[RankState.FAILED.value],
     RunStatus.STOPPED.value: STATE_COLORS[RankState.STOPPED.value],
     RunStatus.LOST.value: STATE_COLORS[RankState.LOST.value],
-    HUNG: STATE_COLORS[RankState.STALLED.value],  # running, but a rank makes no progress: as its stalled rows
+    RunReading.HUNG: STATE_COLORS[RankState.STALLED.value],  # running, but a rank makes no progress: as its stalled rows
 }
 
 
@@ -101,7 +100,7 @@ class MonitorPanel(QWidget):
     launch_failed = Signal(str)
     panel_share_changed = Signal(float)
 
-    def __init__(self, parent: QWidget | None = None, *, command: CommandBuilder = runner_command) -> None:
+    def __init__(self, parent: QWidget | None = None, *, command: CommandBuilder | None = None) -> None:
         super().__init__(parent)
         self.model = MonitorModel()
         self.diagnosis = DiagnosisModel(self.model)
@@ -262,7 +261,7 @@ class MonitorPanel(QWidget):
             self.detach()
         self._reset_for_new_run(run_id)
         try:
-            run = store_reads.run_now(run_id)  # one row by its key: how to open it
+            run = StoreReads.run_now(run_id)  # one row by its key: how to open it
         except (RunNotFound, OSError) as error:
             self._show_banner(f"Cannot open run {run_id}: {error}", "error")
             return
@@ -360,7 +359,7 @@ class MonitorPanel(QWidget):
         generation, run_id, created = self._load_generation, run.id, run.created
         self._history_reads += 1
         read = self._history_reads
-        store_reader().read(lambda store: store_reads.stored_history(store, run_id, created, through),
+        store_reader().read(lambda store: StoreReads.stored_history(store, run_id, created, through),
                             lambda history: self._on_stored_history((generation, read, history)),
                             lambda message: self._on_stored_history((generation, read, message)), owner=self)
 
@@ -389,7 +388,7 @@ class MonitorPanel(QWidget):
 
     def _load_from_store(self, run_id: int) -> None:
         generation = self._load_generation
-        store_reader().read(lambda store: MonitorModel.from_records(store_reads.run_records(store, run_id, LOG_LIMIT)),
+        store_reader().read(lambda store: MonitorModel.from_records(StoreReads.run_records(store, run_id, LOG_LIMIT)),
                             lambda model: self._on_run_loaded((generation, model)),
                             lambda message: self._on_run_loaded((generation, f"Cannot load run {run_id}: {message}")),
                             owner=self)
@@ -444,7 +443,7 @@ class MonitorPanel(QWidget):
         if self.run_id is None:
             return
         generation, run_id = self._load_generation, self.run_id
-        store_reader().read(lambda store: store_reads.rank_results(store, run_id),
+        store_reader().read(lambda store: StoreReads.rank_results(store, run_id),
                             lambda results: self._on_rank_results((generation, results)), owner=self)
 
     def _on_rank_results(self, payload: tuple) -> None:
@@ -468,7 +467,7 @@ class MonitorPanel(QWidget):
         if self.run_id is None:
             return False
         try:
-            run = store_reads.run_now(self.run_id)
+            run = StoreReads.run_now(self.run_id)
         except (RunNotFound, OSError):
             return False
         if run.run.ended is None:

@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.gateway.launch_spec import LaunchSpec, ProfileError, SpecErrors
-from gui.gateway.runner_rules import paths
+from gui.gateway.launch_spec import LaunchSpec, SpecErrors
+from gui.gateway.profiles import ProfileError, ProfileLibrary
 from gui.models.launch_form import Evaluation, LaunchFormModel
 from gui.models.profiles import ProfileListModel
 from gui.widgets.profiles_watcher import ProfilesFolderWatcher
@@ -87,7 +87,7 @@ class ProfileList(QWidget):
         profiles.names_changed.connect(self._on_names_changed)
         profiles.current_changed.connect(self._on_current_changed)
         form.evaluated.connect(self._on_form_evaluated)
-        self.watcher = ProfilesFolderWatcher(paths.profiles_dir(), self)
+        self.watcher = ProfilesFolderWatcher(ProfileLibrary.folder(), self)
         self.watcher.profiles_changed.connect(self._on_profiles_changed_on_disk)
         self._update_items()
 

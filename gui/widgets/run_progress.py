@@ -9,7 +9,7 @@ import time
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
-from gui.gateway.runner_rules import progress_texts
+from gui.gateway.wording import RunWording
 from gui.models.monitor import MonitorModel, Progress
 
 
@@ -64,7 +64,7 @@ class RunProgress(QWidget):
             now = self.detached_at
         progress = self.model.progress(now)
         status = self.model.status
-        position, timing = progress_texts(progress, status)
+        position, timing = RunWording.progress(progress, status)
         skipped = self.model.skipped_steps()
         if skipped and progress.steps_done is not None:
             position += f" ({skipped:,} skipped)"

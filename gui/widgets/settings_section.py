@@ -21,7 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gui.gateway.launch_spec import CHECK, COMBO, PathSetting
+from gui.gateway.launch_rules import SettingWidget
+from gui.gateway.launch_spec import PathSetting
 from gui.models.launch_form import Evaluation, FormState, LaunchFormModel, generic_settings
 
 ERROR_STYLE = "color: #d64545;"
@@ -79,11 +80,12 @@ class SettingsSection(QGroupBox):
     def _make_editor(self, item: PathSetting) -> QWidget:
         described = item.setting
         path = item.path
-        if described.form_widget == CHECK:
+        widget = SettingWidget.of(item)
+        if widget is SettingWidget.CHECK:
             box = QCheckBox(described.placeholder)
             box.toggled.connect(lambda checked, path=path: self._on_edited(path, checked))
             return box
-        if described.form_widget == COMBO:
+        if widget is SettingWidget.COMBO:
             combo = QComboBox()
             for choice in described.choices:
                 combo.addItem(choice, choice)

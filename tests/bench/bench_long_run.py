@@ -189,7 +189,7 @@ def gui_open(run_id: int, rounds: int) -> tuple[list[float], list[float], str]:
     charts are drawn (offscreen), ``rounds`` times each, alternating; and the panel's banner."""
     from PySide6.QtWidgets import QApplication
 
-    from gui.gateway import store_reads
+    from gui.gateway.store_reads import StoreReads
     from gui.widgets.history_panel import RUN_LIMIT
     from gui.widgets.monitor_panel import MonitorPanel
 
@@ -198,7 +198,7 @@ def gui_open(run_id: int, rounds: int) -> tuple[list[float], list[float], str]:
     for _round in range(rounds):
         started = time.perf_counter()
         with RunStore(readonly=True) as store:
-            listed = store_reads.runs(store, RUN_LIMIT)
+            listed = StoreReads.runs(store, RUN_LIMIT)
         listing.append(time.perf_counter() - started)
         assert any(run.id == run_id for run in listed)
         panel = MonitorPanel()

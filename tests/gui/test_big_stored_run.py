@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gui.gateway import store_reads
+from gui.gateway.store_reads import StoreReads
 from gui.models.monitor import MonitorModel
 from rankwatch.protocol import GpuSample, MetricRecord
 from runner.store.replay_window import DEFAULT_KEEP, ReplayBudget
@@ -41,7 +41,7 @@ def big_run(store: RunStore) -> int:
 def test_a_big_stored_run_is_read_within_the_replay_budget(big_run):
     budget = ReplayBudget()
     with RunStore(readonly=True) as store:
-        model = MonitorModel.from_records(store_reads.run_records(store, big_run, 100))
+        model = MonitorModel.from_records(StoreReads.run_records(store, big_run, 100))
     points = sum(len(series.values) for name in NAMES for series in model.series(name).values())
     assert points <= budget.metric_tail + 2 * budget.metric_older_points
     end = model.state.history_end

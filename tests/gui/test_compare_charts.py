@@ -13,7 +13,7 @@ from PySide6.QtGui import QImage, QPainter, QPixmap
 
 from gui.charts.chart import MetricChart
 from gui.charts.grid import ChartGrid
-from gui.gateway.store_reads import run_records
+from gui.gateway.store_reads import StoreReads
 from gui.models.monitor import MonitorModel
 from gui.models.series import TIME, Series
 from rankwatch.protocol import GpuSample, MetricRecord
@@ -48,7 +48,7 @@ def stored_run(ranks: int = 2, steps: int = 120, gpu: bool = False) -> int:
 
 def stored_model(run_id: int) -> MonitorModel:
     with RunStore(readonly=True) as store:
-        return MonitorModel.from_records(run_records(store, run_id, 100))
+        return MonitorModel.from_records(StoreReads.run_records(store, run_id, 100))
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from live_run import LiveRun
 from PySide6.QtCore import Qt
 from replay_run import ReplayRun, load_fixture, store_fixture
 
-from gui.gateway import store_reads
+from gui.gateway.store_reads import StoreReads
 from gui.models.diagnosis import ERROR, WARNING, DiagnosisModel
 from gui.models.monitor import MonitorModel
 from gui.models.stacks import layout_capture
@@ -289,7 +289,7 @@ def test_a_hung_run_is_hung_in_the_header_history_and_runs_list_and_show_not_run
     qtbot.waitUntil(lambda: panel.status_label.text() == "hung", timeout=3000)
     assert panel.model.status == "running"  # the runner's record: the run goes on
     with RunStore(readonly=True) as store:
-        listed = {row.id: row.effective_status for row in store_reads.runs(store, 10)}
+        listed = {row.id: row.effective_status for row in StoreReads.runs(store, 10)}
     assert listed[runner.run_id] == "hung"  # History
     capsys.readouterr()
     assert cli_main(["runs", "list", "--json"]) == 0

@@ -13,8 +13,9 @@ from gui.charts import ticks
 from gui.charts.axis import seconds_spacing
 from gui.charts.readout import ReadoutRow, format_value, pick_rows
 from gui.gateway.probe_output import unavailable_report
-from gui.gateway.run_state import HUNG, LogLine, RankInfo, RunInfo, SnapshotMessage
+from gui.gateway.run_state import RankInfo, RunInfo, RunReading, SnapshotMessage
 from gui.gateway.runner_rules import RunStatus
+from gui.gateway.wording import RunWording
 from gui.models import layout
 from gui.models.charts import (
     BUILT_IN_CHARTS,
@@ -29,9 +30,8 @@ from gui.models.launch_form import LaunchFormModel, cores_warning
 from gui.models.monitor import LogEntry, MonitorModel, format_log_entry
 from gui.models.notices import run_end_notice, window_title
 from gui.widgets.monitor_panel import STATUS_COLORS
-from gui.widgets.run_progress import progress_texts
 from rankwatch import protocol
-from rankwatch.protocol import MetricRecord
+from rankwatch.protocol import LogLine, MetricRecord
 from runner.profile.resolve import MachineFacts, resolve, usable_cpus
 from runner.profile.spec import LaunchSpec
 from tests.hub_messages import rank_changes, run_changes, update
@@ -134,8 +134,8 @@ def test_a_run_that_ends_while_watched_live_is_notified_once():
 def test_every_run_status_has_its_colour():
     # The status badge, the run's tab and the runs list colour a run by its status; a Slurm
     # run waiting in the queue is "pending", coloured as waiting (not as running).
-    assert set(STATUS_COLORS) == {status.value for status in RunStatus} | {HUNG}  # running, a rank stalled
-    assert STATUS_COLORS[HUNG] != STATUS_COLORS[RunStatus.RUNNING.value]  # not the green of a healthy run
+    assert set(STATUS_COLORS) == {status.value for status in RunStatus} | {RunReading.HUNG}  # running, a rank stalled
+    assert STATUS_COLORS[RunReading.HUNG] != STATUS_COLORS[RunStatus.RUNNING.value]  # not the green of a healthy run
     assert STATUS_COLORS[RunStatus.PENDING.value] == STATUS_COLORS[RunStatus.STARTING.value]
     assert STATUS_COLORS[RunStatus.PENDING.value] != STATUS_COLORS[RunStatus.RUNNING.value]
 
@@ -192,14 +192,14 @@ def test_a_finished_run_reads_every_step_and_epoch_done():
     assert (progress.step, progress.steps_done, progress.total_steps) == (639, 640, 640)
     assert (progress.epoch, progress.total_epochs) == (10, 10)
     assert progress.fraction == 1.0
-    position, timing = progress_texts(progress, "succeeded")
+    position, timing = RunWording.progress(progress, "succeeded")
     assert position == "epoch 10/10 · 640/640 steps"
     assert timing == "elapsed 10:40" and "ETA" not in timing
 
 
 def test_a_run_stopped_early_shows_where_it_stopped():
     progress = finished_run(64, 1).progress()
-    assert progress_texts(progress, "stopped")[0] == "epoch 1/1 · 64/64 steps"
+    assert RunWording.progress(progress, "stopped")[0] == "epoch 1/1 · 64/64 steps"
     stopped = finished_run(640, 10, "stopped")
     stopped.apply(update(ranks=[rank_changes(0, step=639)]).to_wire())
     assert stopped.progress().fraction == 1.0
@@ -207,8 +207,8 @@ def test_a_run_stopped_early_shows_where_it_stopped():
 
 def test_a_run_without_steps_says_none_yet_only_while_it_can_still_have_some():
     empty = MonitorModel().progress()
-    assert progress_texts(empty, "running")[0] == "no steps yet"
-    assert progress_texts(empty, "succeeded")[0] == "no steps"  # ended: none will come
+    assert RunWording.progress(empty, "running")[0] == "no steps yet"
+    assert RunWording.progress(empty, "succeeded")[0] == "no steps"  # ended: none will come
 
 
 # ---- charts: which ones, and what an empty one says ---------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 from live_run import LiveRun
 from PySide6.QtCore import Qt
 
-from gui.gateway.store_reads import with_liveness
+from gui.gateway.store_reads import StoreReads
 from gui.models.history import HISTORY_COLUMNS, RunRow
 from gui.widgets.history_panel import HistoryPanel
 from rankwatch.protocol import Event, LogLine, MetricRecord
@@ -162,10 +162,10 @@ def test_run_rows_tell_live_from_lost(store, tmp_path):
     socket_file.touch()
     base = StoredRun(id=1, profile=None, status="running", created=10.0, started=11.0, exit_code=None,
                      world_size=2, host="h", socket=str(socket_file))
-    live = RunRow.from_store(with_liveness(dataclasses.replace(
+    live = RunRow.from_store(StoreReads.with_liveness(dataclasses.replace(
         base, runner_pid=os.getpid(), runner_identity=process_identity(os.getpid()))))  # as stored
-    lost = RunRow.from_store(with_liveness(dataclasses.replace(base, runner_pid=dead_pid())))
-    done = RunRow.from_store(with_liveness(dataclasses.replace(base, ended=20.0, status="failed",
+    lost = RunRow.from_store(StoreReads.with_liveness(dataclasses.replace(base, runner_pid=dead_pid())))
+    done = RunRow.from_store(StoreReads.with_liveness(dataclasses.replace(base, ended=20.0, status="failed",
                                                                runner_pid=os.getpid())))
     assert (live.live, live.status) == (True, "running")
     assert (lost.live, lost.status) == (False, "lost")

@@ -16,7 +16,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QCheckBox, QLineEdit
 
-import gui.models.launch_form as launch_form
+from gui.gateway.launch_rules import LaunchRules
 from gui.gateway.probe_output import unavailable_report
 from gui.models.launch_form import FormState, LaunchFormModel
 from gui.models.profiles import ProfileListModel
@@ -153,14 +153,14 @@ def test_rendezvous_planning_runs_once_off_the_gui_thread_while_an_endpoint_is_t
                                                                                      monkeypatch):
     """Planning a c10d rendezvous looks the endpoint's host up (DNS); here it takes 0.5 s."""
     calls: list[str] = []
-    real = launch_form.plan_rendezvous
+    real = LaunchRules.plan_rendezvous
 
     def slow_plan(launch):
         calls.append(threading.current_thread().name)
         time.sleep(0.5)
         return real(launch)
 
-    monkeypatch.setattr(launch_form, "plan_rendezvous", slow_plan)
+    monkeypatch.setattr(LaunchRules, "plan_rendezvous", staticmethod(slow_plan))
     panel = make_panel()
     qtbot.keyClicks(panel.entry.lineEdit(), str(script))
     panel.rendezvous.setCurrentIndex(panel.rendezvous.findData("c10d"))

@@ -20,14 +20,14 @@ import pytest
 from live_run import LiveRun
 from PySide6.QtCore import Qt
 
-from gui.gateway.run_state import LogLine, RankInfo, RunInfo, SnapshotMessage
+from gui.gateway.run_state import RankInfo, RunInfo, SnapshotMessage
 from gui.models import monitor
 from gui.models.monitor import RANK_COLUMNS, LogBuffer, LogEntry, MonitorModel
 from gui.widgets.log_view import LogView
 from gui.widgets.monitor_panel import DETACHED, DISCONNECTED, MonitorPanel
 from gui.widgets.rank_table import state_tint
 from rankwatch import protocol
-from rankwatch.protocol import MetricRecord, ProcessSample
+from rankwatch.protocol import LogLine, MetricRecord, ProcessSample
 from runner.profile.spec import LaunchSpec
 from runner.store.rank_stats import RankStats, run_statistics
 from runner.store.store import RunStore

@@ -16,7 +16,7 @@ import pytest
 from PySide6.QtCore import QRect, Qt
 from PySide6.QtGui import QColor
 
-from gui.gateway.run_state import RankInfo, RunInfo, SnapshotMessage, event_of
+from gui.gateway.run_state import RankInfo, RunInfo, SnapshotMessage
 from gui.gateway.store_reads import RankStats
 from gui.models.diagnosis import INFO, DiagnosisModel
 from gui.models.monitor import (
@@ -32,6 +32,7 @@ from gui.widgets.monitor_panel import MonitorPanel
 from gui.widgets.phase_bars import PHASE_COLORS, segment_rects, text_color_on
 from gui.widgets.rank_table import PHASE_BAR_COLUMN, PHASES_ROLE
 from rankwatch import protocol
+from runner.runstate.messages import event_of
 from tests.hub_messages import run_changes, update
 
 pytestmark = pytest.mark.gui

@@ -8,8 +8,8 @@ import threading
 import pytest
 from PySide6.QtWidgets import QWidget
 
-from gui.gateway import store_reads
 from gui.gateway.store_reader import THREAD_NAME, store_reader
+from gui.gateway.store_reads import StoreReads
 from runner.store.store import RunStore
 
 pytestmark = pytest.mark.gui
@@ -78,7 +78,7 @@ def test_nothing_is_delivered_to_a_closed_panel(qtbot):
 
 def test_a_poll_delivers_the_runs_list_when_it_changed_and_stops(qtbot):
     seen: list[list[str]] = []
-    poll = store_reader().every(0.05, lambda store: [run.run.profile for run in store_reads.runs(store, 10)],
+    poll = store_reader().every(0.05, lambda store: [run.run.profile for run in StoreReads.runs(store, 10)],
                                 seen.append, when_no_store=[])
     qtbot.waitUntil(lambda: seen == [[]], timeout=5000)
     qtbot.wait(200)

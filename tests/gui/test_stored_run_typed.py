@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from gui.gateway import store_reads
-from gui.gateway.run_state import EventKind, LogLine, NodeInfo, RankInfo, RunInfo
+from gui.gateway.run_state import NodeInfo, RankInfo, RunInfo
+from gui.gateway.store_reads import StoreReads
 from gui.models.exits import rank_ended_by
 from gui.models.history import HISTORY_COLUMNS, RunRow, history_cells
 from gui.models.monitor import NOT_MEASURED, MonitorModel, format_event, summary_lines
-from rankwatch.protocol import Event, MetricRecord
+from rankwatch.protocol import Event, EventKind, LogLine, MetricRecord
 from runner.diagnosis.hints import Hint, HintKey
 from runner.diagnosis.summary import RunSummary
 from runner.rank_failure import RankFailure
@@ -54,7 +54,7 @@ def newer_run(store: RunStore) -> int:
 
 def test_a_stored_run_is_read_into_the_hubs_typed_rows(newer_run):
     with RunStore(readonly=True) as store:
-        records = store_reads.run_records(store, newer_run, 100)
+        records = StoreReads.run_records(store, newer_run, 100)
     assert isinstance(records.run, RunInfo) and (records.run.id, records.run.status) == (newer_run, "succeeded")
     assert records.spec_toml == 'script = "train.py"' and records.spec == {"script": "train.py"}
     assert "spec_toml" not in records.run.extra  # read apart, not sent on as a RUN key
@@ -105,7 +105,7 @@ def test_the_runs_list_shows_a_malformed_stored_value_as_not_measured(store, tmp
     store.update_run(run_id, started=T0, ended=T0 + 9, status="succeeded", exit_code=0)
     with store.connection:
         store.connection.execute("UPDATE runs SET created = 'yesterday', world_size = 'two' WHERE id = ?", (run_id,))
-    [listed] = store_reads.runs(store, 10)
+    [listed] = StoreReads.runs(store, 10)
     row = RunRow.from_store(listed)
     cells = dict(zip(HISTORY_COLUMNS, history_cells(row), strict=True))
     assert (row.created, row.world_size) == (0.0, None)
@@ -116,7 +116,7 @@ def test_an_event_of_a_newer_kind_is_titled_by_its_kind_live_and_stored(newer_ru
     with RunStore() as store, store.connection:
         store.connection.execute("UPDATE events SET kind = 'gpu_throttled' WHERE kind = 'warning'")
     with RunStore(readonly=True) as store:
-        stored = MonitorModel.from_records(store_reads.run_records(store, newer_run, 100))
+        stored = MonitorModel.from_records(StoreReads.run_records(store, newer_run, 100))
     live = MonitorModel()
     live.apply({"type": "update", "t": T0 + 1, "events": [
         {"kind": "gpu_throttled", "t": T0 + 1, "rank": 1, "message": "disk almost full", "newer_field": 7}]})

@@ -15,9 +15,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY = REPO / "gui" / "gateway"
 
-MOST_NAMES_THE_GUI_TAKES = 67
-"""Distinct (gateway module, name) pairs imported by ``gui`` outside the gateway (134 before)."""
-MOST_NAMES_THE_GATEWAY_EXPORTS = 75
+MOST_NAMES_THE_GUI_TAKES = 69
+"""Distinct (gateway module, name) pairs imported by ``gui`` outside the gateway (134 before; +2 for
+the history read from the store: ``StoredHistory``, ``HistoryEnd`` in the model)."""
+MOST_NAMES_THE_GATEWAY_EXPORTS = 76
 """All ``__all__`` lists of the gateway's modules together (148 before)."""
 
 

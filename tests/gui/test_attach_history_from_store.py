@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 
-from gui.gateway.run_state import HistoryEnd, LogLine, RunInfo, SnapshotMessage
+from gui.gateway.run_state import HistoryEnd, RunInfo, SnapshotMessage
 from gui.gateway.store_reads import StoredHistory
 from gui.models.monitor import CPU_PERCENT, GPU_UTILIZATION, MonitorModel
 from rankwatch import protocol
-from rankwatch.protocol import GpuSample, MetricRecord, ProcessSample
+from rankwatch.protocol import GpuSample, LogLine, MetricRecord, ProcessSample
 from tests.hub_messages import update
 
 pytestmark = pytest.mark.gui

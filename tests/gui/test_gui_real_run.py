@@ -46,8 +46,8 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     assert window.tabs.currentWidget() is window.monitors and window.monitor is monitor
     qtbot.waitUntil(lambda: "running" in states, timeout=60_000)
     assert monitor.has_live_run()
-    # Leave it running headless for a moment, then attach again: the runner replays
-    # the stored history, so the charts end up with every point all the same.
+    # Leave it running headless for a moment, then attach again: the history is read from
+    # the store, the live updates follow it, so the charts end up with every point all the same.
     qtbot.waitUntil(lambda: len(monitor.model.series(protocol.LOSS).get(1, ())) >= 20, timeout=60_000)
     run_id = monitor.run_id
     monitor.detach()
@@ -56,6 +56,8 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     monitor.attach(run_id)
     assert monitor.has_live_run()  # still going: subscribed again, history first
     qtbot.waitUntil(lambda: monitor.model.finished, timeout=180_000)
+    # the history is read from the store beside the live updates: the run may end before it is in
+    qtbot.waitUntil(lambda: monitor.model.history_done, timeout=30_000)
     assert monitor.model.status == "succeeded", monitor.banner.text()
     qtbot.waitUntil(lambda: not monitor.has_live_run(), timeout=5000)
 

@@ -106,6 +106,8 @@ class ChartGrid(QWidget):
         """Ranks the user picked (the rank table's selection): drawn over the band."""
         self.band_ranks = False
         """Per-rank charts show the median and p10-p90 band (more than ``BAND_ABOVE_RANKS``)."""
+        self.band_gpus = False
+        """The GPU charts show the median and band (more than ``BAND_ABOVE_RANKS`` GPUs)."""
         self._highlighted: frozenset[int] = frozenset()
 
         self.axis_choice = QComboBox()
@@ -273,21 +275,25 @@ class ChartGrid(QWidget):
         self.every_rank.setVisible(ranks > BAND_ABOVE_RANKS)
         self.every_rank.setEnabled(ranks <= EVERY_RANK_LIMIT)
         self.band_ranks = ranks > BAND_ABOVE_RANKS and not (self.every_rank.isChecked() and ranks <= EVERY_RANK_LIMIT)
+        gpus = max((len(self.model.series(name)) for name, definition in self._defs.items()
+                    if definition.key_label == GPU_KEYS), default=0)
+        self.band_gpus = gpus > BAND_ABOVE_RANKS  # a legend of 1,024 GPUs filled the charts' area
         for name, chart in self.charts.items():
             definition = self._defs[name]
             by_key = self.model.series(name)
             per_rank = definition.key_label == RANK_KEYS
             count = max(world, max(by_key, default=-1) + 1) if per_rank else len(by_key)
             legend = self._legend(definition.key_label)
-            chart.set_band_mode(per_rank and self.band_ranks)
+            chart.set_band_mode(self.band_ranks if per_rank else definition.key_label == GPU_KEYS and self.band_gpus)
             for key, series in sorted(by_key.items()):
                 if not chart.has_series(key, series):
                     color = series_color(key, count, dark)
                     label = key_label(definition.key_label, key, count)
                     chart.set_series(key, label, series, color, count)
-                    if key not in legend.keys and (not chart.band_mode or key in self._highlighted):
+                    if key not in legend.keys and (not chart.band_mode or (per_rank and key in self._highlighted)):
                         legend.set_entry(key, label, color)
                     chart.set_curve_visible(key, key not in legend.keys or legend.is_visible(key))
+        self.gpu_legend.set_title(f"Median and p10-p90 of {gpus:,} GPUs" if self.band_gpus else "GPUs")
         self._update_highlighted(force=True)
         self._set_mode(GPU if self.model.has_gpu_samples() else CPU)
         for chart in self.charts.values():
@@ -324,8 +330,8 @@ class ChartGrid(QWidget):
         self._highlighted = highlighted
         world = max(len(self.model.ranks), (None if self.model.run is None else self.model.run.world_size) or 0)
         dark = palette_is_dark(self.palette())
-        for chart in self.charts.values():
-            if chart.band_mode:
+        for name, chart in self.charts.items():
+            if chart.band_mode and self._defs[name].key_label == RANK_KEYS:
                 chart.set_highlighted(highlighted)
                 for key in highlighted:
                     if key in chart.keys and key not in self.rank_legend.keys:

@@ -12,7 +12,7 @@ from gui.charts.grid import ChartGrid
 from gui.models.monitor import MonitorModel
 from gui.models.rank_band import BAND_ABOVE_RANKS, rank_band
 from gui.widgets.monitor_panel import MonitorPanel
-from rankwatch.protocol import MetricRecord
+from rankwatch.protocol import GpuSample, MetricRecord
 from runner.runstate.messages import UpdateMessage
 
 pytestmark = pytest.mark.gui
@@ -237,3 +237,26 @@ def test_new_points_of_ranks_inside_the_band_repaint_nothing_until_the_band_is_r
     grid.refresh()
     qtbot.wait(50)
     assert loss.band_recomputed and counter.paints > 0 and loss.band is not None and loss.band.x[-1] == 22.0
+
+
+def test_many_gpus_draw_their_median_and_band_and_the_gpu_legend_names_none(qtbot):
+    """The scale benchmark's 1,024 GPUs (8 per node) were 1,024 legend entries: they filled the
+    area of every chart (seen on the 1,024-rank screenshot)."""
+    model = MonitorModel()
+    gpus = BAND_ABOVE_RANKS + 8
+    model.apply(UpdateMessage(gpus=tuple(GpuSample(1000.0 + i, gpu, 50.0 + gpu % 7, 10**9, 8 * 10**10, None, None, None)
+                                         for i in range(5) for gpu in range(gpus))).to_wire())
+    grid = shown_grid(qtbot, model, 1200, 800)
+    gpu_charts = [chart for name, chart in grid.charts.items() if name.startswith("gpu/")]
+    assert gpu_charts and all(chart.band_mode for chart in gpu_charts)
+    assert grid.gpu_legend.keys == []
+    assert grid.gpu_legend.title == f"Median and p10-p90 of {gpus:,} GPUs"
+
+
+def test_a_few_gpus_keep_a_curve_and_a_legend_entry_each(qtbot):
+    model = MonitorModel()
+    model.apply(UpdateMessage(gpus=tuple(GpuSample(1000.0 + i, gpu, 50.0, 10**9, 8 * 10**10, None, None, None)
+                                         for i in range(5) for gpu in range(8))).to_wire())
+    grid = shown_grid(qtbot, model, 1200, 800)
+    assert not any(chart.band_mode for name, chart in grid.charts.items() if name.startswith("gpu/"))
+    assert grid.gpu_legend.keys == list(range(8)) and grid.gpu_legend.title == "GPUs"

@@ -82,7 +82,7 @@ class RunnerLink(QObject):
     def open(self, socket_path: str, history: bool = True, from_store: bool = False) -> None:
         """Connect to ``socket_path`` and subscribe; retries until ``connect_timeout_s``.
         ``from_store``: the hub replays no history, its ``history_end`` says where the store's
-        ends (``Subscribe.from_store``; the caller reads it: ``store_reads.stored_history``)."""
+        ends (``Subscribe.from_store``; the caller reads it: ``StoreReads.stored_history``)."""
         self.close()
         self.socket_path = str(socket_path)
         self._history = history

@@ -12,13 +12,16 @@ meanwhile follow on: no gap, no duplicate.
 from __future__ import annotations
 
 import pytest
+from loop_thread import LoopThread
 
 from gui.gateway.run_state import HistoryEnd, RunInfo, SnapshotMessage
 from gui.gateway.store_reads import StoredHistory
 from gui.models.monitor import CPU_PERCENT, GPU_UTILIZATION, MonitorModel
 from rankwatch import protocol
 from rankwatch.protocol import GpuSample, LogLine, MetricRecord, ProcessSample
+from runner import paths
 from tests.hub_messages import update
+from tests.hubs import fake_worker, open_hub
 
 pytestmark = pytest.mark.gui
 
@@ -101,3 +104,33 @@ def test_a_history_that_could_not_be_read_lets_the_held_updates_in_as_they_came(
     assert list(model.series(protocol.LOSS)[0].steps.values) == [0, 1, 2]
     model.apply(update(t=103.0, metrics=[MetricRecord(0, 103.0, 3, protocol.LOSS, 1.0, "auto")]))
     assert len(model.series(protocol.LOSS)[0]) == 4  # live from now on
+
+
+def test_a_store_that_holds_another_run_by_that_id_makes_the_panel_ask_the_hub(qtbot, panel, tmp_path):
+    """The GUI's store (``RANKWATCH_HOME``) has a run 1 of its own; the hub writes run 1 into
+    another store. The history read here would be another run's: the panel asks the hub to
+    replay it instead, and charts what the hub's run holds."""
+    loop = LoopThread("test-hubs")
+    try:
+        gui_hub, _gui_socket = loop.run(open_hub(tmp_path / "gui", store_path=paths.store_path()))
+        loop.run(gui_hub.close(reason="succeeded"))
+        hub, socket_path = loop.run(open_hub(tmp_path / "other"))
+        assert hub.run_id == gui_hub.run_id
+        sent = loop.run(fake_worker(socket_path, 0, 300))
+        loop.run(hub.flush())
+        asked = []
+        real_add = hub.publisher.add
+
+        async def add(subscriber, **options):
+            asked.append(options["from_store"])
+            await real_add(subscriber, **options)
+
+        hub.publisher.add = add
+        panel._live = True
+        panel._subscribe(str(socket_path))
+        qtbot.waitUntil(lambda: panel.model.history_done and len(asked) == 2, timeout=10_000)
+        assert asked == [True, False]
+        assert len(panel.model.series(protocol.LOSS)[0]) == sent
+        loop.run(hub.close(reason="succeeded"))
+    finally:
+        loop.stop()

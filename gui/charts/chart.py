@@ -461,7 +461,9 @@ class MetricChart(QWidget):
             self._place_note()
 
     def _place_note(self, *_args: object) -> None:
-        if not self.note_label.isVisible():
+        """Fit the note to the plot area. Placed while the chart itself is still hidden too (not
+        ``isVisible``): a note shown before its chart was left as a strip at the top left."""
+        if self.note_label.isHidden():
             return
         rect = self.view_box.sceneBoundingRect()
         top_left = self.plot_widget.mapFromScene(rect.topLeft())

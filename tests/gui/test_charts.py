@@ -424,3 +424,17 @@ def test_a_single_step_is_drawn_as_a_dot_on_a_readable_axis(qtbot):
     assert chart.curve_set._dots[0] and not chart.curve_set._pieces[0]
     labels = chart.bottom_axis.tickStrings([0.0, 1.0, 2.0], 1.0, 1.0)
     assert labels == ["0", "1", "2"]
+
+
+def test_an_empty_charts_note_spans_its_plot_when_the_chart_is_shown_after_the_note_was_set(qtbot):
+    """The GPU allocator chart of the 1,024-rank screenshot said "Waiting / for the" in a strip at
+    its top left: its note was placed while the chart was still hidden, and not again."""
+    chart = MetricChart("GPU memory per rank")
+    qtbot.addWidget(chart)
+    chart.set_empty_note("Waiting for the ranks' first figures")
+    chart.resize(460, 200)
+    chart.show()
+    qtbot.waitExposed(chart)
+    qtbot.waitUntil(lambda: chart.note_label.isVisible(), timeout=2000)
+    plot = chart.view_box.sceneBoundingRect()
+    assert chart.note_label.width() >= plot.width() - 2 > 300

@@ -111,6 +111,10 @@ def empty_chart_note(definition: ChartDef, model: MonitorModel, has_finite_point
         return "Not measured: no torch.distributed process group (nothing to wait for)"
     if name == protocol.SAMPLES_PER_SECOND and stepped:
         return "Not measured: the batch size is unknown (no PyTorch DataLoader was seen)"
+    if name in protocol.GPU_MEMORY_METRICS and stepped and model.ranks and all(
+            row.gpu_index is None for row in model.ranks.values()):
+        # a CPU run on a machine with GPUs: NVML's charts fill, torch's CUDA allocator never reports
+        return "Not measured: the ranks run on the CPU (torch's CUDA allocator has nothing to report)"
     if finished:
         if name in (protocol.LOSS, protocol.STEP_TIME):
             return "Not measured: no optimizer step was seen"

@@ -361,3 +361,16 @@ def test_a_stragglers_own_message_is_its_wording_with_the_step_and_its_phase_in_
     assert straggler_note({**event, "cause": "data", "phase": "data"}) == "straggler: waiting for data"
     assert straggler_text({**event, "message": "something else"}) == "something else"  # said as the runner says it
 
+
+
+def test_the_allocator_chart_of_cpu_ranks_says_it_is_not_measured_not_waiting():
+    """A CPU run on a machine with GPUs: NVML's GPU charts fill, and the allocator's chart said
+    "Waiting for the first step…" 312 steps in (seen on the 1,024-rank screenshot)."""
+    stepping = [MetricRecord(0, T0 + s, s, name, 0.1, "auto") for s in range(3) for name in ("loss", "step_time")]
+    model = model_with(stepping)
+    model.apply(update(ranks=[{"rank": 0, "state": "running", "gpu_index": None},
+                              {"rank": 1, "state": "running", "gpu_index": None}]).to_wire())
+    assert empty_chart_note(CHART[protocol.GPU_MEMORY_ALLOCATED], model, False) == (
+        "Not measured: the ranks run on the CPU (torch's CUDA allocator has nothing to report)")
+    model.apply(update(ranks=[{"rank": 1, "state": "running", "gpu_index": 1}]).to_wire())
+    assert empty_chart_note(CHART[protocol.GPU_MEMORY_ALLOCATED], model, False) == "Waiting for the first step…"

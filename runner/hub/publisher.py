@@ -573,20 +573,28 @@ class Publisher:
             self.remove(subscriber)
 
     async def _stored_through(self, subscriber: Subscriber, run_id: int) -> int:
-        """Tell a subscriber that reads the history itself where it ends: the last committed batch
-        and the store's last row of each table, as the writer's thread left them after that
-        commit (else read there: constant time). The batches after it are what goes live;
-        returns it."""
-        def committed(store: RunStore) -> tuple[int, dict[str, int]]:
-            return self._commit_seq(), store.last_rowids(run_id)
-
-        known = self._committed()
-        through, last = known if known is not None else await self.writer.call(committed)
+        """Tell a subscriber that reads the history itself where it ends (``_last_committed``);
+        the batches after it are what goes live. Returns it."""
+        through, last = await self._last_committed(run_id)
         if not subscriber.closed:
             end = protocol.HistoryEnd(stored_through=last)
             subscriber.send({"type": end.TYPE, **end.to_wire()})
         self.stats["histories_from_store"] += 1
         return through
+
+    async def _last_committed(self, run_id: int) -> tuple[int, dict[str, int]]:
+        """The last committed batch and the store's last row of each table after it: where a
+        history (a replay, or the subscriber's own read) ends, and after which batch the live
+        updates begin. As the writer's thread left them after that commit, so no wait behind the
+        next one (seconds at 1,024 ranks); read there (constant time) before the first commit."""
+        known = self._committed()
+        if known is not None:
+            return known
+
+        def committed(store: RunStore) -> tuple[int, dict[str, int]]:
+            return self._commit_seq(), store.last_rowids(run_id)
+
+        return await self.writer.call(committed)
 
     def add_local(self, callback: Callable[[Message], None], watches_live: bool = True) -> LocalSubscriber:
         subscriber = LocalSubscriber(callback, watches_live)
@@ -633,9 +641,6 @@ class Publisher:
         since = after or {}
         catching_up = after is not None
 
-        def committed(store: RunStore) -> tuple[int, dict[str, int]]:
-            return self._commit_seq(), store.last_rowids(run_id)
-
         def plan(store: RunStore, last: dict[str, int]) -> tuple[MetricWindow | None, dict[str, tuple[int, int]]]:
             starts = {table: replay_window.recent_start(store.connection, table, run_id, last[table], keep,
                                                         since.get(table, 0))
@@ -645,9 +650,9 @@ class Publisher:
                 store.connection, run_id, last["metrics"], budget, since.get("metrics", 0))
             return window, starts
 
-        # which rows: on the writer thread, in order with the commits (constant time); the window
-        # over them on the reader's (at 1,024 ranks seconds of seeks, which held the commits back)
-        through, last = await self.writer.call(committed)
+        # which rows: as the writer's thread left them after a commit; the window over them on the
+        # reader's (at 1,024 ranks seconds of seeks, which held the commits back)
+        through, last = await self._last_committed(run_id)
         window, starts = await self.reader.call(plan, last)
         left_out = {table: skipped for table, (_after, skipped) in starts.items() if skipped}
         for table in ("logs", "events"):

@@ -615,7 +615,7 @@ class MonitorModel:
 
     @property
     def history_done(self) -> bool:
-        """The hub's replay ended, and the charts' history is in (``take_chart_history``)."""
+        """The hub said where the history ends, and the history is in (``take_stored_history``)."""
         return self.state.history_done and not self.awaiting_history
 
     @property

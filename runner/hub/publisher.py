@@ -187,6 +187,11 @@ class Subscriber(abc.ABC):
     def __init__(self) -> None:
         self.live = False
         """False while a history replay is being sent; live updates queue until then."""
+        self.history_through = 0
+        """The last committed batch its history held (``go_live``): a live update of that batch or
+        an earlier one is not sent again. The hub notes a commit on the writer's thread before the
+        event loop publishes it, so a subscriber can go live between the two and still be handed
+        that batch: a chart would draw its points twice."""
         self.queued: list[QueuedUpdate] = []
         self.queued_bytes = 0
         self.replay_bytes = 0
@@ -250,6 +255,8 @@ class Subscriber(abc.ABC):
         while a replay is going on; thinned or refused when this subscriber is far behind."""
         if self.closed:
             return
+        if self.live and seq <= self.history_through:
+            return
         if not self.live:
             size = sum(map(len, lines)) if lines is not None else len(json.dumps(message, separators=(",", ":")))
             kept = message if self.keeps_messages_queued or lines is None else None
@@ -296,6 +303,7 @@ class Subscriber(abc.ABC):
     def go_live(self, replayed_through: int) -> None:
         """Send what queued during the replay, skipping batches the replay already held."""
         self.live = True
+        self.history_through = replayed_through
         queued, self.queued = self.queued, []
         for update in queued:
             self.queued_bytes -= update.size

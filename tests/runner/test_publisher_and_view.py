@@ -52,6 +52,16 @@ def test_updates_during_a_replay_are_queued_and_deduplicated():
     assert [m["metrics"][0][2] for m in subscriber.sent] == [2]
 
 
+def test_a_batch_the_history_held_is_not_sent_live_when_published_after_the_subscriber_went_live():
+    # The hub notes a commit on its writer's thread, then publishes it on the event loop: a
+    # subscriber that reads its history from the store can go live in between, through that batch.
+    subscriber = RecordingSubscriber()
+    subscriber.go_live(replayed_through=3)
+    for seq in (3, 4):
+        subscriber.deliver_update(seq, update(metrics=[MetricRecord(0, float(seq), seq, "loss", 1.0, "auto")]).to_wire())
+    assert [m["metrics"][0][2] for m in subscriber.sent] == [4]
+
+
 def rank_row(rank: int, **fields) -> RankInfo:
     row = {"state": "running", "step": 10, "loss": 0.5 + rank, "step_time": 0.02, "data_wait_share": 0.4,
            "samples_per_s": 1600.0, "cpu_percent": 95.0, "rss_bytes": 700 << 20, "host": "h", **fields}

@@ -41,6 +41,7 @@ from rankwatch.protocol import (
 )
 from runner import paths, privacy
 from runner.rows import JsonObject, NodeInfo, StoredRank, StoredRun, wire_float, wire_int
+from runner.store.bulk_insert import insert_rows
 from runner.store.liveness import process_identity
 from runner.store.rank_stats import RANK_SUMMARY_COLUMNS, rank_summary_rows, run_statistics
 from runner.store.schema import TABLES, migrate
@@ -314,8 +315,9 @@ class RunStore:
                     rank_rows: list[tuple[int, dict[str, ColumnValue]]] | None = None) -> None:
         """All rows of ``batch`` (and ``rank_rows``: (rank, columns) upserts) in one transaction.
 
-        One transaction is what makes 100k rows/s cheap. The run id goes into the
-        statement itself (an int), so each record is handed to SQLite as it is.
+        One transaction is what makes 100k rows/s cheap, and hundreds of rows a statement
+        (``runner.store.bulk_insert``) what keeps it so beside a busy event loop. The run id goes
+        into the statement itself (an int), so each record is handed to SQLite as it is.
 
         Raises:
             sqlite3.Error: the transaction was rolled back (nothing of it is stored).
@@ -324,25 +326,21 @@ class RunStore:
         run = int(run_id)
         with connection:
             if batch.metrics:
-                connection.executemany(
-                    f"INSERT INTO metrics (run_id, rank, t, step, name, value, source) VALUES ({run},?,?,?,?,?,?)",
-                    batch.metrics)
+                insert_rows(connection, "INSERT INTO metrics (run_id, rank, t, step, name, value, source)",
+                            f"({run},?,?,?,?,?,?)", batch.metrics)
             if batch.logs:
-                connection.executemany(
-                    f"INSERT INTO logs (run_id, rank, t, stream, line, node) VALUES ({run},?,?,?,?,?)", batch.logs)
+                insert_rows(connection, "INSERT INTO logs (run_id, rank, t, stream, line, node)",
+                            f"({run},?,?,?,?,?)", batch.logs)
             if batch.events:
-                connection.executemany(
-                    f"INSERT INTO events (run_id, t, kind, rank, data) VALUES ({run},?,?,?,?)",
-                    [event.to_row() for event in batch.events])
+                insert_rows(connection, "INSERT INTO events (run_id, t, kind, rank, data)",
+                            f"({run},?,?,?,?)", [event.to_row() for event in batch.events])
             if batch.gpu_samples:
-                connection.executemany(
-                    f"INSERT INTO gpu_samples (run_id, t, gpu_index, utilization, memory_used, memory_total,"
-                    f" power_watts, temperature_c, sm_clock_mhz) VALUES ({run},?,?,?,?,?,?,?,?)",
-                    batch.gpu_samples)
+                insert_rows(connection, "INSERT INTO gpu_samples (run_id, t, gpu_index, utilization, memory_used,"
+                            " memory_total, power_watts, temperature_c, sm_clock_mhz)",
+                            f"({run},?,?,?,?,?,?,?,?)", batch.gpu_samples)
             if batch.process_samples:
-                connection.executemany(
-                    f"INSERT INTO process_samples (run_id, t, rank, pid, cpu_percent, rss_bytes, threads)"
-                    f" VALUES ({run},?,?,?,?,?,?)", batch.process_samples)
+                insert_rows(connection, "INSERT INTO process_samples (run_id, t, rank, pid, cpu_percent, rss_bytes,"
+                            " threads)", f"({run},?,?,?,?,?,?)", batch.process_samples)
             if rank_rows:
                 self._upsert_ranks(run, rank_rows)
 

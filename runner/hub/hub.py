@@ -47,6 +47,10 @@ from runner.store.run_figures import LIVE_STATISTICS_SECONDS
 from runner.store.store import ColumnValue, RecordBatch, RunColumnValue, RunStore
 
 ACCEPT_SETTLE_SECONDS = 0.1
+STORE_BEHIND_SECONDS = 5.0
+"""A batch that takes this long to commit means the store does not keep up with what the ranks
+send: every view of the run (live, ``attach``, ``runs show``) lags them by about as much. Said
+once, as a warning: the views show old rows as current ones otherwise, with nothing to say why."""
 RANK_STORE_COLUMNS = ("local_rank", "node_rank", "host", "pid", "world_size", "python", "torch", "gpu_index",
                       "state", "exit_code", "first_seen", "last_seen", "dropped", "rejected", "sent",
                       "gpu_mem_used_peak")
@@ -113,6 +117,8 @@ class Hub:
         self._run_changed = False
         self._node_rows_changed: list[NodeInfo] = []
         self._store_incomplete_told = False
+        self.store_behind_seconds = STORE_BEHIND_SECONDS
+        self._store_behind_told = False
         self._closed = False
 
     # ---- the run's own rows --------------------------------------------------------------------
@@ -361,7 +367,9 @@ class Hub:
             if not batch and not rows and not run_changed and not nodes:
                 return
             rank_rows = [(row.rank, _store_columns(row)) for row in rows]
+            started = time.monotonic()
             seq = await self.writer.call(self._commit, batch, rank_rows)
+            self._tell_if_store_behind(len(batch), time.monotonic() - started)
             await self._tell_if_store_incomplete()
             wire_rows = [row.to_wire() for row in rows] if self.publisher.subscribers else []  # none to tell
             self.publisher.publish(seq, batch, wire_rows, self._run_wire() if run_changed else None,
@@ -376,6 +384,22 @@ class Hub:
         if self.run_id is not None:
             self._committed = (self._seq, store.last_rowids(self.run_id))
         return self._seq
+
+    def _tell_if_store_behind(self, records: int, seconds: float) -> None:
+        """The first commit that took ``store_behind_seconds`` or more: a warning that says how far
+        behind the store is and that nothing is lost (``STORE_BEHIND_SECONDS``)."""
+        if seconds < self.store_behind_seconds:
+            return
+        self.stats["slow_commits"] += 1
+        if self._store_behind_told:
+            return
+        self._store_behind_told = True
+        ranks = len(self.model.ranks)
+        self.add_event(EventKind.WARNING, None,
+                       f"the run store is falling behind: {records:,} records took {seconds:.1f} s to commit, so the "
+                       f"live view, `rankwatch attach` and `runs show` lag the ranks by about that much. Nothing is "
+                       f"lost: they catch up when the ranks send less. The runner's machine is short of CPU or disk "
+                       f"for {ranks:,} ranks' telemetry", records=records, seconds=round(seconds, 2), ranks=ranks)
 
     async def _tell_if_store_incomplete(self) -> None:
         """The first time the store refuses for want of room: say so once, everywhere it can be seen

@@ -196,3 +196,33 @@ def test_a_client_that_keeps_sending_garbage_is_disconnected(tmp_path):
     hub, hung_up, sent = asyncio.run(scenario())
     assert hung_up and hub.stats["clients_disconnected"] == 1
     assert stored_metrics(tmp_path, hub) == sent
+
+
+def test_a_slow_commit_is_told_once_as_a_warning_that_nothing_is_lost(tmp_path):
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        hub.store_behind_seconds = 0.0  # every commit counts as slow: the first one is told
+        sent = sum(await asyncio.gather(*(fake_worker(socket_path, rank, 3000, batch=100) for rank in range(2))))
+        await hub.close()
+        return hub, sent
+    hub, sent = asyncio.run(scenario())
+    assert stored_metrics(tmp_path, hub) == sent
+    assert hub.stats["slow_commits"] >= 2
+    with RunStore(tmp_path / "runs.db", readonly=True) as store:
+        told = [event for event in store.stored_events(hub.run_id, "warning") if "falling behind" in event.message]
+    assert len(told) == 1
+    assert "Nothing is lost" in told[0].message and told[0].fields["ranks"] == 2
+    assert told[0].fields["records"] >= 1 and told[0].fields["seconds"] >= 0.0
+
+
+def test_commits_in_time_say_nothing_of_falling_behind(tmp_path):
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        hub.store_behind_seconds = 60.0
+        await fake_worker(socket_path, 0, 3000, batch=100)
+        await hub.close()
+        return hub
+    hub = asyncio.run(scenario())
+    with RunStore(tmp_path / "runs.db", readonly=True) as store:
+        assert not [event for event in store.stored_events(hub.run_id, "warning") if "falling behind" in event.message]
+    assert hub.stats["slow_commits"] == 0

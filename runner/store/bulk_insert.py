@@ -23,9 +23,9 @@ import sqlite3
 from collections.abc import Sequence
 
 ROWS_PER_STATEMENT = 500
-"""Rows one statement inserts (at most 500 x 8 = 4,000 parameters: SQLite allows 32,766). Under a
+"""Rows one statement inserts (at most 500 x 8 = 4,000 parameters: SQLite allows 32,766). Beside a
 busy event loop 1,000 rows stored 2.3 times as much per second as 200; on a quiet machine 200
-stored twice as much as 1,000 (a longer statement's values are bound in one go), so between."""
+stored twice as much as 1,000: so between the two."""
 
 _flatten = itertools.chain.from_iterable
 

@@ -4,8 +4,8 @@ Each fake rank is its own process speaking the real protocol the way the worker'
 reporter does (a hello, then `metrics` lines of up to 2,000 items), as fast as it
 can. ``--shape items``: one ``[t, step, name, value, source]`` item per record (what
 ``rankwatch.log`` sends); ``--shape steps``: step rows as the zero-code instrumentation
-sends them (one row per step, 4 records, 6 every 16th step with the comm/compute split:
-``protocol.step_row_records``), counted in the records they make. The hub runs in this process, as in the runner. Time runs from the first
+sends them (one row per step, 4 records; every 16th step is timed: its CPU wait, the
+phases' clock, the phases and the compute time make it 14: ``protocol.step_row_records``), counted in the records they make. The hub runs in this process, as in the runner. Time runs from the first
 connection to the moment every record is committed to SQLite. Also printed: the CPU
 time of the hub's process (event loop and writer thread) per record, which a shared,
 loaded machine disturbs much less than the rate.
@@ -42,9 +42,11 @@ def step_rows(records: int) -> list[list]:
     rows, made, now = [], 0, time.time()
     while made < records:
         step = len(rows)
-        timed = step % 16 == 0
-        row = [now + step * 3e-4, step, 0.69 + step * 1e-6, 2.9e-4, 1.2e-5, 64, 1.1e-4 if timed else None,
-               3e-6 if timed else None]
+        timed = step % 16 == 0  # a timed step carries its phases on the CPU's clock
+        phases = [protocol.CLOCK_CPU, *(2.9e-4 / len(protocol.PHASES) for _ in protocol.PHASES)] if timed else None
+        row = [now + step * 3e-4, step, 0.69 + step * 1e-6, 2.9e-4, 1.2e-5, 64, 3e-6 if timed else None, False,
+               phases]
+        assert len(row) == protocol.STEP_ROW_LENGTH
         rows.append(row)
         made += protocol.step_row_size(row)
     return rows

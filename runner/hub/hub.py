@@ -117,6 +117,8 @@ class Hub:
         self._run_changed = False
         self._node_rows_changed: list[NodeInfo] = []
         self._store_incomplete_told = False
+        self._unstored_notice: Event | None = None
+        """The store-incomplete event, while the full store has not taken it (it goes with the end)."""
         self.store_behind_seconds = STORE_BEHIND_SECONDS
         self._store_behind_told = False
         self._closed = False
@@ -148,9 +150,16 @@ class Hub:
         """Change the run's row (its status, its end: ``RunStore.RUN_COLUMNS``); kept in memory and
         published even when the store can no longer take it."""
         def update(store: RunStore) -> None:
-            self.writer.try_write(store.update_run, self.run_id, **fields)
+            if "ended" in fields:
+                notice = self._unstored_notice
+                if self.writer.write_the_end(store.update_run, self.run_id, **fields) and notice is not None:
+                    self.writer.try_write(store.write_batch, self.run_id, RecordBatch(events=[notice]))
+            else:
+                self.writer.try_write(store.update_run, self.run_id, **fields)
 
         await self.writer.call(update)
+        if self.writer.reserve_given_back:  # the rank rows the full store refused may fit now
+            self.model.mark_all_changed()
         self._run = (self._run or StoredRun()).merged(fields)
         self._run_changed = True
         self._note_pending(True)
@@ -414,8 +423,9 @@ class Hub:
         self.publisher.send_now(event_message(event))  # not through a batch: the store may not take it
         run_id = self.run_id
         if run_id is not None:
-            await self.writer.call(lambda store: self.writer.try_write(
-                store.write_batch, run_id, RecordBatch(events=[event])))
+            stored = await self.writer.call(lambda store: self.writer.try_write(
+                lambda: store.write_batch(run_id, RecordBatch(events=[event])) or True))
+            self._unstored_notice = None if stored else event
         if not any(subscriber.name == "local" for subscriber in self.publisher.subscribers):
             with contextlib.suppress(OSError, ValueError):
                 print(f"rankwatch: {message}", file=sys.stderr, flush=True)

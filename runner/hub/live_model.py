@@ -68,6 +68,10 @@ class LiveModel:
         self.changed.clear()
         return rows
 
+    def mark_all_changed(self) -> None:
+        """Every rank's row goes out at the next flush (one a full store refused may fit now)."""
+        self.changed.update(self.ranks)
+
     def all_rows(self) -> list[JsonObject]:
         """Every rank's RANK row as sent (a snapshot), by rank."""
         return [self.ranks[rank].to_wire() for rank in sorted(self.ranks)]

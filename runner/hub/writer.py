@@ -17,7 +17,10 @@ What can go wrong, and what happens then (nothing here ever raises into the hub)
   must not suffer for telemetry), the hub tells the user once, and small writes
   (the run's end) are still tried, so the run can end recorded where there is room.
   To make that room, the writer keeps ``RESERVE_BYTES`` allocated next to the store
-  (``runs.db-reserve``) and gives them back the moment the disk is full.
+  (``runs.db-reserve``) and gives them back only when the run's end does not fit
+  (``write_the_end``). Given back earlier, at the first refusal, the room went to
+  whatever was filling the disk (a checkpoint still being written), and the end
+  still found no room: seen in CI, a run left "running" after it ended.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class StoreWriter:
         """Records not written because the store stopped taking them."""
         self.refused_rows = 0
         """Rows the store refused one by one (dropped; the rest of their batch was written)."""
+        self.reserve_given_back = False
+        """The reserve went to the run's end: rows refused before it may fit now."""
 
     async def call(self, function: Callable[..., Result], *args: Any) -> Result:
         """Run ``function(store, *args)`` on the writer thread (the store opened on first use)."""
@@ -152,7 +157,6 @@ class StoreWriter:
             return False
         if self.incomplete is None:
             self.incomplete = describe_full(error)
-            self._release_reserve()  # room for the run's end, not for more records
         self.unstored += records
         return True
 
@@ -164,8 +168,25 @@ class StoreWriter:
         except BAD_ROW_ERRORS as error:
             if is_store_full(error) and self.incomplete is None:
                 self.incomplete = describe_full(error)
-                self._release_reserve()
             return None
+
+    def write_the_end(self, function: Callable[..., object], *args: Any, **kwargs: Any) -> bool:
+        """``function(*args, **kwargs)``, the write of the run's end; True when written. When the
+        store refuses it for want of room, the reserve is given back (the room it kept is for
+        this) and the end is tried once more."""
+        for last_try in (False, True):
+            try:
+                function(*args, **kwargs)
+                return True
+            except BAD_ROW_ERRORS as error:
+                full = is_store_full(error)
+                if full and self.incomplete is None:
+                    self.incomplete = describe_full(error)
+                if not full or last_try or not self.reserve_path.exists():
+                    return False
+                self._release_reserve()
+                self.reserve_given_back = True
+        return False
 
     def close(self) -> None:
         """Close the store (on the writer thread) and end the thread."""

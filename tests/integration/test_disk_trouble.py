@@ -123,9 +123,9 @@ def filled_run(tmp_path_factory):
 def test_a_full_data_disk_does_not_kill_training(filled_run):
     watched, _, notes, _free = filled_run
     # the disk really was full (measured then: afterwards the runner has given back the room it
-    # kept for the run's end, and SQLite's WAL file is gone). The store's writer gives that
-    # reserve back the moment *it* meets the full disk, which can fall between rank 0's ENOSPC
-    # and its statvfs: seen once in ~10 runs, 251 blocks free. More than the reserve: not full.
+    # kept for the run's end, and SQLite's WAL file is gone). The store's writer keeps that
+    # reserve until the run's end; a few pages a commit freed may be free again. More than the
+    # reserve: not full.
     assert (notes / "filled").read_text() == "ENOSPC"
     assert int((notes / "free-when-filled").read_text()) * os.sysconf("SC_PAGE_SIZE") <= RESERVE_BYTES  # tmpfs blocks
     # every rank printed its 1000 lines after that and got to its end

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -11,6 +12,8 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from rankwatch import protocol
 from rankwatch.protocol import Event, MetricRecord
@@ -290,3 +293,58 @@ def test_a_full_store_never_stops_the_run_and_is_told_once(tmp_path, capfd):
 
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 3 MiB tmpfs of its own (the tests run as root here and in CI; skipped without the right to mount)."""
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def fill(path: Path) -> int:
+    """Append to ``path`` until the disk is full, as a checkpoint being written does; bytes written."""
+    written = 0
+    with contextlib.suppress(OSError), open(path, "ab") as filler:
+        while True:
+            filler.write(b"\0" * 4096)
+            filler.flush()
+            written += 4096
+    return written
+
+
+def test_a_disk_that_goes_on_filling_after_the_store_is_refused_leaves_room_for_the_runs_end(small_tmpfs):
+    """Another process fills the disk, the store is refused, and that process goes on writing
+    while it finds room. The room kept for the run's end must still be there at the end: it
+    was given back at the first refusal once, the checkpoint took it, and the run stayed
+    "running" in the store after it ended (a CI failure of ``test_disk_trouble``)."""
+    store_path = small_tmpfs / "runs.db"
+
+    async def scenario():
+        hub, socket_path = await open_hub(small_tmpfs, store_path=store_path)
+        fill(small_tmpfs / "checkpoint.bin")
+        await asyncio.gather(*(fake_worker(socket_path, rank, 20_000) for rank in range(2)))
+        for _ in range(100):  # ingest commits every 50 ms
+            if hub.store_incomplete:
+                break
+            await asyncio.sleep(0.05)
+        refused = hub.store_incomplete
+        taken_after = fill(small_tmpfs / "checkpoint.bin")  # the checkpoint goes on
+        await hub.update_run(status="succeeded", ended=time.time())
+        await hub.close()
+        return hub.run_id, refused, taken_after
+
+    run_id, refused, taken_after = asyncio.run(scenario())
+    assert refused == "disk full"
+    assert taken_after < 256 << 10, taken_after  # the reserve (1 MiB) was not there to take
+    with RunStore(store_path, readonly=True) as store:
+        run = store.stored_run(run_id)
+        assert run.status == "succeeded" and run.ended is not None, run
+        kinds = [row[0] for row in store.connection.execute("SELECT kind FROM events WHERE run_id = ?", (run_id,))]
+        states = dict(store.connection.execute("SELECT rank, state FROM ranks WHERE run_id = ?", (run_id,)))
+    assert "store_incomplete" in kinds  # the notice the full store refused went with the end
+    assert states == {0: "exited", 1: "exited"}

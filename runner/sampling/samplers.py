@@ -97,36 +97,55 @@ class ProcessSampler(PeriodicSampler):
         return members, new
 
     def sample(self) -> None:
+        """One row per rank. Ranks that share a process (several ranks' threads in one, or
+        a test's fake ranks) get that process's one reading: read again at once, psutil's
+        CPU figure covered the instant since the first reading and said 0 %."""
         now = time.time()
         rows = []
+        readings: dict[int, tuple[float | None, int, int] | None] = {}
         for rank, pid in self._pids().items():
-            try:
-                tree, new = self._tree(pid)
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                self._processes.pop(pid, None)
-                continue
-            except (ValueError, TypeError, OverflowError) as error:  # not a pid: costs only its own rank
-                self._unusable(rank, pid, error)
-                continue
-            cpu = rss = threads = 0.0
-            measured = 0
-            for process in tree:
+            if pid not in readings:
                 try:
-                    with process.oneshot():
-                        cpu += process.cpu_percent(None)
-                        rss += process.memory_info().rss
-                        threads += process.num_threads()
-                    measured += 1
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    self._processes.pop(process.pid, None)
-            if not measured:  # the rank's process is gone: no figures, not zeros (its last sample stands)
-                self._processes.pop(pid, None)
-                continue
-            # A rank's first sample has no CPU figure: psutil's first reading of a process is 0.0
-            # whatever it does (it needs two readings), and it was drawn as a climb from 0 %.
-            rows.append(ProcessSample(now, rank, pid, None if new else round(cpu, 1), int(rss), int(threads)))
+                    readings[pid] = self._read_tree(pid)
+                except (ValueError, TypeError, OverflowError) as error:  # not a pid: costs only its own rank
+                    self._unusable(rank, pid, error)
+                    continue
+            reading = readings[pid]
+            if reading is not None:
+                cpu, rss, threads = reading
+                rows.append(ProcessSample(now, rank, pid, cpu, rss, threads))
         if rows:
             self._emit(rows)
+
+    def _read_tree(self, pid: int) -> tuple[float | None, int, int] | None:
+        """CPU %, RSS and threads of ``pid``'s tree; None when it is gone (no figures, not zeros:
+        its last sample stands).
+
+        Raises:
+            ValueError, TypeError, OverflowError: ``pid`` is not a pid.
+        """
+        try:
+            tree, new = self._tree(pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            self._processes.pop(pid, None)
+            return None
+        cpu = rss = threads = 0.0
+        measured = 0
+        for process in tree:
+            try:
+                with process.oneshot():
+                    cpu += process.cpu_percent(None)
+                    rss += process.memory_info().rss
+                    threads += process.num_threads()
+                measured += 1
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                self._processes.pop(process.pid, None)
+        if not measured:
+            self._processes.pop(pid, None)
+            return None
+        # A rank's first sample has no CPU figure: psutil's first reading of a process is 0.0
+        # whatever it does (it needs two readings), and it was drawn as a climb from 0 %.
+        return None if new else round(cpu, 1), int(rss), int(threads)
 
 
 _CHILDREN_FILES = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")

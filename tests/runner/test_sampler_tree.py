@@ -93,3 +93,23 @@ def test_a_ranks_first_sample_has_no_cpu_figure_and_the_next_measures_it():
     finally:
         process.kill()
         process.wait()
+
+
+def test_ranks_that_share_a_process_each_get_its_one_reading():
+    """Ranks in one process (threads as ranks; the scale benchmark's fake ranks): read once per
+    rank, every rank after the first got 0 % CPU (psutil's figure since a reading an instant
+    before), and 1,024 such ranks cost the sampler a fifth of a core."""
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    emitted: list = []
+    sampler = samplers.ProcessSampler(1.0, lambda: {rank: process.pid for rank in range(4)}, emitted.extend)
+    try:
+        sampler.sample()
+        wait_for(lambda: sum(psutil.Process(process.pid).cpu_times()[:2]) > 0.5, 20, what="half a second of CPU")
+        emitted.clear()
+        sampler.sample()
+        assert [sample.rank for sample in emitted] == [0, 1, 2, 3]
+        assert len({tuple(sample)[2:] for sample in emitted}) == 1  # pid, CPU, RSS, threads
+        assert emitted[0].cpu_percent is not None and emitted[0].cpu_percent > 5
+    finally:
+        process.kill()
+        process.wait()

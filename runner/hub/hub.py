@@ -40,7 +40,7 @@ from runner.hub.live_model import LiveModel, LiveRank
 from runner.hub.observer import HubObserver, Observers
 from runner.hub.publisher import LocalSubscriber, Message, Publisher, event_message
 from runner.hub.server import ConnectionServer, Refusals
-from runner.hub.writer import StoreWriter
+from runner.hub.writer import SWITCH_INTERVAL_SECONDS, StoreWriter
 from runner.rows import JsonObject, NodeInfo, RunInfo, StoredRun
 from runner.store.rank_stats import keep_live_statistics, keep_run_statistics
 from runner.store.run_figures import LIVE_STATISTICS_SECONDS
@@ -272,6 +272,9 @@ class Hub:
         return await self.server.serve_tcp(host, port)
 
     def start(self) -> None:
+        """Start flushing, compacting and keeping statistics; the writer thread and the loop share
+        the GIL from here on, so the process switches between threads at ``SWITCH_INTERVAL_SECONDS``."""
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         loop = asyncio.get_running_loop()
         self._flush_task = loop.create_task(self._flush_forever(), name="hub-flush")
         self._compact_task = loop.create_task(self.compactor.run_forever(), name="hub-compact")

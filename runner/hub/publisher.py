@@ -127,6 +127,9 @@ class DropReason(str, Enum):
     """It took no byte of its history replay for ``REPLAY_STALL_SECONDS``."""
     OVER_TOTAL = "over_total"
     """It held the most when all subscribers together held more than ``TOTAL_BACKLOG_BYTES``."""
+    SLOWER_THAN_RUN = "slower_than_run"
+    """It kept reading its history, but more slowly than the run wrote: still behind after
+    ``CATCH_UP_ROUNDS`` catch-ups from the store."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,9 @@ class DroppedSubscriber:
         held = f"{self.held_bytes / (1 << 20):.1f} MiB"
         if self.reason is DropReason.STALLED_REPLAY:
             why = f"read nothing of the run's history for {REPLAY_STALL_SECONDS:.0f} s ({held} waited for it)"
+        elif self.reason is DropReason.SLOWER_THAN_RUN:
+            why = (f"read the run's history more slowly than the run wrote it: still behind after "
+                   f"{CATCH_UP_ROUNDS} catch-ups from the store ({held} waited for it)")
         elif self.reason is DropReason.OVER_TOTAL:
             why = (f"was the furthest behind ({held} unread) when all subscribers together held more than "
                    f"{TOTAL_BACKLOG_BYTES >> 20} MiB")
@@ -572,7 +578,7 @@ class Publisher:
                     break
                 summary = await self._catch_up(subscriber, run_id, summary, records)
             if subscriber.missed_live and not subscriber.closed:
-                subscriber.abandon(DropReason.BEHIND)
+                subscriber.abandon(DropReason.SLOWER_THAN_RUN)
             replayed_through = summary.through
             if not subscriber.closed:
                 subscriber.send(summary.history_end())

@@ -215,3 +215,34 @@ def test_a_reader_whose_replay_outlasts_the_live_budget_catches_up_from_the_stor
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
         stored = {key: list(rows[-1]) for key, rows in by_series(store.metrics(1)).items()}
     assert got["last"] == stored  # nothing the live run stored is missing at the end
+
+
+def test_a_reader_still_behind_after_its_catch_ups_is_dropped_for_that_and_told_so(tmp_path, monkeypatch):
+    """The reader above, with no catch-up allowed: it is dropped after its replay, and the warning
+    says it read more slowly than the run wrote. It once said that it "stopped reading" and that
+    5.4 MiB were "more than the 16 MiB held for one" (seen at 1,024 ranks)."""
+    monkeypatch.setattr(publisher, "DISCONNECT_ABOVE_BYTES", 1 << 20)
+    monkeypatch.setattr(publisher, "CATCH_UP_ROUNDS", 0)
+
+    async def scenario() -> tuple[dict[str, Any], Any]:
+        hub, socket_path = await open_hub(tmp_path)
+        await hub.writer.call(fill, hub.run_id, 30_000)
+        reader = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", SLOW_READER, str(socket_path), protocol.Subscribe(history=True).encode().decode(),
+            stdout=asyncio.subprocess.PIPE)
+        while not hub.publisher.subscribers:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)
+        await fake_worker(socket_path, 0, 60_000, batch=1_000)
+        out, _ = await asyncio.wait_for(reader.communicate(), 120)
+        stats = dict(hub.stats)
+        await hub.close(reason="succeeded")
+        return json.loads(out), stats
+
+    got, stats = asyncio.run(scenario())
+    assert got["history_end"] is None
+    assert stats["subscribers_dropped"] == stats["subscribers_dropped_slower_than_run"] == 1, stats
+    with RunStore(tmp_path / "runs.db", readonly=True) as store:
+        [warning] = [event.message for event in store.stored_events(1, "warning") if "disconnected" in event.message]
+    assert "read the run's history more slowly than the run wrote it: still behind after 0 catch-ups" in warning
+    assert "stopped reading" not in warning and "more than the" not in warning

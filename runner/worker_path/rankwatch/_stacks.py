@@ -6,6 +6,14 @@ and no Python code can run. The runner imports this module for the signal
 number and the file name; it only signals ranks that said ``hello``, and the
 handler is installed before ``hello`` is sent.
 
+A known risk, not solved here: faulthandler walks every thread's frames from the signal
+handler without the GIL, and a thread that runs Python meanwhile can free a frame under it.
+CPython 3.11+ then crashes the process with SIGSEGV (python/cpython#116008); seen once in CI
+(``tests/worker/test_reporter.py``, a rank signalled while its reporter thread was busy). The
+way out is to ask first through the hub connection, where the reporter thread dumps with the
+GIL held (no other thread's frames move), and to keep the signal for a rank that holds the GIL
+in C and cannot answer.
+
 Each rank appends to ``<RANKWATCH_STACKS_DIR>/rank-<RANK>.txt`` (restarts of
 the same rank append to the same file). The file is created 0600 (and the folder,
 if missing, 0700) with explicit modes: the worker runs with the user's own umask,

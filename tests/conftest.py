@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.small_disks"]  # the ``small_disk`` fixture of the full-disk tests
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 

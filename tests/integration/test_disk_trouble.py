@@ -25,31 +25,25 @@ import pytest
 from runner.hub.writer import RESERVE_BYTES
 from runner.view.terminal import WHOLE_RUN_CAPTION
 from tests.jobs import SCRIPTS, rankwatch
+from tests.small_disks import mount_tmpfs, unmount
 
 pytestmark = pytest.mark.torchrun
 
 
-def mount_tmpfs(folder: Path, size: str, read_only: bool = False) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+def mount_data_disk(folder: Path, size: str, read_only: bool = False) -> None:
+    """A tmpfs with the data folder ``home/data`` on it (read-only after that, if asked)."""
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs needs root (the tests run as root in CI)")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    mount_tmpfs(folder, size, mode="0755")
     (folder / "home" / "data").mkdir(parents=True)
     if read_only:
         subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
 
 
-def unmount(folder: Path) -> None:
-    subprocess.run(["umount", "-l", str(folder)], capture_output=True)
-
-
 @pytest.fixture
 def read_only_disk(tmp_path):
     folder = tmp_path / "ro"
-    mount_tmpfs(folder, "1m", read_only=True)
+    mount_data_disk(folder, "1m", read_only=True)
     yield folder
     unmount(folder)
 
@@ -57,7 +51,7 @@ def read_only_disk(tmp_path):
 @pytest.fixture
 def full_disk(tmp_path):
     folder = tmp_path / "full"
-    mount_tmpfs(folder, "1m")
+    mount_data_disk(folder, "1m")
     with contextlib.suppress(OSError), open(folder / "filler", "wb") as filler:
         while True:
             filler.write(b"\0" * 65536)
@@ -102,7 +96,7 @@ def filled_run(tmp_path_factory):
     rank 0 fills mid-run, and under plain torchrun (filling a bounded amount elsewhere)."""
     root = tmp_path_factory.mktemp("full-disk")
     disk = root / "disk"
-    mount_tmpfs(disk, "4m")
+    mount_data_disk(disk, "4m")
     try:
         notes = root / "notes"
         notes.mkdir()
@@ -164,7 +158,7 @@ def test_the_last_frame_after_a_mid_run_full_disk_shows_no_stored_figures_as_the
     if shutil.which("script") is None:
         pytest.skip("script (util-linux) is needed to give the run a terminal")
     disk = tmp_path / "disk"
-    mount_tmpfs(disk, "4m")
+    mount_data_disk(disk, "4m")
     try:
         env = {**os.environ, "RANKWATCH_HOME": str(disk / "home"), "COLUMNS": "160", "LINES": "40"}
         command = shlex.join([sys.executable, "-m", "runner", "run", "--nproc-per-node", "2", "--gpus", "cpu",

@@ -7,7 +7,6 @@ in the data directory (what a full data directory does to those is a separate te
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
@@ -15,18 +14,6 @@ from runner.store.store import RunStore
 from tests.jobs import SCRIPTS, rankwatch
 
 pytestmark = pytest.mark.torchrun
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    mount_point = tmp_path / "small-disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
-    yield mount_point
-    subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def test_a_full_store_disk_never_stops_training_and_the_run_ends_recorded(small_disk):

@@ -187,12 +187,10 @@ print(json.dumps({"last": last, "history_end": history_end}))
 then live records until the run is quiet for 3 s; it prints each series' last record."""
 
 
-def test_a_reader_whose_replay_outlasts_the_live_budget_catches_up_from_the_store_instead_of_being_dropped(
-        tmp_path, monkeypatch):
-    monkeypatch.setattr(publisher, "DISCONNECT_ABOVE_BYTES", 1 << 20)  # as 16 MiB is at 1,024 ranks
-    live_records = 60_000
-
-    async def scenario() -> tuple[dict[str, Any], Any]:
+def watch_with_a_slow_reader(tmp_path: Path, live_records: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """A hub whose store holds 30,000 records, ``SLOW_READER`` subscribed with history, then one
+    worker's ``live_records``: what the reader printed, and the hub's stats."""
+    async def scenario() -> tuple[dict[str, Any], dict[str, int]]:
         hub, socket_path = await open_hub(tmp_path)
         await hub.writer.call(fill, hub.run_id, 30_000)
         reader = await asyncio.create_subprocess_exec(
@@ -203,13 +201,18 @@ def test_a_reader_whose_replay_outlasts_the_live_budget_catches_up_from_the_stor
         await asyncio.sleep(0.5)
         await fake_worker(socket_path, 0, live_records, batch=1_000)
         out, _ = await asyncio.wait_for(reader.communicate(), 120)
-        got = json.loads(out)
-        got["last"] = {tuple(json.loads(key)): row for key, row in got["last"].items()}
         stats = dict(hub.stats)
         await hub.close(reason="succeeded")
-        return got, stats
+        return json.loads(out), stats
 
-    got, stats = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+def test_a_reader_whose_replay_outlasts_the_live_budget_catches_up_from_the_store_instead_of_being_dropped(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(publisher, "DISCONNECT_ABOVE_BYTES", 1 << 20)  # as 16 MiB is at 1,024 ranks
+    got, stats = watch_with_a_slow_reader(tmp_path, 60_000)
+    got["last"] = {tuple(json.loads(key)): row for key, row in got["last"].items()}
     assert got["history_end"] is not None, "the reader was dropped before history_end"
     assert stats.get("subscribers_dropped", 0) == 0 and stats["replay_catch_ups"] >= 1, stats
     with RunStore(tmp_path / "runs.db", readonly=True) as store:
@@ -224,22 +227,7 @@ def test_a_reader_still_behind_after_its_catch_ups_is_dropped_for_that_and_told_
     monkeypatch.setattr(publisher, "DISCONNECT_ABOVE_BYTES", 1 << 20)
     monkeypatch.setattr(publisher, "CATCH_UP_ROUNDS", 0)
 
-    async def scenario() -> tuple[dict[str, Any], Any]:
-        hub, socket_path = await open_hub(tmp_path)
-        await hub.writer.call(fill, hub.run_id, 30_000)
-        reader = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", SLOW_READER, str(socket_path), protocol.Subscribe(history=True).encode().decode(),
-            stdout=asyncio.subprocess.PIPE)
-        while not hub.publisher.subscribers:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.5)
-        await fake_worker(socket_path, 0, 60_000, batch=1_000)
-        out, _ = await asyncio.wait_for(reader.communicate(), 120)
-        stats = dict(hub.stats)
-        await hub.close(reason="succeeded")
-        return json.loads(out), stats
-
-    got, stats = asyncio.run(scenario())
+    got, stats = watch_with_a_slow_reader(tmp_path, 60_000)
     assert got["history_end"] is None
     assert stats["subscribers_dropped"] == stats["subscribers_dropped_slower_than_run"] == 1, stats
     with RunStore(tmp_path / "runs.db", readonly=True) as store:

@@ -13,8 +13,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 from rankwatch import protocol
 from rankwatch.protocol import Event, MetricRecord
 from runner.diagnosis.stack_capture import StackCapture
@@ -293,19 +291,6 @@ def test_a_full_store_never_stops_the_run_and_is_told_once(tmp_path, capfd):
 
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """A 3 MiB tmpfs of its own (the tests run as root here and in CI; skipped without the right to mount)."""
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", str(folder)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.strip()}")
-    yield folder
-    subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
 def fill(path: Path) -> int:
     """Append to ``path`` until the disk is full, as a checkpoint being written does; bytes written."""
     written = 0
@@ -317,23 +302,23 @@ def fill(path: Path) -> int:
     return written
 
 
-def test_a_disk_that_goes_on_filling_after_the_store_is_refused_leaves_room_for_the_runs_end(small_tmpfs):
+def test_a_disk_that_goes_on_filling_after_the_store_is_refused_leaves_room_for_the_runs_end(small_disk):
     """Another process fills the disk, the store is refused, and that process goes on writing
     while it finds room. The room kept for the run's end must still be there at the end: it
     was given back at the first refusal once, the checkpoint took it, and the run stayed
     "running" in the store after it ended (a CI failure of ``test_disk_trouble``)."""
-    store_path = small_tmpfs / "runs.db"
+    store_path = small_disk / "runs.db"
 
     async def scenario():
-        hub, socket_path = await open_hub(small_tmpfs, store_path=store_path)
-        fill(small_tmpfs / "checkpoint.bin")
+        hub, socket_path = await open_hub(small_disk, store_path=store_path)
+        fill(small_disk / "checkpoint.bin")
         await asyncio.gather(*(fake_worker(socket_path, rank, 20_000) for rank in range(2)))
         for _ in range(100):  # ingest commits every 50 ms
             if hub.store_incomplete:
                 break
             await asyncio.sleep(0.05)
         refused = hub.store_incomplete
-        taken_after = fill(small_tmpfs / "checkpoint.bin")  # the checkpoint goes on
+        taken_after = fill(small_disk / "checkpoint.bin")  # the checkpoint goes on
         await hub.update_run(status="succeeded", ended=time.time())
         await hub.close()
         return hub.run_id, refused, taken_after

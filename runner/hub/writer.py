@@ -48,7 +48,7 @@ is 5 ms. SQLite runs without the GIL, and the writer thread gives the GIL up aro
 it runs and every row it reads; taking it back waits for the busy event loop to let go, up to the
 switch interval. Beside a thread running Python without pause, commits of 1,024 ranks' step
 records (``tests/bench/bench_writer_convoy.py``) stored 21-22 k records/s at 5 ms, 56-64 k at
-0.5 ms, 75-85 k with no busy thread; the busy thread did 15-25 % less meanwhile. A history read on
+0.5 ms, 75-85 k with no busy thread; the busy thread did 14-33 % less meanwhile. A history read on
 this thread took 0.9-43 s at 5 ms and 1.2-1.5 s at 0.5 ms (``tests/bench/PERFORMANCE.md``)."""
 WRITER_CACHE_KIB = 16 << 10
 """The writer's page cache (SQLite's default is 2 MiB). Every commit of a big run touches one index

@@ -340,25 +340,30 @@ def test_on_a_busy_machine_a_healthy_job_names_no_straggler_and_a_rank_with_30_p
     """4 ranks beside 2 bursty busy loops on a 2-core machine. Every rank makes its batches on its
     training thread (``--data-work``), so the load stretches one rank's data phase, then another's: no
     straggler (before, 3 of 4 ranks were named). Then rank 2 gets 30 % more rows per step: named within
-    20 steps, by its compute, and never withdrawn; the summary keeps it. Two jobs, about 80 s together."""
+    45 steps, by its compute, and never withdrawn; the summary keeps it. Two jobs, about 90 s together.
+
+    Within 45 steps, not the 20 of issue 27: that was tuned on an Intel Xeon (named at steps 13-17).
+    On the 2-vCPU AMD EPYC that CI ran on later, steps take twice as long, the first dozen are too
+    noisy to show it, and it was named at steps 14-45 in seven runs (``tests/bench/PERFORMANCE.md``,
+    "Straggler noise"); the planted job runs 90 steps so that the summary's share is not cut short."""
     script = SCRIPTS / "diag_slow_compute.py"
-    common = ["--width", "384", "--data-work", "384", "--steps", "60"]
+    common = ["--width", "384", "--data-work", "384"]
     with busy_machine():
-        healthy = rankwatch("run", "--plain", "--nproc-per-node", "4", str(script), *common, "--batch", "256",
-                            "--slow-rank", "-1")
+        healthy = rankwatch("run", "--plain", "--nproc-per-node", "4", str(script), *common, "--steps", "60",
+                            "--batch", "256", "--slow-rank", "-1")
         assert healthy.returncode == 0, healthy.stderr[-3000:]
         run, events = stored()
         assert [e.message for e in events if e.kind == "straggler"] == []
         assert "straggler" not in summary_block(healthy.stderr) and bottleneck_of(run)["verdict"] != "straggler"
 
-        planted = rankwatch("run", "--plain", "--nproc-per-node", "4", str(script), *common, "--batch", "2048",
-                            "--slow-rank", "2", "--extra", "rows", "--factor", "1.3")
+        planted = rankwatch("run", "--plain", "--nproc-per-node", "4", str(script), *common, "--steps", "90",
+                            "--batch", "2048", "--slow-rank", "2", "--extra", "rows", "--factor", "1.3")
     assert planted.returncode == 0, planted.stderr[-3000:]
     run, events = stored()
     stragglers = [e for e in events if e.kind == "straggler"]
     assert [(e.rank, e.fields["active"]) for e in stragglers] == [(2, True)], [e.message for e in stragglers]
     named = stragglers[0].fields
-    assert named["cause"] == "compute" and named["step"] <= 20 and named["excess"] >= named["margin"]
+    assert named["cause"] == "compute" and named["step"] <= 45 and named["excess"] >= named["margin"]
     [line] = [line for line in summary_block(planted.stderr).splitlines() if line.startswith("  straggler:")]
     assert "rank 2 is a straggler: it computes longer" in line
     [finding] = run.summary["diagnostics"]["stragglers"]

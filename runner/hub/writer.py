@@ -161,11 +161,17 @@ class StoreWriter:
                     self.refused_rows += 1
 
     def _stop_if_full(self, error: BaseException, records: int) -> bool:
+        if not self._note_if_full(error):
+            return False
+        self.unstored += records
+        return True
+
+    def _note_if_full(self, error: BaseException) -> bool:
+        """Whether ``error`` says the store is full (or unwritable); the first such says why in ``incomplete``."""
         if not is_store_full(error):
             return False
         if self.incomplete is None:
             self.incomplete = describe_full(error)
-        self.unstored += records
         return True
 
     def try_write(self, function: Callable[..., Result], *args: Any, **kwargs: Any) -> Result | None:
@@ -174,8 +180,7 @@ class StoreWriter:
         try:
             return function(*args, **kwargs)
         except BAD_ROW_ERRORS as error:
-            if is_store_full(error) and self.incomplete is None:
-                self.incomplete = describe_full(error)
+            self._note_if_full(error)
             return None
 
     def write_the_end(self, function: Callable[..., object], *args: Any, **kwargs: Any) -> bool:
@@ -187,10 +192,7 @@ class StoreWriter:
                 function(*args, **kwargs)
                 return True
             except BAD_ROW_ERRORS as error:
-                full = is_store_full(error)
-                if full and self.incomplete is None:
-                    self.incomplete = describe_full(error)
-                if not full or last_try or not self.reserve_path.exists():
+                if not self._note_if_full(error) or last_try or not self.reserve_path.exists():
                     return False
                 self._release_reserve()
                 self.reserve_given_back = True

@@ -45,27 +45,27 @@ SERIES = (protocol.LOSS, protocol.STEP_TIME, protocol.SAMPLES_PER_SECOND, protoc
           *protocol.PHASE_METRICS, protocol.COMPUTE_TIME)
 
 
-class Spinner:
-    """Python without pause on a thread of this process; counts its rounds (what it got done)."""
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.rounds = 0
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-
-    def _spin(self) -> None:
-        while not self.stop.is_set():
-            total = 0
-            for value in range(1000):
-                total += value
-            self.rounds += 1
-
-
-def spin(stop: multiprocessing.synchronize.Event) -> None:
+def spin(stop: threading.Event | multiprocessing.synchronize.Event, rounds: list[int] | None = None) -> None:
+    """Python without pause until ``stop``; ``rounds[0]`` counts the rounds done (what it got done)."""
     while not stop.is_set():
         total = 0
         for value in range(1000):
             total += value
+        if rounds is not None:
+            rounds[0] += 1
+
+
+class Spinner:
+    """``spin`` on a thread of this process."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.counted = [0]
+        self.thread = threading.Thread(target=spin, args=(self.stop, self.counted), daemon=True)
+
+    @property
+    def rounds(self) -> int:
+        return self.counted[0]
 
 
 def records(steps: range) -> list[MetricRow]:

@@ -11,15 +11,28 @@ subscriber's, as before) that, once told to ``push_lines``, hands every later li
 callback in ``feed_data``, in order, with what ``read_bounded_line`` would have returned: the
 line, ``OVERSIZED`` for one longer than the reader's limit (discarded up to its newline), the
 last partial line at the end of the stream.
+
+A connection is read to its end even when a write to it fails. The hub answers a worker's
+hello with ``pace``; a script that ends quickly (a check that fails, a crash on its first line)
+has sent its notices, its exception and its ``exit`` and closed before that answer, which then
+fails (EPIPE). asyncio's transport stops reading at a failed write, so the bytes the kernel still
+held for the hub were lost and the rank read as "disconnected without an exit message", its
+last words gone. ``LineReaderProtocol`` reads what is left before the stream ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Iterable
 from typing import SupportsIndex
 
 from runner.hub.lines import OVERSIZED
+
+MAX_LEFT_BYTES = 16 << 20
+"""At most this much is read from a connection after it failed: more than a Unix socket's
+kernel buffer holds (a few hundred KiB), a bound if the peer still writes."""
+READ_CHUNK = 1 << 16
 
 LineCallback = Callable[[bytes | object], bool]
 """Takes a line (or ``OVERSIZED``); False to hang up."""
@@ -32,6 +45,11 @@ class LineReader(asyncio.StreamReader):
         self._pushed: asyncio.Future[None] | None = None
         self._discarding = False
         """Inside a line longer than the limit: its bytes are dropped up to its newline."""
+
+    @property
+    def ended(self) -> bool:
+        """The peer's end of the stream was seen (``feed_eof``)."""
+        return bool(self._eof)  # type: ignore[attr-defined]
 
     def push_lines(self, on_line: LineCallback) -> asyncio.Future[None]:
         """From now on hand every line to ``on_line`` as it arrives, those already buffered first.
@@ -131,13 +149,59 @@ class LineReader(asyncio.StreamReader):
                 pushed.set_exception(error)
 
 
+class LineReaderProtocol(asyncio.StreamReaderProtocol):
+    """A ``StreamReaderProtocol`` that reads what the peer sent before a failed write ended the
+    connection (see the module), and takes a peer that closed for an end, not an error."""
+
+    def __init__(self, reader: LineReader, handler: Callable[..., object], loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(reader, handler, loop=loop)  # type: ignore[arg-type]
+        self._line_reader = reader
+        self._fd: int | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else None
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # asyncio closes the socket after this call, not before: what the kernel holds is readable
+        if exc is not None and self._fd is not None and not self._line_reader.ended:
+            reached_the_end = read_what_is_left(self._fd, self._line_reader.feed_data)
+            if reached_the_end and isinstance(exc, ConnectionError):
+                exc = None  # the peer closed after sending all of it: the stream ended
+        super().connection_lost(exc)
+
+
+def read_what_is_left(fd: int, feed: Callable[[bytes], None]) -> bool:
+    """Feed what the socket ``fd`` (non-blocking) still holds; True when that reached the peer's end.
+
+    The error a socket holds (ECONNRESET: the peer closed with our answer unread) is reported
+    once, and what arrived before it is still there after; a second error ends the reading."""
+    left, errors = MAX_LEFT_BYTES, 0
+    while left > 0:
+        try:
+            data = os.read(fd, min(READ_CHUNK, left))
+        except BlockingIOError:
+            return False  # the peer is still there and sent nothing more
+        except OSError:
+            errors += 1
+            if errors > 1:
+                return False
+            continue
+        if not data:
+            return True
+        left -= len(data)
+        feed(data)
+    return False
+
+
 def line_reader_factory(handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object],
                         limit: int) -> Callable[[], asyncio.StreamReaderProtocol]:
-    """What ``asyncio.start_unix_server`` and ``start_server`` build for each connection, with a
-    ``LineReader`` in place of the ``StreamReader``."""
+    """What ``asyncio.start_unix_server`` and ``start_server`` build for each connection: a
+    ``LineReaderProtocol`` with a ``LineReader`` in place of the ``StreamReader``."""
     loop = asyncio.get_running_loop()
 
     def factory() -> asyncio.StreamReaderProtocol:
-        return asyncio.StreamReaderProtocol(LineReader(limit, loop), handler, loop=loop)  # type: ignore[arg-type]
+        return LineReaderProtocol(LineReader(limit, loop), handler, loop)
 
     return factory

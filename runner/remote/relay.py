@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rankwatch import protocol
+from runner.hub.line_reader import line_reader_factory
 from runner.hub.lines import OVERSIZED, STREAM_LIMIT, peer_pid, read_bounded_line
 
 Forward = Callable[[protocol.Message | dict[str, Any]], Awaitable[None]]
@@ -46,7 +47,8 @@ class WorkerRelay:
         path.unlink(missing_ok=True)
         old_umask = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._handle, path=str(path), limit=STREAM_LIMIT)
+            loop = asyncio.get_running_loop()  # read to the end even after a failed write (line_reader)
+            self._server = await loop.create_unix_server(line_reader_factory(self._handle, STREAM_LIMIT), path=str(path))
         finally:
             os.umask(old_umask)
 

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 
 from rankwatch import protocol
 from runner.hub.hub import Hub
+from runner.hub.observer import HubObserver
 from runner.hub.writer import SWITCH_INTERVAL_SECONDS
 from runner.store.store import RunStore
-from tests.hubs import fake_worker, open_hub, stored_count
+from tests.hubs import fake_worker, hello, open_hub, stored_count
 
 
 def stored_metrics(tmp_path: Path, hub: Hub) -> int:
@@ -245,3 +248,47 @@ def test_a_running_hub_hands_the_gil_to_its_writer_thread_within_half_a_millisec
         assert asyncio.run(scenario()) == SWITCH_INTERVAL_SECONDS <= 0.0005
     finally:
         sys.setswitchinterval(default)
+
+
+def test_a_worker_that_closed_before_the_hubs_answer_has_its_last_messages_read(tmp_path):
+    """A script that ends at once sends hello, its notice and its exit, and closes before the
+    hub answers the hello with ``pace``. That answer fails (EPIPE); the messages the kernel still
+    holds for the hub must be read all the same: its exit, not "disconnected without an exit"."""
+    worker_closed = threading.Event()
+
+    def quick_worker(socket_path: Path, hello_taken: threading.Event) -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(str(socket_path))
+            connection.sendall(hello(1))
+            assert hello_taken.wait(10)
+            connection.sendall(protocol.Notice(1, time.time(), "local_rank_unpassed", {"value": 0}).encode()
+                               + protocol.Exit(1, time.time(), 0).encode())
+        worker_closed.set()
+
+    class HoldTheLoopAtHello(HubObserver):
+        """Keeps the hub between taking the hello and answering it until the worker has gone."""
+
+        def __init__(self, hello_taken: threading.Event) -> None:
+            self.hello_taken = hello_taken
+
+        def on_hello(self, message: protocol.Hello) -> None:
+            self.hello_taken.set()
+            assert worker_closed.wait(10)
+
+    async def scenario():
+        hub, socket_path = await open_hub(tmp_path)
+        hello_taken = threading.Event()
+        hub.observers.add(HoldTheLoopAtHello(hello_taken))
+        worker = threading.Thread(target=quick_worker, args=(socket_path, hello_taken))
+        worker.start()
+        while worker.is_alive():
+            await asyncio.sleep(0.01)
+        await hub.close()
+        return hub
+
+    hub = asyncio.run(scenario())
+    with RunStore(tmp_path / "runs.db", readonly=True) as store:
+        [rank] = store.ranks(hub.run_id)
+        kinds = [event.kind for event in store.stored_events(hub.run_id)]
+    assert (rank.state, rank.exit_code) == ("exited", 0)
+    assert "rank_exited" in kinds and "connection_lost" not in kinds

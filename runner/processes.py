@@ -1,6 +1,6 @@
 """Facts about this machine's processes that every layer of the runner asks.
 
-Whether a pid is a live process, and the marker every process of a job carries in its
+Whether a pid is a live process (and why a signal to it failed), and the marker every process of a job carries in its
 environment (``RANKWATCH_RUN_KEY=<job key>``, inherited from the runner's launch): how
 ``runner.launch.process_tree`` finds and ends a job's processes, how the store tells a
 live runner from a lost one (``runner.store.liveness``) and a run's process from a
@@ -12,6 +12,7 @@ Standard library only: the sentinel imports it in a bare interpreter that must s
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 MARKER_VARIABLE = "RANKWATCH_RUN_KEY"
 
@@ -40,3 +41,17 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return not is_zombie(pid)
+
+
+def why_not_signalled(pid: int, signal_it: Callable[[int], object]) -> str | None:
+    """Why ``signal_it(pid)`` failed, in words for a report (``os.kill`` with a signal, or 0 to check
+    that it could be signalled); None when it did not fail."""
+    try:
+        signal_it(pid)
+    except ProcessLookupError:
+        return f"process {pid} is gone"
+    except PermissionError:
+        return f"not allowed to signal process {pid}"
+    except OSError as error:
+        return f"cannot signal process {pid}: {error.strerror or error}"
+    return None

@@ -3,10 +3,14 @@
 Each worker registered faulthandler on ``STACK_SIGNAL`` before its ``hello``
 (``rankwatch._stacks``), writing to ``<run_dir>/stacks/rank-<N>.txt``. To capture:
 
-1. note each file's size, then ``os.kill(pid, STACK_SIGNAL)`` every local rank
-   that said hello and has not finished (faulthandler's handler is C code: it
-   answers even when the main thread is blocked inside gloo or NCCL);
-2. poll the files every ``POLL_SECONDS`` until every signalled rank wrote
+1. note each file's size, then ask every local rank that said hello and has not
+   finished for a dump: its reporter thread takes the ask at its next heartbeat and
+   dumps with the GIL held (``rankwatch._stacks``: faulthandler's signal handler,
+   which runs without it, can crash a rank whose other threads run Python). A rank
+   that has not taken the ask after ``ASK_SECONDS`` gets ``STACK_SIGNAL``:
+   faulthandler's handler is C code, it answers even when the main thread holds the
+   GIL inside C code, or is blocked inside gloo or NCCL with no reporter left;
+2. poll the files every ``POLL_SECONDS`` until every asked rank wrote
    something and the sizes stopped changing, or ``WAIT_SECONDS`` passed;
 3. parse the new part of each file, analyse (``runner.diagnosis.stacks``: where each
    rank is, and -- with each rank's progress as the stall monitor saw it when the
@@ -20,8 +24,8 @@ Nothing blocks the event loop: signalling and reading small files is quick, and
 the waiting is done with ``loop.call_later``. Without a running loop (unit tests)
 ``tick`` drives the polling.
 
-A rank whose stack file does not exist is never signalled: its handler is not
-installed, and ``STACK_SIGNAL``'s default action would kill it.
+A rank whose stack file does not exist is never asked or signalled: its handler is
+not installed, and ``STACK_SIGNAL``'s default action would kill it.
 
 Ranks on another host cannot be signalled from here: their pids belong to that
 machine. The hook for them is ``remote_capture(rows) -> ranks asked``: it asks
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -45,7 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
+from rankwatch._stacks import (
+    ASK_SECONDS,
+    STACK_SIGNAL,
+    ask_file_path,
+    ask_for_dump,
+    signal_unless_answered,
+    stacks_file_path,
+)
 from rankwatch.protocol import EventKind, Message, RemoteStacks
 from runner.diagnosis.progress import RankProgress
 from runner.diagnosis.stack_dumps import Frame, last_dump, main_thread, parse_dump, user_frames
@@ -59,11 +71,13 @@ from runner.diagnosis.stacks import (
     format_stacks,
 )
 from runner.hub.observer import HubObserver
+from runner.processes import why_not_signalled
 from runner.runstate.messages import JsonObject
 from runner.state import RankState
 
 POLL_SECONDS = 0.2
-WAIT_SECONDS = 2.0
+WAIT_SECONDS = ASK_SECONDS + 2.0
+"""The ask's time, then as long again as a signalled rank had before asks came first."""
 MAX_READ_BYTES = 4 << 20
 """A dump of a few hundred threads is well under this; a bigger file is read from its end."""
 
@@ -82,6 +96,9 @@ class _Pending:
     remote_why: dict[int, str] = field(default_factory=dict)
     hosts: dict[int, str] = field(default_factory=dict)
     """rank -> its host, for ranks on other nodes (shown with their dumps)."""
+    asked: dict[int, int] = field(default_factory=dict)
+    """rank -> pid of local ranks asked for a dump, until ``ask_seconds`` passed (then signalled
+    unless they answered)."""
 
 
 class StackCapture(HubObserver):
@@ -90,7 +107,7 @@ class StackCapture(HubObserver):
     def __init__(self, hub, stacks_dir: Path, is_local: Callable[[Any], bool] | None = None,
                  on_result: Callable[[StackAnalysis], None] | None = None,
                  remote_capture: Callable[[list[Any]], list[int]] | None = None,
-                 wait_seconds: float = WAIT_SECONDS,
+                 wait_seconds: float = WAIT_SECONDS, ask_seconds: float = ASK_SECONDS,
                  progress_of: Callable[[Any, float], RankProgress] | None = None,
                  is_ours: Callable[[int], bool] | None = None,
                  proven_pid: Callable[[int], int | None] | None = None):
@@ -102,6 +119,7 @@ class StackCapture(HubObserver):
         self.on_result = on_result
         self.remote_capture = remote_capture
         self.wait_seconds = wait_seconds
+        self.ask_seconds = ask_seconds
         self.is_ours = is_ours
         """pid -> whether the run started that process: a hello's pid is the worker's word, and a
         signal to a pid that is not the run's could reach any process of the user."""
@@ -134,6 +152,7 @@ class StackCapture(HubObserver):
                 if row.pid and not RankState(row.state).finished]
         missing: list[MissingStack] = []
         offsets: dict[int, int] = {}
+        asked: dict[int, int] = {}
         remote: list[Any] = []
         for row in sorted(rows, key=lambda r: r.rank):
             if not self.is_local(row):
@@ -153,30 +172,32 @@ class StackCapture(HubObserver):
             except OSError:
                 missing.append(MissingStack(row.rank, "no stack handler (its stack file does not exist)"))
                 continue
-            try:
-                os.kill(row.pid, STACK_SIGNAL)
-            except ProcessLookupError:
-                missing.append(MissingStack(row.rank, f"process {row.pid} is gone"))
-                continue
-            except PermissionError:
-                missing.append(MissingStack(row.rank, f"not allowed to signal process {row.pid}"))
+            why = why_not_signalled(row.pid, lambda pid: os.kill(pid, 0))  # gone, or not ours to signal
+            if why is None:
+                try:
+                    ask_for_dump(str(path))
+                    asked[row.rank] = row.pid
+                except OSError:  # no ask can be left: signal now, as before asks came first
+                    why = why_not_signalled(row.pid, lambda pid: os.kill(pid, STACK_SIGNAL))
+            if why is not None:
+                missing.append(MissingStack(row.rank, why))
                 continue
             offsets[row.rank] = size
-        asked = set(self.remote_capture(remote)) if remote and self.remote_capture is not None else set()
+        asked_remote = set(self.remote_capture(remote)) if remote and self.remote_capture is not None else set()
         for row in remote:
-            if row.rank not in asked:
+            if row.rank not in asked_remote:
                 missing.append(MissingStack(row.rank, f"on another host ({row.host}): no node agent could be "
                                                       "asked for its stack (Slurm nodes: not yet)"))
         now = time.time()
         progress = ({row.rank: self.progress_of(row, now) for row in rows} if self.progress_of is not None else {})
         self._pending = _Pending(reason=reason, t=now, started=time.monotonic(), offsets=offsets, missing=missing,
-                                 remote=asked, progress=progress,
-                                 hosts={row.rank: row.host for row in remote if row.host})
+                                 remote=asked_remote, progress=progress,
+                                 hosts={row.rank: row.host for row in remote if row.host}, asked=asked)
         try:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        if not offsets and not asked:
+        if not offsets and not asked_remote:
             self._finish()
         elif self._loop is not None:
             self._loop.call_later(POLL_SECONDS, self._poll)
@@ -201,6 +222,8 @@ class StackCapture(HubObserver):
         pending = self._pending
         if pending is None:
             return
+        if pending.asked and time.monotonic() - pending.started >= self.ask_seconds:
+            self._signal_the_unanswered(pending)
         sizes = {}
         for rank in pending.offsets:
             try:
@@ -218,10 +241,23 @@ class StackCapture(HubObserver):
             with contextlib.suppress(RuntimeError):  # loop closing at the end of the run
                 self._loop.call_later(POLL_SECONDS, self._poll)
 
+    def _signal_the_unanswered(self, pending: _Pending) -> None:
+        """The ask's time is up: signal each asked rank that did not take its ask."""
+        for rank, pid in pending.asked.items():
+            path = stacks_file_path(str(self.stacks_dir), rank)
+            why = why_not_signalled(pid, functools.partial(signal_unless_answered, stacks_path=path))
+            if why is not None:
+                pending.offsets.pop(rank, None)
+                pending.missing.append(MissingStack(rank, why))
+        pending.asked.clear()
+
     def _finish(self) -> None:
         pending, self._pending = self._pending, None
         if pending is None:
             return
+        for rank in pending.asked:  # asks still out (a wait shorter than the ask's): taken back
+            with contextlib.suppress(OSError):
+                os.unlink(ask_file_path(stacks_file_path(str(self.stacks_dir), rank)))
         stacks: dict[int, list[Frame]] = {}
         threads: dict[int, list[JsonObject]] = {}
         raw: dict[int, str] = {}

@@ -87,7 +87,7 @@ def test_stacks_signal_only_a_process_that_proved_it_is_the_rank(tmp_path):
             writers.append(writer)
         assert await asyncio.to_thread(rank_process.stdout.readline) == "ready\n"
         await asyncio.sleep(0.3)
-        capture = StackCapture(hub, stacks, is_local=lambda row: True, wait_seconds=0.5,
+        capture = StackCapture(hub, stacks, is_local=lambda row: True, wait_seconds=0.5, ask_seconds=0.1,
                                is_ours=lambda pid: carries_marker(pid, run_key), proven_pid=hub.proven_pid)
         capture.capture_stacks()
         await asyncio.sleep(1.0)

@@ -233,7 +233,7 @@ def test_stacks_are_asked_only_of_processes_the_run_started(tmp_path):
             await writer.drain()
             writers.append(writer)
         await asyncio.sleep(0.3)
-        capture = StackCapture(hub, stacks, is_local=lambda row: True, wait_seconds=0.5,
+        capture = StackCapture(hub, stacks, is_local=lambda row: True, wait_seconds=0.5, ask_seconds=0.1,
                                is_ours=lambda pid: carries_marker(pid, run_key))
         capture.capture_stacks()
         await asyncio.sleep(1.0)

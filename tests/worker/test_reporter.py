@@ -22,7 +22,14 @@ from worker_harness import PYTHON, FakeHub, start_worker, worker_environment
 from rankwatch import protocol
 from rankwatch._buffer import KIND_GPU_MEMORY, KIND_LOG, KIND_STEP, RecordBuffer
 from rankwatch._reporter import Reporter
-from rankwatch._stacks import STACK_SIGNAL, stacks_file_path
+from rankwatch._stacks import (
+    ASK_SECONDS,
+    STACK_SIGNAL,
+    ask_file_path,
+    ask_for_dump,
+    signal_unless_answered,
+    stacks_file_path,
+)
 from rankwatch._values import Pending
 
 
@@ -104,31 +111,55 @@ def test_reconnects_after_the_hub_appears_and_after_it_drops_the_connection(tmp_
         assert hub.messages("heartbeat")[-1]["dropped"] == 0
 
 
-def test_stack_signal_dumps_every_thread_into_the_rank_file(tmp_path):
+def test_an_asked_rank_dumps_every_thread_from_its_reporter_with_the_gil_held(tmp_path):
+    """The runner's ask is taken by the reporter thread at its heartbeat: the dump is written from
+    Python (the reporter is its current thread), the ask is gone, no signal was needed."""
     stop_file = tmp_path / "stop"
     stacks = tmp_path / "stacks"
     with FakeHub() as hub:
         environment = worker_environment(hub.address, RANK="3", RANKWATCH_STACKS_DIR=str(stacks))
         process = start_worker(["hang.py", str(stop_file)], environment)
+        assert process.stdout.readline() == "waiting\n"  # the script is in wait_here
         hub.wait_message("hello", rank=3)
         dump_file = stacks_file_path(str(stacks), 3)
-        deadline = time.monotonic() + 20
-        while "wait_here" not in _read(dump_file):  # the hello can come before the script reaches wait_here:
-            assert process.poll() is None, process.communicate()  # then its first dump is of the bootstrap
-            assert time.monotonic() < deadline, (_read(dump_file), hub.messages())
-            os.kill(process.pid, STACK_SIGNAL)
-            written = time.monotonic() + 1.0
-            while "wait_here" not in _read(dump_file) and time.monotonic() < written:
-                time.sleep(0.02)
-        notice = hub.wait_message("stacks", rank=3)
+        ask_for_dump(dump_file)
+        notice = hub.wait_message("stacks", rank=3, timeout=ASK_SECONDS + 5)
         stop_file.touch()
         _finish(process)
 
         dump = _read(dump_file)
-        assert "Current thread" in dump or "Thread 0x" in dump
-        assert 'hang.py", line 10 in wait_here' in dump
-        assert "_reporter.py" in dump  # all threads, the reporter's included
+        [current] = [block for block in dump.split("\n\n") if block.startswith("Current thread")]
+        assert "_reporter.py" in current and "answer_ask" in current  # dumped by the reporter thread
+        assert 'hang.py", line 10 in wait_here' in dump  # and every other thread: the main one too
+        assert not os.path.exists(ask_file_path(dump_file))
         assert notice["path"] == dump_file
+
+
+def test_a_rank_holding_the_gil_in_c_leaves_the_ask_and_dumps_on_the_signal(tmp_path):
+    """A main thread inside C code that keeps the GIL (here ``sum`` over a huge range) stops the
+    reporter from taking the ask; the runner then takes it back and signals, and faulthandler's
+    handler dumps. Safe: no thread can run Python while the GIL is held."""
+    stacks = tmp_path / "stacks"
+    with FakeHub() as hub:
+        environment = worker_environment(hub.address, RANK="3", RANKWATCH_STACKS_DIR=str(stacks))
+        process = start_worker(["hold_gil.py", str(tmp_path / "go")], environment)
+        try:
+            hub.wait_message("hello", rank=3)  # said while the GIL was free
+            (tmp_path / "go").touch()
+            assert process.stdout.readline() == "holding\n"
+            dump_file = stacks_file_path(str(stacks), 3)
+            ask_for_dump(dump_file)
+            time.sleep(ASK_SECONDS + 1.0)  # a heartbeat and more: the reporter could not take it
+            assert signal_unless_answered(process.pid, dump_file)
+            deadline = time.monotonic() + 10
+            while "hold_the_gil" not in _read(dump_file):
+                assert time.monotonic() < deadline and process.poll() is None, _read(dump_file)
+                time.sleep(0.02)
+        finally:
+            process.kill()
+            process.communicate()
+        assert 'hold_gil.py", line 11 in hold_the_gil' in _read(dump_file)
+        assert not os.path.exists(ask_file_path(dump_file))
         assert STACK_SIGNAL == signal.SIGUSR2
 
 

@@ -4,7 +4,8 @@ Shape (as every background producer in Rankwatch): a named daemon thread
 ("rankwatch-reporter") with a stop event. It drains the record buffer into
 ``metrics`` batches, sends queued control messages (exception, param_hash,
 stacks, exit) and, every ``HEARTBEAT_EVERY``, a ``heartbeat`` with the current
-step and the cumulative drop count.
+step and the cumulative drop count; at the same beat it answers a runner's ask
+for the rank's stacks (``_stacks``: dumped here, with the GIL held).
 
 When it wakes (every wake-up of a thread preempts a rank on a busy
 machine, and the all-reduce makes every other rank wait for it): never on a fixed
@@ -39,7 +40,7 @@ import time
 from collections import deque
 from typing import Any
 
-from rankwatch import _flight_recorder, protocol
+from rankwatch import _flight_recorder, _stacks, protocol
 from rankwatch._activity import TrainingActivity
 from rankwatch._buffer import KIND_GPU_MEMORY, KIND_LOG, KIND_STEP, WAKE_THRESHOLD, RecordBuffer
 from rankwatch._connection import Connection
@@ -267,6 +268,8 @@ class Reporter:
             if not self._read_from_hub():
                 self._disconnect()
                 return
+            if self._stacks_path is not None:
+                _stacks.answer_ask(self._stacks_path)
             self._note_stack_dump()
             self._send_heartbeat(SEND_TIMEOUT)
 

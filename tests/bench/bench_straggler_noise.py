@@ -8,11 +8,16 @@ per run: the straggler events (rank, named or withdrawn, at which step) and the 
 line; then the counts the acceptance asks for.
 
     .venv/bin/python tests/bench/bench_straggler_noise.py [--healthy 10 --planted 5 --busy 2]
+        [--steps 60] [--keep DIR]
+
+``--keep DIR`` keeps each run's store (``DIR/<healthy|planted>-<n>/data/runs.db``) for
+``replay_stragglers.py``, which replays its steps through the rule offline.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -36,9 +41,11 @@ PLANTED_RANK = 2
 NAMED_WITHIN_STEPS = 20
 
 
-def run_once(args: list[str], busy: int) -> dict:
-    """One job beside ``busy`` busy loops; its straggler events and summary line."""
-    with tempfile.TemporaryDirectory(prefix="rw-noise-") as home:
+def run_once(args: list[str], busy: int, keep: Path | None = None) -> dict:
+    """One job beside ``busy`` busy loops; its straggler events and summary line. ``keep``: the
+    run's home, kept; else a temporary one."""
+    with contextlib.ExitStack() as stack:
+        home = str(keep) if keep is not None else stack.enter_context(tempfile.TemporaryDirectory(prefix="rw-noise-"))
         env = {**os.environ, "RANKWATCH_HOME": home,
                "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "runner" / "worker_path")])}
         loops = [subprocess.Popen([sys.executable, str(BUSY), "--seed", str(seed)]) for seed in range(busy)]
@@ -66,14 +73,21 @@ def main() -> int:
     parser.add_argument("--healthy", type=int, default=10)
     parser.add_argument("--planted", type=int, default=5)
     parser.add_argument("--busy", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=60, help="steps of each job")
+    parser.add_argument("--keep", type=Path, help="keep each run's store under this folder")
     args = parser.parse_args()
+    steps = ["--steps", str(args.steps)]
+
+    def keep(name: str) -> Path | None:
+        return args.keep / name if args.keep is not None else None
+
     clean = kept = 0
     for index in range(args.healthy):
-        outcome = run_once(HEALTHY, args.busy)
+        outcome = run_once([*HEALTHY, *steps], args.busy, keep(f"healthy-{index + 1}"))
         clean += outcome["rc"] == 0 and not outcome["events"] and outcome["summary"] is None
         print(f"healthy {index + 1}: {json.dumps(outcome)}", flush=True)
     for index in range(args.planted):
-        outcome = run_once(PLANTED, args.busy)
+        outcome = run_once([*PLANTED, *steps], args.busy, keep(f"planted-{index + 1}"))
         named = [event for event in outcome["events"] if event[1]]
         kept += (outcome["rc"] == 0 and outcome["events"] == named[:1] and bool(named)
                  and named[0][0] == PLANTED_RANK and (named[0][2] or 0) <= NAMED_WITHIN_STEPS

@@ -69,11 +69,12 @@ def test_an_exception_in_rank_1_names_rank_1_its_exception_and_the_raising_line(
     assert other["rank"] == 0 and other["after"] == 1
     ended = failure_end_words(other)  # "SIGTERM, stopped after rank 1 failed" (or "exit code 1, ...")
     assert ended.endswith("stopped after rank 1 failed")
-    # Live, rank 0 says so itself when its exit message beats torchrun's SIGTERM; when the SIGTERM
-    # comes first (seen in CI under load) its connection ends, and the hub says after what.
-    assert ("[rankwatch] rank 0 stopped after rank 1 failed\n" in result.stderr
-            or "[rankwatch] rank 0 disconnected after rank 1 failed\n" in result.stderr), result.stderr[-3000:]
-    assert "rank 0 exited with code" not in result.stderr
+    # Live, rank 0 says so itself when its exit message beats torchrun's SIGTERM. When the SIGTERM
+    # comes first (seen in CI under load) its connection ends without one: expected once a rank
+    # failed, so the live view leaves it to the summary's "then:" line (the store has it).
+    stopped_live = "[rankwatch] rank 0 stopped after rank 1 failed\n" in result.stderr
+    assert stopped_live or ended.startswith("SIGTERM"), result.stderr[-3000:]
+    assert "rank 0 exited with code" not in result.stderr and "disconnected" not in result.stderr
     assert f"then:          rank 0 ({ended})" in block
     with RunStore(readonly=True) as store:
         ranks = {row.rank: row for row in store.ranks(run.id)}

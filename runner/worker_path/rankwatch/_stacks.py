@@ -27,6 +27,7 @@ stack dump is the run's private data.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -52,21 +53,17 @@ def ask_file_path(stacks_path: str) -> str:
     return os.path.splitext(stacks_path)[0] + ".ask"
 
 
-def answer_ask(stacks_path: str) -> bool:
-    """Dump every thread's stack if the runner asked for it; True when a dump was written.
+def answer_ask(stacks_path: str) -> None:
+    """Dump every thread's stack if the runner asked for it (its ask file is there).
 
     Called by the reporter thread, from Python: the GIL is held for the whole dump."""
     try:
         os.unlink(ask_file_path(stacks_path))
     except OSError:
-        return False  # nothing asked, or the runner took the ask back to signal instead
-    if _dump_file is None:
-        return False
-    try:
-        faulthandler.dump_traceback(file=_dump_file, all_threads=True)
-    except (OSError, RuntimeError, ValueError):
-        return False
-    return True
+        return  # nothing asked, or the runner took the ask back to signal instead
+    if _dump_file is not None:
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
+            faulthandler.dump_traceback(file=_dump_file, all_threads=True)
 
 
 def ask_for_dump(stacks_path: str) -> None:

@@ -11,7 +11,9 @@ terminal:
   torchrun itself starts reporting a failure; a line under the summary says where they are.
 * ``EchoTracebacks``: after a failure, a rank's traceback is held until its last line; if
   that only says a peer went away (``runner.exit_status.only_says_peer_gone``), the
-  traceback is one line naming the exception and where the rest is.
+  traceback is one line naming the exception, for the first ``SHOWN_PER_BURST`` ranks (at
+  1,024 ranks there are a thousand such echoes); a line under the summary names every rank
+  whose traceback it was and where the rest is.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from runner.exit_status import only_says_peer_gone
+from runner.view.bursts import SHOWN_PER_BURST
 
 TORCHRUN_REPORTS_A_FAILURE = re.compile(
     r"failed \(exitcode: |closing signal SIG|Traceback \(most recent call last\)|ChildFailedError")
@@ -63,10 +66,13 @@ class EchoTracebacks:
     """Per rank: holds a traceback that starts after a failure until its exception line, then
     gives back either the whole traceback or, for an echo of a peer's end, one line."""
 
-    def __init__(self) -> None:
+    def __init__(self, shown_ranks: int = SHOWN_PER_BURST) -> None:
         self._held: dict[int, _Traceback] = {}
         self.collapsed: dict[int, int] = {}
         """rank -> lines of echo tracebacks not shown."""
+        self.shown_ranks = shown_ranks
+        """How many ranks' echoes get their one line; the others' none (``collapsed`` names them all)."""
+        self._given_a_line: set[int] = set()
 
     def feed(self, rank: int, text: str, stream: str, after_failure: bool) -> list[HeldLine]:
         """The lines to show now for this line of ``rank`` (torch's ``[rankN]:`` prefix already gone)."""
@@ -82,7 +88,10 @@ class EchoTracebacks:
         del self._held[rank]
         if _ends_a_traceback(text) and only_says_peer_gone(text):
             self.collapsed[rank] = self.collapsed.get(rank, 0) + len(held.lines)
-            return [HeldLine(text, stream)]
+            if rank in self._given_a_line or len(self._given_a_line) < self.shown_ranks:
+                self._given_a_line.add(rank)
+                return [HeldLine(text, stream)]
+            return []
         return held.lines
 
     def flush(self) -> list[tuple[int, HeldLine]]:

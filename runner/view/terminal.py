@@ -54,6 +54,7 @@ from runner.runstate.progress import PROGRESS_METRICS, progress_texts
 from runner.runstate.state import RunState, steps_done
 from runner.state import RankState, RunStatus
 from runner.store.rank_stats import BUILT_IN_METRICS, RankStats
+from runner.view.bursts import Bursts, burst_of
 from runner.view.columns import Column, Justify, choose_columns, format_rate, text_width
 from runner.view.failure_lines import EchoTracebacks, LauncherQuiet
 from runner.view.log_lines import format_prefix, without_torch_prefix
@@ -198,6 +199,8 @@ class TerminalView:
         self.launcher_quiet = LauncherQuiet()
         """torchrun's lines not printed once a rank failed (``runner.view.failure_lines``)."""
         self.echoes = EchoTracebacks()
+        self.bursts = Bursts()
+        """Per-rank events many ranks send at once: the first few, then a count (``runner.view.bursts``)."""
         self._rank_prefixes: dict[int, str] = {}
         """Each rank's line prefix as last printed (a held traceback's lines keep it)."""
         self._live: Live | None = None
@@ -267,6 +270,7 @@ class TerminalView:
         elif isinstance(message, Bye):
             self.state.apply(message)
             self.ended = True
+            self._say_bursts(self.bursts.flush())
             for rank, held in self.echoes.flush():
                 self._print_line(self._rank_prefixes.get(rank, format_prefix(rank, None, False)), held.text,
                                  held.stream)
@@ -287,6 +291,7 @@ class TerminalView:
 
     def _on_update(self, message: UpdateMessage) -> None:
         self.state.apply(message)
+        self._say_bursts(self.bursts.ended())
         events = message.events
         # A stop is known before the lines it causes are printed (they may share this update).
         if self.stopping_since is None and (
@@ -326,9 +331,15 @@ class TerminalView:
                 self._print_line("[rankwatch]", event.message, "stderr")  # torchrun goes without saying
             elif kind in NOTABLE_EVENTS and not (
                     (self.stopping_since is not None or a_rank_failed) and kind in EXPECTED_WHILE_STOPPING):
-                self._print_line("[rankwatch]", event.message, "stderr", style="yellow")
+                burst = burst_of(kind, event.rank, event.message)
+                if burst is None or self.bursts.admit(burst):
+                    self._print_line("[rankwatch]", event.message, "stderr", style="yellow")
         if any(self.ranks[rank].gpu_index is not None for rank in _ranks_in(message) if rank in self.ranks):
             self.cpu_mode = False
+
+    def _say_bursts(self, lines: list[str]) -> None:
+        for line in lines:
+            self._print_line("[rankwatch]", line, "stderr", style="yellow")
 
     def _say_stopping(self, fields: StoppingFields) -> None:
         why = fields.stopped_by

@@ -158,3 +158,60 @@ def test_the_summary_names_ranks_that_ended_alike_once():
     out = io.StringIO()
     render_summary(run, out)
     assert "  then:          ranks 0, 2-7 (SIGTERM, stopped after rank 1 failed)\n" in out.getvalue()
+
+
+def test_a_failure_among_1024_ranks_shows_three_echoes_of_each_kind_and_counts_the_rest():
+    """Rank 1 raises; the other 1,023 each print a traceback that only says a peer went away and
+    stop after it, over several updates. Shown: rank 1's traceback, three echo lines and three
+    "stopped" lines, then one count line per kind, not two thousand lines."""
+    err = io.StringIO()
+    view = TerminalView(live=False, out=io.StringIO(), err=err, status_every=0)
+    view.handle(SnapshotMessage(RunInfo(id=7, profile="p", status="running", started=1000.0),
+                                tuple(RankInfo(rank=r, state="running", step=10) for r in range(1024)),
+                                spec={"args": []}).to_wire())
+    view.handle(update(ranks=[rank_changes(1, state="failed", exit_code=1)],
+                       events=[Event(2.0, "rank_failed", 1, "rank 1 exited with code 1")],
+                       logs=logs(1, RANK1_TRACEBACK)).to_wire())
+    others = [rank for rank in range(1024) if rank != 1]
+    for start in range(0, len(others), 100):
+        batch = others[start:start + 100]
+        view.handle(update(
+            logs=[line for rank in batch for line in logs(rank, [text.replace("[rank0]", f"[rank{rank}]")
+                                                                  for text in RANK0_ECHO])],
+            events=[Event(2.1, "rank_stopped", rank, f"rank {rank} stopped after rank 1 failed", {"after": 1})
+                    for rank in batch]).to_wire())
+    view.handle(Bye("failed").to_wire())
+    lines = err.getvalue().splitlines()
+    assert len(lines) <= 20, "\n".join(lines[:40])
+    assert "[rank 1] ValueError: bad batch shape on rank 1" in lines
+    echoes = [line for line in lines if "Connection closed by peer" in line]
+    assert [line.split("]")[0] for line in echoes] == ["[rank 0", "[rank 2", "[rank 3"]
+    stopped = [line for line in lines if line.endswith("stopped after rank 1 failed")]
+    assert stopped == ["[rankwatch] rank 0 stopped after rank 1 failed", "[rankwatch] rank 2 stopped after rank 1 failed",
+                       "[rankwatch] rank 3 stopped after rank 1 failed",
+                       "[rankwatch] 1020 more: ranks 4-1023 stopped after rank 1 failed"]
+    assert ("[rankwatch] the tracebacks of ranks 0, 2-1023 only said a peer went away, in the run's log: "
+            "rankwatch runs logs 7 --rank 0") in lines  # every echo named, as ranges
+
+
+def test_a_hang_of_every_rank_shows_three_stalls_then_a_count_once_the_burst_is_over():
+    from runner.view.bursts import QUIET_SECONDS, Bursts
+
+    now = [100.0]
+    err = io.StringIO()
+    view = TerminalView(live=False, out=io.StringIO(), err=err, status_every=0)
+    view.bursts = Bursts(clock=lambda: now[0])
+    view.handle(SnapshotMessage(RunInfo(id=7, profile="p", status="running", started=1000.0),
+                                tuple(RankInfo(rank=r, state="running", step=10) for r in range(64)),
+                                spec={"args": []}).to_wire())
+    view.handle(update(events=[Event(5.0, "stalled", rank, f"rank {rank} stalled at step 10: no progress for "
+                                     f"{30 + rank % 3} s (threshold 30 s, the stall timeout)") for rank in range(64)],
+                       ranks=[rank_changes(rank, state="stalled") for rank in range(64)]).to_wire())
+    assert len(err.getvalue().splitlines()) == 3  # the rest held while the burst goes on
+    now[0] += QUIET_SECONDS
+    view.handle(update(t=6.0).to_wire())
+    lines = err.getvalue().splitlines()
+    assert lines[3:] == ["[rankwatch] 61 more: ranks 3-63 stalled"]
+    now[0] += 60  # a later stall is a new burst: shown again
+    view.handle(update(events=[Event(9.0, "resumed", 5, "rank 5 resumed at step 11 after 40 s")]).to_wire())
+    assert err.getvalue().splitlines()[-1] == "[rankwatch] rank 5 resumed at step 11 after 40 s"

@@ -292,14 +292,16 @@ def _last_entered(state: GroupState) -> int:
 def _never_entered(missing: list[int], seq: int, op: str, waiting: list[int],
                    states: dict[int, GroupState], group: str) -> str:
     who = ranks_text(missing)
-    lasts = []
+    by_last: dict[str, list[int]] = {}  # ranks alike go together: 1,023 ranks are one phrase, not 1,023
     for rank in missing:
         entered = states[rank].entered
-        last = "none" if entered is None else f"#{entered.seq} {_op(entered)}"
-        lasts.append(last if len(missing) == 1 else f"rank {rank}: {last}")
+        by_last.setdefault("none" if entered is None else f"#{entered.seq} {_op(entered)}", []).append(rank)
+    if len(by_last) == 1:
+        lasts = f"{'its' if len(missing) == 1 else 'their'} last was {next(iter(by_last))}"
+    else:
+        lasts = "their last: " + ", ".join(f"{ranks_text(ranks)}: {last}" for last, ranks in by_last.items())
     return (f"{who} never entered collective #{seq} ({op}{_in_group(group)}) that {ranks_text(waiting)} "
-            f"{'is' if len(waiting) == 1 else 'are'} waiting in; "
-            f"{'its last was' if len(missing) == 1 else 'their last:'} {', '.join(lasts)}")
+            f"{'is' if len(waiting) == 1 else 'are'} waiting in; {lasts}")
 
 
 def _different(group: str, seq: int, entered: dict[int, CollectiveEntry],

@@ -48,6 +48,18 @@ def test_a_rank_that_never_entered_the_collective_the_others_wait_in_is_named_wi
     assert "rank 2 [default group]: last entered #30 gloo:all_reduce, last completed #30" in result.lines
 
 
+def test_many_ranks_that_never_entered_it_are_named_as_ranges_with_their_last_collective_once():
+    """At 1,024 ranks rank 0 waits in #31 and the others never entered it, each last in #30: one
+    phrase for their last collective, not 1,023."""
+    world = 1024
+    waiting = from_trace(trace([entry(seq) for seq in range(1, 32)], completed=30, world=world))
+    stuck = from_trace(trace([entry(seq) for seq in range(1, 31)], completed=30, world=world))
+    result = analyse({0: waiting, **{rank: stuck for rank in range(1, world)}})
+    assert result.culprits == list(range(1, world)) and result.seq == 31
+    assert result.message == ("ranks 1-1023 never entered collective #31 (gloo:all_reduce) that rank 0 is waiting "
+                              "in; their last was #30 gloo:all_reduce")
+
+
 def test_a_rank_that_skipped_an_all_reduce_and_waits_in_the_next_collective_is_the_odd_one():
     """As recorded: rank 2 skipped step 3's all_reduce, so its #6 is the barrier after the loop."""
     others = from_trace(trace([entry(seq) for seq in range(1, 6)] + [entry(6, retired=False)], completed=5))

@@ -86,7 +86,7 @@ def test_curves_follow_new_points_on_the_timer_not_per_message(qtbot, grid):
     model.apply(update(metrics=[MetricRecord(2, T0 + 100, 50 + i, "loss", 0.5, "auto")
                                 for i in range(10)]).to_wire())
     assert loss.curve_points(2) == 50  # nothing drawn by the message itself
-    qtbot.waitUntil(lambda: loss.curve_points(2) == 60, timeout=2000)
+    qtbot.waitUntil(lambda: loss.curve_points(2) == 60, timeout=15_000)
     x, y = loss.curve_data(2)
     assert x[-1] == 59 and y[-1] == 0.5
 
@@ -282,7 +282,7 @@ def test_every_logged_key_gets_a_chart_with_a_curve_per_rank_after_the_built_in_
     rows = [MetricRecord(rank, T0 + 0.5 * step, step, name, 1.0 + rank, "log")
             for step in range(30) for rank in range(8) for name in ("lr", "grad_norm")]
     model.apply(update(metrics=rows).to_wire())
-    qtbot.waitUntil(lambda: "grad_norm" in charts.charts, timeout=2000)  # created as the key appears
+    qtbot.waitUntil(lambda: "grad_norm" in charts.charts, timeout=15_000)  # created as the key appears
     assert added == ["lr", "grad_norm"]
     names = charts.shown_chart_names()
     assert names[-2:] == ["lr", "grad_norm"] and names.index("loss") == 0
@@ -317,7 +317,7 @@ def test_hovering_lists_every_ranks_value_at_the_step(qtbot, grid):
     viewport = loss.plot_widget.viewport()
     point = loss.plot_widget.mapFromScene(loss.view_box.mapViewToScene(QPointF(40.2, (y_low + y_high) / 2)))
     qtbot.mouseMove(viewport, point)
-    qtbot.waitUntil(loss.readout.isVisible, timeout=2000)
+    qtbot.waitUntil(loss.readout.isVisible, timeout=15_000)
     step = round(loss._hover[0])
     assert abs(step - 40) <= 2  # where the mouse is (to a pixel)
     position, rows, left_out = loss.readout_rows()
@@ -435,6 +435,6 @@ def test_an_empty_charts_note_spans_its_plot_when_the_chart_is_shown_after_the_n
     chart.resize(460, 200)
     chart.show()
     qtbot.waitExposed(chart)
-    qtbot.waitUntil(lambda: chart.note_label.isVisible(), timeout=2000)
+    qtbot.waitUntil(lambda: chart.note_label.isVisible(), timeout=15_000)
     plot = chart.view_box.sceneBoundingRect()
     assert chart.note_label.width() >= plot.width() - 2 > 300

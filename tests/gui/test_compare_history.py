@@ -53,7 +53,7 @@ def cell(history_panel: HistoryPanel, run_id: int, column: str) -> str:
 def test_runs_list_shows_final_and_best_loss_steps_throughput_and_outcome(qtbot, store, history_panel):
     dipping = add_run(store, "alpha", [3.0, 1.5, 0.5, 0.75], ranks=2, samples_per_s=100.0)
     failing = add_run(store, "beta", [2.0, 4.0], ranks=4, samples_per_s=50.0, outcome="failed")
-    qtbot.waitUntil(lambda: len(history_panel.rows()) == 2, timeout=5000)
+    qtbot.waitUntil(lambda: len(history_panel.rows()) == 2, timeout=15_000)
     assert cell(history_panel, dipping, "Final loss") == "0.75"
     assert cell(history_panel, dipping, "Best loss") == "0.5"
     assert cell(history_panel, dipping, "Steps") == "4"
@@ -68,7 +68,7 @@ def test_runs_list_shows_final_and_best_loss_steps_throughput_and_outcome(qtbot,
 def test_figure_columns_sort_as_numbers(qtbot, store, history_panel):
     for loss in (10.0, 9.0, 100.0):
         add_run(store, f"p{loss}", [loss])
-    qtbot.waitUntil(lambda: len(history_panel.rows()) == 3, timeout=5000)
+    qtbot.waitUntil(lambda: len(history_panel.rows()) == 3, timeout=15_000)
     history_panel.view.sortByColumn(HISTORY_COLUMNS.index("Final loss"), Qt.SortOrder.AscendingOrder)
     assert shown_cells(history_panel, "Final loss") == ["9", "10", "100"]  # not "10" < "100" < "9"
     history_panel.view.sortByColumn(HISTORY_COLUMNS.index("Final loss"), Qt.SortOrder.DescendingOrder)
@@ -80,7 +80,7 @@ def test_filter_box_keeps_runs_matching_id_profile_script_status_or_tag(qtbot, s
     vit = add_run(store, "vit", [1.0], script="train_vit.py", outcome="failed")
     other = add_run(store, "bert", [1.0], script="lm.py")
     store.set_run_notes(other, tags=["baseline"])
-    qtbot.waitUntil(lambda: len(history_panel.rows()) == 3, timeout=5000)
+    qtbot.waitUntil(lambda: len(history_panel.rows()) == 3, timeout=15_000)
 
     def shown_ids() -> set[int]:
         return {int(text) for text in shown_cells(history_panel, "Run")}
@@ -95,23 +95,23 @@ def test_filter_box_keeps_runs_matching_id_profile_script_status_or_tag(qtbot, s
 
 def test_tags_and_notes_are_edited_in_the_panel_and_kept_in_the_store(qtbot, store, history_panel):
     run_id = add_run(store, "alpha", [1.0])
-    qtbot.waitUntil(lambda: len(history_panel.rows()) == 1, timeout=5000)
+    qtbot.waitUntil(lambda: len(history_panel.rows()) == 1, timeout=15_000)
     history_panel.select_runs([run_id])
     assert history_panel.tags_edit.isEnabled() and history_panel.tags_edit.text() == ""
     history_panel.tags_edit.setText("baseline, lr=3e-4")
     history_panel.notes_edit.setText("warmup too short")
-    with qtbot.waitSignal(history_panel.run_notes_saved, timeout=5000) as saved:
+    with qtbot.waitSignal(history_panel.run_notes_saved, timeout=15_000) as saved:
         qtbot.mouseClick(history_panel.save_notes_button, Qt.MouseButton.LeftButton)
     assert saved.args == [run_id]
     with RunStore(readonly=True) as reader:
         assert reader.stored_run(run_id).tags == ("baseline", "lr=3e-4")
         assert reader.stored_run(run_id).notes == "warmup too short"
-    qtbot.waitUntil(lambda: cell(history_panel, run_id, "Tags") == "baseline, lr=3e-4", timeout=5000)
+    qtbot.waitUntil(lambda: cell(history_panel, run_id, "Tags") == "baseline, lr=3e-4", timeout=15_000)
 
     fresh = HistoryPanel(poll_interval_s=0.2)  # another window reads them back from the store
     qtbot.addWidget(fresh)
     try:
-        qtbot.waitUntil(lambda: len(fresh.rows()) == 1, timeout=5000)
+        qtbot.waitUntil(lambda: len(fresh.rows()) == 1, timeout=15_000)
         fresh.select_runs([run_id])
         assert (fresh.tags_edit.text(), fresh.notes_edit.text()) == ("baseline, lr=3e-4", "warmup too short")
     finally:

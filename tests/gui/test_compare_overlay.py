@@ -43,7 +43,7 @@ def add_run(store: RunStore, profile: str, *, ranks: int = 2, steps: int = 30, s
 
 
 def overlay(qtbot, history_panel: HistoryPanel, run_ids: list[int]) -> None:
-    qtbot.waitUntil(lambda: len(history_panel.rows()) >= len(run_ids), timeout=5000)
+    qtbot.waitUntil(lambda: len(history_panel.rows()) >= len(run_ids), timeout=15_000)
     history_panel.select_runs(run_ids)
     assert history_panel.overlay_button.isEnabled()
     with qtbot.waitSignal(history_panel.overlay_shown, timeout=10_000):
@@ -61,7 +61,7 @@ def test_overlay_compares_step_time_of_three_runs(qtbot, store, history_panel):
     overlay(qtbot, history_panel, [fast, slow, wide])
     choices = [history_panel.overlay_metric_choice.itemData(i) for i in range(history_panel.overlay_metric_choice.count())]
     assert choices[:3] == ["loss", "step_time", "samples_per_s"]
-    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=15_000):
         history_panel.set_overlay_metric("step_time")
     curves = curves_by_run(history_panel)
     assert sorted(curves) == sorted([fast, slow, wide])
@@ -77,7 +77,7 @@ def test_overlay_compares_step_time_of_three_runs(qtbot, store, history_panel):
 def test_overlay_compares_gpu_utilisation_against_time(qtbot, store, history_panel):
     busy, idle = add_run(store, "busy", gpu_util=80.0), add_run(store, "idle", gpu_util=20.0)
     overlay(qtbot, history_panel, [busy, idle])
-    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=15_000):
         history_panel.set_overlay_metric("gpu/utilization")
     assert history_panel.overlay_chart.x_axis == "time"
     curves = curves_by_run(history_panel)
@@ -94,7 +94,7 @@ def test_overlay_takes_the_smoothing_of_the_live_charts(qtbot, store, history_pa
     assert chart.smoothing == 0.8
     np.testing.assert_allclose(chart.curve_data(0)[1], ema(raw, 0.8))
     assert chart.curve_set.has_faint(0)  # the raw curve stays, faint
-    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=15_000):
         history_panel.set_overlay_metric("step_time")
     assert history_panel.overlay_chart.smoothing == 0.8  # a new metric keeps the smoothing chosen
 
@@ -117,9 +117,9 @@ def test_overlay_axis_widens_for_long_labels(qtbot, store, history_panel):
     store.write_batch(big, RecordBatch(metrics=[MetricRecord(rank, T0 + s, s, "samples_per_s", 99900.0 + 0.01 * s, "auto")
                                                 for s in range(30) for rank in (2, 3)]))  # about 50,000 a rank
     overlay(qtbot, history_panel, [big])
-    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=15_000):
         history_panel.set_overlay_metric("samples_per_s")
     axis = history_panel.overlay_chart.left_axis
     # no label dropped for want of room (once the layout settled: a loaded machine takes its time)
     qtbot.waitUntil(lambda: axis.labels_width() > 0
-                    and axis.width() >= axis.labels_width() + axis.style["tickTextOffset"][0], timeout=5000)
+                    and axis.width() >= axis.labels_width() + axis.style["tickTextOffset"][0], timeout=15_000)

@@ -36,16 +36,16 @@ def test_attach_after_detach_replaces_the_stale_tab_in_place_with_a_live_one(qtb
     other = live_run(ranks=2, rate_hz=20)
     first = launch_into(window, other, monkeypatch)
     stale = launch_into(window, runner, monkeypatch)  # second tab: the run we leave and come back to
-    qtbot.waitUntil(lambda: (stale.model.current_step() or 0) >= 3, timeout=5000)
+    qtbot.waitUntil(lambda: (stale.model.current_step() or 0) >= 3, timeout=15_000)
     index = window.monitors.indexOf(stale)
     qtbot.mouseClick(stale.detach_button, Qt.MouseButton.LeftButton)
     seen = stale.model.current_step() or 0
-    qtbot.waitUntil(lambda: runner.step >= seen + 10, timeout=5000)
+    qtbot.waitUntil(lambda: runner.step >= seen + 10, timeout=15_000)
 
     window.tabs.setCurrentWidget(window.history)
     window.history.refresh_now()
     qtbot.waitUntil(lambda: any(row.run_id == runner.run_id and row.live for row in window.history.rows()),
-                    timeout=5000)
+                    timeout=15_000)
     window.history.select_runs([runner.run_id])
     qtbot.mouseClick(window.history.open_button, Qt.MouseButton.LeftButton)  # History ▸ Attach
 
@@ -53,7 +53,7 @@ def test_attach_after_detach_replaces_the_stale_tab_in_place_with_a_live_one(qtb
     assert fresh is not stale and window.monitors.indexOf(fresh) == index
     assert window.monitors.count() == 2 and window.monitors.indexOf(first) == 0
     assert window.tabs.currentWidget() is window.monitors
-    qtbot.waitUntil(lambda: (fresh.model.current_step() or 0) >= seen + 10, timeout=5000)
+    qtbot.waitUntil(lambda: (fresh.model.current_step() or 0) >= seen + 10, timeout=15_000)
     assert fresh.has_live_run() and not fresh.is_detached
     assert "when detached" not in fresh.progress.position_label.text()
     assert "not watched" not in fresh.progress.timing_label.text()
@@ -62,7 +62,7 @@ def test_attach_after_detach_replaces_the_stale_tab_in_place_with_a_live_one(qtb
 def test_the_detached_header_says_since_when_in_local_time(qtbot, window, live_run, monkeypatch):
     runner = live_run(ranks=2, rate_hz=20)
     panel = launch_into(window, runner, monkeypatch)
-    qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= 3, timeout=5000)
+    qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= 3, timeout=15_000)
     panel.detach()
     expected = time.strftime("%H:%M:%S", time.localtime(panel.progress.detached_at))
     assert panel.progress.timing_label.text().endswith(f"not watched since {expected}")

@@ -110,9 +110,9 @@ def test_clicking_a_traceback_line_in_the_log_view_opens_that_file_at_that_line(
     panel.tabs.setCurrentWidget(panel.log_view)
     view = panel.log_view
     location = 'File "/work/main/tests/scripts/diag_exception.py", line 10'
-    qtbot.waitUntil(lambda: not view.text.document().find(location).isNull(), timeout=5000)
+    qtbot.waitUntil(lambda: not view.text.document().find(location).isNull(), timeout=15_000)
     point = point_of(view, location)
-    with qtbot.waitSignal(view.open_requested, timeout=2000) as opened:
+    with qtbot.waitSignal(view.open_requested, timeout=15_000) as opened:
         qtbot.mouseClick(view.text.viewport(), Qt.MouseButton.LeftButton, pos=point)
     assert opened.args == [SourceLocation("/work/main/tests/scripts/diag_exception.py", 10)]
     assert wait_for_record(recorder) == ["+10", "/work/main/tests/scripts/diag_exception.py"]
@@ -128,13 +128,13 @@ def test_double_clicking_a_frame_in_the_stacks_view_opens_it(qtbot, window, reco
     window.tabs.setCurrentWidget(window.monitors)
     view = panel.stacks_view
     panel.tabs.setCurrentWidget(view)
-    qtbot.waitUntil(lambda: view.layout_shown is not None and bool(view.marked_cells()), timeout=5000)
+    qtbot.waitUntil(lambda: view.layout_shown is not None and bool(view.marked_cells()), timeout=15_000)
     row, column, _text = view.marked_cells()[0]
     frame = view.layout_shown.columns[column].frames[row]
     item = view.table.item(row, column)
     view.table.scrollToItem(item)
     rect = view.table.visualItemRect(item)
-    with qtbot.waitSignal(view.open_requested, timeout=2000) as opened:
+    with qtbot.waitSignal(view.open_requested, timeout=15_000) as opened:
         # What a person's double-click sends: press, release, then the double-click.
         qtbot.mouseClick(view.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
         qtbot.mouseDClick(view.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())

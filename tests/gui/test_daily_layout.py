@@ -42,7 +42,7 @@ def line_starts(preview) -> list[int]:
 def test_the_launch_form_fits_1280_by_720_without_a_horizontal_scrollbar(qtbot, window):
     assert window.size().width() == 1280 or QGuiApplication.primaryScreen().size().width() < 1280
     area = window.launch_panel.findChild(QScrollArea)
-    qtbot.waitUntil(lambda: area.viewport().width() > 0, timeout=2000)
+    qtbot.waitUntil(lambda: area.viewport().width() > 0, timeout=15_000)
     assert area.widget().minimumSizeHint().width() <= area.viewport().width()
     assert area.horizontalScrollBar().maximum() == 0 and not area.horizontalScrollBar().isVisible()
 

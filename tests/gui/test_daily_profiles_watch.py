@@ -42,16 +42,16 @@ def test_a_profile_saved_with_the_cli_appears_in_the_open_window(qtbot, window, 
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "runner" / "worker_path")])}
     subprocess.run([sys.executable, "-m", "runner", "profiles", "save", "from-terminal", str(script), "--epochs", "3"],
                    check=True, env=environment, capture_output=True, timeout=60)
-    qtbot.waitUntil(lambda: "from-terminal" in listed(window), timeout=5000)
+    qtbot.waitUntil(lambda: "from-terminal" in listed(window), timeout=15_000)
 
 
 def test_the_current_profile_rewritten_on_disk_is_read_again_when_the_form_is_clean(qtbot, window, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("print('training')\n")
     save_profile("mine", LaunchSpec(script=str(script), args=("--lr", "0.1")))
-    qtbot.waitUntil(lambda: "mine" in listed(window), timeout=5000)
+    qtbot.waitUntil(lambda: "mine" in listed(window), timeout=15_000)
     assert window.launch_panel.profile_list.select("mine")
     assert window.form.state.args_text == "--lr 0.1"
     save_profile("mine", LaunchSpec(script=str(script), args=("--lr", "0.2")))  # as an editor would
-    qtbot.waitUntil(lambda: window.form.state.args_text == "--lr 0.2", timeout=5000)
+    qtbot.waitUntil(lambda: window.form.state.args_text == "--lr 0.2", timeout=15_000)
     assert not window.form.dirty

@@ -44,7 +44,7 @@ def test_cancel_at_the_unsaved_question_leaves_the_live_run_watched(qtbot, windo
     runner = live_run(ranks=2, rate_hz=20)
     panel = window.monitor
     panel.attach(runner.run_id)
-    qtbot.waitUntil(lambda: panel.model.status == "running", timeout=5000)
+    qtbot.waitUntil(lambda: panel.model.status == "running", timeout=15_000)
     window.form.update(args_text="--epochs 7")  # an edited profile
     monkeypatch.setattr(window, "_ask_live_run_choice", lambda: LEAVE_RUNNING)
 
@@ -58,7 +58,7 @@ def test_cancel_at_the_unsaved_question_leaves_the_live_run_watched(qtbot, windo
     answers.append(QMessageBox.StandardButton.Discard)  # all confirmed: now it acts
     window.quit_action.trigger()
     assert not window.isVisible() and panel.is_detached
-    qtbot.waitUntil(lambda: runner.subscriber_count() == 0, timeout=3000)
+    qtbot.waitUntil(lambda: runner.subscriber_count() == 0, timeout=15_000)
     assert not runner.ended
 
 

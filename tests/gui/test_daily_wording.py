@@ -35,7 +35,7 @@ def test_the_window_stop_action_asks_with_verbs_and_keep_running_keeps_it(qtbot,
     qtbot.addWidget(window)
     runner = live_run(ranks=2)
     window.monitor.attach(runner.run_id)
-    qtbot.waitUntil(lambda: window.monitor.model.status == "running", timeout=5000)
+    qtbot.waitUntil(lambda: window.monitor.model.status == "running", timeout=15_000)
     window._update_run_controls()
     asked: list[list[str]] = []
 
@@ -56,7 +56,7 @@ def test_the_window_stop_action_asks_with_verbs_and_keep_running_keeps_it(qtbot,
 def test_events_are_shown_in_words_not_kind_names(qtbot, panel, live_run):
     runner = live_run(ranks=2)
     panel.attach(runner.run_id)
-    qtbot.waitUntil(lambda: panel.model.status == "running", timeout=5000)
+    qtbot.waitUntil(lambda: panel.model.status == "running", timeout=15_000)
     runner.finish()
     qtbot.waitUntil(lambda: "Telemetry totals" in panel.events_view.toPlainText(), timeout=10_000)
     text = panel.events_view.toPlainText()
@@ -69,12 +69,12 @@ def test_events_are_shown_in_words_not_kind_names(qtbot, panel, live_run):
 def test_the_failure_banner_appears_without_moving_what_is_below(qtbot, panel, live_run):
     runner = live_run(ranks=4, rate_hz=20)
     panel.attach(runner.run_id)
-    qtbot.waitUntil(lambda: panel.model.status == "running" and not panel.banner.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: panel.model.status == "running" and not panel.banner.isVisible(), timeout=15_000)
     qtbot.wait(300)
     before = panel.splitter.geometry()
     assert not panel.failure_banner.isVisible()
     runner.fail_rank(1)  # the others go on: the banner appears mid-run
-    qtbot.waitUntil(panel.failure_banner.isVisible, timeout=5000)
+    qtbot.waitUntil(panel.failure_banner.isVisible, timeout=15_000)
     qtbot.wait(100)
     assert panel.splitter.geometry() == before
 
@@ -84,7 +84,7 @@ def test_the_end_of_run_notice_appears_without_moving_what_is_below(qtbot, panel
     legend moved the smoothing slider."""
     runner = live_run(ranks=2, rate_hz=20)
     panel.attach(runner.run_id)
-    qtbot.waitUntil(lambda: panel.model.status == "running" and panel.notice_text() is None, timeout=5000)
+    qtbot.waitUntil(lambda: panel.model.status == "running" and panel.notice_text() is None, timeout=15_000)
     qtbot.wait(300)
     before = panel.splitter.geometry()
     runner.finish()

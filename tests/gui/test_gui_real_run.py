@@ -59,7 +59,7 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
     # the history is read from the store beside the live updates: the run may end before it is in
     qtbot.waitUntil(lambda: monitor.model.history_done, timeout=30_000)
     assert monitor.model.status == "succeeded", monitor.banner.text()
-    qtbot.waitUntil(lambda: not monitor.has_live_run(), timeout=5000)
+    qtbot.waitUntil(lambda: not monitor.has_live_run(), timeout=15_000)
 
     monitor.charts.refresh()
     loss = monitor.charts.charts["loss"]
@@ -70,22 +70,22 @@ def test_launch_button_runs_the_example_to_the_end_with_loss_curves_for_both_ran
         assert loss.curve_points(rank) == len(series)  # few points: drawn raw
         _, values = loss.curve_data(rank)
         assert np.mean(values[-20:]) < np.mean(values[:20])  # it learned
-    qtbot.waitUntil(lambda: monitor.rank_table.cell_text(1, "State") == "exited", timeout=3000)
+    qtbot.waitUntil(lambda: monitor.rank_table.cell_text(1, "State") == "exited", timeout=15_000)
     assert monitor.rank_table.cell_text(0, "Ended by") == "exit code 0"
     # A finished run reads every step and epoch done (not "epoch 2/3 · step 191/192").
     monitor.progress.refresh()
     assert monitor.progress.position_label.text() == "epoch 3/3 · 192/192 steps"
     assert monitor.progress.bar.text() == "100%"
-    qtbot.waitUntil(lambda: "done:" in monitor.log_view.shown_text(), timeout=3000)
+    qtbot.waitUntil(lambda: "done:" in monitor.log_view.shown_text(), timeout=15_000)
     # Where the steps went, as the workers timed them on the CPU's clock: the whole run's bars
     # (read from the store), and the run's verdict with it.
-    qtbot.waitUntil(lambda: all(p.whole_run for p in monitor.rank_table.table_model.phases()), timeout=5000)
+    qtbot.waitUntil(lambda: all(p.whole_run for p in monitor.rank_table.table_model.phases()), timeout=15_000)
     for phases in monitor.rank_table.table_model.phases():
         assert phases.measured and phases.clock == protocol.CLOCK_CPU and phases.segments()
         assert {"forward", "backward"} <= {segment.phase for segment in phases.segments()}
     assert "on the CPU clock" in monitor.rank_table.legend.text()
     qtbot.waitUntil(lambda: monitor.rank_table.verdict.startswith("Bottleneck (whole run"),
-                    timeout=5000)
+                    timeout=15_000)
     with RunStore(readonly=True) as store:
         run = store.stored_run(monitor.run_id)
         for rank in (0, 1):

@@ -76,7 +76,7 @@ def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, histor
     try:
         # The real runner records its run as starting, then running: the list follows.
         qtbot.waitUntil(lambda: len(history_panel.rows()) == 4
-                        and cell(history_panel, live_runner.run_id, "Status") == "running (live)", timeout=5000)
+                        and cell(history_panel, live_runner.run_id, "Status") == "running (live)", timeout=15_000)
         assert any(t.name == "rankwatch-store-reader" for t in threading.enumerate())  # reads off the GUI thread
         assert cell(history_panel, finished, "Status") == "succeeded"
         assert cell(history_panel, finished, "Duration") == "1:05"
@@ -90,24 +90,24 @@ def test_runs_list_shows_finished_failed_lost_and_live_runs(qtbot, store, histor
 
         history_panel.select_runs([live_runner.run_id])
         assert history_panel.open_button.text() == "Attach"
-        with qtbot.waitSignal(history_panel.open_run_requested, timeout=2000) as opened:
+        with qtbot.waitSignal(history_panel.open_run_requested, timeout=15_000) as opened:
             qtbot.mouseClick(history_panel.open_button, Qt.MouseButton.LeftButton)
         assert opened.args == [live_runner.run_id]
         history_panel.select_runs([finished])
         assert history_panel.open_button.text() == "Open"
 
         live_runner.finish()
-        qtbot.waitUntil(lambda: cell(history_panel, live_runner.run_id, "Status") == "succeeded", timeout=3000)
+        qtbot.waitUntil(lambda: cell(history_panel, live_runner.run_id, "Status") == "succeeded", timeout=15_000)
     finally:
         live_runner.close()
 
 
 def test_double_click_opens_a_run(qtbot, store, history_panel):
     run_id = add_finished_run(store, "alpha")
-    qtbot.waitUntil(lambda: len(history_panel.rows()) == 1, timeout=3000)
+    qtbot.waitUntil(lambda: len(history_panel.rows()) == 1, timeout=15_000)
     index = history_panel.proxy.index(0, 0)
     rect = history_panel.view.visualRect(index)
-    with qtbot.waitSignal(history_panel.open_run_requested, timeout=2000) as opened:
+    with qtbot.waitSignal(history_panel.open_run_requested, timeout=15_000) as opened:
         # Qt 6 item views want the press of a click before the double click.
         qtbot.mouseClick(history_panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
         qtbot.mouseDClick(history_panel.view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
@@ -117,10 +117,10 @@ def test_double_click_opens_a_run(qtbot, store, history_panel):
 def test_overlay_shows_the_mean_loss_of_two_runs(qtbot, store, history_panel):
     first = add_finished_run(store, "alpha", ranks=2, steps=20)
     second = add_finished_run(store, "beta", ranks=4, steps=30, loss_offset=-3.0)
-    qtbot.waitUntil(lambda: len(history_panel.rows()) == 2, timeout=3000)
+    qtbot.waitUntil(lambda: len(history_panel.rows()) == 2, timeout=15_000)
     history_panel.select_runs([first, second])
     assert history_panel.overlay_button.isEnabled()
-    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=15_000):
         qtbot.mouseClick(history_panel.overlay_button, Qt.MouseButton.LeftButton)
     assert sorted(history_panel.overlay_run_ids) == sorted([first, second])
     chart = history_panel.overlay_chart
@@ -148,7 +148,7 @@ def test_export_writes_csv_tables_and_a_charts_png(qtbot, store, history_panel, 
 
 def test_overlay_png_can_be_saved(qtbot, store, history_panel, tmp_path):
     run_id = add_finished_run(store, "alpha")
-    with qtbot.waitSignal(history_panel.overlay_shown, timeout=5000):
+    with qtbot.waitSignal(history_panel.overlay_shown, timeout=15_000):
         history_panel.overlay([run_id])
     path = history_panel.save_overlay_png(tmp_path / "overlay.png")
     assert path.stat().st_size > 5_000

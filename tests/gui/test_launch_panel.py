@@ -223,7 +223,7 @@ def test_launch_is_disabled_with_the_cli_reason_until_the_form_is_fixed(qtbot, m
     assert not entry_error.isVisible() and not env_error.isVisible()
     assert panel.launch_button.isEnabled()
 
-    with qtbot.waitSignal(panel.launch_requested, timeout=2000) as launched:
+    with qtbot.waitSignal(panel.launch_requested, timeout=15_000) as launched:
         qtbot.mouseClick(panel.launch_button, Qt.MouseButton.LeftButton)
     spec, profile_name, base_dir = launched.args
     assert spec.script == str(script) and profile_name is None and base_dir == tmp_path
@@ -290,7 +290,7 @@ def test_ctrl_r_launches_the_example_into_the_monitor_tab(qtbot, window, monkeyp
     monkeypatch.setattr(window.monitor, "launch",
                         lambda spec, profile_name, base_dir: launched.append((spec, profile_name, base_dir)))
     window.activateWindow()
-    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    qtbot.waitUntil(window.isActiveWindow, timeout=15_000)
 
     assert window.launch_action.shortcut() == QKeySequence("Ctrl+R")
     qtbot.keyClick(window, Qt.Key.Key_R, Qt.KeyboardModifier.ControlModifier)

@@ -50,7 +50,7 @@ def test_thirty_two_ranks_draw_the_median_and_band_and_only_the_failed_rank_on_i
     panel.attach(runner.run_id)
     grid = panel.charts
     loss = grid.charts["loss"]
-    qtbot.waitUntil(lambda: len(loss.keys) == 32 and loss.band is not None and len(loss.band.x) > 5, timeout=10000)
+    qtbot.waitUntil(lambda: len(loss.keys) == 32 and loss.band is not None and len(loss.band.x) > 5, timeout=20000)
     assert BAND_ABOVE_RANKS < 32 and loss.band_mode and loss.band.ranks == 32
     def drawn() -> set[int]:
         return {key for key in loss.keys if loss.curve_points(key)}
@@ -59,13 +59,13 @@ def test_thirty_two_ranks_draw_the_median_and_band_and_only_the_failed_rank_on_i
     assert drawn() == set(loss.highlighted) == set(grid.rank_legend.keys)
     assert grid.rank_legend.title.startswith("Median and p10-p90 of 32 ranks")
     runner.fail_rank(5, exit_code=1)
-    qtbot.waitUntil(lambda: loss.curve_points(5) > 0, timeout=5000)
+    qtbot.waitUntil(lambda: loss.curve_points(5) > 0, timeout=20000)
     assert 5 in loss.highlighted and drawn() == set(loss.highlighted) and 5 in grid.rank_legend.keys
     x = float(loss.band.x[len(loss.band.x) // 2])
     loss.show_readout_at(x, float(loss.band.median[len(loss.band.x) // 2]))
     assert "median of 32 ranks" in loss.readout_text() and "p90 of 32 ranks" in loss.readout_text()
     table = panel.rank_table  # a rank chosen in the rank table is drawn over the band too
-    qtbot.waitUntil(lambda: 9 in table.visible_ranks(), timeout=5000)
+    qtbot.waitUntil(lambda: 9 in table.visible_ranks(), timeout=20000)
     table.view.selectRow(table.visible_ranks().index(9))
     grid.refresh(force=True)
     assert loss.curve_points(9) > 0 and {5, 9} <= set(grid.rank_legend.keys)

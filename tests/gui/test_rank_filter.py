@@ -36,7 +36,7 @@ def test_the_rank_table_shows_only_the_ranks_the_filter_asks_for_and_counts_them
     table = panel.rank_table
     qtbot.waitUntil(lambda: table.table_model.rowCount() == 16, timeout=8000)
     runner.fail_rank(3, exit_code=1)
-    qtbot.waitUntil(lambda: table.cell_text(3, "State") == "failed", timeout=3000)
+    qtbot.waitUntil(lambda: table.cell_text(3, "State") == "failed", timeout=15_000)
     table.filter_edit.setText("failed")
     assert table.visible_ranks() == [3] and table.filter_count.text() == "1 of 16 ranks"
     table.filter_edit.setText("8-11")

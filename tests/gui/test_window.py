@@ -63,10 +63,10 @@ def test_launching_while_a_run_is_live_opens_a_tab_for_each_run(qtbot, window, r
     assert window.monitors.count() == 1 and window.monitors.tabBar().isHidden()
     first_runner, second_runner = runners(ranks=2), runners(ranks=4)
     first = launch_into(window, first_runner, monkeypatch)
-    qtbot.waitUntil(lambda: first.model.status == "running", timeout=5000)
+    qtbot.waitUntil(lambda: first.model.status == "running", timeout=15_000)
     second = launch_into(window, second_runner, monkeypatch)
     assert second is not first and window.monitors.count() == 2
-    qtbot.waitUntil(lambda: second.model.status == "running", timeout=5000)
+    qtbot.waitUntil(lambda: second.model.status == "running", timeout=15_000)
     assert first.has_live_run() and second.has_live_run()  # both watched at once
     assert window.monitors.tabText(0) == f"Run {first_runner.run_id}"
     assert window.monitors.tabText(1) == f"Run {second_runner.run_id}"
@@ -86,26 +86,26 @@ def test_launching_while_a_run_is_live_opens_a_tab_for_each_run(qtbot, window, r
     monkeypatch.setattr(window.monitors, "ask_live_run_choice", lambda text: LEAVE_RUNNING)
     window.close_run_action.trigger()
     assert window.monitors.count() == 1 and window.monitor is second
-    qtbot.waitUntil(lambda: first_runner.subscriber_count() == 0, timeout=3000)
+    qtbot.waitUntil(lambda: first_runner.subscriber_count() == 0, timeout=15_000)
     assert not first_runner.ended
 
 
 def test_a_run_that_ends_unseen_is_notified_and_named_in_the_title(qtbot, window, runners, monkeypatch):
     runner = runners(ranks=2)
     panel = launch_into(window, runner, monkeypatch)
-    qtbot.waitUntil(lambda: panel.model.status == "running", timeout=5000)
+    qtbot.waitUntil(lambda: panel.model.status == "running", timeout=15_000)
     window.tabs.setCurrentWidget(window.launch_panel)  # looking at the form meanwhile
     assert window.notifier.sent == []
     runner.finish(exit_code=1)  # every rank fails: the run failed
-    qtbot.waitUntil(lambda: bool(window.notifier.sent), timeout=5000)
+    qtbot.waitUntil(lambda: bool(window.notifier.sent), timeout=15_000)
     notice = window.notifier.sent[0]
     assert notice.title == f"Run {runner.run_id} (fake) failed" and notice.urgent
     assert window.windowTitle().startswith(f"✗ Run {runner.run_id} failed — example")
     # Once the run is looked at, the title is the profile's again.
     window.activateWindow()
-    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    qtbot.waitUntil(window.isActiveWindow, timeout=15_000)
     window.tabs.setCurrentWidget(window.monitors)
-    qtbot.waitUntil(lambda: window.windowTitle() == "example[*] — Rankwatch", timeout=2000)
+    qtbot.waitUntil(lambda: window.windowTitle() == "example[*] — Rankwatch", timeout=15_000)
     assert len(window.notifier.sent) == 1
 
 
@@ -113,10 +113,10 @@ def test_a_run_ending_in_front_of_the_person_is_not_notified(qtbot, window, runn
     runner = runners(ranks=2)
     panel = launch_into(window, runner, monkeypatch)
     window.activateWindow()
-    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
-    qtbot.waitUntil(lambda: panel.model.status == "running", timeout=5000)
+    qtbot.waitUntil(window.isActiveWindow, timeout=15_000)
+    qtbot.waitUntil(lambda: panel.model.status == "running", timeout=15_000)
     runner.finish()  # every rank exits 0: the run succeeded
-    qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=5000)
+    qtbot.waitUntil(lambda: panel.model.status == "succeeded", timeout=15_000)
     assert window.notifier.sent == [] and not window.windowTitle().startswith("✓")
     assert "finished" in window.statusBar().currentMessage()
 
@@ -128,14 +128,14 @@ def test_a_detached_run_opened_from_history_is_watched_again_and_a_detached_tab_
     History said succeeded."""
     runner = runners(ranks=2, rate_hz=20)
     panel = launch_into(window, runner, monkeypatch)
-    qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= 3, timeout=5000)
+    qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= 3, timeout=15_000)
     panel.detach()
     seen = panel.model.current_step() or 0
-    qtbot.waitUntil(lambda: runner.step >= seen + 10, timeout=5000)
+    qtbot.waitUntil(lambda: runner.step >= seen + 10, timeout=15_000)
     window._on_open_run_requested(runner.run_id)  # History ▸ Attach (or a double-click)
     assert window.monitors.count() == 1
     panel = window.monitor  # a fresh panel in the stale one's place
-    qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= seen + 10, timeout=5000)
+    qtbot.waitUntil(lambda: (panel.model.current_step() or 0) >= seen + 10, timeout=15_000)
     assert panel.has_live_run() and not panel.is_detached
 
     panel.detach()
@@ -165,12 +165,12 @@ def test_help_lists_the_shortcuts_and_the_version(qtbot, window):
 
 def test_ctrl_f_goes_to_the_logs_search_of_the_run_in_front(qtbot, window):
     window.activateWindow()
-    qtbot.waitUntil(window.isActiveWindow, timeout=5000)
+    qtbot.waitUntil(window.isActiveWindow, timeout=15_000)
     window.search_logs_action.trigger()
     assert window.tabs.currentWidget() is window.monitors
     panel = window.monitor
     assert panel.tabs.currentWidget() is panel.log_view
-    qtbot.waitUntil(lambda: QApplication.focusWidget() is panel.log_view.search, timeout=2000)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is panel.log_view.search, timeout=15_000)
     window.toggle_panel_action.trigger()
     assert panel.panel_mode == "collapsed"
     window.toggle_panel_action.trigger()

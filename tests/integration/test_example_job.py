@@ -20,7 +20,7 @@ def example_run(tmp_path_factory):
     home = tmp_path_factory.mktemp("example-home")
     env = dict(os.environ, RANKWATCH_HOME=str(home))
     started = time.monotonic()
-    result = rankwatch("run", "--example", "--plain", "--", "--epochs", "10", env=env, timeout=240)
+    result = rankwatch("run", "--example", "--plain", "--", "--epochs", "3", env=env, timeout=240)
     return {"result": result, "home": home, "seconds": time.monotonic() - started,
             "store": home / "data" / "runs.db"}
 

@@ -287,6 +287,7 @@ def phases_add_up(run_id: int, folder: Path) -> float:
     return statistics.median(ratios)
 
 
+@pytest.mark.alone  # the verdicts compare phase times: no other test's job beside it
 def test_a_rank_computing_three_times_longer_is_the_compute_straggler_and_a_balanced_job_is_compute_bound(tmp_path):
     """DDP on gloo, 2 ranks, every step time equal: only the time apart from the all-reduce wait
     tells rank 1 (10 more forward passes outside autograd, between its forward and its backward)
@@ -337,6 +338,7 @@ def busy_machine(loops: int = 2):
             process.wait()
 
 
+@pytest.mark.alone  # its own busy loops are the load it judges under: no other test's job beside them
 def test_on_a_busy_machine_a_healthy_job_names_no_straggler_and_a_rank_with_30_percent_more_compute_is_kept():
     """4 ranks beside 2 bursty busy loops on a 2-core machine. Every rank makes its batches on its
     training thread (``--data-work``), so the load stretches one rank's data phase, then another's: no
@@ -373,6 +375,7 @@ def test_on_a_busy_machine_a_healthy_job_names_no_straggler_and_a_rank_with_30_p
     assert (bottleneck_of(run)["verdict"], bottleneck_of(run)["rank"]) == ("straggler", 2)
 
 
+@pytest.mark.alone  # exposed communication is judged against compute: no other test's job beside it
 @pytest.mark.parametrize("kind, verdict, evidence", [
     ("input", "input-bound", "waiting for data"),
     ("comm", "communication-bound", "exposed communication"),

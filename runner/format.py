@@ -18,7 +18,7 @@ MISSING = "–"
 """What a value that was not measured reads as (an en dash)."""
 
 __all__ = ["MISSING", "describe_exit_code", "format_amount", "format_bytes", "format_duration", "format_fixed",
-           "format_memory_pair", "format_number", "format_percent", "rank_ranges", "ranks_text"]
+           "format_memory_pair", "format_number", "format_percent", "parse_rank_ranges", "rank_ranges", "ranks_text"]
 
 
 def _finite(value: object) -> float | None:
@@ -153,3 +153,25 @@ def ranks_text(ranks: object) -> str:
     """``rank 3``, ``ranks 0, 1`` or ``ranks 0-511, 513-1023``: how every message names ranks."""
     ordered = sorted(set(ranks))  # type: ignore[call-overload]
     return f"rank {ordered[0]}" if len(ordered) == 1 else "ranks " + rank_ranges(ordered)
+
+
+def parse_rank_ranges(text: str) -> set[int]:
+    """The ranks ``512-519, 3`` names (numbers and ranges, split by commas or spaces): what
+    ``rank_ranges`` writes reads back.
+
+    Raises:
+        ValueError: a part that is neither a rank nor a range of ranks, said with an example.
+    """
+    ranks: set[int] = set()
+    for part in text.replace(",", " ").split():
+        first, dash, last = part.partition("-")
+        try:
+            low, high = int(first), int(last) if dash else int(first)
+        except ValueError:
+            raise ValueError(f"{part!r} is not a rank or a range of ranks (e.g. 3 or 512-519)") from None
+        if low < 0 or high < low:
+            raise ValueError(f"{part!r} is not a range of ranks: it goes from the lower to the higher, e.g. 512-519")
+        ranks.update(range(low, high + 1))
+    if not ranks:
+        raise ValueError("no rank given (e.g. 3, 512-519 or all)")
+    return ranks

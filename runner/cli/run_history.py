@@ -25,6 +25,8 @@ from runner.format import (
     format_memory_pair,
     format_number,
     format_percent,
+    parse_rank_ranges,
+    ranks_text,
 )
 from runner.hub.client import HubClient
 from runner.rows import StoredRun
@@ -44,6 +46,7 @@ from runner.store.run_figures import LIVE_STATISTICS_SECONDS
 from runner.store.store import RunNotFound, RunStore, stored_rank_json
 from runner.view.log_lines import prefixed_line
 from runner.view.phase_bars import phase_lines
+from runner.view.standing_out import EVERY_RANK_UP_TO, stored_ranks_that_stand_out
 from runner.view.terminal import TerminalView, render_summary
 
 
@@ -64,6 +67,9 @@ def add_parsers(commands) -> None:
                                           "and the outcome.")
     show.add_argument("run", metavar="RUN", help="a run id, 'last' or 'last-N'")
     show.add_argument("--json", action="store_true", help="everything as one JSON object")
+    show.add_argument("--ranks", metavar="RANKS",
+                      help="list these ranks: 'all', or ranks and ranges such as '512-519,3' (default: every "
+                           f"rank up to {EVERY_RANK_UP_TO}, past that the ranks that stand out)")
     show.set_defaults(handler=show_main)
     logs = actions.add_parser("logs", help="a run's captured output, prefixed with the rank",
                               description="A run's captured output (every rank's stdout and stderr, and the "
@@ -162,6 +168,10 @@ def show_main(args: argparse.Namespace) -> int:
             live = live_statistics(store, stored.id) if stored.ended is None else None
     except RunNotFound as error:
         return fail(str(error), code=EXIT_FAILED, as_json=args.json)
+    try:
+        listed, caption = _listed_ranks(stats, args.ranks)
+    except ValueError as error:
+        return fail(f"--ranks: {error}", as_json=args.json)
     # a live run with a stalled rank is hung, as `runs list`, the terminal and the GUI say
     info = dataclasses.replace(stored, status=shown_status(effective_status(stored),
                                                            [row.state for row in rows.values()]))
@@ -187,10 +197,15 @@ def show_main(args: argparse.Namespace) -> int:
             print(f"    node {node.node_rank}  {node.host or '':<20} {node.state or '':<9} {node.detail or ''}")
     print("  ranks:" if live is None else f"  ranks (as the hub had counted them at {_when(live.t)[-8:]};"
                                           f" it writes them every {LIVE_STATISTICS_SECONDS:.0f} s):")
-    for line in format_rank_table(stats):
+    for line in format_rank_table(listed):
         print(f"    {line}")
-    phases = phase_lines([(entry.rank, entry.phase_shares) for entry in stats],
-                         {entry.phase_clock for entry in stats}, _timed_steps(stats))
+    for line in caption:
+        print(f"    {line}")
+    if caption:
+        print(f"    every rank: rankwatch runs show {info.id} --ranks all   some: --ranks 512-519")
+    phases = phase_lines([(entry.rank, entry.phase_shares) for entry in listed],
+                         {entry.phase_clock for entry in stats}, _timed_steps(stats),
+                         median_of=[entry.phase_shares for entry in stats] if len(listed) < len(stats) else None)
     if phases:
         print(f"  {phases[0]}")
         for line in phases[1:]:
@@ -202,6 +217,24 @@ def show_main(args: argparse.Namespace) -> int:
     if info.summary:
         render_summary(info, sys.stdout)
     return 0
+
+
+def _listed_ranks(stats: list[RankStats], asked: str | None) -> tuple[list[RankStats], list[str]]:
+    """The ranks `runs show` lists, and what it says of the others.
+
+    Raises:
+        ValueError: ``asked`` names no rank, or none of the run's.
+    """
+    if asked is None:
+        return stored_ranks_that_stand_out(stats)
+    if asked.strip().lower() == "all":
+        return stats, []
+    wanted = parse_rank_ranges(asked)
+    listed = [entry for entry in stats if entry.rank in wanted]
+    if not listed:
+        known = ranks_text([entry.rank for entry in stats]) if stats else "no ranks yet"
+        raise ValueError(f"the run has none of {ranks_text(wanted)} (it has {known})")
+    return listed, []
 
 
 def _timed_steps(stats: list[RankStats]) -> int | None:

@@ -11,6 +11,8 @@ phase rounded, the largest remainders first), so a straggler's longer forward sh
 
 from __future__ import annotations
 
+import statistics
+
 from rankwatch import protocol
 from runner.format import MISSING, format_percent
 
@@ -39,17 +41,32 @@ def phase_shares_text(shares: dict[str, float | None] | None) -> str:
 
 
 def phase_lines(rows: list[tuple[int, dict[str, float | None] | None]], clocks: set[str | None],
-                steps: int | None = None) -> list[str]:
-    """A heading and one line per rank that has phases: ``rank 0  [bar]  data 9 %  ...``."""
+                steps: int | None = None, median_of: list[dict[str, float | None] | None] | None = None
+                ) -> list[str]:
+    """A heading and one line per rank that has phases: ``rank 0  [bar]  data 9 %  ...``; with
+    ``median_of`` (every rank's shares, when ``rows`` are only some ranks), first a line of each
+    phase's median across those ranks, the job's typical step."""
     measured = [(rank, shares) for rank, shares in rows if shares]
-    if not measured:
+    every = [shares for shares in median_of or () if shares]
+    if not measured and not every:
         return []
     known = sorted(CLOCK_WORDS[clock] for clock in clocks if clock in CLOCK_WORDS)
     on = f" on {' and '.join(known)}" if known else ""
     timed = f", {steps} timed steps" if steps else ""
-    width = max(len(str(rank)) for rank, _shares in measured)
+    digits = max((len(str(rank)) for rank, _shares in measured), default=1)
+    labels = [f"rank {str(rank).rjust(digits)}" for rank, _shares in measured]
+    median = {phase: _median([shares.get(phase) for shares in every]) for phase in protocol.PHASES}
+    if every:
+        labels.insert(0, f"median of {len(every):,} ranks")
+        measured.insert(0, (-1, median))
+    width = max(map(len, labels))
     legend = "  ".join(f"{letter} {phase}" for phase, letter in LETTERS.items())
     lines = [f"where the steps went{on}{timed} ({legend}):"]
-    lines += [f"rank {str(rank).rjust(width)}  {phase_bar(shares)}  {phase_shares_text(shares)}"
-              for rank, shares in measured]
+    lines += [f"{label.rjust(width)}  {phase_bar(shares)}  {phase_shares_text(shares)}"
+              for label, (_rank, shares) in zip(labels, measured, strict=True)]
     return lines
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = sorted(value for value in values if value is not None)
+    return statistics.median(known) if known else None

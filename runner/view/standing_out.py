@@ -89,3 +89,52 @@ def summary_line(ranks: Mapping[int, Any], step_times: Mapping[int, float]) -> s
         line += (f" · step time median {format_amount(statistics.median(times), 1000)} ms, "
                  f"p90 {format_amount(p90, 1000)} ms")
     return line
+
+
+EVERY_RANK_UP_TO = 32
+"""`runs show` lists every rank up to this many; past it, the ranks that stand out (``--ranks all``
+lists them all)."""
+STANDING_OUT_ROWS = 16
+"""At most this many ranks stand out in `runs show`: the worst of each kind first."""
+SHARE_MARGIN = 0.05
+"""A rank's data or comm wait stands out 5 points of its step above the median rank's."""
+
+
+def stored_ranks_that_stand_out(stats: list[Any], limit: int = STANDING_OUT_ROWS) -> tuple[list[Any], list[str]]:
+    """For a run's per-rank statistics (``runner.store.rank_stats.RankStats``, in rank order): the
+    ranks `runs show` lists, and the caption lines that say what it left out (none when every
+    rank is listed). Past ``EVERY_RANK_UP_TO``: ranks that failed, stalled, stopped or were lost,
+    then in turn the slowest by median step, the furthest behind in steps (more than
+    ``BEHIND_SECONDS`` of the median rank's steps: ranks stopped a few steps apart are alike), the most waiting for
+    data or in collectives, and those with dropped records; with none of those, the fastest, the
+    median and the slowest rank, so that the table still shows the spread."""
+    if len(stats) <= EVERY_RANK_UP_TO:
+        return stats, []
+    by_rank = {entry.rank: entry for entry in stats}
+    chosen: list[int] = []
+    for state in ATTENTION_STATES:
+        chosen += [entry.rank for entry in stats if entry.state == state]
+    times = {entry.rank: entry.median_step_time for entry in stats if entry.median_step_time}
+    kinds = [
+        _beyond(times, SLOWER_THAN_MEDIAN, reverse=True),
+        _beyond({entry.rank: -entry.steps for entry in stats if entry.steps is not None}, None, reverse=True,
+                margin=_steps_in(BEHIND_SECONDS, times)),
+        _beyond({entry.rank: entry.data_wait_share for entry in stats if entry.data_wait_share is not None},
+                None, reverse=True, margin=SHARE_MARGIN),
+        _beyond({entry.rank: entry.comm_wait_share for entry in stats if entry.comm_wait_share is not None},
+                None, reverse=True, margin=SHARE_MARGIN),
+        [entry.rank for entry in stats if entry.dropped],
+    ]
+    for turn in range(max(map(len, kinds))):
+        chosen += [kind[turn] for kind in kinds if turn < len(kind)]
+    standing = list(dict.fromkeys(chosen))[:limit]
+    why = f"{ranks_text(standing)} stand out (failed or stalled, slower, behind, waiting more or dropping records)"
+    if not standing:
+        by_time = sorted(times, key=lambda rank: times[rank])
+        why = "no rank stands out"
+        if by_time:
+            spread = {"fastest": by_time[0], "median": by_time[len(by_time) // 2], "slowest": by_time[-1]}
+            standing = list(dict.fromkeys(spread.values()))
+            why += "; by median step: " + ", ".join(f"{word} rank {rank}" for word, rank in spread.items())
+    return [by_rank[rank] for rank in sorted(standing)], [
+        summary_line(by_rank, times), f"{why}; {len(stats) - len(standing):,} more not shown"]

@@ -314,3 +314,11 @@ def test_ranks_text_keeps_short_lists_and_runs_three_or_more_into_ranges():
     assert ranks_text([0, 2, 5]) == "ranks 0, 2, 5"
     assert ranks_text([5, 4, 3, 2, 0]) == "ranks 0, 2-5"
     assert rank_ranges([*range(512), *range(513, 1024), 7]) == "0-511, 513-1023"
+
+
+def test_rank_ranges_read_back_what_they_write():
+    from runner.format import parse_rank_ranges, rank_ranges
+
+    ranks = {0, 1, 2, 5, 7, 8, 9, 512}
+    assert parse_rank_ranges(rank_ranges(ranks)) == ranks
+    assert parse_rank_ranges("512-514 3") == {3, 512, 513, 514}

@@ -188,3 +188,56 @@ def test_the_live_tables_last_frame_shows_each_ranks_result_over_the_run_not_its
     assert "median ms/step" in last and WHOLE_RUN_CAPTION in " ".join(last.split())
     assert " 115 " in f" {row} " or "115.0" in row, row
     assert f"{share}%" in row and "46%" not in row and "21.5" not in row
+
+
+@pytest.fixture
+def forty_ranks():
+    """40 ranks of 20 steps of 100 ms; rank 7 steps in 300 ms, rank 30 failed after 5 steps."""
+    metrics = []
+    for rank in range(40):
+        for step in range(1, 6 if rank == 30 else 21):
+            seconds = 0.3 if rank == 7 else 0.1 + rank / 100_000
+            metrics.append(MetricRecord(rank, 100.0 + step, step, "step_time", seconds, "auto"))
+    with RunStore() as store:
+        run_id = store.create_run(run_key="f" * 24, profile="forty", spec_toml="", command="", host="h",
+                                  workdir="/", runner_pid=1, socket=None, world_size=40, status="failed")
+        store.update_run(run_id, started=99.0, ended=130.0, exit_code=1)
+        for rank in range(40):
+            store.upsert_rank(run_id, rank, state="failed" if rank == 30 else "exited", host="h", pid=rank,
+                              exit_code=1 if rank == 30 else 0)
+        store.write_batch(run_id, RecordBatch(metrics=metrics))
+    return run_id
+
+
+def listed_ranks(out: str) -> list[int]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("rank  state")) + 1
+    rows = []
+    for line in lines[start:]:
+        words = line.split()
+        if len(words) < 2 or not words[0].isdigit() or words[1] not in ("exited", "failed"):
+            break
+        rows.append(int(words[0]))
+    return rows
+
+
+def test_runs_show_of_many_ranks_lists_those_that_stand_out_and_counts_the_rest(forty_ranks, capsys):
+    assert main(["runs", "show", str(forty_ranks)]) == 0
+    out = capsys.readouterr().out
+    assert listed_ranks(out) == [7, 30]  # the failed rank, the slow one (and the one behind: the same rank)
+    assert "    40 ranks: 39 exited, 1 failed · step time median 100 ms, p90 100 ms" in out
+    assert "ranks 7, 30 stand out (failed or stalled, slower, behind, waiting more or dropping records); " \
+           "38 more not shown" in out
+    assert f"every rank: rankwatch runs show {forty_ranks} --ranks all" in out
+    assert main(["runs", "show", str(forty_ranks), "--ranks", "all"]) == 0
+    assert listed_ranks(capsys.readouterr().out) == list(range(40))
+    assert main(["runs", "show", str(forty_ranks), "--ranks", "3-5, 12"]) == 0
+    out = capsys.readouterr().out
+    assert listed_ranks(out) == [3, 4, 5, 12] and "more not shown" not in out
+
+
+def test_runs_show_says_what_is_wrong_with_a_rank_choice(forty_ranks, capsys):
+    assert main(["runs", "show", str(forty_ranks), "--ranks", "50-60"]) == 2
+    assert "--ranks: the run has none of ranks 50-60 (it has ranks 0-39)" in capsys.readouterr().err
+    assert main(["runs", "show", str(forty_ranks), "--ranks", "five"]) == 2
+    assert "'five' is not a rank or a range of ranks (e.g. 3 or 512-519)" in capsys.readouterr().err

@@ -59,7 +59,13 @@ from runner.view.columns import Column, Justify, choose_columns, format_rate, te
 from runner.view.failure_lines import EchoTracebacks, LauncherQuiet
 from runner.view.log_lines import format_prefix, without_torch_prefix
 from runner.view.phase_bars import CLOCK_WORDS, phase_bar, phase_shares_text
-from runner.view.standing_out import MIN_TABLE_ROWS, rows_that_fit
+from runner.view.standing_out import (
+    EVERY_RANK_UP_TO,
+    MIN_TABLE_ROWS,
+    STANDING_OUT_ROWS,
+    rows_that_fit,
+    stored_ranks_that_stand_out,
+)
 
 if TYPE_CHECKING:  # rich is imported when a live table starts (plain mode never needs it)
     from rich.console import Console
@@ -397,7 +403,8 @@ class TerminalView:
         the final all-reduce) is no summary (seen: "comm wait 46%" for a rank that waited 3 %
         of the run, "21.5 ms/step" where the median was 15.9 ms). The live table's last frame
         (drawn by ``stop``) shows them in its columns, under a caption that says so; plain mode
-        prints a line per rank. The script's logged keys keep their newest values, as live.
+        prints a line per rank, past ``EVERY_RANK_UP_TO`` ranks only for those that stand out
+        (``stored_ranks_that_stand_out``). The script's logged keys keep their newest values, as live.
         """
         if not self.shows_results:
             return
@@ -405,10 +412,10 @@ class TerminalView:
             with self._lock:
                 self._results = {entry.rank: entry for entry in stats}
             return
+        listed, caption = stored_ranks_that_stand_out(
+            [entry for entry in stats if entry.steps is not None or entry.last_step is not None])
         with self._lock:
-            for entry in stats:
-                if entry.steps is None and entry.last_step is None:
-                    continue
+            for entry in listed:
                 logged = self._logged_text(entry.rank)
                 timing = ""
                 if entry.median_step_time is not None:
@@ -427,6 +434,11 @@ class TerminalView:
                     clock = CLOCK_WORDS.get(entry.phase_clock or "", "its clock")
                     self._print_line("[rankwatch]", f"rank {entry.rank} steps on {clock}: "
                                      f"{phase_shares_text(entry.phase_shares)}", "stdout")
+            for line in caption:
+                self._print_line("[rankwatch]", line, "stdout")
+            if caption:
+                run_id = "N" if self.run is None or self.run.id is None else self.run.id
+                self._print_line("[rankwatch]", f"every rank: rankwatch runs show {run_id} --ranks all", "stdout")
         self._flush_lines()
 
     def _print_final_header(self) -> None:
@@ -439,7 +451,7 @@ class TerminalView:
         return "".join(f", {name} {format_number(self.logged.value(name, rank))}" for name in self.logged.names())
 
     def _print_status(self) -> None:
-        lines = []
+        lines: dict[int, str] = {}
         for rank in sorted(self.ranks):
             row = self.ranks[rank]
             if row.step is None or RankState(row.state).finished:
@@ -451,15 +463,20 @@ class TerminalView:
                      f"{format_fixed(row.gpu_util, '{:.0f}%')}, mem {format_bytes(row.gpu_mem_used)}")
             logged = self._logged_text(rank)
             working = self.state.working_text(rank, time.time())
-            lines.append(f"rank {rank} {row.state}{f', {working}' if working else ''}: "
-                         f"step {steps_done(row.step)}, loss {format_number(row.loss)}, "
-                         f"{format_amount(row.step_time, 1000)} ms/step, "
-                         f"data wait {format_percent(row.data_wait_share)}, "
-                         f"comm wait {format_percent(row.comm_wait_share)}, "
-                         f"{format_amount(row.samples_per_s)} samples/s, {usage}{logged}")
-        if lines:
+            lines[rank] = (f"rank {rank} {row.state}{f', {working}' if working else ''}: "
+                           f"step {steps_done(row.step)}, loss {format_number(row.loss)}, "
+                           f"{format_amount(row.step_time, 1000)} ms/step, "
+                           f"data wait {format_percent(row.data_wait_share)}, "
+                           f"comm wait {format_percent(row.comm_wait_share)}, "
+                           f"{format_amount(row.samples_per_s)} samples/s, {usage}{logged}")
+        shown = list(lines.values())
+        if len(lines) > EVERY_RANK_UP_TO:  # 1,024 lines every 30 s would be no status: those that stand out
+            kept, caption = rows_that_fit([{"rank": str(rank)} for rank in lines], self.ranks,
+                                          STANDING_OUT_ROWS, time.time())
+            shown = [lines[int(row["rank"])] for row in kept] + caption
+        if shown:
             self._print_line("[rankwatch]", self.header(), "stdout")
-        for line in lines:
+        for line in shown:
             self._print_line("[rankwatch]", line, "stdout")
 
     def _print_line(self, prefix: str, text: str, stream: str, style: str | None = None) -> None:

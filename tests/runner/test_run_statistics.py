@@ -241,3 +241,24 @@ def test_runs_show_says_what_is_wrong_with_a_rank_choice(forty_ranks, capsys):
     assert "--ranks: the run has none of ranks 50-60 (it has ranks 0-39)" in capsys.readouterr().err
     assert main(["runs", "show", str(forty_ranks), "--ranks", "five"]) == 2
     assert "'five' is not a rank or a range of ranks (e.g. 3 or 512-519)" in capsys.readouterr().err
+
+
+def test_the_end_of_a_plain_run_of_many_ranks_prints_those_that_stand_out_and_a_count(forty_ranks):
+    import io
+
+    from runner.view.terminal import TerminalView
+
+    out = io.StringIO()
+    view = TerminalView(live=False, out=out, err=io.StringIO(), status_every=30)
+    view.handle(running_snapshot(forty_ranks))
+    view.handle(Bye().to_wire())
+    with RunStore(readonly=True) as store:
+        view.show_results(run_statistics(store, forty_ranks)[0])
+    ranks = [line.split()[2] for line in out.getvalue().splitlines() if line.startswith("[rankwatch] rank ")
+             and line.split()[3] in ("exited:", "failed:")]
+    assert ranks == ["7", "30"]
+    assert out.getvalue().splitlines()[-3:] == [
+        "[rankwatch] 40 ranks: 39 exited, 1 failed · step time median 100 ms, p90 100 ms",
+        "[rankwatch] ranks 7, 30 stand out (failed or stalled, slower, behind, waiting more or dropping records); "
+        "38 more not shown",
+        f"[rankwatch] every rank: rankwatch runs show {forty_ranks} --ranks all"]

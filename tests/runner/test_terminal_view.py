@@ -308,3 +308,16 @@ def test_lines_printed_above_the_live_table_draw_it_once_per_update_not_once_per
     text = screen.getvalue()
     assert all(f"line {rank}" in text for rank in range(200))
     assert text.index("line 0") < text.index("line 1") < text.index("line 199")
+
+
+def test_plain_status_lines_of_many_ranks_are_those_that_stand_out_and_a_count():
+    view, out, _err = plain_view()
+    ranks = [RankInfo(rank=r, state="running", step=100 if r != 9 else 40, loss=0.5,
+                      step_time=0.1 if r != 33 else 0.5) for r in range(64)]
+    view.handle(snapshot(*ranks))
+    view.print_status()
+    lines = out.getvalue().splitlines()
+    shown = [int(line.split()[2].rstrip(":")) for line in lines[1:-2]]
+    assert len(shown) == 16 and {9, 33} <= set(shown)  # behind, slower; then others in rank order
+    assert lines[-2] == "[rankwatch] 64 ranks: 64 running · step time median 100 ms, p90 100 ms"
+    assert lines[-1].startswith("[rankwatch] ranks 9, 33 stand out") and lines[-1].endswith("; 48 more not shown")

@@ -20,7 +20,7 @@ from runner.exit_status import (
     failure_end_words,
     rank_end_words,
 )
-from runner.format import ranks_text
+from runner.format import rank_ranges, ranks_text
 from runner.rank_failure import RankFailure, stall_outcome
 from runner.runstate.progress import Progress, progress_texts
 
@@ -64,6 +64,11 @@ class RunWording:
     def ranks(ranks: Iterable[int]) -> str:
         """``rank 3``, ``ranks 0, 1`` or ``ranks 0-511, 513-1023``: how every message names ranks."""
         return ranks_text(ranks)
+
+    @staticmethod
+    def rank_numbers(ranks: Iterable[int]) -> str:
+        """``3`` or ``0, 2-1023``: the ranks alone, as a table's rank column names a group of them."""
+        return rank_ranges(ranks)
 
     @staticmethod
     def for_several_ranks(what: str) -> str:

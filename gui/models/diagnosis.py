@@ -125,14 +125,25 @@ class Banner:
 
 @dataclass(frozen=True)
 class RankLine:
-    """One row of the diagnosis panel's "every rank" table."""
+    """One row of the diagnosis panel's "every rank" table: a rank, or ranks that ended alike."""
 
-    rank: int
+    ranks: tuple[int, ...]
     host: str
+    """The ranks' host, or how many hosts they were on."""
     state: str
     fate: str
     detail: str
     first: bool
+
+    @property
+    def rank(self) -> int:
+        return self.ranks[0]
+
+    @property
+    def label(self) -> str:
+        """``3``, or ``0, 2-1023 (1,023)`` for ranks that ended alike."""
+        ranks = RunWording.rank_numbers(self.ranks)
+        return ranks if len(self.ranks) == 1 else f"{ranks} ({len(self.ranks):,})"
 
 
 @dataclass(frozen=True)
@@ -621,7 +632,23 @@ class DiagnosisModel:
         return {rank: "; ".join(dict.fromkeys(texts)) for rank, texts in notes.items()}
 
     def rank_lines(self) -> list[RankLine]:
-        """Every rank's fate: the first failure, the others triage names, and what the rank rows say."""
+        """Every rank's fate: the first failure, the others triage names, and what the rank rows say.
+        The first failure leads; ranks that ended alike share a line (at 1,024 ranks one failure
+        is one line and one line for the 1,023 torchrun stopped after it, not a thousand)."""
+        groups: dict[tuple[str, str, str], list[RankLine]] = {}
+        lines: list[RankLine | list[RankLine]] = []
+        for line in self._lines_per_rank():
+            if line.first:
+                lines.insert(0, line)  # the first failure leads, the echoes after it
+                continue
+            key = (line.state, line.fate, line.detail)
+            if key not in groups:
+                groups[key] = []
+                lines.append(groups[key])
+            groups[key].append(line)
+        return [line if isinstance(line, RankLine) else _one_line(line) for line in lines]
+
+    def _lines_per_rank(self) -> list[RankLine]:
         first = self.first_failure
         fates = {fate.rank: fate for fate in self.other_failures if fate.rank is not None}
         if first is not None and first.rank is not None:
@@ -641,7 +668,8 @@ class DiagnosisModel:
                 how = RunWording.ended_by(exit_code) if exit_code is not None else ""
                 detail = ""
             is_first = first is not None and first.rank == rank
-            lines.append(RankLine(rank, host, state, ("failed first: " if is_first else "") + how, detail, is_first))
+            lines.append(RankLine((rank,), host, state, ("failed first: " if is_first else "") + how, detail,
+                                  is_first))
         return lines
 
     def banner(self, now: float | None = None) -> Banner | None:
@@ -719,3 +747,12 @@ class DiagnosisModel:
     def _lost_nodes_text(self) -> str:
         texts = [lost.message or f"node {node} was lost" for node, lost in sorted(self.lost_nodes.items())]
         return "; ".join(texts)
+
+
+def _one_line(alike: list[RankLine]) -> RankLine:
+    """Ranks that ended alike as one line: their ranks, and their host or how many hosts."""
+    hosts = list(dict.fromkeys(line.host for line in alike))
+    first = alike[0]
+    return RankLine(tuple(rank for line in alike for rank in line.ranks),
+                    hosts[0] if len(hosts) == 1 else f"{len(hosts):,} hosts", first.state, first.fate, first.detail,
+                    False)

@@ -268,7 +268,7 @@ class DiagnosisPanel(QWidget):
         bold = QFont(self.font())
         bold.setBold(True)
         for row, line in enumerate(lines):
-            texts = (str(line.rank), line.host, line.state, line.fate, line.detail)
+            texts = (line.label, line.host, line.state, line.fate, line.detail)
             tint = state_tint(line.state)
             for column, text in enumerate(texts):
                 item = QTableWidgetItem(text)

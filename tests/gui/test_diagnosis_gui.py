@@ -234,9 +234,9 @@ def test_a_failed_run_shows_a_red_banner_and_the_first_failure_in_the_diagnosis_
         assert hint["cause"] in diagnosis.hints_label.text().replace("&lt;", "<").replace("&gt;", ">")
     # Every rank's fate: the first one marked, the other one as torchrun left it.
     ranks = diagnosis.table_texts(diagnosis.ranks_table)
-    assert [row[0] for row in ranks] == ["0", "1"]
-    assert ranks[rank][3] == f"failed first: {ended_by}"
-    other = ranks[1 - rank]
+    assert [row[0] for row in ranks] == [str(rank), str(1 - rank)]  # the first failure leads
+    assert ranks[0][3] == f"failed first: {ended_by}"
+    other = ranks[1]
     assert other[3] in ("SIGTERM", "exit code 1")
     # The rank table says it too, in the same words for every rank (one truth everywhere).
     qtbot.waitUntil(lambda: panel.rank_table.cell_text(rank, "Diagnosis") == f"failed first: {ended_by}",
@@ -488,3 +488,21 @@ def test_a_rank_stopped_after_another_failed_reads_as_in_the_terminal(qtbot, pan
     lines = {line.rank: line for line in panel.diagnosis_panel.diagnosis.rank_lines()}
     assert (lines[0].state, lines[0].fate) == ("stopped", "SIGTERM, stopped after rank 1 failed")
     assert lines[1].fate == "failed first: exit code 1"
+
+
+def test_ranks_that_ended_alike_share_one_line_of_the_every_rank_table_at_1024_ranks():
+    """Rank 1 failed first; torchrun stopped the other 1,023 on 128 hosts: two lines, not 1,024."""
+    others = [{"rank": rank, "exit_code": -15, "signal": None, "after": 1, "host": f"node{rank // 8}"}
+              for rank in range(1024) if rank != 1]
+    summary = {"first_failure": {"rank": 1, "exit_code": 1, "evidence": "exception", "host": "node0",
+                                 "exception_line": "ValueError: bad batch"}, "other_failures": others}
+    ranks = tuple(RankInfo(rank=rank, state="failed" if rank == 1 else "stopped", host=f"node{rank // 8}",
+                           exit_code=1 if rank == 1 else -15) for rank in range(1024))
+    model = MonitorModel()
+    diagnosis = DiagnosisModel(model)
+    model.apply(SnapshotMessage(RunInfo(id=3, profile="big", status="failed", started=1.0, ended=9.0, exit_code=1,
+                                        summary=summary), ranks).to_wire())
+    lines = diagnosis.rank_lines()
+    assert [(line.label, line.host, line.state, line.first) for line in lines] == [
+        ("1", "node0", "failed", True), ("0, 2-1023 (1,023)", "128 hosts", "stopped", False)]
+    assert lines[0].fate.startswith("failed first:") and lines[1].fate == "SIGTERM, stopped after rank 1 failed"

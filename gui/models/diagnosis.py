@@ -100,6 +100,14 @@ class Finding:
     ranks: tuple[int, ...] = ()
 
 
+MAX_FINDINGS = 500
+FINDINGS_PER_RANK = 4
+"""The findings held in memory: the newest ``MAX_FINDINGS``, or this many per rank in a bigger run
+(a hang of 1,024 ranks is 1,024 stalls at once; 500 would have kept the last 500 of them)."""
+ALIKE_STALLS_SHOWN = 3
+"""Up to this many ranks stalled at one step get a findings row each; more get one row together."""
+
+
 def close_finding(findings: list[Finding], kind: str, rank: int | None, tail: str) -> None:
     """End the newest active finding of ``kind`` for ``rank`` in place: no longer active, ``tail`` added."""
     for index in range(len(findings) - 1, -1, -1):
@@ -477,7 +485,7 @@ class DiagnosisModel:
 
     def _note(self, finding: Finding) -> None:
         self.findings_seen.append(finding)
-        del self.findings_seen[:-500]
+        del self.findings_seen[:-max(MAX_FINDINGS, FINDINGS_PER_RANK * len(self.monitor.ranks))]
 
     def _close(self, kind: str, rank: int, how: str) -> None:
         close_finding(self.findings_seen, kind, rank, f"; {how}")
@@ -604,6 +612,33 @@ class DiagnosisModel:
                 found.append(Finding(EventKind.LAUNCH_MISMATCH.value, None, None, record.title or record.cause,
                                      record.level != "info", ranks=tuple(record.ranks)))
         return found
+
+    def finding_rows(self) -> list[Finding]:
+        """``findings`` as the panel's table lists them: more than ``ALIKE_STALLS_SHOWN`` ranks
+        stalled at one step (a hang of every rank) are one row naming them as ranges, where it
+        was a row per rank; each rank's own line stays in the Events tab."""
+        found = self.findings()
+        alike: dict[tuple[int | None, bool], list[Finding]] = {}
+        for finding in found:
+            if finding.kind == EventKind.STALLED.value and finding.rank is not None:
+                alike.setdefault((finding.step, finding.active), []).append(finding)
+        grouped = {key: group for key, group in alike.items() if len(group) > ALIKE_STALLS_SHOWN}
+        rows: list[Finding] = []
+        said: set[tuple[int | None, bool]] = set()
+        for finding in found:
+            key = (finding.step, finding.active)
+            if finding.kind != EventKind.STALLED.value or key not in grouped or finding.rank is None:
+                rows.append(finding)
+                continue
+            if key in said:
+                continue  # folded into its group's row
+            said.add(key)
+            ranks = tuple(sorted(member.rank for member in grouped[key] if member.rank is not None))
+            where = f"at step {finding.step}" if finding.step is not None else "before their first step"
+            how = "still stalled" if finding.active else "each rank's end of it in the Events tab"
+            rows.append(Finding(finding.kind, None, finding.step, f"{RunWording.ranks(ranks)} stalled {where} "
+                                f"({len(ranks):,} ranks; {how})", finding.active, finding.t, ranks))
+        return rows
 
     def rank_notes(self, now: float | None = None) -> dict[int, str]:
         """Short notes for the rank table: who failed first, who stalls, straggles or diverged."""

@@ -280,13 +280,13 @@ class DiagnosisPanel(QWidget):
                 table.setItem(row, column, item)
 
     def _update_findings(self) -> None:
-        findings = self.diagnosis.findings()
+        findings = self.diagnosis.finding_rows()
         self.findings_group.setVisible(bool(findings))
         table = self.findings_table
         table.setRowCount(len(findings))
         for row, finding in enumerate(findings):
-            rank = (finding.ranks and ", ".join(map(str, finding.ranks))) or ("" if finding.rank is None
-                                                                           else str(finding.rank))
+            rank = (finding.ranks and RunWording.rank_numbers(finding.ranks)) or ("" if finding.rank is None
+                                                                                 else str(finding.rank))
             texts = (clock(finding.t), FINDING_NAMES.get(finding.kind, finding.kind), rank, finding.text)
             color = level_color(ERROR if finding.kind == EventKind.NODE_LOST.value else "warning")
             for column, text in enumerate(texts):

@@ -506,3 +506,28 @@ def test_ranks_that_ended_alike_share_one_line_of_the_every_rank_table_at_1024_r
     assert [(line.label, line.host, line.state, line.first) for line in lines] == [
         ("1", "node0", "failed", True), ("0, 2-1023 (1,023)", "128 hosts", "stopped", False)]
     assert lines[0].fate.startswith("failed first:") and lines[1].fate == "SIGTERM, stopped after rank 1 failed"
+
+
+def test_every_rank_stalled_at_one_step_is_one_findings_row_and_a_few_are_a_row_each():
+    model = MonitorModel()
+    diagnosis = DiagnosisModel(model)
+    model.apply(SnapshotMessage(RunInfo(id=3, profile="big", status="running", started=90.0),
+                                tuple(RankInfo(rank=rank, state="running", step=7) for rank in range(1025))).to_wire())
+
+    def stalled(rank: int, step: int) -> Event:
+        return Event(105.0 + rank / 1000, "stalled", rank, f"rank {rank} stalled at step {step}: no progress for "
+                     "31 s (threshold 30 s, the stall timeout)", StalledFields(step=step, seconds=31.0,
+                                                                              threshold=30.0).to_wire())
+
+    model.apply(update(events=[stalled(rank, 7) for rank in range(1024)] + [stalled(1024, 3)]).to_wire())
+    rows = diagnosis.finding_rows()
+    assert len(diagnosis.findings()) == 1025 and len(rows) == 2  # every stall held, past the 500 of a small run
+    every, alone = rows
+    assert (every.ranks, every.rank, every.step, every.active) == (tuple(range(1024)), None, 7, True)
+    assert every.text == "ranks 0-1023 stalled at step 7 (1,024 ranks; still stalled)"
+    assert (alone.rank, alone.text) == (1024, "rank 1024 stalled at step 3: no progress for 31 s (threshold 30 s, "
+                                              "the stall timeout)")
+    few = DiagnosisModel(MonitorModel())
+    few.monitor.apply(SnapshotMessage(RunInfo(id=4, profile="p", status="running", started=90.0)).to_wire())
+    few.monitor.apply(update(events=[stalled(rank, 7) for rank in range(3)]).to_wire())
+    assert [row.rank for row in few.finding_rows()] == [0, 1, 2]  # a few ranks: a row each, as before

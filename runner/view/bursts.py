@@ -29,7 +29,8 @@ QUIET_SECONDS = 2.0
 
 
 SAME_WORDS = {EventKind.STALLED: "stalled", EventKind.RESUMED: "resumed", EventKind.RANK_FAILED: "failed",
-              EventKind.CONNECTION_LOST: "disconnected"}
+              EventKind.CONNECTION_LOST: "disconnected",
+              EventKind.RECORDS_REJECTED: "dropped records the store cannot hold"}
 """Kinds whose lines differ from rank to rank only in figures (seconds, steps, exit codes): one
 burst per kind, said in these words."""
 

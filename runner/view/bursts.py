@@ -5,7 +5,7 @@ each that only says a peer went away), and a hang flags every rank as stalled wi
 two. Line by line that is a thousand lines, and the first failure scrolls off the screen.
 ``Bursts`` lets the terminal show the first ``SHOWN_PER_BURST`` lines of one kind as they come
 and hold the rest; once the kind has been quiet for ``QUIET_SECONDS`` (or the run ended) it
-says them in one line, their ranks as ranges: ``1021 more: ranks 3-1023 stopped after rank 1
+says them in one line, their ranks as ranges: ``1,021 more: ranks 3-1023 stopped after rank 1
 failed``. Nothing is lost: every event is stored (``rankwatch runs show N``), and the summary
 groups the ranks that ended alike.
 """
@@ -107,5 +107,5 @@ class Bursts:
         lines = []
         for key in keys:
             burst = self._bursts.pop(key)
-            lines.append(f"{len(burst.held)} more: {ranks_text(burst.held)} {burst.words}")
+            lines.append(f"{len(burst.held):,} more: {ranks_text(burst.held)} {burst.words}")
         return lines

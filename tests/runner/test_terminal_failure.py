@@ -189,7 +189,7 @@ def test_a_failure_among_1024_ranks_shows_three_echoes_of_each_kind_and_counts_t
     stopped = [line for line in lines if line.endswith("stopped after rank 1 failed")]
     assert stopped == ["[rankwatch] rank 0 stopped after rank 1 failed", "[rankwatch] rank 2 stopped after rank 1 failed",
                        "[rankwatch] rank 3 stopped after rank 1 failed",
-                       "[rankwatch] 1020 more: ranks 4-1023 stopped after rank 1 failed"]
+                       "[rankwatch] 1,020 more: ranks 4-1023 stopped after rank 1 failed"]
     assert ("[rankwatch] the tracebacks of ranks 0, 2-1023 only said a peer went away, in the run's log: "
             "rankwatch runs logs 7 --rank 0") in lines  # every echo named, as ranges
 

@@ -136,5 +136,7 @@ def stored_ranks_that_stand_out(stats: list[Any], limit: int = STANDING_OUT_ROWS
             spread = {"fastest": by_time[0], "median": by_time[len(by_time) // 2], "slowest": by_time[-1]}
             standing = list(dict.fromkeys(spread.values()))
             why += "; by median step: " + ", ".join(f"{word} rank {rank}" for word, rank in spread.items())
+        else:  # no step measured: the first ranks, so that the table still shows what there is
+            standing = [entry.rank for entry in stats[:3]]
     return [by_rank[rank] for rank in sorted(standing)], [
         summary_line(by_rank, times), f"{why}; {len(stats) - len(standing):,} more not shown"]

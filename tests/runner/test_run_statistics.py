@@ -262,3 +262,13 @@ def test_the_end_of_a_plain_run_of_many_ranks_prints_those_that_stand_out_and_a_
         "[rankwatch] ranks 7, 30 stand out (failed or stalled, slower, behind, waiting more or dropping records); "
         "38 more not shown",
         f"[rankwatch] every rank: rankwatch runs show {forty_ranks} --ranks all"]
+
+
+def test_many_ranks_that_never_stepped_still_list_the_first_ones():
+    from runner.store.rank_stats import RankStats
+    from runner.view.standing_out import stored_ranks_that_stand_out
+
+    waiting = [RankStats(rank=rank, state="waiting") for rank in range(64)]
+    listed, caption = stored_ranks_that_stand_out(waiting)
+    assert [entry.rank for entry in listed] == [0, 1, 2]
+    assert caption == ["64 ranks: 64 waiting", "no rank stands out; 61 more not shown"]

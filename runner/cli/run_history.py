@@ -410,7 +410,7 @@ def attach_main(args: argparse.Namespace) -> int:
         return fail(str(error), code=EXIT_FAILED)
     if not runner_alive(run):
         print(f"run {run.id} is not running ({effective_status(run)}); showing what was stored", file=sys.stderr)
-        show = argparse.Namespace(run=str(run.id), json=False)
+        show = argparse.Namespace(run=str(run.id), json=False, ranks=None)
         return show_main(show)
     view = TerminalView(live=False if args.plain else None, status_every=args.status_every)
     view.start()

@@ -43,12 +43,27 @@ def rows_that_fit(rows: list[dict[str, str]], ranks: Mapping[int, Any], limit: i
     for pair in zip(slow + [None] * len(behind), behind + [None] * len(slow), strict=False):
         chosen += [rank for rank in pair if rank is not None]
     standing = list(dict.fromkeys(chosen))
-    shown = list(dict.fromkeys([*standing, *sorted(by_rank)]))[:limit]
+    spread = {} if standing else _spread(step_times)  # none stands out: the spread leads the rows
+    shown = list(dict.fromkeys([*standing, *spread.values(), *sorted(by_rank)]))[:limit]
     picked = [rank for rank in shown if rank in standing]
     why = (f"{ranks_text(picked)} stand out (failed or stalled, slower than the median or behind it)"
-           if picked else "no rank stands out")
+           if picked else "no rank stands out" + _spread_words(spread, "step time"))
     return [by_rank[rank] for rank in sorted(shown)], [
         summary_line(ranks, step_times), f"{why}; {len(rows) - len(shown):,} more not shown"]
+
+
+def _spread(step_times: Mapping[int, float]) -> dict[str, int]:
+    """The fastest, the median and the slowest rank by step time (none without step times): what
+    a table shows of a job in which no rank stands out."""
+    ordered = sorted(step_times, key=lambda rank: step_times[rank])
+    if not ordered:
+        return {}
+    return {"fastest": ordered[0], "median": ordered[len(ordered) // 2], "slowest": ordered[-1]}
+
+
+def _spread_words(spread: Mapping[str, int], by: str) -> str:
+    """``; by step time: fastest rank 3, median rank 17, slowest rank 9`` (empty without a spread)."""
+    return f"; by {by}: " + ", ".join(f"{word} rank {rank}" for word, rank in spread.items()) if spread else ""
 
 
 SLOWER_THAN_MEDIAN = 1.2
@@ -130,13 +145,9 @@ def stored_ranks_that_stand_out(stats: list[Any], limit: int = STANDING_OUT_ROWS
     standing = list(dict.fromkeys(chosen))[:limit]
     why = f"{ranks_text(standing)} stand out (failed or stalled, slower, behind, waiting more or dropping records)"
     if not standing:
-        by_time = sorted(times, key=lambda rank: times[rank])
-        why = "no rank stands out"
-        if by_time:
-            spread = {"fastest": by_time[0], "median": by_time[len(by_time) // 2], "slowest": by_time[-1]}
-            standing = list(dict.fromkeys(spread.values()))
-            why += "; by median step: " + ", ".join(f"{word} rank {rank}" for word, rank in spread.items())
-        else:  # no step measured: the first ranks, so that the table still shows what there is
-            standing = [entry.rank for entry in stats[:3]]
+        spread = _spread(times)
+        why = "no rank stands out" + _spread_words(spread, "median step")
+        # no step measured: the first ranks, so that the table still shows what there is
+        standing = list(dict.fromkeys(spread.values())) or [entry.rank for entry in stats[:3]]
     return [by_rank[rank] for rank in sorted(standing)], [
         summary_line(by_rank, times), f"{why}; {len(stats) - len(standing):,} more not shown"]

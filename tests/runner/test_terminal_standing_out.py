@@ -50,3 +50,21 @@ def test_eight_ranks_all_show_without_a_count_line():
     text = console.file.getvalue()
     assert "more not shown" not in text and "8 ranks:" not in text
     assert [int(line.split()[0]) for line in text.splitlines() if line.strip()[:1].isdigit()] == list(range(8))
+
+
+def test_with_no_rank_standing_out_the_table_leads_with_the_fastest_median_and_slowest():
+    healthy = [RankInfo(rank=rank, state="running", step=50, loss=0.5, step_time=0.100 + (rank * 37 % 64) / 10_000)
+               for rank in range(64)]  # 100.0-106.3 ms: nobody 1.2 times the median
+    view = TerminalView(live=False, out=io.StringIO(), err=io.StringIO(), status_every=0)
+    view.handle(SnapshotMessage(RunInfo(id=3, profile="p", status="running", started=1000.0), tuple(healthy),
+                                spec={"args": []}).to_wire())
+    console = Console(file=io.StringIO(), width=140, height=24)
+    view._console = console
+    console.print(view._table(140))
+    text = console.file.getvalue()
+    by_time = sorted(range(64), key=lambda rank: healthy[rank].step_time)
+    fastest, median, slowest = by_time[0], by_time[32], by_time[-1]
+    table_ranks = [int(line.split()[0]) for line in text.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert {fastest, median, slowest} <= set(table_ranks)
+    assert (f"no rank stands out; by step time: fastest rank {fastest}, median rank {median}, slowest rank "
+            f"{slowest}; ") in text.replace("\n", " ")

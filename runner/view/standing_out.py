@@ -32,17 +32,9 @@ def rows_that_fit(rows: list[dict[str, str]], ranks: Mapping[int, Any], limit: i
         return rows, []
     by_rank = {int(row["rank"]): row for row in rows}
     infos = {rank: ranks[rank] for rank in by_rank if rank in ranks}
-    chosen: list[int] = []
-    for state in ATTENTION_STATES:
-        chosen += [rank for rank, info in infos.items() if getattr(info, "state", None) == state]
     step_times = {rank: info.step_time for rank, info in infos.items() if getattr(info, "step_time", None)}
     steps = {rank: info.step for rank, info in infos.items() if getattr(info, "step", None) is not None}
-    slow = _beyond(step_times, SLOWER_THAN_MEDIAN, reverse=True)
-    behind = _beyond({rank: -step for rank, step in steps.items()}, None, reverse=True,
-                     margin=_steps_in(BEHIND_SECONDS, step_times))
-    for pair in zip(slow + [None] * len(behind), behind + [None] * len(slow), strict=False):
-        chosen += [rank for rank in pair if rank is not None]
-    standing = list(dict.fromkeys(chosen))
+    standing = _standing({rank: getattr(info, "state", None) for rank, info in infos.items()}, step_times, steps)
     spread = {} if standing else _spread(step_times)  # none stands out: the spread leads the rows
     shown = list(dict.fromkeys([*standing, *spread.values(), *sorted(by_rank)]))[:limit]
     picked = [rank for rank in shown if rank in standing]
@@ -50,6 +42,21 @@ def rows_that_fit(rows: list[dict[str, str]], ranks: Mapping[int, Any], limit: i
            if picked else "no rank stands out" + _spread_words(spread, "step time"))
     return [by_rank[rank] for rank in sorted(shown)], [
         summary_line(ranks, step_times), f"{why}; {len(rows) - len(shown):,} more not shown"]
+
+
+def _standing(states: Mapping[int, str | None], step_times: Mapping[int, float], steps: Mapping[int, int],
+              *more: list[int]) -> list[int]:
+    """The ranks that stand out, the most pressing first: those in an ``ATTENTION_STATES`` state,
+    then in turn the slowest by step time, the furthest behind in steps and each of ``more``
+    (ranks already in the order they stand out), one of each kind at a time."""
+    chosen = [rank for state in ATTENTION_STATES for rank, seen in states.items() if seen == state]
+    kinds = [_beyond(step_times, SLOWER_THAN_MEDIAN, reverse=True),
+             _beyond({rank: -step for rank, step in steps.items()}, None, reverse=True,
+                     margin=_steps_in(BEHIND_SECONDS, step_times)),
+             *more]
+    for turn in range(max(map(len, kinds))):
+        chosen += [kind[turn] for kind in kinds if turn < len(kind)]
+    return list(dict.fromkeys(chosen))
 
 
 def _spread(step_times: Mapping[int, float]) -> dict[str, int]:
@@ -107,8 +114,8 @@ def summary_line(ranks: Mapping[int, Any], step_times: Mapping[int, float]) -> s
 
 
 EVERY_RANK_UP_TO = 32
-"""`runs show` lists every rank up to this many; past it, the ranks that stand out (``--ranks all``
-lists them all)."""
+"""`runs show` and the plain status and end lines list every rank up to this many; past it, the
+ranks that stand out (`runs show --ranks all` lists them all)."""
 STANDING_OUT_ROWS = 16
 """At most this many ranks stand out in `runs show`: the worst of each kind first."""
 SHARE_MARGIN = 0.05
@@ -126,23 +133,15 @@ def stored_ranks_that_stand_out(stats: list[Any], limit: int = STANDING_OUT_ROWS
     if len(stats) <= EVERY_RANK_UP_TO:
         return stats, []
     by_rank = {entry.rank: entry for entry in stats}
-    chosen: list[int] = []
-    for state in ATTENTION_STATES:
-        chosen += [entry.rank for entry in stats if entry.state == state]
     times = {entry.rank: entry.median_step_time for entry in stats if entry.median_step_time}
-    kinds = [
-        _beyond(times, SLOWER_THAN_MEDIAN, reverse=True),
-        _beyond({entry.rank: -entry.steps for entry in stats if entry.steps is not None}, None, reverse=True,
-                margin=_steps_in(BEHIND_SECONDS, times)),
+    standing = _standing(
+        {entry.rank: entry.state for entry in stats}, times,
+        {entry.rank: entry.steps for entry in stats if entry.steps is not None},
         _beyond({entry.rank: entry.data_wait_share for entry in stats if entry.data_wait_share is not None},
                 None, reverse=True, margin=SHARE_MARGIN),
         _beyond({entry.rank: entry.comm_wait_share for entry in stats if entry.comm_wait_share is not None},
                 None, reverse=True, margin=SHARE_MARGIN),
-        [entry.rank for entry in stats if entry.dropped],
-    ]
-    for turn in range(max(map(len, kinds))):
-        chosen += [kind[turn] for kind in kinds if turn < len(kind)]
-    standing = list(dict.fromkeys(chosen))[:limit]
+        [entry.rank for entry in stats if entry.dropped])[:limit]
     why = f"{ranks_text(standing)} stand out (failed or stalled, slower, behind, waiting more or dropping records)"
     if not standing:
         spread = _spread(times)

@@ -54,16 +54,14 @@ def phase_lines(rows: list[tuple[int, dict[str, float | None] | None]], clocks: 
     on = f" on {' and '.join(known)}" if known else ""
     timed = f", {steps} timed steps" if steps else ""
     digits = max((len(str(rank)) for rank, _shares in measured), default=1)
-    labels = [f"rank {str(rank).rjust(digits)}" for rank, _shares in measured]
-    median = {phase: _median([shares.get(phase) for shares in every]) for phase in protocol.PHASES}
+    labelled = [(f"rank {str(rank).rjust(digits)}", shares) for rank, shares in measured]
     if every:
-        labels.insert(0, f"median of {len(every):,} ranks")
-        measured.insert(0, (-1, median))
-    width = max(map(len, labels))
+        median = {phase: _median([shares.get(phase) for shares in every]) for phase in protocol.PHASES}
+        labelled.insert(0, (f"median of {len(every):,} ranks", median))
+    width = max(len(label) for label, _shares in labelled)
     legend = "  ".join(f"{letter} {phase}" for phase, letter in LETTERS.items())
     lines = [f"where the steps went{on}{timed} ({legend}):"]
-    lines += [f"{label.rjust(width)}  {phase_bar(shares)}  {phase_shares_text(shares)}"
-              for label, (_rank, shares) in zip(labels, measured, strict=True)]
+    lines += [f"{label.rjust(width)}  {phase_bar(shares)}  {phase_shares_text(shares)}" for label, shares in labelled]
     return lines
 
 

@@ -239,7 +239,8 @@ def test_a_failed_run_shows_a_red_banner_and_the_first_failure_in_the_diagnosis_
     other = ranks[1]
     assert other[3] in ("SIGTERM", "exit code 1")
     # The rank table says it too, in the same words for every rank (one truth everywhere).
-    qtbot.waitUntil(lambda: panel.rank_table.cell_text(rank, "Diagnosis") == f"failed first: {ended_by}",
+    qtbot.waitUntil(lambda: rank in panel.rank_table.visible_ranks()
+                    and panel.rank_table.cell_text(rank, "Diagnosis") == f"failed first: {ended_by}",
                     timeout=15_000)
     expected = [row[3].removeprefix("failed first: ") for row in ranks]
     qtbot.waitUntil(lambda: [panel.rank_table.cell_text(int(row[0]), "Ended by") for row in ranks] == expected,
@@ -311,7 +312,9 @@ def test_a_hang_flags_the_stalled_ranks_and_the_stacks_view_names_the_sleeping_r
     assert re.fullmatch(r"ranks 0, 1 stalled at step 7 for \d+(\.\d)? s", panel.failure_banner.text())
     assert panel.failure_banner.banner.level == WARNING
     table = panel.rank_table
-    qtbot.waitUntil(lambda: table.cell_text(0, "State") == "stalled", timeout=15_000)
+    # the banner can come before the table's own timer has made its rows: wait for the row, then its state
+    qtbot.waitUntil(lambda: 0 in table.visible_ranks() and table.cell_text(0, "State") == "stalled",
+                    timeout=15_000)
     for rank in (0, 1):
         assert table.row_brush(rank).color() == state_tint("stalled")
         assert table.cell_text(rank, "Diagnosis").startswith("stalled at step 7 for ")
